@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv when missing.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export RAY_USAGE_STATS_ENABLED := 0
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install demo test bench dist clean
+
+$(STAMP): setup.py
+	@command -v java >/dev/null 2>&1 || { echo "Java 17 is needed by Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# This machine's pip config names local index folders that may not exist: drop that noise only.
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(BIN)/python -m pip install -q -e ".[all]" 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(BIN)/python -c "import pyspark, deltalake, mlflow, ray, torch, fasttext; print('installed: pyspark', pyspark.__version__, '| deltalake', deltalake.__version__, '| torch', torch.__version__)"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/augment run demo --conf conf/local.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -ra tests
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# A zip of the packages for `spark-submit --py-files dist/augment.zip jobs/<name>.py ...`.
+dist:
+	mkdir -p dist && rm -f dist/augment.zip && zip -qr dist/augment.zip common jobs -x '*__pycache__*'
+	@echo "dist/augment.zip"
+
+clean:
+	rm -rf lakehouse spark-warehouse dist build *.egg-info .pytest_cache

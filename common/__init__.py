@@ -1,0 +1,1 @@
+"""Library shared by the jobs: config, sessions, lakehouse, tracking, readers, validation, taxonomy."""

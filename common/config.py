@@ -1,0 +1,257 @@
+"""The suite's typed configuration: nested dataclasses whose defaults are the embedded local setup
+and the papers' parameter values (see ``../shared/docs/METHODS.md``).
+
+Load it with :func:`load_config` from a YAML file in ``conf/`` plus ``--set a.b=value`` overrides.
+Every value is validated here, at start-up, so a job never fails halfway on a typo.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from common.config_loader import ConfigError, apply_overrides, flatten, from_mapping, load_yaml, to_mapping
+
+DEFAULT_CONF_ENV = "AUGMENT_CONF"
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path or path.startswith("dbfs:")
+
+
+def _absolute(path: str) -> str:
+    """Local relative paths become absolute (so Spark executors and Ray workers agree); URIs stay."""
+    return path if _is_uri(path) else str(Path(path).expanduser().resolve())
+
+
+def _check(condition: bool, key: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}: {message}")
+
+
+@dataclass
+class SparkConfig:
+    """How to get the SparkSession. ``local`` builds one; ``cluster``/``databricks`` take the existing one."""
+
+    mode: Literal["local", "cluster", "databricks"] = "local"
+    master: str = "local[*]"
+    app_name: str = "catalog-augment"
+    shuffle_partitions: int = 4
+    # auto: use Spark's Delta writer when its jar is on the classpath, else delta-rs commits.
+    delta: Literal["auto", "native", "delta-rs"] = "auto"
+    graphframes: Literal["auto", "on", "off"] = "auto"
+    checkpoint_dir: Optional[str] = None
+    driver_memory: str = "4g"
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check(self.shuffle_partitions >= 1, "spark.shuffle_partitions", "must be >= 1")
+
+
+@dataclass
+class RayConfig:
+    """Where Ray runs: a local runtime, an existing cluster address, or Ray on Spark (Databricks)."""
+
+    mode: Literal["local", "address", "spark"] = "local"
+    address: Optional[str] = None
+    num_cpus: Optional[int] = None
+    num_gpus: Optional[int] = None
+    object_store_memory_mb: Optional[int] = None
+    # Ray on Spark (ray.util.spark.setup_ray_cluster) sizing.
+    spark_max_worker_nodes: int = 2
+    spark_num_cpus_per_node: Optional[int] = None
+    spark_num_gpus_per_node: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.mode == "address":
+            _check(bool(self.address), "ray.address", "is required when ray.mode is 'address'")
+        for name in ("num_cpus", "num_gpus"):
+            value = getattr(self, name)
+            _check(value is None or value >= 0, f"ray.{name}", "must be >= 0")
+
+
+@dataclass
+class LakehouseConfig:
+    """Where Delta tables live: path tables under ``root``, or catalog tables ``<catalog>.<name>``."""
+
+    root: str = "./lakehouse"
+    # e.g. "main.augment" on Databricks Unity Catalog; when set, tables are catalog tables (native Delta).
+    catalog: Optional[str] = None
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check(bool(self.root), "lakehouse.root", "must not be empty")
+        self.root = _absolute(self.root)
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow tracking. With no ``uri`` the local default is SQLite inside the lakehouse folder."""
+
+    uri: Optional[str] = None
+    experiment: str = "catalog-augmentation"
+
+
+@dataclass
+class InputSpec:
+    """One input dataset: a file/folder path (CSV, Parquet, JSON lines, Delta) or a catalog table name."""
+
+    path: str
+    format: Literal["auto", "csv", "parquet", "json", "delta", "table"] = "auto"
+    header: bool = True
+    # Column names for a header-less CSV, in file order.
+    columns: Optional[list[str]] = None
+    # Map source column names onto the suite's schema names, e.g. {product_name: title}.
+    rename: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_shorthand(cls, path: str) -> "InputSpec":
+        """``inputs.labeled=PATH`` on the command line means ``InputSpec(path=PATH)``."""
+        return cls(path=path)
+
+    def __post_init__(self) -> None:
+        _check(bool(self.path), "inputs.*.path", "must not be empty")
+        if self.format != "table" and not looks_like_table_name(self.path):
+            self.path = _absolute(self.path)
+
+
+_FILE_SUFFIXES = {".csv", ".tsv", ".txt", ".parquet", ".json", ".jsonl", ".ndjson"}
+
+
+def looks_like_table_name(path: str) -> bool:
+    """True for ``catalog.schema.table``-style names: no slash, no URI scheme, no file suffix, no such file."""
+    return (not _is_uri(path) and "/" not in path and "." in path
+            and Path(path).suffix.lower() not in _FILE_SUFFIXES and not Path(path).exists())
+
+
+@dataclass
+class InputsConfig:
+    """The user's datasets. A missing entry means the demo generator's landing files."""
+
+    labeled: Optional[InputSpec] = None
+    catalog: Optional[InputSpec] = None
+    interactions: Optional[InputSpec] = None
+    products: Optional[InputSpec] = None
+
+
+@dataclass
+class IngestConfig:
+    """Validation rules applied on ingest; failing rows go to ``<table>_quarantine`` with a reason."""
+
+    max_title_chars: int = 512
+    max_category_depth: int = 7
+    category_separator: str = ">"
+    # A Google-Product-Taxonomy-format file; when set, labels outside it are quarantined.
+    taxonomy: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        _check(self.max_title_chars > 0, "ingest.max_title_chars", "must be > 0")
+        _check(self.max_category_depth >= 1, "ingest.max_category_depth", "must be >= 1")
+        _check(bool(self.category_separator.strip()), "ingest.category_separator", "must not be blank")
+        if self.taxonomy:
+            self.taxonomy = _absolute(self.taxonomy)
+
+
+@dataclass
+class DemoConfig:
+    """The synthetic e-commerce dataset. Sizes scale linearly with ``scale`` (the size knob)."""
+
+    seed: int = 7
+    scale: float = 1.0
+    n_labeled: int = 6000
+    n_groups: int = 3000
+    # Group sizes: 2 + geometric, clipped to [group_size_min, group_size_max]; mean ~3.6 as in the paper.
+    group_size_min: int = 2
+    group_size_max: int = 192
+    group_size_mean: float = 3.6
+    # Share of labeled titles whose colour/size follow their category (the planted spurious correlation).
+    spurious_strength: float = 0.9
+    # Share of labeled titles that carry the true discriminating word (e.g. "women's").
+    signal_rate: float = 0.35
+    # Share of catalog groups given without group_id (to be recovered from gtin/mpn/brand+model).
+    null_group_fraction: float = 0.2
+    n_sessions: int = 8000
+    # Share of rows in each landing file made invalid on purpose (exercises the quarantine).
+    bad_row_fraction: float = 0.01
+    partitions: int = 4
+
+    def __post_init__(self) -> None:
+        _check(self.scale > 0, "demo.scale", "must be > 0")
+        for name in ("n_labeled", "n_groups", "n_sessions", "partitions"):
+            _check(getattr(self, name) >= 1, f"demo.{name}", "must be >= 1")
+        _check(2 <= self.group_size_min <= self.group_size_max, "demo.group_size_min",
+               "must satisfy 2 <= group_size_min <= group_size_max")
+        _check(self.group_size_min < self.group_size_mean <= self.group_size_max, "demo.group_size_mean",
+               "must lie in (group_size_min, group_size_max]")
+        for name in ("spurious_strength", "signal_rate", "null_group_fraction", "bad_row_fraction"):
+            value = getattr(self, name)
+            _check(0.0 <= value <= 1.0, f"demo.{name}", f"must be in [0, 1], got {value}")
+
+    def scaled(self, n: int) -> int:
+        """``n`` times the size knob, at least 1."""
+        return max(1, int(round(n * self.scale)))
+
+
+@dataclass
+class AppConfig:
+    """The whole configuration tree of one invocation."""
+
+    name: str = "local"
+    seed: int = 42
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    lakehouse: LakehouseConfig = field(default_factory=LakehouseConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    inputs: InputsConfig = field(default_factory=InputsConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    demo: DemoConfig = field(default_factory=DemoConfig)
+
+    @property
+    def tracking_uri(self) -> str:
+        """The MLflow tracking URI; the local default is ``sqlite:///<lakehouse.root>/mlflow.db``."""
+        if self.tracking.uri:
+            return self.tracking.uri
+        if _is_uri(self.lakehouse.root):
+            raise ConfigError("tracking.uri: must be set when lakehouse.root is not a local folder")
+        return f"sqlite:///{Path(self.lakehouse.root) / 'mlflow.db'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as plain nested dicts."""
+        return to_mapping(self)
+
+    def flat(self) -> dict[str, Any]:
+        """The configuration flattened to ``{"a.b": value}``, as logged to MLflow params."""
+        return flatten(self.to_dict())
+
+    def section_hash(self, *sections: str) -> str:
+        """A short stable hash of the named top-level sections (the part of the config a job depends on)."""
+        tree = self.to_dict()
+        unknown = [s for s in sections if s not in tree]
+        if unknown:
+            raise ConfigError(f"unknown config section {unknown[0]!r}")
+        payload = json.dumps({s: tree[s] for s in sections}, sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def default_conf_path() -> Optional[Path]:
+    """``$AUGMENT_CONF``, else ``conf/local.yaml`` in the working directory when present, else None."""
+    env = os.environ.get(DEFAULT_CONF_ENV)
+    if env:
+        return Path(env)
+    candidate = Path("conf/local.yaml")
+    return candidate if candidate.is_file() else None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:
+    """Load ``path`` (default: :func:`default_conf_path`), apply ``a.b=value`` overrides, validate.
+
+    Returns the :class:`AppConfig`; raises :class:`ConfigError` naming the first bad key.
+    """
+    conf_path = Path(path) if path else default_conf_path()
+    tree = load_yaml(conf_path) if conf_path else {}
+    tree = apply_overrides(tree, list(overrides or []))
+    return from_mapping(AppConfig, tree)

@@ -1,0 +1,72 @@
+"""The input contracts: which columns each kind of dataset must have, with which types.
+
+These are the schemas README.md documents; readers check them on read and name the file and column
+that break them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ColumnType = Literal["string", "long"]
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One column of a contract. Optional columns are added as nulls when the source lacks them."""
+
+    name: str
+    type: ColumnType = "string"
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A dataset kind: its name (also the Delta table it is ingested into) and its columns."""
+
+    name: str
+    columns: tuple[ColumnSpec, ...]
+
+    @property
+    def column_names(self) -> list[str]:
+        """All contract columns in order (required and optional)."""
+        return [c.name for c in self.columns]
+
+    @property
+    def required(self) -> list[ColumnSpec]:
+        """Columns the source must have."""
+        return [c for c in self.columns if c.required]
+
+    @property
+    def quarantine_table(self) -> str:
+        """Name of the table that receives this dataset's rejected rows."""
+        return f"{self.name}_quarantine"
+
+
+LABELED = Contract(
+    "labeled_products",
+    (ColumnSpec("item_id"), ColumnSpec("title"), ColumnSpec("category")),
+)
+CATALOG = Contract(
+    "catalog",
+    (
+        ColumnSpec("item_id"),
+        ColumnSpec("title"),
+        ColumnSpec("group_id", required=False),
+        ColumnSpec("gtin", required=False),
+        ColumnSpec("mpn", required=False),
+        ColumnSpec("brand", required=False),
+    ),
+)
+INTERACTIONS = Contract(
+    "interactions",
+    (ColumnSpec("query"), ColumnSpec("product_id"), ColumnSpec("interaction"), ColumnSpec("count", "long")),
+)
+PRODUCTS = Contract("products", (ColumnSpec("product_id"), ColumnSpec("title")))
+
+CONTRACTS: dict[str, Contract] = {
+    "labeled": LABELED,
+    "catalog": CATALOG,
+    "interactions": INTERACTIONS,
+    "products": PRODUCTS,
+}

@@ -1,0 +1,131 @@
+"""Job ``ingest``: read the configured inputs, validate every row, write Delta table versions.
+
+Reads: ``inputs.labeled``, ``inputs.catalog``, ``inputs.interactions``, ``inputs.products`` (paths in
+CSV, Parquet, JSON lines or Delta, or catalog table names); an unset input means the demo landing
+files (used only when no input is configured). With ``ingest.taxonomy`` set (or the demo's taxonomy), labels must be taxonomy categories.
+Writes: ``labeled_products``, ``catalog``, ``interactions``, ``products`` (valid rows, normalised),
+each with ``<table>_quarantine`` (rejected rows with a ``reason``), and ``taxonomy`` when one is given.
+
+Accounting: for each input, rows in = rows kept + rows quarantined; the job fails if that ever breaks.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional, Sequence
+
+from common.config import AppConfig, InputSpec
+from common.job import JobContext, JobResult, hash_of, job_main
+from common.schemas import CONTRACTS, Contract
+
+log = logging.getLogger(__name__)
+
+NAME = "ingest"
+_DEMO_LANDING = {"labeled": "labeled_products", "catalog": "catalog", "interactions": "interactions",
+                 "products": "products"}
+
+
+class AccountingError(RuntimeError):
+    """Rows in != rows kept + rows quarantined: a bug, never a data problem."""
+
+
+def resolve_inputs(cfg: AppConfig) -> dict[str, InputSpec]:
+    """The configured inputs by kind; with none configured, the demo landing files that exist."""
+    from jobs.generate_demo import landing_dir
+
+    configured = {kind: getattr(cfg.inputs, kind) for kind in CONTRACTS if getattr(cfg.inputs, kind) is not None}
+    if configured:
+        return configured
+    landing = landing_dir(cfg)
+    folders = {kind: f"{landing}/{_DEMO_LANDING[kind]}" for kind in CONTRACTS}
+    return {kind: InputSpec(path=folder) for kind, folder in folders.items()
+            if "://" in folder or Path(folder).exists()}
+
+
+def resolve_taxonomy(cfg: AppConfig) -> Optional[str]:
+    """``ingest.taxonomy``; else the demo taxonomy when every input is the demo's own."""
+    from jobs.generate_demo import landing_dir
+
+    if cfg.ingest.taxonomy:
+        return cfg.ingest.taxonomy
+    demo_taxonomy = Path(landing_dir(cfg)) / "taxonomy.txt"
+    uses_demo = all(getattr(cfg.inputs, kind) is None for kind in CONTRACTS)
+    return str(demo_taxonomy) if uses_demo and demo_taxonomy.is_file() else None
+
+
+def run(ctx: JobContext) -> JobResult:
+    """Ingest every configured input; returns the table versions and the per-input row accounting."""
+    from common.readers import file_version
+    from common.taxonomy import Taxonomy, depth
+
+    specs = resolve_inputs(ctx.cfg)
+    if not specs:
+        raise ValueError("nothing to ingest: set inputs.labeled / inputs.catalog / inputs.interactions / "
+                         "inputs.products, or run `augment run generate-demo` first")
+    result = JobResult(job=NAME)
+    with ctx.tracked(NAME) as tr:
+        result.run_id = tr.run_id
+        taxonomy_df = None
+        taxonomy_path = resolve_taxonomy(ctx.cfg)
+        if taxonomy_path:
+            # A taxonomy is a bounded reference list (Google's has 5.6k nodes), parsed on the driver.
+            taxonomy = Taxonomy.from_google_file(taxonomy_path)
+            rows = [(taxonomy.id_of(p), p, depth(p)) for p in sorted(taxonomy.paths)]
+            taxonomy_df = ctx.spark.createDataFrame(rows, "id long, path string, depth int")
+            tax_version = file_version(taxonomy_path)
+            result.outputs["taxonomy"] = ctx.write(tr, taxonomy_df, "taxonomy", hash_of("taxonomy"),
+                                                   {taxonomy_path: tax_version})
+        for kind, spec in specs.items():
+            counts = ingest_one(ctx, tr, result, CONTRACTS[kind], spec, taxonomy_df)
+            result.metrics.update({f"{kind}.{k}": float(v) for k, v in counts.items()})
+        tr.log_metrics(result.metrics)
+    return result
+
+
+def ingest_one(ctx: JobContext, tr, result: JobResult, contract: Contract, spec: InputSpec,
+               taxonomy_df) -> dict[str, int]:
+    """Validate one input and write its kept and quarantined rows; returns rows_in/kept/quarantined."""
+    from pyspark import StorageLevel
+
+    from common import quarantine
+    from common.readers import read_input
+
+    raw = read_input(ctx.spark, spec, contract, native_delta=ctx.capabilities.native_delta)
+    validated = quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # Reasons are a short, bounded list (one per rule), so this aggregate is safe to collect.
+        by_reason = {r["reason"]: r["count"] for r in validated.groupBy("reason").count().collect()}
+        n_in = sum(by_reason.values())
+        n_rejected = sum(v for k, v in by_reason.items() if k is not None)
+        config_hash = hash_of(asdict(ctx.cfg.ingest), asdict(spec), contract.name)
+        inputs = {raw.location: raw.version}
+        if taxonomy_df is not None and "category" in contract.column_names:
+            inputs["taxonomy"] = str(result.outputs["taxonomy"].version)
+        kept = ctx.write(tr, quarantine.kept(validated, contract, ctx.cfg.ingest), contract.name, config_hash, inputs)
+        rejected = ctx.write(tr, quarantine.rejected(validated, contract), contract.quarantine_table, config_hash,
+                             inputs)
+    finally:
+        validated.unpersist()
+    n_kept = n_in - n_rejected
+    for res, expected in ((kept, n_kept), (rejected, n_rejected)):
+        if res.num_rows is not None and res.num_rows != expected:
+            raise AccountingError(f"{contract.name}: wrote {res.num_rows} rows to {res.table}, expected {expected}")
+    result.outputs[contract.name] = kept
+    result.outputs[contract.quarantine_table] = rejected
+    reasons = {k: v for k, v in sorted(by_reason.items(), key=lambda kv: -kv[1]) if k is not None}
+    tr.log_dict({"input": raw.location, "version": raw.version, "rows_in": n_in, "kept": n_kept,
+                 "quarantined": n_rejected, "reasons": reasons}, f"ingest/{contract.name}.json")
+    log.info("%s: %d rows in = %d kept + %d quarantined %s", contract.name, n_in, n_kept, n_rejected, reasons)
+    return {"rows_in": n_in, "rows_kept": n_kept, "rows_quarantined": n_rejected}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> JobResult:
+    """CLI / spark-submit entry: ``augment run ingest [--conf FILE] [--set k=v ...] [--force]``."""
+    return job_main(NAME, run, argv, description=__doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

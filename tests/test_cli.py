@@ -1,0 +1,59 @@
+"""The ``augment`` console script."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pyspark.sql import functions as F
+
+from common.lakehouse import Lineage
+
+AUGMENT = Path(sys.executable).parent / "augment"
+
+
+def _augment(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(AUGMENT), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_help_lists_the_commands():
+    assert AUGMENT.is_file(), "the console script is installed by setup.py"
+    out = _augment("--help")
+    assert out.returncode == 0
+    for command in ("run", "tables", "history", "jobs", "config"):
+        assert command in out.stdout
+    run_help = _augment("run", "--help")
+    assert "generate-demo" in run_help.stdout and "--set" in run_help.stdout and "--force" in run_help.stdout
+
+
+def test_jobs_lists_jobs_and_pipelines():
+    out = _augment("jobs")
+    assert out.returncode == 0
+    assert "generate-demo" in out.stdout and "ingest" in out.stdout and "generate-demo -> ingest" in out.stdout
+
+
+def test_tables_and_history_read_the_lakehouse_without_spark(spark, lakehouse, tmp_path):
+    lineage = Lineage(job="ingest", config_hash="c0ffee", inputs={"landing/x.csv": "files:1"}, run_id="r1")
+    lakehouse.write(spark.range(12).withColumn("v", F.lit("x")), "items", lineage=lineage)
+    lakehouse.write(spark.range(3).withColumn("v", F.lit("y")), "items", mode="append")
+    out = _augment("tables", "--set", f"lakehouse.root={lakehouse.cfg.root}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("items"))
+    assert line.split()[:3] == ["items", "1", "15"]
+    history = _augment("history", "items", "--set", f"lakehouse.root={lakehouse.cfg.root}", cwd=tmp_path)
+    assert history.returncode == 0, history.stderr
+    lines = history.stdout.strip().splitlines()
+    assert lines[0].startswith("v1") and lines[1].startswith("v0")
+    assert "job=ingest config=c0ffee run=r1" in lines[1] and "files:1" in lines[1]
+    empty = _augment("tables", "--set", f"lakehouse.root={tmp_path / 'none'}", cwd=tmp_path)
+    assert empty.stdout.strip() == "no tables yet"
+
+
+def test_config_errors_exit_2_naming_the_key(tmp_path):
+    out = _augment("config", "--set", "spark.mode=yarn", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "spark.mode: 'yarn' is not allowed" in out.stderr
+    unknown = _augment("run", "nope", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown job or pipeline 'nope'" in unknown.stderr
+    shown = _augment("config", "--set", "demo.scale=3", cwd=tmp_path)
+    assert shown.returncode == 0 and "scale: 3.0" in shown.stdout

@@ -1,0 +1,84 @@
+"""Config loading, overrides and validation errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.config import AppConfig, InputSpec, load_config
+from common.config_loader import ConfigError, parse_override
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_are_the_embedded_local_setup_and_paper_values():
+    cfg = load_config(None, [])
+    assert cfg.spark.mode == "local" and cfg.ray.mode == "local"
+    assert cfg.lakehouse.root == str(Path("lakehouse").resolve())
+    assert cfg.tracking_uri == f"sqlite:///{Path('lakehouse').resolve() / 'mlflow.db'}"
+    # Consistency paper: group sizes 2..192 with mean 3.6.
+    assert (cfg.demo.group_size_min, cfg.demo.group_size_max, cfg.demo.group_size_mean) == (2, 192, 3.6)
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "cluster.yaml", "databricks.yaml"])
+def test_shipped_configs_load(name, monkeypatch):
+    monkeypatch.setenv("AUGMENT_BUCKET", "s3://bucket/augment")
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    cfg = load_config(REPO / "conf" / name)
+    assert cfg.name == name.removesuffix(".yaml")
+    if name == "cluster.yaml":
+        assert cfg.lakehouse.root == "s3://bucket/augment/lakehouse"
+        assert cfg.inputs.labeled == InputSpec(path="s3://bucket/augment/raw/labeled_products")
+        assert cfg.spark.delta == "native"
+    if name == "databricks.yaml":
+        assert cfg.lakehouse.catalog == "main.augment"
+        assert cfg.inputs.catalog.path == "main.retail.catalog_items"  # a table name stays as it is
+
+
+def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
+    cfg = load_config(None, ["demo.scale=2.5", "demo.n_groups=10", "spark.conf={spark.sql.adaptive.enabled: 'false'}",
+                             f"inputs.labeled={tmp_path}/labeled.csv", "inputs.catalog.path=cat.parquet",
+                             "inputs.catalog.format=parquet"])
+    assert cfg.demo.scale == 2.5 and cfg.demo.n_groups == 10
+    assert cfg.spark.conf == {"spark.sql.adaptive.enabled": "false"}
+    assert cfg.inputs.labeled.path == f"{tmp_path}/labeled.csv" and cfg.inputs.labeled.format == "auto"
+    assert cfg.inputs.catalog.format == "parquet" and cfg.inputs.catalog.path.endswith("/cat.parquet")
+    assert parse_override("a.b=x:y") == ("a.b", "x:y")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("spark.mster=local[1]", "unknown config key spark.mster"),
+    ("nope=1", "unknown config key nope"),
+    ("spark.mode=yarn", "spark.mode: 'yarn' is not allowed; allowed values: 'local', 'cluster', 'databricks'"),
+    ("demo.n_groups=many", "demo.n_groups: expected an integer"),
+    ("demo.spurious_strength=1.5", "demo.spurious_strength: must be in [0, 1]"),
+    ("demo.group_size_min=1", "demo.group_size_min"),
+    ("ray.mode=address", "ray.address: is required"),
+    ("spark.graphframes=yes", "spark.graphframes"),
+    ("inputs.labeled.format=xlsx", "inputs.labeled.format: 'xlsx' is not allowed"),
+])
+def test_bad_values_fail_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert message in str(err.value)
+
+
+def test_bad_yaml_file_names_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="bad.yaml: the top level must be a mapping"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_section_hash_is_stable_and_sensitive():
+    a = load_config(None, ["demo.seed=1"])
+    b = load_config(None, ["demo.seed=1", "spark.master=local[1]"])
+    c = load_config(None, ["demo.seed=2"])
+    assert a.section_hash("demo") == b.section_hash("demo")  # other sections do not matter
+    assert a.section_hash("demo") != c.section_hash("demo")
+    with pytest.raises(ConfigError, match="unknown config section"):
+        a.section_hash("nope")
+    assert isinstance(AppConfig().flat()["demo.seed"], int)
