@@ -11,6 +11,9 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# fastText (fasttext-numpy2) reads uninitialised memory unless big blocks always come from fresh mmaps:
+# see common/classifier.py.
+export MALLOC_MMAP_THRESHOLD_ := 131072
 
 .PHONY: install demo test bench dist clean
 

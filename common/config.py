@@ -197,6 +197,104 @@ class DemoConfig:
 
 
 @dataclass
+class GroupingConfig:
+    """Catalog grouping: given group_id, else connected components over shared identifiers."""
+
+    identifiers: list[Literal["gtin", "mpn", "brand_model"]] = field(
+        default_factory=lambda: ["gtin", "mpn", "brand_model"])
+    # Consistency paper: group sizes 2..192. Groups outside go to quarantine.
+    min_size: int = 2
+    max_size: int = 192
+    # An identifier value shared by more items than this ("N/A", a dummy GTIN) is ignored and reported.
+    max_items_per_identifier: int = 192
+    max_iterations: int = 100
+
+    def __post_init__(self) -> None:
+        _check(2 <= self.min_size <= self.max_size, "grouping.min_size", "must satisfy 2 <= min_size <= max_size")
+        _check(self.max_items_per_identifier >= 2, "grouping.max_items_per_identifier", "must be >= 2")
+        _check(bool(self.identifiers), "grouping.identifiers", "must name at least one identifier")
+
+
+@dataclass
+class SubsampleConfig:
+    """The reusable ``subsample`` job: draw rows of ``table`` to match a target label distribution."""
+
+    table: Optional[str] = None
+    label_column: str = "category"
+    # Compare labels truncated to this level (None: the whole label).
+    level: Optional[int] = 1
+    # Target: the label histogram of another table ...
+    target_table: Optional[str] = None
+    target_column: str = "category"
+    # ... or explicit weights {label: weight}.
+    weights: dict[str, float] = field(default_factory=dict)
+    # None: the largest sample that matches the target.
+    n: Optional[int] = None
+    key_columns: list[str] = field(default_factory=lambda: ["item_id"])
+    output: Optional[str] = None
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        _check(self.level is None or self.level >= 1, "subsample.level", "must be >= 1")
+        _check(self.n is None or self.n >= 0, "subsample.n", "must be >= 0")
+        _check(not (self.target_table and self.weights), "subsample.weights",
+               "give either subsample.target_table or subsample.weights, not both")
+
+
+@dataclass
+class FastTextConfig:
+    """fastText hyperparameters of every HFT level (the paper does not fix them)."""
+
+    epoch: int = 20
+    lr: float = 0.5
+    word_ngrams: int = 2
+    dim: int = 50
+    min_count: int = 1
+    # fastText's default of 2M hash buckets costs 2M x dim floats per model; 200k is plenty for titles.
+    bucket: int = 200_000
+    loss: Literal["softmax", "hs", "ova", "ns"] = "softmax"
+    minn: int = 0
+    maxn: int = 0
+    # One thread per model keeps training deterministic for a seed; levels train in parallel instead.
+    thread: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("epoch", "dim", "thread", "bucket"):
+            _check(getattr(self, name) >= 1, f"consistency.fasttext.{name}", "must be >= 1")
+        _check(self.lr > 0, "consistency.fasttext.lr", "must be > 0")
+
+
+ConsistencyMethod = Literal["baseline", "cs_blind", "cst_full", "cst_ss"]
+
+
+@dataclass
+class ConsistencyConfig:
+    """The consistency paper's experiment (METHODS.md section 1); defaults are the paper's."""
+
+    methods: list[ConsistencyMethod] = field(default_factory=lambda: ["baseline", "cs_blind", "cst_full", "cst_ss"])
+    # h(X_i; f_base): the group's most confident prediction (paper's best) or the majority vote.
+    pseudo_label: Literal["max_confidence", "majority"] = "max_confidence"
+    # Accuracy test: 23k of 184k labeled items (a fraction < 1, or a count >= 1).
+    accuracy_test: float = 0.125
+    # Consistency test: 9k of 363k groups, one pair of different titles each (fraction or count).
+    consistency_test: float = 0.025
+    # The catalog is matched to D_L's histogram at this level before the consistency test (paper: L1),
+    # and CST-SS matches D_U at this level too.
+    match_level: int = 1
+    repeats: int = 5
+    colours: str = "conf/dictionaries/colours.txt"
+    sizes: str = "conf/dictionaries/sizes.txt"
+    fasttext: FastTextConfig = field(default_factory=FastTextConfig)
+
+    def __post_init__(self) -> None:
+        _check(bool(self.methods), "consistency.methods", "must name at least one method")
+        _check(self.accuracy_test > 0, "consistency.accuracy_test", "must be > 0 (fraction < 1 or count)")
+        _check(self.consistency_test > 0, "consistency.consistency_test", "must be > 0 (fraction < 1 or count)")
+        _check(self.repeats >= 1, "consistency.repeats", "must be >= 1")
+        _check(self.match_level >= 1, "consistency.match_level", "must be >= 1")
+
+
+@dataclass
 class AppConfig:
     """The whole configuration tree of one invocation."""
 
@@ -209,6 +307,9 @@ class AppConfig:
     inputs: InputsConfig = field(default_factory=InputsConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
+    grouping: GroupingConfig = field(default_factory=GroupingConfig)
+    subsample: SubsampleConfig = field(default_factory=SubsampleConfig)
+    consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
 
     @property
     def tracking_uri(self) -> str:

@@ -92,6 +92,26 @@ class JobContext:
         run.log_output_table(table, result.version, self.lakehouse.location(table), skipped=result.skipped)
         return result
 
+    def existing_version(self, run: TrackedRun, table: str, config_hash: str, inputs: Mapping[str, str]) -> Optional[int]:
+        """The version of ``table`` this job already wrote from the same config and inputs (None if none,
+        or when forced): lets a job skip expensive work (model training) whose output exists."""
+        if self.force:
+            return None
+        lineage = Lineage(job=run.name, config_hash=config_hash, inputs=dict(inputs))
+        return self.lakehouse.find_version(table, lineage)
+
+    def models_dir(self, name: str, key: str) -> str:
+        """Where a model named ``name`` trained from inputs/config ``key`` lives: ``<root>/models/<name>-<key>``."""
+        return f"{self.cfg.lakehouse.root.rstrip('/')}/models/{name}-{key}"
+
+    def reports_dir(self, name: str) -> str:
+        """A local folder for a job's report files: ``<root>/reports/<name>``."""
+        from pathlib import Path
+
+        path = Path(self.cfg.lakehouse.root) / "reports" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
     def read_table(self, run: TrackedRun, table: str, version: Optional[int] = None) -> tuple["DataFrame", int]:
         """Read a lakehouse table version (latest by default), log it as a run input, return (df, version)."""
         resolved = self.lakehouse.version(table) if version is None else version

@@ -216,6 +216,17 @@ class Lakehouse:
             return reader.load(self.location(table))
         return read_delta_rs(spark, self.location(table), version, self.cfg.storage_options, name=table)
 
+    def file_uris(self, table: str, version: Optional[int] = None) -> list[str]:
+        """The data files of a table version, for readers outside Spark (Ray actors read them directly)."""
+        if self.native_delta:
+            return sorted(self.read(table, version).inputFiles())
+        from deltalake import DeltaTable
+
+        location = self.location(table)
+        self._delta_rs_table(table)  # clear error when missing
+        return sorted(DeltaTable(location, version=version, storage_options=self.cfg.storage_options or None)
+                      .file_uris())
+
     # ------------------------------------------------------------------ write
     def write(
         self,

@@ -24,6 +24,10 @@ class RayRuntime:
 
     def start(self) -> "RayRuntime":
         """Connect to (or start) Ray according to the config; a no-op when Ray is already up."""
+        if self.cfg.mode == "local":
+            # Ray reads this when it is imported: without it, its servers listen on every interface.
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
             import ray
         except ImportError as exc:  # heavy optional dependency, imported where used
@@ -32,9 +36,11 @@ class RayRuntime:
         if ray.is_initialized():
             return self
         if self.cfg.mode == "local":
-            # Without this, Ray's servers listen on the machine's external interface.
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            # When Ray was imported before the variable was set (a notebook), its module constant is
+            # already fixed: set it too, since ray._private.services reads it at call time.
+            from ray._private import ray_constants
+
+            ray_constants.ENABLE_RAY_CLUSTER = False
             kwargs: dict[str, Any] = {
                 "num_cpus": self.cfg.num_cpus,
                 "num_gpus": self.cfg.num_gpus,

@@ -7,6 +7,7 @@ so that validation can quarantine rows instead of dropping them. Missing or mist
 """
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +53,14 @@ def resolve_format(spec: InputSpec) -> str:
         if spec.path.rstrip("/").endswith(tuple(_SUFFIX_FORMATS)):
             return _SUFFIX_FORMATS[Path(spec.path).suffix.lower()]
         return "delta"  # object-store folders are Delta tables unless a format is given
+    if any(ch in spec.path for ch in "*?["):
+        matches = sorted(glob.glob(spec.path))
+        if not matches:
+            raise InputSchemaError(f"input not found: no file matches {spec.path}")
+        formats = {_SUFFIX_FORMATS.get(Path(m).suffix.lower()) for m in matches}
+        if len(formats) != 1 or None in formats:
+            raise InputSchemaError(f"{spec.path}: matches files of several or unknown formats; set format")
+        return formats.pop()
     path = Path(spec.path)
     if not path.exists():
         raise InputSchemaError(f"input not found: {spec.path}")
@@ -183,6 +192,9 @@ def file_version(path: str) -> str:
         fs, root = pafs.FileSystem.from_uri(path)
     else:
         fs, root = pafs.LocalFileSystem(), path.removeprefix("file://")
+    if any(ch in root for ch in "*?[") and "://" not in path:
+        entries = [fs.get_file_info(m) for m in sorted(glob.glob(root))]
+        return fingerprint_files((e.path, e.size, e.mtime.timestamp() if e.mtime else 0.0) for e in entries)
     info = fs.get_file_info(root)
     if info.type == pafs.FileType.File:
         entries = [info]

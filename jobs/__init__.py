@@ -10,10 +10,15 @@ from types import ModuleType
 JOBS: dict[str, str] = {
     "generate-demo": "jobs.generate_demo",
     "ingest": "jobs.ingest",
+    "group-catalog": "jobs.group_catalog",
+    "subsample": "jobs.subsample",
+    "consistency-splits": "jobs.consistency_splits",
+    "consistency-train": "jobs.consistency_train",
 }
 
 PIPELINES: dict[str, list[str]] = {
     "demo": ["generate-demo", "ingest"],
+    "consistency": ["generate-demo", "ingest", "group-catalog", "consistency-splits", "consistency-train"],
 }
 
 

@@ -45,6 +45,12 @@ def run(ctx: JobContext) -> JobResult:
     result = JobResult(job=NAME)
     with ctx.tracked(NAME) as tr:
         result.run_id = tr.run_id
+        configured = [k for k in ("labeled", "catalog", "interactions", "products") if getattr(ctx.cfg.inputs, k)]
+        if configured:
+            # Pipelines start with this job; on the user's own inputs there is nothing to generate.
+            log.info("inputs configured (%s): demo generation skipped", ", ".join(configured))
+            tr.set_tags({"skipped": "inputs configured"})
+            return result
         if marker.is_file() and not ctx.force and json.loads(marker.read_text()).get("config_hash") == config_hash:
             counts = json.loads(marker.read_text())["rows"]
             log.info("demo landing files for config %s already exist under %s; skipping", config_hash, landing)

@@ -1,0 +1,234 @@
+"""Job ``consistency-train``: train every method R times and evaluate accuracy and consistency.
+
+Reads: ``labeled_train`` (D_L), ``unlabeled_pool`` (D_U with f_base's group pseudo-labels),
+``accuracy_test``, ``consistency_test``.
+Methods (``consistency.methods``): ``baseline`` (HFT on D_L); ``cs_blind`` (colours and sizes from the
+``conf/dictionaries`` replaced by constant tokens, in training and at prediction); ``cst_full`` (D_L ∪
+every D_U item with its group's pseudo-label); ``cst_ss`` (the same with D_U's groups sub-sampled
+exactly to D_L's histogram at ``consistency.match_level``).
+Each method's training set is written as ``train_<method>``; HFT levels train in parallel in Ray
+actors, ``consistency.repeats`` times with seeds seed..seed+R-1; prediction runs in Spark.
+Writes: ``consistency_results`` (method, repeat, seed, f1_weighted, consistency_rate, lifts vs the
+baseline mean); a report (markdown and a PNG chart of F1 vs consistency) to MLflow and
+``<lakehouse.root>/reports/consistency/``; each method's first model to MLflow.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional, Sequence
+
+from common.job import JobContext, JobResult, hash_of, job_main
+
+log = logging.getLogger(__name__)
+
+NAME = "consistency-train"
+RESULTS = "consistency_results"
+RESULT_SCHEMA = ("run_id string, method string, repeat int, seed long, f1_weighted double, consistency_rate double, "
+                 "f1_lift double, consistency_lift double, n_train long, n_augmented long")
+
+
+def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
+    """D_L ∪ D_aug for ``method`` as (title, category, source) rows."""
+    from pyspark.sql import functions as F
+
+    from common.sampling import histogram, subsample
+    from common.consistency import truncated
+    from common.text import blind_col
+
+    base = d_l.select("title", "category", F.lit("labeled").alias("source"))
+    if method == "baseline":
+        return base
+    if method == "cs_blind":
+        return base.withColumn("title", blind_col(F.col("title"), colours, sizes))
+    augmented = pool.select("title", F.col("group_label").alias("category"), F.lit("pseudo").alias("source"),
+                            "group_id", "match_label")
+    if method == "cst_ss":
+        level = ctx.cfg.consistency.match_level
+        target = histogram(truncated(d_l, "category", level, "_m"), "_m")
+        groups = pool.select("group_id", "match_label").distinct()
+        sampled, plan = subsample(groups, "match_label", target, ctx.cfg.seed, ["group_id"])
+        log.info("cst_ss: %d of %d groups, TVD %.4f -> %.4f", plan.n, sum(plan.counts.values()),
+                 plan.tvd_before, plan.tvd_after)
+        augmented = augmented.join(sampled.select("group_id"), "group_id")
+    elif method != "cst_full":
+        raise ValueError(f"consistency.methods: unknown method {method!r}")
+    return base.unionByName(augmented.select("title", "category", "source"))
+
+
+def evaluate(ctx: JobContext, model, accuracy_test, pairs, blind) -> tuple[float, float]:
+    """(weighted F1 on the accuracy test, consistency rate on the pairs) of one model."""
+    from pyspark.sql import functions as F
+
+    from common.classifier import predict
+    from common.metrics import consistency_rate, weighted_f1
+
+    text = blind if blind is not None else (lambda c: c)
+    acc = predict(accuracy_test.select("category", text(F.col("title")).alias("title")), model)
+    f1 = weighted_f1(acc, "category", "pred_label")
+    both = pairs.select(text(F.col("title_1")).alias("title_1"), text(F.col("title_2")).alias("title_2"))
+    both = predict(predict(both, model, "title_1", "p1"), model, "title_2", "p2")
+    return f1, consistency_rate(both, "p1_label", "p2_label")
+
+
+def run(ctx: JobContext) -> JobResult:
+    """Train and evaluate every method; returns the results table version and mean metrics."""
+    from pyspark.sql import functions as F
+
+    from common.classifier import HFTModel, HFTTrainerPool, fasttext_params, stats_dict
+    from common.taxonomy import depth_col
+    from common.text import blind_col, load_dictionary
+
+    cfg = ctx.cfg.consistency
+    result = JobResult(job=NAME)
+    with ctx.tracked(NAME) as tr:
+        result.run_id = tr.run_id
+        d_l, v_train = ctx.read_table(tr, "labeled_train")
+        pool, v_pool = ctx.read_table(tr, "unlabeled_pool")
+        accuracy_test, v_acc = ctx.read_table(tr, "accuracy_test")
+        pairs, v_pairs = ctx.read_table(tr, "consistency_test")
+        inputs = {"labeled_train": str(v_train), "unlabeled_pool": str(v_pool), "accuracy_test": str(v_acc),
+                  "consistency_test": str(v_pairs)}
+        config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
+        done = ctx.existing_version(tr, RESULTS, config_hash, inputs)
+        if done is not None:
+            log.info("%s v%s already holds these results (same config and inputs); nothing to do", RESULTS, done)
+            result.outputs[RESULTS] = _skipped(RESULTS, done)
+            print(summary_table(ctx.lakehouse.read(RESULTS, done).toPandas()))
+            return result
+        colours, sizes = load_dictionary(cfg.colours), load_dictionary(cfg.sizes)
+
+        trained: dict[str, tuple[int, int]] = {}  # method -> (table version, n augmented)
+        jobs, keys = [], []
+        for method in cfg.methods:
+            written = ctx.write(tr, training_set(ctx, method, d_l, pool, colours, sizes), f"train_{method}",
+                                config_hash, inputs)
+            result.outputs[f"train_{method}"] = written
+            table = ctx.lakehouse.read(f"train_{method}", written.version)
+            stats = table.agg(F.count("*").alias("n"), F.sum((F.col("source") == "pseudo").cast("long")).alias("aug"),
+                              F.max(depth_col(F.col("category"))).alias("depth")).first()
+            trained[method] = (written.version, int(stats["aug"] or 0), int(stats["n"]))
+            files = ctx.lakehouse.file_uris(f"train_{method}", written.version)
+            for repeat in range(cfg.repeats):
+                seed = ctx.cfg.seed + repeat
+                out_dir = ctx.models_dir(f"hft_{method}", hash_of(config_hash, inputs, repeat))
+                keys.append((method, repeat, seed, HFTModel(out_dir, int(stats["depth"]))))
+                jobs += [{"files": files, "level": level, "params": fasttext_params(cfg.fasttext), "seed": seed,
+                          "out_dir": out_dir} for level in range(1, int(stats["depth"]) + 1)]
+        trainers = HFTTrainerPool(ctx.ray())
+        try:
+            level_stats = trainers.train(jobs)
+        finally:
+            trainers.close()
+        tr.log_dict(stats_dict(level_stats), "models/training_stats.json")
+        words = [s.words_per_second_per_thread for s in level_stats]
+        tr.log_metrics({"fasttext_words_per_second_per_thread": statistics.median(words)})
+
+        rows = []
+        for method, repeat, seed, model in keys:
+            blind = (lambda c: blind_col(c, colours, sizes)) if method == "cs_blind" else None
+            f1, consistency = evaluate(ctx, model, accuracy_test, pairs, blind)
+            _, n_aug, n_train = trained[method]
+            rows.append((tr.run_id, method, repeat, seed, f1, consistency, n_train, n_aug))
+            tr.log_metrics({f"{method}.f1_weighted": f1, f"{method}.consistency_rate": consistency}, step=repeat)
+            log.info("%s repeat %d: F1 %.4f consistency %.4f", method, repeat, f1, consistency)
+        results = with_lifts(rows)
+        frame = ctx.spark.createDataFrame(results, RESULT_SCHEMA)
+        result.outputs[RESULTS] = ctx.write(tr, frame, RESULTS, config_hash, inputs)
+        pdf = frame.toPandas()
+        report(ctx, tr, pdf)
+        for method, repeat, _, model in keys:
+            if repeat == 0 and "://" not in model.uri:
+                tr.log_artifact(model.uri, f"models/{method}")
+            elif "://" not in model.uri:
+                shutil.rmtree(model.uri, ignore_errors=True)  # repeats only feed the mean ± std
+        means = pdf.groupby("method")[["f1_weighted", "consistency_rate"]].mean()
+        result.metrics = {f"{m}.{k}": float(v) for m, row in means.iterrows() for k, v in row.items()}
+        tr.log_metrics({f"mean.{k}": v for k, v in result.metrics.items()})
+    return result
+
+
+def _skipped(table: str, version: int):
+    from common.lakehouse import WriteResult
+
+    return WriteResult(table, version, skipped=True, num_rows=None)
+
+
+def with_lifts(rows: list[tuple]) -> list[tuple]:
+    """Append relative lifts vs the baseline's mean (the paper's Table 1 percentages) to result rows.
+
+    ``rows``: (run_id, method, repeat, seed, f1, consistency, n_train, n_augmented). Lifts are None
+    when no baseline was run.
+    """
+    base = [r for r in rows if r[1] == "baseline"]
+    f1_base = statistics.mean(r[4] for r in base) if base else None
+    cons_base = statistics.mean(r[5] for r in base) if base else None
+    out = []
+    for run_id, method, repeat, seed, f1, cons, n_train, n_aug in rows:
+        f1_lift = (f1 - f1_base) / f1_base if f1_base else None
+        cons_lift = (cons - cons_base) / cons_base if cons_base else None
+        out.append((run_id, method, repeat, seed, f1, cons, f1_lift, cons_lift, n_train, n_aug))
+    return out
+
+
+def summary_table(pdf) -> str:
+    """The paper's Table 1 as text: per method mean ± std of F1 and consistency, and mean lifts."""
+    grouped = pdf.groupby("method", sort=False)
+    lines = [f"{'method':<10} {'F1 (weighted)':>17} {'lift':>8} {'consistency':>17} {'lift':>8} {'n_train':>8} "
+             f"{'repeats':>7}"]
+    for method, g in grouped:
+        f1s, cons = g["f1_weighted"], g["consistency_rate"]
+        f1_lift = g["f1_lift"].mean() if g["f1_lift"].notna().any() else float("nan")
+        cons_lift = g["consistency_lift"].mean() if g["consistency_lift"].notna().any() else float("nan")
+        lines.append(f"{method:<10} {f1s.mean():>8.4f} ± {f1s.std(ddof=0):.4f} {f1_lift:>+8.2%} "
+                     f"{cons.mean():>8.4f} ± {cons.std(ddof=0):.4f} {cons_lift:>+8.2%} {int(g['n_train'].iloc[0]):>8} "
+                     f"{len(g):>7}")
+    return "\n".join(lines)
+
+
+def report(ctx: JobContext, tr, pdf) -> None:
+    """Write the markdown report and the F1-vs-consistency chart; log both to MLflow; print the table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(ctx.reports_dir("consistency"))
+    table = summary_table(pdf)
+    print(table)
+    stats = pdf.groupby("method", sort=False).agg(f1=("f1_weighted", "mean"), f1_std=("f1_weighted", "std"),
+                                                 cons=("consistency_rate", "mean"),
+                                                 cons_std=("consistency_rate", "std")).fillna(0.0)
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for method, row in stats.iterrows():
+        ax.errorbar(row["f1"], row["cons"], xerr=row["f1_std"], yerr=row["cons_std"], fmt="o", capsize=3,
+                    label=method)
+        ax.annotate(method, (row["f1"], row["cons"]), textcoords="offset points", xytext=(6, 4))
+    ax.set_xlabel("weighted F1 (accuracy test)")
+    ax.set_ylabel("consistency rate (consistency test)")
+    ax.set_title(f"Accuracy vs consistency, mean ± std of {int(pdf['repeat'].max()) + 1} runs")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    chart = folder / "f1_vs_consistency.png"
+    fig.savefig(chart, dpi=120)
+    plt.close(fig)
+    markdown = folder / "report.md"
+    markdown.write_text(
+        "# Consistency results\n\n"
+        f"MLflow run `{tr.run_id}`; table `{RESULTS}`.\n\n```\n{table}\n```\n\n![F1 vs consistency](f1_vs_consistency.png)\n",
+        encoding="utf-8")
+    tr.log_artifact(str(chart), "report")
+    tr.log_artifact(str(markdown), "report")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> JobResult:
+    """CLI / spark-submit entry: ``augment run consistency-train [--conf FILE] [--set k=v ...]``."""
+    return job_main(NAME, run, argv, description=__doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
