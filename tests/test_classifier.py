@@ -1,0 +1,63 @@
+"""Hierarchical fastText: the paper's inference order by hand, and real models trained in Ray actors."""
+from __future__ import annotations
+
+import pytest
+
+from common.classifier import HFTTrainerPool, hft_decide, predict, predict_texts, train_hft
+from common.config import FastTextConfig
+
+
+def test_inference_stops_at_the_first_disagreement():
+    levels = [
+        [("A", 0.9), ("A", 0.9), ("A", 0.9), ("A", 0.9)],
+        [("A > B", 0.8), ("A > B", 0.8), ("Z > B", 0.8), ("A > B", 0.8)],
+        [("A > B > C", 0.7), ("A > X > C", 0.7), ("A > B > C", 0.7), ("A > B > C", 0.7)],
+        [("A > B > C > D", 0.6), ("A > B > C > D", 0.6), ("A > B > C > D", 0.6), ("A > B > Y > D", 0.6)],
+    ]
+    assert hft_decide(levels) == [
+        ("A > B > C > D", 0.6, 4),  # every level agrees with the one before: f4's prediction
+        ("A > B", 0.8, 2),  # f3 disagrees with f2 on L1..L2: f2's prediction, even though f4 agrees with f2
+        ("A", 0.9, 1),  # f2 disagrees with f1 on L1
+        ("A > B > C", 0.7, 3),  # f4 disagrees with f3 on L3
+    ]
+
+
+def test_shallow_labels_and_flat_taxonomies():
+    # A label with fewer levels than the model depth stays itself at deeper levels and agrees.
+    assert hft_decide([[("Toys", 0.9)], [("Toys", 0.8)], [("Toys", 0.7)]]) == [("Toys", 0.7, 3)]
+    assert hft_decide([[("Toys", 0.9), ("Home", 0.4)]]) == [("Toys", 0.9, 1), ("Home", 0.4, 1)]
+
+
+@pytest.fixture
+def tiny_training_table(spark, lakehouse):
+    words = {"Home > Kitchen > Mugs": "mug cup coffee", "Home > Kitchen > Pans": "pan skillet frying",
+             "Toys > Dolls > Baby Dolls": "doll baby newborn", "Toys > Blocks": "bricks blocks building"}
+    rows = []
+    for i in range(160):
+        category = list(words)[i % 4]
+        vocab = words[category].split()
+        rows.append((f"i{i}", f"brand{i % 7} {vocab[i % 3]} {vocab[(i + 1) % 3]} model{i}", category))
+    version = lakehouse.write(spark.createDataFrame(rows, "item_id string, title string, category string"),
+                              "train").version
+    return lakehouse, version
+
+
+def test_real_hft_trains_in_ray_actors_and_predicts_in_spark(spark, ray_runtime, tiny_training_table, tmp_path):
+    lakehouse, version = tiny_training_table
+    pool = HFTTrainerPool(ray_runtime)
+    try:
+        model, stats = train_hft(pool, lakehouse.file_uris("train", version), 3, FastTextConfig(epoch=30, bucket=10000),
+                                 seed=1, out_dir=str(tmp_path / "hft"))
+    finally:
+        pool.close()
+    assert [s.level for s in stats] == [1, 2, 3]
+    assert [s.labels for s in stats] == [2, 3, 4]  # L1: Home/Toys; L2: Kitchen/Dolls/Blocks; L3: 4 leaves
+    assert all(s.rows == 160 and s.words_per_second_per_thread > 0 for s in stats)
+    out = predict_texts(model, ["new coffee mug", "skillet pan", "baby doll", "building bricks"])
+    assert [o[0] for o in out] == ["Home > Kitchen > Mugs", "Home > Kitchen > Pans", "Toys > Dolls > Baby Dolls",
+                                   "Toys > Blocks"]
+    assert out[3][2] == 3 and 0 < out[3][1] <= 1  # "Toys > Blocks" is 2 deep but f3 still agrees
+    titles = spark.createDataFrame([("a", "new coffee mug"), ("b", "baby doll"), ("c", None)], "id string, title string")
+    scored = {r.id: r for r in predict(titles, model).collect()}
+    assert scored["a"].pred_label == "Home > Kitchen > Mugs" and scored["b"].pred_label == "Toys > Dolls > Baby Dolls"
+    assert scored["c"].pred_label is not None  # an empty title still gets a (low-confidence) label

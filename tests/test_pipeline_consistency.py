@@ -1,0 +1,134 @@
+"""End to end: the consistency pipeline on the demo world, on bad inputs, and on real data."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from common.classifier import TrainingDataError
+from common.config import ConsistencyConfig, FastTextConfig, InputSpec
+from common.pipeline import run_pipeline
+from jobs import PIPELINES, group_catalog
+
+
+def _demo_sized(ctx, **consistency):
+    # The demo's default world: smaller ones carry too few versions per label for a stable CST effect.
+    ctx.cfg.demo.n_labeled, ctx.cfg.demo.n_groups, ctx.cfg.demo.n_sessions = 6000, 3000, 400
+    ctx.cfg.consistency = ConsistencyConfig(consistency_test=400, repeats=2,
+                                            fasttext=FastTextConfig(bucket=20000), **consistency)
+    return ctx
+
+
+def test_demo_pipeline_cst_raises_consistency(ctx):
+    results = run_pipeline(_demo_sized(ctx), "consistency", PIPELINES["consistency"])
+    train = results[-1]
+    rows = ctx.lakehouse.read("consistency_results").toPandas()
+    assert len(rows) == 4 * 2 and set(rows.method) == {"baseline", "cs_blind", "cst_full", "cst_ss"}
+    assert rows.f1_weighted.between(0, 1).all() and rows.consistency_rate.between(0, 1).all()
+    means = rows.groupby("method")[["f1_weighted", "consistency_rate"]].mean()
+    # The planted colour/size correlation makes the baseline inconsistent; CST's group labels fix part of it.
+    print("\ndemo:", means.to_dict("index"))
+    assert means.loc["cst_full", "consistency_rate"] > means.loc["baseline", "consistency_rate"] + 0.03
+    assert means.loc["cst_ss", "consistency_rate"] > means.loc["baseline", "consistency_rate"] + 0.03
+    assert (rows[rows.method == "baseline"].f1_lift.abs() < 0.02).all()
+    # The training sets are table versions: CST adds the pseudo-labelled catalog, baseline does not.
+    n_dl = ctx.lakehouse.read("labeled_train").count()
+    assert ctx.lakehouse.read("train_baseline").count() == n_dl
+    assert ctx.lakehouse.read("train_cst_full").count() == n_dl + ctx.lakehouse.read("unlabeled_pool").count()
+    assert ctx.lakehouse.read("consistency_test").count() == 400
+    report = Path(ctx.cfg.lakehouse.root) / "reports" / "consistency"
+    assert (report / "f1_vs_consistency.png").stat().st_size > 10_000
+    assert "cst_full" in (report / "report.md").read_text()
+    client = mlflow.tracking.MlflowClient(ctx.cfg.tracking_uri)
+    artifacts = {a.path for a in client.list_artifacts(train.run_id, "report")}
+    assert artifacts == {"report/f1_vs_consistency.png", "report/report.md"}
+    assert {a.path for a in client.list_artifacts(train.run_id, "models")} >= {"models/baseline", "models/cst_full"}
+    assert client.get_run(train.run_id).data.metrics["mean.cst_full.consistency_rate"] == pytest.approx(
+        means.loc["cst_full", "consistency_rate"])
+    # Re-running the same config on the same input versions adds nothing.
+    before = {t.name: t.version for t in ctx.lakehouse.tables()}
+    run_pipeline(ctx, "consistency", PIPELINES["consistency"])
+    assert {t.name: t.version for t in ctx.lakehouse.tables()} == before
+
+
+def _ingest_user_data(ctx, tmp_path, labeled_rows, catalog_rows):
+    from jobs import ingest
+
+    labeled = tmp_path / "labeled.csv"
+    labeled.write_text("item_id,title,category\n" + "".join(f'{a},"{b}",{c}\n' for a, b, c in labeled_rows),
+                       encoding="utf-8")
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text("".join(json.dumps(dict(zip(["item_id", "title", "group_id"], r)), ensure_ascii=False) + "\n"
+                               for r in catalog_rows), encoding="utf-8")
+    ctx.cfg.inputs.labeled = InputSpec(path=str(labeled))
+    ctx.cfg.inputs.catalog = InputSpec(path=str(catalog))
+    ingest.run(ctx)
+
+
+def test_catalog_without_groups_fails_with_a_clear_message(ctx, tmp_path):
+    labeled = [(f"l{i}", f"mug {i}", "Home > Mugs" if i % 2 else "Toys > Dolls") for i in range(20)]
+    catalog = [(f"c{i}", f"lamp {i}", None) for i in range(10)]
+    _ingest_user_data(ctx, tmp_path, labeled, catalog)
+    with pytest.raises(ValueError, match=r"no catalog groups of size 2..192: 10 items, 10 of them without"):
+        group_catalog.run(ctx)
+    assert ctx.lakehouse.read("catalog_groups_quarantine").filter("reason = 'group size 1 below minimum 2'") \
+        .count() == 10
+
+
+def test_huge_groups_are_quarantined(ctx, tmp_path):
+    labeled = [(f"l{i}", f"mug {i}", "Home > Mugs" if i % 2 else "Toys > Dolls") for i in range(20)]
+    catalog = [(f"h{i}", f"cable {i}", "HUGE") for i in range(300)] + [("a", "mug red", "G"), ("b", "mug blue", "G")]
+    _ingest_user_data(ctx, tmp_path, labeled, catalog)
+    result = group_catalog.run(ctx)
+    assert result.metrics["items_quarantined"] == 300 and result.metrics["groups_kept"] == 1
+    reasons = ctx.lakehouse.read("catalog_groups_quarantine").select("reason").distinct().collect()
+    assert [r.reason for r in reasons] == ["group size 300 above maximum 192"]
+
+
+def test_single_class_labels_fail_before_training(ctx, tmp_path):
+    from jobs import consistency_splits
+
+    labeled = [(f"l{i}", f"mug {i}", "Home > Mugs") for i in range(20)]
+    catalog = [(f"c{i}", f"mug {i}", f"G{i // 2}") for i in range(10)]
+    _ingest_user_data(ctx, tmp_path, labeled, catalog)
+    group_catalog.run(ctx)
+    with pytest.raises(TrainingDataError, match="single category: a classifier needs at least two classes"):
+        consistency_splits.run(ctx)
+
+
+def test_other_scripts_run_through_the_pipeline(ctx, tmp_path):
+    vocab = {"Home > Kitchen > Mugs": ["кружка", "マグカップ", "mug"], "Toys > Dolls": ["кукла", "人形", "doll"]}
+    labeled = [(f"l{i}", f"{vocab[c][i % 3]} {i % 5} цвет", c) for i in range(120) for c in [list(vocab)[i % 2]]]
+    catalog = [(f"c{g}-{k}", f"{vocab[list(vocab)[g % 2]][g % 3]} версия {k}", f"G{g}") for g in range(40) for k in range(3)]
+    _ingest_user_data(ctx, tmp_path, labeled, catalog)
+    ctx.cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_full"], repeats=1, consistency_test=20,
+                                            fasttext=FastTextConfig(epoch=10, bucket=5000))
+    results = run_pipeline(ctx, "consistency", PIPELINES["consistency"][2:])
+    rows = ctx.lakehouse.read("consistency_results").toPandas()
+    assert list(rows.method) == ["baseline", "cst_full"]
+    assert rows.f1_weighted.min() > 0.9  # each script's words name the category
+    assert results[1].metrics["consistency_test_pairs"] == 20
+
+
+def test_real_data_amazon_toys_with_wdc_groups(ctx, shared_data):
+    ctx.cfg.inputs.labeled = InputSpec(
+        path=str(shared_data / "amazon_uk_toys" / "amazon_co-ecommerce_sample.noheader.csv"), header=False,
+        columns=["uniq_id", "product_name", "amazon_category_and_sub_category", "manufacturer", "price",
+                 "number_available_in_stock", "number_of_reviews", "number_of_answered_questions", "average_rating"],
+        rename={"uniq_id": "item_id", "product_name": "title", "amazon_category_and_sub_category": "category"})
+    ctx.cfg.inputs.catalog = InputSpec(path=str(shared_data / "wdc_products" / "table[AB].csv"),
+                                       options={"multiLine": "true"}, rename={"id": "item_id", "cluster_id": "group_id"})
+    ctx.cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_full"], repeats=1, consistency_test=200,
+                                            fasttext=FastTextConfig(bucket=50000))
+    results = run_pipeline(ctx, "consistency", PIPELINES["consistency"])
+    ingest, grouping, splits, train = results[1:]
+    assert ingest.metrics["labeled.rows_in"] == 10000 and ingest.metrics["labeled.rows_kept"] == 9308
+    assert ingest.metrics["catalog.rows_in"] == ingest.metrics["catalog.rows_kept"] == 4575 + 4379
+    assert grouping.metrics["groups_kept"] == 750  # the WDC clusters
+    assert splits.metrics["consistency_test_pairs"] > 0
+    rows = ctx.lakehouse.read("consistency_results").toPandas().set_index("method")
+    print("\nreal data:", rows[["f1_weighted", "consistency_rate"]].to_dict("index"), splits.metrics)
+    assert 0.3 < rows.loc["baseline", "f1_weighted"] < 1
+    assert rows.loc["cst_full", "consistency_rate"] > rows.loc["baseline", "consistency_rate"]
