@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from common.config import FastTextConfig
+from common.storage import local_copy, put_file
 from common.taxonomy import SEPARATOR
 from common.text import normalize_title
 
@@ -273,34 +274,6 @@ def predict(df: "DataFrame", model: HFTModel, text_col: str = "title", prefix: s
             yield batch
 
     return df.mapInPandas(score, schema)
-
-
-# ----------------------------------------------------------------------------- storage helpers
-def put_file(local_path: str, uri: str) -> None:
-    """Copy a local file to ``uri`` (a local path, or any filesystem pyarrow knows: s3://, gs://, ...)."""
-    import shutil
-
-    if "://" not in uri or uri.startswith("file://"):
-        target = Path(uri.removeprefix("file://"))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local_path, target)
-        return
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(uri)
-    pafs.copy_files(local_path, path, destination_filesystem=fs)
-
-
-def local_copy(uri: str) -> str:
-    """A local folder holding ``uri``'s files (the folder itself when it is already local)."""
-    if "://" not in uri or uri.startswith("file://"):
-        return uri.removeprefix("file://")
-    import pyarrow.fs as pafs
-
-    target = tempfile.mkdtemp(prefix="hft-model-")
-    fs, path = pafs.FileSystem.from_uri(uri)
-    pafs.copy_files(path, target, source_filesystem=fs)
-    return target
 
 
 def stats_dict(stats: Sequence[LevelStats]) -> list[dict[str, Any]]:

@@ -72,7 +72,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _run(cfg, name: str, force: bool) -> int:
     from common.job import build_context
     from common.pipeline import run_pipeline
-    from jobs import JOBS, PIPELINES, job_module
+    from jobs import JOBS, PIPELINES, job_runner
 
     if name not in JOBS and name not in PIPELINES:
         print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(JOBS)}; "
@@ -83,7 +83,7 @@ def _run(cfg, name: str, force: bool) -> int:
         if name in PIPELINES:
             results = run_pipeline(ctx, name, PIPELINES[name])
         else:
-            results = [job_module(name).run(ctx)]
+            results = [job_runner(name)(ctx)]
         for result in results:
             print(result.summary())
         print()
@@ -130,12 +130,11 @@ def format_history(commits) -> str:
 
 
 def _print_jobs() -> int:
-    from jobs import JOBS, PIPELINES, job_module
+    from jobs import JOBS, PIPELINES, job_summary
 
     print("jobs:")
     for name in JOBS:
-        doc = (job_module(name).__doc__ or "").strip().splitlines()
-        print(f"  {name:<22} {doc[0] if doc else ''}")
+        print(f"  {name:<22} {job_summary(name)}")
     print("pipelines:")
     for name, steps in PIPELINES.items():
         print(f"  {name:<22} {' -> '.join(steps)}")

@@ -106,6 +106,9 @@ class InputSpec:
     columns: Optional[list[str]] = None
     # Map source column names onto the suite's schema names, e.g. {product_name: title}.
     rename: dict[str, str] = field(default_factory=dict)
+    # Constant values for contract columns the source lacks, e.g. {interaction: click, count: "1"} for a
+    # raw click log with one row per click.
+    defaults: dict[str, str] = field(default_factory=dict)
     options: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -295,6 +298,48 @@ class ConsistencyConfig:
 
 
 @dataclass
+class QueryGraphConfig:
+    """The query-reformulation paper's mining half (METHODS.md section 2); defaults are the paper's."""
+
+    # Minimum aggregated count per (query, product, interaction) to keep, by interaction type.
+    activity_threshold: dict[str, int] = field(default_factory=lambda: {"click": 1, "add_to_cart": 1, "purchase": 1})
+    default_activity_threshold: int = 1
+    # Interaction types whose counts form P(p|q) for the click entropy.
+    click_interactions: list[str] = field(default_factory=lambda: ["click"])
+    # Two queries co-occur when they lead to this interaction with the same product (paper: purchase).
+    cooccurrence_interactions: list[str] = field(default_factory=lambda: ["purchase"])
+    similarity: Literal["pmi", "npmi"] = "pmi"
+    min_support: int = 1
+    # The paper shows each query's top 6 similarities.
+    top_k: int = 6
+    # Hub guard: at most this many queries per product enter the self-join (the most frequent ones).
+    max_queries_per_product: int = 1000
+    # Similar queries and training pairs keep specificity within 10% of the seed's (relative: |s - s0| <= 0.1 s0).
+    specificity_tolerance: float = 0.1
+    tolerance_mode: Literal["relative", "absolute"] = "relative"
+    c3_threshold: float = 0.33
+    theta: float = 0.4
+    prune_ratio: float = 0.5
+    # Keep clusters with fewer than this many vertices (paper: < 10), and at least 2 (a pair).
+    max_cluster_size: int = 10
+    # Product subgraphs larger than this are skipped (and reported) rather than clustered.
+    max_subgraph_vertices: int = 5000
+
+    def __post_init__(self) -> None:
+        for name in ("min_support", "top_k", "max_queries_per_product", "max_cluster_size", "max_subgraph_vertices",
+                     "default_activity_threshold"):
+            _check(getattr(self, name) >= 1, f"query_graph.{name}", "must be >= 1")
+        for name, value in self.activity_threshold.items():
+            _check(value >= 0, f"query_graph.activity_threshold.{name}", "must be >= 0")
+        _check(0 <= self.specificity_tolerance <= 1, "query_graph.specificity_tolerance", "must be in [0, 1]")
+        _check(0 <= self.c3_threshold <= 1, "query_graph.c3_threshold", "must be in [0, 1]")
+        _check(0 < self.theta <= 1, "query_graph.theta", "must be in (0, 1]")
+        _check(self.prune_ratio >= 0, "query_graph.prune_ratio", "must be >= 0")
+        _check(bool(self.click_interactions), "query_graph.click_interactions", "must not be empty")
+        _check(bool(self.cooccurrence_interactions), "query_graph.cooccurrence_interactions", "must not be empty")
+
+
+@dataclass
 class AppConfig:
     """The whole configuration tree of one invocation."""
 
@@ -310,6 +355,7 @@ class AppConfig:
     grouping: GroupingConfig = field(default_factory=GroupingConfig)
     subsample: SubsampleConfig = field(default_factory=SubsampleConfig)
     consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
+    query_graph: QueryGraphConfig = field(default_factory=QueryGraphConfig)
 
     @property
     def tracking_uri(self) -> str:

@@ -87,3 +87,34 @@ def _graphframes_components(edges: "DataFrame", vertices: Optional["DataFrame"])
     # GraphFrames labels components by a long; map each to its smallest member id for stable names.
     smallest = result.groupBy("component").agg(F.min("id").alias("first"))
     return result.join(smallest, "component").select("id", F.col("first").alias("component"))
+
+
+def triangle_counts(edges: "DataFrame", use_graphframes: bool = False) -> "DataFrame":
+    """Per vertex: ``id, degree, triangles, clustering`` (C3 = 2T / (d (d - 1)), 0 when d < 2).
+
+    Edges are oriented from the lower (degree, id) end to the higher one, so each triangle is found
+    once, from its lowest vertex, and hubs enumerate few wedges (O(m^1.5) in total).
+    ``use_graphframes`` takes the triangle counts from ``GraphFrame.triangleCount``.
+    """
+    from pyspark.sql import functions as F
+
+    und = undirected(edges)
+    degree = und.groupBy(F.col("src").alias("id")).agg(F.count("*").alias("degree"))
+    if use_graphframes:
+        from graphframes import GraphFrame
+
+        counts = GraphFrame(degree.select("id"), und).triangleCount().select("id", F.col("count").alias("triangles"))
+    else:
+        ranked = und.join(degree.select(F.col("id").alias("src"), F.col("degree").alias("ds")), "src") \
+            .join(degree.select(F.col("id").alias("dst"), F.col("degree").alias("dd")), "dst")
+        lower_first = (F.col("ds") < F.col("dd")) | ((F.col("ds") == F.col("dd")) & (F.col("src") < F.col("dst")))
+        oriented = ranked.filter(lower_first).select(F.col("src").alias("a"), F.col("dst").alias("b"))
+        wedges = oriented.join(oriented.select("a", F.col("b").alias("c")), "a").filter(F.col("b") != F.col("c"))
+        closed = wedges.join(oriented.select(F.col("a").alias("b"), F.col("b").alias("c")), ["b", "c"])
+        # Both orders (b, c) and (c, b) of a wedge exist, but only the one along the closing edge's
+        # orientation joins: each triangle is found exactly once.
+        corners = closed.select(F.explode(F.array("a", "b", "c")).alias("id"))
+        counts = corners.groupBy("id").agg(F.count("*").alias("triangles"))
+    return degree.join(counts, "id", "left").fillna(0, ["triangles"]).withColumn(
+        "clustering", F.when(F.col("degree") >= 2, 2.0 * F.col("triangles") / (F.col("degree") * (F.col("degree") - 1)))
+        .otherwise(F.lit(0.0)))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Optional
 
 from common.config import LakehouseConfig
+from common.storage import filesystem, list_files, remove_tree
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -288,7 +289,7 @@ class Lakehouse:
              .option("compression", "snappy")
              .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
              .parquet(staging))
-            actions = _add_actions_for(staging, batch_dir, storage)
+            actions = _add_actions_for(staging, batch_dir)
             properties = CommitProperties(custom_metadata={"userMetadata": metadata} if metadata else None)
             if DeltaTable.is_deltatable(location, storage_options=storage):
                 dt = DeltaTable(location, storage_options=storage)
@@ -301,7 +302,7 @@ class Lakehouse:
                 create_table_with_add_actions(location, Schema.from_arrow(arrow_schema), actions, mode="error",
                                               name=table, storage_options=storage, commit_properties=properties)
         except BaseException:
-            _remove_tree(staging, storage)
+            remove_tree(staging)
             raise
         version = DeltaTable(location, storage_options=storage).version()
         num_rows = sum(json.loads(a.stats)["numRecords"] for a in actions)
@@ -336,8 +337,7 @@ class Lakehouse:
     def _path_table_names(self) -> list[str]:
         import pyarrow.fs as pafs
 
-        fs, root = pafs.FileSystem.from_uri(self.cfg.root) if "://" in self.cfg.root else (
-            pafs.LocalFileSystem(), self.cfg.root)
+        fs, root = filesystem(self.cfg.root)
         info = fs.get_file_info(root)
         if info.type != pafs.FileType.Directory:
             return []
@@ -390,20 +390,16 @@ def read_delta_rs(spark: "SparkSession", location: str, version: Optional[int] =
     return reader.parquet(*files)
 
 
-def _add_actions_for(staging: str, batch_dir: str, storage: Optional[dict[str, str]]) -> list:
+def _add_actions_for(staging: str, batch_dir: str) -> list:
     """AddActions (relative path, size, mtime, stats) for the Parquet files under ``staging``.
 
     Stats (numRecords, nullCount, min/max) come from each file's footer: one small read per file.
     """
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
     from deltalake.transaction import AddAction
 
-    fs, root = _filesystem(staging, storage)
-    files = [
-        f for f in fs.get_file_info(pafs.FileSelector(root, recursive=True))
-        if f.type == pafs.FileType.File and f.base_name.endswith(".parquet") and not f.base_name.startswith(".")
-    ]
+    fs, root = filesystem(staging)
+    files = [f for f in list_files(staging) if f.base_name.endswith(".parquet") and not f.base_name.startswith(".")]
     actions = []
     for info in sorted(files, key=lambda f: f.path):
         with fs.open_input_file(info.path) as handle:
@@ -462,26 +458,6 @@ def _check_same_schema(table: str, dt, arrow_schema) -> None:
             f"append to {table!r} with a different schema: missing columns {missing}, new columns {extra}, "
             f"changed types {changed}; write with mode='overwrite' to replace the schema"
         )
-
-
-def _filesystem(uri: str, storage: Optional[dict[str, str]]):
-    import pyarrow.fs as pafs
-
-    if "://" in uri and not uri.startswith("file://"):
-        return pafs.FileSystem.from_uri(uri)
-    path = uri[len("file://"):] if uri.startswith("file://") else uri
-    return pafs.LocalFileSystem(), path
-
-
-def _remove_tree(uri: str, storage: Optional[dict[str, str]]) -> None:
-    import pyarrow.fs as pafs
-
-    try:
-        fs, root = _filesystem(uri, storage)
-        if fs.get_file_info(root).type == pafs.FileType.Directory:
-            fs.delete_dir(root)
-    except Exception as exc:  # cleanup must never hide the original failure
-        log.warning("could not remove uncommitted files under %s: %s", uri, exc)
 
 
 def _parse_lineage(user_metadata: Any) -> Optional[dict[str, Any]]:

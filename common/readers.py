@@ -94,6 +94,9 @@ def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, nativ
         if old not in df.columns:
             raise InputSchemaError(f"{location}: rename source column {old!r} not found; columns: {df.columns}")
         df = df.withColumnRenamed(old, new)
+    for name, value in spec.defaults.items():
+        if name not in df.columns:
+            df = df.withColumn(name, F.lit(value))
     missing = [c.name for c in contract.required if c.name not in df.columns]
     if missing:
         raise InputSchemaError(
@@ -186,20 +189,10 @@ def _check_types(df: "DataFrame", contract: Contract, location: str) -> "DataFra
 
 def file_version(path: str) -> str:
     """Fingerprint of the files under ``path`` (size and mtime): re-reading unchanged files gives the same."""
-    import pyarrow.fs as pafs
+    from common.storage import list_files
 
-    if "://" in path and not path.startswith("file://"):
-        fs, root = pafs.FileSystem.from_uri(path)
-    else:
-        fs, root = pafs.LocalFileSystem(), path.removeprefix("file://")
-    if any(ch in root for ch in "*?[") and "://" not in path:
-        entries = [fs.get_file_info(m) for m in sorted(glob.glob(root))]
-        return fingerprint_files((e.path, e.size, e.mtime.timestamp() if e.mtime else 0.0) for e in entries)
-    info = fs.get_file_info(root)
-    if info.type == pafs.FileType.File:
-        entries = [info]
-    else:
-        entries = [e for e in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if e.type == pafs.FileType.File]
+    paths = sorted(glob.glob(path)) if any(ch in path for ch in "*?[") and "://" not in path else [path]
+    entries = [e for p in paths for e in list_files(p)]
     return fingerprint_files((e.path, e.size, e.mtime.timestamp() if e.mtime else 0.0) for e in entries)
 
 

@@ -26,7 +26,7 @@ print(ctx.capabilities)
 
 # COMMAND ----------
 
-results = run_pipeline(ctx, "demo", PIPELINES["demo"])
+results = run_pipeline(ctx, "foundation", PIPELINES["foundation"])
 for result in results:
     print(result.summary())
 

@@ -29,7 +29,8 @@ def test_help_lists_the_commands():
 def test_jobs_lists_jobs_and_pipelines():
     out = _augment("jobs")
     assert out.returncode == 0
-    assert "generate-demo" in out.stdout and "ingest" in out.stdout and "generate-demo -> ingest" in out.stdout
+    assert "generate-demo" in out.stdout and "ingest" in out.stdout and "foundation             generate-demo -> ingest" in out.stdout
+    assert "query-graph" in out.stdout and "consistency-train" in out.stdout
 
 
 def test_tables_and_history_read_the_lakehouse_without_spark(spark, lakehouse, tmp_path):

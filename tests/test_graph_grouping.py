@@ -26,6 +26,19 @@ def test_components_fail_loudly_past_the_iteration_budget(spark):
         connected_components(chain, max_iterations=2)
 
 
+def test_triangle_counts_and_clustering_coefficients_by_hand(spark):
+    from common.graph import triangle_counts
+
+    # A 4-clique a-b-c-d (4 triangles, each vertex in 3) plus a pendant e on d and a triangle d-e-f.
+    edges = [(u, v) for i, u in enumerate("abcd") for v in "abcd"[i + 1:]] + [("d", "e"), ("e", "f"), ("d", "f")]
+    got = {r.id: (r.degree, r.triangles, r.clustering) for r in
+           triangle_counts(spark.createDataFrame(edges, "src string, dst string")).collect()}
+    assert got["a"] == (3, 3, 1.0)
+    assert got["d"][:2] == (5, 4) and got["d"][2] == pytest.approx(2 * 4 / (5 * 4))
+    assert got["e"] == (2, 1, 1.0) and got["f"] == (2, 1, 1.0)
+    assert sum(t for _, t, _ in got.values()) == 3 * 5  # 5 triangles, 3 corners each
+
+
 CATALOG = [
     # item, title, group_id, gtin, mpn, brand
     ("g1", "Acme mug blue", "G1", None, None, "Acme"),

@@ -13,7 +13,7 @@ from jobs import PIPELINES
 
 @pytest.fixture
 def demo_run(ctx):
-    return ctx, run_pipeline(ctx, "demo", PIPELINES["demo"])
+    return ctx, run_pipeline(ctx, "foundation", PIPELINES["foundation"])
 
 
 def test_demo_pipeline_writes_accounted_tables(demo_run):
@@ -45,7 +45,7 @@ def test_demo_pipeline_writes_accounted_tables(demo_run):
 def test_rerun_creates_no_new_versions_and_force_does(demo_run):
     ctx, _ = demo_run
     before = {t.name: t.version for t in ctx.lakehouse.tables()}
-    _, ingested = run_pipeline(ctx, "demo", PIPELINES["demo"])
+    _, ingested = run_pipeline(ctx, "foundation", PIPELINES["foundation"])
     assert all(r.skipped for r in ingested.outputs.values())
     assert {t.name: t.version for t in ctx.lakehouse.tables()} == before
     ctx.force = True
@@ -60,7 +60,7 @@ def test_runs_are_tracked_as_parent_and_children(demo_run):
     client = mlflow.tracking.MlflowClient(ctx.cfg.tracking_uri)
     child = client.get_run(ingested.run_id)
     parent = client.get_run(child.data.tags["mlflow.parentRunId"])
-    assert parent.info.run_name == "pipeline:demo"
+    assert parent.info.run_name == "pipeline:foundation"
     assert client.get_run(generated.run_id).data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert child.data.params["demo.seed"] == str(ctx.cfg.demo.seed)
     assert child.data.params["lakehouse.root"] == ctx.cfg.lakehouse.root

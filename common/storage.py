@@ -1,0 +1,77 @@
+"""File access by path or URI (local paths, file://, s3://, gs://, abfs://...) through pyarrow's filesystems.
+
+Only file listings and small files (models, reports) go through here; table data is read and written by
+Spark and delta-rs.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def is_local(uri: str) -> bool:
+    """True for plain paths and ``file://`` URIs."""
+    return "://" not in uri or uri.startswith("file://")
+
+
+def filesystem(uri: str):
+    """``(pyarrow FileSystem, path inside it)`` for a path or URI."""
+    import pyarrow.fs as pafs
+
+    if is_local(uri):
+        return pafs.LocalFileSystem(), uri.removeprefix("file://")
+    return pafs.FileSystem.from_uri(uri)
+
+
+def list_files(uri: str) -> list:
+    """FileInfo of every file under ``uri`` (recursively), or of ``uri`` itself when it is a file."""
+    import pyarrow.fs as pafs
+
+    fs, root = filesystem(uri)
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.File:
+        return [info]
+    if info.type != pafs.FileType.Directory:
+        return []
+    return [e for e in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if e.type == pafs.FileType.File]
+
+
+def put_file(local_path: str, uri: str) -> None:
+    """Copy a local file to ``uri`` (parent folders are created for local targets)."""
+    if is_local(uri):
+        target = Path(uri.removeprefix("file://"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local_path, target)
+        return
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(uri)
+    pafs.copy_files(local_path, path, destination_filesystem=fs)
+
+
+def local_copy(uri: str) -> str:
+    """A local folder holding ``uri``'s files (the folder itself when it is already local)."""
+    if is_local(uri):
+        return uri.removeprefix("file://")
+    import pyarrow.fs as pafs
+
+    target = tempfile.mkdtemp(prefix="augment-")
+    fs, path = filesystem(uri)
+    pafs.copy_files(path, target, source_filesystem=fs)
+    return target
+
+
+def remove_tree(uri: str) -> None:
+    """Delete a folder; failures are logged, never raised (cleanup must not hide the original error)."""
+    import pyarrow.fs as pafs
+
+    try:
+        fs, root = filesystem(uri)
+        if fs.get_file_info(root).type == pafs.FileType.Directory:
+            fs.delete_dir(root)
+    except Exception as exc:
+        log.warning("could not remove %s: %s", uri, exc)
