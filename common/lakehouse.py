@@ -273,9 +273,22 @@ class Lakehouse:
         return WriteResult(table, int(row["version"]), skipped=False, num_rows=int(rows) if rows else None)
 
     def _write_delta_rs(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str]) -> WriteResult:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        def spark_writes(staging: str) -> None:
+            (df.write.mode("errorifexists")
+             .option("compression", "snappy")
+             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+             .parquet(staging))
+
+        return self._commit_written(table, mode, metadata, spark_writes, to_arrow_schema(df.schema))
+
+    def _commit_written(self, table: str, mode: WriteMode, metadata: Optional[str], write_files, arrow_schema=None
+                        ) -> WriteResult:
+        """Let ``write_files(folder)`` write Parquet files into a fresh folder inside the table, then commit
+        them with delta-rs as ONE version. A failure removes the folder; no version is created."""
         from deltalake import DeltaTable
         from deltalake.transaction import CommitProperties, create_table_with_add_actions
-        from pyspark.sql.pandas.types import to_arrow_schema
 
         location = self.location(table)
         storage = self.cfg.storage_options or None
@@ -283,13 +296,11 @@ class Lakehouse:
         # removed below; a later VACUUM would drop them too.
         batch_dir = f"w{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         staging = f"{location}/{batch_dir}"
-        arrow_schema = to_arrow_schema(df.schema)
         try:
-            (df.write.mode("errorifexists")
-             .option("compression", "snappy")
-             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-             .parquet(staging))
+            write_files(staging)
             actions = _add_actions_for(staging, batch_dir)
+            if arrow_schema is None:
+                arrow_schema = _schema_of(staging)
             properties = CommitProperties(custom_metadata={"userMetadata": metadata} if metadata else None)
             if DeltaTable.is_deltatable(location, storage_options=storage):
                 dt = DeltaTable(location, storage_options=storage)
@@ -308,6 +319,28 @@ class Lakehouse:
         num_rows = sum(json.loads(a.stats)["numRecords"] for a in actions)
         log.info("committed %s version %s (%d rows, %d files)", table, version, num_rows, len(actions))
         return WriteResult(table, version, skipped=False, num_rows=num_rows)
+
+    # ------------------------------------------------------------------ Ray handoff
+    def read_ray(self, table: str, version: Optional[int] = None, columns: Optional[list[str]] = None):
+        """The table version as a Ray Dataset read from its Parquet files by Ray's workers (no driver copy)."""
+        import ray
+
+        return ray.data.read_parquet(self.file_uris(table, version), columns=columns)
+
+    def write_ray(self, ds, table: str, mode: WriteMode = "overwrite", lineage: Optional[Lineage] = None,
+                  force: bool = False) -> WriteResult:
+        """Write a Ray Dataset as ONE new version of a path table: Ray's workers write the Parquet files,
+        the driver commits them with delta-rs (lineage and idempotence as in :meth:`write`)."""
+        if self.cfg.catalog:
+            raise LakehouseError("Ray writes go to path tables; catalog tables are written through Spark")
+        _check_name(table)
+        if lineage is not None and not force:
+            existing = self.find_version(table, lineage)
+            if existing is not None:
+                log.info("skip write of %s: version %s already holds this job output", table, existing)
+                return WriteResult(table, existing, skipped=True, num_rows=None)
+        metadata = lineage.to_metadata(table) if lineage else None
+        return self._commit_written(table, mode, metadata, lambda staging: ds.write_parquet(staging))
 
     # ------------------------------------------------------------------ helpers
     def _require_spark(self) -> "SparkSession":
@@ -442,6 +475,18 @@ def _parquet_stats(meta) -> dict[str, Any]:
         stats["minValues"] = numeric_min
         stats["maxValues"] = {k: maxs[k] for k in numeric_min}
     return stats
+
+
+def _schema_of(folder: str):
+    """The Arrow schema of the first Parquet file under ``folder``."""
+    import pyarrow.parquet as pq
+
+    fs, _ = filesystem(folder)
+    files = sorted((f for f in list_files(folder) if f.base_name.endswith(".parquet")), key=lambda f: f.path)
+    if not files:
+        raise LakehouseError(f"no Parquet files were written under {folder}")
+    with fs.open_input_file(files[0].path) as handle:
+        return pq.read_schema(handle)
 
 
 def _check_same_schema(table: str, dt, arrow_schema) -> None:

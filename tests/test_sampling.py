@@ -83,3 +83,32 @@ def test_subsample_matches_a_skewed_target_exactly(spark):
     got = {r.label: r["count"] for r in sample.groupBy("label").count().collect()}
     assert got == plan.quotas and sum(got.values()) == plan.n
     assert plan.tvd_after < 1e-3 < plan.tvd_before
+
+
+def test_subsample_job_matches_another_tables_histogram(ctx):
+    from common.config import SubsampleConfig
+    from common.sampling import SamplingError
+    from jobs import subsample as job
+
+    spark = ctx.spark
+    items = [(f"i{i:04d}", ["Toys > Dolls", "Toys > Blocks", "Home > Mugs"][i % 3]) for i in range(900)]
+    ctx.lakehouse.write(spark.createDataFrame(items, "item_id string, category string"), "pool")
+    target = [(f"t{i}", "Toys > Dolls" if i < 30 else "Home > Mugs") for i in range(40)]  # L1: Toys 75%, Home 25%
+    ctx.lakehouse.write(spark.createDataFrame(target, "item_id string, category string"), "reference")
+    ctx.cfg.subsample = SubsampleConfig(table="pool", target_table="reference", level=1)
+    result = job.run(ctx)
+    sample = ctx.lakehouse.read("pool_subsample")
+    by_l1 = {r.l1: r["count"] for r in sample.selectExpr("split(category, ' > ')[0] AS l1").groupBy("l1").count()
+             .collect()}
+    assert by_l1 == {"Toys": 600, "Home": 200}  # Home (300 rows) allows 400 at 75/25; Toys (600) allows 800
+    assert result.metrics["tvd_after"] == pytest.approx(0.0) and result.metrics["tvd_before"] > 0.08
+    assert ctx.lakehouse.history("pool_subsample")[0].lineage["inputs"] == {"pool": "0", "reference": "0"}
+    ctx.cfg.subsample = SubsampleConfig(table="pool", weights={"Home": 1.0}, n=50, level=1, output="mugs")
+    job.run(ctx)
+    assert ctx.lakehouse.read("mugs").filter("category = 'Home > Mugs'").count() == 50
+    ctx.cfg.subsample = SubsampleConfig(table="pool")
+    with pytest.raises(SamplingError, match="set subsample.target_table"):
+        job.run(ctx)
+    ctx.cfg.subsample = SubsampleConfig(table="pool", weights={"Home": 1.0}, key_columns=["sku"])
+    with pytest.raises(SamplingError, match="has no column 'sku'"):
+        job.run(ctx)
