@@ -6,7 +6,8 @@ intents, 20% purchases. Spark runs normalise -> specificity -> similarity -> sub
 (each stage materialised); the baseline does the same steps with pandas and networkx in one process.
 Each run has a 10-minute budget. Prints wall time and peak memory per size, the growth exponents, and
 where Spark overtakes pandas.
-Run: .venv/bin/python benchmarks/query_graph_scaling.py [N ...]   (default 1e5 1e6 1e7)
+Run: .venv/bin/python benchmarks/query_graph_scaling.py [--budget S] [--only spark|pandas] [N ...]
+     (default 1e5 1e6 1e7, budget 600 s; the budget covers building the synthetic log too)
 """
 from __future__ import annotations
 
@@ -135,13 +136,13 @@ def measure(fn, n: int) -> tuple[float | None, float, object]:
     return out.get("seconds"), peak / 2**30, out.get("pairs")
 
 
-def main(sizes: list[int]) -> None:
+def main(sizes: list[int], only: str | None = None) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print(f"{'N':>10} {'spark s':>9} {'spark GiB':>10} {'pandas s':>9} {'pandas GiB':>11} {'pandas/spark':>13} pairs")
     rows = []
     for n in sizes:
-        s_time, s_mem, s_pairs = measure(run_spark, n)
-        p_time, p_mem, p_pairs = measure(run_pandas, n)
+        s_time, s_mem, s_pairs = measure(run_spark, n) if only != "pandas" else (None, 0.0, "skipped")
+        p_time, p_mem, p_pairs = measure(run_pandas, n) if only != "spark" else (None, 0.0, "skipped")
         ratio = f"{p_time / s_time:.2f}" if s_time and p_time else "-"
         fmt = lambda t: f"{t:.1f}" if t else "timeout"
         print(f"{n:>10} {fmt(s_time):>9} {s_mem:>10.2f} {fmt(p_time):>9} {p_mem:>11.2f} {ratio:>13} "
@@ -155,4 +156,12 @@ def main(sizes: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(float(a)) for a in sys.argv[1:]] or [100_000, 1_000_000, 10_000_000])
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=float, default=[1e5, 1e6, 1e7])
+    parser.add_argument("--budget", type=int, default=BUDGET_S, help="seconds per run (default 600)")
+    parser.add_argument("--only", choices=["spark", "pandas"])
+    args = parser.parse_args()
+    BUDGET_S = args.budget
+    main([int(n) for n in args.sizes], args.only)
