@@ -111,10 +111,17 @@ def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: 
 
     fasttext = _fasttext()
     table = pq.ParquetDataset(list(files)).read(columns=[text_col, label_col])
-    texts = table.column(text_col).to_pylist()
-    labels = [truncate_label(lbl, level) for lbl in table.column(label_col).to_pylist()]
-    if not texts:
+    rows = sorted(zip(table.column(text_col).to_pylist(), table.column(label_col).to_pylist()),
+                  key=lambda r: (r[0] or "", r[1] or ""))
+    if not rows:
         raise TrainingDataError(f"no training rows for level {level}")
+    # fastText learns in file order, and Spark's shuffles make the files' row order vary between runs:
+    # a seeded permutation of the sorted rows makes the model depend on the rows and the seed only.
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(rows))
+    texts = [rows[i][0] for i in order]
+    labels = [truncate_label(rows[i][1], level) for i in order]
     vocabulary = sorted(set(labels))
     token_of = {label: f"{LABEL_PREFIX}{i}" for i, label in enumerate(vocabulary)}
     tokens = 0

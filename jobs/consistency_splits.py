@@ -59,7 +59,7 @@ def train_model(ctx: JobContext, tr, table: str, version: int, name: str, key: s
         pool.close()
     tr.log_dict(stats_dict(stats), f"models/{name}/training_stats.json")
     if "://" not in out_dir:
-        tr.log_artifact(out_dir, f"models")
+        tr.log_artifact(out_dir, "models")
     return model
 
 
@@ -101,6 +101,7 @@ def run(ctx: JobContext) -> JobResult:
                              hash_of(config_hash, inputs), seed)
         predicted = predict(groups.select("item_id", "title", "group_id"), f_base) \
             .persist(StorageLevel.MEMORY_AND_DISK)
+        labels = matched = None
         try:
             labels = truncated(group_labels(predicted, cfg.pseudo_label), "group_label", cfg.match_level,
                                "match_label").persist()
@@ -116,7 +117,9 @@ def run(ctx: JobContext) -> JobResult:
             pool = predicted.join(test_groups, "group_id", "left_anti").join(labels, "group_id")
             out["unlabeled_pool"] = ctx.write(tr, pool, "unlabeled_pool", config_hash, inputs)
         finally:
-            predicted.unpersist()
+            for frame in (predicted, labels, matched):
+                if frame is not None:
+                    frame.unpersist()
         result.metrics = {
             "accuracy_test_rows": float(out["accuracy_test"].num_rows or 0),
             "labeled_train_rows": float(train_counts["n"]),

@@ -102,7 +102,7 @@ def run(ctx: JobContext) -> JobResult:
             return result
         colours, sizes = load_dictionary(cfg.colours), load_dictionary(cfg.sizes)
 
-        trained: dict[str, tuple[int, int]] = {}  # method -> (table version, n augmented)
+        trained: dict[str, tuple[int, int, int]] = {}  # method -> (table version, n augmented, n rows)
         jobs, keys = [], []
         for method in cfg.methods:
             written = ctx.write(tr, training_set(ctx, method, d_l, pool, colours, sizes), f"train_{method}",

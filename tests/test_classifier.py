@@ -61,3 +61,20 @@ def test_real_hft_trains_in_ray_actors_and_predicts_in_spark(spark, ray_runtime,
     scored = {r.id: r for r in predict(titles, model).collect()}
     assert scored["a"].pred_label == "Home > Kitchen > Mugs" and scored["b"].pred_label == "Toys > Dolls > Baby Dolls"
     assert scored["c"].pred_label is not None  # an empty title still gets a (low-confidence) label
+
+
+def test_training_depends_on_rows_and_seed_not_on_file_order(spark, tiny_training_table, tmp_path):
+    import pyarrow.parquet as pq
+
+    from common.classifier import train_level
+
+    lakehouse, version = tiny_training_table
+    table = pq.ParquetDataset(lakehouse.file_uris("train", version)).read()
+    forward, backward = tmp_path / "forward.parquet", tmp_path / "backward.parquet"
+    pq.write_table(table, forward)
+    pq.write_table(table.take(list(range(table.num_rows - 1, -1, -1))), backward)
+    params = {"epoch": 5, "lr": 0.5, "wordNgrams": 2, "dim": 16, "minCount": 1, "bucket": 5000, "loss": "softmax",
+              "thread": 1, "minn": 0, "maxn": 0}
+    for name, path in (("a", forward), ("b", backward)):
+        train_level([str(path)], 3, params, 7, str(tmp_path / name))
+    assert (tmp_path / "a" / "level_3.bin").read_bytes() == (tmp_path / "b" / "level_3.bin").read_bytes()

@@ -55,3 +55,26 @@ def test_minilm_cosine_on_hand_checked_pairs():
     assert scores[0] == pytest.approx(1.0, abs=1e-4)
     assert scores[1] > 0.6 > scores[2]  # a paraphrase is close, an unrelated product far
     assert cosine_scores([], []) == []
+
+
+def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime):
+    import ray
+
+    from common.filtering import FilterSpec, filter_generated
+
+    rows = [
+        ("a", "acme red cotton t-shirt xl", "acme red cotton t-shirt size xl"),  # close: kept
+        ("b", "acme red cotton t-shirt xl", "stainless steel frying pan"),  # far: below T
+        ("c", "acme red cotton t-shirt xl", "  "),  # empty
+        ("d", "acme red cotton t-shirt xl", "ACME red cotton t-shirt XL"),  # a copy (case aside)
+    ]
+    ds = ray.data.from_items([{"source_id": i, "source_text": s, "generated_text": g, "reason": None}
+                              for i, s, g in rows])
+    kept, rejected = filter_generated(ds, FilterSpec(scorer="bleu", threshold=0.5))
+    kept_rows = kept.take_all()
+    assert [r["source_id"] for r in kept_rows] == ["a"] and kept_rows[0]["score"] >= 0.5
+    reasons = {r["source_id"]: r["reason"] for r in rejected.take_all()}
+    assert reasons == {"b": "score below T=0.5", "c": "empty output", "d": "copy of the source"}
+    assert len(kept_rows) + len(reasons) == len(rows)
+    cosine_kept, _ = filter_generated(ds, FilterSpec(scorer="minilm", threshold=0.7))
+    assert [r["source_id"] for r in cosine_kept.take_all()] == ["a"]
