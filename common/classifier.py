@@ -109,7 +109,6 @@ def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: 
     """
     import pyarrow.parquet as pq
 
-    fasttext = _fasttext()
     table = pq.ParquetDataset(list(files)).read(columns=[text_col, label_col])
     rows = sorted(zip(table.column(text_col).to_pylist(), table.column(label_col).to_pylist()),
                   key=lambda r: (r[0] or "", r[1] or ""))
@@ -135,7 +134,7 @@ def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: 
         local_bin = os.path.join(tmp, f"level_{level}.bin")
         start = time.perf_counter()
         try:
-            fasttext.train_supervised(input=train_file, seed=seed, verbose=0, **params).save_model(local_bin)
+            _train_file_to_model(train_file, params, seed, local_bin)
         except RuntimeError as exc:
             if "NaN" not in str(exc):
                 raise
@@ -202,7 +201,6 @@ class HFTTrainerPool:
 
     def train(self, jobs: Sequence[dict[str, Any]]) -> list[LevelStats]:
         """Run training jobs (kwargs of :func:`train_level`) across the actors; results in job order."""
-        import ray
         from ray.util import ActorPool
 
         pool = ActorPool(self.actors)
@@ -219,15 +217,20 @@ class HFTTrainerPool:
         self.actors = []
 
 
-def train_hft(pool: HFTTrainerPool, files: Sequence[str], depth: int, cfg: FastTextConfig, seed: int,
-              out_dir: str, text_col: str = "title", label_col: str = "category") -> tuple[HFTModel, list[LevelStats]]:
-    """Train all ``depth`` levels in parallel on the pool; returns the model and per-level stats."""
+def level_jobs(files: Sequence[str], depth: int, cfg: FastTextConfig, seed: int, out_dir: str,
+               text_col: str = "title", label_col: str = "category") -> list[dict[str, Any]]:
+    """One :meth:`HFTTrainerPool.train` job per level 1..``depth`` of an HFT saved under ``out_dir``."""
     if depth < 1:
         raise TrainingDataError("labels have no levels")
     params = fasttext_params(cfg)
-    jobs = [{"files": list(files), "level": level, "params": params, "seed": seed, "out_dir": out_dir,
+    return [{"files": list(files), "level": level, "params": params, "seed": seed, "out_dir": out_dir,
              "text_col": text_col, "label_col": label_col} for level in range(1, depth + 1)]
-    stats = pool.train(jobs)
+
+
+def train_hft(pool: HFTTrainerPool, files: Sequence[str], depth: int, cfg: FastTextConfig, seed: int,
+              out_dir: str, text_col: str = "title", label_col: str = "category") -> tuple[HFTModel, list[LevelStats]]:
+    """Train all ``depth`` levels in parallel on the pool; returns the model and per-level stats."""
+    stats = pool.train(level_jobs(files, depth, cfg, seed, out_dir, text_col, label_col))
     return HFTModel(uri=out_dir, depth=depth), stats
 
 

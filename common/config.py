@@ -122,13 +122,15 @@ class InputSpec:
             self.path = _absolute(self.path)
 
 
-_FILE_SUFFIXES = {".csv", ".tsv", ".txt", ".parquet", ".json", ".jsonl", ".ndjson"}
+# File suffixes the readers know, and the format each means.
+FILE_FORMATS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".json": "json",
+                ".jsonl": "json", ".ndjson": "json"}
 
 
 def looks_like_table_name(path: str) -> bool:
     """True for ``catalog.schema.table``-style names: no slash, no URI scheme, no file suffix, no such file."""
     return (not _is_uri(path) and "/" not in path and "." in path
-            and Path(path).suffix.lower() not in _FILE_SUFFIXES and not Path(path).exists())
+            and Path(path).suffix.lower() not in FILE_FORMATS and not Path(path).exists())
 
 
 @dataclass

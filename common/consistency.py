@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, Sequence
 
-from common.sampling import draw
+from common.sampling import draw, histogram
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -78,3 +78,8 @@ def truncated(df: "DataFrame", col: str, level: int, alias: str) -> "DataFrame":
     from common.taxonomy import truncate_col
 
     return df.withColumn(alias, truncate_col(F.col(col), level))
+
+
+def level_histogram(df: "DataFrame", col: str, level: int) -> dict[str, int]:
+    """``{label truncated to level: rows}`` (one row per label reaches the driver)."""
+    return histogram(truncated(df, col, level, "_level_label"), "_level_label")

@@ -52,8 +52,7 @@ def score_batch(table, spec: FilterSpec):
 
 def filter_generated(ds, spec: FilterSpec, batch_size: int = 1024):
     """(kept, rejected) Ray Datasets: every row is scored once; rejected rows carry their ``reason``."""
-    from common.generation import _rows_by_reason
+    from common.generation import split_quarantine
 
-    scored = ds.map_batches(score_batch, batch_format="pyarrow", fn_kwargs={"spec": spec}, batch_size=batch_size)
-    return (scored.map_batches(_rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": False}),
-            scored.map_batches(_rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": True}))
+    return split_quarantine(ds.map_batches(score_batch, batch_format="pyarrow", fn_kwargs={"spec": spec},
+                                           batch_size=batch_size))

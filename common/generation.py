@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -125,22 +125,23 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
                           batch_format="numpy")
 
 
-def _rows_by_reason(table, quarantined: bool):
+def rows_by_reason(table, quarantined: bool):
+    """The rows of an Arrow batch with a ``reason`` (``quarantined``) or without one."""
     import pyarrow.compute as pc
 
     return table.filter(pc.is_valid(table["reason"]) if quarantined else pc.is_null(table["reason"]))
 
 
 def split_quarantine(ds):
-    """(generated rows, quarantined rows) of a :func:`generate` output.
+    """(rows without a ``reason``, rows with one) of a :func:`generate` or filter output.
 
     Filters with Arrow in ``map_batches`` (a row-wise ``filter`` would re-infer the schema from Python
     values and type an all-null column as ``null``)."""
-    return (ds.map_batches(_rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": False}),
-            ds.map_batches(_rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": True}))
+    return (ds.map_batches(rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": False}),
+            ds.map_batches(rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": True}))
 
 
-def naive_generate(model_path: str, texts: list[str], spec: GenerationSpec, device: Optional[str] = None) -> list[list[str]]:
+def naive_generate(model_path: str, texts: list[str], spec: GenerationSpec) -> list[list[str]]:
     """The per-row baseline: one ``model.generate`` call per input, in this process (for benchmarks)."""
     generator = T5Generator(model_path, "naive", spec)
     return [generator._generate([t])[0] for t in texts]

@@ -246,16 +246,24 @@ class Lakehouse:
         if mode not in ("overwrite", "append"):
             raise LakehouseError(f"write mode must be 'overwrite' or 'append', got {mode!r}")
         _check_name(table)
-        if lineage is not None and not force:
-            existing = self.find_version(table, lineage)
-            if existing is not None:
-                log.info("skip write of %s: version %s already holds this job output (lineage key %s)",
-                         table, existing, lineage.key(table))
-                return WriteResult(table, existing, skipped=True, num_rows=None)
+        done = self._already_written(table, lineage, force)
+        if done is not None:
+            return done
         metadata = lineage.to_metadata(table) if lineage else None
         if self.native_delta:
             return self._write_native(df, table, mode, metadata)
         return self._write_delta_rs(df, table, mode, metadata)
+
+    def _already_written(self, table: str, lineage: Optional[Lineage], force: bool) -> Optional[WriteResult]:
+        """The skipped-write result when ``table`` already holds ``lineage``'s output (and not ``force``)."""
+        if lineage is None or force:
+            return None
+        existing = self.find_version(table, lineage)
+        if existing is None:
+            return None
+        log.info("skip write of %s: version %s already holds this job output (lineage key %s)",
+                 table, existing, lineage.key(table))
+        return WriteResult(table, existing, skipped=True, num_rows=None)
 
     def _write_native(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str]) -> WriteResult:
         writer = df.write.format("delta").mode(mode)
@@ -334,11 +342,9 @@ class Lakehouse:
         if self.cfg.catalog:
             raise LakehouseError("Ray writes go to path tables; catalog tables are written through Spark")
         _check_name(table)
-        if lineage is not None and not force:
-            existing = self.find_version(table, lineage)
-            if existing is not None:
-                log.info("skip write of %s: version %s already holds this job output", table, existing)
-                return WriteResult(table, existing, skipped=True, num_rows=None)
+        done = self._already_written(table, lineage, force)
+        if done is not None:
+            return done
         metadata = lineage.to_metadata(table) if lineage else None
         return self._commit_written(table, mode, metadata, lambda staging: ds.write_parquet(staging))
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.config import InputSpec, looks_like_table_name
+from common.config import FILE_FORMATS, InputSpec, looks_like_table_name
 from common.lakehouse import fingerprint_files, read_delta_rs
 from common.schemas import Contract
 
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 SOURCE_COL = "_source"
 CORRUPT_COL = "_corrupt_record"
 _TEXT_FORMATS = ("csv", "json")
-_SUFFIX_FORMATS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".json": "json",
-                   ".jsonl": "json", ".ndjson": "json"}
 
 
 class InputSchemaError(ValueError):
@@ -50,14 +48,14 @@ def resolve_format(spec: InputSpec) -> str:
     if looks_like_table_name(spec.path):
         return "table"
     if "://" in spec.path:
-        if spec.path.rstrip("/").endswith(tuple(_SUFFIX_FORMATS)):
-            return _SUFFIX_FORMATS[Path(spec.path).suffix.lower()]
+        if spec.path.rstrip("/").endswith(tuple(FILE_FORMATS)):
+            return FILE_FORMATS[Path(spec.path).suffix.lower()]
         return "delta"  # object-store folders are Delta tables unless a format is given
     if any(ch in spec.path for ch in "*?["):
         matches = sorted(glob.glob(spec.path))
         if not matches:
             raise InputSchemaError(f"input not found: no file matches {spec.path}")
-        formats = {_SUFFIX_FORMATS.get(Path(m).suffix.lower()) for m in matches}
+        formats = {FILE_FORMATS.get(Path(m).suffix.lower()) for m in matches}
         if len(formats) != 1 or None in formats:
             raise InputSchemaError(f"{spec.path}: matches files of several or unknown formats; set format")
         return formats.pop()
@@ -68,12 +66,12 @@ def resolve_format(spec: InputSpec) -> str:
         if (path / "_delta_log").is_dir():
             return "delta"
         suffixes = {p.suffix.lower() for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))}
-        formats = {_SUFFIX_FORMATS[s] for s in suffixes if s in _SUFFIX_FORMATS}
+        formats = {FILE_FORMATS[s] for s in suffixes if s in FILE_FORMATS}
         if len(formats) == 1:
             return formats.pop()
         raise InputSchemaError(f"{spec.path}: cannot tell the format of this folder (found {sorted(suffixes)}); "
                                "set format: csv|parquet|json|delta")
-    fmt = _SUFFIX_FORMATS.get(path.suffix.lower())
+    fmt = FILE_FORMATS.get(path.suffix.lower())
     if not fmt:
         raise InputSchemaError(f"{spec.path}: unknown file suffix {path.suffix!r}; set format: csv|parquet|json|delta")
     return fmt

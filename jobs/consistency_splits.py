@@ -69,8 +69,9 @@ def run(ctx: JobContext) -> JobResult:
     from pyspark.sql import functions as F
 
     from common.classifier import predict
-    from common.consistency import group_labels, sample_size, truncated, uniform_sample, version_pairs
-    from common.sampling import histogram, subsample
+    from common.consistency import (group_labels, level_histogram, sample_size, truncated, uniform_sample,
+                                    version_pairs)
+    from common.sampling import subsample
 
     cfg = ctx.cfg.consistency
     seed = ctx.cfg.seed
@@ -106,7 +107,7 @@ def run(ctx: JobContext) -> JobResult:
             labels = truncated(group_labels(predicted, cfg.pseudo_label), "group_label", cfg.match_level,
                                "match_label").persist()
             d_l = ctx.lakehouse.read("labeled_train", out["labeled_train"].version)
-            target = histogram(truncated(d_l, "category", cfg.match_level, "_m"), "_m")
+            target = level_histogram(d_l, "category", cfg.match_level)
             matched, plan = subsample(labels, "match_label", target, seed, ["group_id"])
             matched = matched.persist()
             n_matched = matched.count()

@@ -36,8 +36,8 @@ def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
     """D_L ∪ D_aug for ``method`` as (title, category, source) rows."""
     from pyspark.sql import functions as F
 
-    from common.sampling import histogram, subsample
-    from common.consistency import truncated
+    from common.consistency import level_histogram
+    from common.sampling import subsample
     from common.text import blind_col
 
     base = d_l.select("title", "category", F.lit("labeled").alias("source"))
@@ -49,7 +49,7 @@ def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
                             "group_id", "match_label")
     if method == "cst_ss":
         level = ctx.cfg.consistency.match_level
-        target = histogram(truncated(d_l, "category", level, "_m"), "_m")
+        target = level_histogram(d_l, "category", level)
         groups = pool.select("group_id", "match_label").distinct()
         sampled, plan = subsample(groups, "match_label", target, ctx.cfg.seed, ["group_id"])
         log.info("cst_ss: %d of %d groups, TVD %.4f -> %.4f", plan.n, sum(plan.counts.values()),
@@ -79,7 +79,7 @@ def run(ctx: JobContext) -> JobResult:
     """Train and evaluate every method; returns the results table version and mean metrics."""
     from pyspark.sql import functions as F
 
-    from common.classifier import HFTModel, HFTTrainerPool, fasttext_params, stats_dict
+    from common.classifier import HFTModel, HFTTrainerPool, level_jobs, stats_dict
     from common.taxonomy import depth_col
     from common.text import blind_col, load_dictionary
 
@@ -102,7 +102,7 @@ def run(ctx: JobContext) -> JobResult:
             return result
         colours, sizes = load_dictionary(cfg.colours), load_dictionary(cfg.sizes)
 
-        trained: dict[str, tuple[int, int, int]] = {}  # method -> (table version, n augmented, n rows)
+        trained: dict[str, tuple[int, int]] = {}  # method -> (n augmented, n rows)
         jobs, keys = [], []
         for method in cfg.methods:
             written = ctx.write(tr, training_set(ctx, method, d_l, pool, colours, sizes), f"train_{method}",
@@ -111,14 +111,13 @@ def run(ctx: JobContext) -> JobResult:
             table = ctx.lakehouse.read(f"train_{method}", written.version)
             stats = table.agg(F.count("*").alias("n"), F.sum((F.col("source") == "pseudo").cast("long")).alias("aug"),
                               F.max(depth_col(F.col("category"))).alias("depth")).first()
-            trained[method] = (written.version, int(stats["aug"] or 0), int(stats["n"]))
+            trained[method] = (int(stats["aug"] or 0), int(stats["n"]))
             files = ctx.lakehouse.file_uris(f"train_{method}", written.version)
             for repeat in range(cfg.repeats):
                 seed = ctx.cfg.seed + repeat
                 out_dir = ctx.models_dir(f"hft_{method}", hash_of(config_hash, inputs, repeat))
                 keys.append((method, repeat, seed, HFTModel(out_dir, int(stats["depth"]))))
-                jobs += [{"files": files, "level": level, "params": fasttext_params(cfg.fasttext), "seed": seed,
-                          "out_dir": out_dir} for level in range(1, int(stats["depth"]) + 1)]
+                jobs += level_jobs(files, int(stats["depth"]), cfg.fasttext, seed, out_dir)
         trainers = HFTTrainerPool(ctx.ray())
         try:
             level_stats = trainers.train(jobs)
@@ -132,7 +131,7 @@ def run(ctx: JobContext) -> JobResult:
         for method, repeat, seed, model in keys:
             blind = (lambda c: blind_col(c, colours, sizes)) if method == "cs_blind" else None
             f1, consistency = evaluate(ctx, model, accuracy_test, pairs, blind)
-            _, n_aug, n_train = trained[method]
+            n_aug, n_train = trained[method]
             rows.append((tr.run_id, method, repeat, seed, f1, consistency, n_train, n_aug))
             tr.log_metrics({f"{method}.f1_weighted": f1, f"{method}.consistency_rate": consistency}, step=repeat)
             log.info("%s repeat %d: F1 %.4f consistency %.4f", method, repeat, f1, consistency)
