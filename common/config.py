@@ -342,6 +342,162 @@ class QueryGraphConfig:
 
 
 @dataclass
+class ScratchT5Config:
+    """The shape of a T5 trained from scratch (with a tokenizer trained on the pairs): the local default,
+    since no pretrained weights can be downloaded here (../shared/docs/ENVIRONMENT.md)."""
+
+    vocab_size: int = 2000
+    d_model: int = 64
+    d_ff: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "d_ff", "num_layers", "num_heads"):
+            _check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        _check(self.d_model % self.num_heads == 0, "*.d_model", "must be a multiple of num_heads")
+
+
+@dataclass
+class T5ModelConfig:
+    """Which T5 to fine-tune. ``name_or_path`` (t5-small, t5-base, flan-t5-*, a local folder) is the
+    production path and wins when set; otherwise ``scratch`` describes a tiny model trained from scratch."""
+
+    name_or_path: Optional[str] = None
+    scratch: Optional[ScratchT5Config] = field(default_factory=ScratchT5Config)
+    max_source_length: int = 48
+    max_target_length: int = 48
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name_or_path) or self.scratch is not None, "*",
+               "set model.name_or_path (a checkpoint) or model.scratch (a from-scratch model)")
+        _check(self.max_source_length >= 1 and self.max_target_length >= 1, "*.max_source_length",
+               "lengths must be >= 1")
+
+
+@dataclass
+class FineTuneConfig:
+    """Seq2seq optimisation. Effective batch = ``batch_size * grad_accumulation``. The run is one Ray task
+    with ``num_cpus`` CPUs and ``num_gpus`` GPUs (bf16/fp16 autocast when a GPU is visible)."""
+
+    epochs: int = 3
+    learning_rate: float = 3e-4
+    batch_size: int = 32
+    grad_accumulation: int = 1
+    num_cpus: int = 1
+    num_gpus: float = 0.0
+    # Log a checkpoint (model + tokenizer) to MLflow every this many epochs (0: none); the final model
+    # is always logged.
+    checkpoint_every: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "grad_accumulation", "num_cpus"):
+            _check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        _check(self.checkpoint_every >= 0, "*.checkpoint_every", "must be >= 0 (0: no checkpoints)")
+        _check(self.learning_rate > 0, "*.learning_rate", "must be > 0")
+        _check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
+
+
+@dataclass
+class GenerationConfig:
+    """Batched generation on a Ray Data actor pool (``concurrency`` actors, ``num_gpus`` each)."""
+
+    n_samples: int = 8
+    mode: Literal["sample", "beam"] = "sample"
+    top_k: int = 50
+    top_p: float = 0.95
+    num_beams: int = 8
+    max_new_tokens: int = 48
+    # Longer inputs are quarantined (reason names the length) rather than silently truncated.
+    max_source_tokens: int = 64
+    # Inputs of one Ray Data batch are sorted by length and generated this many at a time.
+    bucket_size: int = 64
+    batch_size: int = 256
+    concurrency: int = 1
+    num_gpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("n_samples", "top_k", "num_beams", "max_new_tokens", "max_source_tokens", "bucket_size",
+                     "batch_size", "concurrency"):
+            _check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        _check(0 < self.top_p <= 1, "*.top_p", "must be in (0, 1]")
+        _check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
+
+
+@dataclass
+class CGASweepConfig:
+    """The paper's Figure 2: T at a fixed N, N at T = 0.7, and T without sub-sampling."""
+
+    enabled: bool = True
+    thresholds: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8])
+    sizes: list[int] = field(default_factory=lambda: [50_000, 100_000, 200_000, 400_000])
+    fixed_size: int = 200_000
+    fixed_threshold: float = 0.7
+    # HFT trainings per sweep point (the main CGA row uses consistency.repeats).
+    repeats: int = 1
+
+    def __post_init__(self) -> None:
+        _check(all(0 <= t <= 1 for t in self.thresholds), "cga.sweep.thresholds", "must lie in [0, 1]")
+        _check(all(n >= 1 for n in self.sizes) and self.fixed_size >= 1, "cga.sweep.sizes", "must be >= 1")
+        _check(self.repeats >= 1, "cga.sweep.repeats", "must be >= 1")
+
+
+@dataclass
+class CGAConfig:
+    """Consistent Generative Augmentation (METHODS.md section 1); defaults are the paper's."""
+
+    model: T5ModelConfig = field(default_factory=T5ModelConfig)
+    fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    # Ordered pairs of different versions per group: s(s-1) for a group of s titles (a 192-item group
+    # gives 36,672); None keeps them all, as the paper does.
+    max_pairs_per_group: Optional[int] = None
+    scorer: Literal["bleu", "minilm"] = "bleu"
+    threshold: float = 0.7
+    # Optional sub-sample of the filtered samples into D_aug (None: all of them, the paper's main result).
+    n: Optional[int] = None
+    sweep: CGASweepConfig = field(default_factory=CGASweepConfig)
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.threshold <= 1, "cga.threshold", "must be in [0, 1]")
+        _check(self.n is None or self.n >= 1, "cga.n", "must be >= 1 (or null for no sub-sampling)")
+        _check(self.max_pairs_per_group is None or self.max_pairs_per_group >= 1, "cga.max_pairs_per_group",
+               "must be >= 1 (or null)")
+
+
+@dataclass
+class MatcherConfig:
+    """The downstream check of query reformulation: a query -> product fastText matcher (hierarchical
+    softmax over product ids, a cheap extreme multi-label model), original log vs augmented log."""
+
+    holdout_fraction: float = 0.2
+    ks: list[int] = field(default_factory=lambda: [1, 5, 10])
+    epoch: int = 25
+    lr: float = 0.5
+    dim: int = 50
+    word_ngrams: int = 2
+    minn: int = 2
+    maxn: int = 4
+    bucket: int = 200_000
+
+    def __post_init__(self) -> None:
+        _check(0 < self.holdout_fraction < 1, "query_reformulation.matcher.holdout_fraction", "must be in (0, 1)")
+        _check(bool(self.ks) and all(k >= 1 for k in self.ks), "query_reformulation.matcher.ks", "must be >= 1")
+
+
+@dataclass
+class QueryReformulationConfig:
+    """Query reformulation (METHODS.md section 2): T5-base, 2 epochs, batch 32 x accumulation 16, lr 3e-4."""
+
+    model: T5ModelConfig = field(default_factory=T5ModelConfig)
+    fine_tune: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(
+        epochs=2, learning_rate=3e-4, batch_size=32, grad_accumulation=16))
+    # The paper does not say how many reformulations per tuple; 8 samples (as in CGA) by default.
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    matcher: MatcherConfig = field(default_factory=MatcherConfig)
+
+
+@dataclass
 class AppConfig:
     """The whole configuration tree of one invocation."""
 
@@ -358,6 +514,8 @@ class AppConfig:
     subsample: SubsampleConfig = field(default_factory=SubsampleConfig)
     consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
     query_graph: QueryGraphConfig = field(default_factory=QueryGraphConfig)
+    cga: CGAConfig = field(default_factory=CGAConfig)
+    query_reformulation: QueryReformulationConfig = field(default_factory=QueryReformulationConfig)
 
     @property
     def tracking_uri(self) -> str:

@@ -84,7 +84,12 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "")
     kwargs = {name: _coerce(hints[name], value, f"{prefix}{name}") for name, value in data.items()}
     try:
         return cls(**kwargs)
-    except ConfigError:
+    except ConfigError as exc:
+        # Sections used in several places (a T5 model, a fine-tune) name their keys "*.key"; "*" is
+        # where this one sits (cga.model, query_reformulation.fine_tune, ...).
+        message = str(exc)
+        if message.startswith("*"):
+            raise ConfigError(prefix.rstrip(".") + message[1:]) from None
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {exc}") from exc

@@ -17,7 +17,8 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-OUTPUT_COLUMNS = ("source_id", "source_text", "generated_text", "sample_idx", "model_version", "reason")
+OUTPUT_COLUMNS = ("source_id", "source_text", "generated_text", "sample_idx", "model_version", "generated_tokens",
+                  "reason")
 
 
 def output_schema():
@@ -26,7 +27,8 @@ def output_schema():
     import pyarrow as pa
 
     return pa.schema([("source_id", pa.string()), ("source_text", pa.string()), ("generated_text", pa.string()),
-                      ("sample_idx", pa.int64()), ("model_version", pa.string()), ("reason", pa.string())])
+                      ("sample_idx", pa.int64()), ("model_version", pa.string()), ("generated_tokens", pa.int64()),
+                      ("reason", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,13 @@ class GenerationSpec:
     bucket_size: int = 64
     seed: int = 42
 
+    @classmethod
+    def from_config(cls, cfg, seed: int) -> "GenerationSpec":
+        """The spec of a ``*.generation`` config section (:class:`common.config.GenerationConfig`)."""
+        return cls(n_samples=cfg.n_samples, mode=cfg.mode, top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams,
+                   max_new_tokens=cfg.max_new_tokens, max_source_tokens=cfg.max_source_tokens,
+                   bucket_size=cfg.bucket_size, seed=seed)
+
 
 class T5Generator:
     """A Ray Data callable class: loads tokenizer and model once (GPU when visible), then serves batches."""
@@ -52,16 +61,19 @@ class T5Generator:
         from transformers import AutoTokenizer, T5ForConditionalGeneration
 
         from common.seq2seq import device_and_dtype
+        from common.storage import local_copy
 
         self.spec = spec
         self.model_version = model_version
         self.device, dtype = device_and_dtype()
+        model_path = local_copy(model_path)  # models on object stores are copied to the node once per actor
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = T5ForConditionalGeneration.from_pretrained(
             model_path, dtype=dtype if self.device == "cuda" else torch.float32).to(self.device).eval()
         torch.manual_seed(spec.seed)
 
-    def _generate(self, texts: list[str]) -> list[list[str]]:
+    def _generate(self, texts: list[str]) -> list[list[tuple[str, int]]]:
+        """``n_samples`` (text, generated token count) per input text."""
         import torch
 
         spec = self.spec
@@ -74,8 +86,10 @@ class T5Generator:
         with torch.inference_mode():
             out = self.model.generate(**enc, **kwargs)
         decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
+        # Tokens produced per sequence: everything after the decoder start token that is not padding.
+        counts = (out[:, 1:] != self.tokenizer.pad_token_id).sum(dim=1).tolist()
         n = spec.n_samples
-        return [decoded[i * n:(i + 1) * n] for i in range(len(texts))]
+        return [list(zip(decoded[i * n:(i + 1) * n], counts[i * n:(i + 1) * n])) for i in range(len(texts))]
 
     def __call__(self, batch: dict[str, np.ndarray]):
         ids = [str(x) for x in batch["source_id"]]
@@ -85,9 +99,9 @@ class T5Generator:
         good = []
         for i, (text, length) in enumerate(zip(texts, lengths)):
             if not text.strip():
-                rows.append((ids[i], text, None, -1, self.model_version, "empty input"))
+                rows.append((ids[i], text, None, -1, self.model_version, 0, "empty input"))
             elif length > self.spec.max_source_tokens:
-                rows.append((ids[i], text, None, -1, self.model_version,
+                rows.append((ids[i], text, None, -1, self.model_version, 0,
                              f"input longer than {self.spec.max_source_tokens} tokens ({length})"))
             else:
                 good.append(i)
@@ -105,11 +119,11 @@ class T5Generator:
                         outputs.append(exc)
             for i, samples in zip(bucket, outputs):
                 if isinstance(samples, Exception):
-                    rows.append((ids[i], texts[i], None, -1, self.model_version,
+                    rows.append((ids[i], texts[i], None, -1, self.model_version, 0,
                                  f"decoding error: {type(samples).__name__}: {samples}"[:300]))
                     continue
-                for k, generated in enumerate(samples):
-                    rows.append((ids[i], texts[i], generated, k, self.model_version, None))
+                for k, (generated, n_tokens) in enumerate(samples):
+                    rows.append((ids[i], texts[i], generated, k, self.model_version, n_tokens, None))
         import pyarrow as pa
 
         columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_COLUMNS]
@@ -144,4 +158,4 @@ def split_quarantine(ds):
 def naive_generate(model_path: str, texts: list[str], spec: GenerationSpec) -> list[list[str]]:
     """The per-row baseline: one ``model.generate`` call per input, in this process (for benchmarks)."""
     generator = T5Generator(model_path, "naive", spec)
-    return [generator._generate([t])[0] for t in texts]
+    return [[text for text, _ in generator._generate([t])[0]] for t in texts]

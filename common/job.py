@@ -146,6 +146,17 @@ def hash_of(*parts: Any) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def run_jobs(ctx: JobContext, name: str, jobs: Sequence[Callable[[JobContext], JobResult]]) -> JobResult:
+    """Run job functions in order (a module's jobs for ``spark-submit jobs/<module>.py``); one merged result
+    whose metrics are prefixed by job name."""
+    merged = JobResult(job=name)
+    for job in jobs:
+        part = job(ctx)
+        merged.outputs.update(part.outputs)
+        merged.metrics.update({f"{part.job}.{k}": v for k, v in part.metrics.items()})
+    return merged
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """The options every job and the CLI accept: --conf, --set (repeatable), --force, --log-level."""
     parser.add_argument("--conf", help="YAML config (default: $AUGMENT_CONF or conf/local.yaml)")

@@ -54,17 +54,28 @@ def normalize_interactions(df: "DataFrame", cfg: QueryGraphConfig) -> tuple["Dat
         .withColumn("reason", F.lit("empty query after normalisation"))
     aggregated = normalized.filter(F.col("query") != "").groupBy("query", "product_id", "interaction").agg(
         F.sum("count").alias("count"), F.count("*").alias("n_rows"))
+    kept, below = apply_activity_threshold(aggregated, cfg)
+    return kept, below.unionByName(empty)
+
+
+BELOW_THRESHOLD = "below activity threshold"
+
+
+def apply_activity_threshold(tuples: "DataFrame", cfg: QueryGraphConfig) -> tuple["DataFrame", "DataFrame"]:
+    """(tuples with ``count`` >= their interaction's threshold, the others with a ``reason``)."""
+    from pyspark.sql import functions as F
+
     thresholds = F.create_map(*[x for k, v in sorted(cfg.activity_threshold.items()) for x in (F.lit(k), F.lit(v))]) \
         if cfg.activity_threshold else None
     threshold = F.coalesce(thresholds[F.col("interaction")] if thresholds is not None else F.lit(None),
                            F.lit(cfg.default_activity_threshold))
-    with_threshold = aggregated.withColumn("_threshold", threshold)
+    with_threshold = tuples.withColumn("_threshold", threshold)
     kept = with_threshold.filter(F.col("count") >= F.col("_threshold")).drop("_threshold")
     below = with_threshold.filter(F.col("count") < F.col("_threshold")).withColumn(
-        "reason", F.concat(F.lit("below activity threshold for "), F.col("interaction"), F.lit(": count "),
+        "reason", F.concat(F.lit(f"{BELOW_THRESHOLD} for "), F.col("interaction"), F.lit(": count "),
                            F.col("count").cast("string"), F.lit(" < "), F.col("_threshold").cast("string"))
     ).drop("_threshold")
-    return kept, below.unionByName(empty)
+    return kept, below
 
 
 def specificity(interactions: "DataFrame", click_types: list[str]) -> "DataFrame":

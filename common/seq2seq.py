@@ -7,7 +7,9 @@
 
 Fine-tuning is a plain PyTorch loop (AdamW, gradient accumulation, bf16 autocast on a GPU that supports it,
 fp16 with a scaler otherwise, fp32 on CPU); the model and tokenizer are saved with ``save_pretrained``.
-Callers run it inside a Ray actor or task so that it gets the cluster's GPU.
+:func:`fine_tune_on_ray` runs it as one Ray task (``num_gpus`` from config, so it lands on a GPU node):
+the task reads the pairs table's Parquet files itself, logs the loss, a checkpoint per epoch and the
+final model to the MLflow run, and copies the final model to the lakehouse's models folder.
 """
 from __future__ import annotations
 
@@ -16,7 +18,11 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+if TYPE_CHECKING:
+    from common.config import FineTuneConfig, T5ModelConfig
+    from common.ray_runtime import RayRuntime
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,15 @@ class ModelSpec:
     max_source_length: int = 48
     max_target_length: int = 48
 
+    @classmethod
+    def from_config(cls, cfg: "T5ModelConfig") -> "ModelSpec":
+        """The spec of a ``*.model`` config section (a checkpoint when ``name_or_path`` is set)."""
+        shape = {} if cfg.name_or_path or cfg.scratch is None else {
+            "vocab_size": cfg.scratch.vocab_size, "d_model": cfg.scratch.d_model, "d_ff": cfg.scratch.d_ff,
+            "num_layers": cfg.scratch.num_layers, "num_heads": cfg.scratch.num_heads}
+        return cls(model_name_or_path=cfg.name_or_path, max_source_length=cfg.max_source_length,
+                   max_target_length=cfg.max_target_length, **shape)
+
 
 @dataclass(frozen=True)
 class TrainSpec:
@@ -47,6 +62,12 @@ class TrainSpec:
     batch_size: int = 32
     grad_accumulation: int = 1
     seed: int = 42
+
+    @classmethod
+    def from_config(cls, cfg: "FineTuneConfig", seed: int) -> "TrainSpec":
+        """The spec of a ``*.fine_tune`` config section."""
+        return cls(epochs=cfg.epochs, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
+                   grad_accumulation=cfg.grad_accumulation, seed=seed)
 
 
 @dataclass
@@ -103,10 +124,15 @@ def device_and_dtype() -> tuple[str, Any]:
     return "cpu", torch.float32
 
 
-def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, train: TrainSpec) -> FineTuneResult:
+EpochHook = Callable[[int, Any, Any, list[float]], None]
+
+
+def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, train: TrainSpec,
+              on_epoch_end: Optional[EpochHook] = None) -> FineTuneResult:
     """Fine-tune (or train from scratch) on (source, target) pairs; save to ``out_dir``; return the losses.
 
     Each optimiser step averages the loss over ``grad_accumulation`` micro-batches of ``batch_size``.
+    ``on_epoch_end(epoch, model, tokenizer, step_losses)`` runs after every epoch (checkpoints, logging).
     """
     import torch
 
@@ -123,7 +149,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     result = FineTuneResult(path=out_dir, device=device, dtype=str(dtype).removeprefix("torch."))
     start = time.perf_counter()
     micro_batches = math.ceil(len(pairs) / train.batch_size)
-    for _ in range(train.epochs):
+    for epoch in range(1, train.epochs + 1):
         random.shuffle(order)
         running, in_step = 0.0, 0
         for b in range(micro_batches):
@@ -136,7 +162,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
             with torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
                 loss = net(**enc, labels=labels).loss / train.grad_accumulation
             (scaler.scale(loss) if scaler else loss).backward()
-            running += float(loss)
+            running += loss.item()
             in_step += 1
             if in_step == train.grad_accumulation or b == micro_batches - 1:
                 if scaler:
@@ -148,9 +174,105 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
                 result.step_losses.append(running * train.grad_accumulation / in_step)
                 running, in_step = 0.0, 0
         result.examples += len(pairs)
+        if on_epoch_end is not None:
+            net.eval()
+            on_epoch_end(epoch, net, tokenizer, result.step_losses)
+            net.train()
     result.seconds = time.perf_counter() - start
     net.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     log.info("fine-tuned %d examples x %d epochs on %s/%s in %.1f s; loss %.3f -> %.3f", len(pairs), train.epochs,
              device, result.dtype, result.seconds, result.step_losses[0], result.step_losses[-1])
     return result
+
+
+MODEL_MARKER = "config.json"  # a folder holding this file is a saved model
+
+
+def read_pairs(files: Sequence[str], source_col: str, target_col: str) -> list[tuple[str, str]]:
+    """(source, target) pairs from Parquet ``files``; rows with an empty side are left out."""
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetDataset(list(files)).read(columns=[source_col, target_col])
+    return [(s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
+            if s and t and s.strip() and t.strip()]
+
+
+def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_uri: str, model: ModelSpec,
+                    train: TrainSpec, num_cpus: int, tracking_uri: Optional[str], run_id: Optional[str],
+                    checkpoint_every: int) -> FineTuneResult:
+    """The body of the Ray task: read, train, log to MLflow, copy the final model to ``out_uri``."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    from common.storage import put_folder
+
+    torch.set_num_threads(max(1, num_cpus))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    pairs = read_pairs(files, source_col, target_col)
+    client = None
+    if tracking_uri and run_id:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+    work = tempfile.mkdtemp(prefix="t5-")
+    state = {"logged_steps": 0, "start": time.perf_counter()}
+
+    def on_epoch_end(epoch: int, net, tokenizer, losses: list[float]) -> None:
+        seconds = time.perf_counter() - state["start"]
+        epoch_losses = losses[state["logged_steps"]:]
+        log.info("epoch %d/%d: %d steps, mean loss %.4f, %.1f examples/s", epoch, train.epochs, len(epoch_losses),
+                 sum(epoch_losses) / max(1, len(epoch_losses)), epoch * len(pairs) / max(seconds, 1e-9))
+        if client is None:
+            state["logged_steps"] = len(losses)
+            return
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric("train_loss", v, now, step) for step, v in enumerate(losses) if step >= state["logged_steps"]]
+        metrics.append(Metric("epoch_loss", sum(epoch_losses) / max(1, len(epoch_losses)), now, epoch))
+        for start in range(0, len(metrics), 1000):
+            client.log_batch(run_id, metrics=metrics[start:start + 1000])
+        state["logged_steps"] = len(losses)
+        # The last epoch's weights are the final model, logged once as model/.
+        if checkpoint_every and epoch % checkpoint_every == 0 and epoch < train.epochs:
+            folder = f"{work}/checkpoint-epoch-{epoch}"
+            net.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            client.log_artifacts(run_id, folder, f"checkpoints/epoch-{epoch}")
+            shutil.rmtree(folder, ignore_errors=True)
+
+    try:
+        local_model = f"{work}/model"
+        result = fine_tune(pairs, local_model, model, train, on_epoch_end)
+        if client is not None:
+            client.log_artifacts(run_id, local_model, "model")
+        put_folder(local_model, out_uri)
+        result.path = out_uri
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, model: ModelSpec, train: TrainSpec,
+                     source_col: str = "source_text", target_col: str = "target_text", num_cpus: int = 1,
+                     num_gpus: float = 0.0, tracking_uri: Optional[str] = None, run_id: Optional[str] = None,
+                     checkpoint_every: int = 1) -> FineTuneResult:
+    """Fine-tune on the pairs in Parquet ``files`` as one Ray task with ``num_cpus``/``num_gpus``.
+
+    The model lands in ``out_uri`` (a path or URI); with ``run_id`` the task logs ``train_loss`` per step,
+    ``epoch_loss``, a checkpoint every ``checkpoint_every`` epochs (``checkpoints/epoch-<k>``) and the final
+    model (``model/``)
+    to that MLflow run. Returns the :class:`FineTuneResult` (losses, device, seconds).
+    """
+    import ray
+
+    runtime.start()
+    # Hub access (offline or not) is inherited from the cluster environment, so checkpoints can download.
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    task = ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0,
+                                                runtime_env={"env_vars": env})
+    return ray.get(task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri,
+                               run_id, checkpoint_every))

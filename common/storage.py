@@ -53,6 +53,22 @@ def put_file(local_path: str, uri: str) -> None:
     pafs.copy_files(local_path, path, destination_filesystem=fs)
 
 
+def put_folder(local_dir: str, uri: str) -> None:
+    """Copy every file under ``local_dir`` to the same relative paths under ``uri``."""
+    root = Path(local_dir)
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            put_file(str(path), f"{uri.rstrip('/')}/{path.relative_to(root).as_posix()}")
+
+
+def exists(uri: str) -> bool:
+    """True when ``uri`` names an existing file or folder."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
 def local_copy(uri: str) -> str:
     """A local folder holding ``uri``'s files (the folder itself when it is already local)."""
     if is_local(uri):

@@ -22,6 +22,13 @@ JOBS: dict[str, str] = {
     "query-similarity": "jobs.query_graph:similarity_job",
     "query-clusters": "jobs.query_graph:clusters_job",
     "query-pairs": "jobs.query_graph:pairs_job",
+    "cga-pairs": "jobs.cga:pairs_job",
+    "cga-generate": "jobs.cga:generate_job",
+    "cga-train": "jobs.cga:train_job",
+    "cga-sweep": "jobs.cga:sweep_job",
+    "query-reformulate": "jobs.query_reformulation:reformulate_job",
+    "query-augment": "jobs.query_reformulation:augment_job",
+    "query-matcher": "jobs.query_reformulation:matcher_job",
 }
 
 PIPELINES: dict[str, list[str]] = {
@@ -30,8 +37,10 @@ PIPELINES: dict[str, list[str]] = {
     "query-graph": ["generate-demo", "ingest", "query-normalize", "query-specificity", "query-similarity",
                     "query-clusters", "query-pairs"],
 }
+PIPELINES["cga"] = PIPELINES["consistency"] + ["cga-pairs", "cga-generate", "cga-train", "cga-sweep"]
+PIPELINES["query-reformulation"] = PIPELINES["query-graph"] + ["query-reformulate", "query-augment", "query-matcher"]
 # The main demo: every pipeline on the demo data (jobs shared by several run once).
-PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["consistency"] + PIPELINES["query-graph"]))
+PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"]))
 
 
 def job_module(name: str) -> ModuleType:

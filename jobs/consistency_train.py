@@ -77,10 +77,6 @@ def evaluate(ctx: JobContext, model, accuracy_test, pairs, blind) -> tuple[float
 
 def run(ctx: JobContext) -> JobResult:
     """Train and evaluate every method; returns the results table version and mean metrics."""
-    from pyspark.sql import functions as F
-
-    from common.classifier import HFTModel, HFTTrainerPool, level_jobs, stats_dict
-    from common.taxonomy import depth_col
     from common.text import blind_col, load_dictionary
 
     cfg = ctx.cfg.consistency
@@ -108,24 +104,13 @@ def run(ctx: JobContext) -> JobResult:
             written = ctx.write(tr, training_set(ctx, method, d_l, pool, colours, sizes), f"train_{method}",
                                 config_hash, inputs)
             result.outputs[f"train_{method}"] = written
-            table = ctx.lakehouse.read(f"train_{method}", written.version)
-            stats = table.agg(F.count("*").alias("n"), F.sum((F.col("source") == "pseudo").cast("long")).alias("aug"),
-                              F.max(depth_col(F.col("category"))).alias("depth")).first()
-            trained[method] = (int(stats["aug"] or 0), int(stats["n"]))
-            files = ctx.lakehouse.file_uris(f"train_{method}", written.version)
-            for repeat in range(cfg.repeats):
-                seed = ctx.cfg.seed + repeat
-                out_dir = ctx.models_dir(f"hft_{method}", hash_of(config_hash, inputs, repeat))
-                keys.append((method, repeat, seed, HFTModel(out_dir, int(stats["depth"]))))
-                jobs += level_jobs(files, int(stats["depth"]), cfg.fasttext, seed, out_dir)
-        trainers = HFTTrainerPool(ctx.ray())
-        try:
-            level_stats = trainers.train(jobs)
-        finally:
-            trainers.close()
-        tr.log_dict(stats_dict(level_stats), "models/training_stats.json")
-        words = [s.words_per_second_per_thread for s in level_stats]
-        tr.log_metrics({"fasttext_words_per_second_per_thread": statistics.median(words)})
+            n_rows, n_aug, depth = training_stats(ctx, f"train_{method}", written.version)
+            trained[method] = (n_aug, n_rows)
+            models, level = model_jobs(ctx, f"train_{method}", written.version, depth, f"hft_{method}",
+                                       hash_of(config_hash, inputs), cfg.repeats)
+            keys += [(method, repeat, seed, model) for repeat, seed, model in models]
+            jobs += level
+        train_levels(ctx, tr, jobs)
 
         rows = []
         for method, repeat, seed, model in keys:
@@ -151,21 +136,67 @@ def run(ctx: JobContext) -> JobResult:
     return result
 
 
+def training_stats(ctx: JobContext, table: str, version: int) -> tuple[int, int, int]:
+    """(rows, augmented rows = source other than ``labeled``, label depth) of a training table version."""
+    from pyspark.sql import functions as F
+
+    from common.taxonomy import depth_col
+
+    stats = ctx.lakehouse.read(table, version).agg(
+        F.count("*").alias("n"), F.sum((F.col("source") != "labeled").cast("long")).alias("aug"),
+        F.max(depth_col(F.col("category"))).alias("depth")).first()
+    return int(stats["n"]), int(stats["aug"] or 0), int(stats["depth"] or 0)
+
+
+def model_jobs(ctx: JobContext, table: str, version: int, depth: int, name: str, key: str, repeats: int,
+               first_repeat: int = 0):
+    """The HFT models of ``repeats`` trainings on a table version (seeds seed+repeat) and their level jobs.
+
+    Returns ([(repeat, seed, HFTModel)], [train_level kwargs]).
+    """
+    from common.classifier import HFTModel, level_jobs
+
+    files = ctx.lakehouse.file_uris(table, version)
+    models, jobs = [], []
+    for repeat in range(first_repeat, first_repeat + repeats):
+        seed = ctx.cfg.seed + repeat
+        out_dir = ctx.models_dir(name, hash_of(key, table, version, repeat))
+        models.append((repeat, seed, HFTModel(out_dir, depth)))
+        jobs += level_jobs(files, depth, ctx.cfg.consistency.fasttext, seed, out_dir)
+    return models, jobs
+
+
+def train_levels(ctx: JobContext, tr, jobs) -> None:
+    """Train HFT level jobs in parallel on a pool of Ray actors; log their stats to the run."""
+    from common.classifier import HFTTrainerPool, stats_dict
+
+    trainers = HFTTrainerPool(ctx.ray())
+    try:
+        level_stats = trainers.train(jobs)
+    finally:
+        trainers.close()
+    tr.log_dict(stats_dict(level_stats), "models/training_stats.json")
+    tr.log_metrics({"fasttext_words_per_second_per_thread":
+                    statistics.median(s.words_per_second_per_thread for s in level_stats)})
+
+
 def _skipped(table: str, version: int):
     from common.lakehouse import WriteResult
 
     return WriteResult(table, version, skipped=True, num_rows=None)
 
 
-def with_lifts(rows: list[tuple]) -> list[tuple]:
+def with_lifts(rows: list[tuple], baseline: Optional[tuple[float, float]] = None) -> list[tuple]:
     """Append relative lifts vs the baseline's mean (the paper's Table 1 percentages) to result rows.
 
-    ``rows``: (run_id, method, repeat, seed, f1, consistency, n_train, n_augmented). Lifts are None
-    when no baseline was run.
+    ``rows``: (run_id, method, repeat, seed, f1, consistency, n_train, n_augmented). ``baseline`` is the
+    (F1, consistency) mean to compare with; by default the mean of the ``baseline`` rows among ``rows``.
+    Lifts are None when there is no baseline.
     """
-    base = [r for r in rows if r[1] == "baseline"]
-    f1_base = statistics.mean(r[4] for r in base) if base else None
-    cons_base = statistics.mean(r[5] for r in base) if base else None
+    if baseline is None:
+        base = [r for r in rows if r[1] == "baseline"]
+        baseline = (statistics.mean(r[4] for r in base), statistics.mean(r[5] for r in base)) if base else None
+    f1_base, cons_base = baseline or (None, None)
     out = []
     for run_id, method, repeat, seed, f1, cons, n_train, n_aug in rows:
         f1_lift = (f1 - f1_base) / f1_base if f1_base else None

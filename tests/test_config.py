@@ -57,6 +57,11 @@ def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
     ("ray.mode=address", "ray.address: is required"),
     ("spark.graphframes=yes", "spark.graphframes"),
     ("inputs.labeled.format=xlsx", "inputs.labeled.format: 'xlsx' is not allowed"),
+    ("cga.model.scratch=null", "cga.model: set model.name_or_path (a checkpoint) or model.scratch"),
+    ("query_reformulation.fine_tune.grad_accumulation=0", "query_reformulation.fine_tune.grad_accumulation: must be"),
+    ("cga.model.scratch.d_model=65", "cga.model.scratch.d_model: must be a multiple of num_heads"),
+    ("cga.generation.mode=greedy", "cga.generation.mode: 'greedy' is not allowed"),
+    ("cga.threshold=1.5", "cga.threshold: must be in [0, 1]"),
 ])
 def test_bad_values_fail_naming_the_key(override, message):
     with pytest.raises(ConfigError) as err:
@@ -82,3 +87,21 @@ def test_section_hash_is_stable_and_sensitive():
     with pytest.raises(ConfigError, match="unknown config section"):
         a.section_hash("nope")
     assert isinstance(AppConfig().flat()["demo.seed"], int)
+
+
+def test_generative_defaults_are_the_papers():
+    cfg = AppConfig()
+    # CGA: 3 epochs, n = 8 samples, BLEU, T = 0.7, sweeps T in {0.5..0.8} and N in {50k..400k}.
+    assert cfg.cga.fine_tune.epochs == 3 and cfg.cga.generation.n_samples == 8
+    assert (cfg.cga.scorer, cfg.cga.threshold, cfg.cga.n) == ("bleu", 0.7, None)
+    assert cfg.cga.sweep.thresholds == [0.5, 0.6, 0.7, 0.8] and cfg.cga.sweep.sizes == [50_000, 100_000, 200_000, 400_000]
+    assert (cfg.cga.generation.top_k, cfg.cga.generation.top_p) == (50, 0.95)
+    # Query reformulation: 2 epochs, batch 32 x accumulation 16 = 512, lr 3e-4.
+    ft = cfg.query_reformulation.fine_tune
+    assert (ft.epochs, ft.batch_size, ft.grad_accumulation, ft.learning_rate) == (2, 32, 16, 3e-4)
+    # A checkpoint name wins over the scratch shape.
+    production = load_config(None, ["query_reformulation.model.name_or_path=t5-base"])
+    from common.seq2seq import ModelSpec
+
+    assert ModelSpec.from_config(production.query_reformulation.model).model_name_or_path == "t5-base"
+    assert ModelSpec.from_config(cfg.cga.model).model_name_or_path is None

@@ -27,6 +27,7 @@ def test_actor_pool_generates_n_samples_and_quarantines_bad_rows(tiny_model, lak
     assert len(good) == 20 * 3
     assert sorted(good.groupby("source_id").sample_idx.apply(sorted).map(tuple).unique()) == [(0, 1, 2)]
     assert set(good.model_version) == {"t5-test@1"} and good.generated_text.map(type).eq(str).all()
+    assert good.generated_tokens.between(1, 8).all()  # max_new_tokens = 8
     bad = {r["source_id"]: r["reason"] for r in quarantined.take_all()}
     assert bad == {"empty": "empty input", "long": bad["long"]} and bad["long"].startswith("input longer than 32")
     written = lakehouse.write_ray(generated, "generated")

@@ -78,3 +78,16 @@ def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime
     assert len(kept_rows) + len(reasons) == len(rows)
     cosine_kept, _ = filter_generated(ds, FilterSpec(scorer="minilm", threshold=0.7))
     assert [r["source_id"] for r in cosine_kept.take_all()] == ["a"]
+
+
+def test_scoring_keeps_earlier_reasons_and_threshold_free_mode(ray_runtime):
+    import pyarrow as pa
+
+    from common.filtering import FilterSpec, score_batch
+
+    table = pa.table({"source_text": ["red mug", "mug " * 100, "blue lamp"],
+                      "generated_text": ["red mug large", None, "blue lamp"],
+                      "reason": [None, "input longer than 64 tokens (101)", None]})
+    scored = score_batch(table, FilterSpec(scorer="bleu", threshold=None)).to_pydict()
+    assert scored["reason"] == [None, "input longer than 64 tokens (101)", "copy of the source"]
+    assert scored["score"][0] > 0.3 and scored["score"][1:] == [None, None]

@@ -1,6 +1,8 @@
 """T5 fine-tuning from scratch: the tokenizer, the loss going down, and a model that reloads and generates."""
 from __future__ import annotations
 
+import pytest
+
 from common.seq2seq import ModelSpec, TrainSpec, fine_tune, train_tokenizer
 
 
@@ -30,3 +32,35 @@ def test_scratch_t5_learns_and_reloads(tmp_path):
     out = model.generate(**tok(["acme mug red"], return_tensors="pt"), max_new_tokens=12, do_sample=False)
     text = tok.decode(out[0], skip_special_tokens=True)
     assert text and set(text.split()) & {"red", "mug", "acme", "by"}
+
+
+def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path, ray_runtime, tracking_uri):
+    import mlflow
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from transformers import T5ForConditionalGeneration
+
+    from common.seq2seq import fine_tune_on_ray
+
+    files = []
+    for part in range(2):  # the task reads a table's files itself, like a Delta version's
+        chunk = PAIRS[part::2] + [("", "empty source is skipped"), ("  ", None)]
+        path = tmp_path / f"part-{part}.parquet"
+        pq.write_table(pa.table({"source_text": [s for s, _ in chunk], "target_text": [t for _, t in chunk]}), path)
+        files.append(str(path))
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment("test-seq2seq")
+    with mlflow.start_run() as run:
+        result = fine_tune_on_ray(ray_runtime, files, str(tmp_path / "models" / "t5"), ModelSpec(vocab_size=60),
+                                  TrainSpec(epochs=3, learning_rate=3e-3, batch_size=16, seed=1),
+                                  tracking_uri=tracking_uri, run_id=run.info.run_id, checkpoint_every=1)
+    assert result.examples == 3 * 48 and len(result.step_losses) == 3 * 3 and result.device == "cpu"
+    client = mlflow.MlflowClient(tracking_uri)
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")} == {
+        "checkpoints/epoch-1", "checkpoints/epoch-2"}
+    assert "model/config.json" in {a.path for a in client.list_artifacts(run.info.run_id, "model")}
+    history = client.get_metric_history(run.info.run_id, "train_loss")
+    assert [m.step for m in history] == list(range(9))
+    assert [m.value for m in history] == pytest.approx(result.step_losses)
+    assert len(client.get_metric_history(run.info.run_id, "epoch_loss")) == 3
+    T5ForConditionalGeneration.from_pretrained(tmp_path / "models" / "t5")  # the final model reached out_uri

@@ -1,0 +1,276 @@
+"""The CGA jobs (consistency paper, Consistent Generative Augmentation): one module, four thin jobs.
+
+* ``cga-pairs`` reads ``unlabeled_pool`` (D_U: the catalog groups outside the consistency test); writes
+  ``cga_pairs`` (D_pairs: ordered pairs of different versions within a group).
+* ``cga-generate`` reads ``cga_pairs``, ``labeled_train``; fine-tunes T5 in a Ray task (checkpoints and
+  model to MLflow), generates ``cga.generation.n_samples`` samples per D_L title on a Ray Data actor pool,
+  scores each against its source (BLEU or MiniLM cosine); writes ``cga_generated`` (every sample with
+  ``score`` and, for empty outputs and copies, ``reason``) and ``cga_generated_quarantine`` (bad inputs).
+* ``cga-train`` reads ``cga_generated``, ``labeled_train``, ``accuracy_test``, ``consistency_test``,
+  ``consistency_results``; D_aug = samples with s >= ``cga.threshold`` (sub-sampled to ``cga.n``) with
+  their source's label; writes ``cga_augmented``, ``train_cga`` (D_L ∪ D_aug); trains HFT
+  ``consistency.repeats`` times, evaluates like ``consistency-train`` and puts the ``cga`` rows into
+  ``consistency_results`` (replacing earlier ``cga`` rows; lifts vs the baseline rows).
+* ``cga-sweep`` reads the same; one MLflow child run per Figure-2 point (T at fixed N, N at T = 0.7, T
+  without sub-sampling); writes ``cga_sweep_results`` and the chart ``reports/cga/figure2.png``.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional, Sequence
+
+from common.job import JobContext, JobResult, hash_of, job_main, run_jobs
+from jobs.consistency_train import _skipped
+
+log = logging.getLogger(__name__)
+
+RESULTS = "consistency_results"
+SWEEP_RESULTS = "cga_sweep_results"
+SWEEP_SCHEMA = ("run_id string, point string, threshold double, n long, experiments string, repeat int, seed long, "
+                "f1_weighted double, consistency_rate double, n_train long, n_augmented long")
+
+
+def _model_hash(ctx: JobContext) -> str:
+    cfg = ctx.cfg.cga
+    return hash_of(asdict(cfg.model), asdict(cfg.fine_tune), ctx.cfg.seed)
+
+
+def _generation_hash(ctx: JobContext) -> str:
+    cfg = ctx.cfg.cga
+    return hash_of(_model_hash(ctx), asdict(cfg.generation), cfg.scorer)
+
+
+def pairs_job(ctx: JobContext) -> JobResult:
+    """``cga-pairs``: D_pairs, ordered pairs of different versions within each D_U group."""
+    from pyspark.sql import functions as F
+
+    from common.cga import group_version_pairs
+
+    result = JobResult(job="cga-pairs")
+    with ctx.tracked(result.job) as tr:
+        result.run_id = tr.run_id
+        pool, version = ctx.read_table(tr, "unlabeled_pool")
+        pairs = group_version_pairs(pool, ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed)
+        out = ctx.write(tr, pairs, "cga_pairs", hash_of(ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed),
+                        {"unlabeled_pool": str(version)})
+        result.outputs["cga_pairs"] = out
+        stats = ctx.lakehouse.read("cga_pairs", out.version).agg(
+            F.count("*").alias("pairs"), F.countDistinct("group_id").alias("groups")).first()
+        result.metrics = {"pairs": float(stats["pairs"]), "groups_with_pairs": float(stats["groups"])}
+        tr.log_metrics(result.metrics)
+    return result
+
+
+def generate_job(ctx: JobContext) -> JobResult:
+    """``cga-generate``: fine-tune T5 on D_pairs, generate n samples per D_L title, score them."""
+    from common.filtering import FilterSpec
+    from common.t5_stage import fine_tune_stage, generate_stage
+
+    cfg = ctx.cfg.cga
+    result = JobResult(job="cga-generate")
+    with ctx.tracked(result.job) as tr:
+        result.run_id = tr.run_id
+        _, v_pairs = ctx.read_table(tr, "cga_pairs")
+        _, v_train = ctx.read_table(tr, "labeled_train")
+        config_hash = _generation_hash(ctx)
+        model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "t5_cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
+                                {"cga_pairs": str(v_pairs)})
+        inputs = {"cga_pairs": str(v_pairs), "labeled_train": str(v_train)}
+        written, stats = generate_stage(ctx, tr, "labeled_train", v_train, "item_id", "title", model, cfg.generation,
+                                        FilterSpec(scorer=cfg.scorer, threshold=None), "cga_generated",
+                                        config_hash, inputs)
+        result.outputs["cga_generated"] = written
+        result.metrics = stats.metrics()
+    return result
+
+
+def _base_results_version(ctx: JobContext) -> int:
+    """The ``consistency_results`` version that ``consistency-train`` wrote last (the one CGA rows join):
+    the latest version, or the version a later ``cga-train`` commit names as its base."""
+    from common.lakehouse import LakehouseError
+
+    if not ctx.lakehouse.exists(RESULTS):
+        raise LakehouseError(f"{RESULTS} does not exist: run consistency-train first (CGA joins its baseline)")
+    latest = ctx.lakehouse.history(RESULTS)[0]
+    if latest.lineage and latest.lineage.get("job") == "cga-train":
+        return int(latest.lineage["inputs"][RESULTS])
+    return latest.version
+
+
+def _evaluation_inputs(ctx: JobContext, tr):
+    """The tables every CGA training reads: (D_L, generated, accuracy test, consistency pairs, versions)."""
+    d_l, v_train = ctx.read_table(tr, "labeled_train")
+    generated, v_gen = ctx.read_table(tr, "cga_generated")
+    accuracy_test, v_acc = ctx.read_table(tr, "accuracy_test")
+    pairs, v_pairs = ctx.read_table(tr, "consistency_test")
+    inputs = {"labeled_train": str(v_train), "cga_generated": str(v_gen), "accuracy_test": str(v_acc),
+              "consistency_test": str(v_pairs)}
+    return d_l, generated, accuracy_test, pairs, inputs
+
+
+def train_job(ctx: JobContext) -> JobResult:
+    """``cga-train``: D_aug at (cga.threshold, cga.n), HFT on D_L ∪ D_aug, the ``cga`` rows of the results."""
+    from pyspark.sql import functions as F
+
+    from common.cga import augmentation_set, training_set
+    from jobs.consistency_train import (RESULT_SCHEMA, evaluate, model_jobs, report, summary_table, train_levels,
+                                        training_stats, with_lifts)
+
+    cfg = ctx.cfg.cga
+    repeats = ctx.cfg.consistency.repeats
+    result = JobResult(job="cga-train")
+    with ctx.tracked(result.job) as tr:
+        result.run_id = tr.run_id
+        d_l, generated, accuracy_test, pairs, inputs = _evaluation_inputs(ctx, tr)
+        base_version = _base_results_version(ctx)
+        existing, _ = ctx.read_table(tr, RESULTS, base_version)
+        inputs[RESULTS] = str(base_version)
+        config_hash = hash_of(cfg.threshold, cfg.n, asdict(ctx.cfg.consistency.fasttext), repeats, ctx.cfg.seed)
+        done = ctx.existing_version(tr, RESULTS, config_hash, inputs)
+        if done is not None and done == ctx.lakehouse.version(RESULTS):
+            log.info("%s v%s already holds these CGA rows (same config and inputs); nothing to do", RESULTS, done)
+            result.outputs[RESULTS] = _skipped(RESULTS, done)
+            return result
+
+        aug = augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed)
+        result.outputs["cga_augmented"] = ctx.write(tr, aug, "cga_augmented", config_hash, inputs)
+        aug = ctx.lakehouse.read("cga_augmented", result.outputs["cga_augmented"].version)
+        written = ctx.write(tr, training_set(d_l, aug), "train_cga", config_hash, inputs)
+        result.outputs["train_cga"] = written
+        n_rows, n_aug, depth = training_stats(ctx, "train_cga", written.version)
+        models, jobs = model_jobs(ctx, "train_cga", written.version, depth, "hft_cga", config_hash, repeats)
+        train_levels(ctx, tr, jobs)
+
+        rows = []
+        for repeat, seed, model in models:
+            f1, consistency = evaluate(ctx, model, accuracy_test, pairs, None)
+            rows.append((tr.run_id, "cga", repeat, seed, f1, consistency, n_rows, n_aug))
+            tr.log_metrics({"cga.f1_weighted": f1, "cga.consistency_rate": consistency}, step=repeat)
+            log.info("cga repeat %d: F1 %.4f consistency %.4f (D_aug %d)", repeat, f1, consistency, n_aug)
+        base = existing.filter(F.col("method") == "baseline").agg(F.avg("f1_weighted"), F.avg("consistency_rate")).first()
+        baseline = (base[0], base[1]) if base[0] is not None else None
+        cga_rows = ctx.spark.createDataFrame(with_lifts(rows, baseline), RESULT_SCHEMA)
+        merged = existing.filter(F.col("method") != "cga").unionByName(cga_rows)
+        result.outputs[RESULTS] = ctx.write(tr, merged, RESULTS, config_hash, inputs)
+        pdf = ctx.lakehouse.read(RESULTS, result.outputs[RESULTS].version).toPandas()
+        report(ctx, tr, pdf)
+        cga = pdf[pdf.method == "cga"]
+        result.metrics = {"cga.f1_weighted": float(cga.f1_weighted.mean()),
+                          "cga.consistency_rate": float(cga.consistency_rate.mean()), "cga.n_augmented": float(n_aug)}
+        tr.log_metrics({f"mean.{k}": v for k, v in result.metrics.items()})
+        log.info("consistency results with CGA:\n%s", summary_table(pdf))
+    return result
+
+
+def sweep_job(ctx: JobContext) -> JobResult:
+    """``cga-sweep``: the Figure-2 experiments, one MLflow child run per (T, N) point."""
+    from common.cga import augmentation_set, sweep_points, training_set
+    from jobs.consistency_train import evaluate, model_jobs, train_levels, training_stats
+
+    cfg = ctx.cfg.cga
+    result = JobResult(job="cga-sweep")
+    with ctx.tracked(result.job) as tr:
+        result.run_id = tr.run_id
+        if not cfg.sweep.enabled:
+            log.info("cga.sweep.enabled is false: no sweep")
+            return result
+        d_l, generated, accuracy_test, pairs, inputs = _evaluation_inputs(ctx, tr)
+        sweep_hash = hash_of(asdict(cfg.sweep), asdict(ctx.cfg.consistency.fasttext), ctx.cfg.seed)
+        done = ctx.existing_version(tr, SWEEP_RESULTS, sweep_hash, inputs)
+        if done is not None:
+            log.info("%s v%s already holds this sweep; nothing to do", SWEEP_RESULTS, done)
+            result.outputs[SWEEP_RESULTS] = _skipped(SWEEP_RESULTS, done)
+            return result
+        n_available = generated.filter("reason IS NULL").select("source_id", "generated_text").distinct().count()
+        rows = []
+        for point in sweep_points(cfg.sweep):
+            with ctx.tracker.run(f"cga-sweep {point.name}", tags={"job": "cga-sweep", "sweep.point": point.name},
+                                 log_config=False) as child:
+                child.log_params({"threshold": point.threshold, "n": point.n or "all",
+                                  "experiments": ",".join(point.experiments)})
+                point_hash = hash_of(sweep_hash, point.threshold, point.n)
+                aug = augmentation_set(generated, d_l, point.threshold, point.n, ctx.cfg.seed)
+                written = ctx.write(child, training_set(d_l, aug), "cga_sweep_train", point_hash, inputs)
+                n_rows, n_aug, depth = training_stats(ctx, "cga_sweep_train", written.version)
+                models, jobs = model_jobs(ctx, "cga_sweep_train", written.version, depth, "hft_cga_sweep", point_hash,
+                                          cfg.sweep.repeats)
+                train_levels(ctx, child, jobs)
+                for repeat, seed, model in models:
+                    f1, consistency = evaluate(ctx, model, accuracy_test, pairs, None)
+                    child.log_metrics({"f1_weighted": f1, "consistency_rate": consistency, "n_augmented": n_aug},
+                                      step=repeat)
+                    rows.append((child.run_id, point.name, point.threshold, point.n, ",".join(point.experiments),
+                                 repeat, seed, f1, consistency, n_rows, n_aug))
+                    log.info("sweep %s repeat %d: F1 %.4f consistency %.4f (D_aug %d)", point.name, repeat, f1,
+                             consistency, n_aug)
+        frame = ctx.spark.createDataFrame(rows, SWEEP_SCHEMA)
+        result.outputs[SWEEP_RESULTS] = ctx.write(tr, frame, SWEEP_RESULTS, sweep_hash, inputs)
+        pdf = frame.toPandas()
+        figure2(ctx, tr, pdf, cfg.sweep)
+        best = pdf.groupby("point").consistency_rate.mean().sort_values().index[-1]
+        result.metrics = {"points": float(pdf.point.nunique()), "filtered_samples_available": float(n_available)}
+        tr.set_tags({"sweep.most_consistent_point": best})
+        tr.log_metrics(result.metrics)
+    return result
+
+
+def figure2(ctx: JobContext, tr, pdf, sweep) -> None:
+    """The paper's Figure 2 as one PNG: consistency and F1 vs T (at N = fixed_size), vs N (at T =
+    fixed_threshold), and vs T without sub-sampling; plus a markdown table. Both go to MLflow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(ctx.reports_dir("cga"))
+    means = pdf.groupby(["point", "threshold", "n", "experiments"], dropna=False).agg(
+        f1=("f1_weighted", "mean"), consistency=("consistency_rate", "mean"), n_aug=("n_augmented", "mean")).reset_index()
+    panels = [("threshold", "threshold T", f"N = {sweep.fixed_size}"),
+              ("size", "requested N", f"T = {sweep.fixed_threshold:g}"),
+              ("tradeoff", "threshold T", "no sub-sampling (N = all)")]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for ax, (experiment, xlabel, title) in zip(axes, panels):
+        part = means[means.experiments.str.contains(experiment)]
+        x = "n" if experiment == "size" else "threshold"
+        part = part.sort_values(x)
+        ax.plot(part[x], part.consistency, "o-", color="tab:blue", label="consistency rate")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("consistency rate", color="tab:blue")
+        twin = ax.twinx()
+        twin.plot(part[x], part.f1, "s--", color="tab:orange", label="weighted F1")
+        twin.set_ylabel("weighted F1", color="tab:orange")
+        for _, row in part.iterrows():
+            ax.annotate(f"|D_aug|={int(row.n_aug)}", (row[x], row.consistency), textcoords="offset points",
+                        xytext=(0, 6), fontsize=7, ha="center")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    fig.suptitle("CGA: filtering threshold T and augmentation size N (cf. the paper's Figure 2)")
+    fig.tight_layout()
+    chart = folder / "figure2.png"
+    fig.savefig(chart, dpi=110)
+    plt.close(fig)
+    lines = ["| point | experiments | F1 | consistency | D_aug |", "|---|---|---|---|---|"]
+    for _, row in means.sort_values(["threshold", "n"], na_position="last").iterrows():
+        lines.append(f"| {row.point} | {row.experiments} | {row.f1:.4f} | {row.consistency:.4f} | {int(row.n_aug)} |")
+    markdown = folder / "sweep.md"
+    markdown.write_text("# CGA sweep\n\n" + "\n".join(lines) + "\n\n![Figure 2](figure2.png)\n", encoding="utf-8")
+    print("\n".join(lines))
+    tr.log_artifact(str(chart), "report")
+    tr.log_artifact(str(markdown), "report")
+
+
+def run(ctx: JobContext) -> JobResult:
+    """Run the four CGA jobs in order (the ``cga`` pipeline without its consistency prerequisites)."""
+    return run_jobs(ctx, "cga", (pairs_job, generate_job, train_job, sweep_job))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> JobResult:
+    """CLI / spark-submit entry: ``spark-submit jobs/cga.py [--conf FILE] [--set k=v ...]``."""
+    return job_main("cga", run, argv, description=__doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
