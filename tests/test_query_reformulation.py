@@ -1,0 +1,112 @@
+"""Query reformulation: growth accounting by hand, the ranking metrics, the hold-out, and the pipeline."""
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from common.config import (FineTuneConfig, GenerationConfig, MatcherConfig, QueryGraphConfig,
+                           QueryReformulationConfig, ScratchT5Config, T5ModelConfig)
+from common.matcher import is_holdout, ranking_metrics
+from common.pipeline import run_pipeline
+from common.reformulation import augment_interactions, collected_tuples, usable_reformulations
+from jobs import PIPELINES
+
+TUPLES = "query string, product_id string, interaction string, count long"
+
+
+def test_growth_accounting_by_hand(spark):
+    cfg = QueryGraphConfig(activity_threshold={"click": 1, "purchase": 2})
+    kept = spark.createDataFrame([("red mug", "P1", "purchase", 2), ("red mug", "P2", "click", 1),
+                                  ("blue lamp", "P3", "click", 1)], TUPLES).withColumn("n_rows", F.lit(1))
+    quarantine = spark.createDataFrame([
+        ("crimson mug", "P1", "purchase", 1, 1, "below activity threshold for purchase: count 1 < 2"),
+        ("", "P9", "click", 4, 4, "empty query after normalisation"),
+    ], TUPLES + ", n_rows long, reason string")
+    tuples = collected_tuples(kept, quarantine)
+    assert tuples.count() == 4  # the empty query is not a collected tuple
+    refs = spark.createDataFrame([("red mug", "crimson mug"), ("red mug", "mug red"), ("crimson mug", "scarlet mug")],
+                                 "query string, reformulation string")
+    out = augment_interactions(tuples, refs, cfg)
+    kept_rows = {(r.query, r.product_id, r.interaction): (r["count"], r.original_count, r.reformulated_count, r.origin)
+                 for r in out.kept.collect()}
+    assert kept_rows == {
+        ("red mug", "P1", "purchase"): (2, 2, 0, "original"),
+        ("red mug", "P2", "click"): (1, 1, 0, "original"),
+        ("blue lamp", "P3", "click"): (1, 1, 0, "original"),
+        # collected below the threshold (1 < 2); red mug's reformulation adds its count 2: lifted over it
+        ("crimson mug", "P1", "purchase"): (3, 1, 2, "lifted"),
+        ("crimson mug", "P2", "click"): (1, 0, 1, "new"),
+        ("mug red", "P1", "purchase"): (2, 0, 2, "new"),
+        ("mug red", "P2", "click"): (1, 0, 1, "new"),
+    }
+    rejected = out.rejected.collect()
+    # crimson mug's own reformulation carries its count 1 to a purchase: still below 2.
+    assert [(r.query, r["count"], r.reason) for r in rejected] == [
+        ("scarlet mug", 1, "below activity threshold for purchase: count 1 < 2")]
+    assert out.reformulated.count() == 5
+    aggregated = tuples.unionByName(out.reformulated).select("query", "product_id", "interaction").distinct().count()
+    assert aggregated == len(kept_rows) + len(rejected)  # every aggregated tuple is kept or rejected
+    assert len(kept_rows) / kept.count() == pytest.approx(7 / 3)  # growth factor
+
+
+def test_usable_reformulations_drop_rejects_copies_and_normalise(spark):
+    generated = spark.createDataFrame([
+        ("red mug", "Crimson  MUG", 0, None), ("red mug", "red mug", 1, None), ("red mug", "RED MUG!", 2, None),
+        ("red mug", "", 3, "empty output"), ("x" * 300, None, -1, "input longer than 64 tokens (300)"),
+    ], "source_text string, generated_text string, sample_idx long, reason string")
+    rows = {(r.query, r.reformulation) for r in usable_reformulations(generated).collect()}
+    assert ("red mug", "crimson mug") in rows and ("red mug", "red mug") not in rows
+    assert all(q == "red mug" for q, _ in rows) and len(rows) <= 2
+
+
+def test_ranking_metrics_by_hand():
+    m = ranking_metrics(["P1", "P7", "P2", "P9"], ["P2", "P1", "P3"], [1, 2, 4])
+    assert m["precision_at_1"] == 1.0 and m["recall_at_1"] == pytest.approx(1 / 3) and m["hit_at_1"] == 1.0
+    assert m["precision_at_2"] == 0.5 and m["precision_at_4"] == 0.5 and m["recall_at_4"] == pytest.approx(2 / 3)
+    assert ranking_metrics(["P5"], ["P1"], [1]) == {"precision_at_1": 0.0, "recall_at_1": 0.0, "hit_at_1": 0.0}
+
+
+def test_holdout_is_seeded_and_near_its_fraction(spark):
+    queries = spark.range(20000).select(F.concat(F.lit("query "), F.col("id").cast("string")).alias("query"))
+    share = queries.filter(is_holdout(F.col("query"), 0.2, 42)).count() / 20000
+    assert 0.18 < share < 0.22
+    first = {r.query for r in queries.filter(is_holdout(F.col("query"), 0.2, 42)).collect()}
+    assert first == {r.query for r in queries.filter(is_holdout(F.col("query"), 0.2, 42)).collect()}
+    assert first != {r.query for r in queries.filter(is_holdout(F.col("query"), 0.2, 43)).collect()}
+
+
+def test_query_reformulation_pipeline_end_to_end(ctx):
+    ctx.cfg.demo.n_sessions = 6000
+    ctx.cfg.query_reformulation = QueryReformulationConfig(
+        model=T5ModelConfig(scratch=ScratchT5Config(vocab_size=300, d_model=32, d_ff=64, num_layers=1, num_heads=4)),
+        fine_tune=FineTuneConfig(epochs=2, learning_rate=1e-3, batch_size=32, grad_accumulation=2, num_cpus=2,
+                                 checkpoint_every=0),
+        generation=GenerationConfig(n_samples=2, max_new_tokens=10, concurrency=1),
+        matcher=MatcherConfig(epoch=5, ks=[1, 5]))
+    results = {r.job: r for r in run_pipeline(ctx, "query-reformulation", PIPELINES["query-reformulation"])}
+    lh = ctx.lakehouse
+    growth = results["query-augment"].metrics
+    local = lh.read("query_interactions").count()
+    augmented = lh.read("augmented_interactions")
+    assert growth["local_tuples"] == local and growth["augmented_tuples"] == augmented.count()
+    assert growth["growth_factor"] == pytest.approx(augmented.count() / local)
+    assert growth["aggregated_tuples"] == growth["augmented_tuples"] + growth["rejected_tuples"]
+    assert growth["augmented_original"] == local  # every original tuple survives: counts only grow
+    assert growth["augmented_original"] + growth["augmented_lifted"] + growth["augmented_new"] == augmented.count()
+    queries = lh.read("reformulation_inputs").count()
+    assert results["query-reformulate"].metrics["generation.inputs"] == queries
+    assert lh.read("query_reformulations").filter("sample_idx >= 0").count() == 2 * queries
+
+    # The matcher never saw a held-out query: not in its pairs, not as a generation input.
+    pairs = lh.read("matcher_pairs")
+    held = F.col("q")
+    for column in ("source_query", "target_query"):
+        assert pairs.select(F.col(column).alias("q")).filter(is_holdout(held, 0.2, ctx.cfg.seed)).count() == 0
+    assert lh.read("matcher_inputs").filter(is_holdout(F.col("query"), 0.2, ctx.cfg.seed)).count() == 0
+    res = lh.read("matcher_results").toPandas()
+    assert sorted(zip(res.variant, res.k)) == [("augmented", 1), ("augmented", 5), ("original", 1), ("original", 5)]
+    assert res.precision.between(0, 1).all() and (res.n_queries > 0).all()
+    assert res[res.variant == "augmented"].n_train_tuples.iloc[0] >= res[res.variant == "original"].n_train_tuples.iloc[0]
+    before = {t.name: t.version for t in lh.tables()}
+    run_pipeline(ctx, "query-reformulation", PIPELINES["query-reformulation"])
+    assert {t.name: t.version for t in lh.tables()} == before
