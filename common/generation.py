@@ -92,6 +92,8 @@ class T5Generator:
         return [list(zip(decoded[i * n:(i + 1) * n], counts[i * n:(i + 1) * n])) for i in range(len(texts))]
 
     def __call__(self, batch: dict[str, np.ndarray]):
+        import torch
+
         ids = [str(x) for x in batch["source_id"]]
         texts = ["" if x is None else str(x) for x in batch["source_text"]]
         rows: list[tuple] = []
@@ -108,6 +110,9 @@ class T5Generator:
         good.sort(key=lambda i: lengths[i])  # length buckets: similar lengths share a padded batch
         for start in range(0, len(good), self.spec.bucket_size):
             bucket = good[start:start + self.spec.bucket_size]
+            # Sampling depends on the bucket's inputs and the seed, not on which actor got the batch or
+            # what it generated before.
+            torch.manual_seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
             try:
                 outputs = self._generate([texts[i] for i in bucket])
             except Exception:  # isolate the row that breaks decoding; the rest of the bucket still runs
@@ -130,10 +135,22 @@ class T5Generator:
         return pa.table({name: list(values) for name, values in zip(OUTPUT_COLUMNS, columns)}, schema=output_schema())
 
 
+def _bucket_seed(seed: int, ids: list[str]) -> int:
+    import hashlib
+
+    digest = hashlib.sha256("\x1f".join([str(seed), *ids]).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
 def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, concurrency: int = 1,
              num_gpus: float = 0.0, batch_size: int = 256):
-    """``ds`` (source_id, source_text) -> generated rows (OUTPUT_COLUMNS), over an actor pool."""
-    return ds.map_batches(T5Generator, fn_constructor_kwargs={"model_path": model_path, "model_version": model_version,
+    """``ds`` (source_id, source_text) -> generated rows (OUTPUT_COLUMNS), over an actor pool.
+
+    The input is cut into blocks of ``batch_size`` rows first (a streaming repartition): one Parquet file is
+    one block, and its n-fold output would otherwise leave the actors as one block that downstream stages
+    (scoring, the write) can only start on once all of it is generated.
+    """
+    return ds.repartition(target_num_rows_per_block=batch_size).map_batches(T5Generator, fn_constructor_kwargs={"model_path": model_path, "model_version": model_version,
                                                               "spec": spec},
                           concurrency=concurrency, num_gpus=num_gpus or None, batch_size=batch_size,
                           batch_format="numpy")

@@ -54,6 +54,10 @@ def cosine_scores(texts: Sequence[str], references: Sequence[str], model_path: O
     if not texts:
         return []
     encoder = _encoder(model_path or minilm_path(), device)
-    a = encoder.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
-    b = encoder.encode(list(references), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
+    # Each distinct text is encoded once: a source appears n_samples times in a batch of generated rows.
+    unique = list(dict.fromkeys([*texts, *references]))
+    index = {text: i for i, text in enumerate(unique)}
+    vectors = encoder.encode(unique, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
+    a = vectors[[index[t] for t in texts]]
+    b = vectors[[index[r] for r in references]]
     return [float(x) for x in np.clip(np.sum(a * b, axis=1), -1.0, 1.0)]
