@@ -111,19 +111,12 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     from common.filtering import score_generated
     from common.generation import GenerationSpec, generate
 
-    concurrency = gen_cfg.concurrency
-    cpus = int(ctx.ray().resources().get("CPU", 1))
-    if not gen_cfg.num_gpus and concurrency >= cpus:
-        # CPU actors hold their CPU for the whole stage: the read and scoring tasks need one left over,
-        # or Ray Data waits forever for a free CPU.
-        concurrency = max(1, cpus - 1)
-        log.warning("generation.concurrency %d leaves no CPU for reading and scoring on a %d-CPU Ray cluster; "
-                    "using %d CPU actors", gen_cfg.concurrency, cpus, concurrency)
+    ctx.ray()
     columns = list(dict.fromkeys([id_col, text_col]))
     ds = ctx.lakehouse.read_ray(source_table, source_version, columns=columns).map_batches(
         _as_generation_input, batch_format="pyarrow", fn_kwargs={"id_col": id_col, "text_col": text_col})
     spec = GenerationSpec.from_config(gen_cfg, ctx.cfg.seed)
-    out = score_generated(generate(ds, model.uri, model.version, spec, concurrency=concurrency,
+    out = score_generated(generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
                                    num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size), scoring)
     lineage = Lineage(job=tr.name, config_hash=config_hash, inputs=dict(inputs), run_id=tr.run_id)
     start = time.perf_counter()
