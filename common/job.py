@@ -130,6 +130,11 @@ class JobContext:
             self._ray = None
 
 
+def unchanged(table: str, version: int) -> WriteResult:
+    """The result of a write a job skipped because ``table`` v``version`` already holds its output."""
+    return WriteResult(table, version, skipped=True, num_rows=None)
+
+
 def build_context(cfg: AppConfig, force: bool = False, spark: Optional["SparkSession"] = None,
                   capabilities: Optional[SparkCapabilities] = None) -> JobContext:
     """Create the session (or use ``spark``), probe its capabilities (unless given) and wire the

@@ -22,8 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional, Sequence
 
-from common.job import JobContext, JobResult, hash_of, job_main, run_jobs
-from jobs.consistency_train import _skipped
+from common.job import JobContext, JobResult, hash_of, job_main, run_jobs, unchanged
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ def train_job(ctx: JobContext) -> JobResult:
         done = ctx.existing_version(tr, RESULTS, config_hash, inputs)
         if done is not None and done == ctx.lakehouse.version(RESULTS):
             log.info("%s v%s already holds these CGA rows (same config and inputs); nothing to do", RESULTS, done)
-            result.outputs[RESULTS] = _skipped(RESULTS, done)
+            result.outputs[RESULTS] = unchanged(RESULTS, done)
             return result
 
         aug = augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed)
@@ -167,7 +166,7 @@ def train_job(ctx: JobContext) -> JobResult:
 
 def sweep_job(ctx: JobContext) -> JobResult:
     """``cga-sweep``: the Figure-2 experiments, one MLflow child run per (T, N) point."""
-    from common.cga import augmentation_set, sweep_points, training_set
+    from common.cga import THRESHOLD_FREE, augmentation_set, sweep_points, training_set
     from jobs.consistency_train import evaluate, model_jobs, train_levels, training_stats
 
     cfg = ctx.cfg.cga
@@ -182,9 +181,9 @@ def sweep_job(ctx: JobContext) -> JobResult:
         done = ctx.existing_version(tr, SWEEP_RESULTS, sweep_hash, inputs)
         if done is not None:
             log.info("%s v%s already holds this sweep; nothing to do", SWEEP_RESULTS, done)
-            result.outputs[SWEEP_RESULTS] = _skipped(SWEEP_RESULTS, done)
+            result.outputs[SWEEP_RESULTS] = unchanged(SWEEP_RESULTS, done)
             return result
-        n_available = generated.filter("reason IS NULL").select("source_id", "generated_text").distinct().count()
+        n_available = generated.filter(THRESHOLD_FREE).select("source_id", "generated_text").distinct().count()
         rows = []
         for point in sweep_points(cfg.sweep):
             with ctx.tracker.run(f"cga-sweep {point.name}", tags={"job": "cga-sweep", "sweep.point": point.name},

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional, Sequence
 
-from common.job import JobContext, JobResult, hash_of, job_main
+from common.job import JobContext, JobResult, hash_of, job_main, unchanged
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def run(ctx: JobContext) -> JobResult:
         done = ctx.existing_version(tr, RESULTS, config_hash, inputs)
         if done is not None:
             log.info("%s v%s already holds these results (same config and inputs); nothing to do", RESULTS, done)
-            result.outputs[RESULTS] = _skipped(RESULTS, done)
+            result.outputs[RESULTS] = unchanged(RESULTS, done)
             print(summary_table(ctx.lakehouse.read(RESULTS, done).toPandas()))
             return result
         colours, sizes = load_dictionary(cfg.colours), load_dictionary(cfg.sizes)
@@ -178,12 +178,6 @@ def train_levels(ctx: JobContext, tr, jobs) -> None:
     tr.log_dict(stats_dict(level_stats), "models/training_stats.json")
     tr.log_metrics({"fasttext_words_per_second_per_thread":
                     statistics.median(s.words_per_second_per_thread for s in level_stats)})
-
-
-def _skipped(table: str, version: int):
-    from common.lakehouse import WriteResult
-
-    return WriteResult(table, version, skipped=True, num_rows=None)
 
 
 def with_lifts(rows: list[tuple], baseline: Optional[tuple[float, float]] = None) -> list[tuple]:

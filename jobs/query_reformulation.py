@@ -23,8 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional, Sequence
 
-from common.job import JobContext, JobResult, hash_of, job_main, run_jobs
-from jobs.consistency_train import _skipped
+from common.job import JobContext, JobResult, hash_of, job_main, run_jobs, unchanged
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +87,20 @@ def augment_job(ctx: JobContext) -> JobResult:
         generated, v_gen = ctx.read_table(tr, "query_reformulations")
         inputs["query_reformulations"] = str(v_gen)
         config_hash = hash_of(asdict(ctx.cfg.query_graph))
-        augmented = augment_interactions(tuples, usable_reformulations(generated), ctx.cfg.query_graph)
-        out = result.outputs
-        out["augmented_interactions"] = ctx.write(tr, augmented.kept, "augmented_interactions", config_hash, inputs)
-        out["augmented_interactions_rejected"] = ctx.write(tr, augmented.rejected, "augmented_interactions_rejected",
-                                                           config_hash, inputs)
-        result.metrics = growth_accounting(ctx, tuples, local, augmented.reformulated,
-                                           out["augmented_interactions"].version,
-                                           out["augmented_interactions_rejected"].version)
+        # Two writes and the accounting read the reformulations: normalise them (a Python UDF) once.
+        refs = usable_reformulations(generated).persist()
+        try:
+            augmented = augment_interactions(tuples, refs, ctx.cfg.query_graph)
+            out = result.outputs
+            out["augmented_interactions"] = ctx.write(tr, augmented.kept, "augmented_interactions", config_hash,
+                                                      inputs)
+            out["augmented_interactions_rejected"] = ctx.write(tr, augmented.rejected,
+                                                               "augmented_interactions_rejected", config_hash, inputs)
+            result.metrics = growth_accounting(ctx, tuples, local, augmented.reformulated,
+                                               out["augmented_interactions"].version,
+                                               out["augmented_interactions_rejected"].version)
+        finally:
+            refs.unpersist()
         tr.log_metrics(result.metrics)
         log.info("query augmentation: %d -> %d tuples over the threshold (growth factor %.2fx)",
                  result.metrics["local_tuples"], result.metrics["augmented_tuples"], result.metrics["growth_factor"])
@@ -150,7 +155,7 @@ def matcher_job(ctx: JobContext) -> JobResult:
         done = ctx.existing_version(tr, MATCHER_RESULTS, config_hash, inputs)
         if done is not None:
             log.info("%s v%s already holds these results; nothing to do", MATCHER_RESULTS, done)
-            result.outputs[MATCHER_RESULTS] = _skipped(MATCHER_RESULTS, done)
+            result.outputs[MATCHER_RESULTS] = unchanged(MATCHER_RESULTS, done)
             return result
         held = is_holdout(F.col("query"), m.holdout_fraction, ctx.cfg.seed)
         train_tuples = tuples.filter(~held)
