@@ -12,26 +12,46 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 # fastText (fasttext-numpy2) reads uninitialised memory unless big blocks always come from fresh mmaps:
-# see common/classifier.py.
+# see common/models/hft.py.
 export MALLOC_MMAP_THRESHOLD_ := 131072
 
-.PHONY: install demo test bench dist clean
+JARS   := $(abspath $(VENV))/jars
+# Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
+DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)
 
-$(STAMP): setup.py
+.PHONY: install jars doctor demo test bench dist clean
+
+$(STAMP): setup.py jvm/pom.xml
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is needed by Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# This machine's pip config names local index folders that may not exist: drop that noise only.
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel 2>&1 | { grep -v "^WARNING: Location" || true; }
 	$(BIN)/python -m pip install -q -e ".[all]" 2>&1 | { grep -v "^WARNING: Location" || true; }
 	$(BIN)/python -c "import pyspark, deltalake, mlflow, ray, torch, fasttext; print('installed: pyspark', pyspark.__version__, '| deltalake', deltalake.__version__, '| torch', torch.__version__)"
+	@$(MAKE) --no-print-directory jars
 	touch $(STAMP)
+
+# Spark's own Delta Lake jars, declared once in jvm/pom.xml, resolved by the machine's Maven into .venv/jars.
+jars:
+	@start=$$(date +%s); \
+	if ! command -v mvn >/dev/null 2>&1; then \
+	  echo "jars: no mvn on this machine: native Delta off, the delta-rs path is used (apt-get install -y maven for native)"; \
+	elif mvn -q -B -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=$(JARS) >$(VENV)/mvn.log 2>&1; then \
+	  echo "jars: native Delta Lake from Maven Central in $$(( $$(date +%s) - start ))s: $$(cd $(JARS) && ls *.jar | tr '\n' ' ')"; \
+	else \
+	  echo "jars: Maven could not resolve jvm/pom.xml (see $(VENV)/mvn.log): native Delta off, the delta-rs path is used"; \
+	fi
 
 install: $(STAMP)
 
+doctor: $(STAMP)
+	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
+
 demo: $(STAMP)
-	$(BIN)/augment run demo --conf conf/local.yaml
+	$(BIN)/augment run demo --conf conf/local.yaml $(DELTA_FALLBACK)
 
 test: $(STAMP)
+	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
 	$(BIN)/python -m pytest -ra tests
 
 bench: $(STAMP)

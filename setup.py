@@ -3,7 +3,7 @@
 Versions are pinned to a set that installs and works together offline (../shared/docs/ENVIRONMENT.md).
 torch is pinned on purpose: an unpinned torch pulls several GB of CUDA packages.
 """
-from setuptools import setup
+from setuptools import find_packages, setup
 
 CORE = [
     "pyspark==4.0.1",
@@ -35,8 +35,8 @@ setup(
     description="Catalog-scale training-data augmentation for product text classifiers "
                 "(Spark jobs, Ray model stages, Delta tables, MLflow runs)",
     python_requires=">=3.10",
-    packages=["common", "jobs"],
+    packages=find_packages(include=["common", "common.*", "jobs"]),
     install_requires=CORE,
     extras_require={"ml": ML, "dev": DEV, "all": ML + DEV},
-    entry_points={"console_scripts": ["augment=common.cli:entry"]},
+    entry_points={"console_scripts": ["augment=jobs.cli:entry"]},
 )

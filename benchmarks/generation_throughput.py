@@ -26,8 +26,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def titles(n: int) -> list[str]:
     """``n`` demo product titles (the synthetic world's labeled rows, repeated if needed)."""
-    from common.config import DemoConfig
-    from common.demo_data import labeled_rows
+    from common.data.config import DemoConfig
+    from common.data.demo_data import labeled_rows
 
     base = labeled_rows(DemoConfig(), 0, min(n, 6000)).title.tolist()
     return [base[i % len(base)] for i in range(n)]
@@ -38,7 +38,7 @@ def build(path: str, shape: str, corpus: list[str]) -> str:
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from common.seq2seq import train_tokenizer
+    from common.models.seq2seq import train_tokenizer
 
     torch.manual_seed(0)
     dims = {"tiny": dict(d_model=64, d_ff=128, num_layers=2, num_heads=4, vocab=2000),
@@ -90,7 +90,7 @@ def cpu_comparison(model: str, n_inputs: int) -> None:
     import ray
     import torch
 
-    from common.generation import GenerationSpec, generate, naive_generate
+    from common.models.generation import GenerationSpec, generate, naive_generate
 
     torch.set_num_threads(1)
     spec = GenerationSpec(n_samples=8, max_new_tokens=24, max_source_tokens=64, bucket_size=64)
@@ -116,10 +116,10 @@ def cpu_comparison(model: str, n_inputs: int) -> None:
 def memory_flatness(model: str, sizes: list[int]) -> None:
     import pyarrow as pa
 
-    from common.config import LakehouseConfig
-    from common.filtering import FilterSpec, score_generated
-    from common.generation import GenerationSpec, generate
-    from common.lakehouse import Lakehouse
+    from common.platform.config import LakehouseConfig
+    from common.models.filtering import FilterSpec, score_generated
+    from common.models.generation import GenerationSpec, generate
+    from common.platform.lakehouse import Lakehouse
 
     root = tempfile.mkdtemp(prefix="bench-gen-")
     lakehouse = Lakehouse(LakehouseConfig(root=root))
@@ -148,7 +148,7 @@ def gpu_throughput(folder: str, batch: int = 128) -> None:
     import torch
     from transformers import AutoTokenizer, T5ForConditionalGeneration
 
-    from common.seq2seq import device_and_dtype
+    from common.models.seq2seq import device_and_dtype
 
     if not torch.cuda.is_available():
         print("GPU: no CUDA device visible here; skipped (run this script on a GPU node)")
@@ -181,8 +181,8 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="bench-t5-")
     try:
         if not args.gpu_only:
-            from common.config import RayConfig
-            from common.ray_runtime import RayRuntime
+            from common.platform.config import RayConfig
+            from common.platform.ray_runtime import RayRuntime
 
             model = build(os.path.join(folder, "tiny"), "tiny", titles(6000))
             with RayRuntime(RayConfig(num_cpus=2)):

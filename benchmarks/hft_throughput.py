@@ -15,10 +15,12 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common import demo_data
-from common.classifier import HFTTrainerPool, fasttext_params, train_hft, train_level
-from common.config import DemoConfig, FastTextConfig, RayConfig
-from common.ray_runtime import RayRuntime
+from common.data import demo_data
+from common.models.hft import HFTTrainerPool, fasttext_params, train_hft, train_level
+from common.data.config import DemoConfig
+from common.models.config import FastTextConfig
+from common.platform.config import RayConfig
+from common.platform.ray_runtime import RayRuntime
 
 
 def main(scale: float = 4.0) -> None:

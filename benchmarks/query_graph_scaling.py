@@ -40,10 +40,13 @@ def synthetic_log(n: int, seed: int = 7) -> pd.DataFrame:
 
 
 def run_spark(n: int, out: dict) -> None:
-    from common.config import QueryGraphConfig, SparkConfig
-    from common.query_graph import (cluster_products, normalize_interactions, product_queries, reformulation_pairs,
-                                    similarities, specificity, subgraphs)
-    from common.session import get_spark
+    from common.platform.config import SparkConfig
+    from common.querygraph.config import QueryGraphConfig
+    from common.querygraph.clusters import cluster_products, reformulation_pairs, subgraphs
+    from common.querygraph.normalization import normalize_interactions
+    from common.querygraph.similarity import product_queries, similarities
+    from common.querygraph.specificity import specificity
+    from common.platform.session import get_spark
 
     spark = get_spark(SparkConfig(master="local[2]", shuffle_partitions=8, driver_memory="6g"))
     cfg = QueryGraphConfig()
@@ -71,8 +74,8 @@ def run_spark(n: int, out: dict) -> None:
 def run_pandas(n: int, out: dict) -> None:
     import networkx as nx
 
-    from common.query_graph import normalize_query
-    from common.subgraph import merge_round, prune
+    from common.querygraph.normalization import normalize_query
+    from common.querygraph.subgraph import merge_round, prune
 
     log = synthetic_log(n)
     t0 = time.perf_counter()

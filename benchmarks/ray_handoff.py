@@ -14,11 +14,11 @@ import time
 
 from pyspark.sql import functions as F
 
-from common.config import LakehouseConfig, RayConfig, SparkConfig
-from common.lakehouse import Lakehouse
-from common.ray_runtime import RayRuntime
-from common.session import detect_capabilities, get_spark
-from common.storage import list_files
+from common.platform.config import LakehouseConfig, RayConfig, SparkConfig
+from common.platform.lakehouse import Lakehouse
+from common.platform.ray_runtime import RayRuntime
+from common.platform.session import detect_capabilities, get_spark
+from common.platform.storage import list_files
 
 
 def main(rows: int = 4_000_000) -> None:

@@ -1,14 +1,20 @@
 """The suite's jobs and pipelines.
 
 ``JOBS`` maps a job name to ``module`` (whose ``run(ctx)`` is the job) or ``module:function``;
-``PIPELINES`` maps a pipeline name to its jobs in order. Each module also has ``main(argv)`` for
-``spark-submit jobs/<module>.py``.
+``PIPELINES`` maps a pipeline name to its jobs in order; ``REGISTRY`` hands both to the platform (CLI,
+pipeline runner). Each module also has ``main(argv)`` for ``spark-submit jobs/<module>.py``.
 """
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from common.config import load_config
+from common.platform.job import entry_point as _entry_point
+from common.platform.pipeline import JobRegistry
+from common.platform.pipeline import run_pipeline as _run_pipeline
+
+if TYPE_CHECKING:
+    from common.platform.job import JobContext, JobResult
 
 JOBS: dict[str, str] = {
     "generate-demo": "jobs.generate_demo",
@@ -43,20 +49,19 @@ PIPELINES["query-reformulation"] = PIPELINES["query-graph"] + ["query-reformulat
 PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"]))
 
 
-def job_module(name: str) -> ModuleType:
-    """The module of job ``name``; raises KeyError listing the known jobs."""
-    if name not in JOBS:
-        raise KeyError(f"unknown job {name!r}; jobs: {', '.join(JOBS)}; pipelines: {', '.join(PIPELINES)}")
-    return importlib.import_module(JOBS[name].split(":")[0])
+REGISTRY = JobRegistry(JOBS, PIPELINES)
+job_module = REGISTRY.module
+job_runner = REGISTRY.runner
+job_summary = REGISTRY.summary
 
 
-def job_runner(name: str) -> Callable:
-    """The function that runs job ``name`` (``run(ctx) -> JobResult``)."""
-    module = job_module(name)
-    return getattr(module, JOBS[name].split(":")[1]) if ":" in JOBS[name] else module.run
+def run_pipeline(ctx: "JobContext", name: str, job_names: Optional[Sequence[str]] = None) -> list["JobResult"]:
+    """Run pipeline ``name`` (or the given ``job_names`` under that name) in one MLflow parent run; returns
+    the jobs' results in order."""
+    return _run_pipeline(ctx, name, PIPELINES[name] if job_names is None else job_names, REGISTRY.runner)
 
 
-def job_summary(name: str) -> str:
-    """The first line of the job function's (or module's) docstring."""
-    doc = (job_runner(name).__doc__ if ":" in JOBS[name] else job_module(name).__doc__) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+def entry_point(name: str, run: Callable[["JobContext"], "JobResult"], doc: Optional[str]):
+    """``main(argv=None)`` of a job module (CLI / ``spark-submit jobs/<module>.py``), loading this suite's
+    config (:func:`common.config.load_config`)."""
+    return _entry_point(name, run, doc, load_config)

@@ -17,12 +17,12 @@
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
-from common.job import JobContext, JobResult, hash_of, job_main, run_jobs, unchanged
+from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
+from jobs import entry_point
 
 log = logging.getLogger(__name__)
 
@@ -42,54 +42,42 @@ def _generation_hash(ctx: JobContext) -> str:
     return hash_of(_model_hash(ctx), asdict(cfg.generation), cfg.scorer)
 
 
-def pairs_job(ctx: JobContext) -> JobResult:
+@job("cga-pairs")
+def pairs_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``cga-pairs``: D_pairs, ordered pairs of different versions within each D_U group."""
     from pyspark.sql import functions as F
 
-    from common.cga import group_version_pairs
+    from common.catalog.cga import group_version_pairs
 
-    result = JobResult(job="cga-pairs")
-    with ctx.tracked(result.job) as tr:
-        result.run_id = tr.run_id
-        pool, version = ctx.read_table(tr, "unlabeled_pool")
-        pairs = group_version_pairs(pool, ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed)
-        out = ctx.write(tr, pairs, "cga_pairs", hash_of(ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed),
-                        {"unlabeled_pool": str(version)})
-        result.outputs["cga_pairs"] = out
-        stats = ctx.lakehouse.read("cga_pairs", out.version).agg(
-            F.count("*").alias("pairs"), F.countDistinct("group_id").alias("groups")).first()
-        result.metrics = {"pairs": float(stats["pairs"]), "groups_with_pairs": float(stats["groups"])}
-        tr.log_metrics(result.metrics)
-    return result
+    pairs = group_version_pairs(tr.read("unlabeled_pool"), ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed)
+    tr.write(pairs, "cga_pairs", hash_of(ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed))
+    stats = tr.written("cga_pairs").agg(F.count("*").alias("pairs"), F.countDistinct("group_id").alias("groups")).first()
+    return {"pairs": stats["pairs"], "groups_with_pairs": stats["groups"]}
 
 
-def generate_job(ctx: JobContext) -> JobResult:
+@job("cga-generate")
+def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``cga-generate``: fine-tune T5 on D_pairs, generate n samples per D_L title, score them."""
-    from common.filtering import FilterSpec
-    from common.t5_stage import fine_tune_stage, generate_stage
+    from common.models.filtering import FilterSpec
+    from common.models.t5_stage import fine_tune_stage, generate_stage
 
     cfg = ctx.cfg.cga
-    result = JobResult(job="cga-generate")
-    with ctx.tracked(result.job) as tr:
-        result.run_id = tr.run_id
-        _, v_pairs = ctx.read_table(tr, "cga_pairs")
-        _, v_train = ctx.read_table(tr, "labeled_train")
-        config_hash = _generation_hash(ctx)
-        model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "t5_cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
-                                {"cga_pairs": str(v_pairs)})
-        inputs = {"cga_pairs": str(v_pairs), "labeled_train": str(v_train)}
-        written, stats = generate_stage(ctx, tr, "labeled_train", v_train, "item_id", "title", model, cfg.generation,
-                                        FilterSpec(scorer=cfg.scorer, threshold=None), "cga_generated",
-                                        config_hash, inputs)
-        result.outputs["cga_generated"] = written
-        result.metrics = stats.metrics()
-    return result
+    tr.read("cga_pairs")
+    tr.read("labeled_train")
+    v_pairs, v_train = tr.versions["cga_pairs"], tr.versions["labeled_train"]
+    model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "t5_cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
+                            {"cga_pairs": str(v_pairs)})
+    written, stats = generate_stage(ctx, tr, "labeled_train", v_train, "item_id", "title", model, cfg.generation,
+                                    FilterSpec(scorer=cfg.scorer, threshold=None), "cga_generated",
+                                    _generation_hash(ctx), dict(tr.inputs))
+    tr.result.outputs["cga_generated"] = written
+    return stats.metrics()
 
 
 def _base_results_version(ctx: JobContext) -> int:
     """The ``consistency_results`` version that ``consistency-train`` wrote last (the one CGA rows join):
     the latest version, or the version a later ``cga-train`` commit names as its base."""
-    from common.lakehouse import LakehouseError
+    from common.platform.lakehouse import LakehouseError
 
     if not ctx.lakehouse.exists(RESULTS):
         raise LakehouseError(f"{RESULTS} does not exist: run consistency-train first (CGA joins its baseline)")
@@ -99,121 +87,97 @@ def _base_results_version(ctx: JobContext) -> int:
     return latest.version
 
 
-def _evaluation_inputs(ctx: JobContext, tr):
-    """The tables every CGA training reads: (D_L, generated, accuracy test, consistency pairs, versions)."""
-    d_l, v_train = ctx.read_table(tr, "labeled_train")
-    generated, v_gen = ctx.read_table(tr, "cga_generated")
-    accuracy_test, v_acc = ctx.read_table(tr, "accuracy_test")
-    pairs, v_pairs = ctx.read_table(tr, "consistency_test")
-    inputs = {"labeled_train": str(v_train), "cga_generated": str(v_gen), "accuracy_test": str(v_acc),
-              "consistency_test": str(v_pairs)}
-    return d_l, generated, accuracy_test, pairs, inputs
+def _evaluation_inputs(tr: JobRun):
+    """The tables every CGA training reads (their versions become ``tr.inputs``): (D_L, generated, accuracy
+    test, consistency pairs)."""
+    return (tr.read("labeled_train"), tr.read("cga_generated"), tr.read("accuracy_test"),
+            tr.read("consistency_test"))
 
 
-def train_job(ctx: JobContext) -> JobResult:
+@job("cga-train")
+def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``cga-train``: D_aug at (cga.threshold, cga.n), HFT on D_L ∪ D_aug, the ``cga`` rows of the results."""
     from pyspark.sql import functions as F
 
-    from common.cga import augmentation_set, training_set
+    from common.catalog.cga import augmentation_set, training_set
     from jobs.consistency_train import (RESULT_SCHEMA, evaluate, model_jobs, report, summary_table, train_levels,
                                         training_stats, with_lifts)
 
     cfg = ctx.cfg.cga
     repeats = ctx.cfg.consistency.repeats
-    result = JobResult(job="cga-train")
-    with ctx.tracked(result.job) as tr:
-        result.run_id = tr.run_id
-        d_l, generated, accuracy_test, pairs, inputs = _evaluation_inputs(ctx, tr)
-        base_version = _base_results_version(ctx)
-        existing, _ = ctx.read_table(tr, RESULTS, base_version)
-        inputs[RESULTS] = str(base_version)
-        config_hash = hash_of(cfg.threshold, cfg.n, asdict(ctx.cfg.consistency.fasttext), repeats, ctx.cfg.seed)
-        done = ctx.existing_version(tr, RESULTS, config_hash, inputs)
-        if done is not None and done == ctx.lakehouse.version(RESULTS):
-            log.info("%s v%s already holds these CGA rows (same config and inputs); nothing to do", RESULTS, done)
-            result.outputs[RESULTS] = unchanged(RESULTS, done)
-            return result
+    d_l, generated, accuracy_test, pairs = _evaluation_inputs(tr)
+    existing = tr.read(RESULTS, _base_results_version(ctx))
+    config_hash = hash_of(cfg.threshold, cfg.n, asdict(ctx.cfg.consistency.fasttext), repeats, ctx.cfg.seed)
+    if tr.already_written(RESULTS, config_hash, latest_only=True):
+        return None
 
-        aug = augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed)
-        result.outputs["cga_augmented"] = ctx.write(tr, aug, "cga_augmented", config_hash, inputs)
-        aug = ctx.lakehouse.read("cga_augmented", result.outputs["cga_augmented"].version)
-        written = ctx.write(tr, training_set(d_l, aug), "train_cga", config_hash, inputs)
-        result.outputs["train_cga"] = written
-        n_rows, n_aug, depth = training_stats(ctx, "train_cga", written.version)
-        models, jobs = model_jobs(ctx, "train_cga", written.version, depth, "hft_cga", config_hash, repeats)
-        train_levels(ctx, tr, jobs)
+    tr.write(augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed), "cga_augmented", config_hash)
+    written = tr.write(training_set(d_l, tr.written("cga_augmented")), "train_cga", config_hash)
+    n_rows, n_aug, depth = training_stats(ctx, "train_cga", written.version)
+    models, jobs = model_jobs(ctx, "train_cga", written.version, depth, "hft_cga", config_hash, repeats)
+    train_levels(ctx, tr, jobs)
 
-        rows = []
-        for repeat, seed, model in models:
-            f1, consistency = evaluate(ctx, model, accuracy_test, pairs, None)
-            rows.append((tr.run_id, "cga", repeat, seed, f1, consistency, n_rows, n_aug))
-            tr.log_metrics({"cga.f1_weighted": f1, "cga.consistency_rate": consistency}, step=repeat)
-            log.info("cga repeat %d: F1 %.4f consistency %.4f (D_aug %d)", repeat, f1, consistency, n_aug)
-        base = existing.filter(F.col("method") == "baseline").agg(F.avg("f1_weighted"), F.avg("consistency_rate")).first()
-        baseline = (base[0], base[1]) if base[0] is not None else None
-        cga_rows = ctx.spark.createDataFrame(with_lifts(rows, baseline), RESULT_SCHEMA)
-        merged = existing.filter(F.col("method") != "cga").unionByName(cga_rows)
-        result.outputs[RESULTS] = ctx.write(tr, merged, RESULTS, config_hash, inputs)
-        pdf = ctx.lakehouse.read(RESULTS, result.outputs[RESULTS].version).toPandas()
-        report(ctx, tr, pdf)
-        cga = pdf[pdf.method == "cga"]
-        result.metrics = {"cga.f1_weighted": float(cga.f1_weighted.mean()),
-                          "cga.consistency_rate": float(cga.consistency_rate.mean()), "cga.n_augmented": float(n_aug)}
-        tr.log_metrics({f"mean.{k}": v for k, v in result.metrics.items()})
-        log.info("consistency results with CGA:\n%s", summary_table(pdf))
-    return result
+    rows = []
+    for repeat, seed, model in models:
+        f1, consistency = evaluate(ctx, model, accuracy_test, pairs, None)
+        rows.append((tr.run_id, "cga", repeat, seed, f1, consistency, n_rows, n_aug))
+        tr.log_metrics({"cga.f1_weighted": f1, "cga.consistency_rate": consistency}, step=repeat)
+        log.info("cga repeat %d: F1 %.4f consistency %.4f (D_aug %d)", repeat, f1, consistency, n_aug)
+    base = existing.filter(F.col("method") == "baseline").agg(F.avg("f1_weighted"), F.avg("consistency_rate")).first()
+    baseline = (base[0], base[1]) if base[0] is not None else None
+    cga_rows = ctx.spark.createDataFrame(with_lifts(rows, baseline), RESULT_SCHEMA)
+    tr.write(existing.filter(F.col("method") != "cga").unionByName(cga_rows), RESULTS, config_hash)
+    pdf = tr.written(RESULTS).toPandas()
+    report(ctx, tr, pdf)
+    log.info("consistency results with CGA:\n%s", summary_table(pdf))
+    cga = pdf[pdf.method == "cga"]
+    return {"mean.cga.f1_weighted": cga.f1_weighted.mean(), "mean.cga.consistency_rate": cga.consistency_rate.mean(),
+            "mean.cga.n_augmented": n_aug}
 
 
-def sweep_job(ctx: JobContext) -> JobResult:
+@job("cga-sweep")
+def sweep_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``cga-sweep``: the Figure-2 experiments, one MLflow child run per (T, N) point."""
-    from common.cga import THRESHOLD_FREE, augmentation_set, sweep_points, training_set
+    from common.catalog.cga import THRESHOLD_FREE, augmentation_set, sweep_points, training_set
     from jobs.consistency_train import evaluate, model_jobs, train_levels, training_stats
 
     cfg = ctx.cfg.cga
-    result = JobResult(job="cga-sweep")
-    with ctx.tracked(result.job) as tr:
-        result.run_id = tr.run_id
-        if not cfg.sweep.enabled:
-            log.info("cga.sweep.enabled is false: no sweep")
-            return result
-        d_l, generated, accuracy_test, pairs, inputs = _evaluation_inputs(ctx, tr)
-        sweep_hash = hash_of(asdict(cfg.sweep), asdict(ctx.cfg.consistency.fasttext), ctx.cfg.seed)
-        done = ctx.existing_version(tr, SWEEP_RESULTS, sweep_hash, inputs)
-        if done is not None:
-            log.info("%s v%s already holds this sweep; nothing to do", SWEEP_RESULTS, done)
-            result.outputs[SWEEP_RESULTS] = unchanged(SWEEP_RESULTS, done)
-            return result
-        n_available = generated.filter(THRESHOLD_FREE).select("source_id", "generated_text").distinct().count()
-        rows = []
-        for point in sweep_points(cfg.sweep):
-            with ctx.tracker.run(f"cga-sweep {point.name}", tags={"job": "cga-sweep", "sweep.point": point.name},
-                                 log_config=False) as child:
-                child.log_params({"threshold": point.threshold, "n": point.n or "all",
-                                  "experiments": ",".join(point.experiments)})
-                point_hash = hash_of(sweep_hash, point.threshold, point.n)
-                aug = augmentation_set(generated, d_l, point.threshold, point.n, ctx.cfg.seed)
-                written = ctx.write(child, training_set(d_l, aug), "cga_sweep_train", point_hash, inputs)
-                n_rows, n_aug, depth = training_stats(ctx, "cga_sweep_train", written.version)
-                models, jobs = model_jobs(ctx, "cga_sweep_train", written.version, depth, "hft_cga_sweep", point_hash,
-                                          cfg.sweep.repeats)
-                train_levels(ctx, child, jobs)
-                for repeat, seed, model in models:
-                    f1, consistency = evaluate(ctx, model, accuracy_test, pairs, None)
-                    child.log_metrics({"f1_weighted": f1, "consistency_rate": consistency, "n_augmented": n_aug},
-                                      step=repeat)
-                    rows.append((child.run_id, point.name, point.threshold, point.n, ",".join(point.experiments),
-                                 repeat, seed, f1, consistency, n_rows, n_aug))
-                    log.info("sweep %s repeat %d: F1 %.4f consistency %.4f (D_aug %d)", point.name, repeat, f1,
-                             consistency, n_aug)
-        frame = ctx.spark.createDataFrame(rows, SWEEP_SCHEMA)
-        result.outputs[SWEEP_RESULTS] = ctx.write(tr, frame, SWEEP_RESULTS, sweep_hash, inputs)
-        pdf = frame.toPandas()
-        figure2(ctx, tr, pdf, cfg.sweep)
-        best = pdf.groupby("point").consistency_rate.mean().sort_values().index[-1]
-        result.metrics = {"points": float(pdf.point.nunique()), "filtered_samples_available": float(n_available)}
-        tr.set_tags({"sweep.most_consistent_point": best})
-        tr.log_metrics(result.metrics)
-    return result
+    if not cfg.sweep.enabled:
+        log.info("cga.sweep.enabled is false: no sweep")
+        return None
+    d_l, generated, accuracy_test, pairs = _evaluation_inputs(tr)
+    inputs = dict(tr.inputs)
+    sweep_hash = hash_of(asdict(cfg.sweep), asdict(ctx.cfg.consistency.fasttext), ctx.cfg.seed)
+    if tr.already_written(SWEEP_RESULTS, sweep_hash):
+        return None
+    n_available = generated.filter(THRESHOLD_FREE).select("source_id", "generated_text").distinct().count()
+    rows = []
+    for point in sweep_points(cfg.sweep):
+        with ctx.tracker.run(f"cga-sweep {point.name}", tags={"job": "cga-sweep", "sweep.point": point.name},
+                             log_config=False) as child:
+            child.log_params({"threshold": point.threshold, "n": point.n or "all",
+                              "experiments": ",".join(point.experiments)})
+            point_hash = hash_of(sweep_hash, point.threshold, point.n)
+            aug = augmentation_set(generated, d_l, point.threshold, point.n, ctx.cfg.seed)
+            written = ctx.write(child, training_set(d_l, aug), "cga_sweep_train", point_hash, inputs)
+            n_rows, n_aug, depth = training_stats(ctx, "cga_sweep_train", written.version)
+            models, jobs = model_jobs(ctx, "cga_sweep_train", written.version, depth, "hft_cga_sweep", point_hash,
+                                      cfg.sweep.repeats)
+            train_levels(ctx, child, jobs)
+            for repeat, seed, model in models:
+                f1, consistency = evaluate(ctx, model, accuracy_test, pairs, None)
+                child.log_metrics({"f1_weighted": f1, "consistency_rate": consistency, "n_augmented": n_aug},
+                                  step=repeat)
+                rows.append((child.run_id, point.name, point.threshold, point.n, ",".join(point.experiments),
+                             repeat, seed, f1, consistency, n_rows, n_aug))
+                log.info("sweep %s repeat %d: F1 %.4f consistency %.4f (D_aug %d)", point.name, repeat, f1,
+                         consistency, n_aug)
+    frame = ctx.spark.createDataFrame(rows, SWEEP_SCHEMA)
+    tr.write(frame, SWEEP_RESULTS, sweep_hash)
+    pdf = frame.toPandas()
+    figure2(ctx, tr, pdf, cfg.sweep)
+    tr.set_tags({"sweep.most_consistent_point": pdf.groupby("point").consistency_rate.mean().sort_values().index[-1]})
+    return {"points": pdf.point.nunique(), "filtered_samples_available": n_available}
 
 
 def figure2(ctx: JobContext, tr, pdf, sweep) -> None:
@@ -266,10 +230,7 @@ def run(ctx: JobContext) -> JobResult:
     return run_jobs(ctx, "cga", (pairs_job, generate_job, train_job, sweep_job))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> JobResult:
-    """CLI / spark-submit entry: ``spark-submit jobs/cga.py [--conf FILE] [--set k=v ...]``."""
-    return job_main("cga", run, argv, description=__doc__.splitlines()[0])
-
+main = entry_point("cga", run, __doc__)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

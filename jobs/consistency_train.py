@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 import shutil
 import statistics
-import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
-from common.job import JobContext, JobResult, hash_of, job_main, unchanged
+from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,9 @@ def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
     """D_L ∪ D_aug for ``method`` as (title, category, source) rows."""
     from pyspark.sql import functions as F
 
-    from common.consistency import level_histogram
-    from common.sampling import subsample
-    from common.text import blind_col
+    from common.catalog.consistency import level_histogram
+    from common.data.sampling import subsample
+    from common.catalog.blinding import blind_col
 
     base = d_l.select("title", "category", F.lit("labeled").alias("source"))
     if method == "baseline":
@@ -64,8 +64,9 @@ def evaluate(ctx: JobContext, model, accuracy_test, pairs, blind) -> tuple[float
     """(weighted F1 on the accuracy test, consistency rate on the pairs) of one model."""
     from pyspark.sql import functions as F
 
-    from common.classifier import predict
-    from common.metrics import consistency_rate, weighted_f1
+    from common.models.hft import predict
+    from common.catalog.metrics import consistency_rate
+    from common.models.metrics import weighted_f1
 
     text = blind if blind is not None else (lambda c: c)
     acc = predict(accuracy_test.select("category", text(F.col("title")).alias("title")), model)
@@ -75,72 +76,58 @@ def evaluate(ctx: JobContext, model, accuracy_test, pairs, blind) -> tuple[float
     return f1, consistency_rate(both, "p1_label", "p2_label")
 
 
-def run(ctx: JobContext) -> JobResult:
-    """Train and evaluate every method; returns the results table version and mean metrics."""
-    from common.text import blind_col, load_dictionary
+@job(NAME)
+def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
+    """Train and evaluate every method; returns the mean F1 and consistency rate per method."""
+    from common.catalog.blinding import blind_col, load_dictionary
 
     cfg = ctx.cfg.consistency
-    result = JobResult(job=NAME)
-    with ctx.tracked(NAME) as tr:
-        result.run_id = tr.run_id
-        d_l, v_train = ctx.read_table(tr, "labeled_train")
-        pool, v_pool = ctx.read_table(tr, "unlabeled_pool")
-        accuracy_test, v_acc = ctx.read_table(tr, "accuracy_test")
-        pairs, v_pairs = ctx.read_table(tr, "consistency_test")
-        inputs = {"labeled_train": str(v_train), "unlabeled_pool": str(v_pool), "accuracy_test": str(v_acc),
-                  "consistency_test": str(v_pairs)}
-        config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
-        done = ctx.existing_version(tr, RESULTS, config_hash, inputs)
-        if done is not None:
-            log.info("%s v%s already holds these results (same config and inputs); nothing to do", RESULTS, done)
-            result.outputs[RESULTS] = unchanged(RESULTS, done)
-            print(summary_table(ctx.lakehouse.read(RESULTS, done).toPandas()))
-            return result
-        colours, sizes = load_dictionary(cfg.colours), load_dictionary(cfg.sizes)
+    d_l, pool = tr.read("labeled_train"), tr.read("unlabeled_pool")
+    accuracy_test, pairs = tr.read("accuracy_test"), tr.read("consistency_test")
+    config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
+    if tr.already_written(RESULTS, config_hash):
+        print(summary_table(tr.written(RESULTS).toPandas()))
+        return None
+    colours, sizes = load_dictionary(cfg.colours), load_dictionary(cfg.sizes)
 
-        trained: dict[str, tuple[int, int]] = {}  # method -> (n augmented, n rows)
-        jobs, keys = [], []
-        for method in cfg.methods:
-            written = ctx.write(tr, training_set(ctx, method, d_l, pool, colours, sizes), f"train_{method}",
-                                config_hash, inputs)
-            result.outputs[f"train_{method}"] = written
-            n_rows, n_aug, depth = training_stats(ctx, f"train_{method}", written.version)
-            trained[method] = (n_aug, n_rows)
-            models, level = model_jobs(ctx, f"train_{method}", written.version, depth, f"hft_{method}",
-                                       hash_of(config_hash, inputs), cfg.repeats)
-            keys += [(method, repeat, seed, model) for repeat, seed, model in models]
-            jobs += level
-        train_levels(ctx, tr, jobs)
+    trained: dict[str, tuple[int, int]] = {}  # method -> (n augmented, n rows)
+    jobs, keys = [], []
+    for method in cfg.methods:
+        written = tr.write(training_set(ctx, method, d_l, pool, colours, sizes), f"train_{method}", config_hash)
+        n_rows, n_aug, depth = training_stats(ctx, f"train_{method}", written.version)
+        trained[method] = (n_aug, n_rows)
+        models, level = model_jobs(ctx, f"train_{method}", written.version, depth, f"hft_{method}",
+                                   hash_of(config_hash, tr.inputs), cfg.repeats)
+        keys += [(method, repeat, seed, model) for repeat, seed, model in models]
+        jobs += level
+    train_levels(ctx, tr, jobs)
 
-        rows = []
-        for method, repeat, seed, model in keys:
-            blind = (lambda c: blind_col(c, colours, sizes)) if method == "cs_blind" else None
-            f1, consistency = evaluate(ctx, model, accuracy_test, pairs, blind)
-            n_aug, n_train = trained[method]
-            rows.append((tr.run_id, method, repeat, seed, f1, consistency, n_train, n_aug))
-            tr.log_metrics({f"{method}.f1_weighted": f1, f"{method}.consistency_rate": consistency}, step=repeat)
-            log.info("%s repeat %d: F1 %.4f consistency %.4f", method, repeat, f1, consistency)
-        results = with_lifts(rows)
-        frame = ctx.spark.createDataFrame(results, RESULT_SCHEMA)
-        result.outputs[RESULTS] = ctx.write(tr, frame, RESULTS, config_hash, inputs)
-        pdf = frame.toPandas()
-        report(ctx, tr, pdf)
-        for method, repeat, _, model in keys:
-            if repeat == 0 and "://" not in model.uri:
-                tr.log_artifact(model.uri, f"models/{method}")
-            elif "://" not in model.uri:
-                shutil.rmtree(model.uri, ignore_errors=True)  # repeats only feed the mean ± std
-        means = pdf.groupby("method")[["f1_weighted", "consistency_rate"]].mean()
-        result.metrics = {f"{m}.{k}": float(v) for m, row in means.iterrows() for k, v in row.items()}
-        tr.log_metrics({f"mean.{k}": v for k, v in result.metrics.items()})
-    return result
+    rows = []
+    for method, repeat, seed, model in keys:
+        blind = (lambda c: blind_col(c, colours, sizes)) if method == "cs_blind" else None
+        f1, consistency = evaluate(ctx, model, accuracy_test, pairs, blind)
+        n_aug, n_train = trained[method]
+        rows.append((tr.run_id, method, repeat, seed, f1, consistency, n_train, n_aug))
+        tr.log_metrics({f"{method}.f1_weighted": f1, f"{method}.consistency_rate": consistency}, step=repeat)
+        log.info("%s repeat %d: F1 %.4f consistency %.4f", method, repeat, f1, consistency)
+    frame = ctx.spark.createDataFrame(with_lifts(rows), RESULT_SCHEMA)
+    tr.write(frame, RESULTS, config_hash)
+    pdf = frame.toPandas()
+    report(ctx, tr, pdf)
+    for method, repeat, _, model in keys:
+        if repeat == 0 and "://" not in model.uri:
+            tr.log_artifact(model.uri, f"models/{method}")
+        elif "://" not in model.uri:
+            shutil.rmtree(model.uri, ignore_errors=True)  # repeats only feed the mean ± std
+    means = pdf.groupby("method")[["f1_weighted", "consistency_rate"]].mean()
+    return {f"mean.{m}.{k}": v for m, row in means.iterrows() for k, v in row.items()}
 
 
 def training_stats(ctx: JobContext, table: str, version: int) -> tuple[int, int, int]:
     """(rows, augmented rows = source other than ``labeled``, label depth) of a training table version."""
     from pyspark.sql import functions as F
 
-    from common.taxonomy import depth_col
+    from common.data.taxonomy import depth_col
 
     stats = ctx.lakehouse.read(table, version).agg(
         F.count("*").alias("n"), F.sum((F.col("source") != "labeled").cast("long")).alias("aug"),
@@ -154,7 +141,7 @@ def model_jobs(ctx: JobContext, table: str, version: int, depth: int, name: str,
 
     Returns ([(repeat, seed, HFTModel)], [train_level kwargs]).
     """
-    from common.classifier import HFTModel, level_jobs
+    from common.models.hft import HFTModel, level_jobs
 
     files = ctx.lakehouse.file_uris(table, version)
     models, jobs = [], []
@@ -168,7 +155,7 @@ def model_jobs(ctx: JobContext, table: str, version: int, depth: int, name: str,
 
 def train_levels(ctx: JobContext, tr, jobs) -> None:
     """Train HFT level jobs in parallel on a pool of Ray actors; log their stats to the run."""
-    from common.classifier import HFTTrainerPool, stats_dict
+    from common.models.hft import HFTTrainerPool, stats_dict
 
     trainers = HFTTrainerPool(ctx.ray())
     try:
@@ -249,10 +236,7 @@ def report(ctx: JobContext, tr, pdf) -> None:
     tr.log_artifact(str(markdown), "report")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> JobResult:
-    """CLI / spark-submit entry: ``augment run consistency-train [--conf FILE] [--set k=v ...]``."""
-    return job_main(NAME, run, argv, description=__doc__.splitlines()[0])
-
+main = entry_point(NAME, run, __doc__)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

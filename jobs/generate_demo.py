@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from common.config import AppConfig
-from common.job import JobContext, JobResult, job_main
+from common.platform.job import JobContext, JobRun, job
+from jobs import entry_point
 
 log = logging.getLogger(__name__)
 
@@ -37,37 +37,33 @@ def landing_dir(cfg: AppConfig) -> str:
     return f"{cfg.lakehouse.root.rstrip('/')}/landing"
 
 
-def run(ctx: JobContext) -> JobResult:
+@job(NAME)
+def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Generate the demo landing files; returns the row counts written (good + planted bad rows)."""
     landing = landing_dir(ctx.cfg)
     config_hash = ctx.cfg.section_hash("demo")
     marker = Path(landing) / MARKER
-    result = JobResult(job=NAME)
-    with ctx.tracked(NAME) as tr:
-        result.run_id = tr.run_id
-        configured = [k for k in ("labeled", "catalog", "interactions", "products") if getattr(ctx.cfg.inputs, k)]
-        if configured:
-            # Pipelines start with this job; on the user's own inputs there is nothing to generate.
-            log.info("inputs configured (%s): demo generation skipped", ", ".join(configured))
-            tr.set_tags({"skipped": "inputs configured"})
-            return result
-        if marker.is_file() and not ctx.force and json.loads(marker.read_text()).get("config_hash") == config_hash:
-            counts = json.loads(marker.read_text())["rows"]
-            log.info("demo landing files for config %s already exist under %s; skipping", config_hash, landing)
-            tr.set_tags({"skipped": "true"})
-        else:
-            counts = _generate(ctx, landing)
-            marker.write_text(json.dumps({"config_hash": config_hash, "rows": counts}, indent=2))
-        tr.log_metrics({f"rows.{k}": v for k, v in counts.items()})
-        tr.set_tags({"landing": landing})
-        result.metrics = {f"rows.{k}": float(v) for k, v in counts.items()}
-    return result
+    configured = [k for k in ("labeled", "catalog", "interactions", "products") if getattr(ctx.cfg.inputs, k)]
+    if configured:
+        # Pipelines start with this job; on the user's own inputs there is nothing to generate.
+        log.info("inputs configured (%s): demo generation skipped", ", ".join(configured))
+        tr.set_tags({"skipped": "inputs configured"})
+        return None
+    if marker.is_file() and not ctx.force and json.loads(marker.read_text()).get("config_hash") == config_hash:
+        counts = json.loads(marker.read_text())["rows"]
+        log.info("demo landing files for config %s already exist under %s; skipping", config_hash, landing)
+        tr.set_tags({"skipped": "true"})
+    else:
+        counts = _generate(ctx, landing)
+        marker.write_text(json.dumps({"config_hash": config_hash, "rows": counts}, indent=2))
+    tr.set_tags({"landing": landing})
+    return {f"rows.{k}": v for k, v in counts.items()}
 
 
 def _generate(ctx: JobContext, landing: str) -> dict[str, int]:
     from pyspark.sql import functions as F
 
-    from common import demo_data
+    from common.data import demo_data
 
     spark = ctx.spark
     cfg = ctx.cfg.demo
@@ -133,10 +129,7 @@ def _generate(ctx: JobContext, landing: str) -> dict[str, int]:
     }
 
 
-def main(argv: Optional[Sequence[str]] = None) -> JobResult:
-    """CLI / spark-submit entry: ``augment run generate-demo [--conf FILE] [--set k=v ...] [--force]``."""
-    return job_main(NAME, run, argv, description=__doc__.splitlines()[0])
-
+main = entry_point(NAME, run, __doc__)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -11,75 +11,60 @@ with a ``reason``), ``catalog_group_sizes`` (the group-size report), ``catalog_i
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import asdict
-from typing import Optional, Sequence
 
-from common.job import JobContext, JobResult, hash_of, job_main
+from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 
 log = logging.getLogger(__name__)
 
 NAME = "group-catalog"
 
 
-def run(ctx: JobContext) -> JobResult:
+@job(NAME)
+def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Group the catalog; returns the table versions and group counts by source."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from common.grouping import group_items, size_histogram, size_reason
+    from common.catalog.grouping import group_items, size_histogram, size_reason
 
     cfg = ctx.cfg.grouping
-    result = JobResult(job=NAME)
-    with ctx.tracked(NAME) as tr:
-        result.run_id = tr.run_id
-        catalog, version = ctx.read_table(tr, "catalog")
-        grouping = group_items(catalog, cfg.identifiers, cfg.max_items_per_identifier, cfg.max_iterations,
-                               use_graphframes=ctx.capabilities.graphframes)
-        items = grouping.items.withColumn("reason", size_reason(cfg.min_size, cfg.max_size)) \
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            config_hash = hash_of(asdict(cfg))
-            inputs = {"catalog": str(version)}
-            columns = ["item_id", "title", "group_id", "group_source", "group_size", "gtin", "mpn", "brand"]
-            result.outputs["catalog_groups"] = ctx.write(
-                tr, items.filter("reason IS NULL").select(*columns), "catalog_groups", config_hash, inputs)
-            result.outputs["catalog_groups_quarantine"] = ctx.write(
-                tr, items.filter("reason IS NOT NULL").select(*columns, "reason"), "catalog_groups_quarantine",
-                config_hash, inputs)
-            sizes = size_histogram(items).withColumn(
-                "in_bounds", F.col("group_size").between(cfg.min_size, cfg.max_size))
-            result.outputs["catalog_group_sizes"] = ctx.write(tr, sizes, "catalog_group_sizes", config_hash, inputs)
-            result.outputs["catalog_identifier_caps"] = ctx.write(
-                tr, grouping.capped_identifiers, "catalog_identifier_caps", config_hash, inputs)
-            # One row per (source, in bounds): a handful of numbers.
-            summary = items.groupBy("group_source", F.col("reason").isNull().alias("kept")).agg(
-                F.countDistinct("group_id").alias("groups"), F.count("*").alias("items")).collect()
-        finally:
-            items.unpersist()
-        metrics = {"items_in": float(sum(r["items"] for r in summary)),
-                   "items_kept": float(sum(r["items"] for r in summary if r["kept"])),
-                   "groups_kept": float(sum(r["groups"] for r in summary if r["kept"]))}
-        metrics["items_quarantined"] = metrics["items_in"] - metrics["items_kept"]
-        for source in ("group_id", "identifiers", "singleton"):
-            metrics[f"groups.{source}"] = float(sum(r["groups"] for r in summary if r["group_source"] == source))
-        tr.log_metrics(metrics)
-        tr.log_text(ctx.lakehouse.read("catalog_group_sizes", result.outputs["catalog_group_sizes"].version)
-                    .toPandas().to_string(index=False), "grouping/group_sizes.txt")
-        result.metrics = metrics
-        log.info("catalog grouping: %s", metrics)
-        if metrics["groups_kept"] == 0:
-            raise ValueError(
-                f"no catalog groups of size {cfg.min_size}..{cfg.max_size}: {int(metrics['items_in'])} items, "
-                f"{int(metrics['groups.singleton'])} of them without a group_id or a shared identifier. CST and the "
-                "consistency test need versions of the same item: give group_id, gtin, mpn or brand columns")
-    return result
+    grouping = group_items(tr.read("catalog"), cfg.identifiers, cfg.max_items_per_identifier, cfg.max_iterations,
+                           use_graphframes=ctx.capabilities.graphframes)
+    items = grouping.items.withColumn("reason", size_reason(cfg.min_size, cfg.max_size)) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    config_hash = hash_of(asdict(cfg))
+    try:
+        columns = ["item_id", "title", "group_id", "group_source", "group_size", "gtin", "mpn", "brand"]
+        tr.write(items.filter("reason IS NULL").select(*columns), "catalog_groups", config_hash)
+        tr.write(items.filter("reason IS NOT NULL").select(*columns, "reason"), "catalog_groups_quarantine",
+                 config_hash)
+        sizes = size_histogram(items).withColumn("in_bounds", F.col("group_size").between(cfg.min_size, cfg.max_size))
+        tr.write(sizes, "catalog_group_sizes", config_hash)
+        tr.write(grouping.capped_identifiers, "catalog_identifier_caps", config_hash)
+        # One row per (source, in bounds): a handful of numbers.
+        summary = items.groupBy("group_source", F.col("reason").isNull().alias("kept")).agg(
+            F.countDistinct("group_id").alias("groups"), F.count("*").alias("items")).collect()
+    finally:
+        items.unpersist()
+    metrics = {"items_in": float(sum(r["items"] for r in summary)),
+               "items_kept": float(sum(r["items"] for r in summary if r["kept"])),
+               "groups_kept": float(sum(r["groups"] for r in summary if r["kept"]))}
+    metrics["items_quarantined"] = metrics["items_in"] - metrics["items_kept"]
+    for source in ("group_id", "identifiers", "singleton"):
+        metrics[f"groups.{source}"] = float(sum(r["groups"] for r in summary if r["group_source"] == source))
+    tr.log_text(tr.written("catalog_group_sizes").toPandas().to_string(index=False), "grouping/group_sizes.txt")
+    log.info("catalog grouping: %s", metrics)
+    if metrics["groups_kept"] == 0:
+        raise ValueError(
+            f"no catalog groups of size {cfg.min_size}..{cfg.max_size}: {int(metrics['items_in'])} items, "
+            f"{int(metrics['groups.singleton'])} of them without a group_id or a shared identifier. CST and the "
+            "consistency test need versions of the same item: give group_id, gtin, mpn or brand columns")
+    return metrics
 
 
-def main(argv: Optional[Sequence[str]] = None) -> JobResult:
-    """CLI / spark-submit entry: ``augment run group-catalog [--conf FILE] [--set k=v ...]``."""
-    return job_main(NAME, run, argv, description=__doc__.splitlines()[0])
-
+main = entry_point(NAME, run, __doc__)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -11,14 +11,15 @@ Accounting: for each input, rows in = rows kept + rows quarantined; the job fail
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
-from common.config import AppConfig, InputSpec
-from common.job import JobContext, JobResult, hash_of, job_main
-from common.schemas import CONTRACTS, Contract
+from common.config import AppConfig
+from common.data.config import InputSpec
+from common.platform.job import JobContext, JobRun, hash_of, job
+from common.data.schemas import CONTRACTS, Contract
+from jobs import entry_point
 
 log = logging.getLogger(__name__)
 
@@ -55,42 +56,37 @@ def resolve_taxonomy(cfg: AppConfig) -> Optional[str]:
     return str(demo_taxonomy) if uses_demo and demo_taxonomy.is_file() else None
 
 
-def run(ctx: JobContext) -> JobResult:
+@job(NAME)
+def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Ingest every configured input; returns the table versions and the per-input row accounting."""
-    from common.readers import file_version
-    from common.taxonomy import Taxonomy, depth
+    from common.data.readers import file_version
+    from common.data.taxonomy import Taxonomy, depth
 
     specs = resolve_inputs(ctx.cfg)
     if not specs:
         raise ValueError("nothing to ingest: set inputs.labeled / inputs.catalog / inputs.interactions / "
                          "inputs.products, or run `augment run generate-demo` first")
-    result = JobResult(job=NAME)
-    with ctx.tracked(NAME) as tr:
-        result.run_id = tr.run_id
-        taxonomy_df = None
-        taxonomy_path = resolve_taxonomy(ctx.cfg)
-        if taxonomy_path:
-            # A taxonomy is a bounded reference list (Google's has 5.6k nodes), parsed on the driver.
-            taxonomy = Taxonomy.from_google_file(taxonomy_path)
-            rows = [(taxonomy.id_of(p), p, depth(p)) for p in sorted(taxonomy.paths)]
-            taxonomy_df = ctx.spark.createDataFrame(rows, "id long, path string, depth int")
-            tax_version = file_version(taxonomy_path)
-            result.outputs["taxonomy"] = ctx.write(tr, taxonomy_df, "taxonomy", hash_of("taxonomy"),
-                                                   {taxonomy_path: tax_version})
-        for kind, spec in specs.items():
-            counts = ingest_one(ctx, tr, result, CONTRACTS[kind], spec, taxonomy_df)
-            result.metrics.update({f"{kind}.{k}": float(v) for k, v in counts.items()})
-        tr.log_metrics(result.metrics)
-    return result
+    taxonomy_df = None
+    taxonomy_path = resolve_taxonomy(ctx.cfg)
+    if taxonomy_path:
+        # A taxonomy is a bounded reference list (Google's has 5.6k nodes), parsed on the driver.
+        taxonomy = Taxonomy.from_google_file(taxonomy_path)
+        rows = [(taxonomy.id_of(p), p, depth(p)) for p in sorted(taxonomy.paths)]
+        taxonomy_df = ctx.spark.createDataFrame(rows, "id long, path string, depth int")
+        tr.write(taxonomy_df, "taxonomy", hash_of("taxonomy"), {taxonomy_path: file_version(taxonomy_path)})
+    metrics = {}
+    for kind, spec in specs.items():
+        counts = ingest_one(ctx, tr, CONTRACTS[kind], spec, taxonomy_df)
+        metrics.update({f"{kind}.{k}": float(v) for k, v in counts.items()})
+    return metrics
 
 
-def ingest_one(ctx: JobContext, tr, result: JobResult, contract: Contract, spec: InputSpec,
-               taxonomy_df) -> dict[str, int]:
+def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec, taxonomy_df) -> dict[str, int]:
     """Validate one input and write its kept and quarantined rows; returns rows_in/kept/quarantined."""
     from pyspark import StorageLevel
 
-    from common import quarantine
-    from common.readers import read_input
+    from common.data import quarantine
+    from common.data.readers import read_input
 
     raw = read_input(ctx.spark, spec, contract, native_delta=ctx.capabilities.native_delta)
     validated = quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df) \
@@ -103,18 +99,15 @@ def ingest_one(ctx: JobContext, tr, result: JobResult, contract: Contract, spec:
         config_hash = hash_of(asdict(ctx.cfg.ingest), asdict(spec), contract.name)
         inputs = {raw.location: raw.version}
         if taxonomy_df is not None and "category" in contract.column_names:
-            inputs["taxonomy"] = str(result.outputs["taxonomy"].version)
-        kept = ctx.write(tr, quarantine.kept(validated, contract, ctx.cfg.ingest), contract.name, config_hash, inputs)
-        rejected = ctx.write(tr, quarantine.rejected(validated, contract), contract.quarantine_table, config_hash,
-                             inputs)
+            inputs["taxonomy"] = str(tr.result.outputs["taxonomy"].version)
+        kept = tr.write(quarantine.kept(validated, contract, ctx.cfg.ingest), contract.name, config_hash, inputs)
+        rejected = tr.write(quarantine.rejected(validated, contract), contract.quarantine_table, config_hash, inputs)
     finally:
         validated.unpersist()
     n_kept = n_in - n_rejected
     for res, expected in ((kept, n_kept), (rejected, n_rejected)):
         if res.num_rows is not None and res.num_rows != expected:
             raise AccountingError(f"{contract.name}: wrote {res.num_rows} rows to {res.table}, expected {expected}")
-    result.outputs[contract.name] = kept
-    result.outputs[contract.quarantine_table] = rejected
     reasons = {k: v for k, v in sorted(by_reason.items(), key=lambda kv: -kv[1]) if k is not None}
     tr.log_dict({"input": raw.location, "version": raw.version, "rows_in": n_in, "kept": n_kept,
                  "quarantined": n_rejected, "reasons": reasons}, f"ingest/{contract.name}.json")
@@ -122,10 +115,7 @@ def ingest_one(ctx: JobContext, tr, result: JobResult, contract: Contract, spec:
     return {"rows_in": n_in, "rows_kept": n_kept, "rows_quarantined": n_rejected}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> JobResult:
-    """CLI / spark-submit entry: ``augment run ingest [--conf FILE] [--set k=v ...] [--force]``."""
-    return job_main(NAME, run, argv, description=__doc__.splitlines()[0])
-
+main = entry_point(NAME, run, __doc__)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

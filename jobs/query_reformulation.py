@@ -18,12 +18,12 @@
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
-from common.job import JobContext, JobResult, hash_of, job_main, run_jobs, unchanged
+from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
+from jobs import entry_point
 
 log = logging.getLogger(__name__)
 
@@ -39,72 +39,56 @@ def _generation_hash(ctx: JobContext) -> str:
     return hash_of(_model_hash(ctx), asdict(ctx.cfg.query_reformulation.generation))
 
 
-def _interaction_tables(ctx: JobContext, tr):
-    """(collected tuples, local tuples over the threshold, their input versions)."""
-    from common.reformulation import collected_tuples
+def _interaction_tables(tr: JobRun):
+    """(collected tuples, local tuples over the threshold); their versions become ``tr.inputs``."""
+    from common.querygraph.reformulation import collected_tuples
 
-    kept, v_kept = ctx.read_table(tr, "query_interactions")
-    quarantine, v_q = ctx.read_table(tr, "query_interactions_quarantine")
-    inputs = {"query_interactions": str(v_kept), "query_interactions_quarantine": str(v_q)}
-    return collected_tuples(kept, quarantine), kept, inputs
+    kept, quarantine = tr.read("query_interactions"), tr.read("query_interactions_quarantine")
+    return collected_tuples(kept, quarantine), kept
 
 
-def reformulate_job(ctx: JobContext) -> JobResult:
+@job("query-reformulate")
+def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``query-reformulate``: fine-tune the reformulation T5 and reformulate every collected query."""
-    from common.filtering import FilterSpec
-    from common.reformulation import distinct_queries
-    from common.t5_stage import fine_tune_stage, generate_stage
+    from common.models.filtering import FilterSpec
+    from common.models.t5_stage import fine_tune_stage, generate_stage
+    from common.querygraph.reformulation import distinct_queries
 
     cfg = ctx.cfg.query_reformulation
-    result = JobResult(job="query-reformulate")
-    with ctx.tracked(result.job) as tr:
-        result.run_id = tr.run_id
-        _, v_pairs = ctx.read_table(tr, "reformulation_pairs")
-        tuples, _, inputs = _interaction_tables(ctx, tr)
-        config_hash = _generation_hash(ctx)
-        model = fine_tune_stage(ctx, tr, "reformulation_pairs", v_pairs, "t5_qr", cfg.model, cfg.fine_tune,
-                                _model_hash(ctx), {"reformulation_pairs": str(v_pairs)}, "source_query",
-                                "target_query")
-        out = result.outputs
-        out["reformulation_inputs"] = ctx.write(tr, distinct_queries(tuples), "reformulation_inputs", config_hash,
-                                                inputs)
-        inputs = {**inputs, "reformulation_pairs": str(v_pairs)}
-        out["query_reformulations"], stats = generate_stage(
-            ctx, tr, "reformulation_inputs", out["reformulation_inputs"].version, "query", "query", model,
-            cfg.generation, FilterSpec(scorer="bleu", threshold=None), "query_reformulations", config_hash, inputs)
-        result.metrics = stats.metrics()
-    return result
+    tr.read("reformulation_pairs", as_input=False)
+    v_pairs = tr.versions["reformulation_pairs"]
+    tuples, _ = _interaction_tables(tr)
+    config_hash = _generation_hash(ctx)
+    model = fine_tune_stage(ctx, tr, "reformulation_pairs", v_pairs, "t5_qr", cfg.model, cfg.fine_tune,
+                            _model_hash(ctx), {"reformulation_pairs": str(v_pairs)}, "source_query", "target_query")
+    inputs = tr.write(distinct_queries(tuples), "reformulation_inputs", config_hash)
+    tr.result.outputs["query_reformulations"], stats = generate_stage(
+        ctx, tr, "reformulation_inputs", inputs.version, "query", "query", model, cfg.generation,
+        FilterSpec(scorer="bleu", threshold=None), "query_reformulations", config_hash,
+        {**tr.inputs, "reformulation_pairs": str(v_pairs)})
+    return stats.metrics()
 
 
-def augment_job(ctx: JobContext) -> JobResult:
+@job("query-augment")
+def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``query-augment``: the augmented interaction log, re-thresholded, with its growth factor."""
-    from common.reformulation import augment_interactions, usable_reformulations
+    from common.querygraph.reformulation import augment_interactions, usable_reformulations
 
-    result = JobResult(job="query-augment")
-    with ctx.tracked(result.job) as tr:
-        result.run_id = tr.run_id
-        tuples, local, inputs = _interaction_tables(ctx, tr)
-        generated, v_gen = ctx.read_table(tr, "query_reformulations")
-        inputs["query_reformulations"] = str(v_gen)
-        config_hash = hash_of(asdict(ctx.cfg.query_graph))
-        # Two writes and the accounting read the reformulations: normalise them (a Python UDF) once.
-        refs = usable_reformulations(generated).persist()
-        try:
-            augmented = augment_interactions(tuples, refs, ctx.cfg.query_graph)
-            out = result.outputs
-            out["augmented_interactions"] = ctx.write(tr, augmented.kept, "augmented_interactions", config_hash,
-                                                      inputs)
-            out["augmented_interactions_rejected"] = ctx.write(tr, augmented.rejected,
-                                                               "augmented_interactions_rejected", config_hash, inputs)
-            result.metrics = growth_accounting(ctx, tuples, local, augmented.reformulated,
-                                               out["augmented_interactions"].version,
-                                               out["augmented_interactions_rejected"].version)
-        finally:
-            refs.unpersist()
-        tr.log_metrics(result.metrics)
-        log.info("query augmentation: %d -> %d tuples over the threshold (growth factor %.2fx)",
-                 result.metrics["local_tuples"], result.metrics["augmented_tuples"], result.metrics["growth_factor"])
-    return result
+    tuples, local = _interaction_tables(tr)
+    generated = tr.read("query_reformulations")
+    config_hash = hash_of(asdict(ctx.cfg.query_graph))
+    # Two writes and the accounting read the reformulations: normalise them (a Python UDF) once.
+    refs = usable_reformulations(generated).persist()
+    try:
+        augmented = augment_interactions(tuples, refs, ctx.cfg.query_graph)
+        kept = tr.write(augmented.kept, "augmented_interactions", config_hash)
+        rejected = tr.write(augmented.rejected, "augmented_interactions_rejected", config_hash)
+        metrics = growth_accounting(ctx, tuples, local, augmented.reformulated, kept.version, rejected.version)
+    finally:
+        refs.unpersist()
+    log.info("query augmentation: %d -> %d tuples over the threshold (growth factor %.2fx)",
+             metrics["local_tuples"], metrics["augmented_tuples"], metrics["growth_factor"])
+    return metrics
 
 
 def growth_accounting(ctx: JobContext, tuples, local, reformulated, kept_version: int,
@@ -133,81 +117,73 @@ def growth_accounting(ctx: JobContext, tuples, local, reformulated, kept_version
             "growth_factor": n_kept / n_local if n_local else 0.0}
 
 
-def matcher_job(ctx: JobContext) -> JobResult:
+@job("query-matcher")
+def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-matcher``: fastText matcher on the original vs the augmented log, precision@k on held-out queries."""
     from pyspark.sql import functions as F
 
-    from common.classifier import HFTModel, HFTTrainerPool, train_hft
-    from common.filtering import FilterSpec
-    from common.matcher import evaluate, fasttext_config, is_holdout, relevant_products
-    from common.reformulation import augment_interactions, distinct_queries, usable_reformulations
-    from common.t5_stage import fine_tune_stage, generate_stage
+    from common.models.filtering import FilterSpec
+    from common.models.hft import HFTModel, HFTTrainerPool, train_hft
+    from common.models.t5_stage import fine_tune_stage, generate_stage
+    from common.querygraph.matcher import evaluate, fasttext_config, is_holdout, relevant_products
+    from common.querygraph.reformulation import augment_interactions, distinct_queries, usable_reformulations
 
     cfg = ctx.cfg.query_reformulation
     m = cfg.matcher
-    result = JobResult(job="query-matcher")
-    with ctx.tracked(result.job) as tr:
-        result.run_id = tr.run_id
-        pairs, v_pairs = ctx.read_table(tr, "reformulation_pairs")
-        tuples, local, inputs = _interaction_tables(ctx, tr)
-        inputs["reformulation_pairs"] = str(v_pairs)
-        config_hash = hash_of(_generation_hash(ctx), asdict(m), asdict(ctx.cfg.query_graph))
-        done = ctx.existing_version(tr, MATCHER_RESULTS, config_hash, inputs)
-        if done is not None:
-            log.info("%s v%s already holds these results; nothing to do", MATCHER_RESULTS, done)
-            result.outputs[MATCHER_RESULTS] = unchanged(MATCHER_RESULTS, done)
-            return result
-        held = is_holdout(F.col("query"), m.holdout_fraction, ctx.cfg.seed)
-        train_tuples = tuples.filter(~held)
-        # No trace of a held-out query may reach training: not as a pair side, not as a generation input.
-        train_pairs = pairs.filter(~is_holdout(F.col("source_query"), m.holdout_fraction, ctx.cfg.seed)
-                                   & ~is_holdout(F.col("target_query"), m.holdout_fraction, ctx.cfg.seed))
-        out = result.outputs
-        out["matcher_pairs"] = ctx.write(tr, train_pairs, "matcher_pairs", config_hash, inputs)
-        model = fine_tune_stage(ctx, tr, "matcher_pairs", out["matcher_pairs"].version, "t5_qr_matcher", cfg.model,
-                                cfg.fine_tune, _model_hash(ctx), {"matcher_pairs": str(out["matcher_pairs"].version)},
-                                "source_query", "target_query")
-        out["matcher_inputs"] = ctx.write(tr, distinct_queries(train_tuples), "matcher_inputs", config_hash, inputs)
-        out["matcher_reformulations"], _ = generate_stage(
-            ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
-            FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", config_hash,
-            {**inputs, "matcher_pairs": str(out["matcher_pairs"].version)})
-        generated = ctx.lakehouse.read("matcher_reformulations", out["matcher_reformulations"].version)
-        augmented = augment_interactions(train_tuples, usable_reformulations(generated), ctx.cfg.query_graph).kept
-        variants = {"original": local.filter(~held).select("query", "product_id"),
-                    "augmented": augmented.select("query", "product_id")}
-        heldout = relevant_products(local.filter(held)).persist()
-        rows = []
-        trainers = HFTTrainerPool(ctx.ray(), size=2)
-        try:
-            for variant, frame in variants.items():
-                table = f"matcher_train_{variant}"
-                out[table] = ctx.write(tr, frame, table, config_hash, inputs)
-                files = ctx.lakehouse.file_uris(table, out[table].version)
-                n_train = ctx.lakehouse.read(table, out[table].version).count()
-                hft, _ = train_hft(trainers, files, 1, fasttext_config(m), ctx.cfg.seed,
-                                   ctx.models_dir(f"matcher_{variant}", hash_of(config_hash, inputs)),
-                                   text_col="query", label_col="product_id")
-                scores = evaluate(heldout, HFTModel(hft.uri, 1), m.ks)
-                means = scores.agg(*[F.avg(c).alias(c) for c in scores.columns if c != "query"],
-                                   F.count("*").alias("n_queries")).first().asDict()
-                for k in sorted(set(m.ks)):
-                    rows.append((tr.run_id, variant, k, means[f"precision_at_{k}"], means[f"recall_at_{k}"],
-                                 means[f"hit_at_{k}"], int(means["n_queries"]), n_train))
-                    tr.log_metrics({f"{variant}.precision_at_{k}": means[f"precision_at_{k}"],
-                                    f"{variant}.recall_at_{k}": means[f"recall_at_{k}"]})
-                log.info("matcher %s (%d training tuples): %s", variant, n_train,
-                         ", ".join(f"P@{k} {means[f'precision_at_{k}']:.4f}" for k in sorted(set(m.ks))))
-        finally:
-            trainers.close()
-            heldout.unpersist()
-        frame = ctx.spark.createDataFrame(rows, "run_id string, variant string, k int, precision double, recall double, "
-                                                "hit_rate double, n_queries long, n_train_tuples long")
-        out[MATCHER_RESULTS] = ctx.write(tr, frame, MATCHER_RESULTS, config_hash, inputs)
-        pdf = frame.toPandas()
-        result.metrics = {f"{r.variant}.precision_at_{r.k}": float(r.precision) for r in pdf.itertuples()}
-        matcher_report(ctx, tr, pdf)
-    return result
+    pairs = tr.read("reformulation_pairs")
+    tuples, local = _interaction_tables(tr)
+    config_hash = hash_of(_generation_hash(ctx), asdict(m), asdict(ctx.cfg.query_graph))
+    if tr.already_written(MATCHER_RESULTS, config_hash):
+        return None
+    held = is_holdout(F.col("query"), m.holdout_fraction, ctx.cfg.seed)
+    train_tuples = tuples.filter(~held)
+    # No trace of a held-out query may reach training: not as a pair side, not as a generation input.
+    train_pairs = pairs.filter(~is_holdout(F.col("source_query"), m.holdout_fraction, ctx.cfg.seed)
+                               & ~is_holdout(F.col("target_query"), m.holdout_fraction, ctx.cfg.seed))
+    out = tr.result.outputs
+    tr.write(train_pairs, "matcher_pairs", config_hash)
+    model = fine_tune_stage(ctx, tr, "matcher_pairs", out["matcher_pairs"].version, "t5_qr_matcher", cfg.model,
+                            cfg.fine_tune, _model_hash(ctx), {"matcher_pairs": str(out["matcher_pairs"].version)},
+                            "source_query", "target_query")
+    tr.write(distinct_queries(train_tuples), "matcher_inputs", config_hash)
+    out["matcher_reformulations"], _ = generate_stage(
+        ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
+        FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", config_hash,
+        {**tr.inputs, "matcher_pairs": str(out["matcher_pairs"].version)})
+    generated = tr.written("matcher_reformulations")
+    augmented = augment_interactions(train_tuples, usable_reformulations(generated), ctx.cfg.query_graph).kept
+    variants = {"original": local.filter(~held).select("query", "product_id"),
+                "augmented": augmented.select("query", "product_id")}
+    heldout = relevant_products(local.filter(held)).persist()
+    rows = []
+    trainers = HFTTrainerPool(ctx.ray(), size=2)
+    try:
+        for variant, frame in variants.items():
+            table = f"matcher_train_{variant}"
+            tr.write(frame, table, config_hash)
+            files = ctx.lakehouse.file_uris(table, out[table].version)
+            n_train = tr.written(table).count()
+            hft, _ = train_hft(trainers, files, 1, fasttext_config(m), ctx.cfg.seed,
+                               ctx.models_dir(f"matcher_{variant}", hash_of(config_hash, tr.inputs)),
+                               text_col="query", label_col="product_id")
+            scores = evaluate(heldout, HFTModel(hft.uri, 1), m.ks)
+            means = scores.agg(*[F.avg(c).alias(c) for c in scores.columns if c != "query"],
+                               F.count("*").alias("n_queries")).first().asDict()
+            for k in sorted(set(m.ks)):
+                rows.append((tr.run_id, variant, k, means[f"precision_at_{k}"], means[f"recall_at_{k}"],
+                             means[f"hit_at_{k}"], int(means["n_queries"]), n_train))
+                tr.log_metrics({f"{variant}.recall_at_{k}": means[f"recall_at_{k}"]})
+            log.info("matcher %s (%d training tuples): %s", variant, n_train,
+                     ", ".join(f"P@{k} {means[f'precision_at_{k}']:.4f}" for k in sorted(set(m.ks))))
+    finally:
+        trainers.close()
+        heldout.unpersist()
+    frame = ctx.spark.createDataFrame(rows, "run_id string, variant string, k int, precision double, recall double, "
+                                            "hit_rate double, n_queries long, n_train_tuples long")
+    tr.write(frame, MATCHER_RESULTS, config_hash)
+    pdf = frame.toPandas()
+    matcher_report(ctx, tr, pdf)
+    return {f"{r.variant}.precision_at_{r.k}": r.precision for r in pdf.itertuples()}
 
 
 def matcher_report(ctx: JobContext, tr, pdf) -> None:
@@ -229,10 +205,7 @@ def run(ctx: JobContext) -> JobResult:
     return run_jobs(ctx, "query-reformulation", (reformulate_job, augment_job, matcher_job))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> JobResult:
-    """CLI / spark-submit entry: ``spark-submit jobs/query_reformulation.py [--conf FILE] [--set k=v ...]``."""
-    return job_main("query-reformulation", run, argv, description=__doc__.splitlines()[0])
-
+main = entry_point("query-reformulation", run, __doc__)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -14,9 +14,8 @@
 import os
 
 from common.config import load_config
-from common.job import build_context
-from common.pipeline import run_pipeline
-from jobs import PIPELINES
+from common.platform.job import build_context
+from jobs import PIPELINES, run_pipeline
 
 on_databricks = "DATABRICKS_RUNTIME_VERSION" in os.environ
 cfg = load_config("conf/databricks.yaml" if on_databricks else "conf/local.yaml",
@@ -32,7 +31,7 @@ for result in results:
 
 # COMMAND ----------
 
-from common.cli import format_history, format_tables
+from common.platform.cli import format_history, format_tables
 
 print(format_tables(ctx.lakehouse.tables()))
 print(format_history(ctx.lakehouse.history("labeled_products")))

@@ -15,9 +15,8 @@
 import os
 
 from common.config import load_config
-from common.job import build_context
-from common.pipeline import run_pipeline
-from jobs import PIPELINES
+from common.platform.job import build_context
+from jobs import PIPELINES, run_pipeline
 
 on_databricks = "DATABRICKS_RUNTIME_VERSION" in os.environ
 cfg = load_config("conf/databricks.yaml" if on_databricks else "conf/local.yaml", ["consistency.repeats=2"])

@@ -19,8 +19,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from common.config import SparkConfig
-    from common.session import get_spark
+    from common.platform.config import SparkConfig
+    from common.platform.session import get_spark
 
     session = get_spark(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="2g",
                                     checkpoint_dir=str(tmp_path_factory.mktemp("spark"))))
@@ -30,16 +30,16 @@ def spark(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def capabilities(spark):
-    from common.config import SparkConfig
-    from common.session import detect_capabilities
+    from common.platform.config import SparkConfig
+    from common.platform.session import detect_capabilities
 
     return detect_capabilities(spark, SparkConfig())
 
 
 @pytest.fixture(scope="session")
 def ray_runtime():
-    from common.config import RayConfig
-    from common.ray_runtime import RayRuntime
+    from common.platform.config import RayConfig
+    from common.platform.ray_runtime import RayRuntime
 
     runtime = RayRuntime(RayConfig(num_cpus=2)).start()
     yield runtime
@@ -68,19 +68,28 @@ def app_config(tmp_path, tracking_uri):
 
 @pytest.fixture
 def ctx(spark, capabilities, app_config):
-    from common.job import build_context
+    from common.platform.job import build_context
 
     context = build_context(app_config, spark=spark, capabilities=capabilities)
     yield context
     context.close()
 
 
-@pytest.fixture
-def lakehouse(spark, capabilities, tmp_path):
-    from common.config import LakehouseConfig
-    from common.lakehouse import Lakehouse
+@pytest.fixture(params=["native", "rs"])
+def write_path(request, capabilities) -> str:
+    """Both write paths of the lakehouse: Spark's Delta writer and delta-rs commits (one session serves both)."""
+    if request.param == "native" and not capabilities.native_delta:
+        pytest.skip("no native Delta in this session: run `make install` (mvn resolves jvm/pom.xml into "
+                    ".venv/jars) to test Spark's Delta writer")
+    return request.param
 
-    return Lakehouse(LakehouseConfig(root=str(tmp_path / "lh")), spark, native_delta=capabilities.native_delta)
+
+@pytest.fixture
+def lakehouse(spark, write_path, tmp_path):
+    from common.platform.config import LakehouseConfig
+    from common.platform.lakehouse import Lakehouse
+
+    return Lakehouse(LakehouseConfig(root=str(tmp_path / "lh")), spark, native_delta=write_path == "native")
 
 
 @pytest.fixture(scope="session")

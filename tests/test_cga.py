@@ -6,11 +6,10 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from common.cga import augmentation_set, group_version_pairs, sweep_points
-from common.config import (CGAConfig, CGASweepConfig, ConsistencyConfig, FastTextConfig, FineTuneConfig,
-                           GenerationConfig, ScratchT5Config, T5ModelConfig)
-from common.pipeline import run_pipeline
-from jobs import PIPELINES
+from common.catalog.cga import augmentation_set, group_version_pairs, sweep_points
+from common.catalog.config import CGAConfig, CGASweepConfig, ConsistencyConfig
+from common.models.config import FastTextConfig, FineTuneConfig, GenerationConfig, ScratchT5Config, T5ModelConfig
+from jobs import PIPELINES, run_pipeline
 
 
 def test_group_version_pairs_are_ordered_distinct_and_capped(spark):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.classifier import HFTTrainerPool, hft_decide, predict, predict_texts, train_hft
-from common.config import FastTextConfig
+from common.models.hft import HFTTrainerPool, hft_decide, predict, predict_texts, train_hft
+from common.models.config import FastTextConfig
 
 
 def test_inference_stops_at_the_first_disagreement():
@@ -66,7 +66,7 @@ def test_real_hft_trains_in_ray_actors_and_predicts_in_spark(spark, ray_runtime,
 def test_training_depends_on_rows_and_seed_not_on_file_order(spark, tiny_training_table, tmp_path):
     import pyarrow.parquet as pq
 
-    from common.classifier import train_level
+    from common.models.hft import train_level
 
     lakehouse, version = tiny_training_table
     table = pq.ParquetDataset(lakehouse.file_uris("train", version)).read()

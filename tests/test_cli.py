@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from common.lakehouse import Lineage
+from common.platform.lakehouse import Lineage
 
 AUGMENT = Path(sys.executable).parent / "augment"
 

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from common.config import AppConfig, InputSpec, load_config
-from common.config_loader import ConfigError, parse_override
+from common.config import AppConfig, load_config
+from common.data.config import InputSpec
+from common.platform.config_loader import ConfigError, parse_override
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,7 +102,7 @@ def test_generative_defaults_are_the_papers():
     assert (ft.epochs, ft.batch_size, ft.grad_accumulation, ft.learning_rate) == (2, 32, 16, 3e-4)
     # A checkpoint name wins over the scratch shape.
     production = load_config(None, ["query_reformulation.model.name_or_path=t5-base"])
-    from common.seq2seq import ModelSpec
+    from common.models.seq2seq import ModelSpec
 
     assert ModelSpec.from_config(production.query_reformulation.model).model_name_or_path == "t5-base"
     assert ModelSpec.from_config(cfg.cga.model).model_name_or_path is None

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common import demo_data
-from common.config import DemoConfig
-from common.taxonomy import Taxonomy
+from common.data import demo_data
+from common.data.config import DemoConfig
+from common.data.taxonomy import Taxonomy
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.generation import GenerationSpec, generate, split_quarantine
-from common.seq2seq import ModelSpec, TrainSpec, fine_tune
+from common.models.generation import GenerationSpec, generate, split_quarantine
+from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.graph import ConvergenceError, connected_components
-from common.grouping import group_items, identifier_keys, size_histogram, size_reason
+from common.algorithms.graph import ConvergenceError, connected_components
+from common.catalog.grouping import group_items, identifier_keys, size_histogram, size_reason
 
 
 def _components(rows):
@@ -27,7 +27,7 @@ def test_components_fail_loudly_past_the_iteration_budget(spark):
 
 
 def test_triangle_counts_and_clustering_coefficients_by_hand(spark):
-    from common.graph import triangle_counts
+    from common.algorithms.graph import triangle_counts
 
     # A 4-clique a-b-c-d (4 triangles, each vertex in 3) plus a pendant e on d and a triangle d-e-f.
     edges = [(u, v) for i, u in enumerate("abcd") for v in "abcd"[i + 1:]] + [("d", "e"), ("e", "f"), ("d", "f")]

@@ -5,8 +5,8 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from common.lakehouse import Lineage
-from common.scoring import bleu_scores, cosine_scores
+from common.platform.lakehouse import Lineage
+from common.models.scoring import bleu_scores, cosine_scores
 
 
 def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_runtime):
@@ -60,7 +60,7 @@ def test_minilm_cosine_on_hand_checked_pairs():
 def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime):
     import ray
 
-    from common.filtering import FilterSpec, filter_generated
+    from common.models.filtering import FilterSpec, filter_generated
 
     rows = [
         ("a", "acme red cotton t-shirt xl", "acme red cotton t-shirt size xl"),  # close: kept
@@ -83,7 +83,7 @@ def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime
 def test_scoring_keeps_earlier_reasons_and_threshold_free_mode(ray_runtime):
     import pyarrow as pa
 
-    from common.filtering import FilterSpec, score_batch
+    from common.models.filtering import FilterSpec, score_batch
 
     table = pa.table({"source_text": ["red mug", "mug " * 100, "blue lamp"],
                       "generated_text": ["red mug large", None, "blue lamp"],

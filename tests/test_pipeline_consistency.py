@@ -7,10 +7,11 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from common.classifier import TrainingDataError
-from common.config import ConsistencyConfig, FastTextConfig, InputSpec
-from common.pipeline import run_pipeline
-from jobs import PIPELINES, group_catalog
+from common.models.hft import TrainingDataError
+from common.catalog.config import ConsistencyConfig
+from common.data.config import InputSpec
+from common.models.config import FastTextConfig
+from jobs import PIPELINES, group_catalog, run_pipeline
 
 
 def _demo_sized(ctx, **consistency):

@@ -7,8 +7,7 @@ import mlflow
 import pytest
 from deltalake import DeltaTable
 
-from common.pipeline import run_pipeline
-from jobs import PIPELINES
+from jobs import PIPELINES, run_pipeline
 
 
 @pytest.fixture
@@ -83,7 +82,7 @@ def test_user_inputs_replace_the_demo(ctx, tmp_path):
 
     path = tmp_path / "mine.csv"
     path.write_text("sku,name,cat\ns1,Red mug 350ml,Home > Mugs\ns2,,Home > Mugs\n")
-    from common.config import InputSpec
+    from common.data.config import InputSpec
 
     ctx.cfg.inputs.labeled = InputSpec(path=str(path), rename={"sku": "item_id", "name": "title", "cat": "category"})
     result = ingest.run(ctx)

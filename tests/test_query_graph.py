@@ -6,11 +6,13 @@ import math
 import pytest
 from pyspark.sql import functions as F
 
-from common.config import InputSpec, QueryGraphConfig
-from common.pipeline import run_pipeline
-from common.query_graph import (normalize_interactions, normalize_query, product_queries, reformulation_pairs,
-                                similarities, specificity, within_tolerance)
-from jobs import PIPELINES
+from common.data.config import InputSpec
+from common.querygraph.config import QueryGraphConfig
+from common.querygraph.clusters import reformulation_pairs
+from common.querygraph.normalization import normalize_interactions, normalize_query
+from common.querygraph.similarity import product_queries, similarities
+from common.querygraph.specificity import specificity, within_tolerance
+from jobs import PIPELINES, run_pipeline
 
 SCHEMA = "query string, product_id string, interaction string, count long"
 
@@ -92,7 +94,7 @@ def test_hub_products_are_capped_and_cost_stays_linear(spark):
 
 
 def test_one_product_log_and_pairs_lie_in_one_cluster(spark):
-    from common.query_graph import cluster_products, subgraphs
+    from common.querygraph.clusters import cluster_products, subgraphs
 
     log = spark.createDataFrame([(f"mug {w}", "P", kind, 1) for w in ("red", "blue", "big", "cheap")
                                  for kind in ("click", "purchase")], SCHEMA)

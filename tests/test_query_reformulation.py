@@ -4,12 +4,11 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from common.config import (FineTuneConfig, GenerationConfig, MatcherConfig, QueryGraphConfig,
-                           QueryReformulationConfig, ScratchT5Config, T5ModelConfig)
-from common.matcher import is_holdout, ranking_metrics
-from common.pipeline import run_pipeline
-from common.reformulation import augment_interactions, collected_tuples, usable_reformulations
-from jobs import PIPELINES
+from common.models.config import FineTuneConfig, GenerationConfig, ScratchT5Config, T5ModelConfig
+from common.querygraph.config import MatcherConfig, QueryGraphConfig, QueryReformulationConfig
+from common.querygraph.matcher import is_holdout, ranking_metrics
+from common.querygraph.reformulation import augment_interactions, collected_tuples, usable_reformulations
+from jobs import PIPELINES, run_pipeline
 
 TUPLES = "query string, product_id string, interaction string, count long"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import psutil
 import ray
 
-from common.config import RayConfig
-from common.ray_runtime import RayRuntime
+from common.platform.config import RayConfig
+from common.platform.ray_runtime import RayRuntime
 
 
 def _is_ray_process(pid: int) -> bool:

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from common.config import IngestConfig, InputSpec
-from common.quarantine import kept, rejected, with_reasons
-from common.readers import InputSchemaError, read_input, resolve_format
-from common.schemas import CATALOG, INTERACTIONS, LABELED
+from common.data.config import IngestConfig, InputSpec
+from common.data.quarantine import kept, rejected, with_reasons
+from common.data.readers import InputSchemaError, read_input, resolve_format
+from common.data.schemas import CATALOG, INTERACTIONS, LABELED
 
 MESSY_CSV = '''item_id,title,category
 1,"Acme Cotton T-Shirt, Blue",Apparel > Clothing > Shirts

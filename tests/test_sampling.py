@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.sampling import SamplingError, draw, plan_sample, subsample, total_variation
+from common.data.sampling import SamplingError, draw, plan_sample, subsample, total_variation
 
 
 def test_largest_sample_matching_the_target_by_hand():
@@ -86,8 +86,8 @@ def test_subsample_matches_a_skewed_target_exactly(spark):
 
 
 def test_subsample_job_matches_another_tables_histogram(ctx):
-    from common.config import SubsampleConfig
-    from common.sampling import SamplingError
+    from common.data.config import SubsampleConfig
+    from common.data.sampling import SamplingError
     from jobs import subsample as job
 
     spark = ctx.spark

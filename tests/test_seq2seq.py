@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.seq2seq import ModelSpec, TrainSpec, fine_tune, train_tokenizer
+from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune, train_tokenizer
 
 
 PAIRS = [(f"{brand} {noun} {colour}", f"{colour} {noun} by {brand}")
@@ -40,7 +40,7 @@ def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path,
     import pyarrow.parquet as pq
     from transformers import T5ForConditionalGeneration
 
-    from common.seq2seq import fine_tune_on_ray
+    from common.models.seq2seq import fine_tune_on_ray
 
     files = []
     for part in range(2):  # the task reads a table's files itself, like a Delta version's

@@ -1,0 +1,140 @@
+"""The data domain's config: input datasets, ingest validation rules, the demo world, sub-sampling."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+from common.platform.config import absolute, check, is_uri
+
+
+@dataclass
+class InputSpec:
+    """One input dataset: a file/folder path (CSV, Parquet, JSON lines, Delta) or a catalog table name."""
+
+    path: str
+    format: Literal["auto", "csv", "parquet", "json", "delta", "table"] = "auto"
+    header: bool = True
+    # Column names for a header-less CSV, in file order.
+    columns: Optional[list[str]] = None
+    # Map source column names onto the suite's schema names, e.g. {product_name: title}.
+    rename: dict[str, str] = field(default_factory=dict)
+    # Constant values for contract columns the source lacks, e.g. {interaction: click, count: "1"} for a
+    # raw click log with one row per click.
+    defaults: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_shorthand(cls, path: str) -> "InputSpec":
+        """``inputs.labeled=PATH`` on the command line means ``InputSpec(path=PATH)``."""
+        return cls(path=path)
+
+    def __post_init__(self) -> None:
+        check(bool(self.path), "inputs.*.path", "must not be empty")
+        if self.format != "table" and not looks_like_table_name(self.path):
+            self.path = absolute(self.path)
+
+
+# File suffixes the readers know, and the format each means.
+FILE_FORMATS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".json": "json",
+                ".jsonl": "json", ".ndjson": "json"}
+
+
+def looks_like_table_name(path: str) -> bool:
+    """True for ``catalog.schema.table``-style names: no slash, no URI scheme, no file suffix, no such file."""
+    return (not is_uri(path) and "/" not in path and "." in path
+            and Path(path).suffix.lower() not in FILE_FORMATS and not Path(path).exists())
+
+
+@dataclass
+class InputsConfig:
+    """The user's datasets. A missing entry means the demo generator's landing files."""
+
+    labeled: Optional[InputSpec] = None
+    catalog: Optional[InputSpec] = None
+    interactions: Optional[InputSpec] = None
+    products: Optional[InputSpec] = None
+
+
+@dataclass
+class IngestConfig:
+    """Validation rules applied on ingest; failing rows go to ``<table>_quarantine`` with a reason."""
+
+    max_title_chars: int = 512
+    max_category_depth: int = 7
+    category_separator: str = ">"
+    # A Google-Product-Taxonomy-format file; when set, labels outside it are quarantined.
+    taxonomy: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        check(self.max_title_chars > 0, "ingest.max_title_chars", "must be > 0")
+        check(self.max_category_depth >= 1, "ingest.max_category_depth", "must be >= 1")
+        check(bool(self.category_separator.strip()), "ingest.category_separator", "must not be blank")
+        if self.taxonomy:
+            self.taxonomy = absolute(self.taxonomy)
+
+
+@dataclass
+class DemoConfig:
+    """The synthetic e-commerce dataset. Sizes scale linearly with ``scale`` (the size knob)."""
+
+    seed: int = 7
+    scale: float = 1.0
+    n_labeled: int = 6000
+    n_groups: int = 3000
+    # Group sizes: 2 + geometric, clipped to [group_size_min, group_size_max]; mean ~3.6 as in the paper.
+    group_size_min: int = 2
+    group_size_max: int = 192
+    group_size_mean: float = 3.6
+    # Share of labeled titles whose colour/size follow their category (the planted spurious correlation).
+    spurious_strength: float = 0.9
+    # Share of labeled titles that carry the true discriminating word (e.g. "women's").
+    signal_rate: float = 0.35
+    # Share of catalog groups given without group_id (to be recovered from gtin/mpn/brand+model).
+    null_group_fraction: float = 0.2
+    n_sessions: int = 8000
+    # Share of rows in each landing file made invalid on purpose (exercises the quarantine).
+    bad_row_fraction: float = 0.01
+    partitions: int = 4
+
+    def __post_init__(self) -> None:
+        check(self.scale > 0, "demo.scale", "must be > 0")
+        for name in ("n_labeled", "n_groups", "n_sessions", "partitions"):
+            check(getattr(self, name) >= 1, f"demo.{name}", "must be >= 1")
+        check(2 <= self.group_size_min <= self.group_size_max, "demo.group_size_min",
+               "must satisfy 2 <= group_size_min <= group_size_max")
+        check(self.group_size_min < self.group_size_mean <= self.group_size_max, "demo.group_size_mean",
+               "must lie in (group_size_min, group_size_max]")
+        for name in ("spurious_strength", "signal_rate", "null_group_fraction", "bad_row_fraction"):
+            value = getattr(self, name)
+            check(0.0 <= value <= 1.0, f"demo.{name}", f"must be in [0, 1], got {value}")
+
+    def scaled(self, n: int) -> int:
+        """``n`` times the size knob, at least 1."""
+        return max(1, int(round(n * self.scale)))
+
+
+@dataclass
+class SubsampleConfig:
+    """The reusable ``subsample`` job: draw rows of ``table`` to match a target label distribution."""
+
+    table: Optional[str] = None
+    label_column: str = "category"
+    # Compare labels truncated to this level (None: the whole label).
+    level: Optional[int] = 1
+    # Target: the label histogram of another table ...
+    target_table: Optional[str] = None
+    target_column: str = "category"
+    # ... or explicit weights {label: weight}.
+    weights: dict[str, float] = field(default_factory=dict)
+    # None: the largest sample that matches the target.
+    n: Optional[int] = None
+    key_columns: list[str] = field(default_factory=lambda: ["item_id"])
+    output: Optional[str] = None
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        check(self.level is None or self.level >= 1, "subsample.level", "must be >= 1")
+        check(self.n is None or self.n >= 0, "subsample.n", "must be >= 0")
+        check(not (self.target_table and self.weights), "subsample.weights",
+               "give either subsample.target_table or subsample.weights, not both")

@@ -1,0 +1,127 @@
+"""Row validation for ingest: each row gets a ``reason`` (null when valid); valid rows are normalised
+into the contract's types, rejected rows keep their raw values for the quarantine table.
+
+Every rule is a Column expression, so validation is one narrow Spark stage; rows in = kept + rejected
+by construction, since ``kept`` and ``rejected`` are the two sides of one ``reason IS NULL`` predicate.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from common.data.config import IngestConfig
+from common.data.readers import CORRUPT_COL, SOURCE_COL
+from common.data.schemas import Contract
+from common.data.taxonomy import canonical_col, depth_col, malformed_col
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+REASON_COL = "reason"
+# C0 controls (but tab/newline/CR), DEL, and U+FFFD, the mark of an undecodable byte sequence.
+_INVALID_CHARS = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F\x{FFFD}]"
+
+
+def _blank(column: "Column") -> "Column":
+    from pyspark.sql import functions as F
+
+    return column.isNull() | (F.trim(column) == "")
+
+
+def _text_rules(name: str, cfg: IngestConfig) -> list[tuple["Column", str]]:
+    from pyspark.sql import functions as F
+
+    column = F.col(name)
+    return [
+        (_blank(column), f"empty {name}"),
+        (column.rlike(_INVALID_CHARS), f"invalid text in {name}: control or undecodable characters"),
+        (~column.rlike(r"[\p{L}\p{N}]"), f"invalid text in {name}: no letters or digits"),
+        (F.length(column) > cfg.max_title_chars, f"{name} longer than {cfg.max_title_chars} characters"),
+    ]
+
+
+def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False) -> list[tuple["Column", str]]:
+    """The ordered (failure predicate, reason) rules for ``contract``; the first that holds wins."""
+    from pyspark.sql import functions as F
+
+    checks: list[tuple["Column", str]] = [(F.col(CORRUPT_COL).isNotNull(), "malformed line: could not be parsed")]
+    names = contract.column_names
+    for id_col in ("item_id", "product_id"):
+        if id_col in names:
+            checks.append((_blank(F.col(id_col)), f"empty {id_col}"))
+    if "title" in names:
+        checks += _text_rules("title", cfg)
+    if "query" in names:
+        checks += _text_rules("query", cfg)
+    if "category" in names:
+        category = F.col("category")
+        checks += [
+            (_blank(category), "empty category"),
+            (malformed_col(category, cfg.category_separator), "malformed category path: empty level"),
+            (depth_col(category, cfg.category_separator) > cfg.max_category_depth,
+             f"category deeper than {cfg.max_category_depth} levels"),
+        ]
+        if has_taxonomy:
+            checks.append((F.col("_in_taxonomy").isNull(), "category not in taxonomy"))
+    if "interaction" in names:
+        checks.append((_blank(F.col("interaction")), "empty interaction"))
+    if "count" in names:
+        count = F.col("count")
+        as_long = F.trim(count.cast("string")).try_cast("long")
+        checks += [
+            (count.isNull(), "missing count"),
+            (as_long.isNull(), "count is not an integer"),
+            (as_long < 0, "negative count"),
+        ]
+    return checks
+
+
+def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
+                 taxonomy_paths: Optional["DataFrame"] = None) -> "DataFrame":
+    """Add the ``reason`` column (null for valid rows) to a raw input frame.
+
+    ``taxonomy_paths``: an optional one-column (``path``) frame of allowed canonical category paths;
+    it is broadcast-joined, so labels outside it get ``category not in taxonomy``.
+    """
+    from pyspark.sql import functions as F
+
+    has_taxonomy = taxonomy_paths is not None and "category" in contract.column_names
+    if has_taxonomy:
+        allowed = taxonomy_paths.select(F.col("path").alias("_tax_path")).distinct() \
+            .withColumn("_in_taxonomy", F.lit(True))
+        df = df.join(F.broadcast(allowed), canonical_col(F.col("category"), cfg.category_separator)
+                     == F.col("_tax_path"), "left").drop("_tax_path")
+    reason = F.coalesce(*[F.when(predicate, F.lit(text)) for predicate, text in
+                          rules(contract, cfg, has_taxonomy)])
+    df = df.withColumn(REASON_COL, reason)
+    return df.drop("_in_taxonomy") if has_taxonomy else df
+
+
+def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
+    """Valid rows in the contract's columns and types, normalised (trimmed text, canonical paths)."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for column in contract.columns:
+        value = F.col(column.name)
+        if column.name in ("title", "query"):
+            value = F.regexp_replace(F.trim(value), r"\s+", " ")
+        elif column.name == "category":
+            value = canonical_col(value, cfg.category_separator)
+        elif column.name == "interaction":
+            value = F.lower(F.trim(value))
+        elif column.type == "long":
+            value = F.trim(value.cast("string")).try_cast("long")
+        else:
+            value = F.when(_blank(value), F.lit(None)).otherwise(F.trim(value.cast("string")))
+        out.append(value.alias(column.name))
+    return df.filter(F.col(REASON_COL).isNull()).select(*out)
+
+
+def rejected(df: "DataFrame", contract: Contract) -> "DataFrame":
+    """Rejected rows: raw contract columns as strings, the raw line when it did not parse, source, reason."""
+    from pyspark.sql import functions as F
+
+    columns = [F.col(c).cast("string").alias(c) for c in contract.column_names]
+    return df.filter(F.col(REASON_COL).isNotNull()).select(
+        *columns, F.col(CORRUPT_COL).alias("raw_line"), F.col(SOURCE_COL).alias("source"), F.col(REASON_COL)
+    )

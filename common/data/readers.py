@@ -1,0 +1,201 @@
+"""Readers for the suite's inputs: CSV, Parquet, JSON lines, Delta paths and catalog table names.
+
+A reader returns the raw rows with the contract's column names (renamed and checked), plus
+``_source`` (file path or table@version) and ``_corrupt_record`` (text-format lines that did not parse),
+so that validation can quarantine rows instead of dropping them. Missing or mistyped columns raise
+:class:`InputSchemaError` naming the file and the column.
+"""
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from common.data.config import FILE_FORMATS, InputSpec, looks_like_table_name
+from common.platform.lakehouse import fingerprint_files, read_delta_rs
+from common.data.schemas import Contract
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+SOURCE_COL = "_source"
+CORRUPT_COL = "_corrupt_record"
+_TEXT_FORMATS = ("csv", "json")
+
+
+class InputSchemaError(ValueError):
+    """An input lacks a required column or has one of the wrong type; the message names file and column."""
+
+
+@dataclass(frozen=True)
+class RawInput:
+    """What a reader returns: the raw DataFrame, where it came from, its version, and its format."""
+
+    df: "DataFrame"
+    location: str
+    version: str
+    format: str
+
+
+def resolve_format(spec: InputSpec) -> str:
+    """The concrete format of ``spec``: the configured one, or detected from the path.
+
+    Raises :class:`InputSchemaError` when the path does not exist or its format cannot be told.
+    """
+    if spec.format != "auto":
+        return spec.format
+    if looks_like_table_name(spec.path):
+        return "table"
+    if "://" in spec.path:
+        if spec.path.rstrip("/").endswith(tuple(FILE_FORMATS)):
+            return FILE_FORMATS[Path(spec.path).suffix.lower()]
+        return "delta"  # object-store folders are Delta tables unless a format is given
+    if any(ch in spec.path for ch in "*?["):
+        matches = sorted(glob.glob(spec.path))
+        if not matches:
+            raise InputSchemaError(f"input not found: no file matches {spec.path}")
+        formats = {FILE_FORMATS.get(Path(m).suffix.lower()) for m in matches}
+        if len(formats) != 1 or None in formats:
+            raise InputSchemaError(f"{spec.path}: matches files of several or unknown formats; set format")
+        return formats.pop()
+    path = Path(spec.path)
+    if not path.exists():
+        raise InputSchemaError(f"input not found: {spec.path}")
+    if path.is_dir():
+        if (path / "_delta_log").is_dir():
+            return "delta"
+        suffixes = {p.suffix.lower() for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))}
+        formats = {FILE_FORMATS[s] for s in suffixes if s in FILE_FORMATS}
+        if len(formats) == 1:
+            return formats.pop()
+        raise InputSchemaError(f"{spec.path}: cannot tell the format of this folder (found {sorted(suffixes)}); "
+                               "set format: csv|parquet|json|delta")
+    fmt = FILE_FORMATS.get(path.suffix.lower())
+    if not fmt:
+        raise InputSchemaError(f"{spec.path}: unknown file suffix {path.suffix!r}; set format: csv|parquet|json|delta")
+    return fmt
+
+
+def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, native_delta: bool = False) -> RawInput:
+    """Read ``spec`` and shape it to ``contract``.
+
+    Returns a :class:`RawInput` whose DataFrame has every contract column (optional ones null-filled),
+    with text formats read as strings (typed per row later, so bad values are quarantined, not fatal),
+    plus ``_source`` and, for text formats, ``_corrupt_record``.
+    """
+    from pyspark.sql import functions as F
+
+    fmt = resolve_format(spec)
+    df, location, version = _read_raw(spark, spec, fmt, native_delta)
+    for old, new in spec.rename.items():
+        if old not in df.columns:
+            raise InputSchemaError(f"{location}: rename source column {old!r} not found; columns: {df.columns}")
+        df = df.withColumnRenamed(old, new)
+    for name, value in spec.defaults.items():
+        if name not in df.columns:
+            df = df.withColumn(name, F.lit(value))
+    missing = [c.name for c in contract.required if c.name not in df.columns]
+    if missing:
+        raise InputSchemaError(
+            f"{location}: missing required column {missing[0]!r} for {contract.name} "
+            f"(needs {', '.join(c.name for c in contract.required)}; found {', '.join(df.columns)})"
+        )
+    if fmt not in _TEXT_FORMATS:
+        df = _check_types(df, contract, location)
+    for column in contract.columns:
+        if column.name not in df.columns:
+            df = df.withColumn(column.name, F.lit(None).cast("string"))
+    if CORRUPT_COL not in df.columns:
+        df = df.withColumn(CORRUPT_COL, F.lit(None).cast("string"))
+    if fmt in ("csv", "json", "parquet"):
+        df = df.withColumn(SOURCE_COL, F.col("_metadata.file_path"))
+    else:
+        df = df.withColumn(SOURCE_COL, F.lit(f"{location}@v{version}"))
+    return RawInput(df=df, location=location, version=version, format=fmt)
+
+
+def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bool) -> tuple["DataFrame", str, str]:
+    from pyspark.sql import types as T
+
+    if fmt == "table":
+        df = spark.read.table(spec.path)
+        return df, spec.path, _table_version(spark, spec.path)
+    if fmt == "delta":
+        if native_delta:
+            df = spark.read.format("delta").load(spec.path)
+            version = str(spark.sql(f"DESCRIBE HISTORY delta.`{spec.path}` LIMIT 1").first()["version"])
+        else:
+            from deltalake import DeltaTable
+
+            version = str(DeltaTable(spec.path).version())
+            df = read_delta_rs(spark, spec.path, int(version))
+        return df, spec.path, version
+    version = file_version(spec.path)
+    if fmt == "parquet":
+        return spark.read.options(**spec.options).parquet(spec.path), spec.path, version
+    if fmt == "json":
+        # Strings for every primitive: values are typed per row by validation, so a bad value is a
+        # quarantined row rather than a failed job.
+        reader = spark.read.options(primitivesAsString="true", mode="PERMISSIVE",
+                                    columnNameOfCorruptRecord=CORRUPT_COL, **spec.options)
+        return reader.json(spec.path), spec.path, version
+    options = {"escape": '"', "quote": '"', "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL,
+               "multiLine": "false"}
+    if spec.path.endswith(".tsv"):
+        options["sep"] = "\t"
+    options.update(spec.options)
+    if spec.columns:
+        names = list(spec.columns)
+        header = spec.header
+    else:
+        if not spec.header:
+            raise InputSchemaError(f"{spec.path}: a CSV without a header needs 'columns' (names in file order)")
+        names = [c.strip() for c in spark.read.options(**options).option("header", "true").csv(spec.path).columns]
+        header = True
+    schema = T.StructType([T.StructField(n, T.StringType()) for n in names]
+                          + [T.StructField(CORRUPT_COL, T.StringType())])
+    df = spark.read.options(**options).option("header", str(header).lower()).schema(schema).csv(spec.path)
+    return df, spec.path, version
+
+
+def _check_types(df: "DataFrame", contract: Contract, location: str) -> "DataFrame":
+    """Typed sources: strings may arrive as integers (ids) and are cast; anything else is an error."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    for column in contract.columns:
+        if column.name not in types:
+            continue
+        actual = types[column.name]
+        if column.type == "string":
+            if isinstance(actual, T.StringType):
+                continue
+            if isinstance(actual, integral):
+                df = df.withColumn(column.name, F.col(column.name).cast("string"))
+                continue
+        elif isinstance(actual, integral):
+            df = df.withColumn(column.name, F.col(column.name).cast("long"))
+            continue
+        raise InputSchemaError(
+            f"{location}: column {column.name!r} has type {actual.simpleString()}, expected {column.type}"
+        )
+    return df
+
+
+def file_version(path: str) -> str:
+    """Fingerprint of the files under ``path`` (size and mtime): re-reading unchanged files gives the same."""
+    from common.platform.storage import list_files
+
+    paths = sorted(glob.glob(path)) if any(ch in path for ch in "*?[") and "://" not in path else [path]
+    entries = [e for p in paths for e in list_files(p)]
+    return fingerprint_files((e.path, e.size, e.mtime.timestamp() if e.mtime else 0.0) for e in entries)
+
+
+def _table_version(spark: "SparkSession", name: str) -> str:
+    try:
+        return str(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
+    except Exception:
+        return "unversioned"  # a non-Delta catalog table (e.g. a Hive table)

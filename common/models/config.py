@@ -1,0 +1,117 @@
+"""The shared model machinery's config: hierarchical fastText, seq2seq models, fine-tuning, generation.
+
+Sections used in several places name their keys ``*.key``; the loader puts the real prefix in
+(``cga.model.scratch.d_model``, ``consistency.fasttext.lr``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from common.platform.config import check
+
+
+@dataclass
+class FastTextConfig:
+    """fastText hyperparameters of every HFT level (the paper does not fix them)."""
+
+    epoch: int = 20
+    lr: float = 0.5
+    word_ngrams: int = 2
+    dim: int = 50
+    min_count: int = 1
+    # fastText's default of 2M hash buckets costs 2M x dim floats per model; 200k is plenty for titles.
+    bucket: int = 200_000
+    loss: Literal["softmax", "hs", "ova", "ns"] = "softmax"
+    minn: int = 0
+    maxn: int = 0
+    # One thread per model keeps training deterministic for a seed; levels train in parallel instead.
+    thread: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("epoch", "dim", "thread", "bucket"):
+            check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        check(self.lr > 0, "*.lr", "must be > 0")
+
+
+@dataclass
+class ScratchT5Config:
+    """The shape of a T5 trained from scratch (with a tokenizer trained on the pairs): the local default,
+    since no pretrained weights can be downloaded here (../shared/docs/ENVIRONMENT.md)."""
+
+    vocab_size: int = 2000
+    d_model: int = 64
+    d_ff: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "d_ff", "num_layers", "num_heads"):
+            check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        check(self.d_model % self.num_heads == 0, "*.d_model", "must be a multiple of num_heads")
+
+
+@dataclass
+class T5ModelConfig:
+    """Which T5 to fine-tune. ``name_or_path`` (t5-small, t5-base, flan-t5-*, a local folder) is the
+    production path and wins when set; otherwise ``scratch`` describes a tiny model trained from scratch."""
+
+    name_or_path: Optional[str] = None
+    scratch: Optional[ScratchT5Config] = field(default_factory=ScratchT5Config)
+    max_source_length: int = 48
+    max_target_length: int = 48
+
+    def __post_init__(self) -> None:
+        check(bool(self.name_or_path) or self.scratch is not None, "*",
+               "set model.name_or_path (a checkpoint) or model.scratch (a from-scratch model)")
+        check(self.max_source_length >= 1 and self.max_target_length >= 1, "*.max_source_length",
+               "lengths must be >= 1")
+
+
+@dataclass
+class FineTuneConfig:
+    """Seq2seq optimisation. Effective batch = ``batch_size * grad_accumulation``. The run is one Ray task
+    with ``num_cpus`` CPUs and ``num_gpus`` GPUs (bf16/fp16 autocast when a GPU is visible)."""
+
+    epochs: int = 3
+    learning_rate: float = 3e-4
+    batch_size: int = 32
+    grad_accumulation: int = 1
+    num_cpus: int = 1
+    num_gpus: float = 0.0
+    # Log a checkpoint (model + tokenizer) to MLflow every this many epochs (0: none); the final model
+    # is always logged.
+    checkpoint_every: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "grad_accumulation", "num_cpus"):
+            check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        check(self.checkpoint_every >= 0, "*.checkpoint_every", "must be >= 0 (0: no checkpoints)")
+        check(self.learning_rate > 0, "*.learning_rate", "must be > 0")
+        check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
+
+
+@dataclass
+class GenerationConfig:
+    """Batched generation on a Ray Data actor pool (``concurrency`` actors, ``num_gpus`` each)."""
+
+    n_samples: int = 8
+    mode: Literal["sample", "beam"] = "sample"
+    top_k: int = 50
+    top_p: float = 0.95
+    num_beams: int = 8
+    max_new_tokens: int = 48
+    # Longer inputs are quarantined (reason names the length) rather than silently truncated.
+    max_source_tokens: int = 64
+    # Inputs of one Ray Data batch are sorted by length and generated this many at a time.
+    bucket_size: int = 64
+    batch_size: int = 256
+    concurrency: int = 1
+    num_gpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("n_samples", "top_k", "num_beams", "max_new_tokens", "max_source_tokens", "bucket_size",
+                     "batch_size", "concurrency"):
+            check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        check(0 < self.top_p <= 1, "*.top_p", "must be in (0, 1]")
+        check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")

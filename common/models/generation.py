@@ -1,0 +1,188 @@
+"""Batched T5 generation on Ray Data: an actor pool, each actor loading the model once.
+
+``generate(ds, ...)`` maps a Dataset of (``source_id``, ``source_text``) over a pool of
+:class:`T5Generator` actors (``concurrency`` actors, ``num_gpus`` each). Inside a batch, inputs are sorted
+by token length and generated in buckets, so short titles do not pay for the longest one's padding. Each
+input gives ``n_samples`` outputs (sampling with top-k/top-p, or beam search). A bad row (empty, longer than
+``max_source_tokens``, or one whose decoding fails) becomes one output row with a ``reason`` instead of
+failing its batch; :func:`split_quarantine` separates the two kinds.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+OUTPUT_COLUMNS = ("source_id", "source_text", "generated_text", "sample_idx", "model_version", "generated_tokens",
+                  "reason")
+
+
+def output_schema():
+    """The explicit Arrow schema of generated rows: all-null columns would otherwise be typed ``null``,
+    which Delta stores as ``void`` and Spark cannot read."""
+    import pyarrow as pa
+
+    return pa.schema([("source_id", pa.string()), ("source_text", pa.string()), ("generated_text", pa.string()),
+                      ("sample_idx", pa.int64()), ("model_version", pa.string()), ("generated_tokens", pa.int64()),
+                      ("reason", pa.string())])
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """Decoding settings; the consistency paper generates n = 8 samples per input."""
+
+    n_samples: int = 8
+    mode: str = "sample"  # "sample" (top_k / top_p) or "beam"
+    top_k: int = 50
+    top_p: float = 0.95
+    num_beams: int = 8
+    max_new_tokens: int = 48
+    max_source_tokens: int = 64
+    bucket_size: int = 64
+    seed: int = 42
+
+    @classmethod
+    def from_config(cls, cfg, seed: int) -> "GenerationSpec":
+        """The spec of a ``*.generation`` config section (:class:`common.config.GenerationConfig`)."""
+        return cls(n_samples=cfg.n_samples, mode=cfg.mode, top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams,
+                   max_new_tokens=cfg.max_new_tokens, max_source_tokens=cfg.max_source_tokens,
+                   bucket_size=cfg.bucket_size, seed=seed)
+
+
+class T5Generator:
+    """A Ray Data callable class: loads tokenizer and model once (GPU when visible), then serves batches."""
+
+    def __init__(self, model_path: str, model_version: str, spec: GenerationSpec):
+        import torch
+        from transformers import AutoTokenizer, T5ForConditionalGeneration
+
+        from common.models.seq2seq import device_and_dtype
+        from common.platform.storage import local_copy
+
+        self.spec = spec
+        self.model_version = model_version
+        self.device, dtype = device_and_dtype()
+        model_path = local_copy(model_path)  # models on object stores are copied to the node once per actor
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = T5ForConditionalGeneration.from_pretrained(
+            model_path, dtype=dtype if self.device == "cuda" else torch.float32).to(self.device).eval()
+        torch.manual_seed(spec.seed)
+
+    def _generate(self, texts: list[str]) -> list[list[tuple[str, int]]]:
+        """``n_samples`` (text, generated token count) per input text."""
+        import torch
+
+        spec = self.spec
+        enc = self.tokenizer(texts, padding=True, return_tensors="pt").to(self.device)
+        kwargs: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens, "num_return_sequences": spec.n_samples}
+        if spec.mode == "beam":
+            kwargs.update(num_beams=max(spec.num_beams, spec.n_samples), do_sample=False)
+        else:
+            kwargs.update(do_sample=True, top_k=spec.top_k, top_p=spec.top_p)
+        with torch.inference_mode():
+            out = self.model.generate(**enc, **kwargs)
+        decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
+        # Tokens produced per sequence: everything after the decoder start token that is not padding.
+        counts = (out[:, 1:] != self.tokenizer.pad_token_id).sum(dim=1).tolist()
+        n = spec.n_samples
+        return [list(zip(decoded[i * n:(i + 1) * n], counts[i * n:(i + 1) * n])) for i in range(len(texts))]
+
+    def __call__(self, batch: dict[str, np.ndarray]):
+        import torch
+
+        ids = [str(x) for x in batch["source_id"]]
+        texts = ["" if x is None else str(x) for x in batch["source_text"]]
+        rows: list[tuple] = []
+        lengths = [len(self.tokenizer(t).input_ids) if t.strip() else 0 for t in texts]
+        good = []
+        for i, (text, length) in enumerate(zip(texts, lengths)):
+            if not text.strip():
+                rows.append((ids[i], text, None, -1, self.model_version, 0, "empty input"))
+            elif length > self.spec.max_source_tokens:
+                rows.append((ids[i], text, None, -1, self.model_version, 0,
+                             f"input longer than {self.spec.max_source_tokens} tokens ({length})"))
+            else:
+                good.append(i)
+        good.sort(key=lambda i: lengths[i])  # length buckets: similar lengths share a padded batch
+        for start in range(0, len(good), self.spec.bucket_size):
+            bucket = good[start:start + self.spec.bucket_size]
+            # Sampling depends on the bucket's inputs and the seed, not on which actor got the batch or
+            # what it generated before.
+            torch.manual_seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
+            try:
+                outputs = self._generate([texts[i] for i in bucket])
+            except Exception:  # isolate the row that breaks decoding; the rest of the bucket still runs
+                outputs = []
+                for i in bucket:
+                    try:
+                        outputs.append(self._generate([texts[i]])[0])
+                    except Exception as exc:
+                        outputs.append(exc)
+            for i, samples in zip(bucket, outputs):
+                if isinstance(samples, Exception):
+                    rows.append((ids[i], texts[i], None, -1, self.model_version, 0,
+                                 f"decoding error: {type(samples).__name__}: {samples}"[:300]))
+                    continue
+                for k, (generated, n_tokens) in enumerate(samples):
+                    rows.append((ids[i], texts[i], generated, k, self.model_version, n_tokens, None))
+        import pyarrow as pa
+
+        columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_COLUMNS]
+        return pa.table({name: list(values) for name, values in zip(OUTPUT_COLUMNS, columns)}, schema=output_schema())
+
+
+def _bucket_seed(seed: int, ids: list[str]) -> int:
+    import hashlib
+
+    digest = hashlib.sha256("\x1f".join([str(seed), *ids]).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, concurrency: int = 1,
+             num_gpus: float = 0.0, batch_size: int = 256):
+    """``ds`` (source_id, source_text) -> generated rows (OUTPUT_COLUMNS), over an actor pool.
+
+    The input is cut into blocks of ``batch_size`` rows first (a streaming repartition): one Parquet file is
+    one block, and its n-fold output would otherwise leave the actors as one block that downstream stages
+    (scoring, the write) can only start on once all of it is generated.
+    """
+    if not num_gpus:
+        import ray
+
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        if concurrency >= cpus:
+            # CPU actors hold their CPU for the whole stage: the read, repartition and scoring tasks need one
+            # left over, or Ray Data waits forever for a free CPU.
+            log.warning("generation concurrency %d leaves no CPU for Ray Data's other tasks on a %d-CPU "
+                        "cluster; using %d CPU actors", concurrency, cpus, max(1, cpus - 1))
+            concurrency = max(1, cpus - 1)
+    return ds.repartition(target_num_rows_per_block=batch_size).map_batches(T5Generator, fn_constructor_kwargs={"model_path": model_path, "model_version": model_version,
+                                                              "spec": spec},
+                          concurrency=concurrency, num_gpus=num_gpus or None, batch_size=batch_size,
+                          batch_format="numpy")
+
+
+def rows_by_reason(table, quarantined: bool):
+    """The rows of an Arrow batch with a ``reason`` (``quarantined``) or without one."""
+    import pyarrow.compute as pc
+
+    return table.filter(pc.is_valid(table["reason"]) if quarantined else pc.is_null(table["reason"]))
+
+
+def split_quarantine(ds):
+    """(rows without a ``reason``, rows with one) of a :func:`generate` or filter output.
+
+    Filters with Arrow in ``map_batches`` (a row-wise ``filter`` would re-infer the schema from Python
+    values and type an all-null column as ``null``)."""
+    return (ds.map_batches(rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": False}),
+            ds.map_batches(rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": True}))
+
+
+def naive_generate(model_path: str, texts: list[str], spec: GenerationSpec) -> list[list[str]]:
+    """The per-row baseline: one ``model.generate`` call per input, in this process (for benchmarks)."""
+    generator = T5Generator(model_path, "naive", spec)
+    return [[text for text, _ in generator._generate([t])[0]] for t in texts]

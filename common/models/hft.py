@@ -1,0 +1,291 @@
+"""Hierarchical fastText (HFT), the consistency paper's classifier (Appendix F).
+
+HFT is D fastText models; f_i is trained on the labels truncated to levels 1..i. Inference: predict
+with f_1; for i = 2..D, take f_i's prediction if it agrees with the current one on the first i-1
+levels, else stop and return the current one; reaching f_D returns f_D's prediction. D follows the
+data (the deepest label), so a flat taxonomy gives a single model.
+
+Training runs in Ray actors, one level per task, in parallel; an actor reads the training table's
+Parquet files itself (nothing passes through the driver). Prediction runs in Spark ``mapInPandas``;
+each Python worker loads the models once and keeps them for every later batch.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+
+from common.models.config import FastTextConfig
+from common.platform.storage import local_copy, put_file
+from common.data.taxonomy import SEPARATOR
+from common.data.text import normalize_title
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame
+
+    from common.platform.ray_runtime import RayRuntime
+
+log = logging.getLogger(__name__)
+
+LABEL_PREFIX = "__label__"
+# fasttext-numpy2 0.10.4 trains on uninitialised memory: a second model trained in a process after the
+# first was freed often fails with "Encountered NaN" (glibc's dynamic mmap threshold hands it recycled
+# heap pages instead of fresh zeroed ones). A fixed mmap threshold, read by glibc at process start,
+# avoids it; trainer actors get it through their runtime_env, and a failure is retried in a new process.
+SAFE_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+class TrainingDataError(ValueError):
+    """Training data a classifier cannot learn from (no rows, a single class)."""
+
+
+@dataclass(frozen=True)
+class HFTModel:
+    """A trained HFT: a folder (local path or URI) with ``level_<i>.bin`` and ``labels_<i>.json``."""
+
+    uri: str
+    depth: int
+
+
+@dataclass(frozen=True)
+class LevelStats:
+    """What training one level did: rows, tokens, distinct labels, seconds, and words/s/thread."""
+
+    level: int
+    rows: int
+    tokens: int
+    labels: int
+    seconds: float
+    words_per_second_per_thread: float
+
+
+def truncate_label(label: str, level: int) -> str:
+    """The first ``level`` levels of a canonical ``"A > B > C"`` label."""
+    return SEPARATOR.join(label.split(SEPARATOR)[:level])
+
+
+def hft_decide(predictions: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float, int]]:
+    """Apply HFT's agreement rule to per-level predictions.
+
+    ``predictions[i][k]`` is level ``i+1``'s (label, confidence) for text ``k``. Returns, per text,
+    (label, confidence, level of the model whose prediction was returned).
+    """
+    depth = len(predictions)
+    out = []
+    for k in range(len(predictions[0])):
+        label, conf = predictions[0][k]
+        used = 1
+        for level in range(2, depth + 1):
+            nxt, nxt_conf = predictions[level - 1][k]
+            if truncate_label(nxt, level - 1) != truncate_label(label, level - 1):
+                break
+            label, conf, used = nxt, nxt_conf, level
+        out.append((label, conf, used))
+    return out
+
+
+# ----------------------------------------------------------------------------- training (Ray)
+def _fasttext():
+    try:
+        import fasttext
+    except ImportError as exc:
+        raise ImportError("fastText is needed: pip install fasttext-numpy2==0.10.4") from exc
+    fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence its stderr warning on load
+    return fasttext
+
+
+def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: int, out_dir: str,
+                text_col: str = "title", label_col: str = "category") -> LevelStats:
+    """Train f_level on the Parquet ``files`` (columns ``text_col``, ``label_col``); save it under ``out_dir``.
+
+    Writes ``level_<level>.bin`` and ``labels_<level>.json`` (fastText label token -> category path).
+    Raises :class:`TrainingDataError` for empty data.
+    """
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetDataset(list(files)).read(columns=[text_col, label_col])
+    rows = sorted(zip(table.column(text_col).to_pylist(), table.column(label_col).to_pylist()),
+                  key=lambda r: (r[0] or "", r[1] or ""))
+    if not rows:
+        raise TrainingDataError(f"no training rows for level {level}")
+    # fastText learns in file order, and Spark's shuffles make the files' row order vary between runs:
+    # a seeded permutation of the sorted rows makes the model depend on the rows and the seed only.
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(rows))
+    texts = [rows[i][0] for i in order]
+    labels = [truncate_label(rows[i][1], level) for i in order]
+    vocabulary = sorted(set(labels))
+    token_of = {label: f"{LABEL_PREFIX}{i}" for i, label in enumerate(vocabulary)}
+    tokens = 0
+    with tempfile.TemporaryDirectory(prefix="hft-") as tmp:
+        train_file = os.path.join(tmp, "train.txt")
+        with open(train_file, "w", encoding="utf-8") as fh:
+            for text, label in zip(texts, labels):
+                line = normalize_title(text)
+                tokens += len(line.split())
+                fh.write(f"{token_of[label]} {line}\n")
+        local_bin = os.path.join(tmp, f"level_{level}.bin")
+        start = time.perf_counter()
+        try:
+            _train_file_to_model(train_file, params, seed, local_bin)
+        except RuntimeError as exc:
+            if "NaN" not in str(exc):
+                raise
+            log.warning("fastText hit NaN in-process (level %d); retrying in a fresh process", level)
+            _train_in_fresh_process(train_file, params, seed, local_bin)
+        seconds = time.perf_counter() - start
+        local_map = os.path.join(tmp, f"labels_{level}.json")
+        Path(local_map).write_text(json.dumps({tok: label for label, tok in token_of.items()}), encoding="utf-8")
+        for path in (local_bin, local_map):
+            put_file(path, f"{out_dir.rstrip('/')}/{os.path.basename(path)}")
+    threads = max(1, int(params.get("thread", 1)))
+    rate = tokens * int(params.get("epoch", 5)) / max(seconds, 1e-9) / threads
+    return LevelStats(level, len(texts), tokens, len(vocabulary), seconds, rate)
+
+
+def _train_file_to_model(train_file: str, params: dict[str, Any], seed: int, out_bin: str) -> None:
+    _fasttext().train_supervised(input=train_file, seed=seed, verbose=0, **params).save_model(out_bin)
+
+
+def _train_in_fresh_process(train_file: str, params: dict[str, Any], seed: int, out_bin: str) -> None:
+    import multiprocessing
+
+    os.environ.update(SAFE_MALLOC_ENV)  # inherited by the spawned interpreter at its start
+    context = multiprocessing.get_context("spawn")
+    process = context.Process(target=_train_file_to_model, args=(train_file, params, seed, out_bin))
+    process.start()
+    process.join()
+    if process.exitcode != 0 or not os.path.isfile(out_bin):
+        raise TrainingDataError(f"fastText training failed (exit code {process.exitcode}); "
+                                "NaN usually means a too high learning rate for this data")
+
+
+def fasttext_params(cfg: FastTextConfig) -> dict[str, Any]:
+    """fastText keyword arguments from the config (names as fastText spells them)."""
+    return {"epoch": cfg.epoch, "lr": cfg.lr, "wordNgrams": cfg.word_ngrams, "dim": cfg.dim,
+            "minCount": cfg.min_count, "bucket": cfg.bucket, "loss": cfg.loss, "thread": cfg.thread,
+            "minn": cfg.minn, "maxn": cfg.maxn}
+
+
+def _trainer_class():
+    import ray
+
+    @ray.remote(num_cpus=1, runtime_env={"env_vars": SAFE_MALLOC_ENV})
+    class HFTTrainer:
+        """A Ray actor that trains fastText levels; fastText and pyarrow are imported once per actor."""
+
+        def __init__(self):
+            _fasttext()
+
+        def train(self, files, level, params, seed, out_dir, text_col, label_col):
+            return train_level(files, level, params, seed, out_dir, text_col, label_col)
+
+    return HFTTrainer
+
+
+class HFTTrainerPool:
+    """A pool of Ray actors training HFT levels in parallel (one actor per CPU by default)."""
+
+    def __init__(self, runtime: "RayRuntime", size: Optional[int] = None):
+        runtime.start()
+        cpus = int(runtime.resources().get("CPU", 1))
+        trainer = _trainer_class()
+        self.actors = [trainer.remote() for _ in range(max(1, min(size or cpus, cpus)))]
+
+    def train(self, jobs: Sequence[dict[str, Any]]) -> list[LevelStats]:
+        """Run training jobs (kwargs of :func:`train_level`) across the actors; results in job order."""
+        from ray.util import ActorPool
+
+        pool = ActorPool(self.actors)
+        return list(pool.map(lambda actor, job: actor.train.remote(
+            job["files"], job["level"], job["params"], job["seed"], job["out_dir"],
+            job.get("text_col", "title"), job.get("label_col", "category")), list(jobs)))
+
+    def close(self) -> None:
+        """Kill the actors."""
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
+
+
+def level_jobs(files: Sequence[str], depth: int, cfg: FastTextConfig, seed: int, out_dir: str,
+               text_col: str = "title", label_col: str = "category") -> list[dict[str, Any]]:
+    """One :meth:`HFTTrainerPool.train` job per level 1..``depth`` of an HFT saved under ``out_dir``."""
+    if depth < 1:
+        raise TrainingDataError("labels have no levels")
+    params = fasttext_params(cfg)
+    return [{"files": list(files), "level": level, "params": params, "seed": seed, "out_dir": out_dir,
+             "text_col": text_col, "label_col": label_col} for level in range(1, depth + 1)]
+
+
+def train_hft(pool: HFTTrainerPool, files: Sequence[str], depth: int, cfg: FastTextConfig, seed: int,
+              out_dir: str, text_col: str = "title", label_col: str = "category") -> tuple[HFTModel, list[LevelStats]]:
+    """Train all ``depth`` levels in parallel on the pool; returns the model and per-level stats."""
+    stats = pool.train(level_jobs(files, depth, cfg, seed, out_dir, text_col, label_col))
+    return HFTModel(uri=out_dir, depth=depth), stats
+
+
+# ----------------------------------------------------------------------------- prediction (Spark)
+_LOADED: dict[str, tuple[list[Any], list[dict[str, str]]]] = {}
+
+
+def load_levels(model: HFTModel) -> tuple[list[Any], list[dict[str, str]]]:
+    """The level models and label maps, loaded once per process (later calls reuse them)."""
+    if model.uri not in _LOADED:
+        fasttext = _fasttext()
+        folder = local_copy(model.uri)
+        models, maps = [], []
+        for level in range(1, model.depth + 1):
+            models.append(fasttext.load_model(os.path.join(folder, f"level_{level}.bin")))
+            maps.append(json.loads(Path(folder, f"labels_{level}.json").read_text(encoding="utf-8")))
+        _LOADED[model.uri] = (models, maps)
+    return _LOADED[model.uri]
+
+
+def predict_texts(model: HFTModel, texts: Sequence[str]) -> list[tuple[str, float, int]]:
+    """HFT predictions (label, confidence, level used) for raw titles."""
+    models, maps = load_levels(model)
+    clean = [normalize_title(t) for t in texts]
+    per_level = []
+    for m, label_map in zip(models, maps):
+        tokens, probs = m.predict(clean, k=1)
+        per_level.append([(label_map[t[0]], float(min(1.0, p[0]))) for t, p in zip(tokens, probs)])
+    return hft_decide(per_level)
+
+
+def predict(df: "DataFrame", model: HFTModel, text_col: str = "title", prefix: str = "pred") -> "DataFrame":
+    """``df`` plus ``<prefix>_label``, ``<prefix>_confidence``, ``<prefix>_level`` from the HFT model.
+
+    Runs in ``mapInPandas``: each Python worker loads the models once (see :func:`load_levels`).
+    """
+    from pyspark.sql import types as T
+
+    schema = T.StructType(df.schema.fields + [
+        T.StructField(f"{prefix}_label", T.StringType()),
+        T.StructField(f"{prefix}_confidence", T.DoubleType()),
+        T.StructField(f"{prefix}_level", T.IntegerType()),
+    ])
+
+    def score(batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
+        for batch in batches:
+            out = predict_texts(model, batch[text_col].fillna("").tolist())
+            batch[f"{prefix}_label"] = [o[0] for o in out]
+            batch[f"{prefix}_confidence"] = [o[1] for o in out]
+            batch[f"{prefix}_level"] = [o[2] for o in out]
+            yield batch
+
+    return df.mapInPandas(score, schema)
+
+
+def stats_dict(stats: Sequence[LevelStats]) -> list[dict[str, Any]]:
+    """Level stats as plain dicts (for MLflow and reports)."""
+    return [asdict(s) for s in stats]

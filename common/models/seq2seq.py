@@ -1,0 +1,278 @@
+"""T5 sequence-to-sequence models: load a checkpoint, or build a tiny one from scratch, and fine-tune it.
+
+* Production: ``model_name_or_path`` names a checkpoint (t5-small, t5-base, flan-t5-*, or a local path);
+  its tokenizer and weights are loaded as they are.
+* Scratch (the local default and the tests): no weights can be downloaded here, so a Unigram tokenizer is
+  trained on the pairs themselves and wrapped as a fast tokenizer, and a small ``T5Config`` model is built.
+
+Fine-tuning is a plain PyTorch loop (AdamW, gradient accumulation, bf16 autocast on a GPU that supports it,
+fp16 with a scaler otherwise, fp32 on CPU); the model and tokenizer are saved with ``save_pretrained``.
+:func:`fine_tune_on_ray` runs it as one Ray task (``num_gpus`` from config, so it lands on a GPU node):
+the task reads the pairs table's Parquet files itself, logs the loss, a checkpoint per epoch and the
+final model to the MLflow run, and copies the final model to the lakehouse's models folder.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+if TYPE_CHECKING:
+    from common.models.config import FineTuneConfig, T5ModelConfig
+    from common.platform.ray_runtime import RayRuntime
+
+log = logging.getLogger(__name__)
+
+PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to fine-tune, and the shape of a scratch model."""
+
+    model_name_or_path: Optional[str] = None
+    vocab_size: int = 2000
+    d_model: int = 64
+    d_ff: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    max_source_length: int = 48
+    max_target_length: int = 48
+
+    @classmethod
+    def from_config(cls, cfg: "T5ModelConfig") -> "ModelSpec":
+        """The spec of a ``*.model`` config section (a checkpoint when ``name_or_path`` is set)."""
+        shape = {} if cfg.name_or_path or cfg.scratch is None else {
+            "vocab_size": cfg.scratch.vocab_size, "d_model": cfg.scratch.d_model, "d_ff": cfg.scratch.d_ff,
+            "num_layers": cfg.scratch.num_layers, "num_heads": cfg.scratch.num_heads}
+        return cls(model_name_or_path=cfg.name_or_path, max_source_length=cfg.max_source_length,
+                   max_target_length=cfg.max_target_length, **shape)
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Optimisation: epochs, learning rate, per-step batch and gradient accumulation (effective batch =
+    ``batch_size * grad_accumulation``), seed."""
+
+    epochs: int = 3
+    learning_rate: float = 3e-4
+    batch_size: int = 32
+    grad_accumulation: int = 1
+    seed: int = 42
+
+    @classmethod
+    def from_config(cls, cfg: "FineTuneConfig", seed: int) -> "TrainSpec":
+        """The spec of a ``*.fine_tune`` config section."""
+        return cls(epochs=cfg.epochs, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
+                   grad_accumulation=cfg.grad_accumulation, seed=seed)
+
+
+@dataclass
+class FineTuneResult:
+    """Where the model went, the mean loss of each optimiser step, and throughput."""
+
+    path: str
+    step_losses: list[float] = field(default_factory=list)
+    examples: int = 0
+    seconds: float = 0.0
+    device: str = "cpu"
+    dtype: str = "float32"
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int):
+    """A Unigram tokenizer trained on ``texts``, wrapped as a ``PreTrainedTokenizerFast`` with T5's
+    special tokens (pad = 0, eos = 1, unk = 2) and ``</s>`` appended to every encoded text."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=[PAD, EOS, UNK], unk_token=UNK,
+                                      show_progress=False)
+    tokenizer.train_from_iterator(list(texts), trainer=trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", special_tokens=[
+        (EOS, tokenizer.token_to_id(EOS))])
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+
+
+def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]]):
+    """(tokenizer, model): the named checkpoint, or a scratch T5 with a tokenizer trained on ``pairs``."""
+    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+
+    if spec.model_name_or_path:
+        tokenizer = AutoTokenizer.from_pretrained(spec.model_name_or_path)
+        return tokenizer, T5ForConditionalGeneration.from_pretrained(spec.model_name_or_path)
+    tokenizer = train_tokenizer([t for pair in pairs for t in pair], spec.vocab_size)
+    config = T5Config(vocab_size=len(tokenizer), d_model=spec.d_model, d_kv=spec.d_model // spec.num_heads,
+                      d_ff=spec.d_ff, num_layers=spec.num_layers, num_decoder_layers=spec.num_layers,
+                      num_heads=spec.num_heads, pad_token_id=tokenizer.pad_token_id,
+                      eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+    return tokenizer, T5ForConditionalGeneration(config)
+
+
+def device_and_dtype() -> tuple[str, Any]:
+    """("cuda", bf16 or fp16) when a GPU is visible, else ("cpu", fp32)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda", torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return "cpu", torch.float32
+
+
+EpochHook = Callable[[int, Any, Any, list[float]], None]
+
+
+def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, train: TrainSpec,
+              on_epoch_end: Optional[EpochHook] = None) -> FineTuneResult:
+    """Fine-tune (or train from scratch) on (source, target) pairs; save to ``out_dir``; return the losses.
+
+    Each optimiser step averages the loss over ``grad_accumulation`` micro-batches of ``batch_size``.
+    ``on_epoch_end(epoch, model, tokenizer, step_losses)`` runs after every epoch (checkpoints, logging).
+    """
+    import torch
+
+    if not pairs:
+        raise ValueError("no (source, target) pairs to fine-tune on")
+    random.seed(train.seed)
+    torch.manual_seed(train.seed)
+    tokenizer, net = build_model(model, pairs)
+    device, dtype = device_and_dtype()
+    net.to(device).train()
+    optimiser = torch.optim.AdamW(net.parameters(), lr=train.learning_rate)
+    scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+    order = list(range(len(pairs)))
+    result = FineTuneResult(path=out_dir, device=device, dtype=str(dtype).removeprefix("torch."))
+    start = time.perf_counter()
+    micro_batches = math.ceil(len(pairs) / train.batch_size)
+    for epoch in range(1, train.epochs + 1):
+        random.shuffle(order)
+        running, in_step = 0.0, 0
+        for b in range(micro_batches):
+            batch = [pairs[i] for i in order[b * train.batch_size:(b + 1) * train.batch_size]]
+            enc = tokenizer([s for s, _ in batch], max_length=model.max_source_length, truncation=True,
+                            padding=True, return_tensors="pt").to(device)
+            labels = tokenizer([t for _, t in batch], max_length=model.max_target_length, truncation=True,
+                               padding=True, return_tensors="pt").input_ids.to(device)
+            labels[labels == tokenizer.pad_token_id] = -100  # padding does not count in the loss
+            with torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
+                loss = net(**enc, labels=labels).loss / train.grad_accumulation
+            (scaler.scale(loss) if scaler else loss).backward()
+            running += loss.item()
+            in_step += 1
+            if in_step == train.grad_accumulation or b == micro_batches - 1:
+                if scaler:
+                    scaler.step(optimiser)
+                    scaler.update()
+                else:
+                    optimiser.step()
+                optimiser.zero_grad(set_to_none=True)
+                result.step_losses.append(running * train.grad_accumulation / in_step)
+                running, in_step = 0.0, 0
+        result.examples += len(pairs)
+        if on_epoch_end is not None:
+            net.eval()
+            on_epoch_end(epoch, net, tokenizer, result.step_losses)
+            net.train()
+    result.seconds = time.perf_counter() - start
+    net.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    log.info("fine-tuned %d examples x %d epochs on %s/%s in %.1f s; loss %.3f -> %.3f", len(pairs), train.epochs,
+             device, result.dtype, result.seconds, result.step_losses[0], result.step_losses[-1])
+    return result
+
+
+MODEL_MARKER = "config.json"  # a folder holding this file is a saved model
+
+
+def read_pairs(files: Sequence[str], source_col: str, target_col: str) -> list[tuple[str, str]]:
+    """(source, target) pairs from Parquet ``files``; rows with an empty side are left out."""
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetDataset(list(files)).read(columns=[source_col, target_col])
+    return [(s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
+            if s and t and s.strip() and t.strip()]
+
+
+def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_uri: str, model: ModelSpec,
+                    train: TrainSpec, num_cpus: int, tracking_uri: Optional[str], run_id: Optional[str],
+                    checkpoint_every: int) -> FineTuneResult:
+    """The body of the Ray task: read, train, log to MLflow, copy the final model to ``out_uri``."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    from common.platform.storage import put_folder
+
+    torch.set_num_threads(max(1, num_cpus))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    pairs = read_pairs(files, source_col, target_col)
+    client = None
+    if tracking_uri and run_id:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+    work = tempfile.mkdtemp(prefix="t5-")
+    state = {"logged_steps": 0, "start": time.perf_counter()}
+
+    def on_epoch_end(epoch: int, net, tokenizer, losses: list[float]) -> None:
+        seconds = time.perf_counter() - state["start"]
+        epoch_losses = losses[state["logged_steps"]:]
+        log.info("epoch %d/%d: %d steps, mean loss %.4f, %.1f examples/s", epoch, train.epochs, len(epoch_losses),
+                 sum(epoch_losses) / max(1, len(epoch_losses)), epoch * len(pairs) / max(seconds, 1e-9))
+        if client is None:
+            state["logged_steps"] = len(losses)
+            return
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric("train_loss", v, now, step) for step, v in enumerate(losses) if step >= state["logged_steps"]]
+        metrics.append(Metric("epoch_loss", sum(epoch_losses) / max(1, len(epoch_losses)), now, epoch))
+        for start in range(0, len(metrics), 1000):
+            client.log_batch(run_id, metrics=metrics[start:start + 1000])
+        state["logged_steps"] = len(losses)
+        # The last epoch's weights are the final model, logged once as model/.
+        if checkpoint_every and epoch % checkpoint_every == 0 and epoch < train.epochs:
+            folder = f"{work}/checkpoint-epoch-{epoch}"
+            net.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            client.log_artifacts(run_id, folder, f"checkpoints/epoch-{epoch}")
+            shutil.rmtree(folder, ignore_errors=True)
+
+    try:
+        local_model = f"{work}/model"
+        result = fine_tune(pairs, local_model, model, train, on_epoch_end)
+        if client is not None:
+            client.log_artifacts(run_id, local_model, "model")
+        put_folder(local_model, out_uri)
+        result.path = out_uri
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, model: ModelSpec, train: TrainSpec,
+                     source_col: str = "source_text", target_col: str = "target_text", num_cpus: int = 1,
+                     num_gpus: float = 0.0, tracking_uri: Optional[str] = None, run_id: Optional[str] = None,
+                     checkpoint_every: int = 1) -> FineTuneResult:
+    """Fine-tune on the pairs in Parquet ``files`` as one Ray task with ``num_cpus``/``num_gpus``.
+
+    The model lands in ``out_uri`` (a path or URI); with ``run_id`` the task logs ``train_loss`` per step,
+    ``epoch_loss``, a checkpoint every ``checkpoint_every`` epochs (``checkpoints/epoch-<k>``) and the final
+    model (``model/``)
+    to that MLflow run. Returns the :class:`FineTuneResult` (losses, device, seconds).
+    """
+    import ray
+
+    runtime.start()
+    # Hub access (offline or not) is inherited from the cluster environment, so checkpoints can download.
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    task = ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0,
+                                                runtime_env={"env_vars": env})
+    return ray.get(task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri,
+                               run_id, checkpoint_every))

@@ -1,0 +1,146 @@
+"""The two T5 stages a generative job runs: fine-tune on a pairs table, then generate from a table.
+
+Both hand data from Delta to Ray and back without the driver holding rows: the fine-tuning task reads the
+pairs table's Parquet files itself; generation streams the input table's files through a Ray Data actor
+pool and the scorer, and Ray's workers write the output files that the driver commits as ONE Delta
+version (with lineage, so re-running the same config on the same inputs writes nothing).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Optional
+
+from common.platform.job import JobContext, hash_of
+from common.platform.lakehouse import Lineage, WriteResult
+
+if TYPE_CHECKING:
+    from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig
+    from common.models.filtering import FilterSpec
+    from common.platform.tracking import TrackedRun
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """Where a fine-tuned model lives and the version string its generated rows carry."""
+
+    uri: str
+    version: str
+    reused: bool
+
+
+def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int, name: str,
+                    model_cfg: "T5ModelConfig", ft_cfg: "FineTuneConfig", config_hash: str,
+                    inputs: Mapping[str, str], source_col: str = "source_text",
+                    target_col: str = "target_text") -> TrainedModel:
+    """Fine-tune a T5 on ``table`` v``version`` in a Ray task, or reuse the model already trained from the
+    same config and input versions (unless forced). Logs losses, throughput, checkpoints and the model to
+    the MLflow run ``tr``; the model folder is ``<lakehouse>/models/<name>-<key>``."""
+    from common.models.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_on_ray
+    from common.platform.storage import exists
+
+    key = hash_of(config_hash, dict(inputs), ctx.cfg.seed)
+    uri = ctx.models_dir(name, key)
+    model_version = f"{name}-{key}"
+    tr.set_tags({"model.uri": uri, "model.version": model_version,
+                 "model.source": model_cfg.name_or_path or "scratch"})
+    if not ctx.force and exists(f"{uri}/{MODEL_MARKER}"):
+        log.info("reusing %s (trained from the same config and inputs) at %s", model_version, uri)
+        tr.set_tags({"model.reused": "true"})
+        return TrainedModel(uri, model_version, reused=True)
+    n_pairs = ctx.lakehouse.read(table, version).count()
+    if n_pairs == 0:
+        raise ValueError(f"{table} v{version} has no (source, target) pairs: nothing to fine-tune {name} on")
+    log.info("fine-tuning %s on %d pairs of %s v%d (%s, %d epochs, effective batch %d)", name, n_pairs, table,
+             version, model_cfg.name_or_path or "scratch", ft_cfg.epochs, ft_cfg.batch_size * ft_cfg.grad_accumulation)
+    result = fine_tune_on_ray(ctx.ray(), ctx.lakehouse.file_uris(table, version), uri,
+                              ModelSpec.from_config(model_cfg), TrainSpec.from_config(ft_cfg, ctx.cfg.seed),
+                              source_col, target_col, num_cpus=ft_cfg.num_cpus, num_gpus=ft_cfg.num_gpus,
+                              tracking_uri=ctx.cfg.tracking_uri, run_id=tr.run_id,
+                              checkpoint_every=ft_cfg.checkpoint_every)
+    tr.set_tags({"model.device": result.device, "model.dtype": result.dtype})
+    tr.log_metrics({"fine_tune.pairs": n_pairs, "fine_tune.steps": len(result.step_losses),
+                    "fine_tune.seconds": result.seconds,
+                    "fine_tune.examples_per_second": result.examples / max(result.seconds, 1e-9),
+                    "fine_tune.first_loss": result.step_losses[0], "fine_tune.final_loss": result.step_losses[-1]})
+    return TrainedModel(uri, model_version, reused=False)
+
+
+def _as_generation_input(batch, id_col: str, text_col: str):
+    import pyarrow as pa
+
+    return pa.table({"source_id": batch.column(id_col).cast(pa.string()),
+                     "source_text": batch.column(text_col).cast(pa.string())})
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """Counts and throughput of one generation table version."""
+
+    inputs: int
+    quarantined_inputs: int
+    sequences: int
+    tokens: int
+    seconds: Optional[float]
+
+    def metrics(self) -> dict[str, float]:
+        out = {"generation.inputs": self.inputs, "generation.quarantined_inputs": self.quarantined_inputs,
+               "generation.sequences": self.sequences, "generation.tokens": self.tokens}
+        if self.seconds:
+            out.update({"generation.seconds": self.seconds,
+                        "generation.sequences_per_second": self.sequences / self.seconds,
+                        "generation.tokens_per_second": self.tokens / self.seconds})
+        return {k: float(v) for k, v in out.items()}
+
+
+def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_version: int, id_col: str,
+                   text_col: str, model: TrainedModel, gen_cfg: "GenerationConfig", scoring: "FilterSpec",
+                   out_table: str, config_hash: str, inputs: Mapping[str, str]) -> tuple[WriteResult, GenerationStats]:
+    """Generate ``n_samples`` outputs per row of ``source_table`` and score them; write ``out_table``.
+
+    ``out_table`` gets every output row (``source_id, source_text, generated_text, sample_idx,
+    model_version, generated_tokens, score, reason``); a quarantined input is one row with
+    ``sample_idx = -1`` and its reason, and ``<out_table>_quarantine`` holds those rows. Checks inputs =
+    inputs generated from + inputs quarantined. Returns the write and the counts/throughput.
+    """
+    from pyspark.sql import functions as F
+
+    from common.models.filtering import score_generated
+    from common.models.generation import GenerationSpec, generate
+
+    ctx.ray()
+    columns = list(dict.fromkeys([id_col, text_col]))
+    ds = ctx.lakehouse.read_ray(source_table, source_version, columns=columns).map_batches(
+        _as_generation_input, batch_format="pyarrow", fn_kwargs={"id_col": id_col, "text_col": text_col})
+    spec = GenerationSpec.from_config(gen_cfg, ctx.cfg.seed)
+    out = score_generated(generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
+                                   num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size), scoring)
+    lineage = Lineage(job=tr.name, config_hash=config_hash, inputs=dict(inputs), run_id=tr.run_id)
+    start = time.perf_counter()
+    written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force)
+    seconds = None if written.skipped else time.perf_counter() - start
+    tr.log_output_table(out_table, written.version, ctx.lakehouse.location(out_table), skipped=written.skipped)
+
+    table = ctx.lakehouse.read(out_table, written.version)
+    quarantine = table.filter(F.col("sample_idx") < 0)
+    q_written = ctx.write(tr, quarantine, f"{out_table}_quarantine", config_hash, inputs)
+    row = table.agg(F.countDistinct(F.when(F.col("sample_idx") >= 0, F.col("source_id"))).alias("ok"),
+                    F.sum((F.col("sample_idx") < 0).cast("long")).alias("bad"),
+                    F.sum((F.col("sample_idx") >= 0).cast("long")).alias("seqs"),
+                    F.sum("generated_tokens").alias("tokens")).first()
+    n_in = ctx.lakehouse.read(source_table, source_version).count()
+    stats = GenerationStats(inputs=n_in, quarantined_inputs=int(row["bad"] or 0), sequences=int(row["seqs"] or 0),
+                            tokens=int(row["tokens"] or 0), seconds=seconds)
+    if int(row["ok"] or 0) + stats.quarantined_inputs != n_in:
+        raise RuntimeError(f"{out_table}: {n_in} inputs in {source_table} v{source_version} != "
+                           f"{row['ok']} generated from + {stats.quarantined_inputs} quarantined")
+    tr.log_metrics(stats.metrics())
+    if seconds:
+        log.info("generated %d sequences (%d tokens) from %d inputs in %.1f s: %.1f sequences/s, %.0f tokens/s; "
+                 "%d inputs quarantined (%s v%d)", stats.sequences, stats.tokens, n_in, seconds,
+                 stats.sequences / seconds, stats.tokens / seconds, stats.quarantined_inputs,
+                 f"{out_table}_quarantine", q_written.version)
+    return written, stats

@@ -1,0 +1,156 @@
+"""The ``augment`` command: one entry point for every job and pipeline, plus lakehouse inspection.
+
+The console script is ``jobs.cli:entry``, which hands this module the job registry and the config loader.
+
+    augment run NAME [--conf FILE] [--set KEY=VALUE ...] [--force]   a job or a pipeline
+    augment tables   [--conf FILE] [--set ...]                       tables, versions, row counts
+    augment history TABLE [--conf FILE] [--set ...]                  a table's versions with lineage
+    augment jobs                                                     the jobs and pipelines
+    augment config   [--conf FILE] [--set ...]                       the resolved, validated config
+    augment doctor   [--conf FILE] [--set ...]                       what this installation can do
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from common.platform.config_loader import ConfigError
+
+if TYPE_CHECKING:
+    from common.platform.pipeline import JobRegistry
+
+
+def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
+    from common.platform.job import add_common_args
+
+    jobs, pipelines = registry.jobs, registry.pipelines
+
+    parser = argparse.ArgumentParser(
+        prog="augment",
+        description="Catalog-scale training-data augmentation for product text classifiers "
+                    "(Spark jobs, Ray model stages, Delta tables, MLflow runs).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a job or a pipeline",
+                         description=f"jobs: {', '.join(jobs)}; pipelines: {', '.join(pipelines)}")
+    run.add_argument("name", help="job or pipeline name")
+    add_common_args(run)
+    tables = sub.add_parser("tables", help="list lakehouse tables with their latest version and row count")
+    add_common_args(tables)
+    history = sub.add_parser("history", help="show a table's versions with their lineage")
+    history.add_argument("table")
+    add_common_args(history)
+    sub.add_parser("jobs", help="list jobs and pipelines")
+    config = sub.add_parser("config", help="print the resolved configuration")
+    add_common_args(config)
+    doctor = sub.add_parser("doctor", help="what this installation can do (Spark, Java, Delta, GraphFrames, Ray, "
+                                           "torch, MLflow, lakehouse, MiniLM); exit 1 when the config needs "
+                                           "something missing")
+    add_common_args(doctor)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable) -> int:
+    """Parse ``argv`` and dispatch to ``registry``'s jobs with the config that ``load(path, overrides)``
+    builds; returns the process exit code (2 for config errors)."""
+    from common.platform.job import setup_logging
+
+    args = _parser(registry).parse_args(argv)
+    if args.command == "jobs":
+        return _print_jobs(registry)
+    setup_logging(args.log_level)
+    try:
+        cfg = load(args.conf, [item for group in args.overrides for item in group])
+    except ConfigError as exc:
+        print(f"augment: config error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "doctor":
+        from common.platform.doctor import report
+
+        text, code = report(cfg)
+        print(text)
+        return code
+    if args.command == "config":
+        import yaml
+
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        return 0
+    if args.command == "tables":
+        print(format_tables(_metadata_lakehouse(cfg).tables()))
+        return 0
+    if args.command == "history":
+        print(format_history(_metadata_lakehouse(cfg).history(args.table)))
+        return 0
+    return _run(cfg, registry, args.name, args.force)
+
+
+def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
+    from common.platform.job import build_context
+    from common.platform.pipeline import run_pipeline
+
+    if name not in registry.jobs and name not in registry.pipelines:
+        print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
+              f"pipelines: {', '.join(registry.pipelines)}", file=sys.stderr)
+        return 2
+    ctx = build_context(cfg, force=force)
+    try:
+        if name in registry.pipelines:
+            results = run_pipeline(ctx, name, registry.pipelines[name], registry.runner)
+        else:
+            results = [registry.runner(name)(ctx)]
+        for result in results:
+            print(result.summary())
+        print()
+        print(format_tables(ctx.lakehouse.tables()))
+    finally:
+        ctx.close()
+    return 0
+
+
+def _metadata_lakehouse(cfg):
+    """Path tables are listed with delta-rs alone (no JVM start); catalog tables need Spark."""
+    from common.platform.lakehouse import Lakehouse
+
+    if cfg.lakehouse.catalog:
+        from common.platform.job import build_context
+
+        return build_context(cfg).lakehouse
+    return Lakehouse(cfg.lakehouse)
+
+
+def format_tables(infos) -> str:
+    """A fixed-width table of TableInfo rows."""
+    if not infos:
+        return "no tables yet"
+    header = f"{'table':<34} {'version':>7} {'rows':>10}  last job"
+    lines = [header, "-" * len(header)]
+    for info in infos:
+        rows = "?" if info.num_rows is None else str(info.num_rows)
+        lines.append(f"{info.name:<34} {info.version:>7} {rows:>10}  {info.last_job or '-'}")
+    return "\n".join(lines)
+
+
+def format_history(commits) -> str:
+    """One line per commit: version, time (UTC), operation, job, config hash and input versions."""
+    lines = []
+    for c in commits:
+        when = datetime.fromtimestamp(c.timestamp_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") \
+            if c.timestamp_ms else "?"
+        lineage = c.lineage or {}
+        inputs = json.dumps(lineage.get("inputs", {}), sort_keys=True)
+        lines.append(f"v{c.version:<4} {when}  {c.operation or '-':<14} job={lineage.get('job', '-')} "
+                     f"config={lineage.get('config_hash', '-')} run={lineage.get('run_id', '-')} inputs={inputs}")
+    return "\n".join(lines)
+
+
+def _print_jobs(registry: "JobRegistry") -> int:
+    print("jobs:")
+    for name in registry.jobs:
+        print(f"  {name:<22} {registry.summary(name)}")
+    print("pipelines:")
+    for name, steps in registry.pipelines.items():
+        print(f"  {name:<22} {' -> '.join(steps)}")
+    return 0

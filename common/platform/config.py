@@ -1,0 +1,164 @@
+"""The platform's config (where Spark, Ray, the lakehouse and MLflow run), the base every application
+config extends, and the YAML + ``--set`` loading of any config class.
+
+Domain packages own their sections (``common/<domain>/config.py``); ``common/config.py`` composes them.
+Every value is validated at start-up, so a job never fails halfway on a typo.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, TypeVar
+
+from common.platform.config_loader import ConfigError, apply_overrides, flatten, from_mapping, load_yaml, to_mapping
+
+DEFAULT_CONF_ENV = "AUGMENT_CONF"
+
+
+def is_uri(path: str) -> bool:
+    """True for URIs (``s3://``, ``abfss://``, ``dbfs:``), False for local paths."""
+    return "://" in path or path.startswith("dbfs:")
+
+
+def absolute(path: str) -> str:
+    """Local relative paths become absolute (so Spark executors and Ray workers agree); URIs stay."""
+    return path if is_uri(path) else str(Path(path).expanduser().resolve())
+
+
+def check(condition: bool, key: str, message: str) -> None:
+    """Raise :class:`ConfigError` ``"<key>: <message>"`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(f"{key}: {message}")
+
+
+@dataclass
+class SparkConfig:
+    """How to get the SparkSession. ``local`` builds one; ``cluster``/``databricks`` take the existing one."""
+
+    mode: Literal["local", "cluster", "databricks"] = "local"
+    master: str = "local[*]"
+    app_name: str = "catalog-augment"
+    shuffle_partitions: int = 4
+    # native: Spark's own Delta writer (locally from the jars `make install` resolved into jars_dir);
+    # rs: delta-rs commits (machines without the jars); auto: native when the jars or the session have it.
+    # "delta-rs" is the older spelling of rs.
+    delta: Literal["auto", "native", "rs", "delta-rs"] = "auto"
+    # Local sessions: the folder of JVM jars (default <venv>/jars, filled from jvm/pom.xml by make install).
+    jars_dir: Optional[str] = None
+    graphframes: Literal["auto", "on", "off"] = "auto"
+    checkpoint_dir: Optional[str] = None
+    driver_memory: str = "4g"
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check(self.shuffle_partitions >= 1, "spark.shuffle_partitions", "must be >= 1")
+
+
+@dataclass
+class RayConfig:
+    """Where Ray runs: a local runtime, an existing cluster address, or Ray on Spark (Databricks)."""
+
+    mode: Literal["local", "address", "spark"] = "local"
+    address: Optional[str] = None
+    num_cpus: Optional[int] = None
+    num_gpus: Optional[int] = None
+    object_store_memory_mb: Optional[int] = None
+    # Ray on Spark (ray.util.spark.setup_ray_cluster) sizing.
+    spark_max_worker_nodes: int = 2
+    spark_num_cpus_per_node: Optional[int] = None
+    spark_num_gpus_per_node: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.mode == "address":
+            check(bool(self.address), "ray.address", "is required when ray.mode is 'address'")
+        for name in ("num_cpus", "num_gpus"):
+            value = getattr(self, name)
+            check(value is None or value >= 0, f"ray.{name}", "must be >= 0")
+
+
+@dataclass
+class LakehouseConfig:
+    """Where Delta tables live: path tables under ``root``, or catalog tables ``<catalog>.<name>``."""
+
+    root: str = "./lakehouse"
+    # e.g. "main.augment" on Databricks Unity Catalog; when set, tables are catalog tables (native Delta).
+    catalog: Optional[str] = None
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check(bool(self.root), "lakehouse.root", "must not be empty")
+        self.root = absolute(self.root)
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow tracking. With no ``uri`` the local default is SQLite inside the lakehouse folder."""
+
+    uri: Optional[str] = None
+    experiment: str = "catalog-augmentation"
+
+
+@dataclass
+class BaseConfig:
+    """The sections every application config has: its name, the seed, and where things run.
+
+    Applications extend it with their domain sections (:class:`common.config.AppConfig`); the platform
+    (session, lakehouse, tracking, jobs) only reads these.
+    """
+
+    name: str = "local"
+    seed: int = 42
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    lakehouse: LakehouseConfig = field(default_factory=LakehouseConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    @property
+    def tracking_uri(self) -> str:
+        """The MLflow tracking URI; the local default is ``sqlite:///<lakehouse.root>/mlflow.db``."""
+        if self.tracking.uri:
+            return self.tracking.uri
+        if is_uri(self.lakehouse.root):
+            raise ConfigError("tracking.uri: must be set when lakehouse.root is not a local folder")
+        return f"sqlite:///{Path(self.lakehouse.root) / 'mlflow.db'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as plain nested dicts."""
+        return to_mapping(self)
+
+    def flat(self) -> dict[str, Any]:
+        """The configuration flattened to ``{"a.b": value}``, as logged to MLflow params."""
+        return flatten(self.to_dict())
+
+    def section_hash(self, *sections: str) -> str:
+        """A short stable hash of the named top-level sections (the part of the config a job depends on)."""
+        tree = self.to_dict()
+        unknown = [s for s in sections if s not in tree]
+        if unknown:
+            raise ConfigError(f"unknown config section {unknown[0]!r}")
+        payload = json.dumps({s: tree[s] for s in sections}, sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+C = TypeVar("C", bound=BaseConfig)
+
+
+def default_conf_path() -> Optional[Path]:
+    """``$AUGMENT_CONF``, else ``conf/local.yaml`` in the working directory when present, else None."""
+    env = os.environ.get(DEFAULT_CONF_ENV)
+    if env:
+        return Path(env)
+    candidate = Path("conf/local.yaml")
+    return candidate if candidate.is_file() else None
+
+
+def load(cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None) -> C:
+    """Load ``path`` (default: :func:`default_conf_path`) into config class ``cls``, apply ``a.b=value``
+    overrides, validate. Raises :class:`ConfigError` naming the first bad key."""
+    conf_path = Path(path) if path else default_conf_path()
+    tree = load_yaml(conf_path) if conf_path else {}
+    tree = apply_overrides(tree, list(overrides or []))
+    return from_mapping(cls, tree)

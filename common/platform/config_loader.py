@@ -1,0 +1,187 @@
+"""Typed configuration loading: YAML files and ``--set a.b=value`` overrides into nested dataclasses.
+
+The dataclasses live with their domains (``common/<domain>/config.py``, composed by :mod:`common.config`); this module only knows how to turn plain
+mappings into them, so every bad key or value fails at start-up with a message naming the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is invalid; the message names the key."""
+
+
+def parse_override(expr: str) -> tuple[str, Any]:
+    """Split ``a.b=value`` into (``"a.b"``, parsed value); values are parsed as YAML scalars/lists."""
+    if "=" not in expr:
+        raise ConfigError(f"--set expects key=value, got {expr!r}")
+    key, raw = expr.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set expects key=value, got {expr!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw  # not YAML: keep the literal string (e.g. a path with a colon)
+    return key, value
+
+
+def apply_overrides(tree: dict, overrides: list[str]) -> dict:
+    """Return a copy of ``tree`` with each ``a.b=value`` override set; intermediate mappings are created."""
+    result = _deep_copy(tree)
+    for expr in overrides:
+        key, value = parse_override(expr)
+        node = result
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                # A scalar shorthand (e.g. inputs.labeled: PATH) is widened to a mapping when a sub-key is set.
+                child = {} if child is None else ({"path": child} if isinstance(child, str) else child)
+                node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def load_yaml(path: str | Path) -> dict:
+    """Read one YAML file into a mapping (an empty file gives ``{}``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    with path.open(encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") -> T:
+    """Build dataclass ``cls`` from ``data``, checking every key and value against the type hints.
+
+    Unknown keys and values of the wrong type or outside a ``Literal`` raise :class:`ConfigError`
+    naming the dotted key and what is allowed.
+    """
+    data = dict(data or {})
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = prefix.rstrip(".") or "<top level>"
+        raise ConfigError(
+            f"unknown config key {prefix}{unknown[0]!s} (in {where}); allowed keys: {', '.join(sorted(fields))}"
+        )
+    kwargs = {name: _coerce(hints[name], value, f"{prefix}{name}") for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        # Sections used in several places (a T5 model, a fine-tune) name their keys "*.key"; "*" is
+        # where this one sits (cga.model, query_reformulation.fine_tune, ...).
+        message = str(exc)
+        if message.startswith("*"):
+            raise ConfigError(prefix.rstrip(".") + message[1:]) from None
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {exc}") from exc
+
+
+def to_mapping(obj: Any) -> Any:
+    """Turn a config dataclass tree back into plain dicts/lists (for logging and hashing)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_mapping(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {k: to_mapping(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_mapping(v) for v in obj]
+    return obj
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested mappings into ``{"a.b.c": value}`` (lists stay values)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        options = get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} fits none of {tp}")
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r} is not allowed; allowed values: {', '.join(map(repr, allowed))}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, str) and hasattr(tp, "from_shorthand"):
+            return tp.from_shorthand(os.path.expandvars(value))
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return from_mapping(tp, value, f"{key}.")
+    if origin in (list, tuple, typing.Sequence):
+        if value is None:
+            raise ConfigError(f"{key}: expected a list, got null")
+        items = value if isinstance(value, (list, tuple)) else [value]
+        (item_tp, *_) = get_args(tp) or (Any,)
+        return [_coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(items)]
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        _, val_tp = get_args(tp) or (str, Any)
+        return {str(k): _coerce(val_tp, v, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if isinstance(value, (dict, list)) or value is None:
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        # ${VAR} lets cluster configs take bucket names and secrets scopes from the environment.
+        return os.path.expandvars(str(value))
+    raise ConfigError(f"{key}: unsupported config type {tp}")
+
+
+def _deep_copy(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _deep_copy(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_deep_copy(v) for v in tree]
+    return tree

@@ -1,0 +1,86 @@
+"""The native write path: Spark's own Delta writer (clusters, Databricks, and locally with the Delta jars),
+for path tables and catalog tables, with history and versions from ``DESCRIBE HISTORY``."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from common.platform.tables import (Commit, LakehouseError, WriteMode, WriteResult, check_same_schema,
+                                    parse_lineage)
+
+# How many recent commits a write looks through for its own (concurrent writers may have added some).
+RECENT = 20
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def table_exists(spark: "SparkSession", ident: str, catalog_name: Optional[str]) -> bool:
+    """Whether the table (catalog name ``catalog_name``, or the path identifier ``ident``) has a version."""
+    if catalog_name:
+        return spark.catalog.tableExists(catalog_name)
+    try:
+        spark.sql(f"DESCRIBE HISTORY {ident} LIMIT 1").first()
+        return True
+    except Exception:
+        return False
+
+
+def latest_version(spark: "SparkSession", ident: str) -> int:
+    """The table's latest version number."""
+    return int(spark.sql(f"DESCRIBE HISTORY {ident} LIMIT 1").first()["version"])
+
+
+def history(spark: "SparkSession", ident: str) -> list[Commit]:
+    """Every commit of the table (unsorted), with lineage parsed from userMetadata."""
+    return [
+        Commit(version=int(r["version"]),
+               timestamp_ms=int(r["timestamp"].timestamp() * 1000) if r["timestamp"] else None,
+               operation=r["operation"], lineage=parse_lineage(r["userMetadata"]))
+        for r in spark.sql(f"DESCRIBE HISTORY {ident}").collect()
+    ]
+
+
+def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ident: str, as_catalog_table: bool,
+          mode: WriteMode, metadata: Optional[str], txn_app_id: Optional[str] = None) -> WriteResult:
+    """Write ``df`` with Spark's Delta writer as one new version (``overwrite`` replaces the schema too).
+
+    With ``txn_app_id``, the write is one of Delta's idempotent writes (``txnAppId``/``txnVersion`` 0): Delta
+    skips it when the table has already seen that app id, even when a concurrent writer committed it a moment
+    ago. Returns the version this write committed, or, when Delta skipped it, the version holding the same
+    ``metadata``'s lineage with ``skipped=True``.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    exists = table_exists(spark, ident, location if as_catalog_table else None)
+    if mode == "append" and exists:
+        current = spark.read.format("delta").table(location) if as_catalog_table \
+            else spark.read.format("delta").load(location)
+        check_same_schema(table, to_arrow_schema(current.schema), to_arrow_schema(df.schema))
+    writer = df.write.format("delta").mode(mode)
+    if mode == "overwrite":
+        writer = writer.option("overwriteSchema", "true")
+    if metadata:
+        writer = writer.option("userMetadata", metadata)
+    if txn_app_id:
+        writer = writer.option("txnAppId", txn_app_id).option("txnVersion", 0)
+    try:
+        if as_catalog_table:
+            writer.saveAsTable(location)
+        else:
+            writer.save(location)
+    except Exception as exc:
+        # Two writers of one lineage at once: Delta's conflict check fails the later one; its work is the
+        # winner's, so it reports the winner's version below.
+        if not (txn_app_id and "Concurrent" in type(exc).__name__ + str(exc)[:200]):
+            raise
+    recent = spark.sql(f"DESCRIBE HISTORY {ident} LIMIT {RECENT}").select(
+        "version", "userMetadata", "operationMetrics").collect()
+    for row in recent:  # newest first: this write's own commit carries exactly its metadata (run id included)
+        if metadata is None or row["userMetadata"] == metadata:
+            rows = (row["operationMetrics"] or {}).get("numOutputRows")
+            return WriteResult(table, int(row["version"]), skipped=False, num_rows=int(rows) if rows else None)
+    key = (parse_lineage(metadata) or {}).get("key")
+    for row in recent:
+        if key and (parse_lineage(row["userMetadata"]) or {}).get("key") == key:
+            return WriteResult(table, int(row["version"]), skipped=True, num_rows=None)
+    raise LakehouseError(f"write to {table!r} committed nothing and no recent version holds its lineage")

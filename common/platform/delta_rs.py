@@ -1,0 +1,214 @@
+"""The delta-rs write path: Spark's executors (or Ray's workers) write Parquet files into a fresh folder
+inside the table; the driver reads only their footers and commits them with delta-rs as ONE table version.
+Rows never pass through the driver. Also the delta-rs readers: a version's file list for Spark's Parquet
+reader, path-table listing and metadata.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from common.platform.storage import filesystem, list_files, remove_tree
+from common.platform.tables import (LakehouseError, TableInfo, WriteMode, WriteResult, check_same_schema,
+                                    parse_lineage)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def open_table(name: str, location: str, storage: Optional[dict[str, str]]):
+    """The delta-rs ``DeltaTable`` at ``location``; raises :class:`LakehouseError` naming ``name`` if none."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(location, storage_options=storage):
+        raise LakehouseError(f"table {name!r} does not exist at {location}")
+    return DeltaTable(location, storage_options=storage)
+
+
+def commit_files(table: str, location: str, storage: Optional[dict[str, str]], mode: WriteMode,
+                 metadata: Optional[str], write_files: Callable[[str], Any], arrow_schema=None) -> WriteResult:
+    """Let ``write_files(folder)`` write Parquet files into a fresh folder inside the table at ``location``,
+    then commit them with delta-rs as ONE version with ``metadata`` as userMetadata. A failure removes the
+    folder; no version is created. Returns the new version and its row count (from the file footers)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.transaction import CommitProperties, create_table_with_add_actions
+
+    # A fresh folder per write: files of a failed write are never referenced by the log, and are
+    # removed below; a later VACUUM would drop them too.
+    batch_dir = f"w{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    staging = f"{location}/{batch_dir}"
+    try:
+        write_files(staging)
+        actions = _add_actions_for(staging, batch_dir)
+        if arrow_schema is None:
+            arrow_schema = _schema_of(staging)
+        properties = CommitProperties(custom_metadata={"userMetadata": metadata} if metadata else None)
+        if DeltaTable.is_deltatable(location, storage_options=storage):
+            dt = DeltaTable(location, storage_options=storage)
+            if mode == "append":
+                check_same_schema(table, pa.schema(dt.schema().to_arrow()), arrow_schema)
+            dt.create_write_transaction(actions, mode, arrow_schema, commit_properties=properties)
+        else:
+            from deltalake import Schema
+
+            create_table_with_add_actions(location, Schema.from_arrow(arrow_schema), actions, mode="error",
+                                          name=table, storage_options=storage, commit_properties=properties)
+    except BaseException:
+        remove_tree(staging)
+        raise
+    version = DeltaTable(location, storage_options=storage).version()
+    num_rows = sum(json.loads(a.stats)["numRecords"] for a in actions)
+    log.info("committed %s version %s (%d rows, %d files)", table, version, num_rows, len(actions))
+    return WriteResult(table, version, skipped=False, num_rows=num_rows)
+
+
+def path_table_names(root: str) -> list[str]:
+    """The names of the Delta tables directly under ``root`` (folders with a ``_delta_log``)."""
+    import pyarrow.fs as pafs
+
+    fs, root = filesystem(root)
+    info = fs.get_file_info(root)
+    if info.type != pafs.FileType.Directory:
+        return []
+    names = []
+    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=False)):
+        if entry.type == pafs.FileType.Directory and \
+                fs.get_file_info(f"{entry.path}/_delta_log").type == pafs.FileType.Directory:
+            names.append(entry.base_name)
+    return sorted(names)
+
+def path_table_info(name: str, location: str, storage: Optional[dict[str, str]]) -> TableInfo:
+    """A path table's latest version, row count (from the add actions' stats) and last writing job."""
+    dt = open_table(name, location, storage)
+    adds = dt.get_add_actions(flatten=True)
+    import pyarrow as pa
+
+    adds = pa.table(adds)
+    num_rows = int(sum(v for v in adds.column("num_records").to_pylist() if v is not None)) \
+        if "num_records" in adds.column_names else None
+    last = dt.history(1)
+    lineage = parse_lineage(last[0].get("userMetadata")) if last else None
+    return TableInfo(name, dt.version(), num_rows, location, (lineage or {}).get("job"))
+
+
+def read_delta_rs(spark: "SparkSession", location: str, version: Optional[int] = None,
+                  storage_options: Optional[dict[str, str]] = None, name: Optional[str] = None) -> "DataFrame":
+    """Read a Delta table version with Spark's Parquet reader over the file list delta-rs resolves.
+
+    Only the list of data files goes through the driver; Spark reads the files in parallel.
+    Raises :class:`LakehouseError` when the table or version does not exist.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    label = name or location
+    storage = storage_options or None
+    if not DeltaTable.is_deltatable(location, storage_options=storage):
+        raise LakehouseError(f"table {label!r} does not exist at {location}")
+    try:
+        dt = DeltaTable(location, version=version, storage_options=storage)
+    except Exception as exc:
+        raise LakehouseError(f"table {label!r} has no version {version}: {exc}") from exc
+    schema = from_arrow_schema(pa.schema(dt.schema().to_arrow()))
+    files = dt.file_uris()
+    if not files:
+        return spark.createDataFrame([], schema)
+    reader = spark.read.schema(schema)
+    if dt.metadata().partition_columns:
+        reader = reader.option("basePath", location)  # partition values come from k=v folder names
+    return reader.parquet(*files)
+
+
+def read_parquet_folder(spark: "SparkSession", folder: str, schema=None) -> "DataFrame":
+    """The Parquet files under ``folder`` (e.g. what Ray's workers wrote) as a DataFrame read by the executors;
+    with no files, an empty frame of ``schema`` (an Arrow schema, or Ray's ``Dataset.schema()``)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    files = [f for f in list_files(folder) if f.base_name.endswith(".parquet")] if _exists(folder) else []
+    if files:
+        return spark.read.parquet(folder)
+    arrow = getattr(schema, "base_schema", schema)
+    if arrow is None:
+        raise LakehouseError(f"no Parquet files under {folder} and no schema to make an empty table from")
+    return spark.createDataFrame([], from_arrow_schema(pa.schema(arrow)))
+
+
+def _exists(folder: str) -> bool:
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(folder)
+    return fs.get_file_info(path).type == pafs.FileType.Directory
+
+
+def _add_actions_for(staging: str, batch_dir: str) -> list:
+    """AddActions (relative path, size, mtime, stats) for the Parquet files under ``staging``.
+
+    Stats (numRecords, nullCount, min/max) come from each file's footer: one small read per file.
+    """
+    import pyarrow.parquet as pq
+    from deltalake.transaction import AddAction
+
+    fs, root = filesystem(staging)
+    files = [f for f in list_files(staging) if f.base_name.endswith(".parquet") and not f.base_name.startswith(".")]
+    actions = []
+    for info in sorted(files, key=lambda f: f.path):
+        with fs.open_input_file(info.path) as handle:
+            stats = _parquet_stats(pq.ParquetFile(handle).metadata)
+        relative = f"{batch_dir}/{info.path[len(root):].lstrip('/')}"
+        mtime_ms = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
+        actions.append(AddAction(relative, info.size, {}, mtime_ms, True, json.dumps(stats)))
+    return actions
+
+
+def _parquet_stats(meta) -> dict[str, Any]:
+    """Delta file statistics from a Parquet footer: numRecords, and per top-level column nullCount/min/max."""
+    null_count: dict[str, int] = {}
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    complete: dict[str, bool] = {}
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        for ci in range(group.num_columns):
+            column = group.column(ci)
+            name = column.path_in_schema
+            if "." in name:  # nested columns: Delta stats for them are optional
+                continue
+            st = column.statistics
+            if st is None or not st.has_null_count:
+                complete[name] = False
+                continue
+            complete.setdefault(name, True)
+            null_count[name] = null_count.get(name, 0) + st.null_count
+            if st.has_min_max and isinstance(st.min, (int, float, str)) and not isinstance(st.min, bool):
+                mins[name] = st.min if name not in mins else min(mins[name], st.min)
+                maxs[name] = st.max if name not in maxs else max(maxs[name], st.max)
+    stats: dict[str, Any] = {"numRecords": meta.num_rows}
+    kept = {k: v for k, v in null_count.items() if complete.get(k)}
+    if kept:
+        stats["nullCount"] = kept
+    # String min/max are left out: Delta truncates them by its own rules, and wrong bounds would prune data.
+    numeric_min = {k: v for k, v in mins.items() if complete.get(k) and not isinstance(v, str)}
+    if numeric_min:
+        stats["minValues"] = numeric_min
+        stats["maxValues"] = {k: maxs[k] for k in numeric_min}
+    return stats
+
+
+def _schema_of(folder: str):
+    """The Arrow schema of the first Parquet file under ``folder``."""
+    import pyarrow.parquet as pq
+
+    fs, _ = filesystem(folder)
+    files = sorted((f for f in list_files(folder) if f.base_name.endswith(".parquet")), key=lambda f: f.path)
+    if not files:
+        raise LakehouseError(f"no Parquet files were written under {folder}")
+    with fs.open_input_file(files[0].path) as handle:
+        return pq.read_schema(handle)

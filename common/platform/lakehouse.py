@@ -1,0 +1,281 @@
+"""The lakehouse: every dataset version the suite produces is one version of a named Delta table.
+
+Two write paths, one contract (this module is the table API; each path has its own module):
+
+* **native** (:mod:`common.platform.delta_native`; cluster, Databricks): Spark's own Delta writer, path tables or catalog tables.
+* **delta-rs** (:mod:`common.platform.delta_rs`; no Delta jar): Spark executors write the Parquet data files in parallel
+  into a fresh folder inside the table; the driver reads only their footers and commits them with
+  delta-rs as ONE new table version. Rows never pass through the driver.
+
+Every commit carries lineage (job, run id, config hash, input versions) in ``commitInfo.userMetadata``,
+which both Spark's ``DESCRIBE HISTORY`` and delta-rs ``history()`` show. A write whose lineage key is
+already in the table's history is skipped (idempotent re-runs) unless forced.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from typing import TYPE_CHECKING, Iterable, Optional
+
+from common.platform import delta_native, delta_rs
+from common.platform.config import LakehouseConfig
+from common.platform.delta_rs import read_delta_rs
+from common.platform.storage import remove_tree
+from common.platform.tables import (LINEAGE_MARK, Commit, LakehouseError, Lineage, TableInfo, WriteMode, WriteResult,
+                                    parse_lineage)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["Lakehouse", "LakehouseError", "Lineage", "WriteResult", "WriteMode", "Commit", "TableInfo",
+           "LINEAGE_MARK", "read_delta_rs", "fingerprint_files"]
+
+log = logging.getLogger(__name__)
+
+
+class Lakehouse:
+    """Named Delta tables under ``cfg.root`` (path tables) or in ``cfg.catalog`` (catalog tables).
+
+    ``spark`` may be None for metadata-only use (``tables``, ``history``, ``version``) of path tables;
+    reads and writes need it. ``native_delta`` selects Spark's Delta writer over delta-rs commits.
+    """
+
+    def __init__(self, cfg: LakehouseConfig, spark: "SparkSession | None" = None, native_delta: bool = False):
+        if cfg.catalog and not native_delta:
+            raise LakehouseError(
+                "lakehouse.catalog is set but this Spark session has no Delta support: catalog tables need "
+                "Spark's Delta writer (spark.delta: native, with the delta-spark jar on the classpath)"
+            )
+        self.cfg = cfg
+        self.spark = spark
+        self.native_delta = native_delta
+
+    # ------------------------------------------------------------------ naming
+    def location(self, table: str) -> str:
+        """The table's path (path tables) or fully qualified name (catalog tables)."""
+        _check_name(table)
+        if self.cfg.catalog:
+            return f"{self.cfg.catalog}.{table}"
+        return f"{self.cfg.root.rstrip('/')}/{table}"
+
+    def _ident(self, table: str) -> str:
+        """A Spark SQL identifier for the table."""
+        return self.location(table) if self.cfg.catalog else f"delta.`{self.location(table)}`"
+
+    # ------------------------------------------------------------------ metadata
+    def exists(self, table: str) -> bool:
+        """Whether the table has at least one committed version."""
+        return self.version(table) is not None
+
+    def version(self, table: str) -> Optional[int]:
+        """The latest version number, or None when the table does not exist."""
+        if self.native_delta:
+            if not self._native_exists(table):
+                return None
+            return delta_native.latest_version(self._require_spark(), self._ident(table))
+        from deltalake import DeltaTable
+
+        location = self.location(table)
+        if not DeltaTable.is_deltatable(location, storage_options=self.cfg.storage_options or None):
+            return None
+        return DeltaTable(location, storage_options=self.cfg.storage_options or None).version()
+
+    def history(self, table: str) -> list[Commit]:
+        """All commits, newest first, with lineage parsed from userMetadata."""
+        if self.native_delta:
+            if not self._native_exists(table):
+                raise LakehouseError(f"table {table!r} does not exist at {self.location(table)}")
+            commits = delta_native.history(self._require_spark(), self._ident(table))
+        else:
+            dt = self._delta_rs_table(table)
+            commits = [
+                Commit(
+                    version=int(entry.get("version", -1)),
+                    timestamp_ms=entry.get("timestamp"),
+                    operation=entry.get("operation"),
+                    lineage=parse_lineage(entry.get("userMetadata")),
+                )
+                for entry in dt.history()
+            ]
+        return sorted(commits, key=lambda c: c.version, reverse=True)
+
+    def tables(self) -> list[TableInfo]:
+        """Every table in the lakehouse with its latest version and row count."""
+        if self.cfg.catalog:
+            spark = self._require_spark()
+            names = sorted(r["tableName"] for r in spark.sql(f"SHOW TABLES IN {self.cfg.catalog}").collect())
+            infos = []
+            for name in names:
+                history = self.history(name)
+                infos.append(TableInfo(name, history[0].version, self.read(name).count(), self.location(name),
+                                       (history[0].lineage or {}).get("job")))
+            return infos
+        storage = self.cfg.storage_options or None
+        return [delta_rs.path_table_info(name, self.location(name), storage)
+                for name in delta_rs.path_table_names(self.cfg.root)]
+
+    def find_version(self, table: str, lineage: Lineage) -> Optional[int]:
+        """The version whose commit carries ``lineage``'s key, or None."""
+        if not self.exists(table):
+            return None
+        key = lineage.key(table)
+        for commit in self.history(table):
+            if commit.lineage and commit.lineage.get("key") == key:
+                return commit.version
+        return None
+
+    # ------------------------------------------------------------------ read
+    def read(self, table: str, version: Optional[int] = None) -> "DataFrame":
+        """The table as a DataFrame, at ``version`` or the latest one."""
+        spark = self._require_spark()
+        if self.native_delta:
+            reader = spark.read.format("delta")
+            if version is not None:
+                reader = reader.option("versionAsOf", version)
+            if self.cfg.catalog:
+                return reader.table(self.location(table))
+            return reader.load(self.location(table))
+        return delta_rs.read_delta_rs(spark, self.location(table), version, self.cfg.storage_options, name=table)
+
+    def file_uris(self, table: str, version: Optional[int] = None) -> list[str]:
+        """The data files of a table version, for readers outside Spark (Ray actors read them directly).
+        Path tables are resolved by delta-rs whichever path wrote them; catalog tables by Spark."""
+        if self.cfg.catalog:
+            return sorted(_local_path(uri) for uri in self.read(table, version).inputFiles())
+        from deltalake import DeltaTable
+
+        location = self.location(table)
+        self._delta_rs_table(table)  # clear error when missing
+        return sorted(DeltaTable(location, version=version, storage_options=self.cfg.storage_options or None)
+                      .file_uris())
+
+    # ------------------------------------------------------------------ write
+    def write(
+        self,
+        df: "DataFrame",
+        table: str,
+        mode: WriteMode = "overwrite",
+        lineage: Optional[Lineage] = None,
+        force: bool = False,
+    ) -> WriteResult:
+        """Write ``df`` as ONE new version of ``table`` and return that version.
+
+        With ``lineage`` and not ``force``, a table that already holds a commit with the same lineage
+        key is left alone and the existing version is returned (``skipped=True``). ``overwrite``
+        replaces the content (and schema); ``append`` adds rows and requires the same schema.
+        """
+        if mode not in ("overwrite", "append"):
+            raise LakehouseError(f"write mode must be 'overwrite' or 'append', got {mode!r}")
+        _check_name(table)
+        done = self._already_written(table, lineage, force)
+        if done is not None:
+            return done
+        metadata = lineage.to_metadata(table) if lineage else None
+        if self.native_delta:
+            # Delta's own idempotence, keyed by the lineage, guards the gap between the history check above
+            # and the commit: two concurrent retries of one job cannot both commit. --force bypasses it.
+            app_id = f"augment-{lineage.key(table)}" if lineage and not force else None
+            return self._write_native(df, table, mode, metadata, app_id)
+        return self._write_delta_rs(df, table, mode, metadata)
+
+    def _already_written(self, table: str, lineage: Optional[Lineage], force: bool) -> Optional[WriteResult]:
+        """The skipped-write result when ``table`` already holds ``lineage``'s output (and not ``force``)."""
+        if lineage is None or force:
+            return None
+        existing = self.find_version(table, lineage)
+        if existing is None:
+            return None
+        log.info("skip write of %s: version %s already holds this job output (lineage key %s)",
+                 table, existing, lineage.key(table))
+        return WriteResult(table, existing, skipped=True, num_rows=None)
+
+    def _write_native(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str],
+                      app_id: Optional[str] = None) -> WriteResult:
+        if self.cfg.catalog:
+            self._require_spark().sql(f"CREATE SCHEMA IF NOT EXISTS {self.cfg.catalog}")
+        result = delta_native.write(self._require_spark(), df, table, self.location(table), self._ident(table),
+                                    bool(self.cfg.catalog), mode, metadata, app_id)
+        log.info("committed %s version %s with Spark's Delta writer (%s rows)%s", table, result.version,
+                 result.num_rows, " - already written by a concurrent run" if result.skipped else "")
+        return result
+
+    def _write_delta_rs(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str]) -> WriteResult:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        def spark_writes(staging: str) -> None:
+            (df.write.mode("errorifexists")
+             .option("compression", "snappy")
+             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+             .parquet(staging))
+
+        return self._commit_written(table, mode, metadata, spark_writes, to_arrow_schema(df.schema))
+
+    def _commit_written(self, table: str, mode: WriteMode, metadata: Optional[str], write_files,
+                        arrow_schema=None) -> WriteResult:
+        return delta_rs.commit_files(table, self.location(table), self.cfg.storage_options or None, mode, metadata,
+                                     write_files, arrow_schema)
+
+    # ------------------------------------------------------------------ Ray handoff
+    def read_ray(self, table: str, version: Optional[int] = None, columns: Optional[list[str]] = None):
+        """The table version as a Ray Dataset read from its Parquet files by Ray's workers (no driver copy)."""
+        import ray
+
+        return ray.data.read_parquet(self.file_uris(table, version), columns=columns)
+
+    def write_ray(self, ds, table: str, mode: WriteMode = "overwrite", lineage: Optional[Lineage] = None,
+                  force: bool = False) -> WriteResult:
+        """Write a Ray Dataset as ONE new version of ``table`` (lineage and idempotence as in :meth:`write`).
+
+        Ray's workers write the Parquet files. delta-rs path: the driver commits them in place. Native path
+        (and catalog tables): they land in a staging folder that Spark's executors read and commit with
+        Spark's Delta writer, so the table's every commit is Spark's; the staging folder is then removed."""
+        _check_name(table)
+        done = self._already_written(table, lineage, force)
+        if done is not None:
+            return done
+        if not self.native_delta:
+            if self.cfg.catalog:
+                raise LakehouseError("catalog tables are written with Spark's Delta writer (spark.delta: native)")
+            metadata = lineage.to_metadata(table) if lineage else None
+            return self._commit_written(table, mode, metadata, lambda staging: ds.write_parquet(staging))
+        staging = f"{self.cfg.root.rstrip('/')}/_staging/{table}-{uuid.uuid4().hex[:12]}"
+        try:
+            ds.write_parquet(staging)
+            return self.write(delta_rs.read_parquet_folder(self._require_spark(), staging, ds.schema()), table,
+                              mode, lineage, force)
+        finally:
+            remove_tree(staging)
+
+    # ------------------------------------------------------------------ helpers
+    def _require_spark(self) -> "SparkSession":
+        if self.spark is None:
+            raise LakehouseError("this lakehouse operation needs a SparkSession")
+        return self.spark
+
+    def _native_exists(self, table: str) -> bool:
+        return delta_native.table_exists(self._require_spark(), self._ident(table),
+                                         self.location(table) if self.cfg.catalog else None)
+
+    def _delta_rs_table(self, table: str):
+        return delta_rs.open_table(table, self.location(table), self.cfg.storage_options or None)
+
+
+def _local_path(uri: str) -> str:
+    """``file:/x`` and ``file:///x`` as the plain path ``/x`` (Ray and pyarrow take both); other URIs unchanged."""
+    if uri.startswith("file:"):
+        return "/" + uri[len("file:"):].lstrip("/")
+    return uri
+
+
+def _check_name(table: str) -> None:
+    if not table or not all(c.isalnum() or c == "_" for c in table):
+        raise LakehouseError(f"table names are letters, digits and '_' only, got {table!r}")
+
+
+def fingerprint_files(paths: Iterable[tuple[str, int, float]]) -> str:
+    """A version string for file inputs: a hash of (path, size, mtime) of every file in the listing."""
+    digest = hashlib.sha256()
+    for path, size, mtime in sorted(paths):
+        digest.update(f"{path}\0{size}\0{mtime:.3f}\n".encode())
+    return "files:" + digest.hexdigest()[:16]

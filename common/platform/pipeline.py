@@ -1,0 +1,68 @@
+"""Job registries and pipelines: several jobs in one MLflow parent run, sharing one context.
+
+The platform knows jobs only through a :class:`JobRegistry` that the application hands it (``jobs``
+builds one from its name tables), so the platform never imports the jobs that stand on it.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable, Mapping, Sequence
+
+from common.platform.job import JobContext, JobResult
+
+log = logging.getLogger(__name__)
+
+JobFunction = Callable[[JobContext], JobResult]
+
+
+@dataclass(frozen=True)
+class JobRegistry:
+    """Job names to ``module`` (whose ``run(ctx)`` is the job) or ``module:function``, and pipeline names
+    to their jobs in order."""
+
+    jobs: Mapping[str, str]
+    pipelines: Mapping[str, Sequence[str]]
+
+    def __post_init__(self) -> None:
+        for pipeline, steps in self.pipelines.items():
+            unknown = [s for s in steps if s not in self.jobs]
+            if unknown:
+                raise KeyError(f"pipeline {pipeline!r} names unknown job {unknown[0]!r}")
+
+    def module(self, name: str) -> ModuleType:
+        """The module of job ``name``; raises KeyError listing the known jobs and pipelines."""
+        if name not in self.jobs:
+            raise KeyError(f"unknown job {name!r}; jobs: {', '.join(self.jobs)}; "
+                           f"pipelines: {', '.join(self.pipelines)}")
+        return importlib.import_module(self.jobs[name].split(":")[0])
+
+    def runner(self, name: str) -> JobFunction:
+        """The function that runs job ``name`` (``run(ctx) -> JobResult``)."""
+        module = self.module(name)
+        target = self.jobs[name]
+        return getattr(module, target.split(":")[1]) if ":" in target else module.run
+
+    def summary(self, name: str) -> str:
+        """The first line of the job function's (or module's) docstring."""
+        doc = (self.runner(name).__doc__ if ":" in self.jobs[name] else self.module(name).__doc__) or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def run_pipeline(ctx: JobContext, name: str, job_names: Sequence[str],
+                 runner: Callable[[str], JobFunction]) -> list[JobResult]:
+    """Run ``job_names`` (resolved by ``runner``) in order under a parent MLflow run ``pipeline:<name>``;
+    returns their results.
+
+    Each job opens its own child run. A failing job fails the pipeline (and marks the parent run failed).
+    """
+    results = []
+    with ctx.tracker.run(f"pipeline:{name}", tags={"pipeline": name, "jobs": ",".join(job_names)}) as parent:
+        for job in job_names:
+            log.info("pipeline %s: running %s", name, job)
+            result = runner(job)(ctx)
+            results.append(result)
+            parent.log_metrics({f"{job}.{k}": v for k, v in result.metrics.items()})
+    return results

@@ -1,0 +1,98 @@
+"""The Ray runtime: started once per process, shut down cleanly.
+
+Modes: ``local`` (a loopback-only runtime on this machine), ``address`` (join an existing cluster),
+``spark`` (Ray on Spark: Ray worker nodes inside the Spark cluster, as on Databricks).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional
+
+from common.platform.config import RayConfig
+
+log = logging.getLogger(__name__)
+
+
+class RayRuntime:
+    """Owns the process's Ray connection. Use as a context manager or call start()/stop()."""
+
+    def __init__(self, cfg: RayConfig):
+        self.cfg = cfg
+        self._started_here = False
+        self._spark_cluster = False
+
+    def start(self) -> "RayRuntime":
+        """Connect to (or start) Ray according to the config; a no-op when Ray is already up."""
+        if self.cfg.mode == "local":
+            # Ray reads this when it is imported: without it, its servers listen on every interface.
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        try:
+            import ray
+        except ImportError as exc:  # heavy optional dependency, imported where used
+            raise ImportError("Ray is needed for this step: pip install 'ray[data]==2.60.0'") from exc
+
+        if ray.is_initialized():
+            return self
+        if self.cfg.mode == "local":
+            # When Ray was imported before the variable was set (a notebook), its module constant is
+            # already fixed: set it too, since ray._private.services reads it at call time.
+            from ray._private import ray_constants
+
+            ray_constants.ENABLE_RAY_CLUSTER = False
+            kwargs: dict[str, Any] = {
+                "num_cpus": self.cfg.num_cpus,
+                "num_gpus": self.cfg.num_gpus,
+                "include_dashboard": False,
+                "_node_ip_address": "127.0.0.1",
+                "log_to_driver": True,
+                "configure_logging": False,
+            }
+            if self.cfg.object_store_memory_mb:
+                kwargs["object_store_memory"] = self.cfg.object_store_memory_mb * 1024 * 1024
+            ray.init(**{k: v for k, v in kwargs.items() if v is not None})
+        elif self.cfg.mode == "address":
+            ray.init(address=self.cfg.address)
+        else:
+            from ray.util.spark import setup_ray_cluster
+
+            setup_ray_cluster(
+                max_worker_nodes=self.cfg.spark_max_worker_nodes,
+                num_cpus_worker_node=self.cfg.spark_num_cpus_per_node,
+                num_gpus_worker_node=self.cfg.spark_num_gpus_per_node,
+            )
+            self._spark_cluster = True
+            ray.init()
+        self._started_here = True
+        log.info("ray runtime up (%s): %s", self.cfg.mode, ray.cluster_resources())
+        return self
+
+    def stop(self) -> None:
+        """Disconnect, and tear down a Ray-on-Spark cluster this runtime started."""
+        import ray
+
+        if self._started_here and ray.is_initialized():
+            ray.shutdown()
+        if self._spark_cluster:
+            from ray.util.spark import shutdown_ray_cluster
+
+            shutdown_ray_cluster()
+        self._started_here = False
+        self._spark_cluster = False
+
+    def resources(self) -> dict[str, float]:
+        """The cluster's total resources (CPU, GPU, memory) as Ray reports them."""
+        import ray
+
+        return dict(ray.cluster_resources())
+
+    def gpus(self) -> float:
+        """How many GPUs the Ray cluster has (0 on CPU-only machines)."""
+        return float(self.resources().get("GPU", 0.0))
+
+    def __enter__(self) -> "RayRuntime":
+        return self.start()
+
+    def __exit__(self, *exc: Optional[BaseException]) -> None:
+        self.stop()

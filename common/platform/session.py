@@ -1,0 +1,168 @@
+"""The one SparkSession factory. It is called by jobs and test fixtures, never at import time.
+
+Local mode builds a loopback-only session tuned for a laptop or CI box; cluster and Databricks modes
+take the session that spark-submit or the notebook already created.
+"""
+from __future__ import annotations
+
+import logging
+import glob
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from common.platform.config import SparkConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SparkCapabilities:
+    """What the session's classpath offers: Spark's own Delta reader/writer and GraphFrames."""
+
+    native_delta: bool
+    graphframes: bool
+
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+class DeltaJarsMissing(RuntimeError):
+    """``spark.delta: native`` on a local session, but Spark's Delta jars were never resolved."""
+
+
+def jars_dir(cfg: SparkConfig) -> str:
+    """Where ``make install`` puts the JVM dependencies of ``jvm/pom.xml``: ``spark.jars_dir``, else
+    ``<venv>/jars``."""
+    return cfg.jars_dir or os.path.join(sys.prefix, "jars")
+
+
+def delta_jars(cfg: SparkConfig) -> list[str]:
+    """The Delta Lake jars (delta-spark, delta-storage, antlr4-runtime) in :func:`jars_dir`; [] when
+    delta-spark is absent. scala-library is never handed to Spark: pyspark ships its own Scala."""
+    folder = jars_dir(cfg)
+    if not glob.glob(os.path.join(folder, "delta-spark_*.jar")):
+        return []
+    return sorted(j for j in glob.glob(os.path.join(folder, "*.jar"))
+                  if not os.path.basename(j).startswith(("scala-library", "graphframes")))
+
+
+def graphframes_jars(cfg: SparkConfig) -> list[str]:
+    """A GraphFrames jar in :func:`jars_dir` (none can be resolved on these machines; a cluster may ship one)."""
+    return sorted(glob.glob(os.path.join(jars_dir(cfg), "graphframes*.jar")))
+
+
+def _uses_native_jars(cfg: SparkConfig) -> bool:
+    if cfg.delta in ("rs", "delta-rs"):
+        return False
+    jars = delta_jars(cfg)
+    if cfg.delta == "native" and not jars:
+        raise DeltaJarsMissing(
+            f"spark.delta is 'native' but no delta-spark jar is in {jars_dir(cfg)}: run `make install` (it "
+            "resolves jvm/pom.xml with mvn), or use the delta-rs path with --set spark.delta=rs")
+    return bool(jars)
+
+
+def get_spark(cfg: SparkConfig) -> "SparkSession":
+    """Return the SparkSession for ``cfg``.
+
+    ``local``: a new (or the running) local session bound to 127.0.0.1 with few shuffle partitions,
+    Arrow on, the UI off and a checkpoint dir; with Spark's Delta Lake (the jars ``make install`` resolved,
+    the Delta SQL extension and catalog) unless ``spark.delta`` is ``rs``. Raises :class:`DeltaJarsMissing`
+    for ``spark.delta: native`` without the jars. ``cluster``/``databricks``: ``getOrCreate()`` of the
+    existing session, with only ``cfg.conf`` applied on top.
+    """
+    from pyspark.sql import SparkSession
+
+    if cfg.mode != "local":
+        spark = SparkSession.builder.getOrCreate()
+        for key, value in cfg.conf.items():
+            spark.conf.set(key, value)
+        if cfg.checkpoint_dir:
+            spark.sparkContext.setCheckpointDir(cfg.checkpoint_dir)
+        return spark
+
+    # pandas UDF workers must run this interpreter (the venv's), not whatever python is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Keep the JVM's own servers (block manager, shuffle) on loopback too, not the external interface.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # pandas-on-Spark asks for it on both sides
+    checkpoint_dir = cfg.checkpoint_dir or tempfile.mkdtemp(prefix="spark-checkpoint-")
+    builder = (
+        SparkSession.builder.master(cfg.master)
+        .appName(cfg.app_name)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", cfg.driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
+        .config("spark.default.parallelism", str(max(2, cfg.shuffle_partitions)))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Delta and delta-rs expect INT64 microsecond timestamps, not Spark's legacy INT96.
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config("spark.sql.warehouse.dir", os.path.join(checkpoint_dir, "warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={checkpoint_dir}")
+    )
+    if _uses_native_jars(cfg):
+        # The same settings as delta-spark's configure_spark_with_delta_pip, with jars Maven resolved at
+        # install time instead of Ivy at every session start.
+        builder = (builder.config("spark.jars", ",".join(delta_jars(cfg) + graphframes_jars(cfg)))
+                   .config("spark.sql.extensions", DELTA_EXTENSION)
+                   .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG))
+    for key, value in cfg.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setCheckpointDir(os.path.join(checkpoint_dir, "checkpoints"))
+    return spark
+
+
+def detect_capabilities(spark: "SparkSession", cfg: SparkConfig) -> SparkCapabilities:
+    """Probe the session for Delta and GraphFrames, honouring ``spark.delta`` / ``spark.graphframes``.
+
+    Delta is probed through the data source registry (works on classic and Spark Connect sessions);
+    GraphFrames through its JVM class. Forced settings (``native``/``on``) are trusted as given.
+    """
+    if cfg.delta == "native":
+        native_delta = True
+    elif cfg.delta in ("rs", "delta-rs"):
+        native_delta = False
+    else:
+        native_delta = _has_delta_source(spark)
+    if cfg.graphframes == "on":
+        graphframes = True
+    elif cfg.graphframes == "off":
+        graphframes = False
+    else:
+        graphframes = _has_jvm_class(spark, "org.graphframes.GraphFrame")
+    caps = SparkCapabilities(native_delta=native_delta, graphframes=graphframes)
+    log.info("spark capabilities: %s", caps)
+    return caps
+
+
+def _has_delta_source(spark: "SparkSession") -> bool:
+    missing_dir = os.path.join(tempfile.gettempdir(), "augment-delta-probe-does-not-exist")
+    try:
+        spark.read.format("delta").load(missing_dir).schema
+    except Exception as exc:  # the message tells "no such source" apart from "no such table"
+        text = str(exc)
+        return not ("DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text)
+    return True
+
+
+def _has_jvm_class(spark: "SparkSession", name: str) -> bool:
+    try:
+        jvm = spark.sparkContext._jvm  # classic sessions only; Connect sessions report False
+        jvm.java.lang.Class.forName(name, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
+        return True
+    except Exception:
+        return False

@@ -1,0 +1,135 @@
+"""MLflow tracking: every job run is an MLflow run; a pipeline run is a parent with one child per job.
+
+A run logs the flattened config as params, each input table with its Delta version (an MLflow dataset
+input plus ``input.<name>.version`` tags), each output table version, metrics and artifacts.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Optional
+
+from common.platform.config import BaseConfig
+
+log = logging.getLogger(__name__)
+
+_MAX_PARAM_CHARS = 6000  # MLflow's limit on one param value
+
+
+@dataclass
+class TrackedRun:
+    """Handle on the active MLflow run, with the suite's logging conventions."""
+
+    run_id: str
+    name: str
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log params (values stringified, truncated to MLflow's limit), 100 per batch."""
+        import mlflow
+
+        items = [(k, _param_value(v)) for k, v in params.items()]
+        for start in range(0, len(items), 100):
+            mlflow.log_params(dict(items[start:start + 100]))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+        """Log numeric metrics; None values are skipped."""
+        import mlflow
+
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None}, step=step)
+
+    def log_input_table(self, name: str, version: str | int, location: str, context: str = "input") -> None:
+        """Record an input (or output) table version as an MLflow dataset and as tags."""
+        import mlflow
+        from mlflow.data.delta_dataset_source import DeltaDatasetSource
+        from mlflow.data.meta_dataset import MetaDataset
+
+        tag_prefix = "input" if context == "input" else "output"
+        mlflow.set_tags({f"{tag_prefix}.{name}.version": str(version), f"{tag_prefix}.{name}.location": location})
+        if isinstance(version, int) or str(version).isdigit():
+            is_path = "://" in location or location.startswith("/")
+            source = DeltaDatasetSource(path=location if is_path else None,
+                                        delta_table_name=None if is_path else location,
+                                        delta_table_version=int(version))
+            mlflow.log_input(MetaDataset(source=source, name=name, digest=f"v{version}"), context=context)
+
+    def log_output_table(self, name: str, version: int, location: str, skipped: bool = False) -> None:
+        """Record a table version this run wrote (or found already written, when ``skipped``)."""
+        import mlflow
+
+        self.log_input_table(name, version, location, context="output")
+        if skipped:
+            mlflow.set_tag(f"output.{name}.skipped", "true")
+
+    def log_dict(self, data: Any, artifact_file: str) -> None:
+        """Store a JSON/YAML artifact."""
+        import mlflow
+
+        mlflow.log_dict(data, artifact_file)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Store a text artifact (reports, tables)."""
+        import mlflow
+
+        mlflow.log_text(text, artifact_file)
+
+    def log_artifact(self, path: str, artifact_path: Optional[str] = None) -> None:
+        """Store a local file as an artifact."""
+        import mlflow
+
+        mlflow.log_artifact(path, artifact_path)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Set string tags on the run."""
+        import mlflow
+
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+
+class Tracker:
+    """Opens MLflow runs against ``cfg.tracking_uri`` in ``cfg.tracking.experiment``."""
+
+    def __init__(self, cfg: BaseConfig):
+        self.cfg = cfg
+        self._ready = False
+
+    def _setup(self) -> None:
+        if self._ready:
+            return
+        import mlflow
+
+        uri = self.cfg.tracking_uri
+        if uri.startswith("sqlite:///"):
+            from pathlib import Path
+
+            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        mlflow.set_tracking_uri(uri)
+        if mlflow.get_experiment_by_name(self.cfg.tracking.experiment) is None:
+            artifact_location = None
+            if uri.startswith("sqlite:///") and "://" not in self.cfg.lakehouse.root:
+                artifact_location = f"file://{self.cfg.lakehouse.root}/mlflow-artifacts"
+            mlflow.create_experiment(self.cfg.tracking.experiment, artifact_location=artifact_location)
+        mlflow.set_experiment(self.cfg.tracking.experiment)
+        self._ready = True
+
+    @contextlib.contextmanager
+    def run(self, name: str, tags: Optional[Mapping[str, Any]] = None, log_config: bool = True) -> Iterator[TrackedRun]:
+        """Open a run named ``name``; nested under the active run when there is one (pipeline children).
+
+        Logs the flattened config as params when ``log_config``. The run ends FAILED if the body raises.
+        """
+        import mlflow
+
+        self._setup()
+        nested = mlflow.active_run() is not None
+        with mlflow.start_run(run_name=name, nested=nested, tags={k: str(v) for k, v in (tags or {}).items()}) as r:
+            handle = TrackedRun(run_id=r.info.run_id, name=name)
+            if log_config:
+                handle.log_params(self.cfg.flat())
+            yield handle
+
+
+def _param_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= _MAX_PARAM_CHARS else text[: _MAX_PARAM_CHARS - 3] + "..."

@@ -1,0 +1,82 @@
+"""The query-graph and query-reformulation config (METHODS.md section 2); defaults are the paper's."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig
+from common.platform.config import check
+
+
+@dataclass
+class QueryGraphConfig:
+    """The query-reformulation paper's mining half (METHODS.md section 2); defaults are the paper's."""
+
+    # Minimum aggregated count per (query, product, interaction) to keep, by interaction type.
+    activity_threshold: dict[str, int] = field(default_factory=lambda: {"click": 1, "add_to_cart": 1, "purchase": 1})
+    default_activity_threshold: int = 1
+    # Interaction types whose counts form P(p|q) for the click entropy.
+    click_interactions: list[str] = field(default_factory=lambda: ["click"])
+    # Two queries co-occur when they lead to this interaction with the same product (paper: purchase).
+    cooccurrence_interactions: list[str] = field(default_factory=lambda: ["purchase"])
+    similarity: Literal["pmi", "npmi"] = "pmi"
+    min_support: int = 1
+    # The paper shows each query's top 6 similarities.
+    top_k: int = 6
+    # Hub guard: at most this many queries per product enter the self-join (the most frequent ones).
+    max_queries_per_product: int = 1000
+    # Similar queries and training pairs keep specificity within 10% of the seed's (relative: |s - s0| <= 0.1 s0).
+    specificity_tolerance: float = 0.1
+    tolerance_mode: Literal["relative", "absolute"] = "relative"
+    c3_threshold: float = 0.33
+    theta: float = 0.4
+    prune_ratio: float = 0.5
+    # Keep clusters with fewer than this many vertices (paper: < 10), and at least 2 (a pair).
+    max_cluster_size: int = 10
+    # Product subgraphs larger than this are skipped (and reported) rather than clustered.
+    max_subgraph_vertices: int = 5000
+
+    def __post_init__(self) -> None:
+        for name in ("min_support", "top_k", "max_queries_per_product", "max_cluster_size", "max_subgraph_vertices",
+                     "default_activity_threshold"):
+            check(getattr(self, name) >= 1, f"query_graph.{name}", "must be >= 1")
+        for name, value in self.activity_threshold.items():
+            check(value >= 0, f"query_graph.activity_threshold.{name}", "must be >= 0")
+        check(0 <= self.specificity_tolerance <= 1, "query_graph.specificity_tolerance", "must be in [0, 1]")
+        check(0 <= self.c3_threshold <= 1, "query_graph.c3_threshold", "must be in [0, 1]")
+        check(0 < self.theta <= 1, "query_graph.theta", "must be in (0, 1]")
+        check(self.prune_ratio >= 0, "query_graph.prune_ratio", "must be >= 0")
+        check(bool(self.click_interactions), "query_graph.click_interactions", "must not be empty")
+        check(bool(self.cooccurrence_interactions), "query_graph.cooccurrence_interactions", "must not be empty")
+
+
+@dataclass
+class MatcherConfig:
+    """The downstream check of query reformulation: a query -> product fastText matcher (hierarchical
+    softmax over product ids, a cheap extreme multi-label model), original log vs augmented log."""
+
+    holdout_fraction: float = 0.2
+    ks: list[int] = field(default_factory=lambda: [1, 5, 10])
+    epoch: int = 25
+    lr: float = 0.5
+    dim: int = 50
+    word_ngrams: int = 2
+    minn: int = 2
+    maxn: int = 4
+    bucket: int = 200_000
+
+    def __post_init__(self) -> None:
+        check(0 < self.holdout_fraction < 1, "query_reformulation.matcher.holdout_fraction", "must be in (0, 1)")
+        check(bool(self.ks) and all(k >= 1 for k in self.ks), "query_reformulation.matcher.ks", "must be >= 1")
+
+
+@dataclass
+class QueryReformulationConfig:
+    """Query reformulation (METHODS.md section 2): T5-base, 2 epochs, batch 32 x accumulation 16, lr 3e-4."""
+
+    model: T5ModelConfig = field(default_factory=T5ModelConfig)
+    fine_tune: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(
+        epochs=2, learning_rate=3e-4, batch_size=32, grad_accumulation=16))
+    # The paper does not say how many reformulations per tuple; 8 samples (as in CGA) by default.
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    matcher: MatcherConfig = field(default_factory=MatcherConfig)

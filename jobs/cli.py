@@ -1,0 +1,27 @@
+"""The ``augment`` console script: the platform's CLI over this suite's jobs, pipelines and config.
+
+    augment run NAME [--conf FILE] [--set KEY=VALUE ...] [--force]   a job or a pipeline
+    augment tables | history TABLE | jobs | config                    see ``common.platform.cli``
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from common.config import load_config
+from common.platform import cli
+from jobs import REGISTRY
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Parse ``argv`` and dispatch; returns the process exit code (2 for config errors)."""
+    return cli.main(argv, REGISTRY, load_config)
+
+
+def entry() -> None:
+    """console_scripts entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

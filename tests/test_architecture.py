@@ -1,0 +1,144 @@
+"""The layout's rules, checked on the source (ast), so they keep holding as code is added.
+
+Dependencies point one way: ``jobs -> common.config -> method packages -> models -> data/algorithms ->
+platform``. A method package never imports another method package; transforms (method packages and
+algorithms) never import the session factory, the lakehouse or the job runner.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Every package under common/ has a layer; a new package must be placed here (the test says so).
+LAYERS = {
+    "common.platform": 0,
+    "common.data": 1,
+    "common.algorithms": 1,
+    "common.models": 2,
+    "common.catalog": 3,
+    "common.querygraph": 3,
+    "common.boostaug": 3,
+    "common.compositional": 3,
+    "common.genre": 3,
+    "common.config": 4,
+    "jobs": 5,
+}
+METHOD_LAYER = 3
+# What a transform module must not reach: sessions, tables, runs.
+TRANSFORM_PACKAGES = {"common.algorithms"} | {p for p, rank in LAYERS.items() if rank == METHOD_LAYER}
+IO_MODULES = ("common.platform.session", "common.platform.lakehouse", "common.platform.delta_rs",
+              "common.platform.delta_native", "common.platform.job", "common.platform.pipeline",
+              "common.platform.cli", "common.platform.tracking")
+MAX_LINES = 400
+
+
+def package_of(module: str) -> str | None:
+    """The layered package a dotted module name belongs to (None for third-party modules)."""
+    if module == "common" or module == "common.config":
+        return module if module == "common.config" else None
+    parts = module.split(".")
+    if parts[0] == "jobs":
+        return "jobs"
+    if parts[0] == "common" and len(parts) >= 2:
+        return ".".join(parts[:2])
+    return None
+
+
+def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
+    """(line, dotted module) of every import in ``source`` (top level, in functions, under TYPE_CHECKING);
+    ``from pkg import name`` counts as ``pkg.name`` when that is a submodule."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.rsplit(".", node.level)[0]
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            found += [(node.lineno, f"{target}.{alias.name}") if (ROOT / Path(*f"{target}.{alias.name}".split("."))
+                                                                   ).with_suffix(".py").exists()
+                      else (node.lineno, target) for alias in node.names]
+    return found
+
+
+def violations(module: str, source: str) -> list[str]:
+    """The rule breaks of one module's imports, as readable lines."""
+    own = package_of(module)
+    if own is None:
+        return []
+    if own not in LAYERS:
+        return [f"{module}: package {own} has no layer; add it to LAYERS in tests/test_architecture.py"]
+    problems = []
+    for line, target in imported_modules(source, module):
+        other = package_of(target)
+        if other is None or other == own:
+            continue
+        if other not in LAYERS:
+            problems.append(f"{module}:{line} imports {target}: package {other} has no layer")
+        elif LAYERS[other] > LAYERS[own]:
+            problems.append(f"{module}:{line} imports {target}: {own} (layer {LAYERS[own]}) may not depend on "
+                            f"{other} (layer {LAYERS[other]})")
+        elif LAYERS[other] == LAYERS[own] and own.startswith("common."):
+            problems.append(f"{module}:{line} imports {target}: {own} and {other} are peers; a method or shared "
+                            "package never imports another")
+        if own in TRANSFORM_PACKAGES and target.startswith(IO_MODULES):
+            problems.append(f"{module}:{line} imports {target}: transforms never import the session factory, "
+                            "the lakehouse or the job runner")
+    return problems
+
+
+def source_modules() -> dict[str, Path]:
+    """Every module of ``common`` and ``jobs`` by dotted name."""
+    modules = {}
+    for path in sorted([*ROOT.glob("common/**/*.py"), *ROOT.glob("jobs/**/*.py")]):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+def test_imports_point_one_way():
+    problems = [p for name, path in source_modules().items() for p in violations(name, path.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_package_has_a_layer_and_the_layout_is_there():
+    packages = {package_of(name) for name in source_modules()} - {None}
+    assert packages <= set(LAYERS), packages - set(LAYERS)
+    for package in ("common.platform", "common.data", "common.models", "common.algorithms", "common.catalog",
+                    "common.querygraph"):
+        assert package in packages
+    # Each domain owns its config section classes.
+    for domain in ("platform", "data", "models", "catalog", "querygraph"):
+        assert (ROOT / "common" / domain / "config.py").is_file()
+
+
+@pytest.mark.parametrize("module, source, expected", [
+    ("common.platform.session", "from common.catalog.grouping import group_items\n", "may not depend on"),
+    ("common.data.readers", "def f():\n    from common.models.hft import predict\n", "may not depend on"),
+    ("common.catalog.cga", "from common.querygraph.matcher import evaluate\n", "are peers"),
+    ("common.querygraph.clusters", "from common.platform.lakehouse import Lakehouse\n", "transforms never"),
+    ("common.algorithms.graph", "from common.platform import session\n", "transforms never"),
+    ("common.newpaper.core", "import os\n", "has no layer"),
+])
+def test_the_checker_catches_wrong_arrows(module, source, expected):
+    assert any(expected in p for p in violations(module, source))
+
+
+def test_the_checker_accepts_arrows_the_right_way():
+    assert violations("jobs.cga", "from common.catalog.cga import augmentation_set\nfrom jobs import entry_point\n") \
+        == []
+    assert violations("common.catalog.grouping", "from common.algorithms.graph import connected_components\n"
+                                                 "from common.platform.config import check\n") == []
+
+
+def test_no_module_is_over_the_size_limit():
+    long = {name: n for name, path in source_modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
