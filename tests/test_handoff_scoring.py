@@ -1,6 +1,8 @@
 """Spark -> Ray -> Delta handoff, and the BLEU / MiniLM similarity scores against hand-checked pairs."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
@@ -25,6 +27,11 @@ def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_
     back = lakehouse.read("generated")
     assert back.count() == 5000 and back.filter("generated_text = 'RED MUG 7'").count() == 1
     assert lakehouse.history("generated")[0].lineage["inputs"] == {"sources": "0"}
+    # On the native path Spark's Delta writer commits what Ray's workers wrote; its staging folder is gone.
+    engine = DeltaTable(lakehouse.location("generated")).history()[0].get("engineInfo", "")
+    assert engine.startswith("Apache-Spark/") if lakehouse.native_delta else "delta-rs" in engine
+    staging = Path(lakehouse.cfg.root) / "_staging"
+    assert not staging.exists() or not any(staging.iterdir())
 
 
 def test_failed_ray_write_leaves_no_version(lakehouse, ray_runtime):

@@ -130,12 +130,17 @@ class Lakehouse:
         """The table as a DataFrame, at ``version`` or the latest one."""
         spark = self._require_spark()
         if self.native_delta:
+            if not self._native_exists(table):
+                raise LakehouseError(f"table {table!r} does not exist at {self.location(table)}")
             reader = spark.read.format("delta")
             if version is not None:
                 reader = reader.option("versionAsOf", version)
-            if self.cfg.catalog:
-                return reader.table(self.location(table))
-            return reader.load(self.location(table))
+            try:
+                return reader.table(self.location(table)) if self.cfg.catalog else reader.load(self.location(table))
+            except Exception as exc:
+                if version is not None and "time travel" in str(exc).lower():
+                    raise LakehouseError(f"table {table!r} has no version {version}: {exc}") from exc
+                raise
         return delta_rs.read_delta_rs(spark, self.location(table), version, self.cfg.storage_options, name=table)
 
     def file_uris(self, table: str, version: Optional[int] = None) -> list[str]:
