@@ -52,7 +52,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
-	$(BIN)/python -m pytest -ra tests
+	$(BIN)/python -m pytest -ra --durations=10 tests
 
 bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -32,6 +32,11 @@ def test_shipped_configs_load(name, monkeypatch):
         assert cfg.lakehouse.root == "s3://bucket/augment/lakehouse"
         assert cfg.inputs.labeled == InputSpec(path="s3://bucket/augment/raw/labeled_products")
         assert cfg.spark.delta == "native"
+    if name in ("cluster.yaml", "databricks.yaml"):  # production generators fine-tune a real T5
+        assert cfg.cga.model.kind == cfg.query_reformulation.model.kind == "checkpoint"
+        assert "t5" in cfg.cga.model.name_or_path
+    else:
+        assert cfg.spark.delta == "native" and cfg.cga.model.kind == "scratch_t5"
     if name == "databricks.yaml":
         assert cfg.lakehouse.catalog == "main.augment"
         assert cfg.inputs.catalog.path == "main.retail.catalog_items"  # a table name stays as it is
@@ -58,7 +63,10 @@ def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
     ("ray.mode=address", "ray.address: is required"),
     ("spark.graphframes=yes", "spark.graphframes"),
     ("inputs.labeled.format=xlsx", "inputs.labeled.format: 'xlsx' is not allowed"),
-    ("cga.model.scratch=null", "cga.model: set model.name_or_path (a checkpoint) or model.scratch"),
+    ("cga.model.scratch=null", "cga.model.scratch: kind 'scratch_t5' needs the scratch shape"),
+    ("cga.model.kind=checkpoint", "cga.model.name_or_path: kind 'checkpoint' needs name_or_path"),
+    ("cga.model.name_or_path=t5-base", "cga.model.name_or_path: is set but kind is 'scratch_t5'"),
+    ("cga.model.kind=t5", "cga.model.kind: 't5' is not allowed"),
     ("query_reformulation.fine_tune.grad_accumulation=0", "query_reformulation.fine_tune.grad_accumulation: must be"),
     ("cga.model.scratch.d_model=65", "cga.model.scratch.d_model: must be a multiple of num_heads"),
     ("cga.generation.mode=greedy", "cga.generation.mode: 'greedy' is not allowed"),
@@ -100,9 +108,13 @@ def test_generative_defaults_are_the_papers():
     # Query reformulation: 2 epochs, batch 32 x accumulation 16 = 512, lr 3e-4.
     ft = cfg.query_reformulation.fine_tune
     assert (ft.epochs, ft.batch_size, ft.grad_accumulation, ft.learning_rate) == (2, 32, 16, 3e-4)
-    # A checkpoint name wins over the scratch shape.
-    production = load_config(None, ["query_reformulation.model.name_or_path=t5-base"])
+    # The model kinds: a checkpoint (production), the MiniLM warm start (the default without a name), scratch.
+    production = load_config(None, ["query_reformulation.model.kind=checkpoint",
+                                    "query_reformulation.model.name_or_path=t5-base"])
+    from common.models.config import T5ModelConfig
     from common.models.seq2seq import ModelSpec
 
-    assert ModelSpec.from_config(production.query_reformulation.model).model_name_or_path == "t5-base"
-    assert ModelSpec.from_config(cfg.cga.model).model_name_or_path is None
+    spec = ModelSpec.from_config(production.query_reformulation.model)
+    assert (spec.kind, spec.model_name_or_path) == ("checkpoint", "t5-base")
+    assert T5ModelConfig().kind == "warm_minilm" and T5ModelConfig(name_or_path="t5-small").kind == "checkpoint"
+    assert ModelSpec.from_config(T5ModelConfig()).kind == "warm_minilm"

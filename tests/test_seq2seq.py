@@ -64,3 +64,43 @@ def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path,
     assert [m.value for m in history] == pytest.approx(result.step_losses)
     assert len(client.get_metric_history(run.info.run_id, "epoch_loss")) == 3
     T5ForConditionalGeneration.from_pretrained(tmp_path / "models" / "t5")  # the final model reached out_uri
+
+
+def test_warm_minilm_encoder_reproduces_bert_and_shares_embeddings():
+    import torch
+    from transformers import BertModel
+
+    from common.models.warm_start import build_warm_minilm, minilm_folder
+
+    tok, bart = build_warm_minilm(64, seed=0)
+    bert = BertModel.from_pretrained(str(minilm_folder())).eval()
+    enc = tok(["red running shoes size 10", "acme kettle 1.5l, stainless steel (black)"], padding=True,
+              return_tensors="pt")
+    assert "token_type_ids" not in enc  # BART takes no token types
+    with torch.no_grad():
+        expected = bert(**enc).last_hidden_state
+        got = bart.eval().model.encoder(**enc).last_hidden_state
+    real = enc.attention_mask.bool()
+    # Equal up to the LayerNorm epsilon (BERT 1e-12, BART 1e-5): measured max gap about 1e-3.
+    assert (expected[real] - got[real]).abs().max().item() < 1e-2
+    # One vocabulary matrix: encoder, decoder and LM head; the decoder's self-attention is BERT's too.
+    shared = bart.model.shared.weight
+    assert bart.lm_head.weight.data_ptr() == shared.data_ptr() == bart.model.decoder.embed_tokens.weight.data_ptr()
+    assert torch.equal(bart.model.decoder.layers[3].self_attn.q_proj.weight,
+                       bert.encoder.layer[3].attention.self.query.weight)
+    assert (bart.config.decoder_start_token_id, bart.config.eos_token_id) == (tok.cls_token_id, tok.sep_token_id)
+
+
+def test_warm_minilm_fine_tunes_reloads_and_generates(tmp_path):
+    from common.models.generation import GenerationSpec, T5Generator
+
+    result = fine_tune(PAIRS, str(tmp_path / "warm"), ModelSpec(kind="warm_minilm"),
+                       TrainSpec(epochs=3, learning_rate=1e-4, batch_size=16, seed=1))
+    assert len(result.step_losses) == 3 * 3
+    assert sum(result.step_losses[-3:]) < sum(result.step_losses[:3])
+    generator = T5Generator(str(tmp_path / "warm"), "warm-v1", GenerationSpec(n_samples=2, max_new_tokens=8,
+                                                                              max_source_tokens=32, seed=3))
+    assert type(generator.model).__name__ == "BartForConditionalGeneration"
+    samples = generator._generate(["acme mug red", "nova lamp black"])
+    assert [len(s) for s in samples] == [2, 2]
+    assert all(isinstance(text, str) and 1 <= tokens <= 9 for pair in samples for text, tokens in pair)

@@ -53,19 +53,37 @@ class ScratchT5Config:
 
 @dataclass
 class T5ModelConfig:
-    """Which T5 to fine-tune. ``name_or_path`` (t5-small, t5-base, flan-t5-*, a local folder) is the
-    production path and wins when set; otherwise ``scratch`` describes a tiny model trained from scratch."""
+    """Which seq2seq model a stage fine-tunes (``kind``):
 
+    * ``warm_minilm``: a BART-shaped encoder-decoder warm-started from all-MiniLM-L6-v2, the pretrained
+      model that works offline (:mod:`common.models.warm_start`); the local and demo default;
+    * ``checkpoint``: ``name_or_path`` (t5-small, t5-base, flan-t5-*, a BART, a local folder): the
+      production path on clusters and Databricks;
+    * ``scratch_t5``: a tiny T5 trained from scratch with a tokenizer trained on the pairs (``scratch``
+      gives its shape): plumbing tests.
+
+    With ``kind`` unset, ``name_or_path`` means ``checkpoint`` and its absence ``warm_minilm``.
+    """
+
+    kind: Optional[Literal["scratch_t5", "warm_minilm", "checkpoint"]] = None
     name_or_path: Optional[str] = None
     scratch: Optional[ScratchT5Config] = field(default_factory=ScratchT5Config)
     max_source_length: int = 48
     max_target_length: int = 48
 
     def __post_init__(self) -> None:
-        check(bool(self.name_or_path) or self.scratch is not None, "*",
-               "set model.name_or_path (a checkpoint) or model.scratch (a from-scratch model)")
+        if self.kind is None:
+            self.kind = "checkpoint" if self.name_or_path else "warm_minilm"
+        check(self.kind != "checkpoint" or bool(self.name_or_path), "*.name_or_path",
+              "kind 'checkpoint' needs name_or_path (a hub name or a local folder)")
+        check(self.kind != "scratch_t5" or self.scratch is not None, "*.scratch",
+              "kind 'scratch_t5' needs the scratch shape")
+        check(self.kind == "checkpoint" or not self.name_or_path, "*.name_or_path",
+              f"is set but kind is {self.kind!r}: set kind: checkpoint (or drop name_or_path)")
         check(self.max_source_length >= 1 and self.max_target_length >= 1, "*.max_source_length",
-               "lengths must be >= 1")
+              "lengths must be >= 1")
+        check(self.kind != "warm_minilm" or max(self.max_source_length, self.max_target_length) <= 512,
+              "*.max_source_length", "warm_minilm has 512 positions")
 
 
 @dataclass

@@ -58,7 +58,7 @@ class T5Generator:
 
     def __init__(self, model_path: str, model_version: str, spec: GenerationSpec):
         import torch
-        from transformers import AutoTokenizer, T5ForConditionalGeneration
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
         from common.models.seq2seq import device_and_dtype
         from common.platform.storage import local_copy
@@ -68,7 +68,8 @@ class T5Generator:
         self.device, dtype = device_and_dtype()
         model_path = local_copy(model_path)  # models on object stores are copied to the node once per actor
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = T5ForConditionalGeneration.from_pretrained(
+        # T5 (checkpoint, scratch) or BART (the MiniLM warm start): the saved config names the class.
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(
             model_path, dtype=dtype if self.device == "cuda" else torch.float32).to(self.device).eval()
         torch.manual_seed(spec.seed)
 
@@ -76,8 +77,10 @@ class T5Generator:
         """``n_samples`` (text, generated token count) per input text."""
         import torch
 
+        from common.models.seq2seq import model_inputs
+
         spec = self.spec
-        enc = self.tokenizer(texts, padding=True, return_tensors="pt").to(self.device)
+        enc = model_inputs(self.tokenizer(texts, padding=True, return_tensors="pt"), self.device)
         kwargs: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens, "num_return_sequences": spec.n_samples}
         if spec.mode == "beam":
             kwargs.update(num_beams=max(spec.num_beams, spec.n_samples), do_sample=False)

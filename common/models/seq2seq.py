@@ -1,9 +1,12 @@
-"""T5 sequence-to-sequence models: load a checkpoint, or build a tiny one from scratch, and fine-tune it.
+"""Sequence-to-sequence models: load a checkpoint, warm-start one from MiniLM, or build a tiny T5 from
+scratch, and fine-tune it.
 
-* Production: ``model_name_or_path`` names a checkpoint (t5-small, t5-base, flan-t5-*, or a local path);
-  its tokenizer and weights are loaded as they are.
-* Scratch (the local default and the tests): no weights can be downloaded here, so a Unigram tokenizer is
-  trained on the pairs themselves and wrapped as a fast tokenizer, and a small ``T5Config`` model is built.
+* ``checkpoint`` (production): ``model_name_or_path`` names a checkpoint (t5-small, t5-base, flan-t5-*, a
+  BART, or a local path); its tokenizer and weights are loaded as they are.
+* ``warm_minilm`` (the local default): a BART-shaped encoder-decoder warm-started from all-MiniLM-L6-v2,
+  the one pretrained transformer available offline (:mod:`common.models.warm_start`).
+* ``scratch_t5`` (plumbing tests): a Unigram tokenizer trained on the pairs themselves, wrapped as a fast
+  tokenizer, and a small ``T5Config`` model.
 
 Fine-tuning is a plain PyTorch loop (AdamW, gradient accumulation, bf16 autocast on a GPU that supports it,
 fp16 with a scaler otherwise, fp32 on CPU); the model and tokenizer are saved with ``save_pretrained``.
@@ -31,8 +34,9 @@ PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Which model to fine-tune, and the shape of a scratch model."""
+    """Which model to fine-tune (``kind``), and the shape of a scratch model."""
 
+    kind: str = "scratch_t5"
     model_name_or_path: Optional[str] = None
     vocab_size: int = 2000
     d_model: int = 64
@@ -45,10 +49,10 @@ class ModelSpec:
     @classmethod
     def from_config(cls, cfg: "T5ModelConfig") -> "ModelSpec":
         """The spec of a ``*.model`` config section (a checkpoint when ``name_or_path`` is set)."""
-        shape = {} if cfg.name_or_path or cfg.scratch is None else {
+        shape = {} if cfg.kind != "scratch_t5" else {
             "vocab_size": cfg.scratch.vocab_size, "d_model": cfg.scratch.d_model, "d_ff": cfg.scratch.d_ff,
             "num_layers": cfg.scratch.num_layers, "num_heads": cfg.scratch.num_heads}
-        return cls(model_name_or_path=cfg.name_or_path, max_source_length=cfg.max_source_length,
+        return cls(kind=cfg.kind, model_name_or_path=cfg.name_or_path, max_source_length=cfg.max_source_length,
                    max_target_length=cfg.max_target_length, **shape)
 
 
@@ -100,13 +104,19 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK)
 
 
-def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]]):
-    """(tokenizer, model): the named checkpoint, or a scratch T5 with a tokenizer trained on ``pairs``."""
-    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]], seed: int = 0):
+    """(tokenizer, model): the named checkpoint, the MiniLM warm start, or a scratch T5 with a tokenizer
+    trained on ``pairs``."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, T5Config, T5ForConditionalGeneration
 
-    if spec.model_name_or_path:
+    if spec.kind == "checkpoint" or (spec.model_name_or_path and spec.kind != "warm_minilm"):
         tokenizer = AutoTokenizer.from_pretrained(spec.model_name_or_path)
-        return tokenizer, T5ForConditionalGeneration.from_pretrained(spec.model_name_or_path)
+        return tokenizer, AutoModelForSeq2SeqLM.from_pretrained(spec.model_name_or_path)
+    if spec.kind == "warm_minilm":
+        from common.models.warm_start import build_warm_minilm
+
+        # All of MiniLM's 512 positions: generation may see longer inputs than training truncates to.
+        return build_warm_minilm(512, seed)
     tokenizer = train_tokenizer([t for pair in pairs for t in pair], spec.vocab_size)
     config = T5Config(vocab_size=len(tokenizer), d_model=spec.d_model, d_kv=spec.d_model // spec.num_heads,
                       d_ff=spec.d_ff, num_layers=spec.num_layers, num_decoder_layers=spec.num_layers,
@@ -122,6 +132,11 @@ def device_and_dtype() -> tuple[str, Any]:
     if torch.cuda.is_available():
         return "cuda", torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return "cpu", torch.float32
+
+
+def model_inputs(encoded, device: str) -> dict:
+    """The encoder inputs a seq2seq model takes (ids and mask; BERT tokenizers also give token types)."""
+    return {k: encoded[k].to(device) for k in ("input_ids", "attention_mask") if k in encoded}
 
 
 EpochHook = Callable[[int, Any, Any, list[float]], None]
@@ -140,9 +155,10 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
         raise ValueError("no (source, target) pairs to fine-tune on")
     random.seed(train.seed)
     torch.manual_seed(train.seed)
-    tokenizer, net = build_model(model, pairs)
+    tokenizer, net = build_model(model, pairs, train.seed)
     device, dtype = device_and_dtype()
     net.to(device).train()
+    start_token = getattr(net.config, "decoder_start_token_id", None)
     optimiser = torch.optim.AdamW(net.parameters(), lr=train.learning_rate)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
     order = list(range(len(pairs)))
@@ -154,10 +170,14 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
         running, in_step = 0.0, 0
         for b in range(micro_batches):
             batch = [pairs[i] for i in order[b * train.batch_size:(b + 1) * train.batch_size]]
-            enc = tokenizer([s for s, _ in batch], max_length=model.max_source_length, truncation=True,
-                            padding=True, return_tensors="pt").to(device)
+            enc = model_inputs(tokenizer([s for s, _ in batch], max_length=model.max_source_length, truncation=True,
+                                         padding=True, return_tensors="pt"), device)
             labels = tokenizer([t for _, t in batch], max_length=model.max_target_length, truncation=True,
                                padding=True, return_tensors="pt").input_ids.to(device)
+            if start_token is not None and bool((labels[:, 0] == start_token).all()):
+                # A BERT tokenizer opens every text with [CLS], the decoder's start token: the model
+                # prepends it itself, so the labels begin after it.
+                labels = labels[:, 1:].contiguous()
             labels[labels == tokenizer.pad_token_id] = -100  # padding does not count in the loss
             with torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
                 loss = net(**enc, labels=labels).loss / train.grad_accumulation

@@ -41,21 +41,22 @@ def history(spark: "SparkSession", ident: str) -> list[Commit]:
 
 
 def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ident: str, as_catalog_table: bool,
-          mode: WriteMode, metadata: Optional[str], txn_app_id: Optional[str] = None) -> WriteResult:
+          mode: WriteMode, metadata: Optional[str], txn_app_id: Optional[str] = None,
+          storage: Optional[dict[str, str]] = None) -> WriteResult:
     """Write ``df`` with Spark's Delta writer as one new version (``overwrite`` replaces the schema too).
 
     With ``txn_app_id``, the write is one of Delta's idempotent writes (``txnAppId``/``txnVersion`` 0): Delta
     skips it when the table has already seen that app id, even when a concurrent writer committed it a moment
     ago. Returns the version this write committed, or, when Delta skipped it, the version holding the same
-    ``metadata``'s lineage with ``skipped=True``.
+    ``metadata``'s lineage with ``skipped=True``. Path tables' logs are read with delta-rs (no Spark job per
+    look-up); catalog tables' with ``DESCRIBE HISTORY``.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    exists = table_exists(spark, ident, location if as_catalog_table else None)
-    if mode == "append" and exists:
-        current = spark.read.format("delta").table(location) if as_catalog_table \
-            else spark.read.format("delta").load(location)
-        check_same_schema(table, to_arrow_schema(current.schema), to_arrow_schema(df.schema))
+    if mode == "append":
+        current = _arrow_schema(spark, location, ident, as_catalog_table, storage)
+        if current is not None:
+            check_same_schema(table, current, to_arrow_schema(df.schema))
     writer = df.write.format("delta").mode(mode)
     if mode == "overwrite":
         writer = writer.option("overwriteSchema", "true")
@@ -73,14 +74,39 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
         # winner's, so it reports the winner's version below.
         if not (txn_app_id and "Concurrent" in type(exc).__name__ + str(exc)[:200]):
             raise
-    recent = spark.sql(f"DESCRIBE HISTORY {ident} LIMIT {RECENT}").select(
-        "version", "userMetadata", "operationMetrics").collect()
-    for row in recent:  # newest first: this write's own commit carries exactly its metadata (run id included)
-        if metadata is None or row["userMetadata"] == metadata:
-            rows = (row["operationMetrics"] or {}).get("numOutputRows")
-            return WriteResult(table, int(row["version"]), skipped=False, num_rows=int(rows) if rows else None)
+    recent = _recent_commits(spark, location, ident, as_catalog_table, storage)
+    for version, user_metadata, metrics in recent:  # newest first: this write's commit carries exactly its
+        if metadata is None or user_metadata == metadata:  # metadata (the run id included)
+            rows = (metrics or {}).get("numOutputRows")
+            return WriteResult(table, version, skipped=False, num_rows=int(rows) if rows is not None else None)
     key = (parse_lineage(metadata) or {}).get("key")
-    for row in recent:
-        if key and (parse_lineage(row["userMetadata"]) or {}).get("key") == key:
-            return WriteResult(table, int(row["version"]), skipped=True, num_rows=None)
+    for version, user_metadata, _ in recent:
+        if key and (parse_lineage(user_metadata) or {}).get("key") == key:
+            return WriteResult(table, version, skipped=True, num_rows=None)
     raise LakehouseError(f"write to {table!r} committed nothing and no recent version holds its lineage")
+
+
+def _arrow_schema(spark, location: str, ident: str, as_catalog_table: bool, storage):
+    """The table's current Arrow schema, or None when it does not exist yet."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if as_catalog_table:
+        return to_arrow_schema(spark.table(location).schema) if spark.catalog.tableExists(location) else None
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(location, storage_options=storage):
+        return None
+    return pa.schema(DeltaTable(location, storage_options=storage).schema().to_arrow())
+
+
+def _recent_commits(spark, location: str, ident: str, as_catalog_table: bool, storage) -> list[tuple]:
+    """(version, userMetadata, operationMetrics) of the table's last RECENT commits, newest first."""
+    if as_catalog_table:
+        rows = spark.sql(f"DESCRIBE HISTORY {ident} LIMIT {RECENT}").collect()
+        return [(int(r["version"]), r["userMetadata"], r["operationMetrics"]) for r in rows]
+    from deltalake import DeltaTable
+
+    entries = DeltaTable(location, storage_options=storage).history(RECENT)
+    return sorted(((int(e["version"]), e.get("userMetadata"), e.get("operationMetrics")) for e in entries),
+                  key=lambda c: -c[0])

@@ -68,9 +68,11 @@ class Lakehouse:
         """Whether the table has at least one committed version."""
         return self.version(table) is not None
 
+    # Metadata of path tables comes from their _delta_log through delta-rs, whichever path wrote them (no
+    # Spark job per look-up); catalog tables ask Spark (DESCRIBE HISTORY).
     def version(self, table: str) -> Optional[int]:
         """The latest version number, or None when the table does not exist."""
-        if self.native_delta:
+        if self.cfg.catalog:
             if not self._native_exists(table):
                 return None
             return delta_native.latest_version(self._require_spark(), self._ident(table))
@@ -83,7 +85,7 @@ class Lakehouse:
 
     def history(self, table: str) -> list[Commit]:
         """All commits, newest first, with lineage parsed from userMetadata."""
-        if self.native_delta:
+        if self.cfg.catalog:
             if not self._native_exists(table):
                 raise LakehouseError(f"table {table!r} does not exist at {self.location(table)}")
             commits = delta_native.history(self._require_spark(), self._ident(table))
@@ -130,7 +132,7 @@ class Lakehouse:
         """The table as a DataFrame, at ``version`` or the latest one."""
         spark = self._require_spark()
         if self.native_delta:
-            if not self._native_exists(table):
+            if not self.exists(table):
                 raise LakehouseError(f"table {table!r} does not exist at {self.location(table)}")
             reader = spark.read.format("delta")
             if version is not None:
@@ -200,7 +202,7 @@ class Lakehouse:
         if self.cfg.catalog:
             self._require_spark().sql(f"CREATE SCHEMA IF NOT EXISTS {self.cfg.catalog}")
         result = delta_native.write(self._require_spark(), df, table, self.location(table), self._ident(table),
-                                    bool(self.cfg.catalog), mode, metadata, app_id)
+                                    bool(self.cfg.catalog), mode, metadata, app_id, self.cfg.storage_options or None)
         log.info("committed %s version %s with Spark's Delta writer (%s rows)%s", table, result.version,
                  result.num_rows, " - already written by a concurrent run" if result.skipped else "")
         return result

@@ -117,7 +117,9 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
         # install time instead of Ivy at every session start.
         builder = (builder.config("spark.jars", ",".join(delta_jars(cfg) + graphframes_jars(cfg)))
                    .config("spark.sql.extensions", DELTA_EXTENSION)
-                   .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG))
+                   .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+                   # Delta rebuilds a table's state in 50 partitions by default; a local session has a few cores.
+                   .config("spark.databricks.delta.snapshotPartitions", str(cfg.shuffle_partitions)))
     for key, value in cfg.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -1,0 +1,147 @@
+"""Benchmark: the offline pretrained generator (warm_minilm) against a T5 from scratch, same training budget.
+
+Task: WDC Products offers (../shared/data/wdc_products), title -> another title of the same product. The
+750 product clusters are split by seed (600 train, 150 test): training pairs are ordered pairs of different
+titles inside a train cluster; the test takes 2 titles from each unseen cluster (300 sources), each with a
+held-back title of its cluster. Both models train for the same number of steps of the same batch size
+(default 500 x 16, the issue's probe) and sample one output per source (top-k 50, top-p 0.95).
+
+Per model and seed: chrF of the output against the held-back title (lower-cased on both sides: MiniLM's
+tokenizer is uncased), ``preserved`` = share of outputs whose nearest test cluster (cosine to the cluster's
+mean MiniLM embedding) is their own, ``copy_rate`` = share of outputs equal to their source (lower-cased),
+and fine-tune steps/s. Prints mean ± std over R seeds; ``--json PATH`` writes
+``{"scratch_t5": {...}, "warm_minilm": {...}}`` with chrf, chrf_std, preserved, preserved_std, copy_rate,
+steps_per_s.
+
+Run: .venv/bin/python benchmarks/generator_quality.py [--seeds 3] [--steps 500] [--batch 16] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "wdc_products"
+# The issue's probe: a scratch T5 of about the warm model's size (d_model 384, 6 + 6 layers).
+SCRATCH_SHAPE = {"vocab_size": 8000, "d_model": 384, "d_ff": 1536, "num_layers": 6, "num_heads": 6}
+
+
+def load_clusters(folder: Path) -> dict[str, list[str]]:
+    """cluster_id -> distinct non-empty titles, from tableA and tableB."""
+    clusters: dict[str, list[str]] = {}
+    for name in ("tableA.csv", "tableB.csv"):
+        with open(folder / name, newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                title = " ".join((row["title"] or "").split())
+                if title and title not in clusters.setdefault(row["cluster_id"], []):
+                    clusters[row["cluster_id"]].append(title)
+    return {k: v for k, v in clusters.items() if len(v) >= 2}
+
+
+def split(clusters: dict[str, list[str]], seed: int, n_train: int = 600, n_test: int = 150):
+    """(training pairs, test triples (source, reference, cluster), test cluster ids), split by cluster."""
+    rng = random.Random(seed)
+    ids = sorted(clusters)
+    rng.shuffle(ids)
+    train_ids, test_ids = ids[:n_train], ids[n_train:n_train + n_test]
+    pairs = [(a, b) for c in train_ids for a in clusters[c] for b in clusters[c] if a != b]
+    tests = []
+    for c in test_ids:
+        titles = clusters[c][:]
+        rng.shuffle(titles)
+        for source in titles[:2]:
+            reference = next(t for t in titles if t != source)
+            tests.append((source, reference, c))
+    return pairs, tests, test_ids
+
+
+def run_one(kind: str, pairs, tests, clusters, test_ids, seed: int, steps: int, batch: int, encode) -> dict:
+    """Fine-tune ``kind`` for ``steps`` steps, generate one output per test source, score it."""
+    import numpy as np
+    import sacrebleu
+    import torch
+
+    from common.models.generation import GenerationSpec, T5Generator
+    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+
+    rng = random.Random(seed)
+    budget = [pairs[rng.randrange(len(pairs))] for _ in range(steps * batch)]  # one epoch = the step budget
+    spec = ModelSpec(kind=kind, max_source_length=48, max_target_length=48,
+                     **(SCRATCH_SHAPE if kind == "scratch_t5" else {}))
+    lr = 1e-3 if kind == "scratch_t5" else 1e-4
+    with tempfile.TemporaryDirectory() as out:
+        result = fine_tune(budget, out, spec, TrainSpec(epochs=1, learning_rate=lr, batch_size=batch, seed=seed))
+        generator = T5Generator(out, kind, GenerationSpec(n_samples=1, max_new_tokens=48, max_source_tokens=512,
+                                                          seed=seed))
+        torch.manual_seed(seed)
+        outputs = [s[0][0] for i in range(0, len(tests), 32)
+                   for s in generator._generate([t[0] for t in tests[i:i + 32]])]
+    hyps = [o.lower() for o in outputs]
+    chrf = sacrebleu.corpus_chrf(hyps, [[t[1].lower() for t in tests]]).score
+    centroids = np.stack([encode(clusters[c]).mean(axis=0) for c in test_ids])
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    nearest = (encode(outputs) @ centroids.T).argmax(axis=1)
+    preserved = float(np.mean([test_ids[j] == t[2] for j, t in zip(nearest, tests)]))
+    copy = float(np.mean([h.strip() == t[0].lower().strip() for h, t in zip(hyps, tests)]))
+    return {"chrf": chrf, "preserved": preserved, "copy_rate": copy,
+            "steps_per_s": len(result.step_losses) / result.seconds, "final_loss": result.step_losses[-1],
+            "example": f"{tests[0][0]} -> {outputs[0]}"}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--kinds", nargs="+", default=["scratch_t5", "warm_minilm"])
+    parser.add_argument("--json", dest="json_path")
+    args = parser.parse_args(argv)
+    if not DATA.is_dir():
+        sys.exit(f"no WDC data at {DATA}")
+    from sentence_transformers import SentenceTransformer
+
+    from common.models.warm_start import minilm_folder
+
+    minilm = SentenceTransformer(str(minilm_folder()), device="cpu")
+
+    def encode(texts):
+        return minilm.encode(list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+
+    clusters = load_clusters(DATA)
+    runs: dict[str, list[dict]] = {k: [] for k in args.kinds}
+    for seed in range(args.seeds):
+        pairs, tests, test_ids = split(clusters, seed)
+        for kind in args.kinds:
+            start = time.perf_counter()
+            r = run_one(kind, pairs, tests, clusters, test_ids, seed, args.steps, args.batch, encode)
+            runs[kind].append(r)
+            print(f"seed {seed} {kind:<12} chrF {r['chrf']:5.1f} preserved {r['preserved']:.3f} copy "
+                  f"{r['copy_rate']:.3f} {r['steps_per_s']:.2f} steps/s loss {r['final_loss']:.2f} "
+                  f"({time.perf_counter() - start:.0f} s) e.g. {r['example']}", flush=True)
+    summary = {}
+    for kind, rs in runs.items():
+        sd = (lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0)
+        summary[kind] = {"chrf": statistics.mean(r["chrf"] for r in rs), "chrf_std": sd([r["chrf"] for r in rs]),
+                         "preserved": statistics.mean(r["preserved"] for r in rs),
+                         "preserved_std": sd([r["preserved"] for r in rs]),
+                         "copy_rate": statistics.mean(r["copy_rate"] for r in rs),
+                         "steps_per_s": statistics.mean(r["steps_per_s"] for r in rs), "seeds": len(rs),
+                         "steps": args.steps, "batch": args.batch}
+    print(f"\n{'model':<12} {'chrF':>13} {'preserved':>15} {'copy':>6} {'steps/s':>8}  "
+          f"({args.seeds} seeds, {args.steps} steps x {args.batch}, 150 unseen clusters, 300 sources)")
+    for kind, s in summary.items():
+        print(f"{kind:<12} {s['chrf']:6.1f} ± {s['chrf_std']:4.1f} {s['preserved']:7.3f} ± {s['preserved_std']:.3f} "
+              f"{s['copy_rate']:6.3f} {s['steps_per_s']:8.2f}")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
