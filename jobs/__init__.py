@@ -35,6 +35,7 @@ JOBS: dict[str, str] = {
     "query-reformulate": "jobs.query_reformulation:reformulate_job",
     "query-augment": "jobs.query_reformulation:augment_job",
     "query-matcher": "jobs.query_reformulation:matcher_job",
+    "maintain": "jobs.maintain",
 }
 
 PIPELINES: dict[str, list[str]] = {
@@ -45,6 +46,8 @@ PIPELINES: dict[str, list[str]] = {
 }
 PIPELINES["cga"] = PIPELINES["consistency"] + ["cga-pairs", "cga-generate", "cga-train", "cga-sweep"]
 PIPELINES["query-reformulation"] = PIPELINES["query-graph"] + ["query-reformulate", "query-augment", "query-matcher"]
+# Weekly in production (resources/maintenance.yml): compaction and VACUUM of every table.
+PIPELINES["maintenance"] = ["maintain"]
 # The main demo: every pipeline on the demo data (jobs shared by several run once).
 PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"]))
 
@@ -55,10 +58,12 @@ job_runner = REGISTRY.runner
 job_summary = REGISTRY.summary
 
 
-def run_pipeline(ctx: "JobContext", name: str, job_names: Optional[Sequence[str]] = None) -> list["JobResult"]:
-    """Run pipeline ``name`` (or the given ``job_names`` under that name) in one MLflow parent run; returns
-    the jobs' results in order."""
-    return _run_pipeline(ctx, name, PIPELINES[name] if job_names is None else job_names, REGISTRY.runner)
+def run_pipeline(ctx: "JobContext", name: str, job_names: Optional[Sequence[str]] = None,
+                 progress: Optional[Callable[[str], None]] = None) -> list["JobResult"]:
+    """Run pipeline ``name`` (or the given ``job_names`` under that name) in one MLflow parent run, with a
+    progress line per job started and finished (to ``progress``, default stdout); returns the jobs' results."""
+    return _run_pipeline(ctx, name, PIPELINES[name] if job_names is None else job_names, REGISTRY.runner,
+                         progress)
 
 
 def entry_point(name: str, run: Callable[["JobContext"], "JobResult"], doc: Optional[str]):

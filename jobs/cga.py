@@ -66,7 +66,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     tr.read("labeled_train")
     v_pairs, v_train = tr.versions["cga_pairs"], tr.versions["labeled_train"]
     model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "t5_cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
-                            {"cga_pairs": str(v_pairs)})
+                            {"cga_pairs": tr.inputs["cga_pairs"]})
     written, stats = generate_stage(ctx, tr, "labeled_train", v_train, "item_id", "title", model, cfg.generation,
                                     FilterSpec(scorer=cfg.scorer, threshold=None), "cga_generated",
                                     _generation_hash(ctx), dict(tr.inputs))
@@ -81,7 +81,7 @@ def _base_results_version(ctx: JobContext) -> int:
 
     if not ctx.lakehouse.exists(RESULTS):
         raise LakehouseError(f"{RESULTS} does not exist: run consistency-train first (CGA joins its baseline)")
-    latest = ctx.lakehouse.history(RESULTS)[0]
+    latest = next(c for c in ctx.lakehouse.history(RESULTS) if c.changes_data)
     if latest.lineage and latest.lineage.get("job") == "cga-train":
         return int(latest.lineage["inputs"][RESULTS])
     return latest.version

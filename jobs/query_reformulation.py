@@ -60,12 +60,12 @@ def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     tuples, _ = _interaction_tables(tr)
     config_hash = _generation_hash(ctx)
     model = fine_tune_stage(ctx, tr, "reformulation_pairs", v_pairs, "t5_qr", cfg.model, cfg.fine_tune,
-                            _model_hash(ctx), {"reformulation_pairs": str(v_pairs)}, "source_query", "target_query")
+                            _model_hash(ctx), {"reformulation_pairs": str(tr.data_versions["reformulation_pairs"])}, "source_query", "target_query")
     inputs = tr.write(distinct_queries(tuples), "reformulation_inputs", config_hash)
     tr.result.outputs["query_reformulations"], stats = generate_stage(
         ctx, tr, "reformulation_inputs", inputs.version, "query", "query", model, cfg.generation,
         FilterSpec(scorer="bleu", threshold=None), "query_reformulations", config_hash,
-        {**tr.inputs, "reformulation_pairs": str(v_pairs)})
+        {**tr.inputs, "reformulation_pairs": str(tr.data_versions["reformulation_pairs"])})
     return stats.metrics()
 
 

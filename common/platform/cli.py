@@ -56,14 +56,14 @@ def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable) -> int:
     """Parse ``argv`` and dispatch to ``registry``'s jobs with the config that ``load(path, overrides)``
     builds; returns the process exit code (2 for config errors)."""
-    from common.platform.job import setup_logging
+    from common.platform.job import override_list, setup_logging
 
     args = _parser(registry).parse_args(argv)
     if args.command == "jobs":
         return _print_jobs(registry)
     setup_logging(args.log_level)
     try:
-        cfg = load(args.conf, [item for group in args.overrides for item in group])
+        cfg = load(args.conf, override_list(args))
     except ConfigError as exc:
         print(f"augment: config error: {exc}", file=sys.stderr)
         return 2

@@ -101,6 +101,33 @@ class TrackingConfig:
     experiment: str = "catalog-augmentation"
 
 
+# Delta's safety default for VACUUM (delta.deletedFileRetentionDuration): files a reader of a version up to
+# 7 days old may still need are never deleted below it unless forced.
+DELTA_SAFE_RETENTION_HOURS = 168.0
+
+
+@dataclass
+class MaintenanceConfig:
+    """``augment run maintain``: compaction and VACUUM of the lakehouse's tables."""
+
+    tables: list[str] = field(default_factory=list)   # empty: every table in the lakehouse
+    compact: bool = True
+    # Tables with fewer live files than this are left as they are (compaction would only add a version).
+    min_files: int = 8
+    vacuum: bool = True
+    retention_hours: float = DELTA_SAFE_RETENTION_HOURS
+    # Allow retention_hours below Delta's safety default: versions older than it may stop being readable.
+    force_retention: bool = False
+
+    def __post_init__(self) -> None:
+        check(self.min_files >= 2, "maintenance.min_files", "must be >= 2")
+        check(self.retention_hours >= 0, "maintenance.retention_hours", "must be >= 0")
+        check(self.retention_hours >= DELTA_SAFE_RETENTION_HOURS or self.force_retention,
+              "maintenance.retention_hours",
+              f"{self.retention_hours:g} is below Delta's safety default of {DELTA_SAFE_RETENTION_HOURS:g} hours "
+              "(readers of older versions would lose files); set maintenance.force_retention=true to allow it")
+
+
 @dataclass
 class BaseConfig:
     """The sections every application config has: its name, the seed, and where things run.
@@ -115,6 +142,7 @@ class BaseConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     lakehouse: LakehouseConfig = field(default_factory=LakehouseConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
     @property
     def tracking_uri(self) -> str:

@@ -30,13 +30,13 @@ def latest_version(spark: "SparkSession", ident: str) -> int:
     return int(spark.sql(f"DESCRIBE HISTORY {ident} LIMIT 1").first()["version"])
 
 
-def history(spark: "SparkSession", ident: str) -> list[Commit]:
-    """Every commit of the table (unsorted), with lineage parsed from userMetadata."""
+def history(spark: "SparkSession", ident: str, limit: Optional[int] = None) -> list[Commit]:
+    """The table's commits (the newest ``limit``, or all; unsorted), with lineage parsed from userMetadata."""
     return [
         Commit(version=int(r["version"]),
                timestamp_ms=int(r["timestamp"].timestamp() * 1000) if r["timestamp"] else None,
                operation=r["operation"], lineage=parse_lineage(r["userMetadata"]))
-        for r in spark.sql(f"DESCRIBE HISTORY {ident}").collect()
+        for r in spark.sql(f"DESCRIBE HISTORY {ident}" + (f" LIMIT {int(limit)}" if limit else "")).collect()
     ]
 
 

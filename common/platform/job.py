@@ -174,6 +174,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conf", help="YAML config (default: $AUGMENT_CONF or conf/local.yaml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         nargs="+", help="override a config value, e.g. --set demo.scale=2 spark.master=local[2]")
+    parser.add_argument("--overrides", dest="set_string", default="", metavar="'KEY=VALUE ...'",
+                        help="overrides in one argument, separated by spaces (may be empty): what scheduled jobs pass "
+                             "from a job parameter, e.g. --overrides 'cga.threshold=0.8 demo.scale=2'")
     parser.add_argument("--force", action="store_true",
                         help="write new table versions even when the same config and inputs were written before")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -181,8 +184,15 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, load: Callable[..., BaseConfig]) -> BaseConfig:
     """The config that ``load(path, overrides)`` builds from parsed ``--conf``/``--set`` arguments."""
-    overrides = [item for group in args.overrides for item in group]
-    return load(args.conf, overrides)
+    return load(args.conf, override_list(args))
+
+
+def override_list(args: argparse.Namespace) -> list[str]:
+    """The ``KEY=VALUE`` overrides of parsed arguments: every ``--set`` item, then ``--overrides`` split with
+    shell quoting rules (so a value may contain spaces when quoted)."""
+    import shlex
+
+    return [item for group in args.overrides for item in group] + shlex.split(args.set_string or "")
 
 
 def setup_logging(level: str) -> None:
@@ -240,6 +250,7 @@ class JobRun:
         self.result = result
         self.inputs: dict[str, str] = {}
         self.versions: dict[str, int] = {}
+        self.data_versions: dict[str, int] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.tracked, name)
@@ -249,8 +260,11 @@ class JobRun:
         :attr:`versions` and, unless ``as_input`` is False, in the lineage :attr:`inputs`."""
         df, resolved = self.ctx.read_table(self.tracked, table, version)
         self.versions[table] = resolved
+        # Lineage names the version that last changed the data (table maintenance commits do not), so a
+        # compaction between two runs leaves the next run's inputs, and its skip decision, unchanged.
+        self.data_versions[table] = self.ctx.lakehouse.data_version(table, resolved)
         if as_input:
-            self.inputs[table] = str(resolved)
+            self.inputs[table] = str(self.data_versions[table])
         return df
 
     def write(self, df: "DataFrame", table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
@@ -263,8 +277,14 @@ class JobRun:
         return written
 
     def written(self, table: str) -> "DataFrame":
-        """The version of ``table`` this run wrote (or found written), read back."""
-        return self.ctx.lakehouse.read(table, self.result.outputs[table].version)
+        """The version of ``table`` this run wrote (or found written), read back (at the latest version when
+        only maintenance commits followed it: they read the same rows, and VACUUM may have removed the older
+        version's files)."""
+        version = self.result.outputs[table].version
+        latest = self.ctx.lakehouse.version(table)
+        if latest != version and self.ctx.lakehouse.data_version(table, latest) == version:
+            version = latest
+        return self.ctx.lakehouse.read(table, version)
 
     def already_written(self, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
                         latest_only: bool = False) -> bool:
@@ -272,7 +292,7 @@ class JobRun:
         config and inputs (never when forced); with ``latest_only``, only if that is still the latest version."""
         done = self.ctx.existing_version(self.tracked, table, config_hash,
                                          self.inputs if inputs is None else inputs)
-        if done is None or (latest_only and done != self.ctx.lakehouse.version(table)):
+        if done is None or (latest_only and done != self.ctx.lakehouse.data_version(table)):
             return False
         log.info("%s v%s already holds this output of %s (same config and inputs); nothing to do", table, done,
                  self.result.job)

@@ -83,12 +83,12 @@ class Lakehouse:
             return None
         return DeltaTable(location, storage_options=self.cfg.storage_options or None).version()
 
-    def history(self, table: str) -> list[Commit]:
-        """All commits, newest first, with lineage parsed from userMetadata."""
+    def history(self, table: str, limit: Optional[int] = None) -> list[Commit]:
+        """The commits (the newest ``limit``, or all), newest first, with lineage parsed from userMetadata."""
         if self.cfg.catalog:
             if not self._native_exists(table):
                 raise LakehouseError(f"table {table!r} does not exist at {self.location(table)}")
-            commits = delta_native.history(self._require_spark(), self._ident(table))
+            commits = delta_native.history(self._require_spark(), self._ident(table), limit)
         else:
             dt = self._delta_rs_table(table)
             commits = [
@@ -98,9 +98,23 @@ class Lakehouse:
                     operation=entry.get("operation"),
                     lineage=parse_lineage(entry.get("userMetadata")),
                 )
-                for entry in dt.history()
+                for entry in dt.history(limit)
             ]
         return sorted(commits, key=lambda c: c.version, reverse=True)
+
+    def data_version(self, table: str, version: Optional[int] = None) -> int:
+        """The newest version at or before ``version`` (default: latest) whose commit changed data: maintenance
+        commits (OPTIMIZE, VACUUM) read the same rows as the version before them, so lineage names this one."""
+        latest = self.version(table)
+        if latest is None:
+            raise LakehouseError(f"table {table!r} does not exist at {self.location(table)}")
+        version = latest if version is None else version
+        # Maintenance commits are rare and come in short runs: the last few commits nearly always suffice.
+        for limit in (8 + latest - version, None):
+            for commit in self.history(table, limit):
+                if commit.version <= version and commit.changes_data:
+                    return commit.version
+        return version
 
     def tables(self) -> list[TableInfo]:
         """Every table in the lakehouse with its latest version and row count."""

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from common.platform.job import JobContext, JobResult
 
@@ -52,17 +53,46 @@ class JobRegistry:
 
 
 def run_pipeline(ctx: JobContext, name: str, job_names: Sequence[str],
-                 runner: Callable[[str], JobFunction]) -> list[JobResult]:
+                 runner: Callable[[str], JobFunction],
+                 progress: Optional[Callable[[str], None]] = None) -> list[JobResult]:
     """Run ``job_names`` (resolved by ``runner``) in order under a parent MLflow run ``pipeline:<name>``;
     returns their results.
 
     Each job opens its own child run. A failing job fails the pipeline (and marks the parent run failed).
+    ``progress`` (default: print to stdout) gets one line per job started and finished, with elapsed times.
     """
+    say = progress or (lambda line: print(line, flush=True))
     results = []
+    start = time.monotonic()
     with ctx.tracker.run(f"pipeline:{name}", tags={"pipeline": name, "jobs": ",".join(job_names)}) as parent:
-        for job in job_names:
+        for i, job in enumerate(job_names, 1):
             log.info("pipeline %s: running %s", name, job)
-            result = runner(job)(ctx)
+            say(f"[{name} {i}/{len(job_names)}] {job} ... ({_clock(time.monotonic() - start)} elapsed)")
+            job_start = time.monotonic()
+            try:
+                result = runner(job)(ctx)
+            except BaseException:
+                say(f"[{name} {i}/{len(job_names)}] {job} FAILED after {_clock(time.monotonic() - job_start)}")
+                raise
             results.append(result)
             parent.log_metrics({f"{job}.{k}": v for k, v in result.metrics.items()})
+            say(f"[{name} {i}/{len(job_names)}] {job} done in {_clock(time.monotonic() - job_start)}: "
+                f"{_outcome(result)}")
+    say(f"[{name}] {len(job_names)} jobs in {_clock(time.monotonic() - start)}")
     return results
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def _outcome(result: JobResult) -> str:
+    """``3 new versions, 1 unchanged`` (or ``no tables``) for a progress line."""
+    if not result.outputs:
+        return "no tables"
+    new = sum(not r.skipped for r in result.outputs.values())
+    parts = [f"{new} new version{'s' if new != 1 else ''}"] if new else []
+    if len(result.outputs) - new:
+        parts.append(f"{len(result.outputs) - new} unchanged")
+    return ", ".join(parts)

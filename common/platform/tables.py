@@ -61,6 +61,11 @@ class WriteResult:
     num_rows: Optional[int]
 
 
+# Commits that rewrite or delete files without changing what the table reads. Lineage records the newest
+# version that changed data, so maintenance between two runs does not make unchanged inputs look new.
+MAINTENANCE_OPERATIONS = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
+
+
 @dataclass(frozen=True)
 class Commit:
     """One entry of a table's history, with its lineage parsed (None for foreign commits)."""
@@ -69,6 +74,11 @@ class Commit:
     timestamp_ms: Optional[int]
     operation: Optional[str]
     lineage: Optional[dict[str, Any]]
+
+    @property
+    def changes_data(self) -> bool:
+        """False for table maintenance (OPTIMIZE, VACUUM): the version reads the same rows as the one before."""
+        return (self.operation or "").upper() not in MAINTENANCE_OPERATIONS
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,146 @@
+"""Table maintenance: compaction and VACUUM of the lakehouse's Delta tables, with a before/after report.
+
+Compaction rewrites many small files into few large ones as one OPTIMIZE commit (Spark's ``OPTIMIZE`` on the
+native path, delta-rs ``optimize.compact`` otherwise); the new version reads the same rows. VACUUM deletes the
+files no version inside the retention window references; versions younger than the retention keep every
+file they read. Neither changes what any readable version returns, and lineage skips maintenance commits
+(:attr:`common.platform.tables.Commit.changes_data`), so a compaction never makes a job re-run.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from common.platform.config import DELTA_SAFE_RETENTION_HOURS, MaintenanceConfig
+from common.platform.storage import list_files
+
+if TYPE_CHECKING:
+    from common.platform.lakehouse import Lakehouse
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """Files and bytes of one table: ``live`` = the latest version's data files; ``stored`` = every data file
+    under the table's location (live + those only older versions reference); None where not listable."""
+
+    live_files: int
+    live_bytes: int
+    stored_files: Optional[int]
+    stored_bytes: Optional[int]
+
+
+@dataclass(frozen=True)
+class TableReport:
+    """What maintenance did to one table."""
+
+    table: str
+    version_before: int
+    version_after: int
+    compacted: bool
+    vacuumed_files: int
+    before: FileStats
+    after: FileStats
+
+    def as_row(self) -> dict:
+        """A flat dict (for MLflow and the printed report)."""
+        row = {k: v for k, v in asdict(self).items() if k not in ("before", "after")}
+        row.update({f"{k}_before": v for k, v in asdict(self.before).items()})
+        row.update({f"{k}_after": v for k, v in asdict(self.after).items()})
+        return row
+
+
+def file_stats(lakehouse: "Lakehouse", table: str) -> FileStats:
+    """Live and stored data files of ``table`` (path tables through delta-rs; catalog tables through Spark's
+    ``DESCRIBE DETAIL``)."""
+    if lakehouse.cfg.catalog:
+        detail = lakehouse.spark.sql(f"DESCRIBE DETAIL {lakehouse.location(table)}").first()
+        live_files, live_bytes, location = int(detail["numFiles"]), int(detail["sizeInBytes"]), detail["location"]
+    else:
+        dt = lakehouse._delta_rs_table(table)
+        sizes = dt.get_add_actions(flatten=True).column("size_bytes").to_pylist()
+        live_files, live_bytes, location = len(sizes), int(sum(sizes)), lakehouse.location(table)
+    try:
+        stored = [f for f in list_files(location) if "/_delta_log/" not in f.path and f.path.endswith(".parquet")]
+        stored_files, stored_bytes = len(stored), int(sum(f.size for f in stored))
+    except (OSError, ValueError) as exc:  # managed storage the driver cannot list: live figures only
+        log.warning("cannot list %s (%s): stored files not reported", location, exc)
+        stored_files = stored_bytes = None
+    return FileStats(live_files, live_bytes, stored_files, stored_bytes)
+
+
+def maintain_table(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> TableReport:
+    """Compact ``table`` (when it has at least ``cfg.min_files`` live files) and VACUUM it with
+    ``cfg.retention_hours``; returns the before/after report."""
+    version_before = lakehouse.version(table)
+    before = file_stats(lakehouse, table)
+    compacted = cfg.compact and before.live_files >= cfg.min_files
+    if compacted:
+        _compact(lakehouse, table)
+    vacuumed = _vacuum(lakehouse, table, cfg) if cfg.vacuum else 0
+    after = file_stats(lakehouse, table)
+    report = TableReport(table, version_before, lakehouse.version(table), compacted, vacuumed, before, after)
+    log.info("maintain %s: v%s -> v%s, live files %d -> %d, stored files %s -> %s", table, version_before,
+             report.version_after, before.live_files, after.live_files, before.stored_files, after.stored_files)
+    return report
+
+
+def _compact(lakehouse: "Lakehouse", table: str) -> None:
+    if lakehouse.native_delta:
+        lakehouse.spark.sql(f"OPTIMIZE {lakehouse._ident(table)}").collect()
+    else:
+        lakehouse._delta_rs_table(table).optimize.compact()
+
+
+def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> int:
+    """VACUUM; returns the number of data files it deleted (by listing before and after on the native path)."""
+    hours = cfg.retention_hours
+    if lakehouse.native_delta:
+        before = file_stats(lakehouse, table).stored_files
+        with _retention_check_off(lakehouse.spark, hours < DELTA_SAFE_RETENTION_HOURS):
+            # Spark's VACUUM takes hours as a number; it refuses below the safety default unless told not to.
+            lakehouse.spark.sql(f"VACUUM {lakehouse._ident(table)} RETAIN {hours:g} HOURS").collect()
+        after = file_stats(lakehouse, table).stored_files
+        return (before - after) if before is not None and after is not None else 0
+    deleted = lakehouse._delta_rs_table(table).vacuum(
+        retention_hours=int(math.ceil(hours)), dry_run=False,
+        enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS)
+    return len(deleted)
+
+
+@contextlib.contextmanager
+def _retention_check_off(spark, off: bool) -> Iterator[None]:
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    if not off:
+        yield
+        return
+    previous = spark.conf.get(key, "true")
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, previous)
+
+
+def format_report(reports: list[TableReport]) -> str:
+    """A fixed-width per-table report: versions, live and stored files/bytes before -> after."""
+    header = (f"{'table':<30} {'versions':>9} {'live files':>13} {'live MB':>15} {'stored files':>13} "
+              f"{'stored MB':>15}")
+    lines = [header, "-" * len(header)]
+
+    def pair(a, b, mb=False):
+        if a is None or b is None:
+            return "?"
+        return f"{a / 1e6:.2f}->{b / 1e6:.2f}" if mb else f"{a}->{b}"
+
+    for r in reports:
+        lines.append(f"{r.table:<30} {f'{r.version_before}->{r.version_after}':>9} "
+                     f"{pair(r.before.live_files, r.after.live_files):>13} "
+                     f"{pair(r.before.live_bytes, r.after.live_bytes, True):>15} "
+                     f"{pair(r.before.stored_files, r.after.stored_files):>13} "
+                     f"{pair(r.before.stored_bytes, r.after.stored_bytes, True):>15}")
+    return "\n".join(lines)
