@@ -19,7 +19,7 @@ JARS   := $(abspath $(VENV))/jars
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)
 
-.PHONY: install jars doctor demo test bench dist clean
+.PHONY: install jars doctor demo demo-full test bench dist clean
 
 $(STAMP): setup.py jvm/pom.xml
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is needed by Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
@@ -47,7 +47,12 @@ install: $(STAMP)
 doctor: $(STAMP)
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
 
+# The fast demo: every pipeline on a small world with tiny models (conf/demo.yaml).
 demo: $(STAMP)
+	$(BIN)/augment run demo --conf conf/demo.yaml $(DELTA_FALLBACK)
+
+# The larger world the README's results come from (conf/local.yaml, about 30 minutes on 2 cores).
+demo-full: $(STAMP)
 	$(BIN)/augment run demo --conf conf/local.yaml $(DELTA_FALLBACK)
 
 test: $(STAMP)

@@ -36,6 +36,7 @@ JOBS: dict[str, str] = {
     "query-augment": "jobs.query_reformulation:augment_job",
     "query-matcher": "jobs.query_reformulation:matcher_job",
     "maintain": "jobs.maintain",
+    "results-summary": "jobs.summary",
 }
 
 PIPELINES: dict[str, list[str]] = {
@@ -49,7 +50,7 @@ PIPELINES["query-reformulation"] = PIPELINES["query-graph"] + ["query-reformulat
 # Weekly in production (resources/maintenance.yml): compaction and VACUUM of every table.
 PIPELINES["maintenance"] = ["maintain"]
 # The main demo: every pipeline on the demo data (jobs shared by several run once).
-PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"]))
+PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"])) + ["results-summary"]
 
 
 REGISTRY = JobRegistry(JOBS, PIPELINES)

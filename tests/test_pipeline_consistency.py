@@ -52,6 +52,12 @@ def test_demo_pipeline_cst_raises_consistency(ctx):
     before = {t.name: t.version for t in ctx.lakehouse.tables()}
     run_pipeline(ctx, "consistency", PIPELINES["consistency"])
     assert {t.name: t.version for t in ctx.lakehouse.tables()} == before
+    # The demo's closing summary: each method's mean against the baseline, from the results table.
+    summary = run_pipeline(ctx, "consistency", ["results-summary"])[0]
+    assert summary.outputs == {}
+    assert summary.metrics["cst_full.consistency_rate"] == pytest.approx(means.loc["cst_full", "consistency_rate"])
+    text = (Path(ctx.cfg.lakehouse.root) / "reports" / "summary.md").read_text()
+    assert "cst_full" in text and "lift" in text and "reports/consistency" in text
 
 
 def _ingest_user_data(ctx, tmp_path, labeled_rows, catalog_rows):

@@ -1,0 +1,92 @@
+"""Job ``results-summary``: one screen of headline results, each method against its baseline.
+
+Reads (whichever exist): ``consistency_results`` (weighted F1 and consistency rate per method and repeat:
+baseline, CS-Blind, CST, CGA) and ``matcher_results`` (query -> product matcher trained on the original vs
+the augmented interaction log, precision/recall @k). Aggregates them per method with Spark (a handful of
+rows reach the driver), prints the summary with the report folders, and writes it to
+``<lakehouse.root>/reports/summary.md`` (also an MLflow artifact). Writes no table.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+from common.platform.job import JobContext, JobRun, job
+from jobs import entry_point
+
+log = logging.getLogger(__name__)
+
+NAME = "results-summary"
+CONSISTENCY = "consistency_results"
+MATCHER = "matcher_results"
+
+
+@job(NAME)
+def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
+    """Summarise the result tables that exist; returns each method's mean headline metric and its lift."""
+    from pyspark.sql import functions as F
+
+    sections, metrics = [], {}
+    if ctx.lakehouse.exists(CONSISTENCY):
+        rows = (tr.read(CONSISTENCY).groupBy("method")
+                .agg(F.avg("f1_weighted").alias("f1"), F.stddev_pop("f1_weighted").alias("f1_std"),
+                     F.avg("consistency_rate").alias("cons"), F.stddev_pop("consistency_rate").alias("cons_std"),
+                     F.count("*").alias("runs")).collect())
+        by = {r["method"]: r for r in rows}
+        base = by.get("baseline")
+        lines = ["Consistency paper (weighted F1 on the accuracy test, consistency rate on the consistency test; "
+                 "mean ± std over R runs, lift vs the baseline):",
+                 f"  {'method':<10} {'F1':>17} {'lift':>8} {'consistency':>17} {'lift':>8} {'R':>3}"]
+        for method in sorted(by, key=lambda m: (m != "baseline", m)):
+            r = by[method]
+            f1_lift = _lift(r["f1"], base["f1"] if base else None)
+            cons_lift = _lift(r["cons"], base["cons"] if base else None)
+            lines.append(f"  {method:<10} {r['f1']:>8.4f} ± {r['f1_std']:.4f} {f1_lift:>8} "
+                         f"{r['cons']:>8.4f} ± {r['cons_std']:.4f} {cons_lift:>8} {r['runs']:>3}")
+            metrics[f"{method}.f1_weighted"] = r["f1"]
+            metrics[f"{method}.consistency_rate"] = r["cons"]
+        sections.append("\n".join(lines))
+    if ctx.lakehouse.exists(MATCHER):
+        rows = tr.read(MATCHER).groupBy("variant", "k").agg(F.avg("precision").alias("p"), F.avg("recall").alias("r"),
+                                                            F.max("n_train_tuples").alias("n")).collect()
+        by = {(r["variant"], r["k"]): r for r in rows}
+        lines = ["Query reformulation paper (query -> product matcher on held-out queries, trained on the original "
+                 "vs the augmented interaction log):",
+                 f"  {'k':>3} {'P@k original':>13} {'P@k augmented':>14} {'lift':>8} {'R@k original':>13} "
+                 f"{'R@k augmented':>14} {'lift':>8}"]
+        for k in sorted({k for _, k in by}):
+            o, a = by.get(("original", k)), by.get(("augmented", k))
+            if o is None or a is None:
+                continue
+            lines.append(f"  {k:>3} {o['p']:>13.4f} {a['p']:>14.4f} {_lift(a['p'], o['p']):>8} "
+                         f"{o['r']:>13.4f} {a['r']:>14.4f} {_lift(a['r'], o['r']):>8}")
+            metrics[f"matcher.original.precision_at_{k}"] = o["p"]
+            metrics[f"matcher.augmented.precision_at_{k}"] = a["p"]
+        sections.append("\n".join(lines))
+    reports = Path(ctx.cfg.lakehouse.root) / "reports"
+    if not sections:
+        log.info("no result tables yet (%s, %s): nothing to summarise", CONSISTENCY, MATCHER)
+        return None
+    folders = sorted(p for p in reports.glob("*") if p.is_dir()) if reports.is_dir() else []
+    sections.append("Reports (Markdown and charts): " + (", ".join(str(p) for p in folders) or "none yet"))
+    text = "\n\n".join(sections)
+    print("\n" + text + "\n", flush=True)
+    reports.mkdir(parents=True, exist_ok=True)
+    path = reports / "summary.md"
+    path.write_text(f"# Results summary ({ctx.cfg.name})\n\n```\n{text}\n```\n", encoding="utf-8")
+    tr.log_artifact(str(path), "report")
+    return metrics
+
+
+def _lift(value: Optional[float], base: Optional[float]) -> str:
+    """``+3.10%`` relative to ``base``; ``-`` when there is no base."""
+    if value is None or not base:
+        return "-"
+    return f"{(value - base) / base:+.2%}"
+
+
+main = entry_point(NAME, run, __doc__)
+
+if __name__ == "__main__":
+    main()
