@@ -24,7 +24,7 @@ NAME = "maintain"
 def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Maintain every configured table; returns totals (tables, compacted, files and bytes before/after)."""
     cfg = ctx.cfg.maintenance
-    known = [info.name for info in ctx.lakehouse.tables()]
+    known = ctx.lakehouse.table_names()
     names = cfg.tables or known
     missing = [n for n in names if n not in known]
     if missing:

@@ -57,15 +57,16 @@ def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     cfg = ctx.cfg.query_reformulation
     tr.read("reformulation_pairs", as_input=False)
     v_pairs = tr.versions["reformulation_pairs"]
+    pairs_lineage = {"reformulation_pairs": str(tr.data_versions["reformulation_pairs"])}
     tuples, _ = _interaction_tables(tr)
     config_hash = _generation_hash(ctx)
     model = fine_tune_stage(ctx, tr, "reformulation_pairs", v_pairs, "t5_qr", cfg.model, cfg.fine_tune,
-                            _model_hash(ctx), {"reformulation_pairs": str(tr.data_versions["reformulation_pairs"])}, "source_query", "target_query")
+                            _model_hash(ctx), pairs_lineage, "source_query", "target_query")
     inputs = tr.write(distinct_queries(tuples), "reformulation_inputs", config_hash)
     tr.result.outputs["query_reformulations"], stats = generate_stage(
         ctx, tr, "reformulation_inputs", inputs.version, "query", "query", model, cfg.generation,
         FilterSpec(scorer="bleu", threshold=None), "query_reformulations", config_hash,
-        {**tr.inputs, "reformulation_pairs": str(tr.data_versions["reformulation_pairs"])})
+        {**tr.inputs, **pairs_lineage})
     return stats.metrics()
 
 

@@ -48,8 +48,8 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             metrics[f"{method}.consistency_rate"] = r["cons"]
         sections.append("\n".join(lines))
     if ctx.lakehouse.exists(MATCHER):
-        rows = tr.read(MATCHER).groupBy("variant", "k").agg(F.avg("precision").alias("p"), F.avg("recall").alias("r"),
-                                                            F.max("n_train_tuples").alias("n")).collect()
+        rows = tr.read(MATCHER).groupBy("variant", "k").agg(F.avg("precision").alias("p"),
+                                                            F.avg("recall").alias("r")).collect()
         by = {(r["variant"], r["k"]): r for r in rows}
         lines = ["Query reformulation paper (query -> product matcher on held-out queries, trained on the original "
                  "vs the augmented interaction log):",

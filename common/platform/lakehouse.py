@@ -105,31 +105,35 @@ class Lakehouse:
     def data_version(self, table: str, version: Optional[int] = None) -> int:
         """The newest version at or before ``version`` (default: latest) whose commit changed data: maintenance
         commits (OPTIMIZE, VACUUM) read the same rows as the version before them, so lineage names this one."""
-        latest = self.version(table)
-        if latest is None:
-            raise LakehouseError(f"table {table!r} does not exist at {self.location(table)}")
-        version = latest if version is None else version
-        # Maintenance commits are rare and come in short runs: the last few commits nearly always suffice.
-        for limit in (8 + latest - version, None):
-            for commit in self.history(table, limit):
+        # Maintenance commits are rare and come in short runs: the last few commits nearly always suffice;
+        # the whole history is read only when they do not (or ``version`` is older than them).
+        for limit in (8, None):
+            commits = self.history(table, limit)
+            if version is None:
+                version = commits[0].version
+            for commit in commits:
                 if commit.version <= version and commit.changes_data:
                     return commit.version
         return version
 
+    def table_names(self) -> list[str]:
+        """The names of the lakehouse's tables, sorted (no metadata read)."""
+        if self.cfg.catalog:
+            spark = self._require_spark()
+            return sorted(r["tableName"] for r in spark.sql(f"SHOW TABLES IN {self.cfg.catalog}").collect())
+        return delta_rs.path_table_names(self.cfg.root)
+
     def tables(self) -> list[TableInfo]:
         """Every table in the lakehouse with its latest version and row count."""
         if self.cfg.catalog:
-            spark = self._require_spark()
-            names = sorted(r["tableName"] for r in spark.sql(f"SHOW TABLES IN {self.cfg.catalog}").collect())
             infos = []
-            for name in names:
+            for name in self.table_names():
                 history = self.history(name)
                 infos.append(TableInfo(name, history[0].version, self.read(name).count(), self.location(name),
                                        (history[0].lineage or {}).get("job")))
             return infos
         storage = self.cfg.storage_options or None
-        return [delta_rs.path_table_info(name, self.location(name), storage)
-                for name in delta_rs.path_table_names(self.cfg.root)]
+        return [delta_rs.path_table_info(name, self.location(name), storage) for name in self.table_names()]
 
     def find_version(self, table: str, lineage: Lineage) -> Optional[int]:
         """The version whose commit carries ``lineage``'s key, or None."""

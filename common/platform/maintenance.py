@@ -77,12 +77,18 @@ def maintain_table(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -
     """Compact ``table`` (when it has at least ``cfg.min_files`` live files) and VACUUM it with
     ``cfg.retention_hours``; returns the before/after report."""
     version_before = lakehouse.version(table)
-    before = file_stats(lakehouse, table)
+    before = after = file_stats(lakehouse, table)
     compacted = cfg.compact and before.live_files >= cfg.min_files
     if compacted:
         _compact(lakehouse, table)
-    vacuumed = _vacuum(lakehouse, table, cfg) if cfg.vacuum else 0
-    after = file_stats(lakehouse, table)
+        after = file_stats(lakehouse, table)
+    vacuumed = 0
+    if cfg.vacuum:
+        _vacuum(lakehouse, table, cfg)
+        unvacuumed, after = after, file_stats(lakehouse, table)
+        # Deleted data files, by listing before and after (either engine's VACUUM; unknown where not listable).
+        if unvacuumed.stored_files is not None and after.stored_files is not None:
+            vacuumed = unvacuumed.stored_files - after.stored_files
     report = TableReport(table, version_before, lakehouse.version(table), compacted, vacuumed, before, after)
     log.info("maintain %s: v%s -> v%s, live files %d -> %d, stored files %s -> %s", table, version_before,
              report.version_after, before.live_files, after.live_files, before.stored_files, after.stored_files)
@@ -96,20 +102,15 @@ def _compact(lakehouse: "Lakehouse", table: str) -> None:
         lakehouse._delta_rs_table(table).optimize.compact()
 
 
-def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> int:
-    """VACUUM; returns the number of data files it deleted (by listing before and after on the native path)."""
+def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> None:
     hours = cfg.retention_hours
     if lakehouse.native_delta:
-        before = file_stats(lakehouse, table).stored_files
         with _retention_check_off(lakehouse.spark, hours < DELTA_SAFE_RETENTION_HOURS):
             # Spark's VACUUM takes hours as a number; it refuses below the safety default unless told not to.
             lakehouse.spark.sql(f"VACUUM {lakehouse._ident(table)} RETAIN {hours:g} HOURS").collect()
-        after = file_stats(lakehouse, table).stored_files
-        return (before - after) if before is not None and after is not None else 0
-    deleted = lakehouse._delta_rs_table(table).vacuum(
-        retention_hours=int(math.ceil(hours)), dry_run=False,
-        enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS)
-    return len(deleted)
+    else:
+        lakehouse._delta_rs_table(table).vacuum(retention_hours=int(math.ceil(hours)), dry_run=False,
+                                                enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS)
 
 
 @contextlib.contextmanager
