@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from typing import Optional
 
 from common.platform.job import JobContext, JobRun, hash_of, job
 from jobs import entry_point
@@ -24,6 +25,7 @@ from jobs import entry_point
 log = logging.getLogger(__name__)
 
 NAME = "consistency-splits"
+OUTPUTS = ("accuracy_test", "labeled_train", "consistency_test", "unlabeled_pool")
 
 
 def check_labels(n_rows: int, n_classes: int, table: str) -> None:
@@ -63,7 +65,7 @@ def train_model(ctx: JobContext, tr: JobRun, table: str, version: int, name: str
 
 
 @job(NAME)
-def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Build the splits; returns their sizes and the catalog match's TVD."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -78,6 +80,8 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     labeled, groups = tr.read("labeled_products"), tr.read("catalog_groups")
     config_hash = hash_of(cfg.accuracy_test, cfg.consistency_test, cfg.match_level, cfg.pseudo_label,
                           asdict(cfg.fasttext), seed)
+    if tr.all_written(OUTPUTS, config_hash):
+        return None
     counts = labeled.agg(F.count("*").alias("n"), F.countDistinct("category").alias("k")).first()
     check_labels(counts["n"], counts["k"], "labeled_products")
     n_groups = groups.select("group_id").distinct().count()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from typing import Optional
 
 from common.platform.job import JobContext, JobRun, hash_of, job
 from jobs import entry_point
@@ -19,10 +20,11 @@ from jobs import entry_point
 log = logging.getLogger(__name__)
 
 NAME = "group-catalog"
+OUTPUTS = ("catalog_groups", "catalog_groups_quarantine", "catalog_group_sizes", "catalog_identifier_caps")
 
 
 @job(NAME)
-def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Group the catalog; returns the table versions and group counts by source."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -30,11 +32,14 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     from common.catalog.grouping import group_items, size_histogram, size_reason
 
     cfg = ctx.cfg.grouping
-    grouping = group_items(tr.read("catalog"), cfg.identifiers, cfg.max_items_per_identifier, cfg.max_iterations,
+    catalog = tr.read("catalog")
+    config_hash = hash_of(asdict(cfg))
+    if tr.all_written(OUTPUTS, config_hash):
+        return None
+    grouping = group_items(catalog, cfg.identifiers, cfg.max_items_per_identifier, cfg.max_iterations,
                            use_graphframes=ctx.capabilities.graphframes)
     items = grouping.items.withColumn("reason", size_reason(cfg.min_size, cfg.max_size)) \
         .persist(StorageLevel.MEMORY_AND_DISK)
-    config_hash = hash_of(asdict(cfg))
     try:
         columns = ["item_id", "title", "group_id", "group_source", "group_size", "gtin", "mpn", "brand"]
         tr.write(items.filter("reason IS NULL").select(*columns), "catalog_groups", config_hash)

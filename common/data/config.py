@@ -65,6 +65,9 @@ class IngestConfig:
     category_separator: str = ">"
     # A Google-Product-Taxonomy-format file; when set, labels outside it are quarantined.
     taxonomy: Optional[str] = None
+    # Delta path inputs whose commits since the last ingest only appended rows: validate and append only
+    # those rows (false: every run re-reads and overwrites). Any other change means a full re-ingest.
+    incremental: bool = True
 
     def __post_init__(self) -> None:
         check(self.max_title_chars > 0, "ingest.max_title_chars", "must be > 0")

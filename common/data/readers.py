@@ -10,7 +10,7 @@ from __future__ import annotations
 import glob
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from common.data.config import FILE_FORMATS, InputSpec, looks_like_table_name
 from common.platform.lakehouse import fingerprint_files, read_delta_rs
@@ -30,12 +30,14 @@ class InputSchemaError(ValueError):
 
 @dataclass(frozen=True)
 class RawInput:
-    """What a reader returns: the raw DataFrame, where it came from, its version, and its format."""
+    """What a reader returns: the raw DataFrame, where it came from, its version, and its format; ``since``
+    is the source version whose rows it leaves out (only the rows appended after it), None for all rows."""
 
     df: "DataFrame"
     location: str
     version: str
     format: str
+    since: Optional[str] = None
 
 
 def resolve_format(spec: InputSpec) -> str:
@@ -77,17 +79,22 @@ def resolve_format(spec: InputSpec) -> str:
     return fmt
 
 
-def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, native_delta: bool = False) -> RawInput:
+def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, native_delta: bool = False,
+               since: Optional[str] = None) -> RawInput:
     """Read ``spec`` and shape it to ``contract``.
 
     Returns a :class:`RawInput` whose DataFrame has every contract column (optional ones null-filled),
     with text formats read as strings (typed per row later, so bad values are quarantined, not fatal),
-    plus ``_source`` and, for text formats, ``_corrupt_record``.
+    plus ``_source`` and, for text formats, ``_corrupt_record``. With ``since`` (a source version read
+    before) and a Delta path input whose commits after it only appended rows, only those rows are read
+    (``RawInput.since`` says so); otherwise every row is.
     """
     from pyspark.sql import functions as F
 
     fmt = resolve_format(spec)
     df, location, version = _read_raw(spark, spec, fmt, native_delta)
+    if since is not None:
+        df, since = _appended_since(spark, df, spec, fmt, since, version)
     for old, new in spec.rename.items():
         if old not in df.columns:
             raise InputSchemaError(f"{location}: rename source column {old!r} not found; columns: {df.columns}")
@@ -112,7 +119,21 @@ def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, nativ
         df = df.withColumn(SOURCE_COL, F.col("_metadata.file_path"))
     else:
         df = df.withColumn(SOURCE_COL, F.lit(f"{location}@v{version}"))
-    return RawInput(df=df, location=location, version=version, format=fmt)
+    return RawInput(df=df, location=location, version=version, format=fmt, since=since)
+
+
+def _appended_since(spark: "SparkSession", df: "DataFrame", spec: InputSpec, fmt: str, since: str,
+                    version: str) -> tuple["DataFrame", Optional[str]]:
+    """(the rows appended to a Delta path input after ``since``, ``since``) when its commits since then only
+    appended; else (``df``, None): every row."""
+    from common.platform.delta_rs import appended_files
+
+    if fmt != "delta" or not since.isdigit() or int(since) >= int(version):
+        return df, None
+    files = appended_files(spec.path, int(since), int(version))
+    if files is None:
+        return df, None
+    return read_delta_rs(spark, spec.path, int(version), files=files), since
 
 
 def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bool) -> tuple["DataFrame", str, str]:

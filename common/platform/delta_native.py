@@ -2,6 +2,7 @@
 for path tables and catalog tables, with history and versions from ``DESCRIBE HISTORY``."""
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Optional
 
 from common.platform.tables import (Commit, LakehouseError, WriteMode, WriteResult, check_same_schema,
@@ -62,6 +63,11 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
         writer = writer.option("overwriteSchema", "true")
     if metadata:
         writer = writer.option("userMetadata", metadata)
+    if metadata and not txn_app_id:
+        # A forced write still has to leave a commit carrying its lineage; Delta records no commit for an
+        # empty overwrite of an empty table (skipRecordingEmptyCommits) unless it holds an action: a
+        # transaction id of its own is one.
+        txn_app_id = f"augment-forced-{uuid.uuid4().hex}"
     if txn_app_id:
         writer = writer.option("txnAppId", txn_app_id).option("txnVersion", 0)
     try:

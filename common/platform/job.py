@@ -286,6 +286,24 @@ class JobRun:
             version = latest
         return self.ctx.lakehouse.read(table, version)
 
+    def all_written(self, tables: Sequence[str], config_hash: str,
+                    inputs: Optional[Mapping[str, str]] = None) -> bool:
+        """True (and every one of ``tables`` recorded as unchanged) when this job already wrote each of them
+        from the same config and inputs (never when forced): a job checks this before computing anything,
+        so a scheduled run on unchanged inputs costs a history lookup per table, not a recomputation."""
+        found = {}
+        for table in tables:
+            done = self.ctx.existing_version(self.tracked, table, config_hash,
+                                             self.inputs if inputs is None else inputs)
+            if done is None:
+                return False
+            found[table] = done
+        for table, done in found.items():
+            self.result.outputs[table] = unchanged(table, done)
+        log.info("%s: %s already hold this output (same config and inputs); nothing to do", self.result.job,
+                 ", ".join(f"{t} v{v}" for t, v in found.items()))
+        return True
+
     def already_written(self, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
                         latest_only: bool = False) -> bool:
         """True (and ``table`` recorded as unchanged) when this job already wrote ``table`` from the same

@@ -105,16 +105,23 @@ class Lakehouse:
     def data_version(self, table: str, version: Optional[int] = None) -> int:
         """The newest version at or before ``version`` (default: latest) whose commit changed data: maintenance
         commits (OPTIMIZE, VACUUM) read the same rows as the version before them, so lineage names this one."""
+        commit = self.data_commit(table, version)
+        if commit is not None:
+            return commit.version
+        return self.history(table, 1)[0].version if version is None else version
+
+    def data_commit(self, table: str, version: Optional[int] = None) -> Optional[Commit]:
+        """The commit of :meth:`data_version` (with its lineage), or None when no commit at or before
+        ``version`` changed data."""
         # Maintenance commits are rare and come in short runs: the last few commits nearly always suffice;
         # the whole history is read only when they do not (or ``version`` is older than them).
         for limit in (8, None):
             commits = self.history(table, limit)
-            if version is None:
-                version = commits[0].version
+            newest = commits[0].version if version is None else version
             for commit in commits:
-                if commit.version <= version and commit.changes_data:
-                    return commit.version
-        return version
+                if commit.version <= newest and commit.changes_data:
+                    return commit
+        return None
 
     def table_names(self) -> list[str]:
         """The names of the lakehouse's tables, sorted (no metadata read)."""
@@ -267,7 +274,8 @@ class Lakehouse:
         staging = f"{self.cfg.root.rstrip('/')}/_staging/{table}-{uuid.uuid4().hex[:12]}"
         try:
             ds.write_parquet(staging)
-            return self.write(delta_rs.read_parquet_folder(self._require_spark(), staging, ds.schema()), table,
+            # ds.schema, not ds.schema(): the dataset is lazy, and its schema would run it (the model) again.
+            return self.write(delta_rs.read_parquet_folder(self._require_spark(), staging, ds.schema), table,
                               mode, lineage, force)
         finally:
             remove_tree(staging)
