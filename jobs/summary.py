@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
+from common.catalog.metrics import by_method
 from common.platform.job import JobContext, JobRun, job
 from jobs import entry_point
 
@@ -29,10 +30,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     sections, metrics = [], {}
     if ctx.lakehouse.exists(CONSISTENCY):
-        rows = (tr.read(CONSISTENCY).groupBy("method")
-                .agg(F.avg("f1_weighted").alias("f1"), F.stddev_pop("f1_weighted").alias("f1_std"),
-                     F.avg("consistency_rate").alias("cons"), F.stddev_pop("consistency_rate").alias("cons_std"),
-                     F.count("*").alias("runs")).collect())
+        rows = by_method(tr.read(CONSISTENCY)).collect()
         by = {r["method"]: r for r in rows}
         base = by.get("baseline")
         lines = ["Consistency paper (weighted F1 on the accuracy test, consistency rate on the consistency test; "
@@ -41,11 +39,11 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         for method in sorted(by, key=lambda m: (m != "baseline", m)):
             r = by[method]
             f1_lift = _lift(r["f1"], base["f1"] if base else None)
-            cons_lift = _lift(r["cons"], base["cons"] if base else None)
+            cons_lift = _lift(r["consistency"], base["consistency"] if base else None)
             lines.append(f"  {method:<10} {r['f1']:>8.4f} ± {r['f1_std']:.4f} {f1_lift:>8} "
-                         f"{r['cons']:>8.4f} ± {r['cons_std']:.4f} {cons_lift:>8} {r['runs']:>3}")
+                         f"{r['consistency']:>8.4f} ± {r['consistency_std']:.4f} {cons_lift:>8} {r['runs']:>3}")
             metrics[f"{method}.f1_weighted"] = r["f1"]
-            metrics[f"{method}.consistency_rate"] = r["cons"]
+            metrics[f"{method}.consistency_rate"] = r["consistency"]
         sections.append("\n".join(lines))
     if ctx.lakehouse.exists(MATCHER):
         rows = tr.read(MATCHER).groupBy("variant", "k").agg(F.avg("precision").alias("p"),

@@ -22,15 +22,12 @@ results = nb.run("cga")
 
 # COMMAND ----------
 
-from pyspark.sql import functions as F
+from common.catalog.metrics import by_method
 
 lh = nb.ctx.lakehouse
 # D_aug: generated titles at or above T, each with its source title, the source's category and its score.
 nb.show(lh.read("cga_augmented").select("source_title", "title", "category", "score"), 10)
-nb.show(lh.read("consistency_results").groupBy("method").agg(
-    F.avg("f1_weighted").alias("f1"), F.stddev_pop("f1_weighted").alias("f1_std"),
-    F.avg("consistency_rate").alias("consistency"), F.stddev_pop("consistency_rate").alias("consistency_std"),
-    F.count("*").alias("repeats")).orderBy("method"))
+nb.show(by_method(lh.read("consistency_results")).orderBy("method"))
 nb.show(lh.read("cga_sweep_results").orderBy("threshold", "n"))
 
 # COMMAND ----------

@@ -21,15 +21,12 @@ results = nb.run("consistency")
 
 # COMMAND ----------
 
-from pyspark.sql import functions as F
+from common.catalog.metrics import by_method
 
 lh = nb.ctx.lakehouse
 # Group sizes: groups outside the paper's 2..192 go to catalog_groups_quarantine, with a reason.
 nb.show(lh.read("catalog_group_sizes").orderBy("group_size"), 10)
-nb.show(lh.read("consistency_results").groupBy("method").agg(
-    F.avg("f1_weighted").alias("f1"), F.stddev_pop("f1_weighted").alias("f1_std"),
-    F.avg("consistency_rate").alias("consistency"), F.stddev_pop("consistency_rate").alias("consistency_std"),
-    F.count("*").alias("repeats")).orderBy("method"))
+nb.show(by_method(lh.read("consistency_results")).orderBy("method"))
 
 # COMMAND ----------
 

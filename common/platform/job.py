@@ -286,16 +286,17 @@ class JobRun:
             version = latest
         return self.ctx.lakehouse.read(table, version)
 
-    def all_written(self, tables: Sequence[str], config_hash: str,
-                    inputs: Optional[Mapping[str, str]] = None) -> bool:
+    def all_written(self, tables: Sequence[str], config_hash: str, inputs: Optional[Mapping[str, str]] = None,
+                    latest_only: bool = False) -> bool:
         """True (and every one of ``tables`` recorded as unchanged) when this job already wrote each of them
-        from the same config and inputs (never when forced): a job checks this before computing anything,
-        so a scheduled run on unchanged inputs costs a history lookup per table, not a recomputation."""
+        from the same config and inputs (never when forced); with ``latest_only``, only where that is still
+        the table's latest data version. A job checks this before computing anything, so a scheduled run on
+        unchanged inputs costs a history lookup per table, not a recomputation."""
         found = {}
         for table in tables:
             done = self.ctx.existing_version(self.tracked, table, config_hash,
                                              self.inputs if inputs is None else inputs)
-            if done is None:
+            if done is None or (latest_only and done != self.ctx.lakehouse.data_version(table)):
                 return False
             found[table] = done
         for table, done in found.items():
@@ -306,16 +307,8 @@ class JobRun:
 
     def already_written(self, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
                         latest_only: bool = False) -> bool:
-        """True (and ``table`` recorded as unchanged) when this job already wrote ``table`` from the same
-        config and inputs (never when forced); with ``latest_only``, only if that is still the latest version."""
-        done = self.ctx.existing_version(self.tracked, table, config_hash,
-                                         self.inputs if inputs is None else inputs)
-        if done is None or (latest_only and done != self.ctx.lakehouse.data_version(table)):
-            return False
-        log.info("%s v%s already holds this output of %s (same config and inputs); nothing to do", table, done,
-                 self.result.job)
-        self.result.outputs[table] = unchanged(table, done)
-        return True
+        """:meth:`all_written` of the one table ``table``."""
+        return self.all_written([table], config_hash, inputs, latest_only)
 
 
 JobBody = Callable[[JobContext, JobRun], Optional[Mapping[str, float]]]
