@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.boostaug.config import BoostAugConfig
 from common.catalog.config import CGAConfig, ConsistencyConfig, GroupingConfig
 from common.data.config import DemoConfig, IngestConfig, InputsConfig, SubsampleConfig
 from common.platform.config import BaseConfig, load
@@ -29,6 +30,7 @@ class AppConfig(BaseConfig):
     query_graph: QueryGraphConfig = field(default_factory=QueryGraphConfig)
     cga: CGAConfig = field(default_factory=CGAConfig)
     query_reformulation: QueryReformulationConfig = field(default_factory=QueryReformulationConfig)
+    boostaug: BoostAugConfig = field(default_factory=BoostAugConfig)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:

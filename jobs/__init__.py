@@ -35,6 +35,11 @@ JOBS: dict[str, str] = {
     "query-reformulate": "jobs.query_reformulation:reformulate_job",
     "query-augment": "jobs.query_reformulation:augment_job",
     "query-matcher": "jobs.query_reformulation:matcher_job",
+    "ingest-texts": "jobs.ingest:texts_job",
+    "boostaug-splits": "jobs.boostaug:splits_job",
+    "boostaug-augment": "jobs.boostaug:augment_job",
+    "boostaug-filter": "jobs.boostaug:filter_job",
+    "boostaug-evaluate": "jobs.boostaug:evaluate_job",
     "maintain": "jobs.maintain",
     "results-summary": "jobs.summary",
 }
@@ -47,10 +52,13 @@ PIPELINES: dict[str, list[str]] = {
 }
 PIPELINES["cga"] = PIPELINES["consistency"] + ["cga-pairs", "cga-generate", "cga-train", "cga-sweep"]
 PIPELINES["query-reformulation"] = PIPELINES["query-graph"] + ["query-reformulate", "query-augment", "query-matcher"]
+PIPELINES["boostaug"] = ["generate-demo", "ingest-texts", "boostaug-splits", "boostaug-augment", "boostaug-filter",
+                         "boostaug-evaluate"]
 # Weekly in production (resources/maintenance.yml): compaction and VACUUM of every table.
 PIPELINES["maintenance"] = ["maintain"]
 # The main demo: every pipeline on the demo data (jobs shared by several run once).
-PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"])) + ["results-summary"]
+PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"]
+                                      + PIPELINES["boostaug"])) + ["results-summary"]
 
 
 REGISTRY = JobRegistry(JOBS, PIPELINES)

@@ -8,6 +8,9 @@ each with ``<table>_quarantine`` (rejected rows with a ``reason``), and ``taxono
 
 Accounting: for each input, rows in = rows kept + rows quarantined; the job fails if that ever breaks.
 
+Job ``ingest-texts`` does the same for ``inputs.texts`` (``texts`` and ``texts_quarantine``; unset: the
+demo's labeled titles as text and their category as label).
+
 Incremental: a Delta path input whose commits since the version last ingested (with the same config) only
 appended rows has just those rows validated and appended to both tables (``ingest.incremental``); any other
 change to it, or any other input kind, is ingested in full and overwrites.
@@ -22,7 +25,7 @@ from typing import Optional
 from common.config import AppConfig
 from common.data.config import InputSpec
 from common.platform.job import JobContext, JobRun, hash_of, job
-from common.data.schemas import CONTRACTS, Contract
+from common.data.schemas import CATALOG_KINDS, CONTRACTS, TEXTS, Contract
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
@@ -40,11 +43,11 @@ def resolve_inputs(cfg: AppConfig) -> dict[str, InputSpec]:
     """The configured inputs by kind; with none configured, the demo landing files that exist."""
     from jobs.generate_demo import landing_dir
 
-    configured = {kind: getattr(cfg.inputs, kind) for kind in CONTRACTS if getattr(cfg.inputs, kind) is not None}
+    configured = {kind: getattr(cfg.inputs, kind) for kind in CATALOG_KINDS if getattr(cfg.inputs, kind) is not None}
     if configured:
         return configured
     landing = landing_dir(cfg)
-    folders = {kind: f"{landing}/{_DEMO_LANDING[kind]}" for kind in CONTRACTS}
+    folders = {kind: f"{landing}/{_DEMO_LANDING[kind]}" for kind in CATALOG_KINDS}
     return {kind: InputSpec(path=folder) for kind, folder in folders.items()
             if "://" in folder or Path(folder).exists()}
 
@@ -56,7 +59,7 @@ def resolve_taxonomy(cfg: AppConfig) -> Optional[str]:
     if cfg.ingest.taxonomy:
         return cfg.ingest.taxonomy
     demo_taxonomy = Path(landing_dir(cfg)) / "taxonomy.txt"
-    uses_demo = all(getattr(cfg.inputs, kind) is None for kind in CONTRACTS)
+    uses_demo = all(getattr(cfg.inputs, kind) is None for kind in CATALOG_KINDS)
     return str(demo_taxonomy) if uses_demo and demo_taxonomy.is_file() else None
 
 
@@ -85,6 +88,25 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     return metrics
 
 
+def texts_input(cfg: AppConfig) -> InputSpec:
+    """``inputs.texts``; unset: the demo's labeled product titles (text = title, label = category path)."""
+    from jobs.generate_demo import landing_dir
+
+    if cfg.inputs.texts is not None:
+        return cfg.inputs.texts
+    folder = f"{landing_dir(cfg)}/{_DEMO_LANDING['labeled']}"
+    if "://" not in folder and not Path(folder).exists():
+        raise ValueError("nothing to ingest: set inputs.texts, or run `augment run generate-demo` first")
+    return InputSpec(path=folder, rename={"title": "text", "category": "label"})
+
+
+@job("ingest-texts")
+def texts_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+    """Ingest the labeled texts (``inputs.texts``) into ``texts`` and ``texts_quarantine``."""
+    counts = ingest_one(ctx, tr, TEXTS, texts_input(ctx.cfg), None)
+    return {f"texts.{k}": float(v) for k, v in counts.items()}
+
+
 def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec, taxonomy_df) -> dict[str, int]:
     """Validate one input and write its kept and quarantined rows; returns rows_in/kept/quarantined (of the
     rows this run read: only the appended ones on an incremental run) and ``incremental`` (1 or 0), or
@@ -98,7 +120,7 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     other_inputs = {}
     if taxonomy_df is not None and "category" in contract.column_names:
         other_inputs["taxonomy"] = str(tr.result.outputs["taxonomy"].version)
-    since = last_ingested(ctx, contract, config_hash, spec.path, other_inputs)
+    since = last_ingested(ctx, contract, config_hash, spec.path, other_inputs, tr.result.job)
     raw = read_input(ctx.spark, spec, contract, native_delta=ctx.capabilities.native_delta, since=since)
     # Appended source rows are validated alone and appended: every rule is per row, so the tables end up
     # as a full ingest of the new source version would leave them.
@@ -134,7 +156,7 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
 
 
 def last_ingested(ctx: JobContext, contract: Contract, config_hash: str, location: str,
-                  other_inputs: dict[str, str]) -> Optional[str]:
+                  other_inputs: dict[str, str], job_name: str = NAME) -> Optional[str]:
     """The source version that ``contract``'s table and its quarantine table were both last ingested from,
     with this config and the same other inputs (taxonomy), when that ingest is still each table's latest
     data version; None (a full ingest) otherwise, when forced, or with ``ingest.incremental`` off."""
@@ -146,7 +168,7 @@ def last_ingested(ctx: JobContext, contract: Contract, config_hash: str, locatio
             return None
         commit = ctx.lakehouse.data_commit(table)
         lineage = commit.lineage if commit else None
-        if not lineage or lineage.get("job") != NAME or lineage.get("config_hash") != config_hash:
+        if not lineage or lineage.get("job") != job_name or lineage.get("config_hash") != config_hash:
             return None
         inputs = dict(lineage.get("inputs") or {})
         versions.add(inputs.pop(location, None))

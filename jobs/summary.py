@@ -1,8 +1,9 @@
 """Job ``results-summary``: one screen of headline results, each method against its baseline.
 
 Reads (whichever exist): ``consistency_results`` (weighted F1 and consistency rate per method and repeat:
-baseline, CS-Blind, CST, CGA) and ``matcher_results`` (query -> product matcher trained on the original vs
-the augmented interaction log, precision/recall @k). Aggregates them per method with Spark (a handful of
+baseline, CS-Blind, CST, CGA), ``matcher_results`` (query -> product matcher trained on the original vs
+the augmented interaction log, precision/recall @k) and ``boostaug_results`` (accuracy with unfiltered vs
+filtered augmentation). Aggregates them per method with Spark (a handful of
 rows reach the driver), prints the summary with the report folders, and writes it to
 ``<lakehouse.root>/reports/summary.md`` (also an MLflow artifact). Writes no table.
 """
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 NAME = "results-summary"
 CONSISTENCY = "consistency_results"
 MATCHER = "matcher_results"
+BOOSTAUG = "boostaug_results"
 
 
 @job(NAME)
@@ -61,6 +63,22 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                          f"{o['r']:>13.4f} {a['r']:>14.4f} {_lift(a['r'], o['r']):>8}")
             metrics[f"matcher.original.precision_at_{k}"] = o["p"]
             metrics[f"matcher.augmented.precision_at_{k}"] = a["p"]
+        sections.append("\n".join(lines))
+    if ctx.lakehouse.exists(BOOSTAUG):
+        n_aug = ctx.cfg.boostaug.n_aug
+        results = tr.read(BOOSTAUG).filter((F.col("n_aug") == n_aug) | (F.col("method") == "none"))
+        rows = results.groupBy("method").agg(F.avg("accuracy").alias("acc"), F.stddev("accuracy").alias("std"),
+                                            F.avg("macro_f1").alias("f1"), F.count("*").alias("runs")).collect()
+        by = {r["method"]: r for r in rows}
+        base = by.get("none")
+        lines = [f"BoostAug paper (test accuracy and macro-F1 of fastText trained with {n_aug} augmentations per "
+                 "text, unfiltered vs BoostAug-filtered; mean ± std over R seeds, lift vs no augmentation):",
+                 f"  {'method':<34} {'accuracy':>17} {'lift':>8} {'macro-F1':>9} {'R':>3}"]
+        for method in sorted(by, key=lambda m: (m != "none", m)):
+            r = by[method]
+            lines.append(f"  {method:<34} {r['acc']:>8.4f} ± {r['std'] or 0.0:.4f} "
+                         f"{_lift(r['acc'], base['acc'] if base else None):>8} {r['f1']:>9.4f} {r['runs']:>3}")
+            metrics[f"boostaug.{method.replace('+', '_')}.accuracy"] = r["acc"]
         sections.append("\n".join(lines))
     reports = Path(ctx.cfg.lakehouse.root) / "reports"
     if not sections:

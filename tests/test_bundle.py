@@ -15,7 +15,7 @@ from common.platform.job import override_list
 from jobs import PIPELINES, REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
-BUNDLED = ["consistency", "cga", "query-graph", "query-reformulation", "maintenance"]
+BUNDLED = ["consistency", "cga", "query-graph", "query-reformulation", "boostaug", "maintenance"]
 
 
 @pytest.fixture(scope="module")

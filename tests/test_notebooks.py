@@ -11,7 +11,7 @@ from jobs import PIPELINES
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 # In pipeline order: later notebooks skip the jobs earlier ones wrote (same config, same inputs).
-ORDER = ["foundation", "consistency", "query_graph", "cga", "query_reformulation", "maintenance"]
+ORDER = ["foundation", "consistency", "query_graph", "cga", "query_reformulation", "boostaug", "maintenance"]
 PREFIX = {"cga": "consistency", "query_reformulation": "query-graph"}  # the pipeline each one extends
 
 
@@ -36,6 +36,8 @@ def notebook_env(monkeypatch, tmp_path, tracking_uri):
         "consistency.repeats=1", "consistency.consistency_test=60", "consistency.methods=[baseline,cst_ss]",
         "cga.sweep.sizes=[100]", "cga.sweep.fixed_size=100", "cga.threshold=0.3", "cga.sweep.thresholds=[0.3]",
         "cga.sweep.fixed_threshold=0.3", "query_reformulation.fine_tune.epochs=1",
+        "boostaug.n_aug=2", "boostaug.folds=3", "boostaug.eval.repeats=1", "boostaug.eval.curve=[0,2]",
+        "boostaug.surrogate.epochs=[50]", "boostaug.filter.confidence_threshold=0.6", "boostaug.backends=[eda,split]",
         "maintenance.tables=[consistency_results,query_clusters]",
     ]
     monkeypatch.chdir(REPO)
@@ -57,6 +59,7 @@ def test_notebooks_run_every_pipeline(spark, ray_runtime, notebook_env, capsys):
         "query_graph": ["reformulation_pairs", "internal_edges", "histograms.png"],
         "cga": ["cga_sweep_results", "source_title", "figure2.png"],
         "query_reformulation": ["augmented_interactions", "precision"],
+        "boostaug": ["eda+boostaug", "not among the 2 most confident", "accuracy_vs_n_aug.png"],
         "maintenance": ["maintain", "reformulation_pairs"],
     }
     for name in ORDER:

@@ -23,6 +23,9 @@ class InputSpec:
     # raw click log with one row per click.
     defaults: dict[str, str] = field(default_factory=dict)
     options: dict[str, str] = field(default_factory=dict)
+    # Columns taken from each row's file path by a regex's first group, e.g. {split: "(train|dev|test)\\.csv$"}
+    # for a folder of train/dev/test files (file formats only; no match gives null).
+    from_path: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_shorthand(cls, path: str) -> "InputSpec":
@@ -54,6 +57,8 @@ class InputsConfig:
     catalog: Optional[InputSpec] = None
     interactions: Optional[InputSpec] = None
     products: Optional[InputSpec] = None
+    # Labeled texts (text, label, optional split) for the BoostAug pipeline; unset: the demo's labeled titles.
+    texts: Optional[InputSpec] = None
 
 
 @dataclass
@@ -61,6 +66,8 @@ class IngestConfig:
     """Validation rules applied on ingest; failing rows go to ``<table>_quarantine`` with a reason."""
 
     max_title_chars: int = 512
+    # Sentences and documents (the ``texts`` input) may be far longer than titles.
+    max_text_chars: int = 100_000
     max_category_depth: int = 7
     category_separator: str = ">"
     # A Google-Product-Taxonomy-format file; when set, labels outside it are quarantined.
@@ -71,6 +78,7 @@ class IngestConfig:
 
     def __post_init__(self) -> None:
         check(self.max_title_chars > 0, "ingest.max_title_chars", "must be > 0")
+        check(self.max_text_chars > 0, "ingest.max_text_chars", "must be > 0")
         check(self.max_category_depth >= 1, "ingest.max_category_depth", "must be >= 1")
         check(bool(self.category_separator.strip()), "ingest.category_separator", "must not be blank")
         if self.taxonomy:

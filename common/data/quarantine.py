@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 from common.data.config import IngestConfig
 from common.data.readers import CORRUPT_COL, SOURCE_COL
-from common.data.schemas import Contract
+from common.data.schemas import SPLITS, Contract
 from common.data.taxonomy import canonical_col, depth_col, malformed_col
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def _blank(column: "Column") -> "Column":
     return column.isNull() | (F.trim(column) == "")
 
 
-def _text_rules(name: str, cfg: IngestConfig) -> list[tuple["Column", str]]:
+def _text_rules(name: str, limit: int) -> list[tuple["Column", str]]:
     from pyspark.sql import functions as F
 
     column = F.col(name)
@@ -35,7 +35,7 @@ def _text_rules(name: str, cfg: IngestConfig) -> list[tuple["Column", str]]:
         (_blank(column), f"empty {name}"),
         (column.rlike(_INVALID_CHARS), f"invalid text in {name}: control or undecodable characters"),
         (~column.rlike(r"[\p{L}\p{N}]"), f"invalid text in {name}: no letters or digits"),
-        (F.length(column) > cfg.max_title_chars, f"{name} longer than {cfg.max_title_chars} characters"),
+        (F.length(column) > limit, f"{name} longer than {limit} characters"),
     ]
 
 
@@ -49,9 +49,16 @@ def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False) -> 
         if id_col in names:
             checks.append((_blank(F.col(id_col)), f"empty {id_col}"))
     if "title" in names:
-        checks += _text_rules("title", cfg)
+        checks += _text_rules("title", cfg.max_title_chars)
     if "query" in names:
-        checks += _text_rules("query", cfg)
+        checks += _text_rules("query", cfg.max_title_chars)
+    if "text" in names:
+        checks += _text_rules("text", cfg.max_text_chars)
+    if "label" in names:
+        checks.append((_blank(F.col("label")), "empty label"))
+    if "split" in names:
+        checks.append((F.col("split").isNotNull() & ~F.lower(F.trim(F.col("split"))).isin(*SPLITS),
+                       f"unknown split (allowed: {', '.join(SPLITS)})"))
     if "category" in names:
         category = F.col("category")
         checks += [
@@ -103,11 +110,11 @@ def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
     out = []
     for column in contract.columns:
         value = F.col(column.name)
-        if column.name in ("title", "query"):
+        if column.name in ("title", "query", "text"):
             value = F.regexp_replace(F.trim(value), r"\s+", " ")
         elif column.name == "category":
             value = canonical_col(value, cfg.category_separator)
-        elif column.name == "interaction":
+        elif column.name in ("interaction", "split"):
             value = F.lower(F.trim(value))
         elif column.type == "long":
             value = F.trim(value.cast("string")).try_cast("long")

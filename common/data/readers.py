@@ -99,6 +99,11 @@ def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, nativ
         if old not in df.columns:
             raise InputSchemaError(f"{location}: rename source column {old!r} not found; columns: {df.columns}")
         df = df.withColumnRenamed(old, new)
+    for name, pattern in spec.from_path.items():
+        if fmt not in ("csv", "json", "parquet"):
+            raise InputSchemaError(f"{location}: from_path needs a file input (csv, json, parquet), not {fmt}")
+        value = F.regexp_extract(F.col("_metadata.file_path"), pattern, 1)
+        df = df.withColumn(name, F.when(value != "", value))
     for name, value in spec.defaults.items():
         if name not in df.columns:
             df = df.withColumn(name, F.lit(value))

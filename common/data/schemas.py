@@ -63,10 +63,17 @@ INTERACTIONS = Contract(
     (ColumnSpec("query"), ColumnSpec("product_id"), ColumnSpec("interaction"), ColumnSpec("count", "long")),
 )
 PRODUCTS = Contract("products", (ColumnSpec("product_id"), ColumnSpec("title")))
+# Labeled sentences or documents for the text-classification papers (BoostAug): ``split`` is
+# train|dev|test when the source has one (else the pipeline draws a stratified split by seed).
+TEXTS = Contract("texts", (ColumnSpec("text"), ColumnSpec("label"), ColumnSpec("split", required=False)))
 
 CONTRACTS: dict[str, Contract] = {
     "labeled": LABELED,
     "catalog": CATALOG,
     "interactions": INTERACTIONS,
     "products": PRODUCTS,
+    "texts": TEXTS,
 }
+# The catalog datasets the ``ingest`` job takes; the others have their own pipeline's ingest job.
+CATALOG_KINDS = ("labeled", "catalog", "interactions", "products")
+SPLITS = ("train", "dev", "test")

@@ -121,33 +121,47 @@ def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: 
     order = np.random.default_rng(seed).permutation(len(rows))
     texts = [rows[i][0] for i in order]
     labels = [truncate_label(rows[i][1], level) for i in order]
+    with tempfile.TemporaryDirectory(prefix="hft-") as tmp:
+        tokens, n_labels, seconds = fit_fasttext(texts, labels, params, seed, tmp, f"level_{level}")
+        for name in (f"level_{level}.bin", f"labels_{level}.json"):
+            put_file(os.path.join(tmp, name), f"{out_dir.rstrip('/')}/{name}")
+    threads = max(1, int(params.get("thread", 1)))
+    rate = tokens * int(params.get("epoch", 5)) / max(seconds, 1e-9) / threads
+    return LevelStats(level, len(texts), tokens, n_labels, seconds, rate)
+
+
+def fit_fasttext(texts: Sequence[str], labels: Sequence[str], params: dict[str, Any], seed: int, folder: str,
+                 name: str = "level_1") -> tuple[int, int, float]:
+    """Train one fastText classifier on (text, label) in the given order; write ``<name>.bin`` and the label
+    map ``labels_<n>.json`` (fastText label token -> label; ``n`` from ``name``) into the local ``folder``.
+
+    Texts are normalised as at prediction (:func:`normalize_title`). Returns (tokens, labels, seconds).
+    A NaN failure (see ``SAFE_MALLOC_ENV``) is retried once in a fresh process.
+    """
     vocabulary = sorted(set(labels))
     token_of = {label: f"{LABEL_PREFIX}{i}" for i, label in enumerate(vocabulary)}
     tokens = 0
-    with tempfile.TemporaryDirectory(prefix="hft-") as tmp:
-        train_file = os.path.join(tmp, "train.txt")
-        with open(train_file, "w", encoding="utf-8") as fh:
-            for text, label in zip(texts, labels):
-                line = normalize_title(text)
-                tokens += len(line.split())
-                fh.write(f"{token_of[label]} {line}\n")
-        local_bin = os.path.join(tmp, f"level_{level}.bin")
-        start = time.perf_counter()
-        try:
-            _train_file_to_model(train_file, params, seed, local_bin)
-        except RuntimeError as exc:
-            if "NaN" not in str(exc):
-                raise
-            log.warning("fastText hit NaN in-process (level %d); retrying in a fresh process", level)
-            _train_in_fresh_process(train_file, params, seed, local_bin)
-        seconds = time.perf_counter() - start
-        local_map = os.path.join(tmp, f"labels_{level}.json")
-        Path(local_map).write_text(json.dumps({tok: label for label, tok in token_of.items()}), encoding="utf-8")
-        for path in (local_bin, local_map):
-            put_file(path, f"{out_dir.rstrip('/')}/{os.path.basename(path)}")
-    threads = max(1, int(params.get("thread", 1)))
-    rate = tokens * int(params.get("epoch", 5)) / max(seconds, 1e-9) / threads
-    return LevelStats(level, len(texts), tokens, len(vocabulary), seconds, rate)
+    train_file = os.path.join(folder, f"{name}.train.txt")
+    with open(train_file, "w", encoding="utf-8") as fh:
+        for text, label in zip(texts, labels):
+            line = normalize_title(text)
+            tokens += len(line.split())
+            fh.write(f"{token_of[label]} {line}\n")
+    out_bin = os.path.join(folder, f"{name}.bin")
+    start = time.perf_counter()
+    try:
+        _train_file_to_model(train_file, params, seed, out_bin)
+    except RuntimeError as exc:
+        if "NaN" not in str(exc):
+            raise
+        log.warning("fastText hit NaN in-process (%s); retrying in a fresh process", name)
+        _train_in_fresh_process(train_file, params, seed, out_bin)
+    seconds = time.perf_counter() - start
+    os.remove(train_file)
+    suffix = name.rsplit("_", 1)[-1]
+    Path(folder, f"labels_{suffix}.json").write_text(json.dumps({tok: label for label, tok in token_of.items()}),
+                                                    encoding="utf-8")
+    return tokens, len(vocabulary), seconds
 
 
 def _train_file_to_model(train_file: str, params: dict[str, Any], seed: int, out_bin: str) -> None:

@@ -1,0 +1,111 @@
+"""BoostAug's config (paper 3, METHODS.md section 3): augmentation backends, the cross-boosted surrogate
+filter, and the evaluation. Defaults are the paper's settings where it fixes them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from common.models.config import FastTextConfig
+from common.platform.config import check
+
+Backend = Literal["eda", "spelling", "split"]
+Filter = Literal["perplexity", "confidence", "label"]
+
+
+@dataclass
+class BackendConfig:
+    """The edit-based augmentation backends (EDA, spelling noise, word split)."""
+
+    # The paper: "the transformation probability of each token in a sentence is set to 0.1".
+    token_prob: float = 0.1
+    # EDA's synonyms: this many nearest neighbours of a word among MiniLM's whole-word vocabulary (no
+    # WordNet data installs offline here), with cosine at least ``synonym_min_cosine``.
+    synonyms: int = 5
+    synonym_min_cosine: float = 0.45
+
+    def __post_init__(self) -> None:
+        check(0.0 < self.token_prob <= 1.0, "boostaug.augment.token_prob", "must lie in (0, 1]")
+        check(self.synonyms >= 1, "boostaug.augment.synonyms", "must be >= 1")
+
+
+@dataclass
+class SurrogateConfig:
+    """The surrogate language model that judges augmentations (one per boosting fold)."""
+
+    # fasttext: a fastText classifier per fold (cheap, CPU; gives confidence and label, no perplexity).
+    kind: Literal["fasttext"] = "fasttext"
+    # Model choice on the validation fold: the epoch count among these with the best accuracy there.
+    epochs: list[int] = field(default_factory=lambda: [5, 10, 25])
+    fasttext: FastTextConfig = field(default_factory=FastTextConfig)
+
+    def __post_init__(self) -> None:
+        check(bool(self.epochs) and all(e >= 1 for e in self.epochs), "boostaug.surrogate.epochs",
+              "must name at least one epoch count >= 1")
+
+
+@dataclass
+class FilterConfig:
+    """The three instance filters. The paper's settings list says "confidence and perplexity thresholds
+    alpha = 0.99 and beta = 5" while its text drops perplexity >= alpha and confidence <= beta: read as
+    written, every candidate would be dropped (a probability is never above 5). The defaults take the
+    reading that makes sense: confidence threshold 0.99, perplexity threshold 5; both are settable."""
+
+    enabled: list[Filter] = field(default_factory=lambda: ["perplexity", "confidence", "label"])
+    # Drop a candidate whose confidence (the surrogate's top class probability) is <= this, after ranking.
+    confidence_threshold: float = 0.99
+    # Drop a candidate whose pseudo-perplexity is >= this (surrogates that have one).
+    perplexity_threshold: float = 5.0
+
+    def __post_init__(self) -> None:
+        check(0.0 <= self.confidence_threshold <= 1.0, "boostaug.filter.confidence_threshold", "must lie in [0, 1]")
+        check(self.perplexity_threshold > 0, "boostaug.filter.perplexity_threshold", "must be > 0")
+
+
+@dataclass
+class EvalConfig:
+    """How filtered and unfiltered augmentation are compared."""
+
+    models: list[Literal["fasttext"]] = field(default_factory=lambda: ["fasttext"])
+    # The paper repeats every experiment five times with different seeds.
+    repeats: int = 5
+    # The ablations (w/o perplexity, w/o confidence, w/o label, w/o cross-boosting) on this backend.
+    ablation_backend: Optional[Backend] = "eda"
+    # The Figure-3 curve: accuracy vs augmentations kept per source (0 = no augmentation).
+    curve: list[int] = field(default_factory=lambda: [0, 2, 4, 8, 16])
+    fasttext: FastTextConfig = field(default_factory=FastTextConfig)
+
+    def __post_init__(self) -> None:
+        check(self.repeats >= 1, "boostaug.eval.repeats", "must be >= 1")
+        check(all(n >= 0 for n in self.curve), "boostaug.eval.curve", "must be >= 0")
+
+
+@dataclass
+class BoostAugConfig:
+    """BoostAug (METHODS.md section 3): k-fold cross-boosted filtering of text augmentations."""
+
+    backends: list[Backend] = field(default_factory=lambda: ["eda", "spelling", "split"])
+    # Kept augmentations per source text (Ñ, the paper's best: 8); each backend makes 2·Ñ candidates.
+    n_aug: int = 8
+    # Cross-boosting folds (the paper: k = 5).
+    folds: int = 5
+    # Without a split column in the input: these shares of each label go to dev and test (stratified).
+    dev_fraction: float = 0.1
+    test_fraction: float = 0.2
+    # Labels that are category paths ("A > B > C") are cut to this many levels (None: as they are).
+    label_level: Optional[int] = None
+    augment: BackendConfig = field(default_factory=BackendConfig)
+    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        check(bool(self.backends), "boostaug.backends", "must name at least one backend")
+        check(self.n_aug >= 1, "boostaug.n_aug", "must be >= 1")
+        # k - 2 training folds, one validation fold, one boosting fold.
+        check(self.folds >= 3, "boostaug.folds", "must be >= 3 (k - 2 train, 1 validation, 1 boosting fold)")
+        check(0 <= self.dev_fraction < 1 and 0 < self.test_fraction < 1
+              and self.dev_fraction + self.test_fraction < 1, "boostaug.test_fraction",
+              "dev_fraction + test_fraction must lie in (0, 1)")
+        check(self.label_level is None or self.label_level >= 1, "boostaug.label_level", "must be >= 1")
+        check(max(self.eval.curve, default=0) <= 2 * self.n_aug, "boostaug.eval.curve",
+              "points must be <= 2 * n_aug (the candidates made per source)")

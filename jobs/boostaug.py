@@ -1,0 +1,253 @@
+"""The BoostAug jobs (paper 3, METHODS.md section 3): one module, four thin jobs.
+
+* ``boostaug-splits`` reads ``texts``; labels cut to ``boostaug.label_level``; writes ``boostaug_texts``
+  (source_id, text, label, split, fold): the input's split where it has one, else an exact stratified draw
+  by seed; training rows dealt into ``boostaug.folds`` stratified folds.
+* ``boostaug-augment`` reads ``boostaug_texts``; writes ``boostaug_candidates``: ``2 * boostaug.n_aug``
+  candidates per training text and backend (source_id, fold, source_text, label, backend, aug_idx, text).
+* ``boostaug-filter`` trains one surrogate per boosting fold in Ray tasks (k - 2 folds train it, one
+  validates it, it judges the last one), plus the MonoAug surrogate for the ablation; scores every candidate
+  in Spark with its fold's surrogate; writes ``boostaug_kept`` (the filtered augmentations, with scores) and
+  ``boostaug_rejects`` (the rest, each with its ``reason``); candidates = kept + rejected.
+* ``boostaug-evaluate`` writes ``boostaug_eval_sets`` (each method's augmentation rows) and trains the
+  evaluation classifiers in Ray tasks, ``boostaug.eval.repeats`` seeds each, on the training split plus a
+  method's rows, scored on the test split: ``boostaug_results`` (method, backend, model, n_aug, repeat, seed,
+  accuracy, macro_f1, n_train, n_augmented) and a report (Table 2 and the Figure 3 curve).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
+from jobs import entry_point
+
+log = logging.getLogger(__name__)
+
+TEXTS, CANDIDATES, KEPT, REJECTS = "boostaug_texts", "boostaug_candidates", "boostaug_kept", "boostaug_rejects"
+EVAL_SETS, RESULTS = "boostaug_eval_sets", "boostaug_results"
+RESULT_SCHEMA = ("run_id string, method string, backend string, model string, n_aug int, repeat int, seed long, "
+                 "accuracy double, macro_f1 double, n_train long, n_augmented long")
+
+
+class AccountingError(RuntimeError):
+    """Candidates != kept + rejected: a bug, never a data problem."""
+
+
+@job("boostaug-splits")
+def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+    """``boostaug-splits``: source ids, the train/dev/test split and the cross-boosting folds."""
+    from pyspark.sql import functions as F
+
+    from common.boostaug.data import assign_splits, cut_label, with_source_ids
+
+    cfg = ctx.cfg.boostaug
+    texts = tr.read("texts").withColumn("label", cut_label(F.col("label"), cfg.label_level,
+                                                           ctx.cfg.ingest.category_separator))
+    config_hash = hash_of(cfg.folds, cfg.dev_fraction, cfg.test_fraction, cfg.label_level, ctx.cfg.seed)
+    if tr.already_written(TEXTS, config_hash):
+        return {}
+    written = tr.write(assign_splits(with_source_ids(texts), cfg, ctx.cfg.seed), TEXTS, config_hash)
+    # One row per split and fold: a bounded aggregate.
+    counts = {f"{r['split']}": r["count"] for r in
+              ctx.lakehouse.read(TEXTS, written.version).groupBy("split").count().collect()}
+    log.info("boostaug splits: %s", counts)
+    return {f"rows.{k}": v for k, v in counts.items()}
+
+
+@job("boostaug-augment")
+def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+    """``boostaug-augment``: every backend's 2·Ñ candidates per training text."""
+    from pyspark.sql import functions as F
+
+    from common.boostaug.data import candidates
+
+    cfg = ctx.cfg.boostaug
+    train = tr.read(TEXTS).filter(F.col("split") == "train")
+    config_hash = hash_of(cfg.backends, cfg.n_aug, asdict(cfg.augment), ctx.cfg.seed)
+    if tr.already_written(CANDIDATES, config_hash):
+        return {}
+    written = tr.write(candidates(train, cfg, ctx.cfg.seed), CANDIDATES, config_hash)
+    return {"candidates": float(written.num_rows or 0)}
+
+
+def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple[dict[int, str], Optional[str]]:
+    """Train the fold surrogates (and the MonoAug one) in Ray tasks; (fold -> model folder, mono folder)."""
+    from common.boostaug.classifier import choose_and_fit, run_tasks
+    from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
+    from common.models.hft import fasttext_params
+
+    cfg = ctx.cfg.boostaug
+    files = ctx.lakehouse.file_uris(TEXTS, tr.versions[TEXTS])
+    plans = fold_plans(cfg.folds) + ([mono_plan(cfg.folds)] if with_mono else [])
+    jobs = []
+    for plan in plans:
+        train, validation = surrogate_sources(files, plan)
+        name = "mono" if plan.boost is None else f"fold{plan.boost}"
+        jobs.append({"train": train, "validation": validation, "params": fasttext_params(cfg.surrogate.fasttext),
+                     "epochs": list(cfg.surrogate.epochs), "seed": ctx.cfg.seed,
+                     "out_dir": ctx.models_dir("boostaug_surrogate", hash_of(key, name))})
+    figures = run_tasks(ctx.ray(), choose_and_fit, jobs)
+    report = {("mono" if p.boost is None else f"fold{p.boost}"): {**f, "plan": asdict(p)}
+              for p, f in zip(plans, figures)}
+    tr.log_dict(report, "surrogates.json")
+    for name, f in report.items():
+        log.info("surrogate %s: %d rows, %d epochs, validation accuracy %.4f", name, f["rows"], f["epoch"],
+                 f["val_accuracy"])
+    tr.log_metrics({f"surrogate.{name}.val_accuracy": f["val_accuracy"] for name, f in report.items()})
+    folds = {p.boost: f["uri"] for p, f in zip(plans, figures) if p.boost is not None}
+    mono = next((f["uri"] for p, f in zip(plans, figures) if p.boost is None), None)
+    return folds, mono
+
+
+@job("boostaug-filter")
+def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+    """``boostaug-filter``: cross-boosted surrogates score every candidate; the filters keep or reject it."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from common.boostaug.filtering import apply_filters
+    from common.boostaug.surrogate import score
+
+    cfg = ctx.cfg.boostaug
+    tr.read(TEXTS)
+    candidates = tr.read(CANDIDATES)
+    with_mono = cfg.eval.ablation_backend in cfg.backends
+    config_hash = hash_of(asdict(cfg.surrogate), asdict(cfg.filter), cfg.n_aug, cfg.folds, with_mono, ctx.cfg.seed)
+    if tr.all_written([KEPT, REJECTS], config_hash):
+        return {}
+    folds, mono = _surrogates(ctx, tr, hash_of(config_hash, tr.inputs), with_mono)
+    judged = apply_filters(score(candidates, folds, mono), cfg.n_aug, cfg.filter, cfg.filter.enabled) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # One row per backend and reason: a bounded aggregate.
+        by_reason = judged.groupBy("backend", "reason").count().collect()
+        kept = tr.write(judged.filter(F.col("reason").isNull()).drop("reason"), KEPT, config_hash)
+        rejected = tr.write(judged.filter(F.col("reason").isNotNull()), REJECTS, config_hash)
+    finally:
+        judged.unpersist()
+    n_in = sum(r["count"] for r in by_reason)
+    n_kept = sum(r["count"] for r in by_reason if r["reason"] is None)
+    n_candidates = ctx.lakehouse.read(CANDIDATES, tr.versions[CANDIDATES]).count()
+    if n_in != n_candidates or (kept.num_rows is not None and rejected.num_rows is not None
+                                and kept.num_rows + rejected.num_rows != n_candidates):
+        raise AccountingError(f"{n_candidates} candidates != {kept.num_rows} kept + {rejected.num_rows} rejected")
+    reasons: dict[str, int] = {}
+    metrics = {"candidates": float(n_in), "kept": float(n_kept)}
+    for backend in cfg.backends:
+        total = sum(r["count"] for r in by_reason if r["backend"] == backend)
+        kept_b = sum(r["count"] for r in by_reason if r["backend"] == backend and r["reason"] is None)
+        metrics[f"{backend}.keep_rate"] = kept_b / total if total else 0.0
+    for r in by_reason:
+        if r["reason"] is not None:
+            reasons[r["reason"]] = reasons.get(r["reason"], 0) + r["count"]
+    tr.log_dict({"candidates": n_in, "kept": n_kept, "reasons": reasons}, "filter.json")
+    log.info("boostaug filter: %d candidates = %d kept + %d rejected %s", n_in, n_kept, n_in - n_kept, reasons)
+    return metrics
+
+
+@job("boostaug-evaluate")
+def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
+    """``boostaug-evaluate``: each method's classifiers, R seeds, accuracy and macro-F1 on the test split."""
+    from pyspark.sql import functions as F
+
+    from common.boostaug.classifier import fit_and_evaluate, run_tasks
+    from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
+    from common.models.hft import fasttext_params
+
+    cfg = ctx.cfg.boostaug
+    tr.read(TEXTS)
+    kept, rejects = tr.read(KEPT), tr.read(REJECTS)
+    config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
+    if tr.already_written(RESULTS, config_hash):
+        print(summary_table(tr.written(RESULTS).toPandas(), cfg.n_aug))
+        return None
+    scored = kept.withColumn("reason", F.lit(None).cast("string")).unionByName(rejects)
+    has_perplexity = scored.filter(F.col("perplexity").isNotNull()).limit(1).count() > 0
+    all_variants = variants(cfg, has_perplexity)
+    sets = tr.write(eval_sets(scored, cfg, all_variants), EVAL_SETS, config_hash)
+    # One row per variant: a bounded aggregate.
+    n_aug_rows = {(r["method"], r["n_aug"]): r["count"] for r in
+                  ctx.lakehouse.read(EVAL_SETS, sets.version).groupBy("method", "n_aug").count().collect()}
+
+    text_files = ctx.lakehouse.file_uris(TEXTS, tr.versions[TEXTS])
+    set_files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
+    train = (text_files, [("split", "=", "train")])
+    test = [(text_files, [("split", "=", "test")])]
+    jobs, keys = [], []
+    for model in cfg.eval.models:
+        for v in all_variants:
+            sources = [train] if v.method == NONE else \
+                [train, (set_files, [("method", "=", v.method), ("n_aug", "=", v.n_aug)])]
+            for repeat in range(cfg.eval.repeats):
+                seed = ctx.cfg.seed + repeat
+                jobs.append({"train": sources, "test": test, "params": fasttext_params(cfg.eval.fasttext),
+                             "seed": seed})
+                keys.append((v, model, repeat, seed))
+    log.info("boostaug evaluate: %d variants x %d repeats = %d classifiers", len(all_variants), cfg.eval.repeats,
+             len(jobs))
+    figures = run_tasks(ctx.ray(), fit_and_evaluate, jobs)
+    rows = []
+    for (v, model, repeat, seed), f in zip(keys, figures):
+        n_aug_rows_v = int(n_aug_rows.get((v.method, v.n_aug), 0))
+        rows.append((tr.run_id, v.method, v.backend, model, v.n_aug, repeat, seed, f["accuracy"], f["macro_f1"],
+                     int(f["rows"]), n_aug_rows_v))
+    frame = ctx.spark.createDataFrame(rows, RESULT_SCHEMA)
+    tr.write(frame, RESULTS, config_hash)
+    pdf = frame.toPandas()
+    report(ctx, tr, pdf)
+    main = pdf[(pdf["n_aug"] == cfg.n_aug) | (pdf["method"] == NONE)].groupby("method")[["accuracy", "macro_f1"]]
+    # MLflow metric names allow no "+": eda+boostaug -> eda_boostaug.
+    return {f"mean.{m.replace('+', '_')}.{k}": v for m, row in main.mean().iterrows() for k, v in row.items()}
+
+
+def report(ctx: JobContext, tr: JobRun, pdf) -> None:
+    """Write Table 2 (markdown) and the Figure 3 curve (PNG); log both to MLflow; print the table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from common.boostaug.evaluation import curve_points, summary_table
+
+    cfg = ctx.cfg.boostaug
+    folder = Path(ctx.reports_dir("boostaug"))
+    table = summary_table(pdf, cfg.n_aug)
+    print(table)
+    files = [folder / "report.md"]
+    text = (f"# BoostAug results\n\nMLflow run `{tr.run_id}`; table `{RESULTS}`; accuracy and macro-F1 on the test "
+            f"split, mean ± sample std over {cfg.eval.repeats} seeds; {cfg.n_aug} augmentations per source.\n\n"
+            f"```\n{table}\n```\n")
+    backend = cfg.eval.ablation_backend
+    if backend in cfg.backends and len(cfg.eval.curve) > 1:
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for method, points in curve_points(pdf, backend).items():
+            xs, ys, err = zip(*points)
+            ax.errorbar(xs, ys, yerr=err, fmt="o-", capsize=3, label=method)
+        ax.set_xlabel("augmentations per source (Ñ)")
+        ax.set_ylabel("test accuracy")
+        ax.set_title(f"Accuracy vs augmentations, mean ± std of {cfg.eval.repeats} seeds")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        chart = folder / "accuracy_vs_n_aug.png"
+        fig.savefig(chart, dpi=120)
+        plt.close(fig)
+        files.append(chart)
+        text += "\n![accuracy vs augmentations](accuracy_vs_n_aug.png)\n"
+    files[0].write_text(text, encoding="utf-8")
+    for path in files:
+        tr.log_artifact(str(path), "report")
+
+
+def run(ctx: JobContext) -> JobResult:
+    """Run the four jobs in order (the ``boostaug`` pipeline without its ingest)."""
+    return run_jobs(ctx, "boostaug", (splits_job, augment_job, filter_job, evaluate_job))
+
+
+main = entry_point("boostaug", run, __doc__)
+
+if __name__ == "__main__":
+    main()
