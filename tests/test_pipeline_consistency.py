@@ -114,7 +114,7 @@ def test_other_scripts_run_through_the_pipeline(ctx, tmp_path):
                                             fasttext=FastTextConfig(epoch=10, bucket=5000))
     results = run_pipeline(ctx, "consistency", PIPELINES["consistency"][2:])
     rows = ctx.lakehouse.read("consistency_results").toPandas()
-    assert list(rows.method) == ["baseline", "cst_full"]
+    assert sorted(rows.method) == ["baseline", "cst_full"]  # a Delta read has no row order
     assert rows.f1_weighted.min() > 0.9  # each script's words name the category
     assert results[1].metrics["consistency_test_pairs"] == 20
 
