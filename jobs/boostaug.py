@@ -50,7 +50,7 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     if tr.already_written(TEXTS, config_hash):
         return {}
     written = tr.write(assign_splits(with_source_ids(texts), cfg, ctx.cfg.seed), TEXTS, config_hash)
-    # One row per split and fold: a bounded aggregate.
+    # One row per split: a bounded aggregate.
     counts = {f"{r['split']}": r["count"] for r in
               ctx.lakehouse.read(TEXTS, written.version).groupBy("split").count().collect()}
     log.info("boostaug splits: %s", counts)
@@ -130,7 +130,7 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
         judged.unpersist()
     n_in = sum(r["count"] for r in by_reason)
     n_kept = sum(r["count"] for r in by_reason if r["reason"] is None)
-    n_candidates = ctx.lakehouse.read(CANDIDATES, tr.versions[CANDIDATES]).count()
+    n_candidates = candidates.count()
     if n_in != n_candidates or (kept.num_rows is not None and rejected.num_rows is not None
                                 and kept.num_rows + rejected.num_rows != n_candidates):
         raise AccountingError(f"{n_candidates} candidates != {kept.num_rows} kept + {rejected.num_rows} rejected")

@@ -76,7 +76,7 @@ def test_fold_plans_never_let_a_surrogate_judge_its_training_texts():
 def test_fold_rows_are_disjoint_in_the_written_table(spark, tmp_path):
     from pyspark.sql import functions as F
 
-    from common.boostaug.classifier import read_rows
+    from common.models.hft import read_rows
     from common.boostaug.data import assign_splits, with_source_ids
     from common.boostaug.surrogate import surrogate_sources
 
@@ -97,10 +97,11 @@ def test_fold_rows_are_disjoint_in_the_written_table(spark, tmp_path):
     files = [str(p) for p in (tmp_path / "texts").glob("*.parquet")]
     for plan in fold_plans(5):
         train, validation = surrogate_sources(files, plan)
-        boosted = {t for t, _ in read_rows([(files, [("split", "=", "train"), ("fold", "=", plan.boost)])])}
-        seen = {t for t, _ in read_rows(train)} | {t for t, _ in read_rows(validation)}
+        boosted = {t for t, _ in read_rows([(files, [("split", "=", "train"), ("fold", "=", plan.boost)])],
+                                           "text", "label")}
+        seen = {t for t, _ in read_rows(train, "text", "label") + read_rows(validation, "text", "label")}
         assert boosted and not boosted & seen
-        assert len(read_rows(train)) == 3 * 42
+        assert len(read_rows(train, "text", "label")) == 3 * 42
     # the same rows and seed give the same split
     again = assign_splits(with_source_ids(texts), cfg, seed=1)
     assert sorted(map(tuple, again.select("source_id", "split", "fold").collect())) == \

@@ -38,7 +38,7 @@ def mono_plan(k: int) -> FoldPlan:
 
 def surrogate_sources(files: Sequence[str], plan: FoldPlan) -> tuple[list, list]:
     """(training sources, validation sources) of ``plan`` over the Parquet files of ``boostaug_texts``, in
-    :mod:`common.boostaug.classifier`'s (files, pyarrow filters) form: the plan's training folds of the
+    :data:`common.models.hft.Source` form (files, pyarrow filters): the plan's training folds of the
     train split; its validation fold, or the dev split for the mono surrogate."""
     train_rows = ("split", "=", "train")
     validation = [("split", "=", "dev")] if plan.boost is None else [train_rows, ("fold", "=", plan.validation)]

@@ -100,6 +100,44 @@ def _fasttext():
     return fasttext
 
 
+# (Parquet files, pyarrow filters or None), e.g. (files, [("fold", "in", [0, 1, 2])]): one table version can
+# hold many folds or training sets, and a Ray task reads just its own rows.
+Source = tuple[Sequence[str], Optional[list]]
+
+
+def read_rows(sources: Sequence[Source], text_col: str, label_col: str) -> list[tuple[str, str]]:
+    """(text, label) rows of every source, sorted, so their order never depends on the files' order."""
+    import pyarrow.parquet as pq
+
+    rows: list[tuple[str, str]] = []
+    for files, filters in sources:
+        if not files:
+            continue
+        table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=[text_col, label_col])
+        rows += zip(table.column(text_col).to_pylist(), table.column(label_col).to_pylist())
+    return sorted(rows, key=lambda r: (r[0] or "", r[1] or ""))
+
+
+def fit_rows(rows: Sequence[tuple[str, str]], params: dict[str, Any], seed: int, out_dir: str,
+             level: int = 1) -> tuple[int, int, float]:
+    """Train one fastText classifier on sorted (text, label) ``rows`` and save ``level_<level>.bin`` and
+    ``labels_<level>.json`` under ``out_dir`` (local path or URI). Returns (tokens, labels, seconds); raises
+    :class:`TrainingDataError` for no rows."""
+    if not rows:
+        raise TrainingDataError(f"no training rows for {out_dir} (level {level})")
+    # fastText learns in file order, and Spark's shuffles make the files' row order vary between runs:
+    # a seeded permutation of the sorted rows makes the model depend on the rows and the seed only.
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(rows))
+    with tempfile.TemporaryDirectory(prefix="hft-") as tmp:
+        figures = fit_fasttext([rows[i][0] for i in order], [rows[i][1] for i in order], params, seed, tmp,
+                               f"level_{level}")
+        for name in (f"level_{level}.bin", f"labels_{level}.json"):
+            put_file(os.path.join(tmp, name), f"{out_dir.rstrip('/')}/{name}")
+    return figures
+
+
 def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: int, out_dir: str,
                 text_col: str = "title", label_col: str = "category") -> LevelStats:
     """Train f_level on the Parquet ``files`` (columns ``text_col``, ``label_col``); save it under ``out_dir``.
@@ -107,27 +145,11 @@ def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: 
     Writes ``level_<level>.bin`` and ``labels_<level>.json`` (fastText label token -> category path).
     Raises :class:`TrainingDataError` for empty data.
     """
-    import pyarrow.parquet as pq
-
-    table = pq.ParquetDataset(list(files)).read(columns=[text_col, label_col])
-    rows = sorted(zip(table.column(text_col).to_pylist(), table.column(label_col).to_pylist()),
-                  key=lambda r: (r[0] or "", r[1] or ""))
-    if not rows:
-        raise TrainingDataError(f"no training rows for level {level}")
-    # fastText learns in file order, and Spark's shuffles make the files' row order vary between runs:
-    # a seeded permutation of the sorted rows makes the model depend on the rows and the seed only.
-    import numpy as np
-
-    order = np.random.default_rng(seed).permutation(len(rows))
-    texts = [rows[i][0] for i in order]
-    labels = [truncate_label(rows[i][1], level) for i in order]
-    with tempfile.TemporaryDirectory(prefix="hft-") as tmp:
-        tokens, n_labels, seconds = fit_fasttext(texts, labels, params, seed, tmp, f"level_{level}")
-        for name in (f"level_{level}.bin", f"labels_{level}.json"):
-            put_file(os.path.join(tmp, name), f"{out_dir.rstrip('/')}/{name}")
+    rows = [(text, truncate_label(label, level)) for text, label in read_rows([(files, None)], text_col, label_col)]
+    tokens, n_labels, seconds = fit_rows(rows, params, seed, out_dir, level)
     threads = max(1, int(params.get("thread", 1)))
     rate = tokens * int(params.get("epoch", 5)) / max(seconds, 1e-9) / threads
-    return LevelStats(level, len(texts), tokens, n_labels, seconds, rate)
+    return LevelStats(level, len(rows), tokens, n_labels, seconds, rate)
 
 
 def fit_fasttext(texts: Sequence[str], labels: Sequence[str], params: dict[str, Any], seed: int, folder: str,
