@@ -175,6 +175,7 @@ def test_accuracy_and_macro_f1_by_hand():
 # ----------------------------------------------------------------------------- ingest and end to end
 def test_texts_ingest_quarantines_bad_rows_and_takes_the_split_from_file_names(ctx, tmp_path):
     from common.data.config import InputSpec
+    from common.data.readers import InputSchemaError
     from jobs.ingest import texts_job
 
     folder = tmp_path / "sst"
@@ -182,14 +183,21 @@ def test_texts_ingest_quarantines_bad_rows_and_takes_the_split_from_file_names(c
     (folder / "train.csv").write_text('text,label\n"good film",pos\n"bad film",neg\n"",pos\n"no label",\n'
                                       '"ctrl \x01 char",neg\n', encoding="utf-8")
     (folder / "test.csv").write_text("text,label\nfine,pos\n", encoding="utf-8")
-    ctx.cfg.inputs.texts = InputSpec(path=f"{folder}/*.csv", from_path={"split": r"/(train|dev|test)\.csv$"})
+    (folder / "holdout.csv").write_text("text,label\nelsewhere,neg\n", encoding="utf-8")
+    ctx.cfg.inputs.texts = InputSpec(path=f"{folder}/*.csv", from_path={"split": r"/([a-z]+)\.csv$"})
     result = texts_job(ctx)
-    assert result.metrics["texts.rows_in"] == 6
-    assert result.metrics["texts.rows_kept"] == 3 and result.metrics["texts.rows_quarantined"] == 3
+    assert result.metrics["texts.rows_in"] == 7
+    assert result.metrics["texts.rows_kept"] == 3 and result.metrics["texts.rows_quarantined"] == 4
     kept = {(r["text"], r["split"]) for r in ctx.lakehouse.read("texts").collect()}
     assert kept == {("good film", "train"), ("bad film", "train"), ("fine", "test")}
     reasons = sorted(r["reason"] for r in ctx.lakehouse.read("texts_quarantine").collect())
-    assert reasons == ["empty label", "empty text", "invalid text in text: control or undecodable characters"]
+    assert reasons == ["empty label", "empty text", "invalid text in text: control or undecodable characters",
+                       "unknown split (allowed: train, dev, test)"]
+    # a column from the file name needs file inputs: a Delta table says so, naming itself
+    location = ctx.lakehouse.location("texts")
+    ctx.cfg.inputs.texts = InputSpec(path=location, from_path={"split": "x"})
+    with pytest.raises(InputSchemaError, match="from_path needs a file input"):
+        texts_job(ctx)
 
 
 def test_pipeline_end_to_end_on_the_demo_titles(ctx):
