@@ -5,8 +5,12 @@ Measures, in one process (what one Spark Python worker or one Ray task does):
 * the fastText surrogate's training time on 3 of 5 folds (the cross-boosting training set);
 * candidates scored per second by that surrogate (confidence + predicted label, batches of 10k).
 
-The fastText surrogate runs on CPU only (there is no GPU path for it); the encoder surrogate, when it
-lands, gets its GPU figures here. Run: .venv/bin/python benchmarks/boostaug_scoring.py [--texts N] [--json PATH]
+With ``--encoder``, the encoder surrogate too (MiniLM, or ``--model`` any HF encoder; on the GPU when one is
+visible): fine-tuning rate on ``--encoder-train`` rows (one epoch, joint classification + MLM loss), then one
+scoring actor's rate (:class:`common.boostaug.surrogate.EncoderPoolScorer`, the Ray Data pool's actor) on
+``--encoder-candidates`` candidates, with and without pseudo-perplexity.
+
+Run: .venv/bin/python benchmarks/boostaug_scoring.py [--texts N] [--encoder] [--json PATH]
 """
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=2000, help="source texts to augment and score")
     parser.add_argument("--json", dest="json_path")
+    parser.add_argument("--encoder", action="store_true", help="also measure the encoder surrogate")
+    parser.add_argument("--model", default=None, help="encoder checkpoint (default: MiniLM)")
+    parser.add_argument("--encoder-train", type=int, default=512, help="rows the encoder fine-tunes on")
+    parser.add_argument("--encoder-candidates", type=int, default=256, help="candidates the encoder scores")
     args = parser.parse_args(argv)
 
     from common.boostaug.backends import augment_text, synonym_table
@@ -58,11 +66,39 @@ def main(argv=None) -> dict:
             predict_texts(model, candidates[i:i + 10_000])
         figures["candidates_scored_per_s"] = len(candidates) / (time.perf_counter() - start)
         figures["candidates_scored"] = len(candidates)
+    if args.encoder:
+        figures.update(encoder_figures(train[:args.encoder_train], candidates[:args.encoder_candidates], args.model))
     for key, value in figures.items():
-        print(f"{key:<28} {value:,.1f}" if isinstance(value, float) else f"{key:<28} {value:,}")
+        shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value
+        print(f"{key:<42} {shown}")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(figures, indent=2))
     return figures
+
+
+def encoder_figures(train, candidates, model) -> dict:
+    """Fine-tune one encoder surrogate on ``train`` for one epoch; time one scoring actor on ``candidates``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from common.boostaug.encoder import EncoderSpec, _device, fit_surrogate
+    from common.boostaug.surrogate import EncoderPoolScorer
+
+    out: dict = {"encoder_device": _device()}
+    with tempfile.TemporaryDirectory() as tmp:
+        pq.write_table(pa.table({"text": [t for t, _ in train], "label": [lab for _, lab in train]}), f"{tmp}/t.parquet")
+        spec = EncoderSpec(name_or_path=model, epochs=1)
+        start = time.perf_counter()
+        fit_surrogate([([f"{tmp}/t.parquet"], None)], [], spec, 42, f"{tmp}/model")
+        out["encoder_fit_rows_per_s"] = len(train) / (time.perf_counter() - start)
+        batch = pa.table({"fold": [0] * len(candidates), "text": candidates})
+        for name, perplexity in (("classify", False), ("with_perplexity", True)):
+            actor = EncoderPoolScorer({0: f"{tmp}/model"}, None, perplexity, None)
+            actor(batch.slice(0, 8))  # warm up, as the pool's first batch does
+            start = time.perf_counter()
+            actor(batch)
+            out[f"encoder_{name}_candidates_per_s"] = len(candidates) / (time.perf_counter() - start)
+    return out
 
 
 if __name__ == "__main__":

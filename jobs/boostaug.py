@@ -7,8 +7,10 @@
   candidates per training text and backend (source_id, fold, source_text, label, backend, aug_idx, text).
 * ``boostaug-filter`` trains one surrogate per boosting fold in Ray tasks (k - 2 folds train it, one
   validates it, it judges the last one), plus the MonoAug surrogate for the ablation; scores every candidate
-  in Spark with its fold's surrogate; writes ``boostaug_kept`` (the filtered augmentations, with scores) and
-  ``boostaug_rejects`` (the rest, each with its ``reason``); candidates = kept + rejected.
+  with its fold's surrogate (fastText: in Spark; encoder: on a Ray Data actor pool) into
+  ``boostaug_scored``; writes ``boostaug_kept`` (the filtered augmentations, with scores) and
+  ``boostaug_rejects`` (the rest, each with its ``reason``); candidates = kept + rejected. A change of the
+  filter settings alone re-filters the scored version without retraining or rescoring.
 * ``boostaug-evaluate`` writes ``boostaug_eval_sets`` (each method's augmentation rows) and trains the
   evaluation classifiers in Ray tasks, ``boostaug.eval.repeats`` seeds each, on the training split plus a
   method's rows, scored on the test split: ``boostaug_results`` (method, backend, model, n_aug, repeat, seed,
@@ -17,7 +19,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
@@ -27,6 +29,7 @@ from jobs import entry_point
 log = logging.getLogger(__name__)
 
 TEXTS, CANDIDATES, KEPT, REJECTS = "boostaug_texts", "boostaug_candidates", "boostaug_kept", "boostaug_rejects"
+SCORED = "boostaug_scored"
 EVAL_SETS, RESULTS = "boostaug_eval_sets", "boostaug_results"
 RESULT_SCHEMA = ("run_id string, method string, backend string, model string, n_aug int, repeat int, seed long, "
                  "accuracy double, macro_f1 double, n_train long, n_augmented long")
@@ -76,30 +79,63 @@ def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple[dict[int, str], Optional[str]]:
     """Train the fold surrogates (and the MonoAug one) in Ray tasks; (fold -> model folder, mono folder)."""
     from common.boostaug.classifier import choose_and_fit, run_tasks
+    from common.boostaug.encoder import EncoderSpec, fit_surrogate
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
     from common.models.hft import fasttext_params
 
     cfg = ctx.cfg.boostaug
+    encoder = cfg.surrogate.kind == "encoder"
     files = ctx.lakehouse.file_uris(TEXTS, tr.versions[TEXTS])
     plans = fold_plans(cfg.folds) + ([mono_plan(cfg.folds)] if with_mono else [])
     jobs = []
     for plan in plans:
         train, validation = surrogate_sources(files, plan)
         name = "mono" if plan.boost is None else f"fold{plan.boost}"
-        jobs.append({"train": train, "validation": validation, "params": fasttext_params(cfg.surrogate.fasttext),
-                     "epochs": list(cfg.surrogate.epochs), "seed": ctx.cfg.seed,
-                     "out_dir": ctx.models_dir("boostaug_surrogate", hash_of(key, name))})
-    figures = run_tasks(ctx.ray(), choose_and_fit, jobs)
+        out_dir = ctx.models_dir("boostaug_surrogate", hash_of(key, name))
+        if encoder:
+            jobs.append({"train": train, "validation": validation, "seed": ctx.cfg.seed, "out_dir": out_dir,
+                         "spec": EncoderSpec.from_config(cfg.surrogate.encoder)})
+        else:
+            jobs.append({"train": train, "validation": validation, "seed": ctx.cfg.seed, "out_dir": out_dir,
+                         "params": fasttext_params(cfg.surrogate.fasttext), "epochs": list(cfg.surrogate.epochs)})
+    if encoder:
+        figures = run_tasks(ctx.ray(), fit_surrogate, jobs, cfg.surrogate.encoder.num_cpus,
+                            cfg.surrogate.encoder.num_gpus)
+    else:
+        figures = run_tasks(ctx.ray(), choose_and_fit, jobs)
     report = {("mono" if p.boost is None else f"fold{p.boost}"): {**f, "plan": asdict(p)}
               for p, f in zip(plans, figures)}
     tr.log_dict(report, "surrogates.json")
     for name, f in report.items():
         log.info("surrogate %s: %d rows, %d epochs, validation accuracy %.4f", name, f["rows"], f["epoch"],
                  f["val_accuracy"])
-    tr.log_metrics({f"surrogate.{name}.val_accuracy": f["val_accuracy"] for name, f in report.items()})
+    tr.log_metrics({f"surrogate.{name}.{k}": f[k] for name, f in report.items()
+                    for k in ("val_accuracy", "val_perplexity_median") if k in f})
     folds = {p.boost: f["uri"] for p, f in zip(plans, figures) if p.boost is not None}
     mono = next((f["uri"] for p, f in zip(plans, figures) if p.boost is None), None)
     return folds, mono
+
+
+def _score(ctx: JobContext, tr: JobRun, candidates, with_mono: bool) -> int:
+    """Train the surrogates and score every candidate into a version of ``boostaug_scored`` (skipped when
+    the same surrogate settings already scored the same candidates); returns that version."""
+    from common.boostaug.surrogate import score, score_on_ray
+
+    cfg = ctx.cfg.boostaug
+    surrogate = cfg.surrogate
+    quantile = cfg.filter.perplexity_quantile if surrogate.kind == "encoder" else None
+    config_hash = hash_of(surrogate.kind, asdict(surrogate.encoder) if surrogate.kind == "encoder" else
+                          (asdict(surrogate.fasttext), surrogate.epochs), quantile, cfg.folds, with_mono, ctx.cfg.seed)
+    if not tr.already_written(SCORED, config_hash):
+        folds, mono = _surrogates(ctx, tr, hash_of(config_hash, tr.inputs), with_mono)
+        if surrogate.kind == "encoder":
+            perplexity = "perplexity" in cfg.filter.enabled and surrogate.encoder.mlm_weight > 0
+            candidates = ctx.lakehouse.read_ray(CANDIDATES, tr.versions[CANDIDATES])
+            tr.write_ray(score_on_ray(candidates, folds, mono, surrogate.encoder, perplexity, quantile), SCORED,
+                         config_hash)
+        else:
+            tr.write(score(candidates, folds, mono), SCORED, config_hash)
+    return tr.result.outputs[SCORED].version
 
 
 @job("boostaug-filter")
@@ -109,7 +145,6 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     from pyspark.sql import functions as F
 
     from common.boostaug.filtering import apply_filters
-    from common.boostaug.surrogate import score
 
     cfg = ctx.cfg.boostaug
     tr.read(TEXTS)
@@ -118,9 +153,8 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     config_hash = hash_of(asdict(cfg.surrogate), asdict(cfg.filter), cfg.n_aug, cfg.folds, with_mono, ctx.cfg.seed)
     if tr.all_written([KEPT, REJECTS], config_hash):
         return {}
-    folds, mono = _surrogates(ctx, tr, hash_of(config_hash, tr.inputs), with_mono)
-    judged = apply_filters(score(candidates, folds, mono), cfg.n_aug, cfg.filter, cfg.filter.enabled) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    scored = ctx.lakehouse.read(SCORED, _score(ctx, tr, candidates, with_mono))
+    judged = apply_filters(scored, cfg.n_aug, cfg.filter, cfg.filter.enabled).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # One row per backend and reason: a bounded aggregate.
         by_reason = judged.groupBy("backend", "reason").count().collect()
@@ -142,9 +176,16 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
         metrics[f"{backend}.keep_rate"] = kept_b / total if total else 0.0
     for r in by_reason:
         if r["reason"] is not None:
-            reasons[r["reason"]] = reasons.get(r["reason"], 0) + r["count"]
+            # Calibrated perplexity reasons carry each surrogate's threshold: counted as one reason.
+            name = "perplexity" if r["reason"].startswith("perplexity") else r["reason"]
+            reasons[name] = reasons.get(name, 0) + r["count"]
     tr.log_dict({"candidates": n_in, "kept": n_kept, "reasons": reasons}, "filter.json")
     log.info("boostaug filter: %d candidates = %d kept + %d rejected %s", n_in, n_kept, n_in - n_kept, reasons)
+    if reasons.get("perplexity", 0) > 0.9 * n_in:
+        log.warning("the perplexity filter rejected %d of %d candidates: the surrogate's pseudo-perplexities sit "
+                    "above boostaug.filter.perplexity_threshold = %g even for fluent text (an encoder without a "
+                    "pretrained MLM head); set boostaug.filter.perplexity_quantile to calibrate it per surrogate",
+                    reasons["perplexity"], n_in, cfg.filter.perplexity_threshold)
     return metrics
 
 
@@ -154,6 +195,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.boostaug.classifier import fit_and_evaluate, run_tasks
+    from common.boostaug.encoder import EncoderSpec
+    from common.boostaug.encoder import fit_and_evaluate as fit_encoder_and_evaluate
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
     from common.models.hft import fasttext_params
 
@@ -176,19 +219,26 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     set_files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
     train = (text_files, [("split", "=", "train")])
     test = [(text_files, [("split", "=", "test")])]
-    jobs, keys = [], []
+    keys, figures = [], []
+    eval_spec = replace(EncoderSpec.from_config(cfg.eval.encoder), mlm_weight=0.0)
     for model in cfg.eval.models:
+        jobs = []
         for v in all_variants:
             sources = [train] if v.method == NONE else \
                 [train, (set_files, [("method", "=", v.method), ("n_aug", "=", v.n_aug)])]
             for repeat in range(cfg.eval.repeats):
                 seed = ctx.cfg.seed + repeat
-                jobs.append({"train": sources, "test": test, "params": fasttext_params(cfg.eval.fasttext),
-                             "seed": seed})
+                model_args = {"spec": eval_spec} if model == "encoder" else \
+                    {"params": fasttext_params(cfg.eval.fasttext)}
+                jobs.append({"train": sources, "test": test, "seed": seed, **model_args})
                 keys.append((v, model, repeat, seed))
-    log.info("boostaug evaluate: %d variants x %d repeats = %d classifiers", len(all_variants), cfg.eval.repeats,
-             len(jobs))
-    figures = run_tasks(ctx.ray(), fit_and_evaluate, jobs)
+        log.info("boostaug evaluate (%s): %d variants x %d repeats = %d classifiers", model, len(all_variants),
+                 cfg.eval.repeats, len(jobs))
+        if model == "encoder":
+            figures += run_tasks(ctx.ray(), fit_encoder_and_evaluate, jobs, cfg.eval.encoder.num_cpus,
+                                 cfg.eval.encoder.num_gpus)
+        else:
+            figures += run_tasks(ctx.ray(), fit_and_evaluate, jobs)
     rows = []
     for (v, model, repeat, seed), f in zip(keys, figures):
         n_aug_rows_v = int(n_aug_rows.get((v.method, v.n_aug), 0))
@@ -198,9 +248,10 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.write(frame, RESULTS, config_hash)
     pdf = frame.toPandas()
     report(ctx, tr, pdf)
-    main = pdf[(pdf["n_aug"] == cfg.n_aug) | (pdf["method"] == NONE)].groupby("method")[["accuracy", "macro_f1"]]
-    # MLflow metric names allow no "+": eda+boostaug -> eda_boostaug.
-    return {f"mean.{m.replace('+', '_')}.{k}": v for m, row in main.mean().iterrows() for k, v in row.items()}
+    main = pdf[(pdf["n_aug"] == cfg.n_aug) | (pdf["method"] == NONE)].groupby(["model", "method"])
+    # MLflow metric names allow no "+": eda+boostaug -> eda_boostaug. The first model keeps the short names.
+    return {f"mean.{'' if model == cfg.eval.models[0] else model + '.'}{m.replace('+', '_')}.{k}": v
+            for (model, m), row in main[["accuracy", "macro_f1"]].mean().iterrows() for k, v in row.items()}
 
 
 def report(ctx: JobContext, tr: JobRun, pdf) -> None:
@@ -223,9 +274,11 @@ def report(ctx: JobContext, tr: JobRun, pdf) -> None:
     backend = cfg.eval.ablation_backend
     if backend in cfg.backends and len(cfg.eval.curve) > 1:
         fig, ax = plt.subplots(figsize=(6, 4.5))
-        for method, points in curve_points(pdf, backend).items():
-            xs, ys, err = zip(*points)
-            ax.errorbar(xs, ys, yerr=err, fmt="o-", capsize=3, label=method)
+        for model in cfg.eval.models:
+            for method, points in curve_points(pdf, backend, model).items():
+                xs, ys, err = zip(*points)
+                ax.errorbar(xs, ys, yerr=err, fmt="o-", capsize=3,
+                            label=method if len(cfg.eval.models) == 1 else f"{method} ({model})")
         ax.set_xlabel("augmentations per source (Ñ)")
         ax.set_ylabel("test accuracy")
         ax.set_title(f"Accuracy vs augmentations, mean ± std of {cfg.eval.repeats} seeds")

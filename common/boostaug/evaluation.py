@@ -65,7 +65,9 @@ def variant_rows(scored: "DataFrame", variant: Variant, cfg: BoostAugConfig) -> 
         judged = apply_filters(mine.filter(F.col("aug_idx") < 2 * variant.n_aug).drop("reason"), variant.n_aug,
                                cfg.filter, variant.filters,
                                confidence="mono_confidence" if variant.mono else "confidence",
-                               predicted="mono_label" if variant.mono else "pred_label")
+                               predicted="mono_label" if variant.mono else "pred_label",
+                               perplexity="mono_perplexity" if variant.mono else "perplexity",
+                               perplexity_limit="mono_perplexity_limit" if variant.mono else "perplexity_limit")
         kept = judged.filter(F.col("reason").isNull())
     return kept.select(F.lit(variant.method).alias("method"), F.lit(variant.backend).alias("backend"),
                        F.lit(variant.n_aug).alias("n_aug"), "source_id", "text", "label")
@@ -95,9 +97,13 @@ def summary_table(pdf: "pd.DataFrame", n_aug: int) -> str:
     return "\n".join(lines)
 
 
-def curve_points(pdf: "pd.DataFrame", backend: str) -> dict[str, list[tuple[int, float, float]]]:
+def curve_points(pdf: "pd.DataFrame", backend: str, model: Optional[str] = None
+                 ) -> dict[str, list[tuple[int, float, float]]]:
     """Figure 3's data: for the unfiltered and the BoostAug-filtered ``backend``, (n_aug, mean accuracy,
-    sample std) sorted by n_aug, with ``none`` as the point n_aug = 0 of both."""
+    sample std) sorted by n_aug, with ``none`` as the point n_aug = 0 of both; of one evaluation ``model``
+    when given."""
+    if model is not None:
+        pdf = pdf[pdf["model"] == model]
     none = pdf[pdf["method"] == NONE]["accuracy"].tolist()
     out = {}
     for method in (backend, f"{backend}+boostaug"):

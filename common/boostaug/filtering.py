@@ -2,8 +2,9 @@
 
 Applied in this order, the first failing rule giving the candidate's ``reason`` (null = kept):
 
-1. perplexity: dropped when the surrogate's pseudo-perplexity is >= the threshold (surrogates without a
-   perplexity, such as fastText, skip this filter);
+1. perplexity: dropped when the surrogate's pseudo-perplexity is >= the threshold, or the row's
+   ``perplexity_limit`` where the scorer calibrated one (``filter.perplexity_quantile``); surrogates without
+   a perplexity, such as fastText, skip this filter;
 2. confidence ranking: among a source's candidates of one backend that passed (1), only the ``n_aug``
    most confident are considered; then those with confidence <= the threshold are dropped (switched off:
    the first ``n_aug`` candidates are considered, as unfiltered augmentation takes them);
@@ -29,21 +30,27 @@ REASON_LABEL = "predicted label differs from the source label"
 
 def apply_filters(scored: "DataFrame", n_aug: int, cfg: FilterConfig, enabled: Collection[str],
                   confidence: str = "confidence", predicted: str = "pred_label",
-                  perplexity: str = "perplexity") -> "DataFrame":
+                  perplexity: str = "perplexity", perplexity_limit: str = "perplexity_limit") -> "DataFrame":
     """``scored`` (source_id, backend, aug_idx, label and the score columns) plus ``reason``, null for kept
     candidates. ``enabled``: the filters to apply (a subset of perplexity, confidence, label); a perplexity
     column of nulls means the surrogate has none, and that filter passes everything."""
-    from pyspark.sql import Window
+    from pyspark.sql import Column, Window
     from pyspark.sql import functions as F
 
     unknown = set(enabled) - {"perplexity", "confidence", "label"}
     if unknown:
         raise ValueError(f"boostaug.filter.enabled: unknown filter {sorted(unknown)[0]!r}")
     use_ppl = "perplexity" in enabled and perplexity in scored.columns
-    ppl_fails = (F.col(perplexity).isNotNull() & (F.col(perplexity) >= cfg.perplexity_threshold)) if use_ppl \
-        else F.lit(False)
+    limit = F.lit(float(cfg.perplexity_threshold))
+    reason_ppl = F.lit(REASON_PERPLEXITY.format(t=cfg.perplexity_threshold))
+    if perplexity_limit in scored.columns:
+        limit = F.coalesce(F.col(perplexity_limit), limit)
+        reason_ppl = F.when(F.col(perplexity_limit).isNull(), reason_ppl).otherwise(
+            F.concat(F.lit("perplexity >= "), F.round(F.col(perplexity_limit), 2).cast("string"),
+                     F.lit(" (validation quantile)")))
+    ppl_fails = (F.col(perplexity).isNotNull() & (F.col(perplexity) >= limit)) if use_ppl else F.lit(False)
     df = scored.withColumn("_ppl_fails", ppl_fails)
-    rules = [(F.col("_ppl_fails"), REASON_PERPLEXITY.format(t=cfg.perplexity_threshold))]
+    rules = [(F.col("_ppl_fails"), reason_ppl)]
     if "confidence" in enabled:
         # Ranked among the survivors of the perplexity filter; ties broken by candidate index.
         rank_window = Window.partitionBy("source_id", "backend", "_ppl_fails") \
@@ -58,5 +65,6 @@ def apply_filters(scored: "DataFrame", n_aug: int, cfg: FilterConfig, enabled: C
         rules.append((F.col("aug_idx") >= n_aug, REASON_BEYOND.format(n=n_aug)))
     if "label" in enabled:
         rules.append((F.col(predicted) != F.col("label"), REASON_LABEL))
-    reason = F.coalesce(*[F.when(predicate, F.lit(text)) for predicate, text in rules])
+    reason = F.coalesce(*[F.when(predicate, text if isinstance(text, Column) else F.lit(text))
+                          for predicate, text in rules])
     return df.withColumn("reason", reason).drop("_ppl_fails", "_rank")

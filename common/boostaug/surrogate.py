@@ -4,6 +4,9 @@ surrogate of its own fold.
 For boosting fold i of k: the validation fold is (i + 1) mod k and the training folds are the other k - 2,
 so the surrogate that judges fold i's augmentations never saw fold i's texts. ``mono`` (the paper's MonoAug
 ablation, w/o cross-boosting) is one surrogate trained on every fold, validated on the dev split.
+
+Scoring: fastText surrogates score in Spark (:func:`score`, ``mapInPandas``); encoder surrogates on a Ray Data
+actor pool (:func:`score_on_ray`), where each actor loads every fold's model once (and a GPU when lent).
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ from common.models.hft import HFTModel, predict_texts
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
+
+    from common.boostaug.config import EncoderConfig
 
 
 @dataclass(frozen=True)
@@ -80,3 +85,70 @@ def score(candidates: "DataFrame", surrogates: dict[int, str], mono: Optional[st
             yield batch
 
     return candidates.mapInPandas(run, schema)
+
+
+class EncoderPoolScorer:
+    """A Ray Data actor of the encoder scoring pool: loads every fold's surrogate (and the MonoAug one) once,
+    then scores Arrow batches of candidates (with ``fold`` and ``text``) with their fold's surrogate.
+
+    Adds confidence, pred_label, perplexity and perplexity_limit (the surrogate's calibrated threshold when
+    ``quantile`` is set, else null), and the same four ``mono_*`` columns from the MonoAug surrogate."""
+
+    def __init__(self, surrogates: dict[int, str], mono: Optional[str], perplexity: bool,
+                 quantile: Optional[float], threads: int = 0):
+        import torch
+
+        from common.boostaug.encoder import EncoderScorer
+
+        if threads and not torch.cuda.is_available():
+            torch.set_num_threads(threads)
+        self.models = {int(fold): EncoderScorer(uri) for fold, uri in surrogates.items()}
+        self.mono = EncoderScorer(mono) if mono else None
+        self.perplexity = perplexity
+        self.limits = {fold: m.perplexity_limit(quantile) for fold, m in self.models.items()}
+        self.mono_limit = self.mono.perplexity_limit(quantile) if self.mono else None
+
+    def _judge(self, model, texts: list[str]) -> tuple[list, list, list]:
+        labels, conf = zip(*model.classify(texts)) if texts else ((), ())
+        ppl = model.pseudo_perplexity(texts) if self.perplexity and model.has_mlm else [None] * len(texts)
+        return list(conf), list(labels), ppl
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        texts = [t or "" for t in batch.column("text").to_pylist()]
+        folds = batch.column("fold").to_pylist()
+        n = len(texts)
+        conf, label, ppl, limit = [0.0] * n, [""] * n, [None] * n, [None] * n
+        for fold in sorted(set(folds)):
+            if int(fold) not in self.models:
+                raise KeyError(f"no surrogate for fold {fold}")
+            rows = [i for i, f in enumerate(folds) if f == fold]
+            out = self._judge(self.models[int(fold)], [texts[i] for i in rows])
+            for i, c, lab, p in zip(rows, *out):
+                conf[i], label[i], ppl[i], limit[i] = c, lab, p, self.limits[int(fold)]
+        columns = {"confidence": (conf, pa.float64()), "pred_label": (label, pa.string()),
+                   "perplexity": (ppl, pa.float64()), "perplexity_limit": (limit, pa.float64())}
+        if self.mono is not None:
+            m_conf, m_label, m_ppl = self._judge(self.mono, texts)
+            columns.update({"mono_confidence": (m_conf, pa.float64()), "mono_label": (m_label, pa.string()),
+                            "mono_perplexity": (m_ppl, pa.float64()),
+                            "mono_perplexity_limit": ([self.mono_limit] * n, pa.float64())})
+        for name, (values, kind) in columns.items():
+            batch = batch.append_column(name, pa.array(values, type=kind))
+        return batch
+
+
+def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], cfg: "EncoderConfig", perplexity: bool,
+                 quantile: Optional[float]):
+    """``ds`` (Ray Dataset of candidates) scored by :class:`EncoderPoolScorer` on a pool of
+    ``cfg.concurrency`` actors with ``cfg.num_cpus`` CPUs and ``cfg.num_gpus`` GPUs each. The input is cut
+    into blocks of ``cfg.score_batch_size`` rows so the pool starts at once and the write streams."""
+    from common.platform.ray_runtime import actor_pool_size
+
+    concurrency = actor_pool_size(cfg.concurrency, cfg.num_gpus, cfg.num_cpus, stage="boostaug scoring")
+    return ds.repartition(target_num_rows_per_block=cfg.score_batch_size).map_batches(
+        EncoderPoolScorer, batch_format="pyarrow", batch_size=cfg.score_batch_size, concurrency=concurrency,
+        num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus or None,
+        fn_constructor_kwargs={"surrogates": surrogates, "mono": mono, "perplexity": perplexity,
+                               "quantile": quantile, "threads": cfg.num_cpus})

@@ -153,16 +153,9 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     one block, and its n-fold output would otherwise leave the actors as one block that downstream stages
     (scoring, the write) can only start on once all of it is generated.
     """
-    if not num_gpus:
-        import ray
+    from common.platform.ray_runtime import actor_pool_size
 
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        if concurrency >= cpus:
-            # CPU actors hold their CPU for the whole stage: the read, repartition and scoring tasks need one
-            # left over, or Ray Data waits forever for a free CPU.
-            log.warning("generation concurrency %d leaves no CPU for Ray Data's other tasks on a %d-CPU "
-                        "cluster; using %d CPU actors", concurrency, cpus, max(1, cpus - 1))
-            concurrency = max(1, cpus - 1)
+    concurrency = actor_pool_size(concurrency, num_gpus, stage="generation")
     return ds.repartition(target_num_rows_per_block=batch_size).map_batches(T5Generator, fn_constructor_kwargs={"model_path": model_path, "model_version": model_version,
                                                               "spec": spec},
                           concurrency=concurrency, num_gpus=num_gpus or None, batch_size=batch_size,

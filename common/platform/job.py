@@ -276,6 +276,17 @@ class JobRun:
         self.result.outputs[table] = written
         return written
 
+    def write_ray(self, ds, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None) -> WriteResult:
+        """Write the Ray Dataset ``ds`` as one new version of ``table`` (Ray's workers write the files; see
+        :meth:`Lakehouse.write_ray`), with lineage as in :meth:`write`; skipped when already written."""
+        lineage = Lineage(job=self.tracked.name, config_hash=config_hash,
+                          inputs=dict(self.inputs if inputs is None else inputs), run_id=self.tracked.run_id)
+        written = self.ctx.lakehouse.write_ray(ds, table, lineage=lineage, force=self.ctx.force)
+        self.tracked.log_output_table(table, written.version, self.ctx.lakehouse.location(table),
+                                      skipped=written.skipped)
+        self.result.outputs[table] = written
+        return written
+
     def written(self, table: str) -> "DataFrame":
         """The version of ``table`` this run wrote (or found written), read back (at the latest version when
         only maintenance commits followed it: they read the same rows, and VACUUM may have removed the older

@@ -96,3 +96,21 @@ class RayRuntime:
 
     def __exit__(self, *exc: Optional[BaseException]) -> None:
         self.stop()
+
+
+def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, stage: str = "actor pool") -> int:
+    """How many actors a Ray Data ``map_batches`` pool may hold: ``concurrency``, except that CPU actors
+    (``num_gpus`` 0) of ``num_cpus`` each must leave one CPU of the running cluster free, because they hold
+    their CPUs for the whole stage and the read, repartition and write tasks need one, or Ray Data waits
+    forever for a free CPU. Logs a warning when it cuts."""
+    if num_gpus:
+        return concurrency
+    import ray
+
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    fits = max(1, (cpus - 1) // max(1, num_cpus))
+    if concurrency > fits:
+        log.warning("%s concurrency %d x %d CPU leaves no CPU for Ray Data's other tasks on a %d-CPU cluster; "
+                    "using %d CPU actors", stage, concurrency, num_cpus, cpus, fits)
+        return fits
+    return concurrency

