@@ -100,7 +100,7 @@ def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple
                          "params": fasttext_params(cfg.surrogate.fasttext), "epochs": list(cfg.surrogate.epochs)})
     if encoder:
         figures = run_tasks(ctx.ray(), fit_surrogate, jobs, cfg.surrogate.encoder.num_cpus,
-                            cfg.surrogate.encoder.num_gpus)
+                            cfg.surrogate.encoder.num_gpus, fresh_worker=True)
     else:
         figures = run_tasks(ctx.ray(), choose_and_fit, jobs)
     report = {("mono" if p.boost is None else f"fold{p.boost}"): {**f, "plan": asdict(p)}
@@ -236,7 +236,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                  cfg.eval.repeats, len(jobs))
         if model == "encoder":
             figures += run_tasks(ctx.ray(), fit_encoder_and_evaluate, jobs, cfg.eval.encoder.num_cpus,
-                                 cfg.eval.encoder.num_gpus)
+                                 cfg.eval.encoder.num_gpus, fresh_worker=True)
         else:
             figures += run_tasks(ctx.ray(), fit_and_evaluate, jobs)
     rows = []

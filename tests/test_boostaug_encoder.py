@@ -1,6 +1,11 @@
 """BoostAug's encoder surrogate (MiniLM fine-tuned with a masked-LM head alongside): pseudo-perplexity against
 a one-mask-at-a-time computation, masking, model choice and calibration, and a tiny pipeline run that trains
-the fold surrogates in Ray tasks and scores on the Ray Data actor pool."""
+the fold surrogates in Ray tasks and scores on the Ray Data actor pool.
+
+The torch work runs in Ray tasks whose worker exits afterwards, never in the test process: fastText trains on
+uninitialised memory, and in a process whose heap torch has shaped, the later in-process fastText tests
+(test_classifier) would get models that differ from a clean process's.
+"""
 from __future__ import annotations
 
 import math
@@ -8,14 +13,28 @@ import math
 import pytest
 
 from common.boostaug.config import BoostAugConfig, EncoderConfig, EvalConfig, FilterConfig, SurrogateConfig
-from common.boostaug.encoder import EncoderScorer, EncoderSpec, _mask_tokens, fit_surrogate
+from common.boostaug.encoder import EncoderSpec
 
 POSITIVE = ["a great and moving film", "truly wonderful acting", "funny , warm and smart", "a delightful story",
             "brilliant and beautiful", "the best film this year", "charming , witty fun", "an excellent cast"]
 NEGATIVE = ["a dull and tedious mess", "truly awful acting", "boring , cold and stupid", "a dreadful story",
             "ugly and pointless", "the worst film this year", "lifeless , witless junk", "a terrible cast"]
+PPL_TEXTS = ["a great and moving film", "boring", "", "the worst film this year , truly"]
 
 TINY = EncoderSpec(max_length=16, epochs=2, batch_size=8, learning_rate=3e-4, max_batch_tokens=64, threads=2)
+
+
+def _in_fresh_worker(ray_runtime, function, *args):
+    """``function(*args)`` in a Ray task of its own worker process (which exits afterwards)."""
+    import sys
+
+    import ray
+    from ray import cloudpickle
+
+    # Ray workers cannot import a test module: ship its functions by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    return ray.get(ray.remote(num_cpus=1, max_calls=1)(function).remote(*args))
 
 
 def _parquet(path, rows):
@@ -25,75 +44,103 @@ def _parquet(path, rows):
     return [([str(path)], None)]
 
 
-@pytest.fixture(scope="module")
-def surrogate(tmp_path_factory):
-    """One tiny surrogate: 12 training sentences, 4 validation sentences, 2 epochs."""
-    folder = tmp_path_factory.mktemp("encoder")
+def _fit_and_probe(folder: str) -> dict:
+    """Train one tiny surrogate (12 training, 4 validation sentences, 2 epochs), load it, and measure what
+    the tests check: its figures, saved calibration, predictions, and batched vs one-at-a-time perplexity."""
+    from pathlib import Path
+
+    import torch
+
+    from common.boostaug.encoder import EncoderScorer, fit_surrogate
+
     rows = [(t, "pos") for t in POSITIVE] + [(t, "neg") for t in NEGATIVE]
-    train = _parquet(folder / "train.parquet", rows[:6] + rows[8:14])
-    validation = _parquet(folder / "val.parquet", rows[6:8] + rows[14:])
-    figures = fit_surrogate(train, validation, TINY, 7, str(folder / "model"))
-    return figures, EncoderScorer(str(folder / "model"))
-
-
-def test_masking_covers_ordinary_tokens_only_and_every_row():
-    import torch
-
-    ids = torch.tensor([[101, 5, 6, 7, 102, 0], [101, 8, 102, 0, 0, 0]])
-    special = torch.tensor([[1, 0, 0, 0, 1, 1], [1, 0, 1, 1, 1, 1]]).bool()
-    masked, chosen = _mask_tokens(ids, special, 0.01, 103, torch.Generator().manual_seed(0))
-    assert chosen.any(1).all()  # a draw of nothing still masks one token per row
-    assert not (chosen & special).any()
-    assert (masked[chosen] == 103).all() and (masked[~chosen] == ids[~chosen]).all()
-
-
-def test_surrogate_learns_and_saves_its_choice_and_calibration(surrogate):
-    figures, scorer = surrogate
-    assert 1 <= figures["epoch"] <= TINY.epochs and 0.0 <= figures["val_accuracy"] <= 1.0
-    assert figures["rows"] == 12 and figures["device"] in ("cpu", "cuda")
-    assert scorer.labels == ["neg", "pos"] and scorer.has_mlm
-    # the validation texts' pseudo-perplexities, sorted: the calibration of filter.perplexity_quantile
-    ppl = scorer.validation_perplexities
-    assert len(ppl) == 4 and ppl == sorted(ppl) and all(p > 1 for p in ppl)
-    assert scorer.perplexity_limit(None) is None
-    assert scorer.perplexity_limit(1.0) == pytest.approx(ppl[-1])
-    assert figures["val_perplexity_median"] == pytest.approx((ppl[1] + ppl[2]) / 2)
-    out = scorer.classify(["a great and moving film", "a dull and tedious mess"])
-    assert [label for label, _ in out] == ["pos", "neg"]  # its own training sentences
-    assert all(0.5 <= c <= 1.0 for _, c in out)
-
-
-def test_pseudo_perplexity_equals_masking_each_token_in_turn(surrogate):
-    import torch
-
-    _, scorer = surrogate
-    texts = ["a great and moving film", "boring", "", "the worst film this year , truly"]
-    # max_batch_tokens 64 with widths up to 10 cuts the 20-odd masked copies into several batches
-    fast = scorer.pseudo_perplexity(texts)
-    assert fast[2] is None  # no ordinary token, no perplexity
+    train = _parquet(Path(folder, "train.parquet"), rows[:6] + rows[8:14])
+    validation = _parquet(Path(folder, "val.parquet"), rows[6:8] + rows[14:])
+    figures = fit_surrogate(train, validation, TINY, 7, f"{folder}/model")
+    scorer = EncoderScorer(f"{folder}/model")
     lm, tok = scorer.model.lm, scorer.tokenizer
-    for text, value in zip(texts, fast):
-        if not text:
-            continue
+    brute = []
+    for text in PPL_TEXTS:
         ids = tok(text, truncation=True, max_length=TINY.max_length, return_tensors="pt")["input_ids"]
         nll = []
         with torch.inference_mode():
             for i in range(1, ids.shape[1] - 1):
                 masked = ids.clone()
                 masked[0, i] = tok.mask_token_id
-                logp = lm(input_ids=masked).logits[0, i].log_softmax(-1)
-                nll.append(-float(logp[ids[0, i]]))
-        assert value == pytest.approx(math.exp(sum(nll) / len(nll)), rel=1e-4)
+                nll.append(-float(lm(input_ids=masked).logits[0, i].log_softmax(-1)[ids[0, i]]))
+        brute.append(math.exp(sum(nll) / len(nll)) if nll else None)
+    return {"figures": figures, "labels": scorer.labels, "has_mlm": scorer.has_mlm,
+            "validation_perplexities": scorer.validation_perplexities,
+            "limit_none": scorer.perplexity_limit(None), "limit_max": scorer.perplexity_limit(1.0),
+            # max_batch_tokens 64 with widths up to 10 cuts the 20-odd masked copies into several batches
+            "fast": scorer.pseudo_perplexity(PPL_TEXTS), "brute": brute,
+            "classified": scorer.classify(["a great and moving film", "a dull and tedious mess"])}
 
 
-def test_plain_classifier_has_no_perplexity(tmp_path):
+@pytest.fixture(scope="module")
+def probe(ray_runtime, tmp_path_factory):
+    return _in_fresh_worker(ray_runtime, _fit_and_probe, str(tmp_path_factory.mktemp("encoder")))
+
+
+def _masking_case() -> dict:
+    import torch
+
+    from common.boostaug.encoder import _mask_tokens
+
+    ids = torch.tensor([[101, 5, 6, 7, 102, 0], [101, 8, 102, 0, 0, 0]])
+    special = torch.tensor([[1, 0, 0, 0, 1, 1], [1, 0, 1, 1, 1, 1]]).bool()
+    masked, chosen = _mask_tokens(ids, special, 0.01, 103, torch.Generator().manual_seed(0))
+    return {"every_row": bool(chosen.any(1).all()), "special_touched": bool((chosen & special).any()),
+            "masked_ok": bool((masked[chosen] == 103).all()), "rest_ok": bool((masked[~chosen] == ids[~chosen]).all())}
+
+
+def test_masking_covers_ordinary_tokens_only_and_every_row(ray_runtime):
+    out = _in_fresh_worker(ray_runtime, _masking_case)
+    assert out["every_row"]  # a draw of nothing still masks one token per row
+    assert not out["special_touched"]
+    assert out["masked_ok"] and out["rest_ok"]
+
+
+def test_surrogate_learns_and_saves_its_choice_and_calibration(probe):
+    figures = probe["figures"]
+    assert 1 <= figures["epoch"] <= TINY.epochs and 0.0 <= figures["val_accuracy"] <= 1.0
+    assert figures["rows"] == 12 and figures["device"] in ("cpu", "cuda")
+    assert probe["labels"] == ["neg", "pos"] and probe["has_mlm"]
+    # the validation texts' pseudo-perplexities, sorted: the calibration of filter.perplexity_quantile
+    ppl = probe["validation_perplexities"]
+    assert len(ppl) == 4 and ppl == sorted(ppl) and all(p > 1 for p in ppl)
+    assert probe["limit_none"] is None
+    assert probe["limit_max"] == pytest.approx(ppl[-1])
+    assert figures["val_perplexity_median"] == pytest.approx((ppl[1] + ppl[2]) / 2)
+    out = probe["classified"]
+    assert [label for label, _ in out] == ["pos", "neg"]  # its own training sentences
+    assert all(0.5 <= c <= 1.0 for _, c in out)
+
+
+def test_pseudo_perplexity_equals_masking_each_token_in_turn(probe):
+    fast, brute = probe["fast"], probe["brute"]
+    assert fast[2] is None and brute[2] is None  # no ordinary token, no perplexity
+    for value, expected in zip(fast, brute):
+        if expected is not None:
+            assert value == pytest.approx(expected, rel=1e-4)
+
+
+def _plain_classifier(folder: str) -> dict:
+    from pathlib import Path
+
+    from common.boostaug.encoder import EncoderScorer, fit_surrogate
+
     rows = [(t, "pos") for t in POSITIVE[:3]] + [(t, "neg") for t in NEGATIVE[:3]]
-    train = _parquet(tmp_path / "train.parquet", rows)
     spec = EncoderSpec(max_length=16, epochs=1, batch_size=8, mlm_weight=0.0, threads=2)
-    figures = fit_surrogate(train, [], spec, 0, str(tmp_path / "m"))
-    scorer = EncoderScorer(str(tmp_path / "m"))
-    assert not scorer.has_mlm and scorer.validation_perplexities == []
-    assert math.isnan(figures["val_accuracy"]) and figures["epoch"] == 1
+    figures = fit_surrogate(_parquet(Path(folder, "train.parquet"), rows), [], spec, 0, f"{folder}/m")
+    scorer = EncoderScorer(f"{folder}/m")
+    return {"figures": figures, "has_mlm": scorer.has_mlm, "calibration": scorer.validation_perplexities}
+
+
+def test_plain_classifier_has_no_perplexity(ray_runtime, tmp_path):
+    out = _in_fresh_worker(ray_runtime, _plain_classifier, str(tmp_path))
+    assert not out["has_mlm"] and out["calibration"] == []
+    assert math.isnan(out["figures"]["val_accuracy"]) and out["figures"]["epoch"] == 1
 
 
 def test_encoder_config_checks():

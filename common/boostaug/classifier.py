@@ -76,12 +76,18 @@ def choose_and_fit(train: Sequence[Source], validation: Sequence[Source], params
 
 
 def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], num_cpus: int = 1,
-              num_gpus: float = 0.0) -> list[Any]:
+              num_gpus: float = 0.0, fresh_worker: bool = False) -> list[Any]:
     """Run ``function(**job)`` for every job as Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs each
-    (fastText: one CPU, single-threaded, so deterministic per seed); results in job order."""
+    (fastText: one CPU, single-threaded, so deterministic per seed); results in job order.
+
+    ``fresh_worker``: each task's worker process exits after it (torch tasks). Ray reuses idle workers, and
+    fastText trains on uninitialised memory (see ``SAFE_MALLOC_ENV``): in a worker whose heap torch has
+    shaped, a later fastText model can differ from a clean process's, or hit NaN. It also hands a GPU's
+    memory back at once."""
     import ray
 
     runtime.start()
+    options: dict[str, Any] = {"max_calls": 1} if fresh_worker else {}
     remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus or None, max_retries=2,
-                        runtime_env={"env_vars": SAFE_MALLOC_ENV})(function)
+                        runtime_env={"env_vars": SAFE_MALLOC_ENV}, **options)(function)
     return ray.get([remote.remote(**job) for job in jobs])
