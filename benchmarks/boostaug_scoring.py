@@ -81,13 +81,17 @@ def encoder_figures(train, candidates, model) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from common.boostaug.encoder import EncoderSpec, _device, fit_surrogate
+    import torch
+
+    from common.boostaug.config import EncoderConfig
+    from common.boostaug.encoder import _device, fit_surrogate
     from common.boostaug.surrogate import EncoderPoolScorer
 
     out: dict = {"encoder_device": _device()}
     with tempfile.TemporaryDirectory() as tmp:
         pq.write_table(pa.table({"text": [t for t, _ in train], "label": [lab for _, lab in train]}), f"{tmp}/t.parquet")
-        spec = EncoderSpec(name_or_path=model, epochs=1)
+        # torch's own thread count (every core), as before the actor pool divides them
+        spec = EncoderConfig(name_or_path=model, epochs=1, num_cpus=torch.get_num_threads())
         start = time.perf_counter()
         fit_surrogate([([f"{tmp}/t.parquet"], None)], [], spec, 42, f"{tmp}/model")
         out["encoder_fit_rows_per_s"] = len(train) / (time.perf_counter() - start)

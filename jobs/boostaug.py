@@ -79,7 +79,7 @@ def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple[dict[int, str], Optional[str]]:
     """Train the fold surrogates (and the MonoAug one) in Ray tasks; (fold -> model folder, mono folder)."""
     from common.boostaug.classifier import choose_and_fit, run_tasks
-    from common.boostaug.encoder import EncoderSpec, fit_surrogate
+    from common.boostaug.encoder import fit_surrogate
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
     from common.models.hft import fasttext_params
 
@@ -91,13 +91,10 @@ def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple
     for plan in plans:
         train, validation = surrogate_sources(files, plan)
         name = "mono" if plan.boost is None else f"fold{plan.boost}"
-        out_dir = ctx.models_dir("boostaug_surrogate", hash_of(key, name))
-        if encoder:
-            jobs.append({"train": train, "validation": validation, "seed": ctx.cfg.seed, "out_dir": out_dir,
-                         "spec": EncoderSpec.from_config(cfg.surrogate.encoder)})
-        else:
-            jobs.append({"train": train, "validation": validation, "seed": ctx.cfg.seed, "out_dir": out_dir,
-                         "params": fasttext_params(cfg.surrogate.fasttext), "epochs": list(cfg.surrogate.epochs)})
+        model_args = {"spec": cfg.surrogate.encoder} if encoder else \
+            {"params": fasttext_params(cfg.surrogate.fasttext), "epochs": list(cfg.surrogate.epochs)}
+        jobs.append({"train": train, "validation": validation, "seed": ctx.cfg.seed,
+                     "out_dir": ctx.models_dir("boostaug_surrogate", hash_of(key, name)), **model_args})
     if encoder:
         figures = run_tasks(ctx.ray(), fit_surrogate, jobs, cfg.surrogate.encoder.num_cpus,
                             cfg.surrogate.encoder.num_gpus, fresh_worker=True)
@@ -195,7 +192,6 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.boostaug.classifier import fit_and_evaluate, run_tasks
-    from common.boostaug.encoder import EncoderSpec
     from common.boostaug.encoder import fit_and_evaluate as fit_encoder_and_evaluate
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
     from common.models.hft import fasttext_params
@@ -220,7 +216,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     train = (text_files, [("split", "=", "train")])
     test = [(text_files, [("split", "=", "test")])]
     keys, figures = [], []
-    eval_spec = replace(EncoderSpec.from_config(cfg.eval.encoder), mlm_weight=0.0)
+    eval_spec = replace(cfg.eval.encoder, mlm_weight=0.0)
     for model in cfg.eval.models:
         jobs = []
         for v in all_variants:

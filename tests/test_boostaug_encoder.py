@@ -13,7 +13,6 @@ import math
 import pytest
 
 from common.boostaug.config import BoostAugConfig, EncoderConfig, EvalConfig, FilterConfig, SurrogateConfig
-from common.boostaug.encoder import EncoderSpec
 
 POSITIVE = ["a great and moving film", "truly wonderful acting", "funny , warm and smart", "a delightful story",
             "brilliant and beautiful", "the best film this year", "charming , witty fun", "an excellent cast"]
@@ -21,7 +20,7 @@ NEGATIVE = ["a dull and tedious mess", "truly awful acting", "boring , cold and 
             "ugly and pointless", "the worst film this year", "lifeless , witless junk", "a terrible cast"]
 PPL_TEXTS = ["a great and moving film", "boring", "", "the worst film this year , truly"]
 
-TINY = EncoderSpec(max_length=16, epochs=2, batch_size=8, learning_rate=3e-4, max_batch_tokens=64, threads=2)
+TINY = EncoderConfig(max_length=16, epochs=2, batch_size=8, learning_rate=3e-4, max_batch_tokens=64, num_cpus=2)
 
 
 def _in_fresh_worker(ray_runtime, function, *args):
@@ -131,7 +130,7 @@ def _plain_classifier(folder: str) -> dict:
     from common.boostaug.encoder import EncoderScorer, fit_surrogate
 
     rows = [(t, "pos") for t in POSITIVE[:3]] + [(t, "neg") for t in NEGATIVE[:3]]
-    spec = EncoderSpec(max_length=16, epochs=1, batch_size=8, mlm_weight=0.0, threads=2)
+    spec = EncoderConfig(max_length=16, epochs=1, batch_size=8, mlm_weight=0.0, num_cpus=2)
     figures = fit_surrogate(_parquet(Path(folder, "train.parquet"), rows), [], spec, 0, f"{folder}/m")
     scorer = EncoderScorer(f"{folder}/m")
     return {"figures": figures, "has_mlm": scorer.has_mlm, "calibration": scorer.validation_perplexities}

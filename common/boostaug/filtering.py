@@ -34,7 +34,7 @@ def apply_filters(scored: "DataFrame", n_aug: int, cfg: FilterConfig, enabled: C
     """``scored`` (source_id, backend, aug_idx, label and the score columns) plus ``reason``, null for kept
     candidates. ``enabled``: the filters to apply (a subset of perplexity, confidence, label); a perplexity
     column of nulls means the surrogate has none, and that filter passes everything."""
-    from pyspark.sql import Column, Window
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     unknown = set(enabled) - {"perplexity", "confidence", "label"}
@@ -56,15 +56,14 @@ def apply_filters(scored: "DataFrame", n_aug: int, cfg: FilterConfig, enabled: C
         rank_window = Window.partitionBy("source_id", "backend", "_ppl_fails") \
             .orderBy(F.col(confidence).desc(), F.col("aug_idx"))
         df = df.withColumn("_rank", F.row_number().over(rank_window))
-        rules += [(F.col("_rank") > n_aug, REASON_RANK.format(n=n_aug)),
+        rules += [(F.col("_rank") > n_aug, F.lit(REASON_RANK.format(n=n_aug))),
                   (F.col(confidence) <= cfg.confidence_threshold,
-                   REASON_CONFIDENCE.format(t=cfg.confidence_threshold))]
+                   F.lit(REASON_CONFIDENCE.format(t=cfg.confidence_threshold)))]
     else:
         # Without the ranking, the first n_aug candidates stand in for it, as unfiltered augmentation takes
         # them: the ablation then differs from BoostAug by the ranking alone, not by the number considered.
-        rules.append((F.col("aug_idx") >= n_aug, REASON_BEYOND.format(n=n_aug)))
+        rules.append((F.col("aug_idx") >= n_aug, F.lit(REASON_BEYOND.format(n=n_aug))))
     if "label" in enabled:
-        rules.append((F.col(predicted) != F.col("label"), REASON_LABEL))
-    reason = F.coalesce(*[F.when(predicate, text if isinstance(text, Column) else F.lit(text))
-                          for predicate, text in rules])
+        rules.append((F.col(predicted) != F.col("label"), F.lit(REASON_LABEL)))
+    reason = F.coalesce(*[F.when(predicate, text) for predicate, text in rules])
     return df.withColumn("reason", reason).drop("_ppl_fails", "_rank")
