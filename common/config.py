@@ -12,6 +12,7 @@ from pathlib import Path
 from common.boostaug.config import BoostAugConfig
 from common.catalog.config import CGAConfig, ConsistencyConfig, GroupingConfig
 from common.data.config import DemoConfig, IngestConfig, InputsConfig, SubsampleConfig
+from common.genre.config import GenreConfig
 from common.platform.config import BaseConfig, load
 from common.querygraph.config import QueryGraphConfig, QueryReformulationConfig
 
@@ -31,6 +32,7 @@ class AppConfig(BaseConfig):
     cga: CGAConfig = field(default_factory=CGAConfig)
     query_reformulation: QueryReformulationConfig = field(default_factory=QueryReformulationConfig)
     boostaug: BoostAugConfig = field(default_factory=BoostAugConfig)
+    genre: GenreConfig = field(default_factory=GenreConfig)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:

@@ -40,6 +40,11 @@ JOBS: dict[str, str] = {
     "boostaug-augment": "jobs.boostaug:augment_job",
     "boostaug-filter": "jobs.boostaug:filter_job",
     "boostaug-evaluate": "jobs.boostaug:evaluate_job",
+    "ingest-documents": "jobs.ingest:documents_job",
+    "genre-topics": "jobs.genre:topics_job",
+    "genre-splits": "jobs.genre:splits_job",
+    "genre-generate": "jobs.genre:generate_job",
+    "genre-evaluate": "jobs.genre:evaluate_job",
     "maintain": "jobs.maintain",
     "results-summary": "jobs.summary",
 }
@@ -54,11 +59,12 @@ PIPELINES["cga"] = PIPELINES["consistency"] + ["cga-pairs", "cga-generate", "cga
 PIPELINES["query-reformulation"] = PIPELINES["query-graph"] + ["query-reformulate", "query-augment", "query-matcher"]
 PIPELINES["boostaug"] = ["generate-demo", "ingest-texts", "boostaug-splits", "boostaug-augment", "boostaug-filter",
                          "boostaug-evaluate"]
+PIPELINES["genre-transfer"] = ["ingest-documents", "genre-topics", "genre-splits", "genre-generate", "genre-evaluate"]
 # Weekly in production (resources/maintenance.yml): compaction and VACUUM of every table.
 PIPELINES["maintenance"] = ["maintain"]
 # The main demo: every pipeline on the demo data (jobs shared by several run once).
 PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"]
-                                      + PIPELINES["boostaug"])) + ["results-summary"]
+                                      + PIPELINES["boostaug"] + PIPELINES["genre-transfer"])) + ["results-summary"]
 
 
 REGISTRY = JobRegistry(JOBS, PIPELINES)

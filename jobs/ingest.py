@@ -9,7 +9,8 @@ each with ``<table>_quarantine`` (rejected rows with a ``reason``), and ``taxono
 Accounting: for each input, rows in = rows kept + rows quarantined; the job fails if that ever breaks.
 
 Job ``ingest-texts`` does the same for ``inputs.texts`` (``texts`` and ``texts_quarantine``; unset: the
-demo's labeled titles as text and their category as label).
+demo's labeled titles as text and their category as label), and ``ingest-documents`` for
+``inputs.documents`` (``documents``) and ``inputs.topic_corpus`` (``topic_corpus``, when set).
 
 Incremental: a Delta path input whose commits since the version last ingested (with the same config) only
 appended rows has just those rows validated and appended to both tables (``ingest.incremental``); any other
@@ -25,7 +26,7 @@ from typing import Optional
 from common.config import AppConfig
 from common.data.config import InputSpec
 from common.platform.job import JobContext, JobRun, hash_of, job
-from common.data.schemas import CATALOG_KINDS, CONTRACTS, TEXTS, Contract
+from common.data.schemas import CATALOG_KINDS, CONTRACTS, DOCUMENTS, TEXTS, TOPIC_CORPUS, Contract
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,21 @@ def texts_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Ingest the labeled texts (``inputs.texts``) into ``texts`` and ``texts_quarantine``."""
     counts = ingest_one(ctx, tr, TEXTS, texts_input(ctx.cfg), None)
     return {f"texts.{k}": float(v) for k, v in counts.items()}
+
+
+@job("ingest-documents")
+def documents_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+    """Ingest ``inputs.documents`` (doc_id, text, genre) into ``documents`` and ``documents_quarantine``, and
+    ``inputs.topic_corpus`` (doc_id, text) into ``topic_corpus`` when set."""
+    if ctx.cfg.inputs.documents is None:
+        raise ValueError("nothing to ingest: set inputs.documents (doc_id, text, genre), e.g. "
+                         "../shared/data/brown/documents.csv (conf/genre_brown.yaml)")
+    metrics = {}
+    for contract, spec in ((DOCUMENTS, ctx.cfg.inputs.documents), (TOPIC_CORPUS, ctx.cfg.inputs.topic_corpus)):
+        if spec is not None:
+            counts = ingest_one(ctx, tr, contract, spec, None)
+            metrics.update({f"{contract.name}.{k}": float(v) for k, v in counts.items()})
+    return metrics
 
 
 def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec, taxonomy_df) -> dict[str, int]:

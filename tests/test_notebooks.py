@@ -11,7 +11,8 @@ from jobs import PIPELINES
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 # In pipeline order: later notebooks skip the jobs earlier ones wrote (same config, same inputs).
-ORDER = ["foundation", "consistency", "query_graph", "cga", "query_reformulation", "boostaug", "maintenance"]
+ORDER = ["foundation", "consistency", "query_graph", "cga", "query_reformulation", "boostaug", "genre_transfer",
+         "maintenance"]
 PREFIX = {"cga": "consistency", "query_reformulation": "query-graph"}  # the pipeline each one extends
 
 
@@ -38,6 +39,7 @@ def notebook_env(monkeypatch, tmp_path, tracking_uri):
         "cga.sweep.fixed_threshold=0.3", "query_reformulation.fine_tune.epochs=1",
         "boostaug.n_aug=2", "boostaug.folds=3", "boostaug.eval.repeats=1", "boostaug.eval.curve=[0,2]",
         "boostaug.surrogate.epochs=[50]", "boostaug.filter.confidence_threshold=0.6", "boostaug.backends=[eda,split]",
+        "genre.topic_model.topics=5", "genre.topic_model.max_iter=5", "genre.split.sizes=[4]", "genre.eval.repeats=1",
         "maintenance.tables=[consistency_results,query_clusters]",
     ]
     monkeypatch.chdir(REPO)
@@ -60,6 +62,7 @@ def test_notebooks_run_every_pipeline(spark, ray_runtime, notebook_env, capsys):
         "cga": ["cga_sweep_results", "source_title", "figure2.png"],
         "query_reformulation": ["augmented_interactions", "precision"],
         "boostaug": ["eda+boostaug", "not among the 2 most confident", "accuracy_vs_n_aug.png"],
+        "genre_transfer": ["genre_results", "off_topic", "augmented"],
         "maintenance": ["maintain", "reformulation_pairs"],
     }
     for name in ORDER:

@@ -59,6 +59,10 @@ class InputsConfig:
     products: Optional[InputSpec] = None
     # Labeled texts (text, label, optional split) for the BoostAug pipeline; unset: the demo's labeled titles.
     texts: Optional[InputSpec] = None
+    # Documents (doc_id, text, genre) for the genre-transfer pipeline, and optionally a separate topic
+    # corpus (doc_id, text) the topic model is fit on (unset: the documents themselves).
+    documents: Optional[InputSpec] = None
+    topic_corpus: Optional[InputSpec] = None
 
 
 @dataclass

@@ -45,7 +45,7 @@ def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False) -> 
 
     checks: list[tuple["Column", str]] = [(F.col(CORRUPT_COL).isNotNull(), "malformed line: could not be parsed")]
     names = contract.column_names
-    for id_col in ("item_id", "product_id"):
+    for id_col in ("item_id", "product_id", "doc_id"):
         if id_col in names:
             checks.append((_blank(F.col(id_col)), f"empty {id_col}"))
     if "title" in names:
@@ -54,8 +54,9 @@ def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False) -> 
         checks += _text_rules("query", cfg.max_title_chars)
     if "text" in names:
         checks += _text_rules("text", cfg.max_text_chars)
-    if "label" in names:
-        checks.append((_blank(F.col("label")), "empty label"))
+    for label in ("label", "genre"):
+        if label in names:
+            checks.append((_blank(F.col(label)), f"empty {label}"))
     if "split" in names:
         checks.append((F.col("split").isNotNull() & ~F.lower(F.trim(F.col("split"))).isin(*SPLITS),
                        f"unknown split (allowed: {', '.join(SPLITS)})"))

@@ -66,6 +66,10 @@ PRODUCTS = Contract("products", (ColumnSpec("product_id"), ColumnSpec("title")))
 # Labeled sentences or documents for the text-classification papers (BoostAug): ``split`` is
 # train|dev|test when the source has one (else the pipeline draws a stratified split by seed).
 TEXTS = Contract("texts", (ColumnSpec("text"), ColumnSpec("label"), ColumnSpec("split", required=False)))
+# Documents with a non-topical label (genre, register, sentiment...) for the genre-transfer pipeline.
+DOCUMENTS = Contract("documents", (ColumnSpec("doc_id"), ColumnSpec("text"), ColumnSpec("genre")))
+# A topically diverse corpus the genre pipeline's topic model may be fit on instead of the documents.
+TOPIC_CORPUS = Contract("topic_corpus", (ColumnSpec("doc_id"), ColumnSpec("text")))
 
 CONTRACTS: dict[str, Contract] = {
     "labeled": LABELED,
@@ -73,6 +77,8 @@ CONTRACTS: dict[str, Contract] = {
     "interactions": INTERACTIONS,
     "products": PRODUCTS,
     "texts": TEXTS,
+    "documents": DOCUMENTS,
+    "topic_corpus": TOPIC_CORPUS,
 }
 # The catalog datasets the ``ingest`` job takes; the others have their own pipeline's ingest job.
 CATALOG_KINDS = ("labeled", "catalog", "interactions", "products")

@@ -209,18 +209,20 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
 MODEL_MARKER = "config.json"  # a folder holding this file is a saved model
 
 
-def read_pairs(files: Sequence[str], source_col: str, target_col: str) -> list[tuple[str, str]]:
-    """(source, target) pairs from Parquet ``files``; rows with an empty side are left out."""
+def read_pairs(files: Sequence[str], source_col: str, target_col: str,
+               filters: Optional[list] = None) -> list[tuple[str, str]]:
+    """(source, target) pairs from Parquet ``files`` (the rows matching pyarrow ``filters``, when given);
+    rows with an empty side are left out."""
     import pyarrow.parquet as pq
 
-    table = pq.ParquetDataset(list(files)).read(columns=[source_col, target_col])
+    table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=[source_col, target_col])
     return [(s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
             if s and t and s.strip() and t.strip()]
 
 
 def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_uri: str, model: ModelSpec,
                     train: TrainSpec, num_cpus: int, tracking_uri: Optional[str], run_id: Optional[str],
-                    checkpoint_every: int) -> FineTuneResult:
+                    checkpoint_every: int, filters: Optional[list] = None) -> FineTuneResult:
     """The body of the Ray task: read, train, log to MLflow, copy the final model to ``out_uri``."""
     import shutil
     import tempfile
@@ -231,7 +233,10 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
 
     torch.set_num_threads(max(1, num_cpus))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    pairs = read_pairs(files, source_col, target_col)
+    pairs = read_pairs(files, source_col, target_col, filters)
+    if not pairs:
+        raise ValueError(f"no (source, target) pairs in {len(files)} files matching {filters}: nothing to fine-tune "
+                         f"{out_uri} on")
     client = None
     if tracking_uri and run_id:
         from mlflow import MlflowClient
@@ -296,3 +301,20 @@ def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, 
                                                 runtime_env={"env_vars": env})
     return ray.get(task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri,
                                run_id, checkpoint_every))
+
+
+def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: Sequence[tuple[list, str]],
+                          model: ModelSpec, train: TrainSpec, source_col: str = "source_text",
+                          target_col: str = "target_text", num_cpus: int = 1,
+                          num_gpus: float = 0.0) -> list[FineTuneResult]:
+    """Fine-tune one model per (pyarrow filters, out_uri) of ``models`` on the matching pairs of the Parquet
+    ``files``, as concurrent Ray tasks of ``num_cpus``/``num_gpus`` each (Ray runs as many at once as the
+    cluster holds). Returns the results in ``models`` order; a task's error is raised here."""
+    import ray
+
+    runtime.start()
+    task = ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0, max_retries=1,
+                                                runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    refs = [task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, None, None, 0, filters)
+            for filters, out_uri in models]
+    return ray.get(refs)

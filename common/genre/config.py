@@ -1,0 +1,138 @@
+"""Genre transfer across topics' config (paper 5, METHODS.md section 5): the topic model, keywords, the
+off/on-topic splits, the per-genre generators and the evaluation. Defaults are the paper's settings where
+it fixes them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from common.models.config import FastTextConfig, FineTuneConfig, GenerationConfig, ScratchT5Config, T5ModelConfig
+from common.platform.config import check
+
+
+@dataclass
+class TopicModelConfig:
+    """The topic model (Spark MLlib LDA; the paper used an embedding topic model, ETM) and its text stages."""
+
+    # The paper: 25 topics (chosen on ukWac by coherence x diversity).
+    topics: int = 25
+    kind: Literal["lda"] = "lda"
+    # passages: fit on the corpus cut into ``genre.window_chars`` passages (documents then get their
+    # topics from the fitted model); documents: on whole documents. Online LDA on a few hundred long
+    # documents (Brown: 500 of 12k characters) collapses into one or two topics (measured: one topic held
+    # 97% of the weight with Spark's defaults); on their 6k passages it spreads over all of them.
+    fit_on: Literal["passages", "documents"] = "passages"
+    optimizer: Literal["online", "em"] = "online"
+    max_iter: int = 50
+    # Online LDA's tau0 (Spark's default 1024 down-weights early iterations so much that a small corpus
+    # never leaves its first collapse) and kappa.
+    learning_offset: float = 16.0
+    learning_decay: float = 0.51
+    # CountVectorizer: the vocabulary's size and document-frequency bounds (a share when < 1).
+    vocab_size: int = 20_000
+    min_df: float = 2.0
+    # A share of the documents (Spark reads 1.0 and above as a count); None: no upper bound.
+    max_df: Optional[float] = 0.5
+    min_token_length: int = 3
+
+    def __post_init__(self) -> None:
+        check(self.topics >= 2, "genre.topic_model.topics", "must be >= 2")
+        for name in ("max_iter", "vocab_size", "min_token_length"):
+            check(getattr(self, name) >= 1, f"genre.topic_model.{name}", "must be >= 1")
+        check(self.max_df is None or 0 < self.max_df < 1, "genre.topic_model.max_df",
+              "must lie in (0, 1) (a share of documents), or be null for no bound")
+        check(self.learning_offset > 0, "genre.topic_model.learning_offset", "must be > 0")
+        check(0.5 < self.learning_decay <= 1, "genre.topic_model.learning_decay", "must lie in (0.5, 1]")
+
+
+@dataclass
+class SplitConfig:
+    """Per topic t and size N: the on-topic test set, the off-topic and on-topic training sets."""
+
+    # N documents per genre (the paper: 30, 100, 1000), capped by what each genre holds: a genre of n
+    # documents gives min(test_per_genre, max(1, floor(n * test_fraction))) on-topic test documents and at
+    # most half of the rest to each training set, so test, off-topic and on-topic sets never overlap. An N
+    # that every genre caps to the same sizes as a smaller N is dropped (it would repeat that row).
+    sizes: list[int] = field(default_factory=lambda: [30, 100, 1000])
+    test_fraction: float = 0.2
+    # The paper's on-topic test sets hold 300 documents of each genre.
+    test_per_genre: int = 300
+    # Topics evaluated: these indices; else the ``max_topics`` most prevalent ones (None: all).
+    topics: Optional[list[int]] = None
+    max_topics: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        check(bool(self.sizes) and all(n >= 1 for n in self.sizes), "genre.split.sizes", "must be >= 1")
+        check(0 < self.test_fraction < 1, "genre.split.test_fraction", "must lie in (0, 1)")
+        check(self.test_per_genre >= 1, "genre.split.test_per_genre", "must be >= 1")
+        check(self.max_topics is None or self.max_topics >= 1, "genre.split.max_topics", "must be >= 1")
+
+
+def _generator_model() -> T5ModelConfig:
+    # Passages of 1000 characters: a scratch tokenizer makes ~250 tokens of one.
+    return T5ModelConfig(kind="scratch_t5", scratch=ScratchT5Config(vocab_size=4000, d_model=128, d_ff=256),
+                         max_source_length=48, max_target_length=256)
+
+
+def _generator_fine_tune() -> FineTuneConfig:
+    # The paper: 16 epochs, learning rate 0.001 (Simple Transformers' Adam).
+    return FineTuneConfig(epochs=16, learning_rate=1e-3, batch_size=16, checkpoint_every=0)
+
+
+def _generator_generation() -> GenerationConfig:
+    # The paper: one beam, top-k 50, top-p 0.95; one synthetic document per genre per original.
+    return GenerationConfig(n_samples=1, mode="sample", top_k=50, top_p=0.95, max_new_tokens=256,
+                            max_source_tokens=64, bucket_size=32, batch_size=64)
+
+
+@dataclass
+class GeneratorConfig:
+    """One keywords-to-text model per genre (and per topic and N: each learns from that split's off-topic
+    training documents only). Scratch T5 here; t5-small (the paper's) by ``model.kind: checkpoint``."""
+
+    model: T5ModelConfig = field(default_factory=_generator_model)
+    fine_tune: FineTuneConfig = field(default_factory=_generator_fine_tune)
+    generation: GenerationConfig = field(default_factory=_generator_generation)
+    # Training pairs per document: its first this many passages (None: all).
+    max_passages_per_doc: Optional[int] = None
+    # Fine-tuned models an actor of the generation pool keeps loaded.
+    cache_models: int = 4
+
+    def __post_init__(self) -> None:
+        check(self.max_passages_per_doc is None or self.max_passages_per_doc >= 1,
+              "genre.generator.max_passages_per_doc", "must be >= 1")
+        check(self.cache_models >= 1, "genre.generator.cache_models", "must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    """The genre classifiers: on_topic, off_topic and augmented rows per topic and N, R seeds."""
+
+    models: list[Literal["fasttext"]] = field(default_factory=lambda: ["fasttext"])
+    repeats: int = 5
+    # 100 epochs: a training set is a few hundred 1000-character windows, and fastText's shared default of
+    # 20 epochs leaves it predicting the majority genre there (measured on Brown: macro-F1 0.02).
+    fasttext: FastTextConfig = field(default_factory=lambda: FastTextConfig(epoch=100))
+
+    def __post_init__(self) -> None:
+        check(bool(self.models), "genre.eval.models", "must name at least one model")
+        check(self.repeats >= 1, "genre.eval.repeats", "must be >= 1")
+
+
+@dataclass
+class GenreConfig:
+    """Genre transfer across topics (METHODS.md section 5)."""
+
+    topic_model: TopicModelConfig = field(default_factory=TopicModelConfig)
+    # Keywords kept per passage (the paper: 10), in the passage's word order.
+    keywords: int = 10
+    # Generator passages and classifier windows: this many characters (the paper: 1000-character windows
+    # randomly positioned in each document), cut at word boundaries.
+    window_chars: int = 1000
+    split: SplitConfig = field(default_factory=SplitConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        check(self.keywords >= 1, "genre.keywords", "must be >= 1")
+        check(self.window_chars >= 50, "genre.window_chars", "must be >= 50")

@@ -1,0 +1,71 @@
+"""Genre transfer's evaluation (paper 5): the classifier's rows (seeded 1000-character windows, numbers
+and punctuation removed), the three training variants, and the Table-4-style summary."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from common.genre.text import clean, window
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import Column, DataFrame
+
+# The rows of the paper's Table 4: trained on-topic, trained off-topic, off-topic plus synthetic on-topic.
+METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic")}
+
+
+def clean_col(text: "Column") -> "Column":
+    """:func:`common.genre.text.clean` as a Column expression: letters only, single spaces."""
+    from pyspark.sql import functions as F
+
+    return F.trim(F.regexp_replace(F.regexp_replace(text, r"[^\p{L}]+", " "), r"\s+", " "))
+
+
+def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame", chars: int, seed: int) -> "DataFrame":
+    """(topic, n, set, doc_id, label, text): each split document as one cleaned window of ``chars``
+    characters drawn by (``seed``, doc_id) (the same window wherever the document appears), set = its role
+    (test, on_topic, off_topic); plus every synthetic document, cleaned, set ``synthetic``, labelled with its
+    generator's genre."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    view = F.udf(lambda text, key: clean(window(text, key, seed, chars)), StringType())
+    real = splits.join(docs.select("doc_id", "text"), "doc_id").select(
+        "topic", "n", F.col("role").alias("set"), "doc_id", F.col("genre").alias("label"),
+        view("text", "doc_id").alias("text"))
+    fake = synthetic_rows.select("topic", "n", F.lit("synthetic").alias("set"), F.col("source_id").alias("doc_id"),
+                                 F.col("genre").alias("label"), clean_col(F.col("text")).alias("text"))
+    return real.unionByName(fake)
+
+
+def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
+    """Table 4: per N, each method's macro-F1 averaged over topics (mean ± std over the R seeds of that
+    average), the topics evaluated, and in how many the off-topic row falls below on-topic and the
+    augmented row rises above off-topic (per-topic means over seeds)."""
+    import pandas as pd
+
+    rows = []
+    for n, group in pdf.groupby("n"):
+        per_seed = group.groupby(["method", "repeat"])["macro_f1"].mean().unstack("repeat")
+        per_topic = group.groupby(["method", "topic"])["macro_f1"].mean().unstack("method")
+        row = {"N": int(n), "topics": int(group["topic"].nunique())}
+        for method in METHODS:
+            if method in per_seed.index:
+                values = per_seed.loc[method]
+                row[method] = f"{100 * values.mean():.1f} ± {100 * values.std(ddof=1) if len(values) > 1 else 0:.1f}"
+        if {"on_topic", "off_topic"} <= set(per_topic.columns):
+            row["gap topics"] = f"{int((per_topic['off_topic'] < per_topic['on_topic']).sum())}/{len(per_topic)}"
+        if {"augmented", "off_topic"} <= set(per_topic.columns):
+            gain = per_topic["augmented"] - per_topic["off_topic"]
+            row["gain"] = f"{100 * gain.mean():+.1f}"
+            row["gain topics"] = f"{int((gain > 0).sum())}/{len(per_topic)}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def per_topic_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
+    """Per N and topic: each method's macro-F1 (mean over seeds, in points) and the augmented row's gain."""
+    table = (pdf.groupby(["n", "topic", "method"])["macro_f1"].mean().unstack("method") * 100).round(1)
+    if {"augmented", "off_topic"} <= set(table.columns):
+        table["gain"] = (table["augmented"] - table["off_topic"]).round(1)
+    return table.reset_index()

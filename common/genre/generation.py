@@ -1,0 +1,63 @@
+"""The per-genre generators' data (paper 5): training pairs from off-topic documents only, and prompts
+from the on-topic test documents' keywords for every genre's generator. DataFrame transforms."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+GENERATOR_KEY = ("topic", "n", "genre")
+
+
+def generator_pairs(splits: "DataFrame", passage_rows: "DataFrame", max_passages: Optional[int]) -> "DataFrame":
+    """(topic, n, genre, doc_id, passage_idx, source_text, target_text): for each (topic, n) and genre, the
+    passages of that genre's ``off_topic`` training documents (their first ``max_passages``, when set) as
+    (keywords, passage) pairs. A generator never sees a test or on-topic document: isolation by design.
+    Passages without keywords make no pair."""
+    from pyspark.sql import functions as F
+
+    off = splits.filter(F.col("role") == "off_topic").select("topic", "n", "doc_id", "genre")
+    rows = passage_rows.filter(F.col("keywords") != "")
+    if max_passages is not None:
+        rows = rows.filter(F.col("passage_idx") < max_passages)
+    return off.join(rows.select("doc_id", "passage_idx", F.col("keywords").alias("source_text"),
+                                F.col("passage").alias("target_text")), "doc_id")
+
+
+def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFrame", seed: int) -> "DataFrame":
+    """One prompt per on-topic test document and generator of its (topic, n): (topic, n, genre,
+    source_doc_id, source_genre, source_id, source_text, model_path, model_version). ``source_text`` is
+    the keywords of one passage of the test document, drawn by (``seed``, doc_id); its genre is not given
+    to the generator, which writes in its own ``genre`` (the synthetic document's label). Sorted by model,
+    so generation batches hold few models."""
+    from pyspark.sql import functions as F
+
+    counts = passage_rows.groupBy("doc_id").agg(F.count(F.lit(1)).alias("_passages"))
+    chosen = counts.withColumn("passage_idx", F.pmod(F.xxhash64(F.lit(seed), "doc_id"), F.col("_passages")).cast("int"))
+    keywords = chosen.join(passage_rows, ["doc_id", "passage_idx"]).select("doc_id", "keywords")
+    test = splits.filter(F.col("role") == "test").select("topic", "n", F.col("doc_id").alias("source_doc_id"),
+                                                         F.col("genre").alias("source_genre"))
+    out = test.join(keywords.withColumnRenamed("doc_id", "source_doc_id"), "source_doc_id") \
+        .join(generators.select("topic", "n", "genre", "model_path", "model_version"), ["topic", "n"])
+    source_id = F.concat_ws("/", F.col("topic").cast("string"), F.col("n").cast("string"), "genre", "source_doc_id")
+    return out.select("topic", "n", "genre", "source_doc_id", "source_genre", source_id.alias("source_id"),
+                      F.col("keywords").alias("source_text"), "model_path", "model_version") \
+        .orderBy("model_path", "source_id")
+
+
+def synthetic(generated: "DataFrame", prompt_rows: "DataFrame") -> "DataFrame":
+    """Generated rows joined back to their prompts: (topic, n, genre, source_doc_id, source_genre, source_id,
+    keywords, text, model_version, generated_tokens, reason). A row keeps the generator's ``reason`` (empty or
+    over-long input, decoding error) or gets ``empty generation`` when nothing with letters was generated."""
+    from pyspark.sql import functions as F
+
+    from common.genre.evaluation import clean_col
+
+    joined = generated.join(prompt_rows.select("source_id", "topic", "n", "genre", "source_doc_id", "source_genre"),
+                            "source_id")
+    reason = F.coalesce(F.col("reason"), F.when(F.length(clean_col(F.coalesce("generated_text", F.lit("")))) == 0,
+                                                F.lit("empty generation: no letters")))
+    return joined.select("topic", "n", "genre", "source_doc_id", "source_genre", "source_id",
+                         F.col("source_text").alias("keywords"), F.col("generated_text").alias("text"), "model_version",
+                         "generated_tokens", reason.alias("reason"))

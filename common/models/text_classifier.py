@@ -1,0 +1,72 @@
+"""fastText text classifiers trained and evaluated inside Ray tasks (BoostAug's and genre transfer's
+evaluation classifiers).
+
+A task reads its rows straight from the Parquet files of Delta table versions (``sources``: a list of
+(files, pyarrow filters) so one table can hold many folds, methods or splits;
+:func:`common.models.hft.read_rows`), trains with :func:`common.models.hft.fit_rows`, and returns figures;
+nothing passes through the driver.
+"""
+from __future__ import annotations
+
+import tempfile
+from typing import TYPE_CHECKING, Any, Sequence
+
+from common.models.hft import SAFE_MALLOC_ENV, HFTModel, Source, fit_rows, predict_texts, read_rows
+
+if TYPE_CHECKING:
+    from common.platform.ray_runtime import RayRuntime
+
+TEXT, LABEL = "text", "label"
+
+
+def accuracy_and_macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> tuple[float, float]:
+    """Accuracy and macro-F1 (mean over the gold and predicted labels of per-label F1)."""
+    if not gold:
+        return float("nan"), float("nan")
+    labels = sorted(set(gold) | set(predicted))
+    f1s = []
+    for label in labels:
+        tp = sum(g == label and p == label for g, p in zip(gold, predicted))
+        fp = sum(g != label and p == label for g, p in zip(gold, predicted))
+        fn = sum(g == label and p != label for g, p in zip(gold, predicted))
+        f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return sum(g == p for g, p in zip(gold, predicted)) / len(gold), sum(f1s) / len(f1s)
+
+
+def _fit(rows: Sequence[tuple[str, str]], params: dict[str, Any], seed: int, out_dir: str) -> dict[str, Any]:
+    tokens, _, seconds = fit_rows(rows, params, seed, out_dir)
+    return {"rows": len(rows), "tokens": tokens, "seconds": seconds}
+
+
+def _evaluate(model_dir: str, rows: Sequence[tuple[str, str]]) -> dict[str, float]:
+    predicted = [label for label, _, _ in predict_texts(HFTModel(model_dir, 1), [t for t, _ in rows])]
+    accuracy, macro_f1 = accuracy_and_macro_f1([g for _, g in rows], predicted)
+    return {"accuracy": accuracy, "macro_f1": macro_f1, "n_test": len(rows)}
+
+
+def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: dict[str, Any],
+                     seed: int) -> dict[str, Any]:
+    """Train a flat fastText classifier on ``train`` rows, evaluate it on ``test`` rows, discard it.
+    Returns {rows, tokens, seconds, accuracy, macro_f1, n_test}; raises TrainingDataError on no rows."""
+    with tempfile.TemporaryDirectory(prefix="boostaug-model-") as tmp:
+        figures = _fit(read_rows(train, TEXT, LABEL), params, seed, tmp)
+        figures.update(_evaluate(tmp, read_rows(test, TEXT, LABEL)))
+    return figures
+
+
+def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], num_cpus: int = 1,
+              num_gpus: float = 0.0, fresh_worker: bool = False) -> list[Any]:
+    """Run ``function(**job)`` for every job as Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs each
+    (fastText: one CPU, single-threaded, so deterministic per seed); results in job order.
+
+    ``fresh_worker``: each task's worker process exits after it (torch tasks). Ray reuses idle workers, and
+    fastText trains on uninitialised memory (see ``SAFE_MALLOC_ENV``): in a worker whose heap torch has
+    shaped, a later fastText model can differ from a clean process's, or hit NaN. It also hands a GPU's
+    memory back at once."""
+    import ray
+
+    runtime.start()
+    options: dict[str, Any] = {"max_calls": 1} if fresh_worker else {}
+    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus or None, max_retries=2,
+                        runtime_env={"env_vars": SAFE_MALLOC_ENV}, **options)(function)
+    return ray.get([remote.remote(**job) for job in jobs])

@@ -1,0 +1,306 @@
+"""The genre-transfer jobs (paper 5, METHODS.md section 5): one module, four thin jobs.
+
+* ``genre-topics`` fits the topic model (Spark ML: tokenizer, stop words, vocabulary, LDA) on
+  ``topic_corpus`` (or the ``documents``), saved once per run config and inputs; writes ``genre_doc_topics``
+  (doc_id, genre, topic_weights, top_topic), ``genre_topic_words`` (each topic's top words and prevalence)
+  and ``genre_passages`` (every document cut into ``genre.window_chars`` passages, each with its keywords).
+* ``genre-splits`` writes ``genre_splits``: per evaluated topic and size N, each genre's on-topic ``test``
+  documents (heaviest for the topic), ``on_topic`` training documents (next heaviest) and ``off_topic``
+  training documents (lightest), never overlapping.
+* ``genre-generate`` fine-tunes one keywords-to-text generator per (topic, N, genre) on that genre's
+  off-topic passages only (``genre_gen_pairs``; the models in ``genre_generators``), in concurrent Ray tasks;
+  then one Ray Data pass generates, for every on-topic test document, one synthetic document per genre from
+  its keywords (``genre_prompts`` -> ``genre_generated``), kept in ``genre_synthetic`` or quarantined in
+  ``genre_synthetic_quarantine`` with a reason (prompts = kept + quarantined).
+* ``genre-evaluate`` writes ``genre_eval_sets`` (cleaned windows of every split document and the cleaned
+  synthetic documents) and trains the genre classifiers in Ray tasks: per topic, N and method (on_topic,
+  off_topic, augmented) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set: ``genre_results``
+  and a report (the paper's Table 4 and per-topic gains).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
+from jobs import entry_point
+
+log = logging.getLogger(__name__)
+
+DOCUMENTS, TOPIC_CORPUS = "documents", "topic_corpus"
+DOC_TOPICS, TOPIC_WORDS, PASSAGES = "genre_doc_topics", "genre_topic_words", "genre_passages"
+SPLITS = "genre_splits"
+PAIRS, GENERATORS, PROMPTS, GENERATED = "genre_gen_pairs", "genre_generators", "genre_prompts", "genre_generated"
+SYNTHETIC, QUARANTINE = "genre_synthetic", "genre_synthetic_quarantine"
+EVAL_SETS, RESULTS = "genre_eval_sets", "genre_results"
+RESULT_SCHEMA = ("run_id string, topic int, n int, method string, model string, repeat int, seed long, "
+                 "accuracy double, macro_f1 double, n_train long, n_test long")
+
+
+class DuplicateDocumentError(ValueError):
+    """Two documents share a doc_id: splits and keywords are per document, so ids must be unique."""
+
+
+def _check_unique(df, table: str) -> None:
+    from pyspark.sql import functions as F
+
+    dupes = [r["doc_id"] for r in df.groupBy("doc_id").count().filter(F.col("count") > 1).limit(5).collect()]
+    if dupes:
+        raise DuplicateDocumentError(f"{table}: doc_id is not unique (e.g. {', '.join(map(repr, dupes))}); give each "
+                                     "document its own id (inputs.documents.rename can map another column)")
+
+
+@job("genre-topics")
+def topics_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+    """``genre-topics``: the topic model, each document's topics, each passage's keywords."""
+    from pyspark import StorageLevel
+    from pyspark.ml import PipelineModel
+    from pyspark.sql import functions as F
+
+    from common.genre.topics import (doc_topics, passage_table, prevalence, topic_pipeline, topic_words, with_passages,
+                                     word_topics)
+    from common.platform.storage import exists
+
+    cfg = ctx.cfg.genre
+    docs = tr.read(DOCUMENTS)
+    own_corpus = ctx.cfg.inputs.topic_corpus is not None
+    corpus = tr.read(TOPIC_CORPUS) if own_corpus else docs
+    config_hash = hash_of(asdict(cfg.topic_model), cfg.window_chars, cfg.keywords, own_corpus, ctx.cfg.seed)
+    if tr.all_written([DOC_TOPICS, TOPIC_WORDS, PASSAGES], config_hash):
+        return {}
+    _check_unique(docs, DOCUMENTS)
+    uri = ctx.models_dir("genre_topics", hash_of(config_hash, tr.inputs))
+    if not ctx.force and exists(f"{uri}/metadata"):
+        model = PipelineModel.load(uri)
+        log.info("reusing the topic model at %s (same config and inputs)", uri)
+    else:
+        fit_rows = corpus.select("text") if cfg.topic_model.fit_on == "documents" else \
+            with_passages(corpus, cfg.window_chars).select(F.col("passage").alias("text"))
+        fit_rows = fit_rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            model = topic_pipeline(cfg.topic_model, ctx.cfg.seed).fit(fit_rows)
+        finally:
+            fit_rows.unpersist()
+        model.write().overwrite().save(uri)
+    tr.set_tags({"topic_model.uri": uri, "topic_model.kind": cfg.topic_model.kind})
+    vocabulary = len(model.stages[2].vocabulary)
+    log_perplexity = model.stages[-1].logPerplexity(model.transform(corpus.select("text")))
+    dt = doc_topics(model, docs).persist(StorageLevel.MEMORY_AND_DISK)
+    ww = word_topics(model).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        tr.write(dt, DOC_TOPICS, config_hash)
+        words = topic_words(ww).join(prevalence(dt), "topic").orderBy("topic")
+        tr.write(words, TOPIC_WORDS, config_hash)
+        written = tr.write(passage_table(model, docs, dt, ww, cfg.window_chars, cfg.keywords), PASSAGES, config_hash)
+    finally:
+        dt.unpersist()
+        ww.unpersist()
+    # One row per topic: bounded by genre.topic_model.topics.
+    for r in ctx.lakehouse.read(TOPIC_WORDS, tr.result.outputs[TOPIC_WORDS].version).orderBy("topic").collect():
+        log.info("topic %2d (%.3f): %s", r["topic"], r["prevalence"], r["words"])
+    passages = ctx.lakehouse.read(PASSAGES, written.version)
+    row = passages.agg(F.count(F.lit(1)).alias("passages"),
+                       F.sum((F.col("keywords") == "").cast("long")).alias("no_keywords")).first()
+    return {"vocabulary": float(vocabulary), "log_perplexity": float(log_perplexity),
+            "passages": float(row["passages"]), "passages_without_keywords": float(row["no_keywords"] or 0)}
+
+
+def _evaluated_topics(ctx: JobContext, doc_topics) -> list[int]:
+    from common.genre.topics import prevalence
+
+    split = ctx.cfg.genre.split
+    k = ctx.cfg.genre.topic_model.topics
+    if split.topics is not None:
+        bad = [t for t in split.topics if not 0 <= t < k]
+        if bad:
+            raise ValueError(f"genre.split.topics: {bad} are not topics of a {k}-topic model (0..{k - 1})")
+        return sorted(set(split.topics))
+    # k rows: bounded by the config.
+    ranked = [r["topic"] for r in prevalence(doc_topics).orderBy("prevalence", ascending=False).collect()]
+    return sorted(ranked[:split.max_topics] if split.max_topics else ranked)
+
+
+@job("genre-splits")
+def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+    """``genre-splits``: per evaluated topic and N, the test, on-topic and off-topic document sets."""
+    from common.genre.topics import effective_sizes, split_sizes, topic_splits
+
+    cfg = ctx.cfg.genre
+    dt = tr.read(DOC_TOPICS)
+    config_hash = hash_of(asdict(cfg.split), ctx.cfg.seed)
+    if tr.already_written(SPLITS, config_hash):
+        return {}
+    # One row per genre: a bounded aggregate.
+    counts = {r["genre"]: r["count"] for r in dt.groupBy("genre").count().collect()}
+    sizes = effective_sizes(counts, cfg.split)
+    if not sizes:
+        raise ValueError(f"genre.split.sizes {cfg.split.sizes}: no genre has enough documents for a training set "
+                         f"(documents per genre: {counts})")
+    dropped = sorted(set(cfg.split.sizes) - set(sizes))
+    if dropped:
+        log.info("sizes %s dropped: the genres cap them to (nearly) the training sets of a smaller N", dropped)
+    for n in sizes:
+        log.info("N=%d: (test, train) documents per genre %s", n, split_sizes(counts, n, cfg.split))
+    starved = [g for g, (_, train) in split_sizes(counts, max(sizes), cfg.split).items() if train == 0]
+    if starved:
+        log.warning("genres %s have too few documents for any training set: their test documents can only be "
+                    "misclassified", starved)
+    topics = _evaluated_topics(ctx, dt)
+    tr.write(topic_splits(dt, topics, sizes, cfg.split), SPLITS, config_hash)
+    tr.log_dict({"topics": topics, "sizes": sizes, "dropped_sizes": dropped, "documents_per_genre": counts},
+                "splits.json")
+    return {"topics": float(len(topics)), "sizes": float(len(sizes))}
+
+
+def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int, config_hash: str):
+    """Fine-tune (or reuse) one generator per (topic, n, genre) of the pairs table; returns a DataFrame of
+    (topic, n, genre, pairs, model_path, model_version, reused)."""
+    from pyspark.sql import functions as F
+
+    from common.models.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_many_on_ray
+    from common.platform.storage import exists
+
+    gen = ctx.cfg.genre.generator
+    pairs = ctx.lakehouse.read(PAIRS, pairs_version)
+    # One row per generator: bounded by topics x sizes x genres.
+    keys = pairs.groupBy("topic", "n", "genre").agg(F.count(F.lit(1)).alias("pairs")).orderBy("topic", "n", "genre") \
+        .collect()
+    rows, todo = [], []
+    for r in keys:
+        key = hash_of(config_hash, tr.inputs, r["topic"], r["n"], r["genre"])
+        uri = ctx.models_dir("genre_generator", key)
+        reused = not ctx.force and exists(f"{uri}/{MODEL_MARKER}")
+        rows.append((r["topic"], r["n"], r["genre"], r["pairs"], uri, f"genre_generator-{key}", reused))
+        if not reused:
+            todo.append(([("topic", "=", r["topic"]), ("n", "=", r["n"]), ("genre", "=", r["genre"])], uri))
+    log.info("generators: %d to fine-tune, %d reused (same config and inputs)", len(todo), len(rows) - len(todo))
+    if todo:
+        results = fine_tune_many_on_ray(ctx.ray(), ctx.lakehouse.file_uris(PAIRS, pairs_version), todo,
+                                        ModelSpec.from_config(gen.model), TrainSpec.from_config(gen.fine_tune,
+                                                                                                ctx.cfg.seed),
+                                        num_cpus=gen.fine_tune.num_cpus, num_gpus=gen.fine_tune.num_gpus)
+        losses = [r.step_losses[-1] for r in results]
+        tr.log_metrics({"fine_tune.generators": float(len(results)),
+                        "fine_tune.seconds": float(sum(r.seconds for r in results)),
+                        "fine_tune.mean_final_loss": float(sum(losses) / len(losses))})
+    return ctx.spark.createDataFrame(rows, "topic int, n int, genre string, pairs long, model_path string, "
+                                           "model_version string, reused boolean")
+
+
+@job("genre-generate")
+def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
+    """``genre-generate``: per-genre generators on off-topic passages; synthetic on-topic documents."""
+    from pyspark.sql import functions as F
+
+    from common.genre.generation import generator_pairs, prompts, synthetic
+    from common.models.generation import GenerationSpec, generate_routed
+
+    cfg = ctx.cfg.genre
+    gen = cfg.generator
+    splits, passages = tr.read(SPLITS), tr.read(PASSAGES)
+    config_hash = hash_of(asdict(gen), ctx.cfg.seed)
+    if tr.all_written([SYNTHETIC, QUARANTINE], config_hash):
+        return None
+    pairs = tr.write(generator_pairs(splits, passages, gen.max_passages_per_doc), PAIRS, config_hash)
+    generators = tr.write(_fine_tune_generators(ctx, tr, pairs.version, config_hash), GENERATORS, config_hash)
+    prompt_rows = tr.write(prompts(splits, passages, ctx.lakehouse.read(GENERATORS, generators.version),
+                                   ctx.cfg.seed), PROMPTS, config_hash)
+    ds = ctx.lakehouse.read_ray(PROMPTS, prompt_rows.version,
+                                columns=["source_id", "source_text", "model_path", "model_version"])
+    g = gen.generation
+    out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
+                          num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=gen.cache_models)
+    generated = tr.write_ray(out, GENERATED, config_hash)
+    rows = synthetic(ctx.lakehouse.read(GENERATED, generated.version),
+                     ctx.lakehouse.read(PROMPTS, prompt_rows.version))
+    kept = tr.write(rows.filter(F.col("reason").isNull()).drop("reason"), SYNTHETIC, config_hash)
+    rejected = tr.write(rows.filter(F.col("reason").isNotNull()), QUARANTINE, config_hash)
+    n_prompts = ctx.lakehouse.read(PROMPTS, prompt_rows.version).count()
+    n_kept = ctx.lakehouse.read(SYNTHETIC, kept.version).count()
+    n_rejected = ctx.lakehouse.read(QUARANTINE, rejected.version).count()
+    if n_kept + n_rejected != n_prompts:
+        raise RuntimeError(f"{n_prompts} prompts != {n_kept} synthetic documents + {n_rejected} quarantined")
+    # One row per reason: bounded.
+    reasons = {r["reason"]: r["count"] for r in
+               ctx.lakehouse.read(QUARANTINE, rejected.version).groupBy("reason").count().collect()}
+    tokens = ctx.lakehouse.read(SYNTHETIC, kept.version).agg(F.sum("generated_tokens")).first()[0] or 0
+    log.info("genre generate: %d prompts = %d synthetic documents + %d quarantined %s", n_prompts, n_kept,
+             n_rejected, reasons)
+    tr.log_dict({"prompts": n_prompts, "synthetic": n_kept, "quarantined": n_rejected, "reasons": reasons},
+                "generate.json")
+    return {"prompts": float(n_prompts), "synthetic": float(n_kept), "quarantined": float(n_rejected),
+            "generated_tokens": float(tokens)}
+
+
+@job("genre-evaluate")
+def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
+    """``genre-evaluate``: on-topic, off-topic and augmented genre classifiers, R seeds, macro-F1."""
+    from pyspark.sql import functions as F
+
+    from common.genre.evaluation import METHODS, eval_rows, summary_table
+    from common.models.hft import fasttext_params
+    from common.models.text_classifier import fit_and_evaluate, run_tasks
+
+    cfg = ctx.cfg.genre
+    docs, splits, synthetic_rows = tr.read(DOCUMENTS), tr.read(SPLITS), tr.read(SYNTHETIC)
+    config_hash = hash_of(asdict(cfg.eval), cfg.window_chars, ctx.cfg.seed)
+    if tr.already_written(RESULTS, config_hash):
+        print(summary_table(tr.written(RESULTS).toPandas()).to_string(index=False))
+        return None
+    sets = tr.write(eval_rows(splits, docs, synthetic_rows, cfg.window_chars, ctx.cfg.seed), EVAL_SETS, config_hash)
+    # One row per (topic, n): bounded by the config.
+    grid = [(r["topic"], r["n"]) for r in
+            ctx.lakehouse.read(EVAL_SETS, sets.version).select("topic", "n").distinct().orderBy("topic", "n").collect()]
+    files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
+    keys, jobs = [], []
+    for topic, n in grid:
+        where = [("topic", "=", topic), ("n", "=", n)]
+        test = [(files, where + [("set", "=", "test")])]
+        for method, parts in METHODS.items():
+            train = [(files, where + [("set", "=", part)]) for part in parts]
+            for repeat in range(cfg.eval.repeats):
+                seed = ctx.cfg.seed + repeat
+                keys.append((topic, n, method, "fasttext", repeat, seed))
+                jobs.append({"train": train, "test": test, "params": fasttext_params(cfg.eval.fasttext), "seed": seed})
+    log.info("genre evaluate: %d (topic, N) x %d methods x %d seeds = %d classifiers", len(grid), len(METHODS),
+             cfg.eval.repeats, len(jobs))
+    figures = run_tasks(ctx.ray(), fit_and_evaluate, jobs)
+    rows = [(tr.run_id, *k, f["accuracy"], f["macro_f1"], int(f["rows"]), int(f["n_test"]))
+            for k, f in zip(keys, figures)]
+    frame = ctx.spark.createDataFrame(rows, RESULT_SCHEMA)
+    tr.write(frame, RESULTS, config_hash)
+    pdf = frame.toPandas()
+    report(ctx, tr, pdf)
+    means = pdf.groupby(["n", "method"])["macro_f1"].mean()
+    return {f"n{n}.{method}.macro_f1": float(v) for (n, method), v in means.items()} | \
+        {"eval_rows": float(ctx.lakehouse.read(EVAL_SETS, sets.version).filter(F.col("set") != "test").count())}
+
+
+def report(ctx: JobContext, tr: JobRun, pdf) -> None:
+    """Write the Table-4 summary and the per-topic table (markdown), log them to MLflow, print the summary."""
+    from common.genre.evaluation import per_topic_table, summary_table
+
+    cfg = ctx.cfg.genre
+    folder = Path(ctx.reports_dir("genre"))
+    table = summary_table(pdf).to_string(index=False)
+    print(table)
+    text = (f"# Genre transfer across topics\n\nMLflow run `{tr.run_id}`; table `{RESULTS}`; macro-F1 (points) on "
+            f"each topic's on-topic test set, averaged over topics, mean ± sample std over {cfg.eval.repeats} "
+            f"seeds; gain = augmented - off_topic.\n\n```\n{table}\n```\n\n## Per topic\n\n```\n"
+            f"{per_topic_table(pdf).to_string(index=False)}\n```\n")
+    path = folder / "report.md"
+    path.write_text(text, encoding="utf-8")
+    tr.log_artifact(str(path), "report")
+
+
+def run(ctx: JobContext) -> JobResult:
+    """Run the four jobs in order (the ``genre-transfer`` pipeline without its ingest)."""
+    return run_jobs(ctx, "genre", (topics_job, splits_job, generate_job, evaluate_job))
+
+
+main = entry_point("genre", run, __doc__)
+
+if __name__ == "__main__":
+    main()

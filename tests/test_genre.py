@@ -1,0 +1,212 @@
+"""Genre transfer across topics (paper 5): the keyword score on a hand-computed two-topic example, split
+disjointness and ordering, the window preprocessing, per-genre generator isolation, and a tiny end-to-end
+run of the pipeline."""
+from __future__ import annotations
+
+import pytest
+
+from common.genre import text as T
+from common.genre.config import GenreConfig, SplitConfig
+from common.genre.topics import effective_sizes, split_sizes
+
+
+# ----------------------------------------------------------------------------- text
+def test_passages_cut_at_whitespace_within_the_limit():
+    text = "alpha beta  gamma\n\ndelta epsilon zeta eta theta"
+    parts = T.passages(text, 12)
+    assert parts == ["alpha beta", "gamma delta", "epsilon zeta", "eta theta"]
+    assert all(len(p) <= 12 for p in parts)
+    assert " ".join(parts) == " ".join(text.split())  # nothing lost, nothing repeated
+    assert T.passages("", 10) == [] and T.passages("averyveryverylongword x", 5) == ["averyveryverylongword", "x"]
+
+
+def test_window_is_seeded_whole_words_and_bounded():
+    text = " ".join(f"w{i:03d}" for i in range(400))  # 1,999 characters
+    first = T.window(text, "doc-1", 42, 100)
+    assert first == T.window(text, "doc-1", 42, 100)  # same key and seed, same window
+    assert len(first) <= 100 and first in text
+    assert all(w.startswith("w") and len(w) == 4 for w in first.split())  # no word cut in half
+    others = {T.window(text, f"doc-{i}", 42, 100) for i in range(20)} | {T.window(text, "doc-1", s, 100)
+                                                                          for s in range(20)}
+    assert len(others) > 10  # the position moves with the key and with the seed
+    assert T.window("short  text", "k", 1, 100) == "short text"
+
+
+def test_clean_removes_numbers_and_punctuation():
+    assert T.clean("It's 1961: the Grand-Jury said \"no\"!  Ça va.") == "It s the Grand Jury said no Ça va"
+    assert T.clean("123 ... 456") == ""
+
+
+# ----------------------------------------------------------------------------- keywords
+def test_keyword_score_on_a_hand_computed_two_topic_example(spark):
+    from common.genre.topics import keyword_scores, top_keywords
+
+    # One document, two topics: L(D) = (0.8, 0.2). Word weights L(w, t):
+    #   ball (0.5, 0.0), game (0.3, 0.1), vote (0.0, 0.6), team (0.2, 0.1); "the" has none (a stop word).
+    # Passage 0: "vote ball the game ball vote vote team".
+    #   ball: 2 x (0.8*0.5 + 0.2*0.0) = 0.80    vote: 3 x (0.8*0.0 + 0.2*0.6) = 0.36
+    #   game: 1 x (0.8*0.3 + 0.2*0.1) = 0.26    team: 1 x (0.8*0.2 + 0.2*0.1) = 0.18
+    words = "vote ball the game ball vote vote team".split()
+    occ = spark.createDataFrame([("d1", 0, i, w) for i, w in enumerate(words)],
+                                "doc_id string, passage_idx int, pos int, word string")
+    doc_weights = spark.createDataFrame([("d1", [0.8, 0.2])], "doc_id string, topic_weights array<double>")
+    ww = spark.createDataFrame([("ball", 0, 0.5), ("ball", 1, 0.0), ("game", 0, 0.3), ("game", 1, 0.1),
+                                ("vote", 0, 0.0), ("vote", 1, 0.6), ("team", 0, 0.2), ("team", 1, 0.1)],
+                               "word string, topic int, weight double")
+    scores = {r["word"]: (r["score"], r["occurrences"], r["first_pos"])
+              for r in keyword_scores(occ, doc_weights, ww).collect()}
+    assert set(scores) == {"ball", "vote", "game", "team"}  # no score for a word without topic weights
+    for word, expected in {"ball": 0.80, "vote": 0.36, "game": 0.26, "team": 0.18}.items():
+        assert scores[word][0] == pytest.approx(expected)
+    assert scores["vote"][1:] == (3, 0) and scores["ball"][1:] == (2, 1)
+    # top 3 = ball, vote, game; kept in the order they first occur in the passage
+    assert top_keywords(keyword_scores(occ, doc_weights, ww), 3).first()["keywords"] == "vote ball game"
+
+
+# ----------------------------------------------------------------------------- splits
+def test_split_sizes_never_overlap_and_sizes_that_repeat_a_row_are_dropped():
+    cfg = SplitConfig(sizes=[2, 3, 100], test_fraction=0.2, test_per_genre=300)
+    sizes = split_sizes({"a": 10, "b": 3, "c": 1}, 3, cfg)
+    assert sizes == {"a": (2, 3), "b": (1, 1), "c": (1, 0)}
+    assert all(test + 2 * train <= n for (test, train), n in zip(sizes.values(), (10, 3, 1)))
+    # N = 3 and N = 100 both cap genre a at 4 training documents (of 8 after its 2 test documents)
+    assert effective_sizes({"a": 10, "b": 3}, SplitConfig(sizes=[3, 100])) == [3]
+    assert effective_sizes({"a": 1000}, SplitConfig(sizes=[30, 100, 1000])) == [30, 100, 1000]  # 1000 -> 400
+    assert effective_sizes({"a": 250}, SplitConfig(sizes=[30, 100, 1000])) == [30, 100]  # 1000 -> 100 again
+    assert effective_sizes({"a": 1}, SplitConfig(sizes=[30])) == []
+
+
+def test_splits_are_disjoint_and_ordered_by_topic_weight(spark):
+    from common.genre.topics import topic_splits
+
+    # 2 genres x 10 documents; weight of topic 0 rises with the document number, topic 1 the reverse.
+    rows = [(f"{g}{i:02d}", g, [i / 10, 1 - i / 10]) for g in ("news", "fiction") for i in range(10)]
+    dt = spark.createDataFrame(rows, "doc_id string, genre string, topic_weights array<double>")
+    cfg = SplitConfig(test_fraction=0.2)
+    out = topic_splits(dt, [0, 1], [3], cfg).toPandas()
+    for (topic, genre), group in out.groupby(["topic", "genre"]):
+        roles = {role: set(g["doc_id"]) for role, g in group.groupby("role")}
+        assert {len(v) for v in roles.values()} == {2, 3} and len(roles["test"]) == 2
+        assert not (roles["test"] & roles["on_topic"] or roles["test"] & roles["off_topic"]
+                    or roles["on_topic"] & roles["off_topic"])
+        weight = dict(zip(group["doc_id"], group["weight"]))
+        # test = heaviest, on_topic = next heaviest, off_topic = lightest for the topic
+        assert min(weight[d] for d in roles["test"]) >= max(weight[d] for d in roles["on_topic"])
+        assert min(weight[d] for d in roles["on_topic"]) > max(weight[d] for d in roles["off_topic"])
+        expected_off = {f"{genre}{i:02d}" for i in ((0, 1, 2) if topic == 0 else (7, 8, 9))}
+        assert roles["off_topic"] == expected_off
+    assert out.groupby(["topic", "n"]).size().to_dict() == {(0, 3): 16, (1, 3): 16}
+    assert out["n"].eq(3).all()
+
+
+def test_generators_learn_only_from_their_genres_off_topic_documents(spark):
+    from common.genre.generation import generator_pairs
+
+    splits = spark.createDataFrame(
+        [(0, 3, "a1", "news", "off_topic"), (0, 3, "a2", "news", "on_topic"), (0, 3, "a3", "news", "test"),
+         (0, 3, "b1", "fiction", "off_topic"), (1, 3, "a2", "news", "off_topic")],
+        "topic int, n int, doc_id string, genre string, role string")
+    passages = spark.createDataFrame(
+        [(d, g, i, f"{d} passage {i}", f"kw {d} {i}" if i < 2 else "")
+         for d, g in (("a1", "news"), ("a2", "news"), ("a3", "news"), ("b1", "fiction")) for i in range(3)],
+        "doc_id string, genre string, passage_idx int, passage string, keywords string")
+    pairs = generator_pairs(splits, passages, None).toPandas()
+    by_key = {k: set(g["doc_id"]) for k, g in pairs.groupby(["topic", "n", "genre"])}
+    assert by_key == {(0, 3, "news"): {"a1"}, (0, 3, "fiction"): {"b1"}, (1, 3, "news"): {"a2"}}
+    assert set(pairs["passage_idx"]) == {0, 1}  # a passage without keywords makes no pair
+    assert (pairs["target_text"] == pairs["doc_id"] + " passage " + pairs["passage_idx"].astype(str)).all()
+    assert len(generator_pairs(splits, passages, 1).toPandas()) == 3  # first passage of each document only
+
+
+# ----------------------------------------------------------------------------- end to end
+GENRES = {
+    # Each genre has its own function-word style; each document one of three topics' vocabularies.
+    "report": "the officials said that the {a} and the {b} were reported on {c} by the committee",
+    "story": "she looked at me and i felt the {a} as we walked past the {b} into the {c} again",
+    "manual": "first insert the {a} then press the {b} and check that the {c} is fixed in place",
+}
+TOPICS = [("harbor", "ship", "cargo", "sailor", "dock"), ("orchard", "apple", "harvest", "farmer", "barn"),
+          ("circuit", "voltage", "wire", "switch", "battery")]
+
+
+def _documents(path):
+    import csv
+    import random
+
+    rng = random.Random(3)
+    rows = []
+    for genre, pattern in GENRES.items():
+        for i in range(12):
+            topic = TOPICS[i % 3]
+            sentences = [pattern.format(a=rng.choice(topic), b=rng.choice(topic), c=rng.choice(topic)) + "."
+                         for _ in range(12)]
+            rows.append((f"{genre}-{i:02d}", " ".join(sentences), genre))
+    rows.append(("bad-1", "", "report"))  # quarantined: empty text
+    rows.append(("bad-2", "a text without a genre", ""))  # quarantined: empty genre
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["doc_id", "text", "genre"])
+        writer.writerows(rows)
+    return len(rows)
+
+
+def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
+    from common.data.config import InputSpec
+    from common.genre.config import EvalConfig, GeneratorConfig, TopicModelConfig
+    from common.models.config import FineTuneConfig, GenerationConfig, ScratchT5Config, T5ModelConfig
+    from jobs import run_pipeline
+
+    n_rows = _documents(tmp_path / "docs.csv")
+    ctx.cfg.inputs.documents = InputSpec(path=str(tmp_path / "docs.csv"))
+    ctx.cfg.genre = GenreConfig(
+        topic_model=TopicModelConfig(topics=3, max_iter=20, min_df=1.0, max_df=None),
+        window_chars=200,
+        split=SplitConfig(sizes=[3, 100], test_fraction=0.25, max_topics=1),
+        generator=GeneratorConfig(
+            model=T5ModelConfig(kind="scratch_t5", scratch=ScratchT5Config(vocab_size=200, d_model=32, d_ff=64,
+                                                                           num_layers=1, num_heads=2),
+                                max_source_length=16, max_target_length=24),
+            fine_tune=FineTuneConfig(epochs=1, learning_rate=3e-3, batch_size=16, checkpoint_every=0),
+            generation=GenerationConfig(n_samples=1, max_new_tokens=24, max_source_tokens=32, batch_size=32),
+            max_passages_per_doc=2, cache_models=2),
+        eval=EvalConfig(repeats=2))
+    results = {r.job: r for r in run_pipeline(ctx, "genre-transfer")}
+    lake = ctx.lakehouse
+    assert lake.read("documents").count() + lake.read("documents_quarantine").count() == n_rows
+    assert {r["reason"] for r in lake.read("documents_quarantine").collect()} == {"empty text", "empty genre"}
+
+    splits = lake.read("genre_splits").toPandas()
+    assert sorted(splits["n"].unique()) == [3]  # N = 100 caps every genre to N = 3's sets: dropped
+    assert splits["topic"].nunique() == 1
+    # per topic and genre: 3 test, 3 on-topic, 3 off-topic documents, never shared
+    for _, group in splits.groupby(["topic", "genre"]):
+        assert group.groupby("role").size().to_dict() == {"test": 3, "on_topic": 3, "off_topic": 3}
+        assert group["doc_id"].is_unique
+
+    # each generator's pairs come from its own genre's off-topic documents of its topic
+    pairs = lake.read("genre_gen_pairs").toPandas().merge(
+        splits[["topic", "n", "doc_id", "genre", "role"]], on=["topic", "n", "doc_id"], suffixes=("", "_split"))
+    assert (pairs["role"] == "off_topic").all() and (pairs["genre"] == pairs["genre_split"]).all()
+    generators = lake.read("genre_generators").toPandas()
+    assert len(generators) == 3 and generators["model_path"].is_unique
+
+    prompts = lake.read("genre_prompts").count()
+    assert prompts == 3 * 3 * 3  # test documents per genre x genres x generators
+    synthetic = lake.read("genre_synthetic").toPandas()
+    assert len(synthetic) + lake.read("genre_synthetic_quarantine").count() == prompts
+    assert results["genre-generate"].metrics["prompts"] == prompts
+    assert set(synthetic["genre"]) <= set(GENRES)
+
+    res = lake.read("genre_results").toPandas()
+    assert len(res) == 1 * 1 * 3 * 2  # topics x sizes x methods x seeds
+    assert set(res["method"]) == {"on_topic", "off_topic", "augmented"}
+    assert res["macro_f1"].between(0, 1).all() and (res["n_test"] == 9).all()
+    off = res[res["method"] == "off_topic"]["n_train"].to_numpy()
+    aug = res[res["method"] == "augmented"]["n_train"].to_numpy()
+    # the synthetic documents (however few a 1-epoch model writes) join the off-topic set
+    assert (off == 9).all() and (aug - off == len(synthetic)).all()
+    report = (ctx.cfg.lakehouse.root + "/reports/genre/report.md")
+    assert "on_topic" in open(report, encoding="utf-8").read()
+
+    again = run_pipeline(ctx, "genre-transfer")
+    assert all(out.skipped for r in again for out in r.outputs.values())
