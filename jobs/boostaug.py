@@ -78,7 +78,8 @@ def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
 def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple[dict[int, str], Optional[str]]:
     """Train the fold surrogates (and the MonoAug one) in Ray tasks; (fold -> model folder, mono folder)."""
-    from common.boostaug.classifier import choose_and_fit, run_tasks
+    from common.boostaug.classifier import choose_and_fit
+    from common.models.text_classifier import run_tasks
     from common.boostaug.encoder import fit_surrogate
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
     from common.models.hft import fasttext_params
@@ -191,7 +192,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``boostaug-evaluate``: each method's classifiers, R seeds, accuracy and macro-F1 on the test split."""
     from pyspark.sql import functions as F
 
-    from common.boostaug.classifier import fit_and_evaluate, run_tasks
+    from common.models.text_classifier import fit_and_evaluate, run_tasks
     from common.boostaug.encoder import fit_and_evaluate as fit_encoder_and_evaluate
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
     from common.models.hft import fasttext_params

@@ -56,12 +56,9 @@ def _check_unique(df, table: str) -> None:
 def topics_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``genre-topics``: the topic model, each document's topics, each passage's keywords."""
     from pyspark import StorageLevel
-    from pyspark.ml import PipelineModel
     from pyspark.sql import functions as F
 
-    from common.genre.topics import (doc_topics, passage_table, prevalence, topic_pipeline, topic_words, with_passages,
-                                     word_topics)
-    from common.platform.storage import exists
+    from common.genre.topics import doc_topics, passage_table, prevalence, topic_words, with_passages, word_topics
 
     cfg = ctx.cfg.genre
     docs = tr.read(DOCUMENTS)
@@ -72,31 +69,23 @@ def topics_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
         return {}
     _check_unique(docs, DOCUMENTS)
     uri = ctx.models_dir("genre_topics", hash_of(config_hash, tr.inputs))
-    if not ctx.force and exists(f"{uri}/metadata"):
-        model = PipelineModel.load(uri)
-        log.info("reusing the topic model at %s (same config and inputs)", uri)
-    else:
-        fit_rows = corpus.select("text") if cfg.topic_model.fit_on == "documents" else \
-            with_passages(corpus, cfg.window_chars).select(F.col("passage").alias("text"))
-        fit_rows = fit_rows.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            model = topic_pipeline(cfg.topic_model, ctx.cfg.seed).fit(fit_rows)
-        finally:
-            fit_rows.unpersist()
-        model.write().overwrite().save(uri)
-    tr.set_tags({"topic_model.uri": uri, "topic_model.kind": cfg.topic_model.kind})
-    vocabulary = len(model.stages[2].vocabulary)
-    log_perplexity = model.stages[-1].logPerplexity(model.transform(corpus.select("text")))
-    dt = doc_topics(model, docs).persist(StorageLevel.MEMORY_AND_DISK)
-    ww = word_topics(model).persist(StorageLevel.MEMORY_AND_DISK)
+    # The documents' passages: the keyword table's rows, and the topic model's when it fits on them.
+    rows = with_passages(docs, cfg.window_chars).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [rows]
     try:
+        model = _topic_model(ctx, uri, corpus, own_corpus, rows)
+        tr.set_tags({"topic_model.uri": uri, "topic_model.kind": cfg.topic_model.kind})
+        vocabulary = len(model.stages[2].vocabulary)
+        log_perplexity = model.stages[-1].logPerplexity(model.transform(corpus.select("text")))
+        dt = doc_topics(model, docs).persist(StorageLevel.MEMORY_AND_DISK)
+        ww = word_topics(model).persist(StorageLevel.MEMORY_AND_DISK)
+        cached += [dt, ww]
         tr.write(dt, DOC_TOPICS, config_hash)
-        words = topic_words(ww).join(prevalence(dt), "topic").orderBy("topic")
-        tr.write(words, TOPIC_WORDS, config_hash)
-        written = tr.write(passage_table(model, docs, dt, ww, cfg.window_chars, cfg.keywords), PASSAGES, config_hash)
+        tr.write(topic_words(ww).join(prevalence(dt), "topic").orderBy("topic"), TOPIC_WORDS, config_hash)
+        written = tr.write(passage_table(model, rows, dt, ww, cfg.keywords), PASSAGES, config_hash)
     finally:
-        dt.unpersist()
-        ww.unpersist()
+        for df in cached:
+            df.unpersist()
     # One row per topic: bounded by genre.topic_model.topics.
     for r in ctx.lakehouse.read(TOPIC_WORDS, tr.result.outputs[TOPIC_WORDS].version).orderBy("topic").collect():
         log.info("topic %2d (%.3f): %s", r["topic"], r["prevalence"], r["words"])
@@ -105,6 +94,39 @@ def topics_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
                        F.sum((F.col("keywords") == "").cast("long")).alias("no_keywords")).first()
     return {"vocabulary": float(vocabulary), "log_perplexity": float(log_perplexity),
             "passages": float(row["passages"]), "passages_without_keywords": float(row["no_keywords"] or 0)}
+
+
+def _topic_model(ctx: JobContext, uri: str, corpus, own_corpus: bool, doc_passages):
+    """The topic model saved at ``uri`` (same config and inputs), or one fit on ``corpus`` now and saved
+    there: cut into passages (the documents' are ``doc_passages`` already) or whole, as
+    ``genre.topic_model.fit_on`` says."""
+    from pyspark import StorageLevel
+    from pyspark.ml import PipelineModel
+    from pyspark.sql import functions as F
+
+    from common.genre.topics import topic_pipeline, with_passages
+    from common.platform.storage import exists
+
+    cfg = ctx.cfg.genre
+    if not ctx.force and exists(f"{uri}/metadata"):
+        log.info("reusing the topic model at %s (same config and inputs)", uri)
+        return PipelineModel.load(uri)
+    cached = None
+    if cfg.topic_model.fit_on == "documents":
+        fit_rows = corpus.select("text")
+    else:
+        passages = doc_passages
+        if own_corpus:
+            # LDA passes over its input once per iteration: the topic corpus is cut once.
+            passages = cached = with_passages(corpus, cfg.window_chars).persist(StorageLevel.MEMORY_AND_DISK)
+        fit_rows = passages.select(F.col("passage").alias("text"))
+    try:
+        model = topic_pipeline(cfg.topic_model, ctx.cfg.seed).fit(fit_rows)
+    finally:
+        if cached is not None:
+            cached.unpersist()
+    model.write().overwrite().save(uri)
+    return model
 
 
 def _evaluated_topics(ctx: JobContext, doc_topics) -> list[int]:

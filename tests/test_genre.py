@@ -32,9 +32,16 @@ def test_window_is_seeded_whole_words_and_bounded():
     assert T.window("short  text", "k", 1, 100) == "short text"
 
 
-def test_clean_removes_numbers_and_punctuation():
-    assert T.clean("It's 1961: the Grand-Jury said \"no\"!  Ça va.") == "It s the Grand Jury said no Ça va"
-    assert T.clean("123 ... 456") == ""
+def test_clean_removes_numbers_and_punctuation(spark):
+    from pyspark.sql import functions as F
+
+    from common.genre.evaluation import clean_col
+
+    def clean(text: str) -> str:
+        return spark.createDataFrame([(text,)], "t string").select(clean_col(F.col("t"))).first()[0]
+
+    assert clean("It's 1961: the Grand-Jury said \"no\"!  Ça va.") == "It s the Grand Jury said no Ça va"
+    assert clean("123 ... 456") == ""
 
 
 # ----------------------------------------------------------------------------- keywords
@@ -118,6 +125,40 @@ def test_generators_learn_only_from_their_genres_off_topic_documents(spark):
     assert len(generator_pairs(splits, passages, 1).toPandas()) == 3  # first passage of each document only
 
 
+def test_generator_pairs_are_read_per_generator(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from common.models.seq2seq import read_pairs
+
+    pq.write_table(pa.table({"topic": [0, 0, 1, 0], "genre": ["news", "story", "news", "news"],
+                             "source_text": ["a", "b", "c", " "], "target_text": ["A", "B", "C", "D"]}),
+                   tmp_path / "pairs.parquet")
+    files = [str(tmp_path / "pairs.parquet")]
+    # the filters a generator's fine-tuning task reads with: its own (topic, genre) rows only
+    assert read_pairs(files, "source_text", "target_text", [("topic", "=", 0), ("genre", "=", "news")]) == [("a", "A")]
+    assert read_pairs(files, "source_text", "target_text") == [("a", "A"), ("b", "B"), ("c", "C")]
+
+
+def test_bad_documents_and_split_settings_are_named(ctx):
+    from jobs.genre import DuplicateDocumentError, splits_job, topics_job
+
+    lake = ctx.lakehouse
+    lake.write(ctx.spark.createDataFrame([("d1", "harbor ship cargo", "news"), ("d1", "apple barn farmer", "story")],
+                                         "doc_id string, text string, genre string"), "documents")
+    with pytest.raises(DuplicateDocumentError, match="documents: doc_id is not unique .*'d1'"):
+        topics_job(ctx)
+    rows = [(f"{g}{i}", g, [i / 10, 1 - i / 10]) for g in ("news", "story") for i in range(10)]
+    lake.write(ctx.spark.createDataFrame(rows, "doc_id string, genre string, topic_weights array<double>"),
+               "genre_doc_topics")
+    ctx.cfg.genre = GenreConfig(split=SplitConfig(topics=[0, 30]))
+    with pytest.raises(ValueError, match=r"genre.split.topics: \[30\] are not topics of a 25-topic model"):
+        splits_job(ctx)
+    ctx.cfg.genre = GenreConfig(split=SplitConfig(sizes=[5], test_fraction=0.9))
+    with pytest.raises(ValueError, match="no genre has enough documents for a training set"):
+        splits_job(ctx)
+
+
 # ----------------------------------------------------------------------------- end to end
 GENRES = {
     # Each genre has its own function-word style; each document one of three topics' vocabularies.
@@ -196,6 +237,9 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
     assert len(synthetic) + lake.read("genre_synthetic_quarantine").count() == prompts
     assert results["genre-generate"].metrics["prompts"] == prompts
     assert set(synthetic["genre"]) <= set(GENRES)
+    # each synthetic document came from the generator of its own (topic, N, genre)
+    routed = synthetic.merge(generators, on=["topic", "n", "genre"], suffixes=("", "_generator"))
+    assert len(routed) == len(synthetic) and (routed["model_version"] == routed["model_version_generator"]).all()
 
     res = lake.read("genre_results").toPandas()
     assert len(res) == 1 * 1 * 3 * 2  # topics x sizes x methods x seeds

@@ -8,9 +8,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from common.models.hft import Source, read_rows
-from common.models.text_classifier import (LABEL, TEXT, _evaluate, _fit, accuracy_and_macro_f1,  # noqa: F401
-                                           fit_and_evaluate, run_tasks)
-__all__ = ["accuracy_and_macro_f1", "choose_and_fit", "fit_and_evaluate", "run_tasks"]
+from common.models.text_classifier import LABEL, TEXT, _evaluate, _fit
 
 
 def choose_and_fit(train: Sequence[Source], validation: Sequence[Source], params: dict[str, Any],

@@ -318,7 +318,7 @@ class EncoderScorer:
 def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int) -> dict[str, Any]:
     """Fine-tune an encoder classifier (``spec``) on ``train`` rows, evaluate it on ``test`` rows, discard it.
     Returns {rows, seconds, accuracy, macro_f1, n_test}."""
-    from common.boostaug.classifier import accuracy_and_macro_f1
+    from common.models.text_classifier import accuracy_and_macro_f1
 
     with tempfile.TemporaryDirectory(prefix="boostaug-encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)

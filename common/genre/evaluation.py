@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from common.genre.text import clean, window
+from common.genre.text import window
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -15,7 +15,8 @@ METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": 
 
 
 def clean_col(text: "Column") -> "Column":
-    """:func:`common.genre.text.clean` as a Column expression: letters only, single spaces."""
+    """The classifier's view of a text (the paper): numbers and punctuation removed (everything but letters
+    becomes a space), whitespace collapsed, trimmed."""
     from pyspark.sql import functions as F
 
     return F.trim(F.regexp_replace(F.regexp_replace(text, r"[^\p{L}]+", " "), r"\s+", " "))
@@ -29,10 +30,10 @@ def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
-    view = F.udf(lambda text, key: clean(window(text, key, seed, chars)), StringType())
+    view = F.udf(lambda text, key: window(text, key, seed, chars), StringType())
     real = splits.join(docs.select("doc_id", "text"), "doc_id").select(
         "topic", "n", F.col("role").alias("set"), "doc_id", F.col("genre").alias("label"),
-        view("text", "doc_id").alias("text"))
+        clean_col(view("text", "doc_id")).alias("text"))
     fake = synthetic_rows.select("topic", "n", F.lit("synthetic").alias("set"), F.col("source_id").alias("doc_id"),
                                  F.col("genre").alias("label"), clean_col(F.col("text")).alias("text"))
     return real.unionByName(fake)

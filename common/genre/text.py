@@ -1,11 +1,9 @@
-"""Text cutting for genre transfer: passages (generator pairs), seeded random windows (the classifier's
-input) and the paper's cleaning (numbers and punctuation removed). Pure Python, used inside Spark UDFs."""
+"""Text cutting for genre transfer: passages (generator pairs) and seeded random windows (the classifier's
+input). Pure Python, used inside Spark UDFs; the cleaning is a Column expression
+(:func:`common.genre.evaluation.clean_col`)."""
 from __future__ import annotations
 
 import hashlib
-import re
-
-_NOT_LETTERS = re.compile(r"[\W\d_]+", re.UNICODE)
 
 
 def passages(text: str, chars: int) -> list[str]:
@@ -46,7 +44,3 @@ def window(text: str, key: str, seed: int, chars: int) -> str:
         end = max(start, text.rfind(" ", start, end))
     return text[start:end].strip()
 
-
-def clean(text: str) -> str:
-    """The classifier's view of a text (the paper): numbers and punctuation removed, whitespace collapsed."""
-    return " ".join(_NOT_LETTERS.sub(" ", text or "").split())

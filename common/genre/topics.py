@@ -129,13 +129,12 @@ def top_keywords(scores: "DataFrame", k: int) -> "DataFrame":
         F.concat_ws(" ", F.transform(ordered, lambda s: s["word"])).alias("keywords"))
 
 
-def passage_table(model: "PipelineModel", docs: "DataFrame", doc_weights: "DataFrame", word_weights: "DataFrame",
-                  chars: int, k: int) -> "DataFrame":
-    """(doc_id, genre, passage_idx, passage, keywords): every passage of ``docs`` with its keywords ("" for
-    a passage without a single topic word)."""
+def passage_table(model: "PipelineModel", rows: "DataFrame", doc_weights: "DataFrame", word_weights: "DataFrame",
+                  k: int) -> "DataFrame":
+    """(doc_id, genre, passage_idx, passage, keywords): every passage (``rows``, from :func:`with_passages`)
+    with its keywords ("" for a passage without a single topic word)."""
     from pyspark.sql import functions as F
 
-    rows = with_passages(docs, chars)
     keywords = top_keywords(keyword_scores(occurrences(model, rows), doc_weights, word_weights), k)
     return rows.join(keywords, ["doc_id", "passage_idx"], "left") \
         .withColumn("keywords", F.coalesce("keywords", F.lit("")))

@@ -294,13 +294,21 @@ def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, 
     """
     import ray
 
+    task = _fine_tune_remote(runtime, num_cpus, num_gpus)
+    return ray.get(task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri,
+                               run_id, checkpoint_every))
+
+
+def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **options):
+    """:func:`_fine_tune_task` as a Ray remote function of ``num_cpus``/``num_gpus`` (plus Ray ``options``),
+    the runtime started."""
+    import ray
+
     runtime.start()
     # Hub access (offline or not) is inherited from the cluster environment, so checkpoints can download.
     env = {"TOKENIZERS_PARALLELISM": "false"}
-    task = ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0,
-                                                runtime_env={"env_vars": env})
-    return ray.get(task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri,
-                               run_id, checkpoint_every))
+    return ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0,
+                                               runtime_env={"env_vars": env}, **options)
 
 
 def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: Sequence[tuple[list, str]],
@@ -312,9 +320,7 @@ def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: S
     cluster holds). Returns the results in ``models`` order; a task's error is raised here."""
     import ray
 
-    runtime.start()
-    task = ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0, max_retries=1,
-                                                runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    task = _fine_tune_remote(runtime, num_cpus, num_gpus, max_retries=1)
     refs = [task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, None, None, 0, filters)
             for filters, out_uri in models]
     return ray.get(refs)

@@ -48,7 +48,7 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: di
                      seed: int) -> dict[str, Any]:
     """Train a flat fastText classifier on ``train`` rows, evaluate it on ``test`` rows, discard it.
     Returns {rows, tokens, seconds, accuracy, macro_f1, n_test}; raises TrainingDataError on no rows."""
-    with tempfile.TemporaryDirectory(prefix="boostaug-model-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="text-classifier-") as tmp:
         figures = _fit(read_rows(train, TEXT, LABEL), params, seed, tmp)
         figures.update(_evaluate(tmp, read_rows(test, TEXT, LABEL)))
     return figures
