@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from common.config import AppConfig
-from common.data.schemas import CONTRACTS
+from common.data.schemas import DEMO_KINDS
 from common.platform.job import JobContext, JobRun, job
 from jobs import entry_point
 
@@ -44,7 +44,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     landing = landing_dir(ctx.cfg)
     config_hash = ctx.cfg.section_hash("demo")
     marker = Path(landing) / MARKER
-    configured = [k for k in CONTRACTS if getattr(ctx.cfg.inputs, k)]
+    configured = [k for k in DEMO_KINDS if getattr(ctx.cfg.inputs, k)]
     if configured:
         # Pipelines start with this job; on the user's own inputs there is nothing to generate.
         log.info("inputs configured (%s): demo generation skipped", ", ".join(configured))

@@ -89,3 +89,16 @@ def test_user_inputs_replace_the_demo(ctx, tmp_path):
     # Once any input is configured, the demo landing files are not used for the others.
     assert set(result.outputs) == {"labeled_products", "labeled_products_quarantine"}
     assert result.metrics["labeled.rows_kept"] == 1 and result.metrics["labeled.rows_quarantined"] == 1
+
+
+def test_demo_generation_runs_beside_configured_documents_but_not_beside_catalog_inputs(ctx, tmp_path):
+    from common.data.config import InputSpec
+    from jobs.generate_demo import run as generate_demo
+
+    # documents never come from the demo world: configuring them must not stop it (conf/demo.yaml does)
+    ctx.cfg.inputs.documents = InputSpec(path=str(tmp_path / "documents.csv"))
+    generated = generate_demo(ctx)
+    assert generated.metrics and all(v > 0 for v in generated.metrics.values())
+    # a catalog input of the user's own replaces the demo world: nothing is generated
+    ctx.cfg.inputs.labeled = InputSpec(path=str(tmp_path / "labeled.csv"))
+    assert not generate_demo(ctx).metrics

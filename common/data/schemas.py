@@ -82,4 +82,7 @@ CONTRACTS: dict[str, Contract] = {
 }
 # The catalog datasets the ``ingest`` job takes; the others have their own pipeline's ingest job.
 CATALOG_KINDS = ("labeled", "catalog", "interactions", "products")
+# The inputs the demo world stands in for when unset (``texts``: its labeled titles); documents never come
+# from it, so configuring them does not stop the demo generation.
+DEMO_KINDS = CATALOG_KINDS + ("texts",)
 SPLITS = ("train", "dev", "test")
