@@ -11,6 +11,7 @@ from pathlib import Path
 
 from common.boostaug.config import BoostAugConfig
 from common.catalog.config import CGAConfig, ConsistencyConfig, GroupingConfig
+from common.compositional.config import CompositionalConfig
 from common.data.config import DemoConfig, IngestConfig, InputsConfig, SubsampleConfig
 from common.genre.config import GenreConfig
 from common.platform.config import BaseConfig, load
@@ -33,6 +34,7 @@ class AppConfig(BaseConfig):
     query_reformulation: QueryReformulationConfig = field(default_factory=QueryReformulationConfig)
     boostaug: BoostAugConfig = field(default_factory=BoostAugConfig)
     genre: GenreConfig = field(default_factory=GenreConfig)
+    compositional: CompositionalConfig = field(default_factory=CompositionalConfig)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:

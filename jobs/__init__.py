@@ -45,6 +45,12 @@ JOBS: dict[str, str] = {
     "genre-splits": "jobs.genre:splits_job",
     "genre-generate": "jobs.genre:generate_job",
     "genre-evaluate": "jobs.genre:evaluate_job",
+    "ingest-multilabel": "jobs.ingest:multilabel_job",
+    "compositional-split": "jobs.compositional:split_job",
+    "compositional-labels": "jobs.compositional:labels_job",
+    "compositional-generate": "jobs.compositional:generate_job",
+    "compositional-qc": "jobs.compositional:qc_job",
+    "compositional-evaluate": "jobs.compositional:evaluate_job",
     "maintain": "jobs.maintain",
     "results-summary": "jobs.summary",
 }
@@ -60,11 +66,14 @@ PIPELINES["query-reformulation"] = PIPELINES["query-graph"] + ["query-reformulat
 PIPELINES["boostaug"] = ["generate-demo", "ingest-texts", "boostaug-splits", "boostaug-augment", "boostaug-filter",
                          "boostaug-evaluate"]
 PIPELINES["genre-transfer"] = ["ingest-documents", "genre-topics", "genre-splits", "genre-generate", "genre-evaluate"]
+PIPELINES["compositional"] = ["ingest-multilabel", "compositional-split", "compositional-labels",
+                               "compositional-generate", "compositional-qc", "compositional-evaluate"]
 # Weekly in production (resources/maintenance.yml): compaction and VACUUM of every table.
 PIPELINES["maintenance"] = ["maintain"]
 # The main demo: every pipeline on the demo data (jobs shared by several run once).
 PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"]
-                                      + PIPELINES["boostaug"] + PIPELINES["genre-transfer"])) + ["results-summary"]
+                                      + PIPELINES["boostaug"] + PIPELINES["genre-transfer"]
+                                      + PIPELINES["compositional"])) + ["results-summary"]
 
 
 REGISTRY = JobRegistry(JOBS, PIPELINES)

@@ -10,7 +10,8 @@ Accounting: for each input, rows in = rows kept + rows quarantined; the job fail
 
 Job ``ingest-texts`` does the same for ``inputs.texts`` (``texts`` and ``texts_quarantine``; unset: the
 demo's labeled titles as text and their category as label), and ``ingest-documents`` for
-``inputs.documents`` (``documents``) and ``inputs.topic_corpus`` (``topic_corpus``, when set).
+``inputs.documents`` (``documents``) and ``inputs.topic_corpus`` (``topic_corpus``, when set), and
+``ingest-multilabel`` for ``inputs.multilabel`` (``multilabel``: example_id, text, labels as a sorted array).
 
 Incremental: a Delta path input whose commits since the version last ingested (with the same config) only
 appended rows has just those rows validated and appended to both tables (``ingest.incremental``); any other
@@ -26,7 +27,7 @@ from typing import Optional
 from common.config import AppConfig
 from common.data.config import InputSpec
 from common.platform.job import JobContext, JobRun, hash_of, job
-from common.data.schemas import CATALOG_KINDS, CONTRACTS, DOCUMENTS, TEXTS, TOPIC_CORPUS, Contract
+from common.data.schemas import CATALOG_KINDS, CONTRACTS, DOCUMENTS, MULTILABEL, TEXTS, TOPIC_CORPUS, Contract
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,17 @@ def documents_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     return metrics
 
 
+@job("ingest-multilabel")
+def multilabel_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+    """Ingest ``inputs.multilabel`` (text, labels[, example_id]) into ``multilabel`` and
+    ``multilabel_quarantine`` (empty text, no labels, unknown labels, a bad 0/1 label column)."""
+    if ctx.cfg.inputs.multilabel is None:
+        raise ValueError("nothing to ingest: set inputs.multilabel (text, labels), e.g. ../shared/data/semeval2018_ec "
+                         "with its 0/1 emotion columns as label_columns (conf/compositional_semeval.yaml)")
+    counts = ingest_one(ctx, tr, MULTILABEL, ctx.cfg.inputs.multilabel, None)
+    return {f"multilabel.{k}": float(v) for k, v in counts.items()}
+
+
 def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec, taxonomy_df) -> dict[str, int]:
     """Validate one input and write its kept and quarantined rows; returns rows_in/kept/quarantined (of the
     rows this run read: only the appended ones on an incremental run) and ``incremental`` (1 or 0), or
@@ -137,7 +149,8 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     if taxonomy_df is not None and "category" in contract.column_names:
         other_inputs["taxonomy"] = str(tr.result.outputs["taxonomy"].version)
     since = last_ingested(ctx, contract, config_hash, spec.path, other_inputs, tr.result.job)
-    raw = read_input(ctx.spark, spec, contract, native_delta=ctx.capabilities.native_delta, since=since)
+    raw = read_input(ctx.spark, spec, contract, native_delta=ctx.capabilities.native_delta, since=since,
+                     label_separator=ctx.cfg.ingest.label_separator)
     # Appended source rows are validated alone and appended: every rule is per row, so the tables end up
     # as a full ingest of the new source version would leave them.
     inputs = {raw.location: raw.version, **other_inputs}

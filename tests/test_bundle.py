@@ -15,7 +15,8 @@ from common.platform.job import override_list
 from jobs import PIPELINES, REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
-BUNDLED = ["consistency", "cga", "query-graph", "query-reformulation", "boostaug", "genre-transfer", "maintenance"]
+BUNDLED = ["consistency", "cga", "query-graph", "query-reformulation", "boostaug", "genre-transfer", "compositional",
+           "maintenance"]
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_model_stages_run_on_the_gpu_cluster(bundle):
         for task in job["tasks"]:
             name = task["python_wheel_task"]["parameters"][1]
             expected = "gpu" if name in {"cga-generate", "query-reformulate", "query-matcher", "boostaug-filter",
-                                         "boostaug-evaluate", "genre-generate"} else "cpu"
+                                         "boostaug-evaluate", "genre-generate", "compositional-generate"} else "cpu"
             assert task["job_cluster_key"] == expected, name
 
 

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 # In pipeline order: later notebooks skip the jobs earlier ones wrote (same config, same inputs).
 ORDER = ["foundation", "consistency", "query_graph", "cga", "query_reformulation", "boostaug", "genre_transfer",
-         "maintenance"]
+         "compositional", "maintenance"]
 PREFIX = {"cga": "consistency", "query_reformulation": "query-graph"}  # the pipeline each one extends
 
 
@@ -40,6 +40,8 @@ def notebook_env(monkeypatch, tmp_path, tracking_uri):
         "boostaug.n_aug=2", "boostaug.folds=3", "boostaug.eval.repeats=1", "boostaug.eval.curve=[0,2]",
         "boostaug.surrogate.epochs=[50]", "boostaug.filter.confidence_threshold=0.6", "boostaug.backends=[eda,split]",
         "genre.topic_model.topics=5", "genre.topic_model.max_iter=5", "genre.split.sizes=[4]", "genre.eval.repeats=1",
+        "compositional.split.compositions=4", "compositional.qc.target=40", "compositional.eval.repeats=1",
+        "compositional.eval.curve=[]",
         "maintenance.tables=[consistency_results,query_clusters]",
     ]
     monkeypatch.chdir(REPO)
@@ -63,6 +65,7 @@ def test_notebooks_run_every_pipeline(spark, ray_runtime, notebook_env, capsys):
         "query_reformulation": ["augmented_interactions", "precision"],
         "boostaug": ["eda+boostaug", "not among the 2 most confident", "accuracy_vs_n_aug.png"],
         "genre_transfer": ["genre_results", "off_topic", "augmented"],
+        "compositional": ["compositional_results", "label_prefix", "no_aug", "cg_synthetic"],
         "maintenance": ["maintain", "reformulation_pairs"],
     }
     for name in ORDER:

@@ -95,8 +95,10 @@ def test_demo_generation_runs_beside_configured_documents_but_not_beside_catalog
     from common.data.config import InputSpec
     from jobs.generate_demo import run as generate_demo
 
-    # documents never come from the demo world: configuring them must not stop it (conf/demo.yaml does)
+    # documents and multi-label texts never come from the demo world: configuring them must not stop it
+    # (conf/demo.yaml does)
     ctx.cfg.inputs.documents = InputSpec(path=str(tmp_path / "documents.csv"))
+    ctx.cfg.inputs.multilabel = InputSpec(path=str(tmp_path / "multilabel.csv"))
     generated = generate_demo(ctx)
     assert generated.metrics and all(v > 0 for v in generated.metrics.values())
     # a catalog input of the user's own replaces the demo world: nothing is generated

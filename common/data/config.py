@@ -26,6 +26,9 @@ class InputSpec:
     # Columns taken from each row's file path by a regex's first group, e.g. {split: "(train|dev|test)\\.csv$"}
     # for a folder of train/dev/test files (file formats only; no match gives null).
     from_path: dict[str, str] = field(default_factory=dict)
+    # Multi-label inputs in multi-hot form: these 0/1 columns become the ``labels`` set (the names of the
+    # columns holding 1), e.g. SemEval-2018 E-c's eleven emotion columns.
+    label_columns: list[str] = field(default_factory=list)
 
     @classmethod
     def from_shorthand(cls, path: str) -> "InputSpec":
@@ -63,6 +66,8 @@ class InputsConfig:
     # corpus (doc_id, text) the topic model is fit on (unset: the documents themselves).
     documents: Optional[InputSpec] = None
     topic_corpus: Optional[InputSpec] = None
+    # Multi-label texts (text, labels, optional example_id) for the compositional pipeline.
+    multilabel: Optional[InputSpec] = None
 
 
 @dataclass
@@ -79,8 +84,14 @@ class IngestConfig:
     # Delta path inputs whose commits since the last ingest only appended rows: validate and append only
     # those rows (false: every run re-reads and overwrites). Any other change means a full re-ingest.
     incremental: bool = True
+    # Multi-label inputs: the separator of a ``labels`` string; the allowed label names (None: any); whether
+    # a row without labels is kept (False: quarantined as ``no labels``).
+    label_separator: str = ","
+    label_vocabulary: Optional[list[str]] = None
+    allow_empty_labels: bool = False
 
     def __post_init__(self) -> None:
+        check(bool(self.label_separator), "ingest.label_separator", "must not be empty")
         check(self.max_title_chars > 0, "ingest.max_title_chars", "must be > 0")
         check(self.max_text_chars > 0, "ingest.max_text_chars", "must be > 0")
         check(self.max_category_depth >= 1, "ingest.max_category_depth", "must be >= 1")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from common.data.config import IngestConfig
-from common.data.readers import CORRUPT_COL, SOURCE_COL
+from common.data.readers import CORRUPT_COL, LABEL_ERROR_COL, SOURCE_COL
 from common.data.schemas import SPLITS, Contract
 from common.data.taxonomy import canonical_col, depth_col, malformed_col
 
@@ -57,6 +57,8 @@ def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False) -> 
     for label in ("label", "genre"):
         if label in names:
             checks.append((_blank(F.col(label)), f"empty {label}"))
+    if "labels" in names:
+        checks += _label_rules(cfg)
     if "split" in names:
         checks.append((F.col("split").isNotNull() & ~F.lower(F.trim(F.col("split"))).isin(*SPLITS),
                        f"unknown split (allowed: {', '.join(SPLITS)})"))
@@ -83,6 +85,30 @@ def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False) -> 
     return checks
 
 
+def label_array(column: "Column", separator: str) -> "Column":
+    """A ``labels`` string -> its sorted, distinct, trimmed, non-empty label names (array<string>)."""
+    import re
+
+    from pyspark.sql import functions as F
+
+    parts = F.transform(F.split(F.coalesce(column, F.lit("")), re.escape(separator)), lambda x: F.trim(x))
+    return F.array_sort(F.array_distinct(F.filter(parts, lambda x: x != "")))
+
+
+def _label_rules(cfg: IngestConfig) -> list[tuple["Column", str]]:
+    from pyspark.sql import functions as F
+
+    labels = label_array(F.col("labels"), cfg.label_separator)
+    checks = []
+    if not cfg.allow_empty_labels:
+        checks.append((F.size(labels) == 0, "no labels"))
+    if cfg.label_vocabulary:
+        allowed = F.array(*[F.lit(v) for v in cfg.label_vocabulary])
+        checks.append((F.size(F.array_except(labels, allowed)) > 0,
+                       "unknown label (not in ingest.label_vocabulary)"))
+    return checks
+
+
 def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
                  taxonomy_paths: Optional["DataFrame"] = None) -> "DataFrame":
     """Add the ``reason`` column (null for valid rows) to a raw input frame.
@@ -98,8 +124,12 @@ def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
             .withColumn("_in_taxonomy", F.lit(True))
         df = df.join(F.broadcast(allowed), canonical_col(F.col("category"), cfg.category_separator)
                      == F.col("_tax_path"), "left").drop("_tax_path")
-    reason = F.coalesce(*[F.when(predicate, F.lit(text)) for predicate, text in
-                          rules(contract, cfg, has_taxonomy)])
+    checks = rules(contract, cfg, has_taxonomy)
+    if LABEL_ERROR_COL in df.columns:
+        # A bad 0/1 indicator column: the row's label set is unknown.
+        checks.insert(1, (F.col(LABEL_ERROR_COL).isNotNull(), F.col(LABEL_ERROR_COL)))
+    reason = F.coalesce(*[F.when(predicate, text if not isinstance(text, str) else F.lit(text))
+                          for predicate, text in checks])
     df = df.withColumn(REASON_COL, reason)
     return df.drop("_in_taxonomy") if has_taxonomy else df
 
@@ -115,6 +145,12 @@ def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
             value = F.regexp_replace(F.trim(value), r"\s+", " ")
         elif column.name == "category":
             value = canonical_col(value, cfg.category_separator)
+        elif column.name == "labels":
+            value = label_array(value, cfg.label_separator)
+        elif column.name == "example_id":
+            # Sources without ids: the same text and labels give the same id on every run.
+            value = F.coalesce(F.when(~_blank(value), F.trim(value.cast("string"))),
+                               F.substring(F.sha2(F.concat_ws("\u0001", F.col("text"), F.col("labels")), 256), 1, 16))
         elif column.name in ("interaction", "split"):
             value = F.lower(F.trim(value))
         elif column.type == "long":

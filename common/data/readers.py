@@ -80,14 +80,16 @@ def resolve_format(spec: InputSpec) -> str:
 
 
 def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, native_delta: bool = False,
-               since: Optional[str] = None) -> RawInput:
+               since: Optional[str] = None, label_separator: str = ",") -> RawInput:
     """Read ``spec`` and shape it to ``contract``.
 
     Returns a :class:`RawInput` whose DataFrame has every contract column (optional ones null-filled),
     with text formats read as strings (typed per row later, so bad values are quarantined, not fatal),
     plus ``_source`` and, for text formats, ``_corrupt_record``. With ``since`` (a source version read
     before) and a Delta path input whose commits after it only appended rows, only those rows are read
-    (``RawInput.since`` says so); otherwise every row is.
+    (``RawInput.since`` says so); otherwise every row is. A multi-label input's ``labels`` arrives as one
+    string joined by ``label_separator`` (folded from ``spec.label_columns``, or joined from an array), with
+    ``_label_error`` naming an indicator column that is not 0/1.
     """
     from pyspark.sql import functions as F
 
@@ -107,6 +109,10 @@ def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, nativ
     for name, value in spec.defaults.items():
         if name not in df.columns:
             df = df.withColumn(name, F.lit(value))
+    if spec.label_columns:
+        df = _fold_label_columns(df, spec.label_columns, label_separator, location)
+    if "labels" in contract.column_names and "labels" in df.columns and df.schema["labels"].dataType.typeName() == "array":
+        df = df.withColumn("labels", F.array_join("labels", label_separator))
     missing = [c.name for c in contract.required if c.name not in df.columns]
     if missing:
         raise InputSchemaError(
@@ -125,6 +131,25 @@ def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, nativ
     else:
         df = df.withColumn(SOURCE_COL, F.lit(f"{location}@v{version}"))
     return RawInput(df=df, location=location, version=version, format=fmt, since=since)
+
+
+LABEL_ERROR_COL = "_label_error"
+
+
+def _fold_label_columns(df: "DataFrame", columns: list[str], separator: str, location: str) -> "DataFrame":
+    """Multi-hot 0/1 ``columns`` -> ``labels`` (the names of those holding 1, joined by ``separator``) and
+    ``_label_error`` (the first column holding anything but 0 or 1, for the quarantine)."""
+    from pyspark.sql import functions as F
+
+    absent = [c for c in columns if c not in df.columns]
+    if absent:
+        raise InputSchemaError(f"{location}: label column {absent[0]!r} (inputs.multilabel.label_columns) not found; "
+                               f"columns: {', '.join(df.columns)}")
+    value = {c: F.trim(F.col(c).cast("string")) for c in columns}
+    labels = F.concat_ws(separator, *[F.when(value[c] == "1", F.lit(c)) for c in columns])
+    error = F.coalesce(*[F.when(value[c].isNull() | ~value[c].isin("0", "1"),
+                                F.lit(f"label column {c} is not 0/1")) for c in columns])
+    return df.withColumn("labels", labels).withColumn(LABEL_ERROR_COL, error)
 
 
 def _appended_since(spark: "SparkSession", df: "DataFrame", spec: InputSpec, fmt: str, since: str,

@@ -70,6 +70,12 @@ TEXTS = Contract("texts", (ColumnSpec("text"), ColumnSpec("label"), ColumnSpec("
 DOCUMENTS = Contract("documents", (ColumnSpec("doc_id"), ColumnSpec("text"), ColumnSpec("genre")))
 # A topically diverse corpus the genre pipeline's topic model may be fit on instead of the documents.
 TOPIC_CORPUS = Contract("topic_corpus", (ColumnSpec("doc_id"), ColumnSpec("text")))
+# Multi-label texts for the compositional pipeline: ``labels`` is one string of label names joined by
+# ``ingest.label_separator`` (or an array of strings in Parquet/Delta, or 0/1 indicator columns folded by
+# ``inputs.multilabel.label_columns``); ingest stores it as a sorted array. ``example_id`` defaults to a hash
+# of text and labels.
+MULTILABEL = Contract("multilabel", (ColumnSpec("example_id", required=False), ColumnSpec("text"),
+                                     ColumnSpec("labels")))
 
 CONTRACTS: dict[str, Contract] = {
     "labeled": LABELED,
@@ -79,6 +85,7 @@ CONTRACTS: dict[str, Contract] = {
     "texts": TEXTS,
     "documents": DOCUMENTS,
     "topic_corpus": TOPIC_CORPUS,
+    "multilabel": MULTILABEL,
 }
 # The catalog datasets the ``ingest`` job takes; the others have their own pipeline's ingest job.
 CATALOG_KINDS = ("labeled", "catalog", "interactions", "products")

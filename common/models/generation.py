@@ -5,7 +5,9 @@
 by token length and generated in buckets, so short titles do not pay for the longest one's padding. Each
 input gives ``n_samples`` outputs (sampling with top-k/top-p, or beam search). A bad row (empty, longer than
 ``max_source_tokens``, or one whose decoding fails) becomes one output row with a ``reason`` instead of
-failing its batch; :func:`split_quarantine` separates the two kinds.
+failing its batch; :func:`split_quarantine` separates the two kinds. A model saved with a label-prefix
+table (:mod:`common.models.label_prefix`, the compositional pipeline's LS-PT generator) reads each source
+text as a label set and feeds its labels' learned blocks to the encoder instead of tokens.
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ class T5Generator:
         import torch
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+        from common.models.label_prefix import LabelPrefix, has_prefix
         from common.models.seq2seq import device_and_dtype
         from common.platform.storage import local_copy
 
@@ -69,8 +72,12 @@ class T5Generator:
         model_path = local_copy(model_path)  # models on object stores are copied to the node once per actor
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         # T5 (checkpoint, scratch) or BART (the MiniLM warm start): the saved config names the class.
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(
-            model_path, dtype=dtype if self.device == "cuda" else torch.float32).to(self.device).eval()
+        model_dtype = dtype if self.device == "cuda" else torch.float32
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=model_dtype).to(self.device).eval()
+        self.prefix = None
+        if has_prefix(model_path):
+            # A label-prefix model (LS-PT): each source text is a label set.
+            self.prefix = LabelPrefix.load(model_path, model_dtype).to(self.device).eval()
         torch.manual_seed(spec.seed)
 
     def _generate(self, texts: list[str]) -> list[list[tuple[str, int]]]:
@@ -80,7 +87,10 @@ class T5Generator:
         from common.models.seq2seq import model_inputs
 
         spec = self.spec
-        enc = model_inputs(self.tokenizer(texts, padding=True, return_tensors="pt"), self.device)
+        if self.prefix is not None:
+            enc = self.prefix.encoder_inputs(texts, self.device)
+        else:
+            enc = model_inputs(self.tokenizer(texts, padding=True, return_tensors="pt"), self.device)
         kwargs: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens, "num_return_sequences": spec.n_samples}
         if spec.mode == "beam":
             kwargs.update(num_beams=max(spec.num_beams, spec.n_samples), do_sample=False)

@@ -171,19 +171,25 @@ def fit_fasttext(texts: Sequence[str], labels: Sequence[str], params: dict[str, 
             fh.write(f"{token_of[label]} {line}\n")
     out_bin = os.path.join(folder, f"{name}.bin")
     start = time.perf_counter()
-    try:
-        _train_file_to_model(train_file, params, seed, out_bin)
-    except RuntimeError as exc:
-        if "NaN" not in str(exc):
-            raise
-        log.warning("fastText hit NaN in-process (%s); retrying in a fresh process", name)
-        _train_in_fresh_process(train_file, params, seed, out_bin)
+    train_file_to_model(train_file, params, seed, out_bin)
     seconds = time.perf_counter() - start
     os.remove(train_file)
     suffix = name.rsplit("_", 1)[-1]
     Path(folder, f"labels_{suffix}.json").write_text(json.dumps({tok: label for label, tok in token_of.items()}),
                                                     encoding="utf-8")
     return tokens, len(vocabulary), seconds
+
+
+def train_file_to_model(train_file: str, params: dict[str, Any], seed: int, out_bin: str) -> None:
+    """Train fastText on the supervised-format ``train_file`` and save ``out_bin``; a NaN failure (see
+    ``SAFE_MALLOC_ENV``) is retried once in a fresh process."""
+    try:
+        _train_file_to_model(train_file, params, seed, out_bin)
+    except RuntimeError as exc:
+        if "NaN" not in str(exc):
+            raise
+        log.warning("fastText hit NaN in-process (%s); retrying in a fresh process", out_bin)
+        _train_in_fresh_process(train_file, params, seed, out_bin)
 
 
 def _train_file_to_model(train_file: str, params: dict[str, Any], seed: int, out_bin: str) -> None:

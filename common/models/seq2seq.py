@@ -10,6 +10,8 @@ scratch, and fine-tune it.
 
 Fine-tuning is a plain PyTorch loop (AdamW, gradient accumulation, bf16 autocast on a GPU that supports it,
 fp16 with a scaler otherwise, fp32 on CPU); the model and tokenizer are saved with ``save_pretrained``.
+With ``ModelSpec.prefix_labels`` the sources are label sets and a per-label prefix table
+(:mod:`common.models.label_prefix`) is trained with the model and saved beside it.
 :func:`fine_tune_on_ray` runs it as one Ray task (``num_gpus`` from config, so it lands on a GPU node):
 the task reads the pairs table's Parquet files itself, logs the loss, a checkpoint per epoch and the
 final model to the MLflow run, and copies the final model to the lakehouse's models folder.
@@ -45,6 +47,11 @@ class ModelSpec:
     num_heads: int = 4
     max_source_length: int = 48
     max_target_length: int = 48
+    # Label-specific prefixes (:mod:`common.models.label_prefix`): with labels, a source text is a label
+    # set (names joined by ``prefix_separator``) and the encoder reads its labels' learned blocks.
+    prefix_labels: tuple[str, ...] = ()
+    prefix_length: int = 0
+    prefix_separator: str = ","
 
     @classmethod
     def from_config(cls, cfg: "T5ModelConfig") -> "ModelSpec":
@@ -157,9 +164,16 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     torch.manual_seed(train.seed)
     tokenizer, net = build_model(model, pairs, train.seed)
     device, dtype = device_and_dtype()
+    prefix = None
+    if model.prefix_labels:
+        from common.models.label_prefix import LabelPrefix
+
+        prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
+                                       model.prefix_separator, train.seed).to(device)
     net.to(device).train()
     start_token = getattr(net.config, "decoder_start_token_id", None)
-    optimiser = torch.optim.AdamW(net.parameters(), lr=train.learning_rate)
+    weights = list(net.parameters()) + (list(prefix.parameters()) if prefix is not None else [])
+    optimiser = torch.optim.AdamW(weights, lr=train.learning_rate)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
     order = list(range(len(pairs)))
     result = FineTuneResult(path=out_dir, device=device, dtype=str(dtype).removeprefix("torch."))
@@ -170,8 +184,11 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
         running, in_step = 0.0, 0
         for b in range(micro_batches):
             batch = [pairs[i] for i in order[b * train.batch_size:(b + 1) * train.batch_size]]
-            enc = model_inputs(tokenizer([s for s, _ in batch], max_length=model.max_source_length, truncation=True,
-                                         padding=True, return_tensors="pt"), device)
+            if prefix is not None:
+                enc = prefix.encoder_inputs([s for s, _ in batch], device)
+            else:
+                enc = model_inputs(tokenizer([s for s, _ in batch], max_length=model.max_source_length,
+                                             truncation=True, padding=True, return_tensors="pt"), device)
             labels = tokenizer([t for _, t in batch], max_length=model.max_target_length, truncation=True,
                                padding=True, return_tensors="pt").input_ids.to(device)
             if start_token is not None and bool((labels[:, 0] == start_token).all()):
@@ -201,6 +218,8 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     result.seconds = time.perf_counter() - start
     net.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    if prefix is not None:
+        prefix.save(out_dir)
     log.info("fine-tuned %d examples x %d epochs on %s/%s in %.1f s; loss %.3f -> %.3f", len(pairs), train.epochs,
              device, result.dtype, result.seconds, result.step_losses[0], result.step_losses[-1])
     return result
@@ -312,15 +331,17 @@ def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **o
 
 
 def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: Sequence[tuple[list, str]],
-                          model: ModelSpec, train: TrainSpec, source_col: str = "source_text",
+                          model: "ModelSpec | Sequence[ModelSpec]", train: TrainSpec, source_col: str = "source_text",
                           target_col: str = "target_text", num_cpus: int = 1,
                           num_gpus: float = 0.0) -> list[FineTuneResult]:
     """Fine-tune one model per (pyarrow filters, out_uri) of ``models`` on the matching pairs of the Parquet
     ``files``, as concurrent Ray tasks of ``num_cpus``/``num_gpus`` each (Ray runs as many at once as the
-    cluster holds). Returns the results in ``models`` order; a task's error is raised here."""
+    cluster holds); ``model`` is one spec for all, or one per model. Returns the results in ``models`` order;
+    a task's error is raised here."""
     import ray
 
+    specs = [model] * len(models) if isinstance(model, ModelSpec) else list(model)
     task = _fine_tune_remote(runtime, num_cpus, num_gpus, max_retries=1)
-    refs = [task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, None, None, 0, filters)
-            for filters, out_uri in models]
+    refs = [task.remote(list(files), source_col, target_col, out_uri, spec, train, num_cpus, None, None, 0, filters)
+            for (filters, out_uri), spec in zip(models, specs)]
     return ray.get(refs)

@@ -1,0 +1,127 @@
+"""Compositional multi-label augmentation's config (paper 4, METHODS.md section 4): the compositional
+split, the label-composition generator, the conditional text generators, quality control and the
+evaluation. Defaults are the paper's settings where it fixes them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from common.models.config import FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig
+from common.platform.config import check
+
+GENERATORS = ("concat", "t5_labels", "label_prefix")
+
+
+@dataclass
+class SplitConfig:
+    """The compositional (CG) split and its iid twin of the same sizes."""
+
+    # The paper: 20 label compositions (label sets of >= 2 labels) go to the test side, a support set of
+    # N_s = 50 test-side examples joins training.
+    compositions: int = 20
+    support: int = 50
+    min_labels: int = 2
+    # A composition goes to the test side only with this many examples (support and test both draw on it).
+    min_examples: int = 20
+    # ... and at most this many (None: no bound). Drawn at random, a few very frequent compositions can
+    # put most of a small corpus on the test side; the paper's SemEval split keeps 13% there (1,403 test
+    # examples of 10,983).
+    max_examples: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        check(self.compositions >= 1, "compositional.split.compositions", "must be >= 1")
+        check(self.support >= 1, "compositional.split.support", "must be >= 1")
+        check(self.min_labels >= 2, "compositional.split.min_labels", "must be >= 2 (a composition has 2+ labels)")
+        check(self.min_examples >= 1, "compositional.split.min_examples", "must be >= 1")
+        check(self.max_examples is None or self.max_examples >= self.min_examples, "compositional.split.max_examples",
+              "must be >= min_examples (or null)")
+
+
+@dataclass
+class LabelGeneratorConfig:
+    """P(y), the label-composition generator: a sequence model over the support set's label phrases (the
+    paper fine-tunes GPT2; here a first-order Markov chain over labels in vocabulary order, start to end,
+    with add-alpha smoothing so that compositions the support set never showed keep some probability)."""
+
+    kind: Literal["markov"] = "markov"
+    smoothing: float = 0.1
+    # Label sets longer than this are redrawn.
+    max_labels: int = 6
+    # Draws stop after this many, even when fewer than the target were novel.
+    max_draws: int = 200_000
+
+    def __post_init__(self) -> None:
+        check(self.smoothing >= 0, "compositional.label_generator.smoothing", "must be >= 0")
+        check(self.max_labels >= 2, "compositional.label_generator.max_labels", "must be >= 2")
+        check(self.max_draws >= 1, "compositional.label_generator.max_draws", "must be >= 1")
+
+
+def _generation() -> GenerationConfig:
+    # One text per prompt: the prompts themselves follow P(y), one per accepted draw.
+    return GenerationConfig(n_samples=1, mode="sample", top_k=50, top_p=0.95, max_new_tokens=48,
+                            max_source_tokens=48, bucket_size=64, batch_size=128)
+
+
+@dataclass
+class TextGeneratorConfig:
+    """P(x | y), trained on train ∪ support: ``concat`` (single-label training texts of each label, joined),
+    ``t5_labels`` (a seq2seq model fed the label phrases: the Flan-T5 baseline) and ``label_prefix`` (LS-PT:
+    one learned prefix block of ``prefix_length`` vectors per label, concatenated in label order as the
+    encoder's input, so a label's representation never depends on its co-labels)."""
+
+    methods: list[Literal["concat", "t5_labels", "label_prefix"]] = field(default_factory=lambda: list(GENERATORS))
+    model: T5ModelConfig = field(default_factory=T5ModelConfig)
+    # The paper: learning rate 5e-5 for LS-PT (GPT2, 110M); a higher rate suits the smaller models here.
+    fine_tune: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(epochs=3, learning_rate=1e-4,
+                                                                             batch_size=32, checkpoint_every=0))
+    generation: GenerationConfig = field(default_factory=_generation)
+    prefix_length: int = 8
+
+    def __post_init__(self) -> None:
+        check(bool(self.methods), "compositional.generator.methods", "must name at least one generator")
+        check(self.prefix_length >= 1, "compositional.generator.prefix_length", "must be >= 1")
+
+
+@dataclass
+class QualityConfig:
+    """Quality control: over-generate ``overgenerate`` x ``target`` texts per generator, predict their labels
+    with a multi-label classifier trained on train ∪ support, keep the ``target`` with the highest
+    Jaccard(predicted, intended) (the paper, SemEval: 2,000 -> 1,000)."""
+
+    target: int = 1000
+    overgenerate: float = 2.0
+    # One-vs-all sums a binary loss per label: fastText's usual lr 0.5 diverges (NaN) on small inputs.
+    fasttext: FastTextConfig = field(default_factory=lambda: FastTextConfig(loss="ova", epoch=25, lr=0.2))
+
+    def __post_init__(self) -> None:
+        check(self.target >= 1, "compositional.qc.target", "must be >= 1")
+        check(self.overgenerate >= 1, "compositional.qc.overgenerate", "must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    """The multi-label classifiers: ``no_aug`` and each generator, on the CG and iid splits, R seeds."""
+
+    models: list[Literal["fasttext"]] = field(default_factory=lambda: ["fasttext"])
+    repeats: int = 5
+    # The paper reserves 5% of the training data for validation: the decision threshold is chosen there.
+    validation_fraction: float = 0.05
+    fasttext: FastTextConfig = field(default_factory=lambda: FastTextConfig(loss="ova", epoch=25, lr=0.2))
+    # The Figure-4 curve: each generator also at these shares of its kept synthetic texts (CG split).
+    curve: list[float] = field(default_factory=lambda: [0.25, 0.5])
+
+    def __post_init__(self) -> None:
+        check(self.repeats >= 1, "compositional.eval.repeats", "must be >= 1")
+        check(0 < self.validation_fraction < 0.5, "compositional.eval.validation_fraction", "must lie in (0, 0.5)")
+        check(all(0 < c < 1 for c in self.curve), "compositional.eval.curve", "shares must lie in (0, 1)")
+
+
+@dataclass
+class CompositionalConfig:
+    """Compositional multi-label augmentation (METHODS.md section 4)."""
+
+    split: SplitConfig = field(default_factory=SplitConfig)
+    label_generator: LabelGeneratorConfig = field(default_factory=LabelGeneratorConfig)
+    generator: TextGeneratorConfig = field(default_factory=TextGeneratorConfig)
+    qc: QualityConfig = field(default_factory=QualityConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)

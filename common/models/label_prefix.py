@@ -1,0 +1,98 @@
+"""Label-specific prefixes (LS-PT, paper 4): one learned block of ``length`` vectors per label, the encoder's
+whole input for a label set.
+
+A label set's encoder input is its labels' blocks concatenated in vocabulary order, so each label is
+represented by its own parameters whatever its co-labels are (the disentanglement the paper's LS-PT
+relies on; it prefix-tunes a frozen GPT2, here the prefix feeds a seq2seq model's encoder, which is
+fine-tuned with it). Saved beside the model as ``label_prefix.pt`` and ``label_prefix.json``; a model
+folder holding them is generated from label sets (:class:`common.models.generation.T5Generator`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+import torch
+
+PREFIX_FILE, META_FILE = "label_prefix.pt", "label_prefix.json"
+
+
+class UnknownLabelError(ValueError):
+    """A label set names a label the prefix table was not trained with."""
+
+
+class LabelPrefix(torch.nn.Module):
+    """``table[label]``: a (length, d_model) block per label; :meth:`encoder_inputs` turns label-set strings
+    (label names joined by ``separator``) into ``inputs_embeds`` and ``attention_mask``."""
+
+    def __init__(self, labels: Sequence[str], length: int, d_model: int, separator: str = ",",
+                 init: "torch.Tensor | None" = None):
+        super().__init__()
+        self.labels = list(labels)
+        self.index = {label: i for i, label in enumerate(self.labels)}
+        self.length = length
+        self.separator = separator
+        self.table = torch.nn.Parameter(init.clone() if init is not None
+                                        else torch.randn(len(self.labels), length, d_model) * 0.02)
+
+    @classmethod
+    def for_model(cls, labels: Sequence[str], length: int, net, tokenizer, separator: str = ",",
+                  seed: int = 0) -> "LabelPrefix":
+        """A prefix table for ``net``: each label's block starts as the mean input embedding of its name's
+        tokens, repeated ``length`` times, plus a little seeded noise (so the copies can differ)."""
+        embeddings = net.get_input_embeddings().weight.detach()
+        generator = torch.Generator().manual_seed(seed)
+        blocks = []
+        for label in labels:
+            ids = tokenizer(label.replace("_", " "), add_special_tokens=False).input_ids or [tokenizer.unk_token_id]
+            mean = embeddings[ids].float().mean(dim=0)
+            noise = torch.randn(length, mean.shape[0], generator=generator) * 0.1 * float(embeddings.float().std())
+            blocks.append(mean.expand(length, -1) + noise)
+        return cls(labels, length, embeddings.shape[1], separator, torch.stack(blocks))
+
+    def parse(self, text: str) -> list[int]:
+        """The label indices of one label-set string, sorted and distinct; raises UnknownLabelError."""
+        names = [name.strip() for name in text.split(self.separator) if name.strip()]
+        unknown = [name for name in names if name not in self.index]
+        if unknown:
+            raise UnknownLabelError(f"unknown label {unknown[0]!r} (trained with: {', '.join(self.labels)})")
+        if not names:
+            raise UnknownLabelError("empty label set")
+        return sorted({self.index[name] for name in names})
+
+    def block(self, label: str) -> "torch.Tensor":
+        """The (length, d_model) block of one label."""
+        return self.table[self.index[label]]
+
+    def encoder_inputs(self, texts: Sequence[str], device: str = "cpu") -> dict:
+        """``inputs_embeds`` (batch, max labels x length, d_model), zero-padded, and its ``attention_mask``."""
+        sets = [self.parse(t) for t in texts]
+        width = max(len(s) for s in sets) * self.length
+        d_model = self.table.shape[-1]
+        embeds, masks = [], []
+        for s in sets:
+            blocks = self.table[s].reshape(-1, d_model)
+            pad = width - blocks.shape[0]
+            embeds.append(torch.cat([blocks, blocks.new_zeros(pad, d_model)]))
+            masks.append(torch.tensor([1] * blocks.shape[0] + [0] * pad))
+        return {"inputs_embeds": torch.stack(embeds).to(device), "attention_mask": torch.stack(masks).to(device)}
+
+    def save(self, folder: str) -> None:
+        """Write the table and its labels into ``folder`` (beside ``save_pretrained``'s files)."""
+        torch.save(self.table.detach().cpu(), os.path.join(folder, PREFIX_FILE))
+        with open(os.path.join(folder, META_FILE), "w", encoding="utf-8") as fh:
+            json.dump({"labels": self.labels, "length": self.length, "separator": self.separator}, fh)
+
+    @classmethod
+    def load(cls, folder: str, dtype: "torch.dtype" = torch.float32) -> "LabelPrefix":
+        """The prefix table saved in ``folder``."""
+        with open(os.path.join(folder, META_FILE), encoding="utf-8") as fh:
+            meta = json.load(fh)
+        table = torch.load(os.path.join(folder, PREFIX_FILE), map_location="cpu", weights_only=True)
+        return cls(meta["labels"], meta["length"], table.shape[-1], meta["separator"], table.to(dtype))
+
+
+def has_prefix(folder: str) -> bool:
+    """True when the model saved in ``folder`` is generated from label sets."""
+    return os.path.isfile(os.path.join(folder, META_FILE))

@@ -1,0 +1,125 @@
+"""Multi-label fastText classifiers (one-vs-all), trained and applied inside Ray tasks (the compositional
+pipeline's quality-control filter and its evaluation classifiers).
+
+:func:`fit_and_predict` reads its training rows straight from the Parquet files of Delta table versions
+(``(files, pyarrow filters)`` sources), holds out a seeded validation slice to choose the decision
+threshold (the one maximising mean Jaccard there), trains on the rest, and returns its predictions for
+the rows to predict as an Arrow table: the caller turns the tasks' tables into a Ray Dataset
+(``ray.data.from_arrow_refs``) and writes it, so predictions never pass through the driver.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Optional, Sequence
+
+from common.data.text import normalize_title
+from common.models.hft import LABEL_PREFIX, Source, _fasttext, train_file_to_model
+
+THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))
+
+
+def jaccard(predicted: Sequence[str], gold: Sequence[str]) -> float:
+    """|P ∩ G| / |P ∪ G| (1.0 when both are empty)."""
+    p, g = set(predicted), set(gold)
+    return len(p & g) / len(p | g) if p | g else 1.0
+
+
+def read_examples(sources: Sequence[Source], id_col: str = "example_id", text_col: str = "text",
+                  labels_col: Optional[str] = "labels") -> list[tuple[str, str, list[str]]]:
+    """(id, text, labels) of every source, sorted by id (so a model never depends on the files' order);
+    ``labels_col`` None gives empty label lists."""
+    import pyarrow.parquet as pq
+
+    rows: list[tuple[str, str, list[str]]] = []
+    for files, filters in sources:
+        if not files:
+            continue
+        columns = [id_col, text_col] + ([labels_col] if labels_col else [])
+        table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=columns)
+        labels = table.column(labels_col).to_pylist() if labels_col else [[]] * table.num_rows
+        rows += zip(table.column(id_col).to_pylist(), table.column(text_col).to_pylist(), labels)
+    return sorted(((str(i), t or "", list(ls or [])) for i, t, ls in rows), key=lambda r: r[0])
+
+
+class MultiLabelModel:
+    """A trained one-vs-all fastText model and its label names."""
+
+    def __init__(self, path: str, labels: Sequence[str]):
+        self.model = _fasttext().load_model(path)
+        self.labels = list(labels)
+
+    def probabilities(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        """Each text's probability per label (one-vs-all: independent sigmoids)."""
+        out = []
+        for text in texts:
+            names, probs = self.model.predict(normalize_title(text).replace("\n", " "), k=-1, threshold=0.0)
+            out.append({self.labels[int(n[len(LABEL_PREFIX):])]: float(p) for n, p in zip(names, probs)})
+        return out
+
+
+def fit(rows: Sequence[tuple[str, str, list[str]]], params: dict[str, Any], seed: int, folder: str) -> MultiLabelModel:
+    """Train on (id, text, labels) ``rows`` in a seeded order (fastText's ``ova`` loss); model in ``folder``."""
+    import numpy as np
+
+    vocabulary = sorted({label for _, _, labels in rows for label in labels})
+    token = {label: f"{LABEL_PREFIX}{i}" for i, label in enumerate(vocabulary)}
+    train_file = os.path.join(folder, "train.txt")
+    with open(train_file, "w", encoding="utf-8") as fh:
+        for i in np.random.default_rng(seed).permutation(len(rows)):
+            _, text, labels = rows[i]
+            if labels:
+                fh.write(" ".join(token[label] for label in labels) + " " + normalize_title(text).replace("\n", " ")
+                         + "\n")
+    out_bin = os.path.join(folder, "model.bin")
+    train_file_to_model(train_file, {**params, "loss": "ova"}, seed, out_bin)
+    return MultiLabelModel(out_bin, vocabulary)
+
+
+def decide(probabilities: dict[str, float], threshold: float) -> list[str]:
+    """The labels at or above ``threshold``, or the most probable one when none is (a text has a label)."""
+    chosen = sorted(label for label, p in probabilities.items() if p >= threshold)
+    if not chosen and probabilities:
+        chosen = [max(probabilities, key=lambda label: (probabilities[label], label))]
+    return chosen
+
+
+def choose_threshold(probabilities: Sequence[dict[str, float]], gold: Sequence[Sequence[str]]) -> float:
+    """The threshold of :data:`THRESHOLDS` with the highest mean Jaccard on (probabilities, gold) (the
+    lowest such on ties); 0.5 without validation rows."""
+    if not gold:
+        return 0.5
+    scores = {t: sum(jaccard(decide(p, t), g) for p, g in zip(probabilities, gold)) / len(gold) for t in THRESHOLDS}
+    return max(THRESHOLDS, key=lambda t: (scores[t], -t))
+
+
+def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: dict[str, Any], seed: int,
+                    validation_fraction: float, keys: dict[str, Any], predict_id_col: str = "example_id",
+                    predict_labels_col: Optional[str] = "labels"):
+    """Train on ``train`` (less a seeded ``validation_fraction`` held out to choose the threshold), predict
+    ``predict``; returns an Arrow table of (``keys``' columns, example_id, gold, predicted, threshold,
+    n_train) with one row per predicted example (gold empty when ``predict_labels_col`` is None)."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = [r for r in read_examples(train) if r[2]]
+    if not rows:
+        raise ValueError(f"no labelled training rows for {keys}")
+    order = np.random.default_rng(seed).permutation(len(rows))
+    n_val = int(len(rows) * validation_fraction)
+    val = [rows[i] for i in order[:n_val]]
+    fit_rows = [rows[i] for i in sorted(order[n_val:])]
+    targets = read_examples(predict, predict_id_col, "text", predict_labels_col)
+    with tempfile.TemporaryDirectory(prefix="multilabel-") as tmp:
+        model = fit(fit_rows, params, seed, tmp)
+        threshold = choose_threshold(model.probabilities([t for _, t, _ in val]), [g for _, _, g in val])
+        predicted = [decide(p, threshold) for p in model.probabilities([t for _, t, _ in targets])]
+    n = len(targets)
+    kinds = {bool: pa.bool_(), int: pa.int64(), float: pa.float64()}
+    columns = {name: pa.array([value] * n, kinds.get(type(value), pa.string())) for name, value in keys.items()}
+    columns.update({"example_id": pa.array([i for i, _, _ in targets], pa.string()),
+                    "gold": pa.array([g for _, _, g in targets], pa.list_(pa.string())),
+                    "predicted": pa.array(predicted, pa.list_(pa.string())),
+                    "threshold": pa.array([threshold] * n, pa.float64()),
+                    "n_train": pa.array([len(rows)] * n, pa.int64())})
+    return pa.table(columns)

@@ -1,0 +1,348 @@
+"""Compositional multi-label augmentation (paper 4): ingest of multi-label inputs, the split invariants,
+the four metrics on hand-computed examples, P(y), Concat, QC ranking and accounting, the label-prefix
+model's independence, the multi-label classifier, and a tiny end-to-end run of the pipeline."""
+from __future__ import annotations
+
+import csv
+import random
+
+import pytest
+
+from common.compositional.config import (CompositionalConfig, EvalConfig, LabelGeneratorConfig, QualityConfig,
+                                         SplitConfig, TextGeneratorConfig)
+from common.compositional.labels import MarkovLabelModel, sample_novel
+
+LABELS = ["anger", "fear", "joy", "love", "sadness"]
+WORDS = {"anger": ["furious", "rage", "outraged"], "fear": ["scared", "terrified", "afraid"],
+         "joy": ["happy", "delighted", "glad"], "love": ["adore", "darling", "sweetheart"],
+         "sadness": ["crying", "miserable", "gloomy"]}
+FILLER = "today this morning again really so just the weather at work".split()
+
+
+def _tweet(rng: random.Random, labels: list[str]) -> str:
+    words = [rng.choice(WORDS[label]) for label in labels for _ in range(2)] + rng.sample(FILLER, 4)
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def _multilabel_tsv(path, n: int = 400, seed: int = 0) -> list[list[str]]:
+    """A SemEval-shaped TSV (ID, Tweet, one 0/1 column per label): single labels and pairs."""
+    rng = random.Random(seed)
+    sets = [[label] for label in LABELS] + [["anger", "fear"], ["joy", "love"], ["fear", "sadness"],
+                                             ["anger", "sadness"], ["joy", "sadness"], ["love", "sadness"]]
+    rows = []
+    for i in range(n):
+        labels = sets[i % len(sets)]
+        rows.append([f"t{i:04d}", _tweet(rng, labels)] + ["1" if label in labels else "0" for label in LABELS])
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, delimiter="\t")
+        writer.writerow(["ID", "Tweet"] + LABELS)
+        writer.writerows(rows)
+    return rows
+
+
+def _spec(path):
+    from common.data.config import InputSpec
+
+    return InputSpec(path=str(path), format="csv", options={"sep": "\t", "quote": ""},
+                     rename={"ID": "example_id", "Tweet": "text"}, label_columns=list(LABELS))
+
+
+# ----------------------------------------------------------------------------- ingest
+def test_multilabel_ingest_folds_label_columns_and_quarantines_bad_rows(ctx, tmp_path):
+    from jobs.ingest import multilabel_job
+
+    path = tmp_path / "ml.tsv"
+    rows = _multilabel_tsv(path, n=20)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("bad1\t\t1\t0\t0\t0\t0\n")  # empty text
+        fh.write("bad2\tno feelings at all\t0\t0\t0\t0\t0\n")  # no labels
+        fh.write("bad3\tmaybe angry\t2\t0\t0\t0\t0\n")  # not a 0/1 indicator
+    ctx.cfg.inputs.multilabel = _spec(path)
+    result = multilabel_job(ctx)
+    assert result.metrics["multilabel.rows_in"] == len(rows) + 3
+    kept = {r["example_id"]: r["labels"] for r in ctx.lakehouse.read("multilabel").collect()}
+    assert len(kept) == len(rows)
+    assert kept["t0005"] == ["anger", "fear"] and kept["t0000"] == ["anger"]  # sorted label arrays
+    reasons = {r["example_id"]: r["reason"] for r in ctx.lakehouse.read("multilabel_quarantine").collect()}
+    assert reasons == {"bad1": "empty text", "bad2": "no labels", "bad3": "label column anger is not 0/1"}
+
+
+def test_labels_as_a_joined_string_and_an_unknown_label(ctx, tmp_path):
+    from common.data.config import InputSpec
+    from jobs.ingest import multilabel_job
+
+    path = tmp_path / "ml.csv"
+    path.write_text("text,labels\nI am so happy,joy\nhappy and scared, joy | fear \nwho knows,boredom\n"
+                    "no id either,\n", encoding="utf-8")
+    ctx.cfg.inputs.multilabel = InputSpec(path=str(path))
+    ctx.cfg.ingest.label_separator = "|"
+    ctx.cfg.ingest.label_vocabulary = ["joy", "fear"]
+    multilabel_job(ctx)
+    kept = ctx.lakehouse.read("multilabel").toPandas()
+    assert sorted(map(list, kept["labels"])) == [["fear", "joy"], ["joy"]]
+    assert kept["example_id"].str.len().eq(16).all() and kept["example_id"].is_unique  # ids from the content
+    reasons = sorted(r["reason"] for r in ctx.lakehouse.read("multilabel_quarantine").collect())
+    assert reasons == ["no labels", "unknown label (not in ingest.label_vocabulary)"]
+
+
+# ----------------------------------------------------------------------------- split
+def _rows(spark, rows):
+    return spark.createDataFrame([(i, f"text {i}", sorted(ls)) for i, ls in rows],
+                                 "example_id string, text string, labels array<string>")
+
+
+def test_cg_split_shares_no_composition_and_has_exact_sizes(spark):
+    from common.compositional.split import cg_split, iid_split, test_compositions
+
+    sets = [["a"], ["b"], ["c"], ["a", "b"], ["a", "c"], ["b", "c"], ["a", "b", "c"]]
+    rows = [(f"e{i:03d}", sets[i % len(sets)]) for i in range(140)]  # 20 examples per label set
+    df = _rows(spark, rows)
+    cfg = SplitConfig(compositions=2, support=5, min_labels=2, min_examples=20)
+    chosen = test_compositions(df, cfg, seed=3)
+    picked = {r["composition"] for r in chosen.collect()}
+    assert len(picked) == 2 and all("," in c for c in picked)  # only label sets of >= 2 labels
+    split = {k: v.toPandas() for k, v in cg_split(df, chosen, cfg.support, seed=3).items()}
+    train_sets = set(split["train"]["composition"])
+    assert not train_sets & picked  # train and test share no label set
+    assert set(split["support"]["composition"]) <= picked and set(split["test"]["composition"]) <= picked
+    assert len(split["support"]) == 5 and len(split["test"]) == 2 * 20 - 5  # exact sizes
+    assert not set(split["support"]["example_id"]) & set(split["test"]["example_id"])
+    assert len(split["train"]) + 40 == 140
+    again = {r["example_id"] for r in cg_split(df, test_compositions(df, cfg, seed=3), 5, seed=3)["support"].collect()}
+    assert again == set(split["support"]["example_id"])  # seeded
+    iid = {k: v.toPandas() for k, v in iid_split(df, 105, 35, seed=3).items()}
+    assert len(iid["train"]) == 105 and len(iid["test"]) == 35
+    assert not set(iid["train"]["example_id"]) & set(iid["test"]["example_id"])
+    assert set(iid["train"]["composition"]) & set(iid["test"]["composition"])  # iid: compositions shared
+    capped = SplitConfig(compositions=7, support=5, min_labels=2, min_examples=1, max_examples=19)
+    assert test_compositions(df, capped, seed=3).count() == 0  # every label set holds 20 examples
+
+
+# ----------------------------------------------------------------------------- metrics
+def test_the_four_set_metrics_on_hand_computed_examples(spark):
+    from pyspark.sql import functions as F
+
+    from common.compositional.evaluation import set_metrics
+
+    cases = [  # predicted, gold -> jaccard, accuracy, correctness (P ⊆ G), completeness (G ⊆ P)
+        (["a", "b"], ["a", "b"], (1.0, 1.0, 1.0, 1.0)),
+        (["a"], ["a", "b"], (0.5, 0.0, 1.0, 0.0)),
+        (["a", "b", "c"], ["a", "b"], (2 / 3, 0.0, 0.0, 1.0)),
+        (["c"], ["a", "b"], (0.0, 0.0, 0.0, 0.0)),
+        (["b", "a"], ["a", "b"], (1.0, 1.0, 1.0, 1.0)),  # order does not matter
+        ([], [], (1.0, 1.0, 1.0, 1.0)),
+    ]
+    df = spark.createDataFrame([(p, g) for p, g, _ in cases], "p array<string>, g array<string>")
+    metrics = set_metrics(F.col("p"), F.col("g"))
+    got = df.select(*[metrics[m].alias(m) for m in ("jaccard", "accuracy", "correctness", "completeness")]).collect()
+    for row, (_, _, expected) in zip(got, cases):
+        assert tuple(row) == pytest.approx(expected)
+    from common.models.multilabel import jaccard
+
+    assert [jaccard(p, g) for p, g, _ in cases] == pytest.approx([c[2][0] for c in cases])
+
+
+# ----------------------------------------------------------------------------- P(y)
+def test_markov_label_model_is_a_distribution_and_sampling_skips_seen_sets():
+    model = MarkovLabelModel(["a", "b", "c"], smoothing=0.1).fit([["a", "b"], ["a", "b"], ["b", "c"]])
+    p = model.transitions
+    assert p.sum(axis=1) == pytest.approx([1.0] * 4)
+    import itertools
+
+    every = [s for k in (1, 2, 3) for s in itertools.combinations("abc", k)]
+    assert sum(model.probability(s) for s in every) == pytest.approx(1.0)  # sets sum to one, no empty set
+    assert model.probability(("a", "b")) > model.probability(("a", "c"))  # fit on the support's sets
+    seen = {("a",), ("b",), ("c",), ("a", "b")}
+    accepted, draws = sample_novel(model, seen, target=200, max_labels=3, max_draws=10_000, seed=1)
+    assert sum(accepted.values()) == 200 and draws >= 200
+    assert not set(accepted) & seen and ("b", "c") in accepted
+    assert sample_novel(model, seen, 200, 3, 10_000, seed=1) == (accepted, draws)  # seeded
+    unsmoothed = MarkovLabelModel(["a", "b", "c"], smoothing=0.0).fit([["a", "b"]])
+    assert set(sample_novel(unsmoothed, set(), 50, 3, 1000, seed=0)[0]) == {("a", "b")}
+
+
+# ----------------------------------------------------------------------------- Concat and QC
+def test_concat_joins_one_single_label_text_per_label(spark):
+    from common.compositional.generation import concat_texts, prompts
+
+    train = spark.createDataFrame(
+        [("s1", "so angry", ["anger"]), ("s2", "very happy", ["joy"]), ("s3", "so glad", ["joy"]),
+         ("m1", "angry and happy", ["anger", "joy"])], "example_id string, text string, labels array<string>")
+    sets = spark.createDataFrame([("anger,joy", ["anger", "joy"], 3), ("fear,joy", ["fear", "joy"], 1)],
+                                 "composition string, labels array<string>, draws long")
+    p = prompts(sets, ["concat", "t5_labels"])
+    assert p.count() == 2 * 4 and p.filter("method = 'concat'").count() == 4
+    assert {r["source_text"] for r in p.collect()} == {"anger, joy", "fear, joy"}
+    out = {r["example_id"]: (r["text"], r["reason"]) for r in concat_texts(p.filter("method = 'concat'"), train, 7)
+           .collect()}
+    assert len(out) == 4
+    for k in (1, 2, 3):
+        text, reason = out[f"concat/anger,joy/{k}"]
+        assert reason is None and text.startswith("so angry ") and text.split(" ", 2)[2] in ("very happy", "so glad")
+    assert out["concat/fear,joy/1"] == (None, "no single-label text for fear")
+
+
+def test_qc_keeps_the_top_k_by_jaccard_and_accounts_for_every_candidate(spark):
+    from pyspark.sql import functions as F
+
+    from common.compositional.evaluation import qc_cut
+
+    cands = spark.createDataFrame(
+        [("m", f"m/{i}", "a,b", ["a", "b"], f"t{i}", 3, None) for i in range(5)]
+        + [("m", "m/bad", "a,b", ["a", "b"], None, 0, "empty generation"),
+           ("n", "n/0", "a,b", ["a", "b"], "x", 3, None)],
+        "method string, example_id string, composition string, labels array<string>, text string, "
+        "generated_tokens long, reason string")
+    preds = spark.createDataFrame(
+        [("m/0", ["a"]), ("m/1", ["a", "b"]), ("m/2", ["c"]), ("m/3", ["a", "b", "c"]), ("m/4", ["a", "b"]),
+         ("m/bad", ["a"]), ("n/0", ["c"])], "example_id string, predicted array<string>")
+    cut = qc_cut(cands, preds, target=2, seed=0).toPandas().set_index("example_id")
+    assert len(cut) == 7  # candidates = kept + rejected
+    kept = cut[cut["reason"].isna()]
+    assert set(kept.index) == {"m/1", "m/4", "n/0"}  # per method: the two highest Jaccards (n has one)
+    assert cut.loc["m/3", "jaccard"] == pytest.approx(2 / 3) and cut.loc["m/3", "rank"] == 3
+    assert cut.loc["m/3", "reason"] == "below the QC cut" and cut.loc["m/2", "rank"] == 5
+    assert cut.loc["m/bad", "reason"] == "empty generation" and cut.loc["m/bad", "rank"] != cut.loc["m/bad", "rank"]
+    ranks = qc_cut(cands, preds, 2, 0).filter(F.col("method") == "m").select("rank").toPandas()["rank"].dropna()
+    assert sorted(ranks) == [1, 2, 3, 4, 5]
+
+
+# ----------------------------------------------------------------------------- torch and fastText (Ray tasks)
+def _prefix_independence() -> dict:
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from common.models.label_prefix import LabelPrefix, UnknownLabelError
+    from common.models.seq2seq import train_tokenizer
+
+    tokenizer = train_tokenizer(["anger fear joy love sadness"] * 20 + ["some words to learn"] * 20, 60)
+    net = T5ForConditionalGeneration(T5Config(vocab_size=len(tokenizer), d_model=16, d_kv=8, d_ff=32, num_layers=1,
+                                              num_heads=2, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
+    prefix = LabelPrefix.for_model(LABELS, 3, net, tokenizer, ",", seed=0)
+    a = prefix.encoder_inputs(["anger, joy", "joy,anger", "anger, fear, sadness", "anger"])
+    embeds, mask = a["inputs_embeds"], a["attention_mask"]
+    anger = prefix.block("anger")
+    out = {
+        "shape": list(embeds.shape),
+        "mask": mask.sum(dim=1).tolist(),
+        # anger's block is the same whatever its co-labels, and first (vocabulary order) in every set
+        "anger_same": all(torch.equal(embeds[i, :3], anger) for i in range(4)),
+        "joy_after_anger": torch.equal(embeds[0, 3:6], prefix.block("joy")) and torch.equal(embeds[0], embeds[1]),
+        "padding_zero": bool((embeds[3, 3:] == 0).all()),
+    }
+    try:
+        prefix.encoder_inputs(["anger, boredom"])
+    except UnknownLabelError as exc:
+        out["unknown"] = str(exc)
+    # gradients reach only the blocks of the labels in the batch
+    loss = net(**prefix.encoder_inputs(["anger, joy"]), labels=torch.tensor([[5, 6, 1]])).loss
+    loss.backward()
+    touched = (prefix.table.grad.abs().sum(dim=(1, 2)) > 0).tolist()
+    out["touched"] = [label for label, t in zip(LABELS, touched) if t]
+    return out
+
+
+def test_label_prefix_blocks_do_not_depend_on_co_labels(ray_runtime):
+    import sys
+
+    import ray
+    from ray import cloudpickle
+
+    # torch stays out of the test process (it shapes the heap fastText trains on); Ray workers cannot
+    # import a test module: the function goes by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    out = ray.get(ray.remote(num_cpus=1, max_calls=1)(_prefix_independence).remote())
+    assert out["shape"] == [4, 9, 16] and out["mask"] == [6, 6, 9, 3]
+    assert out["anger_same"] and out["joy_after_anger"] and out["padding_zero"]
+    assert "unknown label 'boredom'" in out["unknown"]
+    assert out["touched"] == ["anger", "joy"]
+
+
+def test_multilabel_fasttext_learns_a_separable_toy_task(ray_runtime, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+
+    from common.models.config import FastTextConfig
+    from common.models.hft import SAFE_MALLOC_ENV, fasttext_params
+    from common.models.multilabel import fit_and_predict
+
+    rng = random.Random(0)
+    sets = [["anger"], ["joy"], ["anger", "joy"], ["fear"], ["fear", "joy"]]
+    rows = [(f"e{i}", _tweet(rng, sets[i % 5]), sets[i % 5]) for i in range(500)]
+    for name, part in (("train", rows[:400]), ("test", rows[400:])):
+        pq.write_table(pa.table({"example_id": [r[0] for r in part], "text": [r[1] for r in part],
+                                 "labels": [r[2] for r in part]}), tmp_path / f"{name}.parquet")
+    task = ray.remote(num_cpus=1, runtime_env={"env_vars": SAFE_MALLOC_ENV})(fit_and_predict)
+    table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")], None)],
+                                fasttext_params(FastTextConfig(loss="ova", epoch=25, lr=0.2, dim=20, bucket=10000)), 3,
+                                0.1, {"method": "no_aug", "repeat": 0}))
+    assert table.num_rows == 100 and set(table.column("method").to_pylist()) == {"no_aug"}
+    exact = sum(sorted(p) == sorted(g) for p, g in zip(table.column("predicted").to_pylist(),
+                                                      table.column("gold").to_pylist()))
+    assert exact >= 90  # label words carry the labels: a working one-vs-all model gets nearly all sets
+    assert table.column("n_train").to_pylist()[0] == 400 and 0 < table.column("threshold").to_pylist()[0] < 1
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
+    from common.models.config import FastTextConfig, FineTuneConfig, GenerationConfig, ScratchT5Config, T5ModelConfig
+    from jobs import run_pipeline
+
+    rows = _multilabel_tsv(tmp_path / "ml.tsv", n=330)
+    ctx.cfg.inputs.multilabel = _spec(tmp_path / "ml.tsv")
+    fast = FastTextConfig(loss="ova", epoch=10, lr=0.2, dim=20, bucket=10000)
+    ctx.cfg.compositional = CompositionalConfig(
+        split=SplitConfig(compositions=2, support=10, min_examples=20),
+        label_generator=LabelGeneratorConfig(smoothing=0.1),
+        generator=TextGeneratorConfig(
+            model=T5ModelConfig(kind="scratch_t5", scratch=ScratchT5Config(vocab_size=120, d_model=16, d_ff=32,
+                                                                           num_layers=1, num_heads=2),
+                                max_source_length=8, max_target_length=16),
+            fine_tune=FineTuneConfig(epochs=1, learning_rate=3e-3, batch_size=32, checkpoint_every=0),
+            generation=GenerationConfig(n_samples=1, max_new_tokens=12, max_source_tokens=16, batch_size=64),
+            prefix_length=2),
+        qc=QualityConfig(target=15, overgenerate=2.0, fasttext=fast),
+        eval=EvalConfig(repeats=2, validation_fraction=0.1, fasttext=fast, curve=[0.5]))
+    results = {r.job: r for r in run_pipeline(ctx, "compositional")}
+    lake = ctx.lakehouse
+    assert lake.read("multilabel").count() == len(rows)
+    train, support, test = (lake.read(t).toPandas() for t in ("cg_train", "cg_support", "cg_test"))
+    assert len(support) == 10 and len(train) + len(support) + len(test) == len(rows)
+    assert not set(train["composition"]) & (set(test["composition"]) | set(support["composition"]))
+    assert len(lake.read("iid_train").toPandas()) == len(train) + 10 and lake.read("iid_test").count() == len(test)
+
+    sets = lake.read("cg_label_sets").toPandas()
+    assert sets["draws"].sum() == 30 and not set(sets["composition"]) & set(train["composition"])
+    prompts = lake.read("cg_prompts").count()
+    assert prompts == 3 * 30  # accepted draws x generators
+    candidates = lake.read("cg_candidates").toPandas()
+    assert len(candidates) == prompts and candidates["example_id"].is_unique
+    synthetic = lake.read("cg_synthetic").toPandas()
+    assert len(synthetic) + lake.read("cg_rejects").count() == prompts
+    assert synthetic.groupby("method").size().le(15).all() and synthetic["rank"].le(15).all()
+    assert results["compositional-qc"].metrics["rejects"] == prompts - len(synthetic)
+    # the label-prefix generator's model folder holds its prefix table
+    import os
+
+    models = os.listdir(ctx.cfg.lakehouse.root + "/models")
+    prefix_model = [m for m in models if m.startswith("cg_label_prefix-")]
+    assert prefix_model and os.path.isfile(f"{ctx.cfg.lakehouse.root}/models/{prefix_model[0]}/label_prefix.json")
+
+    res = lake.read("compositional_results").toPandas()
+    methods = set(synthetic["method"])
+    assert set(res[res["split_kind"] == "cg"]["method"]) == {"no_aug"} | methods
+    assert set(res[res["split_kind"] == "iid"]["method"]) == {"no_aug"}
+    for metric in ("jaccard", "accuracy", "correctness", "completeness"):
+        assert res[metric].between(0, 1).all()
+    assert (res[res["split_kind"] == "cg"]["n_test"] == len(test)).all()
+    aug = res[(res["method"] != "no_aug")]
+    base_train = res[(res["split_kind"] == "cg") & (res["method"] == "no_aug")]["n_train"].iloc[0]
+    assert (aug["n_train"] == base_train + aug["n_augmented"]).all()
+    assert res.groupby(["split_kind", "method", "size"]).size().eq(2).all()  # R seeds each
+    report = open(ctx.cfg.lakehouse.root + "/reports/compositional/report.md", encoding="utf-8").read()
+    assert "no_aug" in report and "Accuracy vs synthetic size" in report
+
+    again = run_pipeline(ctx, "compositional")
+    assert all(out.skipped for r in again for out in r.outputs.values())
