@@ -97,7 +97,7 @@ def labels_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     from pyspark.sql import functions as F
 
     from common.compositional.labels import MarkovLabelModel, sample_novel
-    from common.compositional.split import JOIN
+    from common.compositional.split import JOIN, label_vocabulary
 
     cfg = ctx.cfg.compositional
     support, train = tr.read(CG_SUPPORT), tr.read(CG_TRAIN)
@@ -106,8 +106,7 @@ def labels_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
         return {}
     # Bounded: the support set (N_s rows), the label vocabulary and the training compositions (at most
     # one per subset of the vocabulary that occurs).
-    vocabulary = sorted(r["l"] for r in train.unionByName(support).select(F.explode("labels").alias("l")).distinct()
-                        .collect())
+    vocabulary = label_vocabulary(train.unionByName(support))
     seen = {tuple(r["labels"]) for r in train.select("labels").distinct().collect()}
     model = MarkovLabelModel(vocabulary, cfg.label_generator.smoothing).fit(
         r["labels"] for r in support.select("labels").collect())
@@ -166,6 +165,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.compositional.generation import candidates, concat_texts, generator_pairs, prompts
+    from common.compositional.split import label_vocabulary
     from common.models.generation import GenerationSpec, generate_routed
 
     cfg = ctx.cfg.compositional
@@ -182,7 +182,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     seq2seq = [m for m in methods if m in SEQ2SEQ]
     if seq2seq:
         pairs = tr.write(generator_pairs(train, support), PAIRS, config_hash)
-        vocabulary = sorted(r["l"] for r in pool.select(F.explode("labels").alias("l")).distinct().collect())
+        vocabulary = label_vocabulary(pool)
         models = _fine_tune_generators(ctx, tr, pairs.version, seq2seq, vocabulary, config_hash)
         routes = ctx.spark.createDataFrame([(m, p, v) for m, (p, v) in models.items()],
                                            "method string, model_path string, model_version string")
@@ -256,10 +256,11 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     # One row per method: bounded.
     stats = {r["method"]: (r["n"], r["jaccard"]) for r in
              synth.groupBy("method").agg(F.count(F.lit(1)).alias("n"), F.avg("jaccard").alias("jaccard")).collect()}
-    all_stats = {r["method"]: r["jaccard"] for r in predictions.join(cands.select("example_id", "labels"), "example_id")
-                 .groupBy(F.split("example_id", "/")[0].alias("method"))
-                 .agg(F.avg(F.size(F.array_intersect("predicted", "labels"))
-                            / F.size(F.array_union("predicted", "labels"))).alias("jaccard")).collect()}
+    # Every candidate's Jaccard was computed by the cut; kept and rejected rows together are all of them.
+    every = synth.select("method", "jaccard").unionByName(ctx.lakehouse.read(REJECTS, rejected.version)
+                                                          .select("method", "jaccard"))
+    all_stats = {r["method"]: r["jaccard"] for r in every.groupBy("method").agg(F.avg("jaccard").alias("jaccard"))
+                 .collect()}
     for method, (n, jac) in sorted(stats.items()):
         log.info("QC %-12s kept %d, mean Jaccard %.3f (all candidates %.3f)", method, n, jac, all_stats.get(method, 0))
     return {f"{m}.kept": float(n) for m, (n, _) in stats.items()} | \

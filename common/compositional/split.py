@@ -21,6 +21,13 @@ def composition(labels: "Column") -> "Column":
     return F.array_join(labels, JOIN)
 
 
+def label_vocabulary(rows: "DataFrame") -> list[str]:
+    """The sorted distinct label names of ``rows`` (bounded by the label set's size, so collected)."""
+    from pyspark.sql import functions as F
+
+    return sorted(r["label"] for r in rows.select(F.explode("labels").alias("label")).distinct().collect())
+
+
 def with_composition(df: "DataFrame") -> "DataFrame":
     """``df`` with its ``composition`` key column."""
     return df.withColumn("composition", composition(df["labels"]))
