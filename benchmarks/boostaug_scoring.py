@@ -83,7 +83,7 @@ def encoder_figures(train, candidates, model) -> dict:
 
     import torch
 
-    from common.boostaug.config import EncoderConfig
+    from common.models.config import EncoderConfig
     from common.boostaug.encoder import _device, fit_surrogate
     from common.boostaug.surrogate import EncoderPoolScorer
 

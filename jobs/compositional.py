@@ -25,10 +25,13 @@ import logging
 import math
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
+
+if TYPE_CHECKING:
+    from common.models.config import EncoderConfig, FastTextConfig
 
 log = logging.getLogger(__name__)
 
@@ -211,17 +214,27 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         {f"{m}.failed": float(sum(n for (mm, r), n in counts.items() if mm == m and r)) for m in methods}
 
 
-def _run_classifiers(ctx: JobContext, jobs: list[dict]):
-    """Run :func:`common.models.multilabel.fit_and_predict` for every job as Ray tasks; their prediction
-    tables stay in the object store and come back as one Ray Dataset."""
+def _run_classifiers(ctx: JobContext, jobs: list[dict], encoder: EncoderConfig):
+    """Run :func:`common.models.multilabel.fit_and_predict` for every job as Ray tasks (fastText: one CPU;
+    encoder: ``encoder``'s CPUs and GPUs, in a worker that exits after it, so torch's memory goes back at
+    once); their prediction tables stay in the object store and come back as one Ray Dataset."""
     import ray
 
     from common.models.hft import SAFE_MALLOC_ENV
     from common.models.multilabel import fit_and_predict
 
     ctx.ray().start()
-    remote = ray.remote(num_cpus=1, max_retries=2, runtime_env={"env_vars": SAFE_MALLOC_ENV})(fit_and_predict)
-    return ray.data.from_arrow_refs([remote.remote(**job) for job in jobs])
+    env = {"env_vars": SAFE_MALLOC_ENV}
+    remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, runtime_env=env)(fit_and_predict),
+               "encoder": ray.remote(num_cpus=encoder.num_cpus, num_gpus=encoder.num_gpus or None, max_retries=2,
+                                     max_calls=1, runtime_env=env)(fit_and_predict)}
+    return ray.data.from_arrow_refs([remotes[job["kind"]].remote(**job) for job in jobs])
+
+
+def _classifier_params(kind: str, fasttext: FastTextConfig, encoder: EncoderConfig) -> dict:
+    from common.models.hft import fasttext_params
+
+    return asdict(encoder) if kind == "encoder" else fasttext_params(fasttext)
 
 
 @job("compositional-qc")
@@ -230,20 +243,23 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.compositional.evaluation import qc_cut
-    from common.models.hft import fasttext_params
 
     cfg = ctx.cfg.compositional
     cands = tr.read(CANDIDATES)
     tr.read(CG_TRAIN)
     tr.read(CG_SUPPORT)
-    config_hash = hash_of(asdict(cfg.qc), cfg.eval.validation_fraction, ctx.cfg.seed)
+    qc = cfg.qc
+    config_hash = hash_of(qc.target, qc.overgenerate, qc.model, asdict(qc.encoder if qc.model == "encoder" else
+                                                                      qc.fasttext),
+                          cfg.eval.validation_fraction, ctx.cfg.seed)
     if tr.all_written([SYNTHETIC, REJECTS], config_hash):
         return None
     files = {t: ctx.lakehouse.file_uris(t, tr.versions[t]) for t in (CANDIDATES, CG_TRAIN, CG_SUPPORT)}
     ds = _run_classifiers(ctx, [{"train": [(files[CG_TRAIN], None), (files[CG_SUPPORT], None)],
-                                 "predict": [(files[CANDIDATES], None)], "params": fasttext_params(cfg.qc.fasttext),
+                                 "predict": [(files[CANDIDATES], None)], "kind": qc.model,
+                                 "params": _classifier_params(qc.model, qc.fasttext, qc.encoder),
                                  "seed": ctx.cfg.seed, "validation_fraction": cfg.eval.validation_fraction,
-                                 "keys": {"model": "fasttext"}}])
+                                 "keys": {"model": qc.model}}], qc.encoder)
     predictions = ctx.lakehouse.read(QC_PREDICTIONS, tr.write_ray(ds, QC_PREDICTIONS, config_hash).version)
     cut = qc_cut(cands, predictions, cfg.qc.target, ctx.cfg.seed)
     columns = ["method", "example_id", "composition", "labels", "text", "predicted", "jaccard", "rank"]
@@ -278,12 +294,13 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.compositional.evaluation import results
-    from common.models.hft import fasttext_params
 
     cfg = ctx.cfg.compositional
     for table in (CG_TRAIN, CG_SUPPORT, CG_TEST, IID_TRAIN, IID_TEST, SYNTHETIC):
         tr.read(table)
-    config_hash = hash_of(asdict(cfg.eval), ctx.cfg.seed)
+    # A classifier's settings count only when it runs.
+    used = {k: v for k, v in asdict(cfg.eval).items() if k not in ("fasttext", "encoder") or k in cfg.eval.models}
+    config_hash = hash_of(used, ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
         report(ctx, tr, tr.written(RESULTS).toPandas())
         return None
@@ -291,7 +308,6 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     # One row per method: bounded by the config.
     kept = {r["method"]: r["n"] for r in tr.read(SYNTHETIC).groupBy("method").agg(F.count(F.lit(1)).alias("n"))
             .collect()}
-    params = fasttext_params(cfg.eval.fasttext)
     cg_base = [(files[CG_TRAIN], None), (files[CG_SUPPORT], None)]
     runs = [("iid", "no_aug", 0, [(files[IID_TRAIN], None)], IID_TEST), ("cg", "no_aug", 0, cg_base, CG_TEST)]
     for method in sorted(kept):
@@ -300,24 +316,27 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             runs.append(("cg", method, size, cg_base + [(files[SYNTHETIC], [("method", "=", method),
                                                                             ("rank", "<=", size)])], CG_TEST))
     jobs = []
-    for kind, method, size, train, test in runs:
-        for repeat in range(cfg.eval.repeats):
-            seed = ctx.cfg.seed + repeat
-            keys = {"split_kind": kind, "method": method, "model": "fasttext", "size": size, "repeat": repeat,
-                    "seed": seed, "n_augmented": size}
-            jobs.append({"train": train, "predict": [(files[test], None)], "params": params, "seed": seed,
-                         "validation_fraction": cfg.eval.validation_fraction, "keys": keys})
-    log.info("compositional evaluate: %d training sets x %d seeds = %d classifiers", len(runs), cfg.eval.repeats,
-             len(jobs))
-    predictions = tr.write_ray(_run_classifiers(ctx, jobs), PREDICTIONS, config_hash)
+    for model in cfg.eval.models:
+        params = _classifier_params(model, cfg.eval.fasttext, cfg.eval.encoder)
+        for kind, method, size, train, test in runs:
+            for repeat in range(cfg.eval.repeats):
+                seed = ctx.cfg.seed + repeat
+                keys = {"split_kind": kind, "method": method, "model": model, "size": size, "repeat": repeat,
+                        "seed": seed, "n_augmented": size}
+                jobs.append({"train": train, "predict": [(files[test], None)], "kind": model, "params": params,
+                             "seed": seed, "validation_fraction": cfg.eval.validation_fraction, "keys": keys})
+    log.info("compositional evaluate: %d training sets x %d seeds x %d models = %d classifiers", len(runs),
+             cfg.eval.repeats, len(cfg.eval.models), len(jobs))
+    predictions = tr.write_ray(_run_classifiers(ctx, jobs, cfg.eval.encoder), PREDICTIONS, config_hash)
     frame = results(ctx.lakehouse.read(PREDICTIONS, predictions.version)).select(*RESULT_COLUMNS)
     written = tr.write(frame.orderBy("split_kind", "method", "size", "repeat"), RESULTS, config_hash)
     pdf = ctx.lakehouse.read(RESULTS, written.version).toPandas()
     report(ctx, tr, pdf)
-    full = pdf[pdf["size"] == pdf.groupby(["split_kind", "method"])["size"].transform("max")]
-    means = full.groupby(["split_kind", "method"])[["accuracy", "jaccard"]].mean()
-    return {f"{kind}.{method}.{metric}": float(means.loc[(kind, method), metric])
-            for kind, method in means.index for metric in ("accuracy", "jaccard")}
+    keys = ["model", "split_kind", "method"]
+    full = pdf[pdf["size"] == pdf.groupby(keys)["size"].transform("max")]
+    means = full.groupby(keys)[["accuracy", "jaccard"]].mean()
+    return {f"{model}.{kind}.{method}.{metric}": float(means.loc[(model, kind, method), metric])
+            for model, kind, method in means.index for metric in ("accuracy", "jaccard")}
 
 
 def report(ctx: JobContext, tr: JobRun, pdf) -> None:
@@ -340,9 +359,11 @@ def report(ctx: JobContext, tr: JobRun, pdf) -> None:
             f"of the same sizes. Gain: exact-set accuracy over `no_aug` of the same split.\n\n```\n{table}\n```\n\n"
             f"## Accuracy vs synthetic size (CG)\n\n```\n{curve.to_string(index=False)}\n```\n")
     fig, ax = plt.subplots(figsize=(6, 4.5))
+    several = curve["model"].nunique() > 1
     for _, row in curve.iterrows():
-        points = [(int(size), value) for size, value in row.drop("method").items() if value == value]
-        ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=row["method"])
+        points = [(int(size), value) for size, value in row.drop(["model", "method"]).items() if value == value]
+        label = f"{row['method']} ({row['model']})" if several else row["method"]
+        ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=label)
     ax.set_xlabel("synthetic texts added (QC-ranked, best first)")
     ax.set_ylabel("CG exact-set accuracy (points)")
     ax.set_title("Accuracy vs synthetic size (size 0: no_aug)")

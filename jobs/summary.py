@@ -99,21 +99,22 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         sections.append("\n".join(lines))
     if ctx.lakehouse.exists(COMPOSITIONAL):
         res = tr.read(COMPOSITIONAL)
-        full = res.join(res.groupBy("split_kind", "method").agg(F.max("size").alias("size")),
-                        ["split_kind", "method", "size"])
-        rows = full.groupBy("split_kind", "method").agg(
+        keys = ["model", "split_kind", "method"]
+        full = res.join(res.groupBy(*keys).agg(F.max("size").alias("size")), [*keys, "size"])
+        rows = full.groupBy(*keys).agg(
             F.avg("accuracy").alias("acc"), F.stddev("accuracy").alias("std"), F.avg("jaccard").alias("jac"),
             F.max("n_augmented").alias("n_aug"), F.count("*").alias("runs")).collect()
-        by = {(r["split_kind"], r["method"]): r for r in rows}
+        by = {(r["model"], r["split_kind"], r["method"]): r for r in rows}
         lines = ["Compositional paper (multi-label exact-set accuracy and Jaccard on test label sets never seen in "
                  "training (cg) and on a random split (iid); mean ± std over R seeds, lift vs no_aug):",
-                 f"  {'split':<5} {'method':<13} {'accuracy':>17} {'lift':>9} {'Jaccard':>8} {'synthetic':>9} {'R':>3}"]
-        for kind, method in sorted(by, key=lambda k: (k[0], k[1] != "no_aug", k[1])):
-            r, base = by[(kind, method)], by.get((kind, "no_aug"))
-            lines.append(f"  {kind:<5} {method:<13} {r['acc']:>8.4f} ± {r['std'] or 0.0:.4f} "
+                 f"  {'model':<8} {'split':<5} {'method':<13} {'accuracy':>17} {'lift':>9} {'Jaccard':>8} "
+                 f"{'synthetic':>9} {'R':>3}"]
+        for model, kind, method in sorted(by, key=lambda k: (k[0], k[1], k[2] != "no_aug", k[2])):
+            r, base = by[(model, kind, method)], by.get((model, kind, "no_aug"))
+            lines.append(f"  {model:<8} {kind:<5} {method:<13} {r['acc']:>8.4f} ± {r['std'] or 0.0:.4f} "
                          f"{_lift(r['acc'], base['acc'] if base else None):>9} {r['jac']:>8.4f} {r['n_aug']:>9} "
                          f"{r['runs']:>3}")
-            metrics[f"compositional.{kind}.{method}.accuracy"] = r["acc"]
+            metrics[f"compositional.{model}.{kind}.{method}.accuracy"] = r["acc"]
         sections.append("\n".join(lines))
     reports = Path(ctx.cfg.lakehouse.root) / "reports"
     if not sections:

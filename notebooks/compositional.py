@@ -37,9 +37,9 @@ nb.show(lh.read("cg_rejects").groupBy("method", "reason").count().orderBy("metho
 # COMMAND ----------
 
 res = lh.read("compositional_results")
-nb.show(res.groupBy("split_kind", "method", "n_augmented").agg(
+nb.show(res.groupBy("model", "split_kind", "method", "n_augmented").agg(
     F.avg("accuracy").alias("accuracy"), F.stddev("accuracy").alias("std"), F.avg("jaccard").alias("jaccard"),
-    F.count("*").alias("runs")).orderBy("split_kind", "method", "n_augmented"))
+    F.count("*").alias("runs")).orderBy("model", "split_kind", "method", "n_augmented"))
 
 # COMMAND ----------
 

@@ -118,3 +118,20 @@ def test_generative_defaults_are_the_papers():
     assert (spec.kind, spec.model_name_or_path) == ("checkpoint", "t5-base")
     assert T5ModelConfig().kind == "warm_minilm" and T5ModelConfig(name_or_path="t5-small").kind == "checkpoint"
     assert ModelSpec.from_config(T5ModelConfig()).kind == "warm_minilm"
+
+
+def test_a_partial_section_keeps_what_its_own_default_changes():
+    # compositional.qc.fasttext defaults to one-vs-all at lr 0.2; setting its epochs alone must not turn it
+    # back into FastTextConfig's softmax at lr 0.5 (nor the evaluation encoder's lr into BoostAug's).
+    cfg = load_config(None, ["compositional.qc.fasttext.epoch=3", "compositional.eval.encoder.epochs=1",
+                             "query_reformulation.fine_tune.epochs=7"])
+    assert (cfg.compositional.qc.fasttext.loss, cfg.compositional.qc.fasttext.lr) == ("ova", 0.2)
+    assert cfg.compositional.qc.fasttext.epoch == 3
+    assert (cfg.compositional.eval.encoder.learning_rate, cfg.compositional.eval.encoder.mlm_weight) == (2e-5, 0.0)
+    assert cfg.compositional.eval.encoder.epochs == 1
+    full = load_config(None, [])
+    changed = {k for k, v in vars(cfg.query_reformulation.fine_tune).items()
+               if v != getattr(full.query_reformulation.fine_tune, k)}
+    assert changed == {"epochs"}
+    # a value given explicitly still wins over the section's default
+    assert load_config(None, ["compositional.qc.fasttext.loss=softmax"]).compositional.qc.fasttext.loss == "softmax"

@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from common.boostaug.config import EncoderConfig
+from common.models.config import EncoderConfig
 from common.models.hft import Source, read_rows
 from common.platform.storage import local_copy, put_folder
 

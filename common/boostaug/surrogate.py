@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
-    from common.boostaug.config import EncoderConfig
+    from common.models.config import EncoderConfig
 
 
 @dataclass(frozen=True)

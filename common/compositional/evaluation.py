@@ -62,31 +62,40 @@ def _cell(values: "pd.Series") -> str:
 
 
 def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
-    """Table 2 (and Table 1's iid column): per split kind and method, at full synthetic size, each metric in
-    points as mean ± sample std over the seeds, and the augmented rows' accuracy gain over ``no_aug``."""
+    """Table 2 (and Table 1's iid column): per classifier model, split kind and method, at full synthetic size,
+    each metric in points as mean ± sample std over the seeds, and the augmented rows' accuracy gain over
+    ``no_aug`` of the same model and split."""
     import pandas as pd
 
-    full = pdf[pdf["size"] == pdf.groupby(["split_kind", "method"])["size"].transform("max")]
+    keys = ["model", "split_kind", "method"]
+    full = pdf[pdf["size"] == pdf.groupby(keys)["size"].transform("max")]
     rows = []
-    for (kind, method), group in full.groupby(["split_kind", "method"], sort=False):
-        row = {"split": kind, "method": method, "synthetic": int(group["n_augmented"].max()), "seeds": len(group)}
+    for (model, kind, method), group in full.groupby(keys, sort=False):
+        row = {"model": model, "split": kind, "method": method, "synthetic": int(group["n_augmented"].max()),
+               "seeds": len(group)}
         row.update({m: _cell(group[m]) for m in METRICS})
-        base = full[(full["split_kind"] == kind) & (full["method"] == "no_aug")]["accuracy"]
+        base = full[(full["model"] == model) & (full["split_kind"] == kind) & (full["method"] == "no_aug")]["accuracy"]
         row["accuracy gain"] = f"{100 * (group['accuracy'].mean() - base.mean()):+.2f}" \
             if method != "no_aug" and len(base) else ""
         rows.append(row)
     table = pd.DataFrame(rows)
     order = {"cg": 0, "iid": 1}
-    return table.sort_values(["split", "method"], key=lambda c: c.map(order) if c.name == "split" else
-                             c.map(lambda m: (m != "no_aug", m))).reset_index(drop=True)
+    return table.sort_values(["model", "split", "method"], key=lambda c: c.map(order) if c.name == "split" else
+                             c.map(lambda m: (m != "no_aug", m)) if c.name == "method" else c).reset_index(drop=True)
 
 
 def curve_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
-    """Figure 4: CG exact-set accuracy (points, mean over seeds) per generator and synthetic size, the
-    ``no_aug`` row as size 0."""
-    cg = pdf[pdf["split_kind"] == "cg"]
-    base = cg[cg["method"] == "no_aug"]["accuracy"].mean()
-    table = (cg[cg["method"] != "no_aug"].groupby(["method", "n_augmented"])["accuracy"].mean() * 100).round(2) \
-        .unstack("n_augmented")
-    table.insert(0, 0, round(100 * base, 2))
-    return table.reset_index()
+    """Figure 4: CG exact-set accuracy (points, mean over seeds) per classifier model, generator and synthetic
+    size, each model's ``no_aug`` row as size 0."""
+    import pandas as pd
+
+    parts = []
+    for model, cg in pdf[pdf["split_kind"] == "cg"].groupby("model", sort=True):
+        base = cg[cg["method"] == "no_aug"]["accuracy"].mean()
+        table = (cg[cg["method"] != "no_aug"].groupby(["method", "n_augmented"])["accuracy"].mean() * 100).round(2) \
+            .unstack("n_augmented")
+        table.insert(0, 0, round(100 * base, 2))
+        table = table.reset_index()
+        table.insert(0, "model", model)
+        parts.append(table)
+    return pd.concat(parts, ignore_index=True)

