@@ -133,5 +133,11 @@ def test_a_partial_section_keeps_what_its_own_default_changes():
     changed = {k for k, v in vars(cfg.query_reformulation.fine_tune).items()
                if v != getattr(full.query_reformulation.fine_tune, k)}
     assert changed == {"epochs"}
+    # naming a checkpoint voids a section default's scratch model (genre's generators default to scratch T5)
+    from common.genre.config import GenreConfig
+    from common.platform.config_loader import from_mapping
+
+    named = from_mapping(GenreConfig, {"generator": {"model": {"name_or_path": "t5-small"}}}, "genre.").generator.model
+    assert (named.kind, named.name_or_path, named.max_target_length) == ("checkpoint", "t5-small", 256)
     # a value given explicitly still wins over the section's default
     assert load_config(None, ["compositional.qc.fasttext.loss=softmax"]).compositional.qc.fasttext.loss == "softmax"

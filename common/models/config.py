@@ -6,7 +6,7 @@ Sections used in several places name their keys ``*.key``; the loader puts the r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from common.platform.config import check
 
@@ -104,6 +104,10 @@ class T5ModelConfig:
 
     With ``kind`` unset, ``name_or_path`` means ``checkpoint`` and its absence ``warm_minilm``.
     """
+
+    # A config that names a checkpoint means that checkpoint, whatever kind the section's own default has
+    # (see config_loader: a partial section is laid over its default, less these keys).
+    SECTION_RESETS: ClassVar[dict[str, tuple[str, ...]]] = {"name_or_path": ("kind", "scratch")}
 
     kind: Optional[Literal["scratch_t5", "warm_minilm", "checkpoint"]] = None
     name_or_path: Optional[str] = None

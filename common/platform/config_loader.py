@@ -110,6 +110,12 @@ def _over_section_default(f: dataclasses.Field, tp: Any, value: Mapping[str, Any
         return value
     changed = {g.name: to_mapping(getattr(own, g.name)) for g in dataclasses.fields(tp)
                if g.init and getattr(own, g.name) != getattr(plain, g.name)}
+    # A class may say that a key, when given, voids parts of the default (a model named by a checkpoint
+    # path is no longer the default's scratch model).
+    for key, voided in getattr(tp, "SECTION_RESETS", {}).items():
+        if key in value:
+            for name in voided:
+                changed.pop(name, None)
     return _merge(changed, value)
 
 
