@@ -408,3 +408,16 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
 
     again = run_pipeline(ctx, "compositional")
     assert all(out.skipped for r in again for out in r.outputs.values())
+
+
+def test_config_hashes_count_only_the_classifiers_that_run():
+    from common.models.config import EncoderConfig
+    from jobs.compositional import _used_settings
+
+    base = EvalConfig(models=["fasttext"])
+    other_encoder = EvalConfig(models=["fasttext"], encoder=EncoderConfig(epochs=9))
+    assert _used_settings(base, base.models) == _used_settings(other_encoder, other_encoder.models)
+    both = EvalConfig(models=["fasttext", "encoder"])
+    assert "encoder" in _used_settings(both, both.models) and "fasttext" in _used_settings(both, both.models)
+    qc = QualityConfig(model="encoder")
+    assert "fasttext" not in _used_settings(qc, [qc.model]) and _used_settings(qc, [qc.model])["target"] == 1000
