@@ -19,7 +19,7 @@ JARS   := $(abspath $(VENV))/jars
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)
 
-.PHONY: install jars doctor demo demo-full test bench dist clean
+.PHONY: install jars doctor demo demo-full test test-fast bench dist clean
 
 $(STAMP): setup.py jvm/pom.xml
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is needed by Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
@@ -58,6 +58,10 @@ demo-full: $(STAMP)
 test: $(STAMP)
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
 	$(BIN)/python -m pytest -ra --durations=10 tests
+
+# Everything but the minutes-long fault-injection tests (kill -9 mid-write: tests/reliability, marked slow).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -ra --durations=10 -m "not slow" tests
 
 bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

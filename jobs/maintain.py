@@ -3,8 +3,9 @@
 Reads: every table of the lakehouse (or ``maintenance.tables``). For each: compaction (Spark ``OPTIMIZE`` on the
 native path, delta-rs ``optimize.compact`` otherwise) when it has at least ``maintenance.min_files`` live
 files, then VACUUM with ``maintenance.retention_hours`` (never below Delta's 168-hour safety default unless
-``maintenance.force_retention``). Writes: no data; each compaction is one OPTIMIZE version that reads the same
-rows. The report (versions, live and stored files and bytes before and after) is printed, logged to the MLflow
+``maintenance.force_retention``), and removal of ``<root>/_staging`` folders older than the retention (left by a
+native-path Ray write killed before its commit). Writes: no data; each compaction is one OPTIMIZE version that
+reads the same rows. The report (versions, live and stored files and bytes before and after) is printed, logged to the MLflow
 run as ``maintenance.json`` and summed into metrics. Scheduled weekly by the bundle (resources/maintenance.yml).
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from common.platform.job import JobContext, JobRun, job
-from common.platform.maintenance import format_report, maintain_table
+from common.platform.maintenance import format_report, maintain_table, remove_stale_staging
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     tr.set_tags({"maintenance.tables": ",".join(names)})
     metrics = {"tables": len(reports), "compacted": sum(r.compacted for r in reports),
                "vacuumed_files": sum(r.vacuumed_files for r in reports)}
+    if cfg.vacuum and not ctx.lakehouse.cfg.catalog:
+        metrics["staging_folders_removed"] = remove_stale_staging(ctx.lakehouse.cfg.root, cfg.retention_hours)
     for side in ("before", "after"):
         metrics[f"live_files_{side}"] = sum(getattr(r, side).live_files for r in reports)
         metrics[f"live_bytes_{side}"] = sum(getattr(r, side).live_bytes for r in reports)

@@ -14,6 +14,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: minutes-long fault-injection tests (make test runs them; "
+                                       "make test-fast leaves them out)")
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

@@ -168,7 +168,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     index = {label: i for i, label in enumerate(labels)}
     path = encoder_checkpoint(spec.name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    surrogate = _Surrogate(AutoModelForMaskedLM.from_pretrained(path), len(labels)).to(device)
+    surrogate = _Surrogate(AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True), len(labels)).to(device)
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
     optimizer = torch.optim.AdamW(surrogate.parameters(), lr=spec.learning_rate)
     schedule = get_linear_schedule_with_warmup(optimizer, int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
@@ -234,7 +234,7 @@ class EncoderScorer:
         self.spec = EncoderConfig(**meta["spec"])
         self.device = device or _device()
         self.tokenizer = AutoTokenizer.from_pretrained(os.path.join(folder, "lm"))
-        lm = AutoModelForMaskedLM.from_pretrained(os.path.join(folder, "lm"))
+        lm = AutoModelForMaskedLM.from_pretrained(os.path.join(folder, "lm"), use_safetensors=True)
         self.model = _Surrogate(lm, len(self.labels), load_file(os.path.join(folder, "classifier.safetensors")))
         self.model.to(self.device).train(False)
         self.has_mlm = self.spec.mlm_weight > 0

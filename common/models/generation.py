@@ -73,7 +73,9 @@ class T5Generator:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         # T5 (checkpoint, scratch) or BART (the MiniLM warm start): the saved config names the class.
         model_dtype = dtype if self.device == "cuda" else torch.float32
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=model_dtype).to(self.device).eval()
+        # use_safetensors: weights load without unpickling (a .bin-only folder is refused, not trusted).
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=model_dtype,
+                                                           use_safetensors=True).to(self.device).eval()
         self.prefix = None
         if has_prefix(model_path):
             # A label-prefix model (LS-PT): each source text is a label set.

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-PREFIX_FILE, META_FILE = "label_prefix.pt", "label_prefix.json"
+PREFIX_FILE, META_FILE = "label_prefix.safetensors", "label_prefix.json"
 
 
 class UnknownLabelError(ValueError):
@@ -80,7 +80,9 @@ class LabelPrefix(torch.nn.Module):
 
     def save(self, folder: str) -> None:
         """Write the table and its labels into ``folder`` (beside ``save_pretrained``'s files)."""
-        torch.save(self.table.detach().cpu(), os.path.join(folder, PREFIX_FILE))
+        from safetensors.torch import save_file
+
+        save_file({"table": self.table.detach().cpu().contiguous()}, os.path.join(folder, PREFIX_FILE))
         with open(os.path.join(folder, META_FILE), "w", encoding="utf-8") as fh:
             json.dump({"labels": self.labels, "length": self.length, "separator": self.separator}, fh)
 
@@ -89,7 +91,9 @@ class LabelPrefix(torch.nn.Module):
         """The prefix table saved in ``folder``."""
         with open(os.path.join(folder, META_FILE), encoding="utf-8") as fh:
             meta = json.load(fh)
-        table = torch.load(os.path.join(folder, PREFIX_FILE), map_location="cpu", weights_only=True)
+        from safetensors.torch import load_file
+
+        table = load_file(os.path.join(folder, PREFIX_FILE))["table"]  # safetensors: loading runs no pickle
         return cls(meta["labels"], meta["length"], table.shape[-1], meta["separator"], table.to(dtype))
 
 

@@ -118,7 +118,8 @@ def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]], seed: int = 0
 
     if spec.kind == "checkpoint" or (spec.model_name_or_path and spec.kind != "warm_minilm"):
         tokenizer = AutoTokenizer.from_pretrained(spec.model_name_or_path)
-        return tokenizer, AutoModelForSeq2SeqLM.from_pretrained(spec.model_name_or_path)
+        return tokenizer, AutoModelForSeq2SeqLM.from_pretrained(spec.model_name_or_path,
+                                                                 use_safetensors=True)
     if spec.kind == "warm_minilm":
         from common.models.warm_start import build_warm_minilm
 

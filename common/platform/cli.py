@@ -76,7 +76,9 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable)
     if args.command == "config":
         import yaml
 
-        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        from common.platform.config_loader import mask_secrets
+
+        print(yaml.safe_dump(mask_secrets(cfg.to_dict()), sort_keys=False))
         return 0
     if args.command == "tables":
         print(format_tables(_metadata_lakehouse(cfg).tables()))

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
 
-from common.platform.config_loader import ConfigError, apply_overrides, flatten, from_mapping, load_yaml, to_mapping
+from common.platform.config_loader import (ConfigError, apply_overrides, flatten, from_mapping, load_yaml, mask_secrets,
+                                          to_mapping)
 
 DEFAULT_CONF_ENV = "AUGMENT_CONF"
 
@@ -158,8 +159,9 @@ class BaseConfig:
         return to_mapping(self)
 
     def flat(self) -> dict[str, Any]:
-        """The configuration flattened to ``{"a.b": value}``, as logged to MLflow params."""
-        return flatten(self.to_dict())
+        """The configuration flattened to ``{"a.b": value}`` with credentials masked, as logged to MLflow params
+        (tokens and keys come from env vars or secret scopes: ``${VAR}`` in YAML; never logged)."""
+        return flatten(mask_secrets(self.to_dict()))
 
     def section_hash(self, *sections: str) -> str:
         """A short stable hash of the named top-level sections (the part of the config a job depends on)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -136,6 +137,35 @@ def to_mapping(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [to_mapping(v) for v in obj]
     return obj
+
+
+# Words that mark a key as a credential (whole words of the key's last part: ``sas_token``, ``AWS_SECRET_ACCESS_KEY``,
+# ``clientSecret``; not ``max_new_tokens``, a count).
+SECRET_WORDS = frozenset({"token", "password", "passwd", "pwd", "secret", "credential", "credentials", "apikey",
+                          "api_key", "access_key", "account_key", "private_key", "sas", "authorization"})
+MASK = "***"
+
+
+def is_secret_key(name: str) -> bool:
+    """True when the last part of a dotted key names a credential (see :data:`SECRET_WORDS`)."""
+    last = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(name).rsplit(".", 1)[-1]).lower()
+    words = [w for w in re.split(r"[^a-z0-9]+", last) if w]
+    pairs = {f"{a}_{b}" for a, b in zip(words, words[1:])}
+    return bool(SECRET_WORDS & (set(words) | pairs))
+
+
+def mask_secrets(tree: Any, name: str = "") -> Any:
+    """``tree`` (a mapping, list or value) with every credential replaced by ``***``: values under keys that
+    :func:`is_secret_key`, and the password of ``scheme://user:password@host`` URIs. For logs and printouts."""
+    if isinstance(tree, Mapping):
+        return {k: mask_secrets(v, f"{name}.{k}" if name else str(k)) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [mask_secrets(v, name) for v in tree]
+    if name and is_secret_key(name) and tree not in (None, ""):
+        return MASK
+    if isinstance(tree, str) and "://" in tree:
+        return re.sub(r"(://[^/:@\s]+:)[^/@\s]+@", rf"\1{MASK}@", tree)
+    return tree
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

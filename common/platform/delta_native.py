@@ -2,14 +2,18 @@
 for path tables and catalog tables, with history and versions from ``DESCRIBE HISTORY``."""
 from __future__ import annotations
 
+import logging
+import re
 import uuid
 from typing import TYPE_CHECKING, Optional
 
-from common.platform.tables import (Commit, LakehouseError, WriteMode, WriteResult, check_same_schema,
-                                    parse_lineage)
+from common.platform.tables import (RECENT_COMMITS, Commit, LakehouseError, WriteMode, WriteResult,
+                                    check_same_schema, parse_lineage)
 
-# How many recent commits a write looks through for its own (concurrent writers may have added some).
-RECENT = 20
+# How often a write that lost a race to a concurrent writer of another lineage is run again.
+COMMIT_RETRIES = 5
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,26 +74,46 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
         txn_app_id = f"augment-forced-{uuid.uuid4().hex}"
     if txn_app_id:
         writer = writer.option("txnAppId", txn_app_id).option("txnVersion", 0)
-    try:
-        if as_catalog_table:
-            writer.saveAsTable(location)
-        else:
-            writer.save(location)
-    except Exception as exc:
-        # Two writers of one lineage at once: Delta's conflict check fails the later one; its work is the
-        # winner's, so it reports the winner's version below.
-        if not (txn_app_id and "Concurrent" in type(exc).__name__ + str(exc)[:200]):
-            raise
+    key = (parse_lineage(metadata) or {}).get("key")
+    for attempt in range(COMMIT_RETRIES + 1):
+        try:
+            if as_catalog_table:
+                writer.saveAsTable(location)
+            else:
+                writer.save(location)
+            break
+        except Exception as exc:
+            conflict = _conflict(exc)
+            if conflict is None:
+                raise
+            # Two writers of one lineage at once: Delta's idempotent-write check fails the later one; its
+            # work is the winner's, so it reports the winner's version below.
+            if txn_app_id and key and any((parse_lineage(m) or {}).get("key") == key for _, m, _ in
+                                          _recent_commits(spark, location, ident, as_catalog_table, storage)):
+                break
+            # A writer of another lineage committed first (two overwrites conflict): run the write again
+            # against the new table state, as Delta's own retry advice says.
+            if attempt == COMMIT_RETRIES:
+                raise LakehouseError(f"write to {table!r} lost {attempt + 1} commit races to concurrent "
+                                     f"writers: {conflict}") from exc
+            log.warning("write to %s lost a commit race to a concurrent writer (%s); retrying (%d/%d)", table,
+                        conflict, attempt + 1, COMMIT_RETRIES)
     recent = _recent_commits(spark, location, ident, as_catalog_table, storage)
     for version, user_metadata, metrics in recent:  # newest first: this write's commit carries exactly its
         if metadata is None or user_metadata == metadata:  # metadata (the run id included)
             rows = (metrics or {}).get("numOutputRows")
             return WriteResult(table, version, skipped=False, num_rows=int(rows) if rows is not None else None)
-    key = (parse_lineage(metadata) or {}).get("key")
     for version, user_metadata, _ in recent:
         if key and (parse_lineage(user_metadata) or {}).get("key") == key:
             return WriteResult(table, version, skipped=True, num_rows=None)
     raise LakehouseError(f"write to {table!r} committed nothing and no recent version holds its lineage")
+
+
+def _conflict(exc: Exception) -> Optional[str]:
+    """The name and message of Delta's concurrent-modification exception inside ``exc``, or None when ``exc``
+    is another failure (Delta's ``Concurrent*Exception`` family: append, delete-read, transaction, ...)."""
+    match = re.search(r"(\w*Concurrent\w*Exception)\W*([^\n]{0,160})", f"{type(exc).__name__}: {exc}")
+    return f"{match.group(1)}: {match.group(2)}".rstrip(": ") if match else None
 
 
 def _arrow_schema(spark, location: str, ident: str, as_catalog_table: bool, storage):
@@ -107,12 +131,11 @@ def _arrow_schema(spark, location: str, ident: str, as_catalog_table: bool, stor
 
 
 def _recent_commits(spark, location: str, ident: str, as_catalog_table: bool, storage) -> list[tuple]:
-    """(version, userMetadata, operationMetrics) of the table's last RECENT commits, newest first."""
+    """(version, userMetadata, operationMetrics) of the table's last RECENT_COMMITS commits, newest first."""
     if as_catalog_table:
-        rows = spark.sql(f"DESCRIBE HISTORY {ident} LIMIT {RECENT}").collect()
+        rows = spark.sql(f"DESCRIBE HISTORY {ident} LIMIT {RECENT_COMMITS}").collect()
         return [(int(r["version"]), r["userMetadata"], r["operationMetrics"]) for r in rows]
-    from deltalake import DeltaTable
+    from common.platform.delta_rs import commit_infos
 
-    entries = DeltaTable(location, storage_options=storage).history(RECENT)
-    return sorted(((int(e["version"]), e.get("userMetadata"), e.get("operationMetrics")) for e in entries),
-                  key=lambda c: -c[0])
+    return [(int(e["version"]), e.get("userMetadata"), e.get("operationMetrics"))
+            for e in commit_infos(location, storage, RECENT_COMMITS)]

@@ -93,12 +93,13 @@ class Lakehouse:
             dt = self._delta_rs_table(table)
             commits = [
                 Commit(
-                    version=int(entry.get("version", -1)),
+                    version=int(entry["version"]),
                     timestamp_ms=entry.get("timestamp"),
                     operation=entry.get("operation"),
                     lineage=parse_lineage(entry.get("userMetadata")),
                 )
-                for entry in dt.history(limit)
+                for entry in delta_rs.commit_infos(self.location(table), self.cfg.storage_options or None, limit,
+                                                   dt.version())
             ]
         return sorted(commits, key=lambda c: c.version, reverse=True)
 
@@ -205,11 +206,8 @@ class Lakehouse:
             return done
         metadata = lineage.to_metadata(table) if lineage else None
         if self.native_delta:
-            # Delta's own idempotence, keyed by the lineage, guards the gap between the history check above
-            # and the commit: two concurrent retries of one job cannot both commit. --force bypasses it.
-            app_id = f"augment-{lineage.key(table)}" if lineage and not force else None
-            return self._write_native(df, table, mode, metadata, app_id)
-        return self._write_delta_rs(df, table, mode, metadata)
+            return self._write_native(df, table, mode, metadata, _app_id(table, lineage, force))
+        return self._write_delta_rs(df, table, mode, metadata, _app_id(table, lineage, force))
 
     def _already_written(self, table: str, lineage: Optional[Lineage], force: bool) -> Optional[WriteResult]:
         """The skipped-write result when ``table`` already holds ``lineage``'s output (and not ``force``)."""
@@ -232,7 +230,8 @@ class Lakehouse:
                  result.num_rows, " - already written by a concurrent run" if result.skipped else "")
         return result
 
-    def _write_delta_rs(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str]) -> WriteResult:
+    def _write_delta_rs(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str],
+                        app_id: Optional[str] = None) -> WriteResult:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         def spark_writes(staging: str) -> None:
@@ -241,12 +240,12 @@ class Lakehouse:
              .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
              .parquet(staging))
 
-        return self._commit_written(table, mode, metadata, spark_writes, to_arrow_schema(df.schema))
+        return self._commit_written(table, mode, metadata, spark_writes, to_arrow_schema(df.schema), app_id)
 
     def _commit_written(self, table: str, mode: WriteMode, metadata: Optional[str], write_files,
-                        arrow_schema=None) -> WriteResult:
+                        arrow_schema=None, app_id: Optional[str] = None) -> WriteResult:
         return delta_rs.commit_files(table, self.location(table), self.cfg.storage_options or None, mode, metadata,
-                                     write_files, arrow_schema)
+                                     write_files, arrow_schema, app_id)
 
     # ------------------------------------------------------------------ Ray handoff
     def read_ray(self, table: str, version: Optional[int] = None, columns: Optional[list[str]] = None):
@@ -270,7 +269,8 @@ class Lakehouse:
             if self.cfg.catalog:
                 raise LakehouseError("catalog tables are written with Spark's Delta writer (spark.delta: native)")
             metadata = lineage.to_metadata(table) if lineage else None
-            return self._commit_written(table, mode, metadata, lambda staging: ds.write_parquet(staging))
+            return self._commit_written(table, mode, metadata, lambda staging: ds.write_parquet(staging), None,
+                                        _app_id(table, lineage, force))
         staging = f"{self.cfg.root.rstrip('/')}/_staging/{table}-{uuid.uuid4().hex[:12]}"
         try:
             ds.write_parquet(staging)
@@ -292,6 +292,13 @@ class Lakehouse:
 
     def _delta_rs_table(self, table: str):
         return delta_rs.open_table(table, self.location(table), self.cfg.storage_options or None)
+
+
+def _app_id(table: str, lineage: Optional[Lineage], force: bool) -> Optional[str]:
+    """The Delta transaction id of a lineage's write (both paths): Delta's own idempotence, keyed by the lineage,
+    guards the gap between the history check and the commit, so two concurrent runs of one job cannot both
+    commit. None (no guard) without lineage or with ``force``."""
+    return f"augment-{lineage.key(table)}" if lineage and not force else None
 
 
 def _local_path(uri: str) -> str:

@@ -95,6 +95,33 @@ def maintain_table(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -
     return report
 
 
+def remove_stale_staging(root: str, retention_hours: float) -> int:
+    """Remove ``<root>/_staging/*`` folders older than ``retention_hours``: what a native-path ``write_ray``
+    killed between Ray's write and Spark's commit leaves (a finished or failed write removes its own).
+    Returns how many were removed; 0 for catalog-only or unlistable roots."""
+    import time
+
+    import pyarrow.fs as pafs
+
+    from common.platform.storage import filesystem, remove_tree
+
+    try:
+        fs, path = filesystem(f"{root.rstrip('/')}/_staging")
+        if fs.get_file_info(path).type != pafs.FileType.Directory:
+            return 0
+        entries = fs.get_file_info(pafs.FileSelector(path, recursive=False))
+    except (OSError, ValueError) as exc:
+        log.warning("cannot list %s/_staging (%s): staging folders not checked", root, exc)
+        return 0
+    cutoff = time.time() - retention_hours * 3600
+    stale = [e for e in entries if e.type == pafs.FileType.Directory and e.mtime and e.mtime.timestamp() <= cutoff]
+    for entry in stale:
+        remove_tree(f"{root.rstrip('/')}/_staging/{entry.base_name}")
+    if stale:
+        log.info("removed %d staging folders older than %g hours under %s/_staging", len(stale), retention_hours, root)
+    return len(stale)
+
+
 def _compact(lakehouse: "Lakehouse", table: str) -> None:
     if lakehouse.native_delta:
         lakehouse.spark.sql(f"OPTIMIZE {lakehouse._ident(table)}").collect()

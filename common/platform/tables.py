@@ -8,6 +8,8 @@ from typing import Any, Literal, Optional
 
 WriteMode = Literal["overwrite", "append"]
 LINEAGE_MARK = "augment.lineage"
+# How many recent commits a write looks through for its own (concurrent writers may have added some).
+RECENT_COMMITS = 20
 
 
 class LakehouseError(RuntimeError):

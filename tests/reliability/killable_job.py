@@ -1,0 +1,101 @@
+"""The process the kill -9 tests kill: runs an ``augment`` command, or a Ray ``write_ray`` stage, in this
+process and appends one line per write phase to the file named by ``AUGMENT_FAULT_MARKER``.
+
+The markers are the only addition: the jobs, Spark, Ray and both Delta write paths run unchanged; the
+wrappers below only note when each phase starts so that the test can SIGKILL the process group at a
+seeded moment inside it. Phases: ``files TABLE`` (Spark's or Ray's Parquet files are being written; on the
+native path this call also commits), ``commit TABLE`` (delta-rs commit of the written files),
+``committed TABLE`` (the write call returned).
+
+    python tests/reliability/killable_job.py run ingest --conf ... --set ...
+    python tests/reliability/killable_job.py ray-stage LAKEHOUSE_ROOT ROWS native|rs
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def _marker():
+    handle = open(os.environ["AUGMENT_FAULT_MARKER"], "a", buffering=1)
+
+    def mark(event: str) -> None:
+        handle.write(f"{time.monotonic():.6f} {event}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return mark
+
+
+def install_markers() -> None:
+    from common.platform import delta_native, delta_rs
+
+    mark = _marker()
+    real_commit_files, real_commit_once, real_native_write = \
+        delta_rs.commit_files, delta_rs._commit_once, delta_native.write
+
+    def commit_files(table, location, storage, mode, metadata, write_files, *args, **kwargs):
+        def marked_write(folder):
+            mark(f"files {table}")
+            return write_files(folder)
+        result = real_commit_files(table, location, storage, mode, metadata, marked_write, *args, **kwargs)
+        mark(f"committed {table}")
+        return result
+
+    def commit_once(table, *args, **kwargs):
+        mark(f"commit {table}")
+        return real_commit_once(table, *args, **kwargs)
+
+    def native_write(spark, df, table, *args, **kwargs):
+        mark(f"files {table}")
+        result = real_native_write(spark, df, table, *args, **kwargs)
+        mark(f"committed {table}")
+        return result
+
+    delta_rs.commit_files, delta_rs._commit_once, delta_native.write = commit_files, commit_once, native_write
+
+
+def write_stage(lakehouse, rows: int):
+    """A Ray stage as the generation jobs run one: Ray workers map batches of a dataset and write Parquet;
+    the lakehouse commits them as ONE version of ``generated`` with lineage (native: via Spark's writer).
+    Returns the :class:`WriteResult`."""
+    import ray
+
+    from common.platform.lakehouse import Lineage
+
+    def generate(batch):
+        ids = batch["id"]
+        return {"id": ids, "text": [f"generated text {i} " * 8 for i in ids]}
+
+    ds = ray.data.range(rows, override_num_blocks=8).map_batches(generate, batch_size=max(1, rows // 8))
+    lineage = Lineage(job="ray-stage", config_hash=f"rows{rows}", inputs={"range": str(rows)},
+                      run_id=f"pid{os.getpid()}-{time.time_ns()}")
+    return lakehouse.write_ray(ds, "generated", lineage=lineage)
+
+
+def ray_stage(root: str, rows: int, path: str) -> int:
+    """:func:`write_stage` in a process of its own: local Ray (and local Spark on the native path)."""
+    from common.platform.config import LakehouseConfig, RayConfig, SparkConfig
+    from common.platform.lakehouse import Lakehouse
+    from common.platform.ray_runtime import RayRuntime
+
+    spark = None
+    if path == "native":
+        from common.platform.session import get_spark
+
+        spark = get_spark(SparkConfig(master="local[1]", shuffle_partitions=1))
+    runtime = RayRuntime(RayConfig(num_cpus=1)).start()
+    try:
+        write_stage(Lakehouse(LakehouseConfig(root=root), spark, native_delta=path == "native"), rows)
+    finally:
+        runtime.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    install_markers()
+    if sys.argv[1] == "ray-stage":
+        sys.exit(ray_stage(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+    from jobs.cli import main
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,229 @@
+"""kill -9 mid-write, on both write paths: a real job (``augment run ingest``) and a Ray ``write_ray`` stage
+run in a process of their own and are SIGKILLed, with every process they started, at seeded moments while
+Spark's or Ray's files are written and while the commit runs.
+
+After each kill: every table reads (Spark and delta-rs agree), no version holds partial data (each version
+holds the clean run's row count), a rerun completes and the table ends with exactly one version holding the
+job's lineage, with the clean run's rows; files the killed writer left are referenced by no version and are
+removed by VACUUM (``augment run maintain``), after which the tables read the same.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+from deltalake import DeltaTable
+
+import killable_job
+from common.config import load_config
+from common.platform.config import MaintenanceConfig
+from common.platform.job import build_context
+from common.platform.lakehouse import Lakehouse
+from common.platform.maintenance import maintain_table, remove_stale_staging
+from jobs import generate_demo, ingest
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = 20261123
+# Kill points per write path (tests below): ingest kills + Ray-stage kills >= 20 over both paths.
+INGEST_KILLS = 5
+RAY_KILLS = 5
+RAY_ROWS = 4000
+DEMO = ["demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=400", "demo.partitions=2",
+        "demo.bad_row_fraction=0.05", "spark.master=local[2]"]
+pytestmark = pytest.mark.slow
+OUTCOMES: Counter = Counter()  # (path, stage, outcome) -> kills; printed at the end for the README table
+
+
+@pytest.fixture(scope="module")
+def world(spark, capabilities, tmp_path_factory):
+    """The demo landing files and the clean ingest's row count per table (the reference every kill is held to)."""
+    base = tmp_path_factory.mktemp("kills")
+    cfg = _config(base / "clean", base)
+    ctx = build_context(cfg, spark=spark, capabilities=capabilities)
+    try:
+        generate_demo.run(ctx)
+        ctx.cfg = _config(base / "clean", base, inputs=True)
+        ingest.run(ctx)
+        clean = {t: ctx.lakehouse.read(t).count() for t in ctx.lakehouse.table_names()}
+    finally:
+        ctx.close()
+    yield {"base": base, "landing": base / "clean" / "landing", "clean": clean}
+    print("\nkill -9 outcomes:", dict(sorted(OUTCOMES.items())))
+
+
+def _settings(root: Path, base: Path, path: str = "native", inputs: bool = False) -> list[str]:
+    """The job's --set items: its lakehouse, MLflow, write path and (``inputs``) the labeled products and catalog
+    landing files as inputs (4 tables: kept and quarantined rows of each)."""
+    items = [f"lakehouse.root={root}", f"tracking.uri=sqlite:///{base / 'mlflow.db'}",
+             f"tracking.experiment=kills-{root.name}", f"spark.delta={path}", *DEMO]
+    if inputs:
+        items += [f"inputs.labeled={root / 'landing/labeled_products'}", f"inputs.catalog={root / 'landing/catalog'}"]
+    return items
+
+
+def _config(root: Path, base: Path, path: str = "native", inputs: bool = False):
+    return load_config(None, _settings(root, base, path, inputs))
+
+
+def _kill_at(cmd: list[str], marker: Path, event: str, delay: float, log: Path, timeout: float = 300) -> bool:
+    """Start ``cmd`` in a session of its own; when ``event`` appears in ``marker``, wait ``delay`` seconds and
+    SIGKILL it with every process it started. Returns False when it finished before the kill point."""
+    env = {**os.environ, "AUGMENT_FAULT_MARKER": str(marker), "PYTHONPATH": str(REPO)}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if marker.exists() and any(line.split(" ", 1)[1].strip() == event
+                                   for line in marker.read_text().splitlines() if " " in line):
+            time.sleep(delay)
+            everything = [proc, *psutil.Process(proc.pid).children(recursive=True)]
+            os.killpg(proc.pid, signal.SIGKILL)
+            for p in everything:  # Ray's daemons may run in sessions of their own
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            proc.wait(timeout=60)
+            psutil.wait_procs([p for p in everything if p.pid != proc.pid], timeout=30)
+            return True
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"{cmd} never reached {event!r}: see {log}\n{log.read_text()[-3000:]}")
+        time.sleep(0.002)
+    assert proc.returncode == 0, f"{cmd} failed before its kill point:\n{log.read_text()[-3000:]}"
+    return False
+
+
+def _parquet_files(location: str) -> set[str]:
+    return {str(p) for p in Path(location).rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+def _referenced(location: str) -> set[str]:
+    """Every data file any version of the table references."""
+    if not DeltaTable.is_deltatable(location):
+        return set()
+    files = set()
+    for version in range(DeltaTable(location).version() + 1):
+        uris = DeltaTable(location, version=version).file_uris()
+        files |= {"/" + u.removeprefix("file://").lstrip("/") for u in uris}
+    return files
+
+
+def _check_tables(lakehouse: Lakehouse, expected: dict[str, int]) -> None:
+    """Every table reads with Spark and delta-rs, and every version holds the clean run's rows."""
+    for table in lakehouse.table_names():
+        location = lakehouse.location(table)
+        for version in range(DeltaTable(location).version() + 1):
+            n_spark = lakehouse.read(table, version).count()
+            n_rs = DeltaTable(location, version=version).to_pyarrow_dataset().count_rows()
+            assert n_spark == n_rs == expected[table], (table, version, n_spark, n_rs, expected[table])
+
+
+def _outcome(location: str, before: set[str]) -> str:
+    """What the kill left at the table it interrupted: a commit, uncommitted files, or nothing yet."""
+    if DeltaTable.is_deltatable(location) and _referenced(location) - before:
+        return "committed"
+    return "uncommitted files" if _parquet_files(location) - _referenced(location) else "no files yet"
+
+
+def _recover(lakehouse: Lakehouse, expected: dict[str, int], rerun) -> int:
+    """Rerun; check one version per table with the clean rows; VACUUM what the kill left. Returns orphans."""
+    rerun()
+    orphans = 0
+    for table, rows in expected.items():
+        location = lakehouse.location(table)
+        assert DeltaTable(location).version() == 0, f"{table}: the rerun added a second version"
+        assert lakehouse.history(table)[0].lineage, table
+        left = _parquet_files(location) - _referenced(location)
+        if left:
+            orphans += len(left)
+            maintain_table(lakehouse, table, MaintenanceConfig(compact=False, retention_hours=0,
+                                                               force_retention=True))
+            assert _parquet_files(location) == _referenced(location), f"{table}: VACUUM left orphaned files"
+    _check_tables(lakehouse, expected)
+    return orphans
+
+
+# How long after a write starts its phases run (measured on 2 cores): the seeded delays span them, so kills land
+# before, inside and after the file writes and the commit. delta-rs commits take milliseconds.
+PHASE_SECONDS = {("native", "ingest"): 1.5, ("rs", "ingest"): 0.5, ("native", "ray"): 2.5, ("rs", "ray"): 1.2}
+
+
+def _kill_plan(path: str, stage: str, n: int, tables: list[str]) -> list[tuple[str, float]]:
+    """Seeded kill points: (marker event, delay after it). Events are each table's file-writing phase and, on
+    the delta-rs path, its commit."""
+    rng = random.Random(f"{SEED}-{path}-{stage}")
+    plan = []
+    for i in range(n):
+        table = tables[rng.randrange(len(tables))]
+        if path == "rs" and i % 2 == 1:
+            plan.append((f"commit {table}", rng.uniform(0.0, 0.03)))
+        else:
+            plan.append((f"files {table}", rng.uniform(0.0, PHASE_SECONDS[(path, stage)])))
+    return plan
+
+
+def test_kill_9_during_ingest_writes(spark, capabilities, write_path, world, tmp_path):
+    clean = world["clean"]
+    killed = 0
+    for i, (event, delay) in enumerate(_kill_plan(write_path, "ingest", INGEST_KILLS, sorted(clean))):
+        root = tmp_path / f"k{i}"
+        shutil.copytree(world["landing"], root / "landing")
+        cfg = _config(root, world["base"], write_path, inputs=True)
+        lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=write_path == "native")
+        table = event.split()[1]
+        before = _referenced(lakehouse.location(table))
+        args = ["run", "ingest", "--conf", str(REPO / "conf/local.yaml")]
+        for item in _settings(root, world["base"], write_path, inputs=True):
+            args += ["--set", item]
+        if not _kill_at([sys.executable, str(Path(killable_job.__file__)), *args], tmp_path / f"marker{i}",
+                        event, delay, tmp_path / f"k{i}.log"):
+            OUTCOMES[(write_path, "ingest", "finished first")] += 1
+            continue
+        killed += 1
+        OUTCOMES[(write_path, "ingest", _outcome(lakehouse.location(table), before))] += 1
+        _check_tables(lakehouse, clean)
+
+        def rerun():
+            ctx = build_context(cfg, spark=spark, capabilities=capabilities)
+            ctx.lakehouse = lakehouse
+            try:
+                ingest.run(ctx)
+            finally:
+                ctx.close()
+        OUTCOMES[(write_path, "ingest", "orphaned files vacuumed")] += _recover(lakehouse, clean, rerun)
+    assert killed >= INGEST_KILLS - 1, OUTCOMES
+
+
+def test_kill_9_during_a_ray_write_stage(spark, write_path, ray_runtime, world, tmp_path):
+    from common.platform.config import LakehouseConfig
+
+    killed = 0
+    for i, (event, delay) in enumerate(_kill_plan(write_path, "ray", RAY_KILLS, ["generated"])):
+        root = tmp_path / f"r{i}"
+        lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
+        cmd = [sys.executable, str(Path(killable_job.__file__)), "ray-stage", str(root), str(RAY_ROWS), write_path]
+        if not _kill_at(cmd, tmp_path / f"marker{i}", event, delay, tmp_path / f"r{i}.log"):
+            OUTCOMES[(write_path, "ray", "finished first")] += 1
+            continue
+        killed += 1
+        OUTCOMES[(write_path, "ray", _outcome(lakehouse.location("generated"), set()))] += 1
+        _check_tables(lakehouse, {"generated": RAY_ROWS})
+        OUTCOMES[(write_path, "ray", "orphaned files vacuumed")] += _recover(
+            lakehouse, {"generated": RAY_ROWS}, lambda: killable_job.write_stage(lakehouse, RAY_ROWS))
+        # The native path stages Ray's files outside the table; a kill leaves the folder for maintenance.
+        staging = root / "_staging"
+        left = len(list(staging.iterdir())) if staging.exists() else 0
+        OUTCOMES[(write_path, "ray", "staging folders removed by maintain")] += left
+        assert remove_stale_staging(str(root), 0) == left and not (staging.exists() and any(staging.iterdir()))
+    assert killed >= RAY_KILLS - 1, OUTCOMES
