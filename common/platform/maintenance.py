@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from common.platform.config import DELTA_SAFE_RETENTION_HOURS, MaintenanceConfig
-from common.platform.storage import list_files
+from common.platform.storage import list_files, remove_tree
 
 if TYPE_CHECKING:
     from common.platform.lakehouse import Lakehouse
@@ -138,6 +138,29 @@ def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> None:
     else:
         lakehouse._delta_rs_table(table).vacuum(retention_hours=int(math.ceil(hours)), dry_run=False,
                                                 enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS)
+        # VACUUM skips hidden folders; Spark's ``_temporary`` inside a write folder of a killed rs-path write
+        # holds its uncommitted task files (a finished Spark write removes it; no version references it).
+        for folder in _stale_temporary(lakehouse.location(table), hours):
+            remove_tree(folder)
+
+
+def _stale_temporary(location: str, hours: float) -> list[str]:
+    """``<table>/w*/_temporary`` folders older than ``hours``."""
+    import time
+
+    import pyarrow.fs as pafs
+
+    from common.platform.storage import filesystem
+
+    fs, root = filesystem(location)
+    cutoff = time.time() - hours * 3600
+    stale = []
+    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=False)):
+        if entry.type == pafs.FileType.Directory and entry.base_name.startswith("w"):
+            temp = fs.get_file_info(f"{entry.path}/_temporary")
+            if temp.type == pafs.FileType.Directory and temp.mtime and temp.mtime.timestamp() <= cutoff:
+                stale.append(f"{location.rstrip('/')}/{entry.base_name}/_temporary")
+    return stale
 
 
 @contextlib.contextmanager
