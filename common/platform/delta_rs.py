@@ -146,7 +146,7 @@ def commit_infos(location: str, storage: Optional[dict[str, str]], limit: Option
         try:
             with fs.open_input_stream(path) as handle:
                 lines = handle.read().decode("utf-8").splitlines()
-        except (FileNotFoundError, OSError):
+        except OSError:  # FileNotFoundError included
             if fs.get_file_info(path).type == pafs.FileType.NotFound:
                 break
             raise

@@ -99,27 +99,42 @@ def remove_stale_staging(root: str, retention_hours: float) -> int:
     """Remove ``<root>/_staging/*`` folders older than ``retention_hours``: what a native-path ``write_ray``
     killed between Ray's write and Spark's commit leaves (a finished or failed write removes its own).
     Returns how many were removed; 0 for catalog-only or unlistable roots."""
+    import pyarrow.fs as pafs
+
+    from common.platform.storage import filesystem
+
+    staging = f"{root.rstrip('/')}/_staging"
+    try:
+        fs, path = filesystem(staging)
+        if fs.get_file_info(path).type != pafs.FileType.Directory:
+            return 0
+        stale = [f"{staging}/{name}" for name in _folders_older_than(fs, path, retention_hours)]
+    except (OSError, ValueError) as exc:
+        log.warning("cannot list %s (%s): staging folders not checked", staging, exc)
+        return 0
+    for folder in stale:
+        remove_tree(folder)
+    if stale:
+        log.info("removed %d staging folders older than %g hours under %s", len(stale), retention_hours, staging)
+    return len(stale)
+
+
+def _folders_older_than(fs, path: str, hours: float, inside: str = "") -> list[str]:
+    """Names of the folders directly under ``path`` (their ``inside`` subfolder, when given, must exist) whose
+    modification time (of that subfolder) is at least ``hours`` old."""
     import time
 
     import pyarrow.fs as pafs
 
-    from common.platform.storage import filesystem, remove_tree
-
-    try:
-        fs, path = filesystem(f"{root.rstrip('/')}/_staging")
-        if fs.get_file_info(path).type != pafs.FileType.Directory:
-            return 0
-        entries = fs.get_file_info(pafs.FileSelector(path, recursive=False))
-    except (OSError, ValueError) as exc:
-        log.warning("cannot list %s/_staging (%s): staging folders not checked", root, exc)
-        return 0
-    cutoff = time.time() - retention_hours * 3600
-    stale = [e for e in entries if e.type == pafs.FileType.Directory and e.mtime and e.mtime.timestamp() <= cutoff]
-    for entry in stale:
-        remove_tree(f"{root.rstrip('/')}/_staging/{entry.base_name}")
-    if stale:
-        log.info("removed %d staging folders older than %g hours under %s/_staging", len(stale), retention_hours, root)
-    return len(stale)
+    cutoff = time.time() - hours * 3600
+    names = []
+    for entry in fs.get_file_info(pafs.FileSelector(path, recursive=False)):
+        if entry.type != pafs.FileType.Directory:
+            continue
+        info = fs.get_file_info(f"{entry.path}/{inside}") if inside else entry
+        if info.type == pafs.FileType.Directory and info.mtime and info.mtime.timestamp() <= cutoff:
+            names.append(entry.base_name)
+    return names
 
 
 def _compact(lakehouse: "Lakehouse", table: str) -> None:
@@ -140,27 +155,13 @@ def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> None:
                                                 enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS)
         # VACUUM skips hidden folders; Spark's ``_temporary`` inside a write folder of a killed rs-path write
         # holds its uncommitted task files (a finished Spark write removes it; no version references it).
-        for folder in _stale_temporary(lakehouse.location(table), hours):
-            remove_tree(folder)
+        from common.platform.storage import filesystem
 
-
-def _stale_temporary(location: str, hours: float) -> list[str]:
-    """``<table>/w*/_temporary`` folders older than ``hours``."""
-    import time
-
-    import pyarrow.fs as pafs
-
-    from common.platform.storage import filesystem
-
-    fs, root = filesystem(location)
-    cutoff = time.time() - hours * 3600
-    stale = []
-    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=False)):
-        if entry.type == pafs.FileType.Directory and entry.base_name.startswith("w"):
-            temp = fs.get_file_info(f"{entry.path}/_temporary")
-            if temp.type == pafs.FileType.Directory and temp.mtime and temp.mtime.timestamp() <= cutoff:
-                stale.append(f"{location.rstrip('/')}/{entry.base_name}/_temporary")
-    return stale
+        location = lakehouse.location(table).rstrip("/")
+        fs, path = filesystem(location)
+        for name in _folders_older_than(fs, path, hours, inside="_temporary"):
+            if name.startswith("w"):  # the rs path's write folders (delta_rs.commit_files)
+                remove_tree(f"{location}/{name}/_temporary")
 
 
 @contextlib.contextmanager
