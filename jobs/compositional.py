@@ -27,6 +27,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from common.platform.errors import InputError
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 
@@ -44,7 +45,7 @@ PREDICTIONS, RESULTS = "compositional_predictions", "compositional_results"
 SEQ2SEQ = ("t5_labels", "label_prefix")
 
 
-class DuplicateExampleError(ValueError):
+class DuplicateExampleError(InputError):
     """Two rows share an example_id: splits and predictions are per example, so ids must be unique."""
 
 
@@ -70,7 +71,7 @@ def split_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
                                        "composition string, examples long")
     side = chosen.agg(F.count(F.lit(1)), F.sum("examples")).first()
     if side[0] < cfg.compositions or (side[1] or 0) <= cfg.support:
-        raise ValueError(f"compositional.split: only {side[0]} label compositions of >= {cfg.min_labels} labels hold "
+        raise InputError(f"compositional.split: only {side[0]} label compositions of >= {cfg.min_labels} labels hold "
                          f">= {cfg.min_examples} examples ({side[1] or 0} examples in all; {cfg.compositions} "
                          f"compositions and more than {cfg.support} examples are needed): lower "
                          "compositional.split.compositions, min_examples or support")
@@ -117,7 +118,7 @@ def labels_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     accepted, draws = sample_novel(model, seen, target, cfg.label_generator.max_labels, cfg.label_generator.max_draws,
                                    ctx.cfg.seed)
     if not accepted:
-        raise ValueError(f"compositional-labels: none of {draws} label sets drawn was new to the training set")
+        raise InputError(f"compositional-labels: none of {draws} label sets drawn was new to the training set")
     rows = [(JOIN.join(labels), list(labels), n, model.probability(labels)) for labels, n in sorted(accepted.items())]
     tr.write(ctx.spark.createDataFrame(rows, "composition string, labels array<string>, draws long, "
                                              "probability double"), LABEL_SETS, config_hash)

@@ -19,6 +19,7 @@ import logging
 from dataclasses import asdict
 from typing import Optional
 
+from common.platform.errors import InputError
 from common.platform.job import JobContext, JobRun, hash_of, job
 from jobs import entry_point
 
@@ -86,7 +87,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     check_labels(counts["n"], counts["k"], "labeled_products")
     n_groups = groups.select("group_id").distinct().count()
     if n_groups == 0:
-        raise ValueError("catalog_groups is empty: no catalog group of versions to test consistency on")
+        raise InputError("catalog_groups is empty: no catalog group of versions to test consistency on")
 
     test = uniform_sample(labeled, sample_size(cfg.accuracy_test, counts["n"]), seed, ["item_id"])
     tr.write(test, "accuracy_test", config_hash)

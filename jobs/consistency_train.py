@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from common.platform.errors import ConfigError
 from common.platform.job import JobContext, JobRun, hash_of, job
 from jobs import entry_point
 
@@ -56,7 +57,7 @@ def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
                  plan.tvd_before, plan.tvd_after)
         augmented = augmented.join(sampled.select("group_id"), "group_id")
     elif method != "cst_full":
-        raise ValueError(f"consistency.methods: unknown method {method!r}")
+        raise ConfigError(f"consistency.methods: unknown method {method!r}")
     return base.unionByName(augmented.select("title", "category", "source"))
 
 

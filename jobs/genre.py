@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from common.platform.errors import ConfigError, InputError
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 
@@ -39,7 +40,7 @@ RESULT_SCHEMA = ("run_id string, topic int, n int, method string, model string, 
                  "accuracy double, macro_f1 double, n_train long, n_test long")
 
 
-class DuplicateDocumentError(ValueError):
+class DuplicateDocumentError(InputError):
     """Two documents share a doc_id: splits and keywords are per document, so ids must be unique."""
 
 
@@ -137,7 +138,7 @@ def _evaluated_topics(ctx: JobContext, doc_topics) -> list[int]:
     if split.topics is not None:
         bad = [t for t in split.topics if not 0 <= t < k]
         if bad:
-            raise ValueError(f"genre.split.topics: {bad} are not topics of a {k}-topic model (0..{k - 1})")
+            raise ConfigError(f"genre.split.topics: {bad} are not topics of a {k}-topic model (0..{k - 1})")
         return sorted(set(split.topics))
     # k rows: bounded by the config.
     ranked = [r["topic"] for r in prevalence(doc_topics).orderBy("prevalence", ascending=False).collect()]
@@ -158,7 +159,7 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     counts = {r["genre"]: r["count"] for r in dt.groupBy("genre").count().collect()}
     sizes = effective_sizes(counts, cfg.split)
     if not sizes:
-        raise ValueError(f"genre.split.sizes {cfg.split.sizes}: no genre has enough documents for a training set "
+        raise InputError(f"genre.split.sizes {cfg.split.sizes}: no genre has enough documents for a training set "
                          f"(documents per genre: {counts})")
     dropped = sorted(set(cfg.split.sizes) - set(sizes))
     if dropped:

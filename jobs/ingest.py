@@ -26,6 +26,7 @@ from typing import Optional
 
 from common.config import AppConfig
 from common.data.config import InputSpec
+from common.platform.errors import ConfigError
 from common.platform.job import JobContext, JobRun, hash_of, job
 from common.data.schemas import CATALOG_KINDS, CONTRACTS, DOCUMENTS, MULTILABEL, TEXTS, TOPIC_CORPUS, Contract
 from jobs import entry_point
@@ -73,7 +74,7 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
     specs = resolve_inputs(ctx.cfg)
     if not specs:
-        raise ValueError("nothing to ingest: set inputs.labeled / inputs.catalog / inputs.interactions / "
+        raise ConfigError("nothing to ingest: set inputs.labeled / inputs.catalog / inputs.interactions / "
                          "inputs.products, or run `augment run generate-demo` first")
     taxonomy_df = None
     taxonomy_path = resolve_taxonomy(ctx.cfg)
@@ -98,7 +99,7 @@ def texts_input(cfg: AppConfig) -> InputSpec:
         return cfg.inputs.texts
     folder = f"{landing_dir(cfg)}/{_DEMO_LANDING['labeled']}"
     if "://" not in folder and not Path(folder).exists():
-        raise ValueError("nothing to ingest: set inputs.texts, or run `augment run generate-demo` first")
+        raise ConfigError("nothing to ingest: set inputs.texts, or run `augment run generate-demo` first")
     return InputSpec(path=folder, rename={"title": "text", "category": "label"})
 
 
@@ -114,7 +115,7 @@ def documents_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Ingest ``inputs.documents`` (doc_id, text, genre) into ``documents`` and ``documents_quarantine``, and
     ``inputs.topic_corpus`` (doc_id, text) into ``topic_corpus`` when set."""
     if ctx.cfg.inputs.documents is None:
-        raise ValueError("nothing to ingest: set inputs.documents (doc_id, text, genre), e.g. "
+        raise ConfigError("nothing to ingest: set inputs.documents (doc_id, text, genre), e.g. "
                          "../shared/data/brown/documents.csv (conf/genre_brown.yaml)")
     metrics = {}
     for contract, spec in ((DOCUMENTS, ctx.cfg.inputs.documents), (TOPIC_CORPUS, ctx.cfg.inputs.topic_corpus)):
@@ -129,7 +130,7 @@ def multilabel_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Ingest ``inputs.multilabel`` (text, labels[, example_id]) into ``multilabel`` and
     ``multilabel_quarantine`` (empty text, no labels, unknown labels, a bad 0/1 label column)."""
     if ctx.cfg.inputs.multilabel is None:
-        raise ValueError("nothing to ingest: set inputs.multilabel (text, labels), e.g. ../shared/data/semeval2018_ec "
+        raise ConfigError("nothing to ingest: set inputs.multilabel (text, labels), e.g. ../shared/data/semeval2018_ec "
                          "with its 0/1 emotion columns as label_columns (conf/compositional_semeval.yaml)")
     counts = ingest_one(ctx, tr, MULTILABEL, ctx.cfg.inputs.multilabel, None)
     return {f"multilabel.{k}": float(v) for k, v in counts.items()}
@@ -160,8 +161,8 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     validated = quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        # Reasons are a short, bounded list (one per rule), so this aggregate is safe to collect.
-        by_reason = {r["reason"]: r["count"] for r in validated.groupBy("reason").count().collect()}
+        # An incremental run may find no appended rows; a full one with none would empty the tables.
+        by_reason = quarantine.reason_counts(validated, raw.location, allow_empty=raw.since is not None)
         n_in = sum(by_reason.values())
         n_rejected = sum(v for k, v in by_reason.items() if k is not None)
         kept = tr.write(quarantine.kept(validated, contract, ctx.cfg.ingest), contract.name, config_hash, inputs,

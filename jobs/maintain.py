@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from common.platform.errors import ConfigError
 from common.platform.job import JobContext, JobRun, job
 from common.platform.maintenance import format_report, maintain_table, remove_stale_staging
 from jobs import entry_point
@@ -29,7 +30,7 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     names = cfg.tables or known
     missing = [n for n in names if n not in known]
     if missing:
-        raise ValueError(f"maintenance.tables names {missing[0]!r}, which is not a table of the lakehouse "
+        raise ConfigError(f"maintenance.tables names {missing[0]!r}, which is not a table of the lakehouse "
                          f"({ctx.lakehouse.cfg.catalog or ctx.lakehouse.cfg.root}); tables: {', '.join(known)}")
     reports = [maintain_table(ctx.lakehouse, name, cfg) for name in names]
     print(format_report(reports), flush=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from common.data.config import IngestConfig
-from common.data.readers import CORRUPT_COL, LABEL_ERROR_COL, SOURCE_COL
+from common.data.readers import CORRUPT_COL, LABEL_ERROR_COL, SOURCE_COL, InputSchemaError, reading
 from common.data.schemas import SPLITS, Contract
 from common.data.taxonomy import canonical_col, depth_col, malformed_col
 
@@ -132,6 +132,20 @@ def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
                           for predicate, text in checks])
     df = df.withColumn(REASON_COL, reason)
     return df.drop("_in_taxonomy") if has_taxonomy else df
+
+
+def reason_counts(validated: "DataFrame", location: str, allow_empty: bool = False) -> dict[Optional[str], int]:
+    """{reason: rows} of a :func:`with_reasons` frame, None counting the valid rows: the first action that
+    reads the whole input, so an unreadable file found only now (a truncated Parquet footer in a folder)
+    raises :class:`InputSchemaError` naming ``location``, and so does an input with no rows unless
+    ``allow_empty`` (an overwrite with no rows would empty the tables). Reasons are a short, bounded list
+    (one per rule), so the aggregate is safe to collect."""
+    with reading(location):
+        counts = {r["reason"]: r["count"] for r in validated.groupBy(REASON_COL).count().collect()}
+    if not counts and not allow_empty:
+        raise InputSchemaError(f"{location}: no rows to ingest (a header only, or files without data); "
+                               "the tables keep their last version")
+    return counts
 
 
 def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":

@@ -8,11 +8,14 @@ so that validation can quarantine rows instead of dropping them. Missing or mist
 from __future__ import annotations
 
 import glob
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from common.data.config import FILE_FORMATS, InputSpec, looks_like_table_name
+from common.platform.errors import InputError
 from common.platform.lakehouse import fingerprint_files, read_delta_rs
 from common.data.schemas import Contract
 
@@ -24,8 +27,45 @@ CORRUPT_COL = "_corrupt_record"
 _TEXT_FORMATS = ("csv", "json")
 
 
-class InputSchemaError(ValueError):
+class InputSchemaError(InputError):
     """An input lacks a required column or has one of the wrong type; the message names file and column."""
+
+
+@contextmanager
+def reading(location: str):
+    """Turn an engine error while reading ``location`` (a truncated Parquet footer, a file that is not what
+    its suffix says, a duplicated column) into one :class:`InputSchemaError` line naming the input and
+    Spark's reason, instead of a JVM stack trace."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as exc:
+        if not _is_engine_error(exc):
+            raise
+        raise InputSchemaError(f"{location}: cannot read: {engine_reason(exc)}") from exc
+
+
+def _is_engine_error(exc: BaseException) -> bool:
+    """Spark's (Python or JVM side), delta-rs's and Arrow's errors: what a reader raises on a broken input."""
+    from deltalake.exceptions import DeltaError
+    from pyarrow import ArrowException
+    from pyspark.errors import PySparkException
+
+    return (isinstance(exc, (PySparkException, DeltaError, ArrowException))
+            or type(exc).__name__ == "Py4JJavaError")
+
+
+def engine_reason(exc: BaseException, limit: int = 400) -> str:
+    """The informative part of a Spark error: its error-class line and its root cause, on one line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not line.strip().startswith("at ")]
+    classified = next((line for line in lines if re.search(r"\[[A-Z][A-Z_.]+\]", line)), lines[0] if lines else "")
+    classified = classified[classified.find("["):] if "[" in classified else classified
+    causes = [line.split("Caused by:", 1)[1].strip() for line in lines if "Caused by:" in line]
+    root = re.sub(r"^[\w.$]+(Exception|Error):\s*", "", causes[-1]) if causes else ""
+    parts = [classified] + ([root] if root and root not in classified else [])
+    text = " ".join("; ".join(parts).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -89,11 +129,20 @@ def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, nativ
     before) and a Delta path input whose commits after it only appended rows, only those rows are read
     (``RawInput.since`` says so); otherwise every row is. A multi-label input's ``labels`` arrives as one
     string joined by ``label_separator`` (folded from ``spec.label_columns``, or joined from an array), with
-    ``_label_error`` naming an indicator column that is not 0/1.
+    ``_label_error`` naming an indicator column that is not 0/1. Engine errors while reading (a truncated
+    Parquet footer, a duplicated column) raise :class:`InputSchemaError` naming the input; rows that fail
+    only when an action reads them are the caller's to wrap in :func:`reading`.
     """
+    fmt = resolve_format(spec)
+    with reading(spec.path):
+        return _shape(spark, spec, contract, fmt, native_delta, since, label_separator)
+
+
+def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str, native_delta: bool,
+           since: Optional[str], label_separator: str) -> RawInput:
+    """:func:`read_input`'s body, its engine errors turned into one-line errors by the caller."""
     from pyspark.sql import functions as F
 
-    fmt = resolve_format(spec)
     df, location, version = _read_raw(spark, spec, fmt, native_delta)
     if since is not None:
         df, since = _appended_since(spark, df, spec, fmt, since, version)
@@ -115,12 +164,15 @@ def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, nativ
         df = df.withColumn("labels", F.array_join("labels", label_separator))
     missing = [c.name for c in contract.required if c.name not in df.columns]
     if missing:
+        found = [c for c in df.columns if c != CORRUPT_COL]
         raise InputSchemaError(
             f"{location}: missing required column {missing[0]!r} for {contract.name} "
-            f"(needs {', '.join(c.name for c in contract.required)}; found {', '.join(df.columns)})"
+            f"(needs {', '.join(c.name for c in contract.required)}; found {', '.join(found) or 'no columns'})"
+            + _separator_hint(found) + ("; no line of it parses as a JSON object" if fmt == "json" and not found else "")
         )
-    if fmt not in _TEXT_FORMATS:
-        df = _check_types(df, contract, location)
+    if fmt != "csv":
+        # JSON primitives arrive as strings (typed per row later); its arrays and objects do not.
+        df = _check_types(df, contract, location, strings_ok=fmt == "json")
     for column in contract.columns:
         if column.name not in df.columns:
             df = df.withColumn(column.name, F.lit(None).cast("string"))
@@ -182,7 +234,10 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bo
             version = str(DeltaTable(spec.path).version())
             df = read_delta_rs(spark, spec.path, int(version))
         return df, spec.path, version
-    version = file_version(spec.path)
+    entries = _file_entries(spec.path)
+    if entries and all(e.size == 0 for e in entries):
+        raise InputSchemaError(f"{spec.path}: empty input: {len(entries)} file(s), all of 0 bytes")
+    version = _fingerprint(entries)
     if fmt == "parquet":
         return spark.read.options(**spec.options).parquet(spec.path), spec.path, version
     if fmt == "json":
@@ -202,7 +257,10 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bo
     else:
         if not spec.header:
             raise InputSchemaError(f"{spec.path}: a CSV without a header needs 'columns' (names in file order)")
-        names = [c.strip() for c in spark.read.options(**options).option("header", "true").csv(spec.path).columns]
+        # The header line as written (Spark's own header parsing renames duplicated names to title1, title2).
+        first = spark.read.options(**options).option("header", "false").csv(spec.path).first()
+        names = [str(c).strip() for c in first if c is not None] if first else []
+        _check_header(spec.path, names)
         header = True
     schema = T.StructType([T.StructField(n, T.StringType()) for n in names]
                           + [T.StructField(CORRUPT_COL, T.StringType())])
@@ -210,8 +268,30 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bo
     return df, spec.path, version
 
 
-def _check_types(df: "DataFrame", contract: Contract, location: str) -> "DataFrame":
-    """Typed sources: strings may arrive as integers (ids) and are cast; anything else is an error."""
+def _check_header(path: str, names: list[str]) -> None:
+    """A CSV header must be text and name each column once (Spark would silently rename duplicates)."""
+    if any("\x00" in name for name in names):
+        raise InputSchemaError(f"{path}: the header holds NUL bytes: the file is not UTF-8 (UTF-16?); "
+                               "set options: {encoding: UTF-16} or re-encode it")
+    seen: set[str] = set()
+    for position, name in enumerate(names, start=1):
+        if name in seen:
+            raise InputSchemaError(f"{path}: column {name!r} appears twice in the header (column {position})")
+        seen.add(name)
+
+
+def _separator_hint(found: list[str]) -> str:
+    """A hint when a single column's name holds another separator (a TSV or ;-separated file read as CSV)."""
+    if len(found) == 1:
+        for sep, name in (("\t", "\\t"), (";", ";"), ("|", "|")):
+            if sep in found[0]:
+                return f"; the header is one column holding '{name}': set options: {{sep: '{name}'}}"
+    return ""
+
+
+def _check_types(df: "DataFrame", contract: Contract, location: str, strings_ok: bool = False) -> "DataFrame":
+    """Typed sources: strings may arrive as integers (ids) and are cast; anything else is an error.
+    ``strings_ok``: a string is fine for any column (JSON primitives, typed per row by validation)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -221,6 +301,8 @@ def _check_types(df: "DataFrame", contract: Contract, location: str) -> "DataFra
         if column.name not in types:
             continue
         actual = types[column.name]
+        if strings_ok and isinstance(actual, T.StringType):
+            continue
         if column.type == "string":
             if isinstance(actual, T.StringType):
                 continue
@@ -238,10 +320,18 @@ def _check_types(df: "DataFrame", contract: Contract, location: str) -> "DataFra
 
 def file_version(path: str) -> str:
     """Fingerprint of the files under ``path`` (size and mtime): re-reading unchanged files gives the same."""
+    return _fingerprint(_file_entries(path))
+
+
+def _file_entries(path: str) -> list:
+    """The files under ``path`` (a file, folder or local glob) with their sizes and times."""
     from common.platform.storage import list_files
 
     paths = sorted(glob.glob(path)) if any(ch in path for ch in "*?[") and "://" not in path else [path]
-    entries = [e for p in paths for e in list_files(p)]
+    return [e for p in paths for e in list_files(p)]
+
+
+def _fingerprint(entries: list) -> str:
     return fingerprint_files((e.path, e.size, e.mtime.timestamp() if e.mtime else 0.0) for e in entries)
 
 

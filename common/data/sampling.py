@@ -13,13 +13,15 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from common.platform.errors import InputError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
 
-class SamplingError(ValueError):
+class SamplingError(InputError):
     """The target cannot be met (no overlap, or N larger than the largest matching sample)."""
 
 

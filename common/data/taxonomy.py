@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from common.platform.errors import InputError
+
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
@@ -17,7 +19,7 @@ SEPARATOR = " > "
 _LINE = re.compile(r"^\s*(\d+)\s+-\s+(.+?)\s*$")
 
 
-class TaxonomyError(ValueError):
+class TaxonomyError(InputError):
     """A taxonomy file line or a category path is malformed; the message says where."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from common.models.config import FastTextConfig
+from common.platform.errors import InputError
 from common.platform.storage import local_copy, put_file
 from common.data.taxonomy import SEPARATOR
 from common.data.text import normalize_title
@@ -41,7 +42,7 @@ LABEL_PREFIX = "__label__"
 SAFE_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
-class TrainingDataError(ValueError):
+class TrainingDataError(InputError):
     """Training data a classifier cannot learn from (no rows, a single class)."""
 
 
@@ -238,7 +239,9 @@ class HFTTrainerPool:
     def __init__(self, runtime: "RayRuntime", size: Optional[int] = None):
         runtime.start()
         cpus = int(runtime.resources().get("CPU", 1))
-        trainer = _trainer_class()
+        # A killed trainer restarts and its level is trained again from the start (ray.actor_max_restarts /
+        # actor_task_retries): the retry rewrites every file the killed attempt had begun.
+        trainer = _trainer_class().options(**runtime.fault_tolerance())
         self.actors = [trainer.remote() for _ in range(max(1, min(size or cpus, cpus)))]
 
     def train(self, jobs: Sequence[dict[str, Any]]) -> list[LevelStats]:

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.platform.config_loader import ConfigError
+from common.platform.errors import USER_ERRORS, one_line
 
 if TYPE_CHECKING:
     from common.platform.pipeline import JobRegistry
@@ -89,6 +90,9 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable)
     return _run(cfg, registry, args.name, args.force)
 
 
+USER_ERRORS_TYPES = tuple(cls for cls, _, _ in USER_ERRORS)
+
+
 def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
     from common.platform.job import build_context
     from common.platform.pipeline import run_pipeline
@@ -107,6 +111,12 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
             print(result.summary())
         print()
         print(format_tables(ctx.lakehouse.tables()))
+    except USER_ERRORS_TYPES as exc:
+        # A bad config or input is the user's to fix: one line naming the file/key, column and row (the
+        # MLflow run is already marked FAILED with it); a bug keeps its traceback.
+        code, kind = next((code, kind) for cls, code, kind in USER_ERRORS if isinstance(exc, cls))
+        print(f"augment: {kind}: {one_line(exc)}", file=sys.stderr)
+        return code
     finally:
         ctx.close()
     return 0

@@ -71,8 +71,19 @@ class RayConfig:
     spark_max_worker_nodes: int = 2
     spark_num_cpus_per_node: Optional[int] = None
     spark_num_gpus_per_node: Optional[int] = None
+    # Fault tolerance of the suite's Ray actors (generation, scoring and classifier-training pools): a
+    # killed actor (OOM, preempted node, ray.kill) is restarted up to actor_max_restarts times (-1: no
+    # limit) and its in-flight task retried up to actor_task_retries times. Bounded, so a model that kills
+    # its actor on every batch fails the stage instead of looping.
+    actor_max_restarts: int = 3
+    actor_task_retries: int = 3
+    # Also retry a batch whose code raised (a transient CUDA OOM, a flaky object-store read), up to
+    # actor_task_retries times; a deterministic error then fails the stage, and no version is written.
+    retry_exceptions: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("actor_max_restarts", "actor_task_retries"):
+            check(getattr(self, name) >= -1, f"ray.{name}", "must be >= -1 (-1: no limit)")
         if self.mode == "address":
             check(bool(self.address), "ray.address", "is required when ray.mode is 'address'")
         for name in ("num_cpus", "num_gpus"):

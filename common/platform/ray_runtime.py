@@ -13,6 +13,9 @@ from common.platform.config import RayConfig
 
 log = logging.getLogger(__name__)
 
+# The key under which the runtime leaves its actor restart/retry limits in Ray Data's DataContext.
+FAULT_TOLERANCE_KEY = "catalog_augment.actor_fault_tolerance"
+
 
 class RayRuntime:
     """Owns the process's Ray connection. Use as a context manager or call start()/stop()."""
@@ -34,6 +37,7 @@ class RayRuntime:
             raise ImportError("Ray is needed for this step: pip install 'ray[data]==2.60.0'") from exc
 
         if ray.is_initialized():
+            self._apply_fault_tolerance()
             return self
         if self.cfg.mode == "local":
             # When Ray was imported before the variable was set (a notebook), its module constant is
@@ -65,8 +69,22 @@ class RayRuntime:
             self._spark_cluster = True
             ray.init()
         self._started_here = True
+        self._apply_fault_tolerance()
         log.info("ray runtime up (%s): %s", self.cfg.mode, ray.cluster_resources())
         return self
+
+    def _apply_fault_tolerance(self) -> None:
+        """Set this driver's Ray Data context from the config: which batch errors are retried, and the
+        restart/retry limits :func:`actor_fault_tolerance` hands to the suite's actor pools."""
+        from ray.data import DataContext
+
+        data_context = DataContext.get_current()
+        data_context.actor_task_retry_on_errors = bool(self.cfg.retry_exceptions)
+        data_context.set_config(FAULT_TOLERANCE_KEY, self.fault_tolerance())
+
+    def fault_tolerance(self) -> dict[str, int]:
+        """Ray actor options: ``max_restarts`` and ``max_task_retries`` from the config."""
+        return {"max_restarts": self.cfg.actor_max_restarts, "max_task_retries": self.cfg.actor_task_retries}
 
     def stop(self) -> None:
         """Disconnect, and tear down a Ray-on-Spark cluster this runtime started."""
@@ -96,6 +114,29 @@ class RayRuntime:
 
     def __exit__(self, *exc: Optional[BaseException]) -> None:
         self.stop()
+
+
+def actor_fault_tolerance() -> dict[str, int]:
+    """``max_restarts``/``max_task_retries`` for the suite's Ray actors, as the started :class:`RayRuntime`
+    set them; Ray Data's own default (unlimited) would retry a batch that kills its actor forever, so
+    without a runtime the config's defaults apply."""
+    from ray.data import DataContext
+
+    defaults = RayConfig()
+    return dict(DataContext.get_current().get_config(
+        FAULT_TOLERANCE_KEY, {"max_restarts": defaults.actor_max_restarts,
+                              "max_task_retries": defaults.actor_task_retries}))
+
+
+def map_batches_on_actors(ds, fn, **kwargs):
+    """``ds.map_batches(fn, **kwargs)`` on an actor pool with :func:`actor_fault_tolerance`'s restart and
+    retry limits. Ray 2.60 takes actor options only as ``**ray_remote_args``, which it has deprecated with
+    no named replacement for these two yet: its warning is silenced here, once, not in every caller."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return ds.map_batches(fn, **kwargs, **actor_fault_tolerance())
 
 
 def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, stage: str = "actor pool") -> int:

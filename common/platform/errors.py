@@ -1,0 +1,20 @@
+"""The errors a job reports as one line, without a traceback: a bad config (:class:`ConfigError`, exit code
+2) and a bad input (:class:`InputError`, exit code 3). Anything else is a bug and keeps its traceback."""
+from __future__ import annotations
+
+from common.platform.config_loader import ConfigError
+
+
+class InputError(ValueError):
+    """An input cannot be used as it is; the message names the file or table, the column and, where there
+    is one, the row. Domain packages subclass it for their own input checks."""
+
+
+# (error class, exit code, what the CLI calls it), most specific first.
+USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"))
+
+
+def one_line(exc: BaseException, limit: int = 600) -> str:
+    """``exc``'s message on one line (whitespace runs collapsed), at most ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

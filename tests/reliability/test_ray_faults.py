@@ -1,0 +1,187 @@
+"""Ray faults mid-stage: a generation actor and a classifier-training actor killed with ``ray.kill``, a batch
+that raises once, a batch that raises every time.
+
+What survives is set by ``ray.actor_max_restarts`` / ``ray.actor_task_retries`` / ``ray.retry_exceptions``
+(conf defaults 3 / 3 / true): a killed actor restarts and its in-flight batch is retried, so the stage's
+output is exactly inputs x n rows, none twice, and equal to a clean run's (sampling is seeded per bucket);
+a batch that fails on every attempt fails the stage after its retries and no table version is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import faulty_actors  # noqa: E402  (the fault-injecting generator, shipped to Ray by value)
+
+from common.models.generation import GenerationSpec, on_actor_pool  # noqa: E402
+from common.platform.lakehouse import Lineage  # noqa: E402
+
+N_INPUTS, BATCH = 24, 4
+SPEC = GenerationSpec(n_samples=2, max_new_tokens=6, max_source_tokens=32, bucket_size=BATCH)
+BRANDS, NOUNS = ("acme", "zeta", "bolt"), ("mug", "lamp", "pan")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, ray_runtime):
+    """A scratch T5 fine-tuned in a Ray task (torch stays out of the test process)."""
+    import ray
+
+    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+
+    ray.cloudpickle.register_pickle_by_value(faulty_actors)
+    pairs = [(f"{b} {n}", f"{n} by {b}") for b in BRANDS for n in NOUNS]
+    path = str(tmp_path_factory.mktemp("t5") / "model")
+    task = ray.remote(num_cpus=1, max_calls=1)(fine_tune)
+    ray.get(task.remote(pairs, path, ModelSpec(vocab_size=40, max_source_length=16), TrainSpec(epochs=3, batch_size=8)))
+    return path
+
+
+@pytest.fixture
+def lakehouse(spark, capabilities, tmp_path):
+    from common.platform.config import LakehouseConfig
+    from common.platform.lakehouse import Lakehouse
+
+    return Lakehouse(LakehouseConfig(root=str(tmp_path / "lh")), spark, native_delta=capabilities.native_delta)
+
+
+def _stage(model: str, fault=None, poison=None):
+    """(the generation stage's Ray Dataset, its fault plan actor) over N_INPUTS inputs, batches of BATCH."""
+    import ray
+
+    plan = ray.remote(num_cpus=0)(faulty_actors.FaultPlan).remote()
+    rows = [{"source_id": f"s{i:02d}", "source_text": f"{BRANDS[i % 3]} {NOUNS[i // 3 % 3]} {i}"}
+            for i in range(N_INPUTS)]
+    kwargs = {"model_path": model, "model_version": "t5@1", "spec": SPEC, "plan": plan, "fault": fault,
+              "poison": poison}
+    return on_actor_pool(ray.data.from_items(rows), faulty_actors.FaultyGenerator, kwargs, concurrency=1,
+                         num_gpus=0.0, batch_size=BATCH), plan
+
+
+def _written(lakehouse, ds, table: str) -> list[tuple]:
+    """Write ``ds`` to ``table`` with a lineage; returns its rows (source_id, sample_idx, generated_text)
+    after checking one version, inputs x n rows and no (source_id, sample_idx) twice."""
+    lakehouse.write_ray(ds, table, lineage=Lineage(job="generate", config_hash="c", inputs={"src": "v0"}))
+    assert [c.version for c in lakehouse.history(table)] == [0]
+    rows = [tuple(r) for r in lakehouse.read(table).select("source_id", "sample_idx", "generated_text").collect()]
+    assert len(rows) == N_INPUTS * SPEC.n_samples
+    assert len({r[:2] for r in rows}) == len(rows)
+    return sorted(rows)
+
+
+def _fails_without_a_version(lakehouse, ds, table: str, error: str) -> None:
+    with pytest.raises(Exception, match=error):
+        lakehouse.write_ray(ds, table, lineage=Lineage(job="generate", config_hash="c", inputs={"src": "v0"}))
+    assert not lakehouse.exists(table)
+
+
+@pytest.fixture
+def clean_rows(tiny_model, lakehouse):
+    import ray
+
+    ds, plan = _stage(tiny_model)
+    rows = _written(lakehouse, ds, "clean")
+    assert ray.get(plan.counts.remote()) == {"inits": 1, "kills": 0, "raised": 0}
+    return rows
+
+
+@pytest.mark.slow
+def test_generation_actor_killed_mid_batch_restarts_and_loses_or_duplicates_nothing(tiny_model, lakehouse,
+                                                                                     clean_rows):
+    import ray
+
+    ds, plan = _stage(tiny_model, fault="kill")
+    rows = _written(lakehouse, ds, "killed")
+    counts = ray.get(plan.counts.remote())
+    assert counts["kills"] == 1 and counts["raised"] == 0
+    assert counts["inits"] == 2  # the killed actor was restarted once (ray.actor_max_restarts)
+    assert rows == clean_rows  # the retried batch generated what the clean run did: same seeds, same rows
+
+
+@pytest.mark.slow
+def test_a_batch_that_raises_once_is_retried(tiny_model, lakehouse, clean_rows):
+    import ray
+
+    ds, plan = _stage(tiny_model, fault="raise")
+    assert _written(lakehouse, ds, "retried") == clean_rows
+    assert ray.get(plan.counts.remote()) == {"inits": 1, "kills": 0, "raised": 1}
+
+
+@pytest.mark.slow
+def test_a_batch_that_always_raises_fails_the_stage_without_a_version(tiny_model, lakehouse):
+    ds, _ = _stage(tiny_model, poison="s05")
+    _fails_without_a_version(lakehouse, ds, "poisoned", "source_id s05 fails on every attempt")
+
+
+@pytest.mark.slow
+def test_an_actor_killed_on_every_batch_fails_the_stage_after_its_restarts(tiny_model, lakehouse):
+    import ray
+
+    from common.platform.config import RayConfig
+
+    ds, plan = _stage(tiny_model, fault="always kill")
+    _fails_without_a_version(lakehouse, ds, "doomed", "actor died")
+    counts = ray.get(plan.counts.remote())
+    assert counts["inits"] == RayConfig().actor_max_restarts + 1 == counts["kills"]
+
+
+def _training_files(tmp_path: Path, rows: int = 3000) -> list[str]:
+    """One Parquet file of ``rows`` titles over 4 category paths: enough for each level to train for seconds."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    words = {"Home > Kitchen > Mugs": "mug cup coffee tea", "Home > Kitchen > Pans": "pan skillet frying wok",
+             "Toys > Dolls > Baby": "doll baby newborn pram", "Toys > Blocks": "bricks blocks building set"}
+    titles, cats = [], []
+    for i in range(rows):
+        cat = list(words)[i % 4]
+        vocab = words[cat].split()
+        titles.append(f"brand{i % 11} {vocab[i % 4]} {vocab[(i + 1) % 4]} {vocab[(i + 2) % 4]} model{i % 97} x{i}")
+        cats.append(cat)
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"title": titles, "category": cats}), path)
+    return [str(path)]
+
+
+def _level_hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.slow
+def test_classifier_training_actor_killed_mid_training_restarts_and_trains_the_same_model(ray_runtime, tmp_path):
+    import os
+
+    import ray
+
+    from common.models.config import FastTextConfig
+    from common.models.hft import HFTTrainerPool, train_hft
+
+    files, cfg = _training_files(tmp_path), FastTextConfig(epoch=150, bucket=20000, dim=32)
+    pool = HFTTrainerPool(ray_runtime)
+    try:
+        start = time.perf_counter()
+        _, clean_stats = train_hft(pool, files, 3, cfg, seed=7, out_dir=str(tmp_path / "clean"))
+        clean_seconds = time.perf_counter() - start
+        victim = pool.actors[0]
+        pid = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
+        outcome: dict = {}
+        worker = threading.Thread(target=lambda: outcome.update(
+            result=train_hft(pool, files, 3, cfg, seed=7, out_dir=str(tmp_path / "killed"))))
+        worker.start()
+        time.sleep(min(1.0, clean_seconds / 4))  # inside level 1, which the first actor trains
+        assert worker.is_alive()
+        ray.kill(victim, no_restart=False)
+        worker.join(timeout=300)
+        restarted_pid = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
+    finally:
+        pool.close()
+    assert restarted_pid != pid  # the actor was killed and restarted (ray.actor_max_restarts)
+    _, stats = outcome["result"]
+    assert [s.level for s in stats] == [1, 2, 3] and [s.rows for s in stats] == [s.rows for s in clean_stats]
+    # fastText trains deterministically per seed on one thread: the retried level is the clean run's model.
+    assert _level_hashes(tmp_path / "killed") == _level_hashes(tmp_path / "clean")
