@@ -151,8 +151,11 @@ def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> None:
             # Spark's VACUUM takes hours as a number; it refuses below the safety default unless told not to.
             lakehouse.spark.sql(f"VACUUM {lakehouse._ident(table)} RETAIN {hours:g} HOURS").collect()
     else:
+        # full: also delete files no version references (a killed write's committed-to-folder task files), as
+        # Spark's VACUUM does; delta-rs's default "lite" mode deletes only files a commit removed.
         lakehouse._delta_rs_table(table).vacuum(retention_hours=int(math.ceil(hours)), dry_run=False,
-                                                enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS)
+                                                enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS,
+                                                full=True)
         # VACUUM skips hidden folders; Spark's ``_temporary`` inside a write folder of a killed rs-path write
         # holds its uncommitted task files (a finished Spark write removes it; no version references it).
         from common.platform.storage import filesystem
