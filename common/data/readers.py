@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from common.data.config import FILE_FORMATS, InputSpec, looks_like_table_name
-from common.platform.errors import InputError
+from common.platform.errors import InputError, one_line
 from common.platform.lakehouse import fingerprint_files, read_delta_rs
 from common.data.schemas import Contract
 
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 SOURCE_COL = "_source"
 CORRUPT_COL = "_corrupt_record"
-_TEXT_FORMATS = ("csv", "json")
 
 
 class InputSchemaError(InputError):
@@ -63,9 +62,7 @@ def engine_reason(exc: BaseException, limit: int = 400) -> str:
     classified = classified[classified.find("["):] if "[" in classified else classified
     causes = [line.split("Caused by:", 1)[1].strip() for line in lines if "Caused by:" in line]
     root = re.sub(r"^[\w.$]+(Exception|Error):\s*", "", causes[-1]) if causes else ""
-    parts = [classified] + ([root] if root and root not in classified else [])
-    text = " ".join("; ".join(parts).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return one_line("; ".join([classified] + ([root] if root and root not in classified else [])), limit)
 
 
 @dataclass(frozen=True)
@@ -165,10 +162,11 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
     missing = [c.name for c in contract.required if c.name not in df.columns]
     if missing:
         found = [c for c in df.columns if c != CORRUPT_COL]
+        unparsed = "; no line of it parses as a JSON object" if fmt == "json" and not found else ""
         raise InputSchemaError(
             f"{location}: missing required column {missing[0]!r} for {contract.name} "
             f"(needs {', '.join(c.name for c in contract.required)}; found {', '.join(found) or 'no columns'})"
-            + _separator_hint(found) + ("; no line of it parses as a JSON object" if fmt == "json" and not found else "")
+            + _separator_hint(found) + unparsed
         )
     if fmt != "csv":
         # JSON primitives arrive as strings (typed per row later); its arrays and objects do not.

@@ -113,7 +113,7 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
         print(format_tables(ctx.lakehouse.tables()))
     except USER_ERRORS_TYPES as exc:
         # A bad config or input is the user's to fix: one line naming the file/key, column and row (the
-        # MLflow run is already marked FAILED with it); a bug keeps its traceback.
+        # job's MLflow run has already ended FAILED); a bug keeps its traceback.
         code, kind = next((code, kind) for cls, code, kind in USER_ERRORS if isinstance(exc, cls))
         print(f"augment: {kind}: {one_line(exc)}", file=sys.stderr)
         return code

@@ -14,7 +14,8 @@ class InputError(ValueError):
 USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"))
 
 
-def one_line(exc: BaseException, limit: int = 600) -> str:
-    """``exc``'s message on one line (whitespace runs collapsed), at most ``limit`` characters."""
-    text = " ".join(str(exc).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+def one_line(text: object, limit: int = 600) -> str:
+    """``text`` (or an exception's message) on one line, whitespace runs collapsed, at most ``limit``
+    characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."

@@ -122,10 +122,7 @@ def actor_fault_tolerance() -> dict[str, int]:
     without a runtime the config's defaults apply."""
     from ray.data import DataContext
 
-    defaults = RayConfig()
-    return dict(DataContext.get_current().get_config(
-        FAULT_TOLERANCE_KEY, {"max_restarts": defaults.actor_max_restarts,
-                              "max_task_retries": defaults.actor_task_retries}))
+    return dict(DataContext.get_current().get_config(FAULT_TOLERANCE_KEY, RayRuntime(RayConfig()).fault_tolerance()))
 
 
 def map_batches_on_actors(ds, fn, **kwargs):
