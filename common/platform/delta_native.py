@@ -111,8 +111,11 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
 
 def _conflict(exc: Exception) -> Optional[str]:
     """The name and message of Delta's concurrent-modification exception inside ``exc``, or None when ``exc``
-    is another failure (Delta's ``Concurrent*Exception`` family: append, delete-read, transaction, ...)."""
-    match = re.search(r"(\w*Concurrent\w*Exception)\W*([^\n]{0,160})", f"{type(exc).__name__}: {exc}")
+    is another failure (Delta's ``ConcurrentModificationException`` family: ``Concurrent*Exception`` for
+    append, delete-read, transaction, ..., and ``ProtocolChanged``/``MetadataChanged``, which two writers
+    creating one table at once meet)."""
+    match = re.search(r"(\w*Concurrent\w*Exception|ProtocolChangedException|MetadataChangedException)\W*"
+                      r"([^\n]{0,160})", f"{type(exc).__name__}: {exc}")
     return f"{match.group(1)}: {match.group(2)}".rstrip(": ") if match else None
 
 

@@ -87,8 +87,12 @@ def _commit_once(table: str, location: str, storage: Optional[dict[str, str]], m
     from deltalake import DeltaTable
     from deltalake.transaction import CommitProperties, Transaction, create_table_with_add_actions
 
+    # max_commit_retries=0: delta-rs would rebase a commit that lost its version onto the winner's and commit
+    # it without looking at the winner's transaction ids (two runs of one lineage racing to create a table,
+    # or two appends, both committed). The loss comes back to commit_files, which rechecks the ids first.
     properties = CommitProperties(custom_metadata={"userMetadata": metadata} if metadata else None,
-                                  app_transactions=[Transaction(app_id, 0)] if app_id else None)
+                                  app_transactions=[Transaction(app_id, 0)] if app_id else None,
+                                  max_commit_retries=0)
     if not DeltaTable.is_deltatable(location, storage_options=storage):
         from deltalake import Schema
 

@@ -7,6 +7,10 @@ seeded moment inside it. Phases: ``files TABLE`` (Spark's or Ray's Parquet files
 native path this call also commits), ``commit TABLE`` (delta-rs commit of the written files),
 ``committed TABLE`` (the write call returned).
 
+With ``AUGMENT_FAULT_BARRIER`` set to a folder, each process also waits at the start of each ``files`` phase
+until ``AUGMENT_FAULT_PARTIES`` processes have reached it: the concurrent-writer test holds two runs of one
+job there, past the lakehouse's history check, so that their writes and commits overlap.
+
     python tests/reliability/killable_job.py run ingest --conf ... --set ...
     python tests/reliability/killable_job.py ray-stage LAKEHOUSE_ROOT ROWS native|rs
 """
@@ -27,16 +31,33 @@ def _marker():
     return mark
 
 
+def _barrier():
+    folder, parties = os.environ.get("AUGMENT_FAULT_BARRIER"), int(os.environ.get("AUGMENT_FAULT_PARTIES", "2"))
+
+    def wait(event: str) -> None:
+        if not folder:
+            return
+        name = event.replace(" ", "-")
+        open(os.path.join(folder, f"{name}.{os.getpid()}"), "w").close()
+        deadline = time.monotonic() + 120
+        while sum(entry.startswith(f"{name}.") for entry in os.listdir(folder)) < parties:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the other writers never reached {event!r}")
+            time.sleep(0.01)
+    return wait
+
+
 def install_markers() -> None:
     from common.platform import delta_native, delta_rs
 
-    mark = _marker()
+    mark, barrier = _marker(), _barrier()
     real_commit_files, real_commit_once, real_native_write = \
         delta_rs.commit_files, delta_rs._commit_once, delta_native.write
 
     def commit_files(table, location, storage, mode, metadata, write_files, *args, **kwargs):
         def marked_write(folder):
             mark(f"files {table}")
+            barrier(f"files {table}")
             return write_files(folder)
         result = real_commit_files(table, location, storage, mode, metadata, marked_write, *args, **kwargs)
         mark(f"committed {table}")
@@ -48,6 +69,7 @@ def install_markers() -> None:
 
     def native_write(spark, df, table, *args, **kwargs):
         mark(f"files {table}")
+        barrier(f"files {table}")
         result = real_native_write(spark, df, table, *args, **kwargs)
         mark(f"committed {table}")
         return result

@@ -3,9 +3,17 @@
 Two runs of one job at the same time (a retried batch that overlaps the original) must leave exactly one
 version; the other run reports it as already written. Two different jobs overwriting one table must both
 commit (the loser retries against the new state), and every version must hold one writer's full output.
+Threads on the session's Spark test the write paths; two ``augment run ingest`` processes (slow) test the
+whole job, each with its own Spark driver or delta-rs writer, on a fresh lakehouse (the tables' creation
+races too).
 """
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -13,8 +21,11 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
+import killable_job
 from common.platform import delta_native, delta_rs
-from common.platform.lakehouse import Lineage
+from common.platform.config import LakehouseConfig
+from common.platform.lakehouse import Lakehouse, Lineage
+from ingest_world import REPO, ingest_args
 
 
 def _frame(spark, n: int, tag: str):
@@ -91,6 +102,61 @@ def test_the_transaction_id_stops_a_run_that_missed_the_history_check(spark, lak
         assert folders == referenced
 
 
+@pytest.mark.parametrize("same_lineage", [True, False])
+def test_two_runs_creating_a_table_at_once(spark, lakehouse, same_lineage):
+    """Two writers of a table that does not exist yet: both race to write version 0 (Delta's
+    ProtocolChangedException on Spark's writer, "already exists" on delta-rs'). One lineage: one version, the
+    other run reports it; two lineages: both commit, the loser as version 1."""
+    lineages = [Lineage(job="ingest", config_hash="cfg" if same_lineage else f"cfg{i}", inputs={"raw": "files:1"},
+                        run_id=f"run-{i}") for i in range(2)]
+    results, errors = _together([lambda ln=ln, i=i: lakehouse.write(_frame(spark, 30, f"w{i}"), "items", lineage=ln)
+                                 for i, ln in enumerate(lineages)])
+    assert not errors, errors
+    history = _versions_and_writers(lakehouse, "items")
+    if same_lineage:
+        assert sorted(res.skipped for res in results) == [False, True] and {r.version for r in results} == {0}
+        assert sorted(history) == [0] and history[0][0] == 30
+    else:
+        assert sorted((res.version, res.skipped) for res in results) == [(0, False), (1, False)]
+        assert sorted(history) == [0, 1] and all(n == 30 and len(w) == 1 for n, w in history.values())
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "append"])
+def test_delta_rs_commits_of_one_lineage_racing_for_one_version_commit_once(tmp_path, mode):
+    """Two delta-rs commits of one lineage released at the same moment, 12 times: on a table not created yet
+    (both race for version 0) and on an existing one (both for version 1). delta-rs rebases a commit that
+    lost its version and retries it without looking at the transaction ids; the lakehouse turns that retry
+    off and rechecks the ids itself, so the loser skips and no lineage is committed twice."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def parquet(folder: str, rows: int) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"n": list(range(rows))}), f"{folder}/part-0.parquet")
+
+    for round_ in range(12):
+        location = str(tmp_path / f"t{round_}")
+        if round_ % 2:
+            delta_rs.commit_files("items", location, None, "overwrite", None, lambda folder: parquet(folder, 1))
+        lineage = Lineage(job="ingest", config_hash=f"cfg{round_}", inputs={"raw": "files:1"})
+        barrier = threading.Barrier(2)
+
+        def write_files(folder):
+            parquet(folder, 3)
+            barrier.wait(timeout=60)  # both runs' files are written; their commits start together
+
+        results, errors = _together([
+            lambda i=i: delta_rs.commit_files(
+                "items", location, None, mode,
+                Lineage(lineage.job, lineage.config_hash, lineage.inputs, run_id=f"run{i}").to_metadata("items"),
+                write_files, None, f"augment-{lineage.key('items')}")
+            for i in range(2)])
+        assert not errors, errors
+        assert sorted(res.skipped for res in results) == [False, True], (round_, results)
+        assert DeltaTable(location).version() == round_ % 2, f"round {round_}: the lineage was committed twice"
+
+
+
 @pytest.mark.parametrize("mode", ["overwrite", "append"])
 def test_different_lineages_both_commit_and_nothing_is_lost(spark, lakehouse, mode):
     lakehouse.write(_frame(spark, 5, "seed"), "items")
@@ -108,3 +174,70 @@ def test_different_lineages_both_commit_and_nothing_is_lost(spark, lakehouse, mo
         assert all(history[v] == (n, {w}) for v, (w, n) in by_version.items())
     else:  # appends accumulate: the last version holds the seed and every writer's rows
         assert history[3] == (5 + 20 + 21 + 22, {"seed", *writers})
+
+
+def _run_together(runs: list[tuple[Path, Path, Path]], base: Path, path: str, barrier: Path) -> list[str]:
+    """Run ``augment run ingest`` once per (lakehouse root, landing folder, log file) in processes of their own,
+    held together at each table's write (killable_job's barrier); returns each run's output."""
+    barrier.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AUGMENT_FAULT_BARRIER": str(barrier),
+           "AUGMENT_FAULT_PARTIES": str(len(runs))}
+    procs = []
+    for i, (root, landing, log) in enumerate(runs):
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen(
+                [sys.executable, killable_job.__file__, *ingest_args(root, base, path, landing)], cwd=REPO,
+                env={**env, "AUGMENT_FAULT_MARKER": str(log.with_suffix(".marker"))}, stdout=out,
+                stderr=subprocess.STDOUT))
+    for proc in procs:
+        proc.wait(timeout=600)
+    outputs = [log.read_text() for _, _, log in runs]
+    for proc, output in zip(procs, outputs):
+        assert proc.returncode == 0, output[-4000:]
+    return outputs
+
+
+def _reported(output: str) -> dict[str, tuple[int, bool]]:
+    """{table: (version, skipped)} from an ``augment run`` summary (``  table vN, R rows - new version``)."""
+    lines = re.findall(r"^  (\w+) v(\d+)(?:, \d+ rows)? - (new version|unchanged)", output, re.M)
+    return {table: (int(version), state == "unchanged") for table, version, state in lines}
+
+
+@pytest.mark.slow
+def test_two_processes_running_one_ingest_at_once_commit_each_table_once(spark, write_path, world, tmp_path):
+    """Two `augment run ingest` processes, one config and one set of inputs, writing each table at the same
+    moment (both past the history check): exactly one version per table; the other run reports it as
+    unchanged, at the same version."""
+    root = tmp_path / "lakehouse"
+    shutil.copytree(world["landing"], root / "landing")
+    outputs = _run_together([(root, root / "landing", tmp_path / f"run{i}.log") for i in range(2)],
+                            world["base"], write_path, tmp_path / "barrier")
+    first, second = (_reported(o) for o in outputs)
+    assert set(first) == set(second) == set(world["clean"]), outputs
+    lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
+    for table, rows in world["clean"].items():
+        assert sorted([first[table][1], second[table][1]]) == [False, True], (table, first, second)
+        assert first[table][0] == second[table][0] == 0, (table, first, second)
+        assert DeltaTable(lakehouse.location(table)).version() == 0, f"{table}: a second version was committed"
+        assert lakehouse.read(table).count() == rows
+
+
+@pytest.mark.slow
+def test_two_processes_ingesting_different_inputs_at_once_both_commit(spark, write_path, world, tmp_path):
+    """Two `augment run ingest` processes of different lineages (one copy of the landing files each)
+    overwriting the same tables at the same moment: both commit every table (the loser retries), and each
+    version holds its own run's lineage and all of that run's rows."""
+    root = tmp_path / "lakehouse"
+    landings = [tmp_path / f"landing{i}" for i in range(2)]
+    for landing in landings:
+        shutil.copytree(world["landing"], landing)
+    outputs = _run_together([(root, landing, tmp_path / f"run{i}.log") for i, landing in enumerate(landings)],
+                            world["base"], write_path, tmp_path / "barrier")
+    reported = [_reported(o) for o in outputs]
+    lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
+    for table, rows in world["clean"].items():
+        assert sorted(r[table] for r in reported) == [(0, False), (1, False)], (table, reported)
+        history = lakehouse.history(table)
+        sources = sorted(Path(next(iter(c.lineage["inputs"]))).parent.name for c in history)
+        assert sources == [landing.name for landing in landings], (table, sources)
+        assert [lakehouse.read(table, c.version).count() for c in history] == [rows, rows]

@@ -24,54 +24,26 @@ import pytest
 from deltalake import DeltaTable
 
 import killable_job
-from common.config import load_config
+from ingest_world import REPO, ingest_args, ingest_config
 from common.platform.config import MaintenanceConfig
 from common.platform.job import build_context
 from common.platform.lakehouse import Lakehouse
 from common.platform.maintenance import maintain_table, remove_stale_staging
-from jobs import generate_demo, ingest
+from jobs import ingest
 
-REPO = Path(__file__).resolve().parents[2]
 SEED = 20261123
 # Kill points per write path (tests below): ingest kills + Ray-stage kills >= 20 over both paths.
 INGEST_KILLS = 5
 RAY_KILLS = 5
 RAY_ROWS = 4000
-DEMO = ["demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=400", "demo.partitions=2",
-        "demo.bad_row_fraction=0.05", "spark.master=local[2]"]
 pytestmark = pytest.mark.slow
 OUTCOMES: Counter = Counter()  # (path, stage, outcome) -> kills; printed at the end for the README table
 
 
-@pytest.fixture(scope="module")
-def world(spark, capabilities, tmp_path_factory):
-    """The demo landing files and the clean ingest's row count per table (the reference every kill is held to)."""
-    base = tmp_path_factory.mktemp("kills")
-    cfg = _config(base / "clean", base)
-    ctx = build_context(cfg, spark=spark, capabilities=capabilities)
-    try:
-        generate_demo.run(ctx)
-        ctx.cfg = _config(base / "clean", base, inputs=True)
-        ingest.run(ctx)
-        clean = {t: ctx.lakehouse.read(t).count() for t in ctx.lakehouse.table_names()}
-    finally:
-        ctx.close()
-    yield {"base": base, "landing": base / "clean" / "landing", "clean": clean}
+@pytest.fixture(scope="module", autouse=True)
+def _report():
+    yield
     print("\nkill -9 outcomes:", dict(sorted(OUTCOMES.items())))
-
-
-def _settings(root: Path, base: Path, path: str = "native", inputs: bool = False) -> list[str]:
-    """The job's --set items: its lakehouse, MLflow, write path and (``inputs``) the labeled products and catalog
-    landing files as inputs (4 tables: kept and quarantined rows of each)."""
-    items = [f"lakehouse.root={root}", f"tracking.uri=sqlite:///{base / 'mlflow.db'}",
-             f"tracking.experiment=kills-{root.name}", f"spark.delta={path}", *DEMO]
-    if inputs:
-        items += [f"inputs.labeled={root / 'landing/labeled_products'}", f"inputs.catalog={root / 'landing/catalog'}"]
-    return items
-
-
-def _config(root: Path, base: Path, path: str = "native", inputs: bool = False):
-    return load_config(None, _settings(root, base, path, inputs))
 
 
 def _kill_at(cmd: list[str], marker: Path, event: str, delay: float, log: Path, timeout: float = 300) -> bool:
@@ -179,14 +151,12 @@ def test_kill_9_during_ingest_writes(spark, capabilities, write_path, world, tmp
     for i, (event, delay) in enumerate(_kill_plan(write_path, "ingest", INGEST_KILLS, sorted(clean))):
         root = tmp_path / f"k{i}"
         shutil.copytree(world["landing"], root / "landing")
-        cfg = _config(root, world["base"], write_path, inputs=True)
+        cfg = ingest_config(root, world["base"], write_path)
         lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=write_path == "native")
         table = event.split()[1]
         before = _referenced(lakehouse.location(table))
-        args = ["run", "ingest", "--conf", str(REPO / "conf/local.yaml")]
-        for item in _settings(root, world["base"], write_path, inputs=True):
-            args += ["--set", item]
-        if not _kill_at([sys.executable, str(Path(killable_job.__file__)), *args], tmp_path / f"marker{i}",
+        cmd = [sys.executable, str(Path(killable_job.__file__)), *ingest_args(root, world["base"], write_path)]
+        if not _kill_at(cmd, tmp_path / f"marker{i}",
                         event, delay, tmp_path / f"k{i}.log"):
             OUTCOMES[(write_path, "ingest", "finished first")] += 1
             continue

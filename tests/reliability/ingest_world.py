@@ -1,0 +1,35 @@
+"""The small demo world the process-level reliability tests ingest: its config, and the ``augment run ingest``
+arguments that point a lakehouse at its landing files (4 tables: kept and quarantined rows of the labeled
+products and the catalog)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = ["demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=400", "demo.partitions=2",
+        "demo.bad_row_fraction=0.05", "spark.master=local[2]"]
+
+
+def settings(root: Path, base: Path, path: str = "native", landing: Path | None = None) -> list[str]:
+    """The job's --set items: its lakehouse ``root``, the MLflow database under ``base``, the write ``path``
+    and, with ``landing``, that folder's labeled products and catalog files as the inputs."""
+    items = [f"lakehouse.root={root}", f"tracking.uri=sqlite:///{base / 'mlflow.db'}",
+             f"tracking.experiment=reliability-{root.name}", f"spark.delta={path}", *DEMO]
+    if landing is not None:
+        items += [f"inputs.labeled={landing / 'labeled_products'}", f"inputs.catalog={landing / 'catalog'}"]
+    return items
+
+
+def ingest_config(root: Path, base: Path, path: str = "native", landing: Path | None = None):
+    """The AppConfig of an ingest of ``landing`` (default ``root/landing``) into the lakehouse at ``root``."""
+    return load_config(None, settings(root, base, path, landing or root / "landing"))
+
+
+def ingest_args(root: Path, base: Path, path: str = "native", landing: Path | None = None) -> list[str]:
+    """``augment`` arguments running the ingest of :func:`ingest_config` (for a subprocess)."""
+    args = ["run", "ingest", "--conf", str(REPO / "conf/local.yaml")]
+    for item in settings(root, base, path, landing or root / "landing"):
+        args += ["--set", item]
+    return args
