@@ -59,7 +59,7 @@ test: $(STAMP)
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
 	$(BIN)/python -m pytest -ra --durations=10 tests
 
-# Everything but the minutes-long fault-injection tests (kill -9 mid-write: tests/reliability, marked slow).
+# Everything but the minutes-long tests marked slow: fault injection (tests/reliability) and whole pipelines.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -ra --durations=10 -m "not slow" tests
 

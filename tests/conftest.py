@@ -17,8 +17,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: minutes-long fault-injection tests (make test runs them; "
-                                       "make test-fast leaves them out)")
+    config.addinivalue_line("markers", "slow: minutes-long tests, fault injection and whole pipelines (make test "
+                                       "runs them; make test-fast leaves them out)")
+
+
+_SECONDS = {"slow": 0.0, "other": 0.0}
+
+
+def pytest_runtest_logreport(report):
+    # Setup, call and teardown of each test, session fixtures included where a test first asks for them.
+    _SECONDS["slow" if "slow" in report.keywords else "other"] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where the run's time went: the tests marked slow, and the rest (what ``make test-fast`` runs)."""
+    terminalreporter.write_line(f"time in tests marked slow: {_SECONDS['slow'] / 60:.1f} min; in the rest "
+                                f"(make test-fast): {_SECONDS['other'] / 60:.1f} min")
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

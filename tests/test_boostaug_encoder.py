@@ -149,6 +149,7 @@ def test_encoder_config_checks():
         FilterConfig(perplexity_quantile=1.5)
 
 
+@pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
 def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, tmp_path):
     from pyspark.sql import functions as F
 

@@ -66,6 +66,7 @@ def cga_ctx(ctx):
     return ctx
 
 
+@pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
 def test_cga_pipeline_end_to_end(cga_ctx):
     ctx = cga_ctx
     results = {r.job: r for r in run_pipeline(ctx, "cga", PIPELINES["cga"])}

@@ -56,6 +56,7 @@ def _run(name: str, spark, **g) -> dict:
                           run_name="notebook")  # as an executed notebook, not a script with arguments
 
 
+@pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
 def test_notebooks_run_every_pipeline(spark, ray_runtime, notebook_env, capsys):
     expected = {  # what each notebook's result cells must print
         "foundation": ["labeled_products_quarantine", "|reason"],

@@ -74,6 +74,7 @@ def test_holdout_is_seeded_and_near_its_fraction(spark):
     assert first != {r.query for r in queries.filter(is_holdout(F.col("query"), 0.2, 43)).collect()}
 
 
+@pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
 def test_query_reformulation_pipeline_end_to_end(ctx):
     ctx.cfg.demo.n_sessions = 6000
     ctx.cfg.query_reformulation = QueryReformulationConfig(
