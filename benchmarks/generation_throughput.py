@@ -1,8 +1,10 @@
-"""Benchmark: T5 generation throughput, batched actor pool vs a naive per-row loop, and peak memory.
+"""Benchmark: T5 generation throughput, naive per-row loop vs the HF and CTranslate2 actor pools, and peak memory.
 
 1. The same model, inputs and decoding settings through (a) a naive loop of one ``model.generate`` per
-   input in this process and (b) the Ray Data actor pool of ``common.generation.generate`` (length
-   buckets, one actor, one CPU thread each: the same compute). Prints sequences/s and tokens/s.
+   input in this process, (b) the Ray Data actor pool of ``common.models.generation.generate`` with the HF
+   engine and (c) the same pool with CTranslate2 (int8; length buckets, one actor, one CPU thread each).
+   Prints sequences/s, tokens/s, the BLEU-0.7 filter's keep-rate of the samples and peak RSS, for the
+   demo-CGA-shaped tiny model (trained briefly to rewrite titles) and a t5-small-shaped one (random weights).
 2. Peak memory of the generation stage (driver + Ray workers, sampled every 0.2 s) while the actor pool
    streams growing inputs from a Delta table to a new Delta version (the jobs' path): it must stay flat.
 3. With a CUDA device: a t5-small-shaped model (random weights; d_model 512, 6+6 layers, 32k vocab) at
@@ -10,7 +12,8 @@
 
 Models are built from scratch (no downloads): a tokenizer trained on demo titles and a T5Config model;
 random weights rarely emit </s>, so every sequence runs to ``max_new_tokens``: tokens/s is comparable.
-Run: .venv/bin/python benchmarks/generation_throughput.py [--inputs 256] [--sizes 500,2000,8000] [--gpu-only]
+Run: .venv/bin/python benchmarks/generation_throughput.py [--inputs 512] [--large-inputs 64] [--skip-naive] [--skip-memory]
+     [--sizes 500,2000,8000] [--gpu-only] [--json PATH]   (JSON: {model: {naive|hf_pool|ct2_pool: figures}})
 """
 from __future__ import annotations
 
@@ -86,7 +89,41 @@ class PeakRSS:
         self._thread.join()
 
 
-def cpu_comparison(model: str, n_inputs: int) -> None:
+def train_copy_model(path: str, corpus: list[str]) -> str:
+    """The demo-CGA-shaped tiny T5 fine-tuned briefly to rewrite titles into themselves (as CGA's version
+    pairs nearly do), so that its samples pass the BLEU filter at some rate and the engines' keep-rates can
+    be compared; in a Ray task, as the jobs fine-tune."""
+    import ray
+
+    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+
+    task = ray.remote(num_cpus=1, max_calls=1)(fine_tune)
+    ray.get(task.remote([(t, t) for t in corpus], path, ModelSpec(vocab_size=2000, max_source_length=48),
+                        TrainSpec(epochs=2, batch_size=32, learning_rate=0.003)))
+    return path
+
+
+def _pool_figures(name: str, ds, seconds: float, peak: int) -> dict:
+    from common.models.filtering import FilterSpec, score_generated
+
+    rows = ds.to_pandas()
+    scored = score_generated(ds, FilterSpec(threshold=0.7)).to_pandas()
+    counted = rows.generated_tokens.notna().all()
+    # keep_rate: the share of samples the CGA filter (BLEU to the source >= 0.7) keeps; mean_score: their mean
+    # BLEU, which still compares the engines' samples where few pass the threshold.
+    figures = {"seq_per_s": len(rows) / seconds,
+               "tok_per_s": float(rows.generated_tokens.sum()) / seconds if counted else None,
+               "keep_rate": float(scored.reason.isna().mean()), "mean_score": float(scored.score.mean()),
+               "peak_rss_gb": peak / 2**30, "seconds": seconds}
+    tokens = f"{figures['tok_per_s']:9.0f} tokens/s" if counted else "    (no count)"
+    print(f"  {name:<22}: {seconds:7.1f} s  {figures['seq_per_s']:8.1f} sequences/s  {tokens}  keep-rate "
+          f"{figures['keep_rate']:.3f}  mean BLEU {figures['mean_score']:.3f}  peak RSS {figures['peak_rss_gb']:.2f} GiB")
+    return figures
+
+
+def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
+    """Naive per-row HF, the batched HF actor pool and the CTranslate2 (int8) actor pool on the same model,
+    inputs and decoding settings, one CPU thread each. Returns {engine: figures}."""
     import ray
     import torch
 
@@ -95,22 +132,32 @@ def cpu_comparison(model: str, n_inputs: int) -> None:
     torch.set_num_threads(1)
     spec = GenerationSpec(n_samples=8, max_new_tokens=24, max_source_tokens=64, bucket_size=64)
     texts = titles(n_inputs)
-    start = time.perf_counter()
-    naive = naive_generate(model, texts, spec)
-    naive_s = time.perf_counter() - start
-    naive_seqs = sum(len(x) for x in naive)
-    ds = ray.data.from_items([{"source_id": str(i), "source_text": t} for i, t in enumerate(texts)])
-    start = time.perf_counter()
-    out = generate(ds, model, "bench", spec, concurrency=1, batch_size=256).materialize()
-    pool_s = time.perf_counter() - start
-    rows = out.to_pandas()
-    tokens = int(rows.generated_tokens.sum())
-    # The naive loop produces the same number of sequences of the same capped length.
-    print(f"{n_inputs} inputs x {spec.n_samples} samples, max {spec.max_new_tokens} new tokens, 1 CPU thread each")
-    print(f"  naive per-row generate : {naive_s:7.1f} s  {naive_seqs / naive_s:8.1f} sequences/s")
-    print(f"  batched actor pool     : {pool_s:7.1f} s  {len(rows) / pool_s:8.1f} sequences/s  "
-          f"{tokens / pool_s:9.0f} tokens/s  (incl. actor start)")
-    print(f"  speed-up               : {naive_s / pool_s:.1f}x")
+    items = [{"source_id": str(i), "source_text": t} for i, t in enumerate(texts)]
+    print(f"{model.rsplit('/', 1)[-1]}: {n_inputs} inputs x {spec.n_samples} samples, max {spec.max_new_tokens} new "
+          f"tokens, 1 CPU thread each (pools: incl. actor start)")
+    out = {}
+    if naive:
+        with PeakRSS() as rss:
+            start = time.perf_counter()
+            samples = naive_generate(model, texts, spec)
+            seconds = time.perf_counter() - start
+        rows = [{"source_id": str(i), "source_text": t, "generated_text": g, "sample_idx": k, "model_version": "naive",
+                 "generated_tokens": None, "reason": None} for i, (t, gs) in enumerate(zip(texts, samples))
+                for k, g in enumerate(gs)]
+        # The loop keeps no token counts (tokens/s: None).
+        out["naive"] = _pool_figures("naive per-row HF", ray.data.from_items(rows).materialize(), seconds, rss.peak)
+    for name, engine in (("hf_pool", "hf"), ("ct2_pool", "ctranslate2")):
+        engine_spec = GenerationSpec(**{**spec.__dict__, "engine": engine})
+        with PeakRSS() as rss:
+            start = time.perf_counter()
+            ds = generate(ray.data.from_items(items), model, "bench", engine_spec, concurrency=1,
+                          batch_size=256).materialize()
+            seconds = time.perf_counter() - start
+        out[name] = _pool_figures(f"{engine} actor pool", ds, seconds, rss.peak)
+    if naive:
+        print(f"  speed-up over naive    : hf pool {out['naive']['seconds'] / out['hf_pool']['seconds']:.1f}x, "
+              f"ctranslate2 pool {out['naive']['seconds'] / out['ct2_pool']['seconds']:.1f}x")
+    return out
 
 
 def memory_flatness(model: str, sizes: list[int]) -> None:
@@ -174,23 +221,37 @@ def gpu_throughput(folder: str, batch: int = 128) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=int, default=256)
+    parser.add_argument("--inputs", type=int, default=512)
+    parser.add_argument("--large-inputs", type=int, default=64, help="inputs for the t5-small-shaped model (0: skip)")
+    parser.add_argument("--skip-naive", action="store_true", help="only the two actor pools")
     parser.add_argument("--sizes", default="500,2000,8000")
     parser.add_argument("--gpu-only", action="store_true")
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--json", help="write the engines' figures here")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="bench-t5-")
+    figures = {}
     try:
         if not args.gpu_only:
             from common.platform.config import RayConfig
             from common.platform.ray_runtime import RayRuntime
 
-            model = build(os.path.join(folder, "tiny"), "tiny", titles(6000))
             with RayRuntime(RayConfig(num_cpus=2)):
-                cpu_comparison(model, args.inputs)
-                memory_flatness(model, [int(s) for s in args.sizes.split(",")])
+                tiny = train_copy_model(os.path.join(folder, "tiny"), titles(2000))
+                figures["tiny"] = cpu_comparison(tiny, args.inputs, naive=not args.skip_naive)
+                if args.large_inputs:
+                    large = build(os.path.join(folder, "t5-small"), "t5-small", titles(6000))
+                    figures["t5-small"] = cpu_comparison(large, args.large_inputs, naive=not args.skip_naive)
+                if not args.skip_memory:
+                    memory_flatness(tiny, [int(s) for s in args.sizes.split(",")])
         gpu_throughput(folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    if args.json:
+        import json
+
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(figures, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,13 @@ def tiny_model(tmp_path_factory):
     return path
 
 
-def test_actor_pool_generates_n_samples_and_quarantines_bad_rows(tiny_model, lakehouse, ray_runtime):
+@pytest.mark.parametrize("engine", ["hf", "ctranslate2"])
+def test_actor_pool_generates_n_samples_and_quarantines_bad_rows(tiny_model, lakehouse, ray_runtime, engine):
     import ray
 
     rows = [{"source_id": f"s{i}", "source_text": f"acme mug {i}"} for i in range(20)]
     rows += [{"source_id": "empty", "source_text": "   "}, {"source_id": "long", "source_text": "mug " * 200}]
-    spec = GenerationSpec(n_samples=3, max_new_tokens=8, max_source_tokens=32, bucket_size=6)
+    spec = GenerationSpec(n_samples=3, max_new_tokens=8, max_source_tokens=32, bucket_size=6, engine=engine)
     out = generate(ray.data.from_items(rows), tiny_model, "t5-test@1", spec, concurrency=2, batch_size=8)
     generated, quarantined = split_quarantine(out.materialize())
     good = generated.to_pandas()
@@ -42,3 +43,51 @@ def test_beam_search_is_deterministic(tiny_model, ray_runtime):
     first = generate(ds, tiny_model, "v", spec).take_all()
     again = generate(ds, tiny_model, "v", spec).take_all()
     assert [r["generated_text"] for r in first] == [r["generated_text"] for r in again] and len(first) == 2
+
+
+@pytest.fixture(scope="module")
+def learned_model(tmp_path_factory):
+    """A scratch T5 trained until it maps "<brand> <noun>" to "<noun> by <brand>" (beams are then well apart)."""
+    pairs = [(f"{b} {n}", f"{n} by {b}") for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan")]
+    path = str(tmp_path_factory.mktemp("t5") / "learned")
+    fine_tune(pairs * 4, path, ModelSpec(vocab_size=40, max_source_length=16),
+              TrainSpec(epochs=60, batch_size=8, learning_rate=0.003))
+    return path
+
+
+def test_ctranslate2_decodes_as_hf_does(learned_model, ray_runtime):
+    """The model converted to CTranslate2 (float32, no quantization) decodes greedily as the HF engine does;
+    int8 sampling is seeded per bucket, so a rerun repeats it."""
+    import ray
+
+    rows = [{"source_id": f"{b}-{n}", "source_text": f"{b} {n}"} for b in ("acme", "zeta", "bolt")
+            for n in ("mug", "lamp", "pan")]
+    ds = ray.data.from_items(rows)
+
+    def run(**kw):
+        out = generate(ds, learned_model, "v", GenerationSpec(max_new_tokens=16, **kw), batch_size=4).to_pandas()
+        return out.sort_values(["source_id", "sample_idx"])[["source_id", "generated_text", "generated_tokens"]]
+
+    # Greedy decoding (a beam of 1) is the same argmax on both engines: the same texts and token counts.
+    greedy = {"n_samples": 1, "mode": "beam", "num_beams": 1}
+    hf, ct2 = run(**greedy), run(**greedy, engine="ctranslate2", compute_type="float32")
+    assert len(hf) == 9 and hf.values.tolist() == ct2.values.tolist()
+    assert sum(text.startswith(f"{sid.split('-')[1]} by") for sid, text in hf[["source_id", "generated_text"]]
+               .values.tolist()) >= 6
+    # Wider beams end by different rules (HF's early stopping, CTranslate2's patience): n distinct beams each.
+    beams = run(n_samples=2, mode="beam", num_beams=4, engine="ctranslate2")
+    assert len(beams) == 18 and beams.groupby("source_id").generated_text.nunique().eq(2).all()
+    sample = {"n_samples": 3, "engine": "ctranslate2"}
+    first, again = run(**sample), run(**sample)
+    assert len(first) == 27 and first.values.tolist() == again.values.tolist()
+
+
+def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):
+    from common.models.ct2 import compute_type, hf_reason
+    from common.models.label_prefix import META_FILE
+
+    assert hf_reason(str(tmp_path)) is None
+    (tmp_path / META_FILE).write_text("{}")
+    assert "label-prefix" in hf_reason(str(tmp_path))
+    assert compute_type(GenerationSpec(), "cpu") == "int8" and compute_type(GenerationSpec(), "cuda") == "float16"
+    assert compute_type(GenerationSpec(compute_type="int8_float16"), "cuda") == "int8_float16"

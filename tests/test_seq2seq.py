@@ -104,3 +104,10 @@ def test_warm_minilm_fine_tunes_reloads_and_generates(tmp_path):
     samples = generator._generate(["acme mug red", "nova lamp black"])
     assert [len(s) for s in samples] == [2, 2]
     assert all(isinstance(text, str) and 1 <= tokens <= 9 for pair in samples for text, tokens in pair)
+    # CTranslate2's BART converter does not take this model under transformers 5: the ctranslate2 engine
+    # serves it with hf (logged), with the same samples.
+    from common.models.ct2 import CT2Generator
+
+    served = CT2Generator(str(tmp_path / "warm"), "warm-v1", GenerationSpec(
+        n_samples=2, max_new_tokens=8, max_source_tokens=32, seed=3, engine="ctranslate2"))
+    assert served._ct2 is None and type(served.model).__name__ == "BartForConditionalGeneration"

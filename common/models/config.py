@@ -170,10 +170,17 @@ class GenerationConfig:
     batch_size: int = 256
     concurrency: int = 1
     num_gpus: float = 0.0
+    # hf: transformers' generate; ctranslate2: the model converted once to CTranslate2 (common.models.ct2),
+    # several times faster on CPU; a label-prefix model always runs on hf.
+    engine: Literal["hf", "ctranslate2"] = "hf"
+    # CTranslate2's compute type: auto = int8 on CPU, float16 on GPU; or int8, int8_float16, float16, float32...
+    compute_type: str = "auto"
+    max_batch_tokens: int = 4096
 
     def __post_init__(self) -> None:
+        check(self.engine in ("hf", "ctranslate2"), "*.engine", "must be hf or ctranslate2")
         for name in ("n_samples", "top_k", "num_beams", "max_new_tokens", "max_source_tokens", "bucket_size",
-                     "batch_size", "concurrency"):
+                     "batch_size", "concurrency", "max_batch_tokens"):
             check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
         check(0 < self.top_p <= 1, "*.top_p", "must be in (0, 1]")
         check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")

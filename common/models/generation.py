@@ -46,13 +46,17 @@ class GenerationSpec:
     max_source_tokens: int = 64
     bucket_size: int = 64
     seed: int = 42
+    engine: str = "hf"  # "hf" (transformers' generate) or "ctranslate2" (common.models.ct2)
+    compute_type: str = "auto"  # CTranslate2's: auto = int8 on CPU, float16 on GPU
+    max_batch_tokens: int = 4096  # CTranslate2's token budget per decoding batch
 
     @classmethod
     def from_config(cls, cfg, seed: int) -> "GenerationSpec":
         """The spec of a ``*.generation`` config section (:class:`common.config.GenerationConfig`)."""
         return cls(n_samples=cfg.n_samples, mode=cfg.mode, top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams,
                    max_new_tokens=cfg.max_new_tokens, max_source_tokens=cfg.max_source_tokens,
-                   bucket_size=cfg.bucket_size, seed=seed)
+                   bucket_size=cfg.bucket_size, seed=seed, engine=cfg.engine, compute_type=cfg.compute_type,
+                   max_batch_tokens=cfg.max_batch_tokens)
 
 
 class T5Generator:
@@ -82,6 +86,12 @@ class T5Generator:
             self.prefix = LabelPrefix.load(model_path, model_dtype).to(self.device).eval()
         torch.manual_seed(spec.seed)
 
+    def _seed(self, seed: int) -> None:
+        """Seed the engine's sampling (torch's here)."""
+        import torch
+
+        torch.manual_seed(seed)
+
     def _generate(self, texts: list[str]) -> list[list[tuple[str, int]]]:
         """``n_samples`` (text, generated token count) per input text."""
         import torch
@@ -101,14 +111,19 @@ class T5Generator:
         with torch.inference_mode():
             out = self.model.generate(**enc, **kwargs)
         decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
-        # Tokens produced per sequence: everything after the decoder start token that is not padding.
-        counts = (out[:, 1:] != self.tokenizer.pad_token_id).sum(dim=1).tolist()
+        # Tokens produced per sequence: after the decoder start token, up to and including the first end
+        # token (beam search pads finished beams with more end tokens), else every non-pad token.
+        body = out[:, 1:]
+        eos = self.model.generation_config.eos_token_id  # BART warm-started from MiniLM: BERT's [SEP]
+        eos = self.tokenizer.eos_token_id if eos is None else eos
+        eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        ends = torch.isin(body, torch.tensor(eos_ids, dtype=body.dtype, device=body.device))
+        counts = torch.where(ends.any(dim=1), ends.int().argmax(dim=1) + 1,
+                             (body != self.tokenizer.pad_token_id).sum(dim=1)).tolist()
         n = spec.n_samples
         return [list(zip(decoded[i * n:(i + 1) * n], counts[i * n:(i + 1) * n])) for i in range(len(texts))]
 
     def __call__(self, batch: dict[str, np.ndarray]):
-        import torch
-
         ids = [str(x) for x in batch["source_id"]]
         texts = ["" if x is None else str(x) for x in batch["source_text"]]
         rows: list[tuple] = []
@@ -127,7 +142,7 @@ class T5Generator:
             bucket = good[start:start + self.spec.bucket_size]
             # Sampling depends on the bucket's inputs and the seed, not on which actor got the batch or
             # what it generated before.
-            torch.manual_seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
+            self._seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
             try:
                 outputs = self._generate([texts[i] for i in bucket])
             except Exception:  # isolate the row that breaks decoding; the rest of the bucket still runs
@@ -165,8 +180,18 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     one block, and its n-fold output would otherwise leave the actors as one block that downstream stages
     (scoring, the write) can only start on once all of it is generated.
     """
-    return on_actor_pool(ds, T5Generator, {"model_path": model_path, "model_version": model_version, "spec": spec},
-                         concurrency, num_gpus, batch_size)
+    return on_actor_pool(ds, engine_class(spec), {"model_path": model_path, "model_version": model_version,
+                                                  "spec": spec}, concurrency, num_gpus, batch_size)
+
+
+def engine_class(spec: GenerationSpec) -> type:
+    """The generator class of ``spec.engine``: :class:`T5Generator` (hf) or
+    :class:`common.models.ct2.CT2Generator` (ctranslate2, which serves a model it cannot run with hf)."""
+    if spec.engine == "ctranslate2":
+        from common.models.ct2 import CT2Generator
+
+        return CT2Generator
+    return T5Generator
 
 
 def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int):
@@ -194,7 +219,7 @@ class ModelRoutedGenerator:
 
         self.spec = spec
         self.cache_models = cache_models
-        self.models: "OrderedDict[str, T5Generator]" = OrderedDict()
+        self.models: "OrderedDict[str, T5Generator]" = OrderedDict()  # CT2Generator is one too
 
     def _model(self, path: str, version: str) -> T5Generator:
         if path in self.models:
@@ -202,7 +227,7 @@ class ModelRoutedGenerator:
         else:
             if len(self.models) >= self.cache_models:
                 self.models.popitem(last=False)
-            self.models[path] = T5Generator(path, version, self.spec)
+            self.models[path] = engine_class(self.spec)(path, version, self.spec)
         return self.models[path]
 
     def __call__(self, batch: dict[str, np.ndarray]):

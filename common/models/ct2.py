@@ -1,0 +1,170 @@
+"""CTranslate2 as the generation engine of the actor pool (``generation.engine: ctranslate2``).
+
+A fine-tuned HF seq2seq model (scratch T5, a T5 checkpoint, the MiniLM-warm-started BART) is converted once
+into CTranslate2's format, in a folder ``ct2-<quantization>`` next to the model (the same key, so the same
+reuse, as the HF weights), and each actor loads it once: int8 on CPU, float16 (or int8_float16) on GPU.
+:class:`CT2Generator` keeps :class:`~common.models.generation.T5Generator`'s output contract (n samples per
+input by top-k/top-p sampling or beams, the quarantine rules, ``generated_tokens``, a seed per length bucket
+so the rows do not depend on which actor got a batch) and swaps only the decoding call.
+
+A model with a label-prefix table (the compositional pipeline's LS-PT generator) feeds learned blocks to
+its encoder instead of tokens, which CTranslate2 cannot take: :class:`CT2Generator` serves it with HF.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from common.models.generation import GenerationSpec, T5Generator
+
+log = logging.getLogger(__name__)
+
+def available() -> bool:
+    """True when the ``ctranslate2`` package imports here."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return False
+    return bool(ctranslate2.__version__)
+
+
+def compute_type(spec: GenerationSpec, device: str) -> str:
+    """The CTranslate2 compute type for ``device`` ("cpu" or "cuda"): ``spec.compute_type`` unless "auto",
+    then int8 on CPU (quantized weights, float activations) and float16 on GPU."""
+    if spec.compute_type != "auto":
+        return spec.compute_type
+    return "float16" if device == "cuda" else "int8"
+
+
+def convert(model_path: str, quantization: str) -> str:
+    """The CTranslate2 conversion of the local HF model folder ``model_path``, made once: returns
+    ``<model_path>/ct2-<quantization>``. Converted into a temporary folder and renamed into place, so two
+    actors converting at once leave one complete folder (the loser's rename fails and it uses the winner's)."""
+    import ctranslate2
+
+    target = os.path.join(model_path, f"ct2-{quantization}")
+    if os.path.isfile(os.path.join(target, "model.bin")):
+        return target
+    scratch = tempfile.mkdtemp(prefix=".ct2-", dir=model_path)
+    try:
+        out = os.path.join(scratch, "model")
+        ctranslate2.converters.TransformersConverter(model_path).convert(out, quantization=quantization)
+        try:
+            os.rename(out, target)
+        except OSError:  # another actor's conversion landed first
+            if not os.path.isfile(os.path.join(target, "model.bin")):
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def hf_reason(model_path: str) -> str | None:
+    """Why the local model folder ``model_path`` must be generated with hf instead (None when CTranslate2
+    can run it): the package does not import here, or the model takes label-prefix blocks."""
+    from common.models.label_prefix import has_prefix
+
+    if not available():
+        return "the ctranslate2 package does not import here"
+    if has_prefix(model_path):
+        return "its encoder takes label-prefix blocks, which CTranslate2 cannot feed"
+    return None
+
+
+def _vocabulary_size(folder: str) -> int:
+    """The size of a converted model's target vocabulary (``shared_vocabulary.json`` or ``.txt``)."""
+    import json
+
+    for name in ("shared_vocabulary.json", "target_vocabulary.json"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                return len(json.load(handle))
+    for name in ("shared_vocabulary.txt", "target_vocabulary.txt"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                return sum(1 for _ in handle)
+    raise FileNotFoundError(f"no vocabulary file in the converted model {folder}")
+
+
+def _actor_threads() -> int:
+    """The CPUs Ray gave this actor (1 outside Ray): CTranslate2's intra-op threads."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
+    except Exception:  # noqa: BLE001  (outside an actor there is no assignment)
+        pass
+    return 1
+
+
+class CT2Generator(T5Generator):
+    """A Ray Data callable class generating with CTranslate2: converts (once) and loads the model, then serves
+    batches exactly as :class:`T5Generator` does. A model CTranslate2 cannot run (:func:`hf_reason`, or one its
+    converter fails on, such as the MiniLM-warm-started BART under transformers 5) is served by the HF
+    engine, said once in the log."""
+
+    def __init__(self, model_path: str, model_version: str, spec: GenerationSpec):
+        from common.platform.storage import local_copy
+
+        local = local_copy(model_path)
+        self._ct2 = None
+        reason, folder = hf_reason(local), None
+        if reason is None:
+            import ctranslate2
+
+            self.device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+            kind = compute_type(spec, self.device)
+            # Converted weights in the compute type's storage type: int8 (CPU int8, GPU int8_float16) or
+            # float16 on GPU or float32; CTranslate2 casts at load where the two differ.
+            stored = "int8" if kind.startswith("int8") else "float16" if self.device == "cuda" else "float32"
+            try:
+                folder = convert(local, stored)
+            except Exception as exc:  # noqa: BLE001  (a model kind the converter does not take: served by hf)
+                reason = f"CTranslate2's converter failed: {type(exc).__name__}: {exc}"
+        if reason:
+            log.warning("generating with hf, not ctranslate2, from %s: %s", model_path, reason)
+            super().__init__(local, model_version, spec)
+            return
+        from transformers import AutoTokenizer
+
+        self.spec, self.model_version, self.prefix = spec, model_version, None
+        self.tokenizer = AutoTokenizer.from_pretrained(local)
+        self.translator = ctranslate2.Translator(folder, device=self.device, compute_type=kind,
+                                                 intra_threads=_actor_threads())
+        # CTranslate2 refuses a top-k above the vocabulary (transformers clamps it): clamp as transformers does.
+        self.top_k = min(spec.top_k, _vocabulary_size(folder))
+        self._ct2 = ctranslate2
+
+    def _seed(self, seed: int) -> None:
+        if self._ct2 is None:
+            return super()._seed(seed)
+        self._ct2.set_random_seed(seed % (2 ** 31))
+
+    def _generate(self, texts: list[str]) -> list[list[tuple[str, int]]]:
+        """``n_samples`` (text, generated token count) per input text; the count includes the end token when
+        one was produced (``return_end_token``), as the HF engine's does."""
+        if self._ct2 is None:
+            return super()._generate(texts)
+        spec = self.spec
+        sources = [self.tokenizer.convert_ids_to_tokens(self.tokenizer(t).input_ids) for t in texts]
+        kwargs: dict[str, Any] = {"max_decoding_length": spec.max_new_tokens, "num_hypotheses": spec.n_samples,
+                                  "max_batch_size": spec.max_batch_tokens, "batch_type": "tokens",
+                                  "return_end_token": True}
+        if spec.mode == "beam":
+            kwargs.update(beam_size=max(spec.num_beams, spec.n_samples))
+        else:
+            kwargs.update(beam_size=1, sampling_topk=self.top_k, sampling_topp=spec.top_p)
+        out = []
+        for result in self.translator.translate_batch(sources, **kwargs):
+            samples = []
+            for tokens in result.hypotheses:
+                text = self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
+                samples.append((text, len(tokens)))
+            out.append(samples)
+        return out
