@@ -52,7 +52,7 @@ class TrackedRun:
             source = DeltaDatasetSource(path=location if is_path else None,
                                         delta_table_name=None if is_path else location,
                                         delta_table_version=int(version))
-            mlflow.log_input(MetaDataset(source=source, name=name, digest=f"v{version}"), context=context)
+            log_dataset(self.run_id, MetaDataset(source=source, name=name, digest=f"v{version}"), context)
 
     def log_output_table(self, name: str, version: int, location: str, skipped: bool = False) -> None:
         """Record a table version this run wrote (or found already written, when ``skipped``)."""
@@ -128,6 +128,34 @@ class Tracker:
             if log_config:
                 handle.log_params(self.cfg.flat())
             yield handle
+
+
+def log_dataset(run_id: str, dataset: Any, context: str, attempts: int = 4) -> None:
+    """Log the MLflow ``dataset`` as an input of run ``run_id`` with ``context`` (input/output).
+
+    The tracking store gets-or-creates the dataset row (select, then insert): two runs logging one table
+    version at once (two processes of one job) both miss it and the later insert fails on the store's unique
+    key (found by the two-process ingest test on SQLite). That failure is retried; the retry finds the row.
+    """
+    import time
+
+    from mlflow import MlflowClient
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    inputs = [DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(key=MLFLOW_DATASET_CONTEXT, value=context)])]
+    for attempt in range(attempts):
+        try:
+            MlflowClient().log_inputs(run_id, inputs)
+            return
+        except MlflowException as exc:
+            text = str(exc)
+            if attempt == attempts - 1 or not ("UNIQUE constraint" in text or "IntegrityError" in text
+                                              or "Duplicate entry" in text or "duplicate key" in text):
+                raise
+            log.warning("logging dataset %s lost a race to a concurrent run; retrying", dataset.name)
+            time.sleep(0.05 * (attempt + 1))
 
 
 def _param_value(value: Any) -> str:

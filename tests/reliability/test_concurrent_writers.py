@@ -241,3 +241,29 @@ def test_two_processes_ingesting_different_inputs_at_once_both_commit(spark, wri
         sources = sorted(Path(next(iter(c.lineage["inputs"]))).parent.name for c in history)
         assert sources == [landing.name for landing in landings], (table, sources)
         assert [lakehouse.read(table, c.version).count() for c in history] == [rows, rows]
+
+
+def test_two_runs_logging_one_table_version_at_once_both_record_it(tmp_path):
+    """Two MLflow runs (as two processes of one job) log the same table version as a dataset at the same
+    moment, 8 times, on one SQLite store: the store's get-or-create races (one insert fails on its unique key);
+    the lakehouse's logger retries, and both runs hold the dataset every time."""
+    import mlflow
+    from mlflow.data.delta_dataset_source import DeltaDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    from common.platform.tracking import log_dataset
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    try:
+        client = mlflow.MlflowClient()
+        experiment = client.create_experiment("race")
+        for round_ in range(8):
+            runs = [client.create_run(experiment).info.run_id for _ in range(2)]
+            dataset = MetaDataset(source=DeltaDatasetSource(path=str(tmp_path / "items"), delta_table_version=round_),
+                                  name="items", digest=f"v{round_}")
+            _, errors = _together([lambda run=run: log_dataset(run, dataset, "output") for run in runs])
+            assert not errors, errors
+            assert all([d.dataset.digest for d in client.get_run(run).inputs.dataset_inputs] == [f"v{round_}"]
+                       for run in runs)
+    finally:
+        mlflow.set_tracking_uri(None)
