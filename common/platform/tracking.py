@@ -109,7 +109,17 @@ class Tracker:
             artifact_location = None
             if uri.startswith("sqlite:///") and "://" not in self.cfg.lakehouse.root:
                 artifact_location = f"file://{self.cfg.lakehouse.root}/mlflow-artifacts"
-            mlflow.create_experiment(self.cfg.tracking.experiment, artifact_location=artifact_location)
+            from mlflow.exceptions import MlflowException
+
+            try:
+                mlflow.create_experiment(self.cfg.tracking.experiment, artifact_location=artifact_location)
+            except MlflowException as exc:
+                # Two processes starting at once both found no experiment: the later create is refused, and
+                # the experiment the other made is the one to use.
+                if mlflow.get_experiment_by_name(self.cfg.tracking.experiment) is None:
+                    raise
+                log.info("experiment %s was created by a concurrent run (%s)", self.cfg.tracking.experiment,
+                         str(exc).splitlines()[0])
         mlflow.set_experiment(self.cfg.tracking.experiment)
         self._ready = True
 
