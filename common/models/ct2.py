@@ -22,6 +22,7 @@ from common.models.generation import GenerationSpec, T5Generator
 
 log = logging.getLogger(__name__)
 
+
 def available() -> bool:
     """True when the ``ctranslate2`` package imports here."""
     try:
@@ -152,7 +153,7 @@ class CT2Generator(T5Generator):
         if self._ct2 is None:
             return super()._generate(texts)
         spec = self.spec
-        sources = [self.tokenizer.convert_ids_to_tokens(self.tokenizer(t).input_ids) for t in texts]
+        sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(texts).input_ids]
         kwargs: dict[str, Any] = {"max_decoding_length": spec.max_new_tokens, "num_hypotheses": spec.n_samples,
                                   "max_batch_size": spec.max_batch_tokens, "batch_type": "tokens",
                                   "return_end_token": True}

@@ -183,7 +183,7 @@ def _run_together(runs: list[tuple[Path, Path, Path]], base: Path, path: str, ba
     env = {**os.environ, "PYTHONPATH": str(REPO), "AUGMENT_FAULT_BARRIER": str(barrier),
            "AUGMENT_FAULT_PARTIES": str(len(runs))}
     procs = []
-    for i, (root, landing, log) in enumerate(runs):
+    for root, landing, log in runs:
         with open(log, "w") as out:
             procs.append(subprocess.Popen(
                 [sys.executable, killable_job.__file__, *ingest_args(root, base, path, landing)], cwd=REPO,
