@@ -82,6 +82,25 @@ def test_ctranslate2_decodes_as_hf_does(learned_model, ray_runtime):
     assert len(first) == 27 and first.values.tolist() == again.values.tolist()
 
 
+def test_ctranslate2_samples_depend_on_the_bucket_and_seed_alone(tiny_model):
+    """CTranslate2 seeds a worker thread's generator at its first draw only; a bucket's samples must still
+    not depend on what the actor sampled before (another bucket in between, or a fresh actor)."""
+    from common.models.ct2 import CT2Generator
+
+    spec = GenerationSpec(n_samples=3, max_new_tokens=12, engine="ctranslate2")
+    texts = ["acme mug", "zeta pan", "bolt lamp"]
+    actor = CT2Generator(tiny_model, "v", spec)
+    assert actor._ct2 is not None  # served by CTranslate2, not the hf fallback
+
+    def sample(generator, seed, inputs):
+        generator._seed(seed)
+        return generator._generate(inputs)
+
+    first, other, again = sample(actor, 7, texts), sample(actor, 9, texts[:2]), sample(actor, 7, texts)
+    assert first == again and first != sample(actor, 8, texts)
+    assert sample(CT2Generator(tiny_model, "v", spec), 9, texts[:2]) == other
+
+
 def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):
     from common.models.ct2 import compute_type, hf_reason
     from common.models.label_prefix import META_FILE
