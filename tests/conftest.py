@@ -17,6 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config):
+    # Ray Data logs its executor's per-operator statistics at DEBUG: a failing test's report would be tens
+    # of kilobytes of them, with the assertion far above. Capture from INFO unless --log-level says otherwise.
+    if config.getoption("log_level") is None and not config.getini("log_level"):
+        config.option.log_level = "INFO"
     config.addinivalue_line("markers", "slow: minutes-long tests, fault injection and whole pipelines (make test "
                                        "runs them; make test-fast leaves them out)")
 

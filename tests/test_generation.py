@@ -101,6 +101,26 @@ def test_ctranslate2_samples_depend_on_the_bucket_and_seed_alone(tiny_model):
     assert sample(CT2Generator(tiny_model, "v", spec), 9, texts[:2]) == other
 
 
+def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(tiny_model):
+    """The CTranslate2 actor's tokenizer (``tokenizers`` alone) gives transformers' ids and texts, also for an
+    input longer than the training's truncation, which the saved tokenizer file still carries."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from common.models.ct2 import _Tokenizer
+
+    assert json.load(open(f"{tiny_model}/tokenizer.json"))["truncation"] is not None  # the trap is there
+    hf, fast = AutoTokenizer.from_pretrained(tiny_model), _Tokenizer.load(tiny_model)
+    texts = ["acme mug", "", "  Ünïcödé ½ 10\"x12\" ", "<pad> x </s>", "zeta lamp " * 40]
+    assert fast(texts).input_ids == hf(texts).input_ids and len(fast(texts[-1]).input_ids) > 80
+    ids = [3, 5, 0, 1, 2, 9, 1, 0]
+    assert [fast.decode(ids, skip_special_tokens=s) for s in (True, False)] == \
+        [hf.decode(ids, skip_special_tokens=s) for s in (True, False)]
+    tokens = fast.convert_ids_to_tokens(ids)
+    assert tokens == hf.convert_ids_to_tokens(ids) and fast.convert_tokens_to_ids(tokens) == ids
+
+
 def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):
     from common.models.ct2 import compute_type, hf_reason
     from common.models.label_prefix import META_FILE

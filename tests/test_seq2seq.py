@@ -111,3 +111,9 @@ def test_warm_minilm_fine_tunes_reloads_and_generates(tmp_path):
     served = CT2Generator(str(tmp_path / "warm"), "warm-v1", GenerationSpec(
         n_samples=2, max_new_tokens=8, max_source_tokens=32, seed=3, engine="ctranslate2"))
     assert served._ct2 is None and type(served.model).__name__ == "BartForConditionalGeneration"
+    # The failure is remembered beside the model: the next actor (or run) is told at once, without loading.
+    from common.models.ct2 import convert
+
+    assert "BartConfig" in (tmp_path / "warm" / "ct2-int8.failed").read_text()
+    with pytest.raises(RuntimeError, match="failed to convert it before"):
+        convert(str(tmp_path / "warm"), "int8")

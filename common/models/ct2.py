@@ -18,7 +18,8 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Optional
 
 from common.models.generation import GenerationSpec, T5Generator
 
@@ -42,19 +43,41 @@ def compute_type(spec: GenerationSpec, device: str) -> str:
     return "float16" if device == "cuda" else "int8"
 
 
+def stored_type(kind: str, device: str) -> str:
+    """The weights' storage type for compute type ``kind`` on ``device``: int8 (CPU int8, GPU int8_float16),
+    float16 on GPU, else float32; CTranslate2 casts at load where the two differ."""
+    return "int8" if kind.startswith("int8") else "float16" if device == "cuda" else "float32"
+
+
 def convert(model_path: str, quantization: str) -> str:
     """The CTranslate2 conversion of the local HF model folder ``model_path``, made once: returns
     ``<model_path>/ct2-<quantization>``. Converted into a temporary folder and renamed into place, so two
-    actors converting at once leave one complete folder (the loser's rename fails and it uses the winner's)."""
+    actors converting at once leave one complete folder (the loser's rename fails and it uses the winner's).
+    A converter failure is remembered beside the model (``ct2-<quantization>.failed``, with the
+    ctranslate2 version) and raised again at once by later calls of that version, instead of each actor of
+    each run loading the weights to fail the same way."""
+    import json
+
     import ctranslate2
 
     target = os.path.join(model_path, f"ct2-{quantization}")
     if os.path.isfile(os.path.join(target, "model.bin")):
         return target
+    failed = f"{target}.failed"
+    if os.path.isfile(failed):
+        with open(failed, encoding="utf-8") as handle:
+            known = json.load(handle)
+        if known.get("ctranslate2") == ctranslate2.__version__:
+            raise RuntimeError(f"ctranslate2 {known['ctranslate2']} failed to convert it before: {known['error']}")
     scratch = tempfile.mkdtemp(prefix=".ct2-", dir=model_path)
     try:
         out = os.path.join(scratch, "model")
-        ctranslate2.converters.TransformersConverter(model_path).convert(out, quantization=quantization)
+        try:
+            ctranslate2.converters.TransformersConverter(model_path).convert(out, quantization=quantization)
+        except Exception as exc:
+            with open(failed, "w", encoding="utf-8") as handle:
+                json.dump({"ctranslate2": ctranslate2.__version__, "error": f"{type(exc).__name__}: {exc}"}, handle)
+            raise
         try:
             os.rename(out, target)
         except OSError:  # another actor's conversion landed first
@@ -65,10 +88,47 @@ def convert(model_path: str, quantization: str) -> str:
     return target
 
 
+def prepare(model_uri: str, spec: GenerationSpec, num_gpus: float = 0.0) -> Optional[str]:
+    """Convert the model at ``model_uri`` once for an actor pool about to start, in a Ray task (the converter
+    imports torch and loads the HF weights; the driver need not): the pool's actors then load
+    ``<model_uri>/ct2-<quantization>`` instead of each converting. The quantization is the one the actors
+    will use, on GPU when ``num_gpus`` > 0. Returns the converted folder's URI, or None when the pool will
+    generate with hf (the actors then say why)."""
+    import ray
+
+    from common.platform.storage import exists
+
+    device = "cuda" if num_gpus > 0 else "cpu"
+    quantization = stored_type(compute_type(spec, device), device)
+    target = f"{model_uri.rstrip('/')}/ct2-{quantization}"
+    if exists(f"{target}/model.bin"):  # converted by an earlier run of the same model
+        return target
+    task = ray.remote(num_cpus=1, max_calls=1)(_convert_once)  # max_calls: the worker leaves with torch
+    return ray.get(task.remote(model_uri, quantization, target))
+
+
+def _convert_once(model_uri: str, quantization: str, target: str) -> Optional[str]:
+    """:func:`prepare`'s task: the model converted into ``target`` (``<model_uri>/ct2-<quantization>``;
+    copied up to an object store when the model lives in one), or None when hf must serve it."""
+    from common.platform.storage import is_local, local_copy, put_folder
+
+    local = local_copy(model_uri)
+    if hf_reason(local):
+        return None
+    try:
+        folder = convert(local, quantization)
+    except Exception as exc:  # noqa: BLE001  (the actors fall back to hf and log why)
+        log.warning("no CTranslate2 conversion of %s: %s: %s", model_uri, type(exc).__name__, exc)
+        return None
+    if not is_local(model_uri):
+        put_folder(folder, target)
+    return target
+
+
 def hf_reason(model_path: str) -> str | None:
     """Why the local model folder ``model_path`` must be generated with hf instead (None when CTranslate2
     can run it): the package does not import here, or the model takes label-prefix blocks."""
-    from common.models.label_prefix import has_prefix
+    from common.models.prefix_files import has_prefix
 
     if not available():
         return "the ctranslate2 package does not import here"
@@ -106,6 +166,52 @@ def _actor_threads() -> int:
     return 1
 
 
+class _Tokenizer:
+    """The transformers tokenizer calls :class:`CT2Generator` makes, answered by the ``tokenizers`` library
+    from the model's ``tokenizer.json``: importing transformers (and torch with it) costs an actor about
+    3 s of its start, and CTranslate2 needs neither."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    @classmethod
+    def load(cls, folder: str) -> Optional["_Tokenizer"]:
+        """The model's fast tokenizer, or None when there is no ``tokenizer.json`` or transformers would
+        post-process its decoding (``clean_up_tokenization_spaces``): then transformers must serve it."""
+        import json
+
+        from tokenizers import Tokenizer
+
+        path, config = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "tokenizer_config.json")
+        if not os.path.isfile(path):
+            return None
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8") as handle:
+                if json.load(handle).get("clean_up_tokenization_spaces"):
+                    return None
+        tokenizer = Tokenizer.from_file(path)
+        # A tokenizer saved after a padded, truncated training call keeps those settings in its file;
+        # transformers resets them on each call, and so must this (a truncated input would pass the length check).
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        return cls(tokenizer)
+
+    def __call__(self, text):
+        """``input_ids`` of one text or a list of texts, special tokens (the end token) added."""
+        if isinstance(text, str):
+            return SimpleNamespace(input_ids=self._tokenizer.encode(text).ids)
+        return SimpleNamespace(input_ids=[e.ids for e in self._tokenizer.encode_batch(list(text))])
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return [self._tokenizer.id_to_token(i) for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: list[str]) -> list[int]:
+        return [self._tokenizer.token_to_id(t) for t in tokens]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
 class CT2Generator(T5Generator):
     """A Ray Data callable class generating with CTranslate2: converts (once) and loads the model, then serves
     batches exactly as :class:`T5Generator` does. A model CTranslate2 cannot run (:func:`hf_reason`, or one its
@@ -123,21 +229,20 @@ class CT2Generator(T5Generator):
 
             self.device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
             kind = compute_type(spec, self.device)
-            # Converted weights in the compute type's storage type: int8 (CPU int8, GPU int8_float16) or
-            # float16 on GPU or float32; CTranslate2 casts at load where the two differ.
-            stored = "int8" if kind.startswith("int8") else "float16" if self.device == "cuda" else "float32"
             try:
-                folder = convert(local, stored)
+                folder = convert(local, stored_type(kind, self.device))
             except Exception as exc:  # noqa: BLE001  (a model kind the converter does not take: served by hf)
                 reason = f"CTranslate2's converter failed: {type(exc).__name__}: {exc}"
         if reason:
             log.warning("generating with hf, not ctranslate2, from %s: %s", model_path, reason)
             super().__init__(local, model_version, spec)
             return
-        from transformers import AutoTokenizer
-
         self.spec, self.model_version, self.prefix = spec, model_version, None
-        self.tokenizer = AutoTokenizer.from_pretrained(local)
+        self.tokenizer = _Tokenizer.load(local)
+        if self.tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(local)
         self._load = {"model_path": folder, "device": self.device, "compute_type": kind,
                       "intra_threads": _actor_threads()}
         self.translator = ctranslate2.Translator(**self._load)

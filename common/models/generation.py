@@ -178,8 +178,13 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
 
     The input is cut into blocks of ``batch_size`` rows first (a streaming repartition): one Parquet file is
     one block, and its n-fold output would otherwise leave the actors as one block that downstream stages
-    (scoring, the write) can only start on once all of it is generated.
+    (scoring, the write) can only start on once all of it is generated. On the ctranslate2 engine the model
+    is converted first, once, in a Ray task (:func:`common.models.ct2.prepare`), not by each actor.
     """
+    if spec.engine == "ctranslate2":
+        from common.models.ct2 import prepare
+
+        prepare(model_path, spec, num_gpus)
     return on_actor_pool(ds, engine_class(spec), {"model_path": model_path, "model_version": model_version,
                                                   "spec": spec}, concurrency, num_gpus, batch_size)
 

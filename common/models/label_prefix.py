@@ -15,7 +15,9 @@ from typing import Sequence
 
 import torch
 
-PREFIX_FILE, META_FILE = "label_prefix.safetensors", "label_prefix.json"
+from common.models.prefix_files import META_FILE, PREFIX_FILE, has_prefix
+
+__all__ = ["META_FILE", "PREFIX_FILE", "LabelPrefix", "UnknownLabelError", "has_prefix"]
 
 
 class UnknownLabelError(ValueError):
@@ -95,8 +97,3 @@ class LabelPrefix(torch.nn.Module):
 
         table = load_file(os.path.join(folder, PREFIX_FILE))["table"]  # safetensors: loading runs no pickle
         return cls(meta["labels"], meta["length"], table.shape[-1], meta["separator"], table.to(dtype))
-
-
-def has_prefix(folder: str) -> bool:
-    """True when the model saved in ``folder`` is generated from label sets."""
-    return os.path.isfile(os.path.join(folder, META_FILE))
