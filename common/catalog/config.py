@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from common.models.config import FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig
+from common.models.config import FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig, ctranslate2_generation
 from common.platform.config import check
 
 
@@ -81,7 +81,7 @@ class CGAConfig:
 
     model: T5ModelConfig = field(default_factory=T5ModelConfig)
     fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    generation: GenerationConfig = field(default_factory=ctranslate2_generation)
     # Ordered pairs of different versions per group: s(s-1) for a group of s titles (a 192-item group
     # gives 36,672); None keeps them all, as the paper does.
     max_pairs_per_group: Optional[int] = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig
+from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig, ctranslate2_generation
 from common.platform.config import check
 
 
@@ -78,5 +78,5 @@ class QueryReformulationConfig:
     fine_tune: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(
         epochs=2, learning_rate=3e-4, batch_size=32, grad_accumulation=16))
     # The paper does not say how many reformulations per tuple; 8 samples (as in CGA) by default.
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    generation: GenerationConfig = field(default_factory=ctranslate2_generation)
     matcher: MatcherConfig = field(default_factory=MatcherConfig)
