@@ -119,6 +119,10 @@ def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(t
         [hf.decode(ids, skip_special_tokens=s) for s in (True, False)]
     tokens = fast.convert_ids_to_tokens(ids)
     assert tokens == hf.convert_ids_to_tokens(ids) and fast.convert_tokens_to_ids(tokens) == ids
+    # Tokens outside the vocabulary (CTranslate2's names for ids past the tokenizer's size) read as <unk>.
+    strange = ["<extra_id_7>", "\u2581no-such-piece", "mug"]
+    assert fast.convert_tokens_to_ids(strange) == hf.convert_tokens_to_ids(strange) and hf.unk_token_id in \
+        fast.convert_tokens_to_ids(strange)
 
 
 def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):

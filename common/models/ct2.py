@@ -171,8 +171,9 @@ class _Tokenizer:
     from the model's ``tokenizer.json``: importing transformers (and torch with it) costs an actor about
     3 s of its start, and CTranslate2 needs neither."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, unk_token: Optional[str] = None):
         self._tokenizer = tokenizer
+        self._unk_id = tokenizer.token_to_id(unk_token) if unk_token else None
 
     @classmethod
     def load(cls, folder: str) -> Optional["_Tokenizer"]:
@@ -185,16 +186,19 @@ class _Tokenizer:
         path, config = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "tokenizer_config.json")
         if not os.path.isfile(path):
             return None
+        settings = {}
         if os.path.isfile(config):
             with open(config, encoding="utf-8") as handle:
-                if json.load(handle).get("clean_up_tokenization_spaces"):
-                    return None
+                settings = json.load(handle)
+        if settings.get("clean_up_tokenization_spaces"):
+            return None
+        unk = settings.get("unk_token")
         tokenizer = Tokenizer.from_file(path)
         # A tokenizer saved after a padded, truncated training call keeps those settings in its file;
         # transformers resets them on each call, and so must this (a truncated input would pass the length check).
         tokenizer.no_padding()
         tokenizer.no_truncation()
-        return cls(tokenizer)
+        return cls(tokenizer, unk.get("content") if isinstance(unk, dict) else unk)
 
     def __call__(self, text):
         """``input_ids`` of one text or a list of texts, special tokens (the end token) added."""
@@ -206,7 +210,11 @@ class _Tokenizer:
         return [self._tokenizer.id_to_token(i) for i in ids]
 
     def convert_tokens_to_ids(self, tokens: list[str]) -> list[int]:
-        return [self._tokenizer.token_to_id(t) for t in tokens]
+        """Ids of ``tokens``; one outside the vocabulary gets the unknown token's id, as in transformers (a
+        model whose embedding is wider than its tokenizer, t5-small's 32,128 rows for 32,100 tokens, can
+        sample ids that CTranslate2 names by placeholder tokens)."""
+        ids = [self._tokenizer.token_to_id(t) for t in tokens]
+        return [self._unk_id if i is None else i for i in ids]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
