@@ -139,6 +139,9 @@ class FineTuneConfig:
     learning_rate: float = 3e-4
     batch_size: int = 32
     grad_accumulation: int = 1
+    # Length-grouped batches (common.models.batching): each holds examples of similar length, so it pads
+    # less; off by default, since the papers' epochs and learning rates assume random batches.
+    group_by_length: bool = False
     num_cpus: int = 1
     num_gpus: float = 0.0
     # Log a checkpoint (model + tokenizer) to MLflow every this many epochs (0: none); the final model
