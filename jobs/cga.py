@@ -39,7 +39,9 @@ def _model_hash(ctx: JobContext) -> str:
 
 def _generation_hash(ctx: JobContext) -> str:
     cfg = ctx.cfg.cga
-    return hash_of(_model_hash(ctx), asdict(cfg.generation), cfg.scorer)
+    # The encoder engine only changes minilm scores (bleu's hash stays as it was).
+    scorer = [cfg.scorer, cfg.scorer_engine] if cfg.scorer == "minilm" else [cfg.scorer]
+    return hash_of(_model_hash(ctx), asdict(cfg.generation), *scorer)
 
 
 @job("cga-pairs")
@@ -67,9 +69,9 @@ def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     v_pairs, v_train = tr.versions["cga_pairs"], tr.versions["labeled_train"]
     model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "t5_cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
                             {"cga_pairs": tr.inputs["cga_pairs"]})
+    scorer = FilterSpec(scorer=cfg.scorer, threshold=None, encoder_engine=cfg.scorer_engine)
     written, stats = generate_stage(ctx, tr, "labeled_train", v_train, "item_id", "title", model, cfg.generation,
-                                    FilterSpec(scorer=cfg.scorer, threshold=None), "cga_generated",
-                                    _generation_hash(ctx), dict(tr.inputs))
+                                    scorer, "cga_generated", _generation_hash(ctx), dict(tr.inputs))
     tr.result.outputs["cga_generated"] = written
     return stats.metrics()
 

@@ -98,3 +98,38 @@ def test_scoring_keeps_earlier_reasons_and_threshold_free_mode(ray_runtime):
     scored = score_batch(table, FilterSpec(scorer="bleu", threshold=None)).to_pydict()
     assert scored["reason"] == [None, "input longer than 64 tokens (101)", "copy of the source"]
     assert scored["score"][0] > 0.3 and scored["score"][1:] == [None, None]
+
+
+def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(tmp_path, monkeypatch, caplog):
+    import logging
+    import os
+    import shutil
+
+    import numpy as np
+
+    from common.models.scoring import _encoder, minilm_path
+    from common.models.sentence_encoder import CT2SentenceEncoder, ct2_reason
+
+    monkeypatch.setenv("AUGMENT_CACHE", str(tmp_path / "cache"))
+    texts = ["red cotton t-shirt size XL", "crimson cotton tee, extra large", "stainless steel frying pan 28cm",
+             "LEGO Technic 42115 Lamborghini Sián FKP 37", "a"]
+    path = minilm_path()
+    assert ct2_reason(path) is None
+    fast = CT2SentenceEncoder(path, device="cpu")
+    converted = os.listdir(tmp_path / "cache" / "ct2-encoders")
+    assert len(converted) == 1 and converted[0].endswith("-float32")
+    CT2SentenceEncoder(path, device="cpu")  # the second load reuses the conversion
+    assert os.listdir(tmp_path / "cache" / "ct2-encoders") == converted
+    exact = _encoder(path, None, "torch").encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    float32 = fast.encode(texts, batch_size=2)  # batches of 2: padding inside a batch must not move a vector
+    assert float32.shape == exact.shape and np.allclose(float32, exact, atol=2e-4)
+    int8 = CT2SentenceEncoder(path, device="cpu", compute_type="int8").encode(texts)
+    assert np.allclose(np.linalg.norm(int8, axis=1), 1.0, atol=1e-5) and (np.sum(int8 * exact, axis=1) > 0.99).all()
+    # A model of another layout (CLS pooling here) is left to sentence-transformers, saying why when asked.
+    other = tmp_path / "cls-model"
+    shutil.copytree(path, other)
+    (other / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 384, "pooling_mode_cls_token": true}')
+    assert "not mean tokens" in ct2_reason(str(other))
+    with caplog.at_level(logging.WARNING, logger="common.models.scoring"):
+        encoder = _encoder(str(other), None, "ctranslate2")
+    assert type(encoder).__name__ == "SentenceTransformer" and "not mean tokens" in caplog.text

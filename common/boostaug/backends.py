@@ -173,8 +173,9 @@ def synonym_table(k: int = 5, min_cosine: float = 0.45) -> dict[str, tuple[str, 
     import os
     from pathlib import Path
 
-    cache = Path(os.environ.get("AUGMENT_CACHE", Path.home() / ".cache" / "catalog-augment")) \
-        / f"minilm-synonyms-{k}-{min_cosine:g}.json"
+    from common.models.sentence_encoder import cache_root
+
+    cache = Path(cache_root()) / f"minilm-synonyms-{k}-{min_cosine:g}.json"
     if cache.is_file():
         try:
             return {w: tuple(near) for w, near in json.loads(cache.read_text(encoding="utf-8")).items()}

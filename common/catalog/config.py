@@ -86,6 +86,8 @@ class CGAConfig:
     # gives 36,672); None keeps them all, as the paper does.
     max_pairs_per_group: Optional[int] = None
     scorer: Literal["bleu", "minilm"] = "bleu"
+    # The minilm scorer's encoder: CTranslate2 where it can run the model (auto), or the one named.
+    scorer_engine: Literal["auto", "ctranslate2", "torch"] = "auto"
     threshold: float = 0.7
     # Optional sub-sample of the filtered samples into D_aug (None: all of them, the paper's main result).
     n: Optional[int] = None

@@ -49,18 +49,18 @@ def stored_type(kind: str, device: str) -> str:
     return "int8" if kind.startswith("int8") else "float16" if device == "cuda" else "float32"
 
 
-def convert(model_path: str, quantization: str) -> str:
-    """The CTranslate2 conversion of the local HF model folder ``model_path``, made once: returns
-    ``<model_path>/ct2-<quantization>``. Converted into a temporary folder and renamed into place, so two
-    actors converting at once leave one complete folder (the loser's rename fails and it uses the winner's).
-    A converter failure is remembered beside the model (``ct2-<quantization>.failed``, with the
+def convert(model_path: str, quantization: str, target: Optional[str] = None) -> str:
+    """The CTranslate2 conversion of the local HF model folder ``model_path``, made once: returns ``target``
+    (default ``<model_path>/ct2-<quantization>``). Converted into a temporary folder beside ``target`` and
+    renamed into place, so two actors converting at once leave one complete folder (the loser's rename fails
+    and it uses the winner's). A failure is remembered beside ``target`` (``<target>.failed``, with the
     ctranslate2 version) and raised again at once by later calls of that version, instead of each actor of
     each run loading the weights to fail the same way."""
     import json
 
     import ctranslate2
 
-    target = os.path.join(model_path, f"ct2-{quantization}")
+    target = target or os.path.join(model_path, f"ct2-{quantization}")
     if os.path.isfile(os.path.join(target, "model.bin")):
         return target
     failed = f"{target}.failed"
@@ -69,7 +69,7 @@ def convert(model_path: str, quantization: str) -> str:
             known = json.load(handle)
         if known.get("ctranslate2") == ctranslate2.__version__:
             raise RuntimeError(f"ctranslate2 {known['ctranslate2']} failed to convert it before: {known['error']}")
-    scratch = tempfile.mkdtemp(prefix=".ct2-", dir=model_path)
+    scratch = tempfile.mkdtemp(prefix=".ct2-", dir=os.path.dirname(target))
     try:
         out = os.path.join(scratch, "model")
         try:
@@ -112,17 +112,25 @@ def _convert_once(model_uri: str, quantization: str, target: str) -> Optional[st
     copied up to an object store when the model lives in one), or None when hf must serve it."""
     from common.platform.storage import is_local, local_copy, put_folder
 
-    local = local_copy(model_uri)
-    if hf_reason(local):
-        return None
-    try:
-        folder = convert(local, quantization)
-    except Exception as exc:  # noqa: BLE001  (the actors fall back to hf and log why)
-        log.warning("no CTranslate2 conversion of %s: %s: %s", model_uri, type(exc).__name__, exc)
+    folder, reason = converted(local_copy(model_uri), quantization)
+    if folder is None:  # the actors fall back to hf and log why
+        log.warning("no CTranslate2 conversion of %s: %s", model_uri, reason)
         return None
     if not is_local(model_uri):
         put_folder(folder, target)
     return target
+
+
+def converted(model_path: str, quantization: str) -> tuple[Optional[str], Optional[str]]:
+    """(the CTranslate2 folder of the local model ``model_path``, converted once by :func:`convert`, None) or
+    (None, why hf must serve it instead: :func:`hf_reason`, or the converter's failure)."""
+    reason = hf_reason(model_path)
+    if reason:
+        return None, reason
+    try:
+        return convert(model_path, quantization), None
+    except Exception as exc:  # noqa: BLE001  (a model kind the converter does not take: served by hf)
+        return None, f"CTranslate2's converter failed: {type(exc).__name__}: {exc}"
 
 
 def hf_reason(model_path: str) -> str | None:
@@ -231,16 +239,13 @@ class CT2Generator(T5Generator):
 
         local = local_copy(model_path)
         self._ct2 = None
-        reason, folder = hf_reason(local), None
+        reason = hf_reason(local)
         if reason is None:
             import ctranslate2
 
             self.device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
             kind = compute_type(spec, self.device)
-            try:
-                folder = convert(local, stored_type(kind, self.device))
-            except Exception as exc:  # noqa: BLE001  (a model kind the converter does not take: served by hf)
-                reason = f"CTranslate2's converter failed: {type(exc).__name__}: {exc}"
+            folder, reason = converted(local, stored_type(kind, self.device))
         if reason:
             log.warning("generating with hf, not ctranslate2, from %s: %s", model_path, reason)
             super().__init__(local, model_version, spec)

