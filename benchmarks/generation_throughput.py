@@ -2,7 +2,8 @@
 
 1. The same model, inputs and decoding settings through (a) a naive loop of one ``model.generate`` per
    input in this process, (b) the Ray Data actor pool of ``common.models.generation.generate`` with the HF
-   engine and (c) the same pool with CTranslate2 (int8; length buckets, one actor, one CPU thread each).
+   engine and (c) the same pool with CTranslate2 (int8; length buckets, one actor, one CPU thread each); the
+   pools read the inputs from a Parquet file, as the jobs read a table version.
    Prints sequences/s, tokens/s, the BLEU-0.7 filter's keep-rate of the samples and peak RSS, for the
    demo-CGA-shaped tiny model (trained briefly to rewrite titles) and a t5-small-shaped one (random weights).
 2. Peak memory of the generation stage (driver + Ray workers, sampled every 0.2 s) while the actor pool
@@ -124,6 +125,8 @@ def _pool_figures(name: str, ds, seconds: float, peak: int) -> dict:
 def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
     """Naive per-row HF, the batched HF actor pool and the CTranslate2 (int8) actor pool on the same model,
     inputs and decoding settings, one CPU thread each. Returns {engine: figures}."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     import ray
     import torch
 
@@ -133,7 +136,10 @@ def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
     torch.set_num_threads(1)
     spec = GenerationSpec(n_samples=8, max_new_tokens=24, max_source_tokens=64, bucket_size=64)
     texts = titles(n_inputs)
-    items = [{"source_id": str(i), "source_text": t} for i, t in enumerate(texts)]
+    # The pools read their inputs from a Parquet file, as the jobs read a table version's files
+    # (Lakehouse.read_ray): a from_items Dataset would add hundreds of tiny blocks and seconds of tasks.
+    inputs = os.path.join(os.path.dirname(model), f"inputs-{n_inputs}.parquet")  # main() removes the folder
+    pq.write_table(pa.table({"source_id": [str(i) for i in range(n_inputs)], "source_text": texts}), inputs)
     print(f"{model.rsplit('/', 1)[-1]}: {n_inputs} inputs x {spec.n_samples} samples, max {spec.max_new_tokens} new "
           f"tokens, 1 CPU thread each (pools: incl. actor start)")
     out = {}
@@ -157,7 +163,7 @@ def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
             print(f"  one-off conversion    : {out['ct2_conversion_s']:7.1f} s (Ray task; not in the pool's time)")
         with PeakRSS() as rss:
             start = time.perf_counter()
-            ds = generate(ray.data.from_items(items), model, "bench", engine_spec, concurrency=1,
+            ds = generate(ray.data.read_parquet(inputs), model, "bench", engine_spec, concurrency=1,
                           batch_size=256).materialize()
             seconds = time.perf_counter() - start
         out[name] = _pool_figures(f"{engine} actor pool", ds, seconds, rss.peak)
