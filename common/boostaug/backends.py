@@ -173,7 +173,7 @@ def synonym_table(k: int = 5, min_cosine: float = 0.45) -> dict[str, tuple[str, 
     import os
     from pathlib import Path
 
-    from common.models.sentence_encoder import cache_root
+    from common.platform.storage import cache_root
 
     cache = Path(cache_root()) / f"minilm-synonyms-{k}-{min_cosine:g}.json"
     if cache.is_file():

@@ -187,17 +187,14 @@ class _Tokenizer:
     def load(cls, folder: str) -> Optional["_Tokenizer"]:
         """The model's fast tokenizer, or None when there is no ``tokenizer.json`` or transformers would
         post-process its decoding (``clean_up_tokenization_spaces``): then transformers must serve it."""
-        import json
-
         from tokenizers import Tokenizer
 
-        path, config = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "tokenizer_config.json")
+        from common.platform.storage import read_json
+
+        path = os.path.join(folder, "tokenizer.json")
         if not os.path.isfile(path):
             return None
-        settings = {}
-        if os.path.isfile(config):
-            with open(config, encoding="utf-8") as handle:
-                settings = json.load(handle)
+        settings = read_json(os.path.join(folder, "tokenizer_config.json"))
         if settings.get("clean_up_tokenization_spaces"):
             return None
         unk = settings.get("unk_token")

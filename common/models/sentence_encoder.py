@@ -10,27 +10,15 @@ scorer takes either; a model of any other layout is left to sentence-transformer
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from typing import Optional, Sequence
 
 import numpy as np
 
+from common.platform.storage import cache_root, read_json
+
 TRANSFORMER, POOLING, NORMALIZE = (f"sentence_transformers.models.{name}"
                                    for name in ("Transformer", "Pooling", "Normalize"))
-
-
-def cache_root() -> str:
-    """The suite's machine-local cache, where converted encoders are kept (the packaged model lives in
-    site-packages, which need not be writable): ``$AUGMENT_CACHE``, default ``~/.cache/catalog-augment``."""
-    return os.environ.get("AUGMENT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "catalog-augment")
-
-
-def _read_json(path: str) -> dict:
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def ct2_reason(path: str) -> Optional[str]:
@@ -41,11 +29,11 @@ def ct2_reason(path: str) -> Optional[str]:
 
     if not available():
         return "the ctranslate2 package does not import here"
-    modules = _read_json(os.path.join(path, "modules.json"))
+    modules = read_json(os.path.join(path, "modules.json"))
     kinds = [m.get("type") for m in modules] if isinstance(modules, list) else []
     if kinds not in ([TRANSFORMER, POOLING], [TRANSFORMER, POOLING, NORMALIZE]) or modules[0].get("path"):
         return f"its modules are {kinds or 'not listed'}, not Transformer -> Pooling (-> Normalize)"
-    pooling = _read_json(os.path.join(path, modules[1]["path"], "config.json"))
+    pooling = read_json(os.path.join(path, modules[1]["path"], "config.json"))
     modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v}
     if modes != {"pooling_mode_mean_tokens"}:
         return f"its pooling is {sorted(modes)}, not mean tokens"
@@ -56,7 +44,8 @@ def ct2_reason(path: str) -> Optional[str]:
 
 def converted_folder(path: str, quantization: str) -> str:
     """The CTranslate2 conversion of the encoder in ``path``, made once per model file and quantization in
-    :func:`cache_root` (keyed by the folder, the weights' size and time, so new weights convert anew)."""
+    the suite's cache (:func:`~common.platform.storage.cache_root`: the packaged model lives in site-packages,
+    which need not be writable), keyed by the folder, the weights' size and time, so new weights convert anew."""
     from common.models.ct2 import convert
 
     weights = next((os.path.join(path, name) for name in ("model.safetensors", "pytorch_model.bin")
@@ -89,7 +78,7 @@ class CT2SentenceEncoder:
         self.device, self._ct2 = device, ctranslate2
         self.encoder = ctranslate2.Encoder(folder, device=device, compute_type=kind,
                                            intra_threads=int(os.environ.get("OMP_NUM_THREADS") or 0))
-        settings = _read_json(os.path.join(path, "sentence_bert_config.json"))
+        settings = read_json(os.path.join(path, "sentence_bert_config.json"))
         self.lower_case = bool(settings.get("do_lower_case"))
         self.tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
         self.tokenizer.no_padding()

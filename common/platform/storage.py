@@ -91,3 +91,22 @@ def remove_tree(uri: str) -> None:
             fs.delete_dir(root)
     except Exception as exc:
         log.warning("could not remove %s: %s", uri, exc)
+
+
+def cache_root() -> str:
+    """The suite's machine-local cache (converted encoders, the BoostAug synonym table): ``$AUGMENT_CACHE``,
+    default ``~/.cache/catalog-augment``."""
+    import os
+
+    return os.environ.get("AUGMENT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "catalog-augment")
+
+
+def read_json(path: str) -> dict:
+    """The JSON object in the local file ``path``, or {} when there is no such file (optional model configs)."""
+    import json
+    import os
+
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
