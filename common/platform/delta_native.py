@@ -2,11 +2,13 @@
 for path tables and catalog tables, with history and versions from ``DESCRIBE HISTORY``."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import uuid
 from typing import TYPE_CHECKING, Optional
 
+from common.platform.storage import local_commit_lock
 from common.platform.tables import (RECENT_COMMITS, Commit, LakehouseError, WriteMode, WriteResult,
                                     check_same_schema, parse_lineage)
 
@@ -75,38 +77,40 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
     if txn_app_id:
         writer = writer.option("txnAppId", txn_app_id).option("txnVersion", 0)
     key = (parse_lineage(metadata) or {}).get("key")
-    for attempt in range(COMMIT_RETRIES + 1):
-        try:
-            if as_catalog_table:
-                writer.saveAsTable(location)
-            else:
-                writer.save(location)
-            break
-        except Exception as exc:
-            conflict = _conflict(exc)
-            if conflict is None:
-                raise
-            # Two writers of one lineage at once: Delta's idempotent-write check fails the later one; its
-            # work is the winner's, so it reports the winner's version below.
-            if txn_app_id and key and any((parse_lineage(m) or {}).get("key") == key for _, m, _ in
-                                          _recent_commits(spark, location, ident, as_catalog_table, storage)):
+    # Spark's log store has no atomic put-if-absent on a local file system: see local_commit_lock.
+    with contextlib.nullcontext() if as_catalog_table else local_commit_lock(location):
+        for attempt in range(COMMIT_RETRIES + 1):
+            try:
+                if as_catalog_table:
+                    writer.saveAsTable(location)
+                else:
+                    writer.save(location)
                 break
-            # A writer of another lineage committed first (two overwrites conflict): run the write again
-            # against the new table state, as Delta's own retry advice says.
-            if attempt == COMMIT_RETRIES:
-                raise LakehouseError(f"write to {table!r} lost {attempt + 1} commit races to concurrent "
-                                     f"writers: {conflict}") from exc
-            log.warning("write to %s lost a commit race to a concurrent writer (%s); retrying (%d/%d)", table,
-                        conflict, attempt + 1, COMMIT_RETRIES)
-    recent = _recent_commits(spark, location, ident, as_catalog_table, storage)
-    for version, user_metadata, metrics in recent:  # newest first: this write's commit carries exactly its
-        if metadata is None or user_metadata == metadata:  # metadata (the run id included)
-            rows = (metrics or {}).get("numOutputRows")
-            return WriteResult(table, version, skipped=False, num_rows=int(rows) if rows is not None else None)
-    for version, user_metadata, _ in recent:
-        if key and (parse_lineage(user_metadata) or {}).get("key") == key:
-            return WriteResult(table, version, skipped=True, num_rows=None)
-    raise LakehouseError(f"write to {table!r} committed nothing and no recent version holds its lineage")
+            except Exception as exc:
+                conflict = _conflict(exc)
+                if conflict is None:
+                    raise
+                # Two writers of one lineage at once: Delta's idempotent-write check fails the later one; its
+                # work is the winner's, so it reports the winner's version below.
+                if txn_app_id and key and any((parse_lineage(m) or {}).get("key") == key for _, m, _ in
+                                              _recent_commits(spark, location, ident, as_catalog_table, storage)):
+                    break
+                # A writer of another lineage committed first (two overwrites conflict): run the write again
+                # against the new table state, as Delta's own retry advice says.
+                if attempt == COMMIT_RETRIES:
+                    raise LakehouseError(f"write to {table!r} lost {attempt + 1} commit races to concurrent "
+                                         f"writers: {conflict}") from exc
+                log.warning("write to %s lost a commit race to a concurrent writer (%s); retrying (%d/%d)", table,
+                            conflict, attempt + 1, COMMIT_RETRIES)
+        recent = _recent_commits(spark, location, ident, as_catalog_table, storage)
+        for version, user_metadata, metrics in recent:  # newest first: this write's commit carries exactly its
+            if metadata is None or user_metadata == metadata:  # metadata (the run id included)
+                rows = (metrics or {}).get("numOutputRows")
+                return WriteResult(table, version, skipped=False, num_rows=int(rows) if rows is not None else None)
+        for version, user_metadata, _ in recent:
+            if key and (parse_lineage(user_metadata) or {}).get("key") == key:
+                return WriteResult(table, version, skipped=True, num_rows=None)
+        raise LakehouseError(f"write to {table!r} committed nothing and no recent version holds its lineage")
 
 
 def _conflict(exc: Exception) -> Optional[str]:

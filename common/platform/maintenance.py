@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from common.platform.config import DELTA_SAFE_RETENTION_HOURS, MaintenanceConfig
-from common.platform.storage import list_files, remove_tree
+from common.platform.storage import list_files, local_commit_lock, remove_tree
 
 if TYPE_CHECKING:
     from common.platform.lakehouse import Lakehouse
@@ -139,7 +139,8 @@ def _folders_older_than(fs, path: str, hours: float, inside: str = "") -> list[s
 
 def _compact(lakehouse: "Lakehouse", table: str) -> None:
     if lakehouse.native_delta:
-        lakehouse.spark.sql(f"OPTIMIZE {lakehouse._ident(table)}").collect()
+        with _commit_lock(lakehouse, table):
+            lakehouse.spark.sql(f"OPTIMIZE {lakehouse._ident(table)}").collect()
     else:
         lakehouse._delta_rs_table(table).optimize.compact()
 
@@ -147,7 +148,8 @@ def _compact(lakehouse: "Lakehouse", table: str) -> None:
 def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> None:
     hours = cfg.retention_hours
     if lakehouse.native_delta:
-        with _retention_check_off(lakehouse.spark, hours < DELTA_SAFE_RETENTION_HOURS):
+        with _retention_check_off(lakehouse.spark, hours < DELTA_SAFE_RETENTION_HOURS), \
+                _commit_lock(lakehouse, table):  # Spark's VACUUM commits too (VACUUM START / END)
             # Spark's VACUUM takes hours as a number; it refuses below the safety default unless told not to.
             lakehouse.spark.sql(f"VACUUM {lakehouse._ident(table)} RETAIN {hours:g} HOURS").collect()
     else:
@@ -165,6 +167,12 @@ def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> None:
         for name in _folders_older_than(fs, path, hours, inside="_temporary"):
             if name.startswith("w"):  # the rs path's write folders (delta_rs.commit_files)
                 remove_tree(f"{location}/{name}/_temporary")
+
+
+def _commit_lock(lakehouse: "Lakehouse", table: str):
+    """The lock Spark's Delta commits to a local path table take (storage.local_commit_lock); none for catalog
+    tables (a local catalog is Spark's embedded Derby metastore, which one process holds at a time)."""
+    return contextlib.nullcontext() if lakehouse.cfg.catalog else local_commit_lock(lakehouse.location(table))
 
 
 @contextlib.contextmanager

@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +112,35 @@ def read_json(path: str) -> dict:
         return {}
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+@contextmanager
+def local_commit_lock(location: str) -> Iterator[None]:
+    """Hold an exclusive lock on the local table folder ``location`` for the body (a no-op for object stores).
+
+    Why: on a local file system Spark's Delta log store commits version N by checking that N's file is absent
+    and then renaming onto it, and a POSIX rename replaces: two processes committing one version at once can
+    both "succeed", the later silently replacing the earlier (and Hadoop's checksum sidecar of the one no
+    longer matching the other's file). Object stores get put-if-absent from their log stores, and delta-rs
+    commits locally with an atomic no-replace rename; this lock gives Spark's writer the same guarantee on a
+    local lakehouse. It is a ``flock`` on ``.<folder>.commit-lock`` beside the table folder, taken on a
+    descriptor of its own per call, so it serializes writers in other processes and in other threads alike;
+    the kernel releases it when a holder dies.
+    """
+    if not is_local(location):
+        yield
+        return
+    import fcntl
+
+    folder = Path(location.removeprefix("file://"))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.commit-lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another writer of %s to commit", location)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,47 @@ def test_different_lineages_both_commit_and_nothing_is_lost(spark, lakehouse, mo
         assert all(history[v] == (n, {w}) for v, (w, n) in by_version.items())
     else:  # appends accumulate: the last version holds the seed and every writer's rows
         assert history[3] == (5 + 20 + 21 + 22, {"seed", *writers})
+
+
+_HOLD_LOCK = """import sys, time
+from common.platform.storage import local_commit_lock
+with local_commit_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+    open(sys.argv[3], "w").write(repr(time.time()))
+"""
+
+
+def _hold_commit_lock(location: str, seconds: float, released: Path) -> subprocess.Popen:
+    """A process holding ``location``'s commit lock for ``seconds`` (then writing the time to ``released``),
+    returned once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, location, str(seconds), str(released)], cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_native_commit_to_a_local_table_waits_for_a_writer_in_another_process(spark, lakehouse, tmp_path):
+    """Spark's Delta log store on a local disk commits by check-then-rename, and a POSIX rename replaces: two
+    processes committing one version at once could both succeed, one silently replaced (a CI run met it as a
+    ChecksumException on the version file). Native commits to a local table hold its commit lock: while
+    another process holds it, a write waits, and commits once the lock is let go. delta-rs' own commit is an
+    atomic no-replace rename and takes no lock."""
+    location, released = lakehouse.location("items"), tmp_path / "released"
+    holder = _hold_commit_lock(location, 3, released)
+    result = lakehouse.write(_frame(spark, 5, "a"), "items")
+    finished = time.time()
+    holder.wait(timeout=60)
+    assert result.version == 0 and lakehouse.read("items").count() == 5
+    if lakehouse.native_delta:
+        assert finished >= float(released.read_text()), "the commit did not wait for the other process's lock"
+    else:
+        assert finished < float(released.read_text()), "delta-rs' commit waited for a lock it does not need"
+    # The kernel lets go of a dead holder's lock: a killed writer never blocks the table.
+    killed = _hold_commit_lock(location, 600, tmp_path / "never")
+    killed.kill()
+    killed.wait(timeout=60)
+    assert lakehouse.write(_frame(spark, 7, "b"), "items").version == 1
 
 
 def _run_together(runs: list[tuple[Path, Path, Path]], base: Path, path: str, barrier: Path) -> list[str]:
