@@ -105,7 +105,7 @@ def _topic_model(ctx: JobContext, uri: str, corpus, own_corpus: bool, doc_passag
     from pyspark.ml import PipelineModel
     from pyspark.sql import functions as F
 
-    from common.genre.topics import topic_pipeline, with_passages
+    from common.genre.topics import fit_topic_model, with_passages
     from common.platform.storage import exists
 
     cfg = ctx.cfg.genre
@@ -122,7 +122,7 @@ def _topic_model(ctx: JobContext, uri: str, corpus, own_corpus: bool, doc_passag
             passages = cached = with_passages(corpus, cfg.window_chars).persist(StorageLevel.MEMORY_AND_DISK)
         fit_rows = passages.select(F.col("passage").alias("text"))
     try:
-        model = topic_pipeline(cfg.topic_model, ctx.cfg.seed).fit(fit_rows)
+        model = fit_topic_model(cfg.topic_model, ctx.cfg.seed, fit_rows)
     finally:
         if cached is not None:
             cached.unpersist()

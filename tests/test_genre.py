@@ -45,6 +45,27 @@ def test_clean_removes_numbers_and_punctuation(spark):
 
 
 # ----------------------------------------------------------------------------- keywords
+def test_the_topic_vocabulary_does_not_depend_on_partitioning_or_task_order(spark):
+    """Spark's CountVectorizer orders words of equal frequency as its tasks finish: two demo runs on one corpus
+    got different vocabularies, hence different topics. The topic model's vocabulary is CountVectorizer's
+    rule with ties by word, whatever the partitioning: document frequency >= min_df (2 here; ``solo`` is in
+    one document), <= max_df (half the documents: ``common`` is in all), the vocab_size most frequent."""
+    from pyspark.sql import functions as F
+
+    from common.genre.config import TopicModelConfig
+    from common.genre.topics import fit_topic_model
+
+    words = ["zebra", "yak", "xerus", "wombat", "vole", "urchin", "tapir", "seal"]
+    docs = [" ".join(["common"] + words[i % 8:i % 8 + 3] + (["solo"] if i == 0 else [])) for i in range(12)]
+    cfg = TopicModelConfig(topics=2, max_iter=2, vocab_size=6, min_df=2.0, max_df=0.5)
+    rows = spark.createDataFrame([(t,) for t in docs], "text string")
+    vocabularies = [fit_topic_model(cfg, 7, frame).stages[2].vocabulary
+                    for frame in (rows.coalesce(1), rows.repartition(4), rows.orderBy(F.desc("text")).repartition(3))]
+    assert vocabularies[0] == vocabularies[1] == vocabularies[2]
+    counts = {w: sum(d.split().count(w) for d in docs) for w in words}
+    assert vocabularies[0] == sorted(words, key=lambda w: (-counts[w], w))[:6]
+
+
 def test_keyword_score_on_a_hand_computed_two_topic_example(spark):
     from common.genre.topics import keyword_scores, top_keywords
 

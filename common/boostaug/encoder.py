@@ -155,7 +155,9 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     """
     import numpy as np
     import torch
-    from transformers import AutoModelForMaskedLM, AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from common.models.optim import LinearWarmupAdamW
 
     rows, held_out = read_rows(train, TEXT, LABEL), read_rows(validation, TEXT, LABEL)
     if not rows:
@@ -170,9 +172,8 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     tokenizer = AutoTokenizer.from_pretrained(path)
     surrogate = _Surrogate(AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True), len(labels)).to(device)
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
-    optimizer = torch.optim.AdamW(surrogate.parameters(), lr=spec.learning_rate)
-    schedule = get_linear_schedule_with_warmup(optimizer, int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
-                                               steps_per_epoch * spec.epochs)
+    optimizer = LinearWarmupAdamW(surrogate.parameters(), spec.learning_rate,
+                                  int(spec.warmup_ratio * steps_per_epoch * spec.epochs), steps_per_epoch * spec.epochs)
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     best: Optional[dict[str, Any]] = None
@@ -198,12 +199,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
                     chosen = chosen.to(device)
                     loss = loss + spec.mlm_weight * torch.nn.functional.cross_entropy(
                         surrogate.token_logits(hidden[chosen]), ids.to(device)[chosen])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(surrogate.parameters(), 1.0)
-                optimizer.step()
-                schedule.step()
-                loss_value = float(loss.detach())
+                loss_value = optimizer.step(loss)
             accuracy = _accuracy(surrogate, tokenizer, held_out, index, spec, device) if held_out else float("nan")
             if best is None or not held_out or accuracy > best["val_accuracy"]:
                 best = {"epoch": epoch, "val_accuracy": accuracy, "final_loss": loss_value}

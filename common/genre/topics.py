@@ -21,23 +21,42 @@ TOKEN_PATTERN = r"[^\p{L}]+"
 ROLES = ("test", "on_topic", "off_topic")
 
 
-def topic_pipeline(cfg: TopicModelConfig, seed: int):
-    """The unfitted Spark ML pipeline: ``text`` -> ``tokens`` -> ``words`` (stop words out) -> ``features``
-    (counts over the vocabulary) -> ``topic_weights`` (LDA, ``cfg.topics`` topics, seeded)."""
-    from pyspark.ml import Pipeline
-    from pyspark.ml.clustering import LDA
-    from pyspark.ml.feature import CountVectorizer, RegexTokenizer, StopWordsRemover
+def fit_topic_model(cfg: TopicModelConfig, seed: int, rows: "DataFrame") -> "PipelineModel":
+    """Fit the topic model on ``rows`` (a ``text`` column): a Spark ML ``PipelineModel`` taking ``text`` ->
+    ``tokens`` -> ``words`` (stop words out) -> ``features`` (counts over the vocabulary) -> ``topic_weights``
+    (LDA, ``cfg.topics`` topics, seeded).
 
-    return Pipeline(stages=[
+    The vocabulary is CountVectorizer's rule (terms whose document frequency is within ``min_df`` and
+    ``max_df``, counts or fractions of the documents; the ``vocab_size`` most frequent), built here with ties
+    in frequency ordered by word: Spark's CountVectorizer leaves them in task-completion order, so two runs
+    on one corpus got different vocabularies and, with them, different topics. Only the vocabulary (at most
+    ``vocab_size`` words) reaches the driver.
+    """
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.clustering import LDA
+    from pyspark.ml.feature import CountVectorizerModel, RegexTokenizer, StopWordsRemover
+    from pyspark.sql import functions as F
+
+    text = Pipeline(stages=[
         RegexTokenizer(inputCol="text", outputCol="tokens", pattern=TOKEN_PATTERN, gaps=True, toLowercase=True,
                        minTokenLength=cfg.min_token_length),
         StopWordsRemover(inputCol="tokens", outputCol="words"),
-        CountVectorizer(inputCol="words", outputCol="features", vocabSize=cfg.vocab_size, minDF=cfg.min_df,
-                        **({} if cfg.max_df is None else {"maxDF": cfg.max_df})),
-        LDA(k=cfg.topics, optimizer=cfg.optimizer, maxIter=cfg.max_iter, seed=seed, featuresCol="features",
-            topicDistributionCol="topic_weights", learningOffset=cfg.learning_offset,
-            learningDecay=cfg.learning_decay),
-    ])
+    ]).fit(rows)
+    words = text.transform(rows).select("words")
+    n_docs = words.count() if cfg.min_df < 1 or (cfg.max_df is not None and cfg.max_df < 1) else 0
+    min_df = cfg.min_df if cfg.min_df >= 1 else cfg.min_df * n_docs
+    max_df = float("inf") if cfg.max_df is None else cfg.max_df if cfg.max_df >= 1 else cfg.max_df * n_docs
+    per_doc = (words.select(F.monotonically_increasing_id().alias("doc"), F.explode("words").alias("word"))
+               .groupBy("doc", "word").count())
+    terms = (per_doc.groupBy("word").agg(F.sum("count").alias("tf"), F.count(F.lit(1)).alias("df"))
+             .where((F.col("df") >= min_df) & (F.col("df") <= max_df))
+             .orderBy(F.desc("tf"), "word").limit(cfg.vocab_size))
+    vocabulary = [r["word"] for r in terms.collect()]
+    counts = CountVectorizerModel.from_vocabulary(vocabulary, inputCol="words", outputCol="features")
+    lda = LDA(k=cfg.topics, optimizer=cfg.optimizer, maxIter=cfg.max_iter, seed=seed, featuresCol="features",
+              topicDistributionCol="topic_weights", learningOffset=cfg.learning_offset,
+              learningDecay=cfg.learning_decay).fit(counts.transform(words))
+    return PipelineModel(stages=[*text.stages, counts, lda])
 
 
 def doc_topics(model: "PipelineModel", docs: "DataFrame") -> "DataFrame":

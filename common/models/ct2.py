@@ -234,15 +234,13 @@ class CT2Generator(T5Generator):
     def __init__(self, model_path: str, model_version: str, spec: GenerationSpec):
         from common.platform.storage import local_copy
 
+        import ctranslate2
+
         local = local_copy(model_path)
         self._ct2 = None
-        reason = hf_reason(local)
-        if reason is None:
-            import ctranslate2
-
-            self.device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-            kind = compute_type(spec, self.device)
-            folder, reason = converted(local, stored_type(kind, self.device))
+        self.device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        kind = compute_type(spec, self.device)
+        folder, reason = converted(local, stored_type(kind, self.device))  # asks hf_reason first
         if reason:
             log.warning("generating with hf, not ctranslate2, from %s: %s", model_path, reason)
             super().__init__(local, model_version, spec)

@@ -84,9 +84,9 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
     Returns the model (best weights loaded) and {epoch, val_jaccard, final_loss}."""
     import numpy as np
     import torch
-    from transformers import get_linear_schedule_with_warmup
 
     from common.models.multilabel import best_threshold
+    from common.models.optim import LinearWarmupAdamW
 
     torch.set_num_threads(spec.num_cpus)
     torch.manual_seed(seed)
@@ -94,9 +94,8 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
     model = EncoderMultiLabelModel(spec, labels)
     index = {label: i for i, label in enumerate(labels)}
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate)
-    schedule = get_linear_schedule_with_warmup(optimizer, int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
-                                               steps_per_epoch * spec.epochs)
+    optimizer = LinearWarmupAdamW(model.parameters(), spec.learning_rate,
+                                  int(spec.warmup_ratio * steps_per_epoch * spec.epochs), steps_per_epoch * spec.epochs)
     rng = np.random.default_rng(seed)
     best: Optional[tuple[float, int, dict]] = None
     loss_value = float("nan")
@@ -110,12 +109,7 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
                 target[r, [index[label] for label in ls]] = 1.0
             loss = torch.nn.functional.binary_cross_entropy_with_logits(
                 model.logits([t for _, t, _ in batch]).float(), target.to(model.device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            loss_value = float(loss.detach())
+            loss_value = optimizer.step(loss)
         score = -1.0
         if validation:
             score = best_threshold(model.probabilities([t for _, t, _ in validation]),
