@@ -51,3 +51,53 @@ def test_runtime_is_shared_and_actors_keep_state(ray_runtime):
     again = RayRuntime(RayConfig(num_cpus=2)).start()
     again.stop()
     assert ray.is_initialized()
+
+
+_WORKER_REUSE = """
+import json, os, time
+import ray
+from common.platform.config import RayConfig
+from common.platform.ray_runtime import RayRuntime
+
+@ray.remote(num_cpus=1)
+def light(i):
+    time.sleep(0.05)
+    return i
+
+def model_task():
+    import torch  # what makes a worker worth keeping
+    return os.getpid()
+
+out = {}
+for max_workers in (None, 2):  # the runtime's default, then Ray's own (num_cpus)
+    runtime = RayRuntime(RayConfig(num_cpus=2, max_workers=max_workers)).start()
+    task = ray.remote(num_cpus=1, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})(model_task)
+    pids = []
+    for stage in range(3):
+        pids.append(ray.get(task.remote()))
+        ray.get([light.remote(i) for i in range(8)])  # another stage's tasks in between, as Ray Data's
+        time.sleep(3)
+    out[str(max_workers)] = pids
+    runtime.stop()
+print(json.dumps(out))
+"""
+
+
+def test_a_model_task_worker_is_kept_for_the_next_stage(tmp_path):
+    """Ray ends idle workers beyond its soft limit (num_cpus) after a second, so each stage's fine-tune or
+    conversion task used to start a process and import torch again (~2.5 s, 10 times in the demo). The local
+    runtime keeps 2 x num_cpus + 2 workers: the same worker serves the model task of every stage. (Run in a
+    process of its own, as it starts Ray twice.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", _WORKER_REUSE], cwd=repo, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    pids = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(set(pids["None"])) == 1, pids
+    assert len(set(pids["2"])) > 1, pids  # Ray's default soft limit: a new process each stage

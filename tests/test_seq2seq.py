@@ -30,7 +30,7 @@ def test_tokenizer_training_gives_the_same_ids_every_time():
 
 def test_canonical_ids_survive_score_noise_and_a_chosen_piece_inside_the_character_tail():
     """Two trainings of one demo genre generator's tokenizer differed like these two vocabularies (the same
-    pieces; 8 of 10 trainings on that genre's pairs gave different ids before): three equally frequent
+    pieces; 8 trainings on that genre's pairs gave 8 different id orders before): three equally frequent
     characters whose scores differ in the ninth decimal, and the trainer's tail of kept characters (1e-4
     apart above its lowest score, in hash-set order) with a chosen piece (``▁mil``) between two of its
     points. Both must give the same ids."""

@@ -351,6 +351,11 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
         shutil.rmtree(work, ignore_errors=True)
 
 
+# The seq2seq Ray tasks' (fine-tuning, CTranslate2 conversion) one environment: a worker that imported torch
+# for one serves the next (ray.max_workers keeps it). Hub access is the cluster environment's.
+MODEL_TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
+
+
 def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, model: ModelSpec, train: TrainSpec,
                      source_col: str = "source_text", target_col: str = "target_text", num_cpus: int = 1,
                      num_gpus: float = 0.0, tracking_uri: Optional[str] = None, run_id: Optional[str] = None,
@@ -359,8 +364,7 @@ def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, 
 
     The model lands in ``out_uri`` (a path or URI); with ``run_id`` the task logs ``train_loss`` per step,
     ``epoch_loss``, a checkpoint every ``checkpoint_every`` epochs (``checkpoints/epoch-<k>``) and the final
-    model (``model/``)
-    to that MLflow run. Returns the :class:`FineTuneResult` (losses, device, seconds).
+    model (``model/``) to that MLflow run. Returns the :class:`FineTuneResult` (losses, device, seconds).
     """
     import ray
 
@@ -375,10 +379,8 @@ def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **o
     import ray
 
     runtime.start()
-    # Hub access (offline or not) is inherited from the cluster environment, so checkpoints can download.
-    env = {"TOKENIZERS_PARALLELISM": "false"}
     return ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0,
-                                               runtime_env={"env_vars": env}, **options)
+                                               runtime_env=MODEL_TASK_ENV, **options)
 
 
 def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: Sequence[tuple[list, str]],
