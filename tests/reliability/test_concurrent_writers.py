@@ -218,6 +218,27 @@ def test_a_native_commit_to_a_local_table_waits_for_a_writer_in_another_process(
     assert lakehouse.write(_frame(spark, 7, "b"), "items").version == 1
 
 
+def test_a_mount_without_locks_commits_unserialized_and_says_so(tmp_path, monkeypatch, caplog):
+    """Some FUSE mounts refuse ``flock`` (ENOLCK): the commit goes ahead as Spark alone would, with a warning,
+    rather than failing every write."""
+    import errno
+    import fcntl
+    import logging
+
+    from common.platform.storage import local_commit_lock
+
+    def refuse(handle, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    ran = []
+    with caplog.at_level(logging.WARNING, logger="common.platform.storage"):
+        with local_commit_lock(str(tmp_path / "items")):
+            ran.append(True)
+    assert ran == [True]
+    assert "not serialized" in caplog.text
+
+
 def _run_together(runs: list[tuple[Path, Path, Path]], base: Path, path: str, barrier: Path) -> list[str]:
     """Run ``augment run ingest`` once per (lakehouse root, landing folder, log file) in processes of their own,
     held together at each table's write (killable_job's barrier); returns each run's output."""
