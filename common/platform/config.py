@@ -81,9 +81,10 @@ class RayConfig:
     # actor_task_retries times; a deterministic error then fails the stage, and no version is written.
     retry_exceptions: bool = True
     # Local mode: how many worker processes Ray keeps (idle ones included) before it ends idle ones (Ray's
-    # num_workers_soft_limit; None: 2 x num_cpus + 2, Ray's own default is num_cpus). A worker that ran a
-    # fine-tune or a conversion has torch imported; kept, the next stage's task starts at once instead of
-    # paying ~2.5 s for a process and torch's import. Each idle one holds ~0.3-0.5 GB.
+    # num_workers_soft_limit; None: Ray's own, num_cpus). A worker that ran a fine-tune or a conversion has
+    # torch imported; kept, the next stage's task starts at once instead of paying ~2.5 s for a process and
+    # torch's import. Each idle one holds ~0.3-0.5 GB. conf/demo.yaml and conf/local.yaml set 6. Not the
+    # default yet: the shared test runtime hung with it (see README, Ray).
     max_workers: Optional[int] = None
 
     def __post_init__(self) -> None:

@@ -53,8 +53,8 @@ class RayRuntime:
                 "log_to_driver": True,
                 "configure_logging": False,
             }
-            cpus = self.cfg.num_cpus or os.cpu_count() or 1
-            kwargs["_system_config"] = {"num_workers_soft_limit": self.cfg.max_workers or 2 * cpus + 2}
+            if self.cfg.max_workers:
+                kwargs["_system_config"] = {"num_workers_soft_limit": self.cfg.max_workers}
             if self.cfg.object_store_memory_mb:
                 kwargs["object_store_memory"] = self.cfg.object_store_memory_mb * 1024 * 1024
             ray.init(**{k: v for k, v in kwargs.items() if v is not None})
