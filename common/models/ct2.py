@@ -235,9 +235,9 @@ class CT2Generator(T5Generator):
     engine, said once in the log."""
 
     def __init__(self, model_path: str, model_version: str, spec: GenerationSpec):
-        from common.platform.storage import local_copy
-
         import ctranslate2
+
+        from common.platform.storage import local_copy
 
         local = local_copy(model_path)
         self._ct2 = None
