@@ -102,8 +102,8 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.catalog.cga import augmentation_set, training_set
-    from jobs.consistency_train import (RESULT_SCHEMA, evaluate, model_jobs, report, summary_table, train_levels,
-                                        training_stats, with_lifts)
+    from jobs.consistency_train import (RESULT_SCHEMA, evaluate_many, model_jobs, report, summary_table,
+                                        train_levels, training_stats, with_lifts)
 
     cfg = ctx.cfg.cga
     repeats = ctx.cfg.consistency.repeats
@@ -120,8 +120,8 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     train_levels(ctx, tr, jobs)
 
     rows = []
-    for repeat, seed, model in models:
-        f1, consistency = evaluate(ctx, model, accuracy_test, pairs, None)
+    scores = evaluate_many(ctx, [(model, None) for _, _, model in models], accuracy_test, pairs)
+    for (repeat, seed, model), (f1, consistency) in zip(models, scores):
         rows.append((tr.run_id, "cga", repeat, seed, f1, consistency, n_rows, n_aug))
         tr.log_metrics({"cga.f1_weighted": f1, "cga.consistency_rate": consistency}, step=repeat)
         log.info("cga repeat %d: F1 %.4f consistency %.4f (D_aug %d)", repeat, f1, consistency, n_aug)
@@ -141,7 +141,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 def sweep_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``cga-sweep``: the Figure-2 experiments, one MLflow child run per (T, N) point."""
     from common.catalog.cga import THRESHOLD_FREE, augmentation_set, sweep_points, training_set
-    from jobs.consistency_train import evaluate, model_jobs, train_levels, training_stats
+    from jobs.consistency_train import evaluate_many, model_jobs, train_levels, training_stats
 
     cfg = ctx.cfg.cga
     if not cfg.sweep.enabled:
@@ -166,8 +166,8 @@ def sweep_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             models, jobs = model_jobs(ctx, "cga_sweep_train", written.version, depth, "hft_cga_sweep", point_hash,
                                       cfg.sweep.repeats)
             train_levels(ctx, child, jobs)
-            for repeat, seed, model in models:
-                f1, consistency = evaluate(ctx, model, accuracy_test, pairs, None)
+            scores = evaluate_many(ctx, [(model, None) for _, _, model in models], accuracy_test, pairs)
+            for (repeat, seed, model), (f1, consistency) in zip(models, scores):
                 child.log_metrics({"f1_weighted": f1, "consistency_rate": consistency, "n_augmented": n_aug},
                                   step=repeat)
                 rows.append((child.run_id, point.name, point.threshold, point.n, ",".join(point.experiments),

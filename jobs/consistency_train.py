@@ -77,6 +77,17 @@ def evaluate(ctx: JobContext, model, accuracy_test, pairs, blind) -> tuple[float
     return f1, consistency_rate(both, "p1_label", "p2_label")
 
 
+def evaluate_many(ctx: JobContext, models: list, accuracy_test, pairs, threads: int = 4) -> list[tuple[float, float]]:
+    """:func:`evaluate` of each (model, blind) in ``models``, in order; up to ``threads`` at once.
+
+    Each evaluation is a few small Spark jobs whose time goes to scheduling and model loading rather than
+    to the cores, so several overlap (Spark runs jobs from concurrent threads side by side)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(models)))) as pool:
+        return list(pool.map(lambda mb: evaluate(ctx, mb[0], accuracy_test, pairs, mb[1]), models))
+
+
 @job(NAME)
 def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Train and evaluate every method; returns the mean F1 and consistency rate per method."""
@@ -103,10 +114,13 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         jobs += level
     train_levels(ctx, tr, jobs)
 
+    def blind(c):
+        return blind_col(c, colours, sizes)
+
     rows = []
-    for method, repeat, seed, model in keys:
-        blind = (lambda c: blind_col(c, colours, sizes)) if method == "cs_blind" else None
-        f1, consistency = evaluate(ctx, model, accuracy_test, pairs, blind)
+    scores = evaluate_many(ctx, [(model, blind if method == "cs_blind" else None) for method, _, _, model in keys],
+                           accuracy_test, pairs)
+    for (method, repeat, seed, model), (f1, consistency) in zip(keys, scores):
         n_aug, n_train = trained[method]
         rows.append((tr.run_id, method, repeat, seed, f1, consistency, n_train, n_aug))
         tr.log_metrics({f"{method}.f1_weighted": f1, f"{method}.consistency_rate": consistency}, step=repeat)

@@ -76,8 +76,9 @@ def topics_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     try:
         model = _topic_model(ctx, uri, corpus, own_corpus, rows)
         tr.set_tags({"topic_model.uri": uri, "topic_model.kind": cfg.topic_model.kind})
-        vocabulary = len(model.stages[2].vocabulary)
-        log_perplexity = model.stages[-1].logPerplexity(model.transform(corpus.select("text")))
+        metrics = {"vocabulary": float(len(model.stages[2].vocabulary))}
+        if cfg.topic_model.log_perplexity:
+            metrics["log_perplexity"] = float(model.stages[-1].logPerplexity(model.transform(corpus.select("text"))))
         dt = doc_topics(model, docs).persist(StorageLevel.MEMORY_AND_DISK)
         ww = word_topics(model).persist(StorageLevel.MEMORY_AND_DISK)
         cached += [dt, ww]
@@ -93,8 +94,7 @@ def topics_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     passages = ctx.lakehouse.read(PASSAGES, written.version)
     row = passages.agg(F.count(F.lit(1)).alias("passages"),
                        F.sum((F.col("keywords") == "").cast("long")).alias("no_keywords")).first()
-    return {"vocabulary": float(vocabulary), "log_perplexity": float(log_perplexity),
-            "passages": float(row["passages"]), "passages_without_keywords": float(row["no_keywords"] or 0)}
+    return {**metrics, "passages": float(row["passages"]), "passages_without_keywords": float(row["no_keywords"] or 0)}
 
 
 def _topic_model(ctx: JobContext, uri: str, corpus, own_corpus: bool, doc_passages):

@@ -34,6 +34,9 @@ class TopicModelConfig:
     # A share of the documents (Spark reads 1.0 and above as a count); None: no upper bound.
     max_df: Optional[float] = 0.5
     min_token_length: int = 3
+    # Log the fitted model's log perplexity on the corpus (Spark's variational bound): one more inference
+    # pass over every document, about 4 s of the 2-core demo's topic job, which turns it off.
+    log_perplexity: bool = True
 
     def __post_init__(self) -> None:
         check(self.topics >= 2, "genre.topic_model.topics", "must be >= 2")

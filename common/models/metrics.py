@@ -15,10 +15,13 @@ def weighted_f1(df: "DataFrame", label_col: str, pred_col: str) -> float:
     """
     from pyspark.sql import functions as F
 
-    truth = df.groupBy(F.col(label_col).alias("cls")).agg(
-        F.count("*").alias("support"),
-        F.sum((F.col(label_col) == F.col(pred_col)).cast("long")).alias("tp"))
-    predicted = df.groupBy(F.col(pred_col).alias("cls")).agg(F.count("*").alias("n_pred"))
+    # One pass over ``df`` (often a model's predictions, computed by a UDF): the confusion counts, bounded
+    # by classes squared; support, true positives and predicted counts all come from them.
+    confusion = df.groupBy(F.col(label_col).alias("label"), F.col(pred_col).alias("pred")).count()
+    truth = confusion.groupBy(F.col("label").alias("cls")).agg(
+        F.sum("count").alias("support"),
+        F.sum(F.when(F.col("label") == F.col("pred"), F.col("count")).otherwise(0)).alias("tp"))
+    predicted = confusion.groupBy(F.col("pred").alias("cls")).agg(F.sum("count").alias("n_pred"))
     per_class = truth.join(predicted, "cls", "left").fillna(0, ["n_pred"]).select(
         "support", (2 * F.col("tp") / (F.col("support") + F.col("n_pred"))).alias("f1"))
     row = per_class.agg(F.sum(F.col("support") * F.col("f1")).alias("num"), F.sum("support").alias("den")).first()
