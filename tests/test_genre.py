@@ -3,6 +3,8 @@ disjointness and ordering, the window preprocessing, per-genre generator isolati
 run of the pipeline."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from common.genre import text as T
@@ -233,6 +235,8 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
             max_passages_per_doc=2, cache_models=2),
         eval=EvalConfig(repeats=2))
     results = {r.job: r for r in run_pipeline(ctx, "genre-transfer")}
+    # genre.topic_model.log_perplexity is on by default (conf/demo.yaml turns it off)
+    assert math.isfinite(results["genre-topics"].metrics["log_perplexity"])
     lake = ctx.lakehouse
     assert lake.read("documents").count() + lake.read("documents_quarantine").count() == n_rows
     assert {r["reason"] for r in lake.read("documents_quarantine").collect()} == {"empty text", "empty genre"}
