@@ -60,10 +60,6 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    if mode == "append":
-        current = _arrow_schema(spark, location, ident, as_catalog_table, storage)
-        if current is not None:
-            check_same_schema(table, current, to_arrow_schema(df.schema))
     writer = df.write.format("delta").mode(mode)
     if mode == "overwrite":
         writer = writer.option("overwriteSchema", "true")
@@ -80,6 +76,12 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
     # Spark's log store has no atomic put-if-absent on a local file system: see local_commit_lock.
     with contextlib.nullcontext() if as_catalog_table else local_commit_lock(location):
         for attempt in range(COMMIT_RETRIES + 1):
+            if mode == "append":
+                # Checked under the lock and before every attempt: a concurrent overwrite that changed the
+                # schema since the last look gets this clear error, not Delta's schema-mismatch one.
+                current = _arrow_schema(spark, location, ident, as_catalog_table, storage)
+                if current is not None:
+                    check_same_schema(table, current, to_arrow_schema(df.schema))
             try:
                 if as_catalog_table:
                     writer.saveAsTable(location)
