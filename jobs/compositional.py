@@ -170,7 +170,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.compositional.generation import candidates, concat_texts, generator_pairs, prompts
     from common.compositional.split import label_vocabulary
-    from common.models.generation import GenerationSpec, generate_routed
+    from common.models.generation import ROUTED_COLUMNS, GenerationSpec, generate_routed
 
     cfg = ctx.cfg.compositional
     gen = cfg.generator
@@ -194,11 +194,13 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         routed = prompt_df.join(routes, "method").select(F.col("example_id").alias("source_id"), "source_text",
                                                           "model_path", "model_version").orderBy("model_path", "source_id")
         route_rows = tr.write(routed, f"{PROMPTS}_routed", config_hash)
-        ds = ctx.lakehouse.read_ray(f"{PROMPTS}_routed", route_rows.version)
         g = gen.generation
-        out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
-                              num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=len(models))
-        generated = ctx.lakehouse.read(GENERATED, tr.write_ray(out, GENERATED, config_hash).version)
+        # Read in that order: the batches hold the same rows whatever the table's layout.
+        with ctx.lakehouse.read_ray_ordered(f"{PROMPTS}_routed", route_rows.version, ROUTED_COLUMNS,
+                                            order_by=["model_path", "source_id"]) as ds:
+            out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
+                                  num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=len(models))
+            generated = ctx.lakehouse.read(GENERATED, tr.write_ray(out, GENERATED, config_hash).version)
     else:
         generated = ctx.spark.createDataFrame([], "source_id string, generated_text string, generated_tokens long, "
                                                   "reason string")

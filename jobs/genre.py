@@ -218,7 +218,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.genre.generation import generator_pairs, prompts, synthetic
-    from common.models.generation import GenerationSpec, generate_routed
+    from common.models.generation import ROUTED_COLUMNS, GenerationSpec, generate_routed
 
     cfg = ctx.cfg.genre
     gen = cfg.generator
@@ -230,12 +230,13 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     generators = tr.write(_fine_tune_generators(ctx, tr, pairs.version, config_hash), GENERATORS, config_hash)
     prompt_rows = tr.write(prompts(splits, passages, ctx.lakehouse.read(GENERATORS, generators.version),
                                    ctx.cfg.seed), PROMPTS, config_hash)
-    ds = ctx.lakehouse.read_ray(PROMPTS, prompt_rows.version,
-                                columns=["source_id", "source_text", "model_path", "model_version"])
     g = gen.generation
-    out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
-                          num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=gen.cache_models)
-    generated = tr.write_ray(out, GENERATED, config_hash)
+    # In (model, id) order: batches hold few models, and the same rows whatever the table's layout.
+    with ctx.lakehouse.read_ray_ordered(PROMPTS, prompt_rows.version, ROUTED_COLUMNS,
+                                        order_by=["model_path", "source_id"]) as ds:
+        out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
+                              num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=gen.cache_models)
+        generated = tr.write_ray(out, GENERATED, config_hash)
     rows = synthetic(ctx.lakehouse.read(GENERATED, generated.version),
                      ctx.lakehouse.read(PROMPTS, prompt_rows.version))
     kept = tr.write(rows.filter(F.col("reason").isNull()).drop("reason"), SYNTHETIC, config_hash)

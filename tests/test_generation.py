@@ -134,3 +134,68 @@ def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):
     assert "label-prefix" in hf_reason(str(tmp_path))
     assert compute_type(GenerationSpec(), "cpu") == "int8" and compute_type(GenerationSpec(), "cuda") == "float16"
     assert compute_type(GenerationSpec(compute_type="int8_float16"), "cuda") == "int8_float16"
+
+
+def test_row_keyed_sampling_draws_from_the_filtered_softmax():
+    """Per-row Gumbel-max draws follow softmax over the top-k/top-p survivors, each row's draw depends on
+    its key alone (not its batch neighbours), and a filtered-out token is never drawn."""
+    import torch
+
+    from common.models.row_sampling import RowKeyedSampler, row_keys
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -8.0])
+    rows = 20_000
+    keys = torch.tensor(row_keys(3, [f"r{i}" for i in range(rows)], 1), dtype=torch.int64)
+    sampler = RowKeyedSampler(keys, top_k=4, top_p=1.0)
+    input_ids = torch.zeros((rows, 5), dtype=torch.int64)
+    out = sampler(input_ids, logits.repeat(rows, 1))
+    assert torch.isfinite(out).sum(dim=1).eq(1).all()  # one token per row, as greedy search needs
+    drawn = out.argmax(dim=1)
+    freq = torch.bincount(drawn, minlength=6).double() / rows
+    expected = torch.cat([logits[:4].softmax(0), torch.zeros(2)]).double()
+    assert (freq - expected).abs().max() < 0.015, (freq, expected)
+    # The same keys in another order and batch size draw the same tokens; another step draws others.
+    again = sampler.__class__(keys[:50].flip(0), 4, 1.0)(input_ids[:50], logits.repeat(50, 1)).argmax(dim=1)
+    assert torch.equal(again.flip(0), drawn[:50])
+    later = sampler(torch.zeros((rows, 6), dtype=torch.int64), logits.repeat(rows, 1)).argmax(dim=1)
+    assert 0.3 < (later != drawn).double().mean() < 0.9
+    # top-p after top-k (transformers' order): of the four survivors (0.58, 0.21, 0.13, 0.08 of the mass),
+    # p = 0.7 keeps the two most likely.
+    nucleus = RowKeyedSampler(keys, top_k=4, top_p=0.7)(input_ids, logits.repeat(rows, 1)).argmax(dim=1)
+    assert set(nucleus.tolist()) == {0, 1}
+
+
+def test_sampled_rows_do_not_depend_on_their_batch(tiny_model):
+    """An input's samples depend on its source id, the seed and the model, not on the rows generated with
+    it: alone, in a batch, and in reverse order give the same texts; another seed gives others."""
+    from common.models.generation import T5Generator
+
+    texts = ["acme mug", "zeta lamp", "bolt pan", "acme lamp"]
+    ids = ["a", "b", "c", "d"]
+    generator = T5Generator(tiny_model, "v", GenerationSpec(n_samples=4, max_new_tokens=8, seed=5))
+    together = generator._generate(texts, ids)
+    assert together == [generator._generate([t], [i])[0] for t, i in zip(texts, ids)]
+    assert together == generator._generate(texts[::-1], ids[::-1])[::-1]
+    other = T5Generator(tiny_model, "v", GenerationSpec(n_samples=4, max_new_tokens=8, seed=6))
+    assert other._generate(texts, ids) != together
+
+
+@pytest.mark.parametrize("engine", ["hf", "ctranslate2"])
+def test_samples_do_not_depend_on_the_input_files(tiny_model, lakehouse, ray_runtime, engine):
+    """The same rows written as one file or as five, in different orders, read in id order
+    (``read_ray_ordered``) and generated in batches of 8 and buckets of 4: the same samples. CTranslate2
+    seeds per bucket, so this needs the same batches; hf draws per row."""
+    rows = [(f"s{i:02d}", f"{b} {n} {i}") for i, (b, n) in
+            enumerate((b, n) for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan", "cup"))] * 1
+    rows += [(f"t{i:02d}", f"acme mug {'x ' * (i % 5)}") for i in range(18)]
+    df = lakehouse.spark.createDataFrame(rows, "item_id string, title string")
+    spec = GenerationSpec(n_samples=2, max_new_tokens=6, bucket_size=4, engine=engine)
+    outputs = []
+    for version, layout in enumerate([df.coalesce(1), df.orderBy("title").repartition(5)]):
+        assert lakehouse.write(layout, "gen_source").version == version
+        assert len(lakehouse.file_uris("gen_source", version)) == [1, 5][version]
+        with lakehouse.read_ray_ordered("gen_source", version, ["item_id", "title"], ["item_id"]) as ds:
+            ds = ds.rename_columns({"item_id": "source_id", "title": "source_text"})
+            out = generate(ds, tiny_model, "v", spec, batch_size=8).to_pandas()
+        outputs.append(sorted(zip(out.source_id, out.sample_idx, out.generated_text)))
+    assert len(outputs[0]) == 30 * 2 and outputs[0] == outputs[1]

@@ -161,6 +161,12 @@ def test_generator_pairs_are_read_per_generator(tmp_path):
     # the filters a generator's fine-tuning task reads with: its own (topic, genre) rows only
     assert read_pairs(files, "source_text", "target_text", [("topic", "=", 0), ("genre", "=", "news")]) == [("a", "A")]
     assert read_pairs(files, "source_text", "target_text") == [("a", "A"), ("b", "B"), ("c", "C")]
+    # The same rows in two files, in another order: the same list (a fine-tune's data order must not follow
+    # how the pairs table was partitioned).
+    pq.write_table(pa.table({"source_text": ["c", "a"], "target_text": ["C", "A"]}), tmp_path / "p1.parquet")
+    pq.write_table(pa.table({"source_text": ["b"], "target_text": ["B"]}), tmp_path / "p0.parquet")
+    split = [str(tmp_path / "p0.parquet"), str(tmp_path / "p1.parquet")]
+    assert read_pairs(split, "source_text", "target_text") == read_pairs(files, "source_text", "target_text")
 
 
 def test_bad_documents_and_split_settings_are_named(ctx):

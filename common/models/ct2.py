@@ -279,11 +279,13 @@ class CT2Generator(T5Generator):
         self._drawn = True
         return self.translator
 
-    def _generate(self, texts: list[str]) -> list[list[tuple[str, int]]]:
+    def _generate(self, texts: list[str], ids: Optional[list[str]] = None) -> list[list[tuple[str, int]]]:
         """``n_samples`` (text, generated token count) per input text; the count includes the end token when
-        one was produced (``return_end_token``), as the HF engine's does."""
+        one was produced (``return_end_token``), as the HF engine's does. CTranslate2 draws every row of a
+        call from one generator, seeded per bucket (:meth:`_seeded_translator`): ``ids`` serve the HF
+        engine only."""
         if self._ct2 is None:
-            return super()._generate(texts)
+            return super()._generate(texts, ids)
         spec = self.spec
         sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(texts).input_ids]
         kwargs: dict[str, Any] = {"max_decoding_length": spec.max_new_tokens, "num_hypotheses": spec.n_samples,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -92,10 +92,13 @@ class T5Generator:
 
         torch.manual_seed(seed)
 
-    def _generate(self, texts: list[str]) -> list[list[tuple[str, int]]]:
-        """``n_samples`` (text, generated token count) per input text."""
+    def _generate(self, texts: list[str], ids: Optional[list[str]] = None) -> list[list[tuple[str, int]]]:
+        """``n_samples`` (text, generated token count) per input text. Sampled rows draw their noise from
+        their source id (the text itself when ``ids`` is None), the sample index and the seed alone
+        (:mod:`common.models.row_sampling`), so an input gives the same samples in any batch."""
         import torch
 
+        from common.models.row_sampling import RowKeyedSampler, row_keys
         from common.models.seq2seq import model_inputs
 
         spec = self.spec
@@ -103,11 +106,18 @@ class T5Generator:
             enc = self.prefix.encoder_inputs(texts, self.device)
         else:
             enc = model_inputs(self.tokenizer(texts, padding=True, return_tensors="pt"), self.device)
-        kwargs: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens, "num_return_sequences": spec.n_samples}
+        kwargs: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens}
         if spec.mode == "beam":
-            kwargs.update(num_beams=max(spec.num_beams, spec.n_samples), do_sample=False)
+            kwargs.update(num_beams=max(spec.num_beams, spec.n_samples), do_sample=False,
+                          num_return_sequences=spec.n_samples)
         else:
-            kwargs.update(do_sample=True, top_k=spec.top_k, top_p=spec.top_p)
+            # Each input repeated n times (what generate does for num_return_sequences), then greedy search
+            # over the row-keyed draws.
+            enc = {k: v.repeat_interleave(spec.n_samples, dim=0) for k, v in enc.items()}
+            keys = torch.tensor(row_keys(spec.seed, texts if ids is None else ids, spec.n_samples),
+                                dtype=torch.int64, device=self.device)
+            kwargs.update(do_sample=False, num_beams=1, top_k=None, top_p=None,
+                          logits_processor=[RowKeyedSampler(keys, spec.top_k, spec.top_p)])
         with torch.inference_mode():
             out = self.model.generate(**enc, **kwargs)
         decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
@@ -137,19 +147,19 @@ class T5Generator:
                              f"input longer than {self.spec.max_source_tokens} tokens ({length})"))
             else:
                 good.append(i)
-        good.sort(key=lambda i: lengths[i])  # length buckets: similar lengths share a padded batch
+        good.sort(key=lambda i: (lengths[i], ids[i]))  # length buckets: similar lengths share a padded batch
         for start in range(0, len(good), self.spec.bucket_size):
             bucket = good[start:start + self.spec.bucket_size]
-            # Sampling depends on the bucket's inputs and the seed, not on which actor got the batch or
-            # what it generated before.
+            # hf draws per row (common.models.row_sampling); CTranslate2 per bucket, from this seed: either
+            # way not from which actor got the batch or what it generated before.
             self._seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
             try:
-                outputs = self._generate([texts[i] for i in bucket])
+                outputs = self._generate([texts[i] for i in bucket], [ids[i] for i in bucket])
             except Exception:  # isolate the row that breaks decoding; the rest of the bucket still runs
                 outputs = []
                 for i in bucket:
                     try:
-                        outputs.append(self._generate([texts[i]])[0])
+                        outputs.append(self._generate([texts[i]], [ids[i]])[0])
                     except Exception as exc:
                         outputs.append(exc)
             for i, samples in zip(bucket, outputs):
@@ -176,9 +186,12 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
              num_gpus: float = 0.0, batch_size: int = 256):
     """``ds`` (source_id, source_text) -> generated rows (OUTPUT_COLUMNS), over an actor pool.
 
-    The input is cut into blocks of ``batch_size`` rows first (a streaming repartition): one Parquet file is
-    one block, and its n-fold output would otherwise leave the actors as one block that downstream stages
-    (scoring, the write) can only start on once all of it is generated. On the ctranslate2 engine the model
+    The input is cut into blocks of exactly ``batch_size`` rows first, in the order it comes (a strict
+    streaming repartition): one Parquet file is one block, and its n-fold output would otherwise leave the
+    actors as one block that downstream stages (scoring, the write) can only start on once all of it is
+    generated. A dataset read in a fixed order (:meth:`common.platform.lakehouse.Lakehouse.read_ray_ordered`)
+    so gets the same batches whatever its files: what the ctranslate2 engine's samples depend on, as it
+    seeds per length bucket; the hf engine's samples depend on each row alone. On the ctranslate2 engine the model
     is converted first, once, in a Ray task (:func:`common.models.ct2.prepare`), not by each actor.
     """
     if spec.engine == "ctranslate2":
@@ -208,7 +221,7 @@ def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: in
     # A killed actor restarts and its batch is retried (ray.actor_max_restarts / actor_task_retries): the
     # batch's rows are produced once, by the retry, as the killed attempt's output never left the actor.
     return map_batches_on_actors(
-        ds.repartition(target_num_rows_per_block=batch_size), generator_class,
+        ds.repartition(target_num_rows_per_block=batch_size, strict=True), generator_class,
         fn_constructor_kwargs=constructor_kwargs, concurrency=concurrency, num_gpus=num_gpus or None,
         batch_size=batch_size, batch_format="numpy")
 
@@ -246,6 +259,9 @@ class ModelRoutedGenerator:
             sub = {"source_id": batch["source_id"][rows], "source_text": batch["source_text"][rows]}
             tables.append(self._model(path, versions[rows[0]])(sub))
         return pa.concat_tables(tables) if tables else output_schema().empty_table()
+
+
+ROUTED_COLUMNS = ("source_id", "source_text", "model_path", "model_version")
 
 
 def generate_routed(ds, spec: GenerationSpec, concurrency: int = 1, num_gpus: float = 0.0, batch_size: int = 256,

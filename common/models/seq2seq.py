@@ -281,13 +281,13 @@ MODEL_MARKER = "config.json"  # a folder holding this file is a saved model
 
 def read_pairs(files: Sequence[str], source_col: str, target_col: str,
                filters: Optional[list] = None) -> list[tuple[str, str]]:
-    """(source, target) pairs from Parquet ``files`` (the rows matching pyarrow ``filters``, when given);
-    rows with an empty side are left out."""
+    """(source, target) pairs from Parquet ``files`` (the rows matching pyarrow ``filters``, when given),
+    sorted (file row order follows the writer's partitioning; the model must not); rows with an empty side skipped."""
     import pyarrow.parquet as pq
 
     table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=[source_col, target_col])
-    return [(s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
-            if s and t and s.strip() and t.strip()]
+    return sorted((s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
+                  if s and t and s.strip() and t.strip())
 
 
 def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_uri: str, model: ModelSpec,

@@ -113,14 +113,18 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
 
     ctx.ray()
     columns = list(dict.fromkeys([id_col, text_col]))
-    ds = ctx.lakehouse.read_ray(source_table, source_version, columns=columns).map_batches(
-        _as_generation_input, batch_format="pyarrow", fn_kwargs={"id_col": id_col, "text_col": text_col})
     spec = GenerationSpec.from_config(gen_cfg, ctx.cfg.seed)
-    out = score_generated(generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
-                                   num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size), scoring)
     lineage = Lineage(job=tr.name, config_hash=config_hash, inputs=dict(inputs), run_id=tr.run_id)
     start = time.perf_counter()
-    written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force)
+    written = ctx.lakehouse.already_written(out_table, lineage, ctx.force)
+    if written is None:
+        # Read in id order: the generation batches, and so the samples, do not depend on the table's layout.
+        with ctx.lakehouse.read_ray_ordered(source_table, source_version, columns, order_by=columns) as ds:
+            ds = ds.map_batches(_as_generation_input, batch_format="pyarrow",
+                                fn_kwargs={"id_col": id_col, "text_col": text_col})
+            out = score_generated(generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
+                                           num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size), scoring)
+            written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force)
     seconds = None if written.skipped else time.perf_counter() - start
     tr.log_output_table(out_table, written.version, ctx.lakehouse.location(out_table), skipped=written.skipped)
 

@@ -13,10 +13,12 @@ already in the table's history is skipped (idempotent re-runs) unless forced.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import uuid
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from common.platform import delta_native, delta_rs
 from common.platform.config import LakehouseConfig
@@ -201,7 +203,7 @@ class Lakehouse:
         if mode not in ("overwrite", "append"):
             raise LakehouseError(f"write mode must be 'overwrite' or 'append', got {mode!r}")
         _check_name(table)
-        done = self._already_written(table, lineage, force)
+        done = self.already_written(table, lineage, force)
         if done is not None:
             return done
         metadata = lineage.to_metadata(table) if lineage else None
@@ -209,7 +211,7 @@ class Lakehouse:
             return self._write_native(df, table, mode, metadata, _app_id(table, lineage, force))
         return self._write_delta_rs(df, table, mode, metadata, _app_id(table, lineage, force))
 
-    def _already_written(self, table: str, lineage: Optional[Lineage], force: bool) -> Optional[WriteResult]:
+    def already_written(self, table: str, lineage: Optional[Lineage], force: bool) -> Optional[WriteResult]:
         """The skipped-write result when ``table`` already holds ``lineage``'s output (and not ``force``)."""
         if lineage is None or force:
             return None
@@ -254,6 +256,29 @@ class Lakehouse:
 
         return ray.data.read_parquet(self.file_uris(table, version), columns=columns)
 
+    @contextlib.contextmanager
+    def read_ray_ordered(self, table: str, version: Optional[int], columns: Sequence[str], order_by: Sequence[str]):
+        """A context giving the table version's ``columns`` as a Ray Dataset whose rows come in ``order_by``
+        order, whatever the version's file layout: Spark sorts them into a staging folder of Parquet files
+        that Ray reads in order (the dataset's ``preserve_order``). Batches cut from it in order, as the
+        generation pool's are, then hold the same rows however many files or Spark partitions the table has.
+        ``order_by`` should be a total order (a unique id). The staging folder is removed on exit, so the
+        dataset must have run (been written) inside the context."""
+        import ray
+
+        from common.platform.storage import list_files
+
+        staging = f"{self.cfg.root.rstrip('/')}/_staging/{table}-v{version}-{uuid.uuid4().hex[:12]}"
+        try:
+            self.read(table, version).select(*columns).orderBy(*order_by).write.parquet(staging)
+            # Spark's part files hold consecutive ranges of the sort, numbered in order.
+            names = sorted(os.path.basename(f.path) for f in list_files(staging) if f.path.endswith(".parquet"))
+            ds = ray.data.read_parquet([f"{staging}/{name}" for name in names])  # holds ``columns`` only
+            ds.context.execution_options.preserve_order = True  # this dataset's context, a copy made at read
+            yield ds
+        finally:
+            remove_tree(staging)
+
     def write_ray(self, ds, table: str, mode: WriteMode = "overwrite", lineage: Optional[Lineage] = None,
                   force: bool = False) -> WriteResult:
         """Write a Ray Dataset as ONE new version of ``table`` (lineage and idempotence as in :meth:`write`).
@@ -262,7 +287,7 @@ class Lakehouse:
         (and catalog tables): they land in a staging folder that Spark's executors read and commit with
         Spark's Delta writer, so the table's every commit is Spark's; the staging folder is then removed."""
         _check_name(table)
-        done = self._already_written(table, lineage, force)
+        done = self.already_written(table, lineage, force)
         if done is not None:
             return done
         if not self.native_delta:
