@@ -97,7 +97,8 @@ def maintain_table(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -
 
 def remove_stale_staging(root: str, retention_hours: float) -> int:
     """Remove ``<root>/_staging/*`` folders older than ``retention_hours``: what a native-path ``write_ray``
-    killed between Ray's write and Spark's commit leaves (a finished or failed write removes its own).
+    killed between Ray's write and Spark's commit, or a stage killed inside ``read_ray_ordered``, leaves (a
+    finished or failed one removes its own).
     Returns how many were removed; 0 for catalog-only or unlistable roots."""
     import pyarrow.fs as pafs
 
