@@ -69,6 +69,41 @@ def _uses_native_jars(cfg: SparkConfig) -> bool:
     return bool(jars)
 
 
+_FORK_GUARD: list[bool] = []
+
+
+def _keep_py4j_sockets_in_forked_children() -> None:
+    """Registered once per process: a child forked from the driver inherits a py4j that closes sockets
+    without shutting them down. Ray starts its head processes with ``subprocess`` and a ``preexec_fn``, so
+    Python runs in the child before ``exec``, and its thread clean-up there (``threading``'s own fork
+    handler, which runs before any registered later) finalises the other threads' py4j connections; py4j's
+    close calls ``shutdown``, which acts on the connection the driver shares, not on the child's descriptor:
+    the driver's next Spark call on it was reset (logged with a traceback, then resent). So the parent swaps
+    the no-op in just before the fork and its own back just after; the child keeps the no-op."""
+    if _FORK_GUARD:
+        return
+    _FORK_GUARD.append(True)
+    saved: dict[str, object] = {}
+
+    def before() -> None:
+        for name in ("py4j.clientserver", "py4j.java_gateway"):  # pinned-thread and classic connections
+            module = sys.modules.get(name)
+            if module is not None:
+                saved[name] = module.quiet_shutdown
+                module.quiet_shutdown = _no_shutdown
+
+    def after_in_parent() -> None:
+        for name, function in saved.items():
+            sys.modules[name].quiet_shutdown = function
+        saved.clear()
+
+    os.register_at_fork(before=before, after_in_parent=after_in_parent)
+
+
+def _no_shutdown(_socket) -> None:
+    """py4j's ``quiet_shutdown`` in a forked child: nothing (the descriptor is still closed)."""
+
+
 def get_spark(cfg: SparkConfig) -> "SparkSession":
     """Return the SparkSession for ``cfg``.
 
@@ -80,6 +115,7 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
     """
     from pyspark.sql import SparkSession
 
+    _keep_py4j_sockets_in_forked_children()
     if cfg.mode != "local":
         spark = SparkSession.builder.getOrCreate()
         for key, value in cfg.conf.items():
