@@ -1,6 +1,8 @@
 """Batched generation on a Ray actor pool: shapes, quarantine of bad rows, and the write back to Delta."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from common.models.generation import GenerationSpec, generate, split_quarantine
@@ -186,7 +188,7 @@ def test_samples_do_not_depend_on_the_input_files(tiny_model, lakehouse, ray_run
     (``read_ray_ordered``) and generated in batches of 8 and buckets of 4: the same samples. CTranslate2
     seeds per bucket, so this needs the same batches; hf draws per row."""
     rows = [(f"s{i:02d}", f"{b} {n} {i}") for i, (b, n) in
-            enumerate((b, n) for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan", "cup"))] * 1
+            enumerate((b, n) for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan", "cup"))]
     rows += [(f"t{i:02d}", f"acme mug {'x ' * (i % 5)}") for i in range(18)]
     df = lakehouse.spark.createDataFrame(rows, "item_id string, title string")
     spec = GenerationSpec(n_samples=2, max_new_tokens=6, bucket_size=4, engine=engine)
@@ -198,4 +200,5 @@ def test_samples_do_not_depend_on_the_input_files(tiny_model, lakehouse, ray_run
             ds = ds.rename_columns({"item_id": "source_id", "title": "source_text"})
             out = generate(ds, tiny_model, "v", spec, batch_size=8).to_pandas()
         outputs.append(sorted(zip(out.source_id, out.sample_idx, out.generated_text)))
+        assert not os.listdir(f"{lakehouse.cfg.root}/_staging")  # the sorted copy is removed on exit
     assert len(outputs[0]) == 30 * 2 and outputs[0] == outputs[1]
