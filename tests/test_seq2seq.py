@@ -1,6 +1,8 @@
 """T5 fine-tuning from scratch: the tokenizer, the loss going down, and a model that reloads and generates."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune, train_tokenizer
@@ -176,16 +178,34 @@ def test_warm_minilm_fine_tunes_reloads_and_generates(tmp_path):
     samples = generator._generate(["acme mug red", "nova lamp black"])
     assert [len(s) for s in samples] == [2, 2]
     assert all(isinstance(text, str) and 1 <= tokens <= 9 for pair in samples for text, tokens in pair)
-    # CTranslate2's BART converter does not take this model under transformers 5: the ctranslate2 engine
-    # serves it with hf (logged), with the same samples.
+    # The ctranslate2 engine serves it too (the converter's two gaps filled: no `normalize_before` in
+    # transformers 5's BartConfig, no bos/eos in a BERT tokenizer), and greedy float32 decoding is hf's.
     from common.models.ct2 import CT2Generator
 
-    served = CT2Generator(str(tmp_path / "warm"), "warm-v1", GenerationSpec(
-        n_samples=2, max_new_tokens=8, max_source_tokens=32, seed=3, engine="ctranslate2"))
-    assert served._ct2 is None and type(served.model).__name__ == "BartForConditionalGeneration"
-    # The failure is remembered beside the model: the next actor (or run) is told at once, without loading.
-    from common.models.ct2 import convert
+    greedy = dict(n_samples=1, mode="beam", num_beams=1, max_new_tokens=8, max_source_tokens=32)
+    texts = ["acme mug red", "nova lamp black", "zeta pan blue"]
+    served = CT2Generator(str(tmp_path / "warm"), "warm-v1", GenerationSpec(**greedy, engine="ctranslate2",
+                                                                            compute_type="float32"))
+    assert served._ct2 is not None
+    hf = T5Generator(str(tmp_path / "warm"), "v", GenerationSpec(**greedy))
+    assert served._generate(texts) == hf._generate(texts)
+    config = json.loads((tmp_path / "warm" / "ct2-float32" / "config.json").read_text())
+    assert (config["bos_token"], config["eos_token"], config["decoder_start_token"]) == ("[CLS]", "[SEP]", "[CLS]")
+    assert "normalize_before" not in json.loads((tmp_path / "warm" / "config.json").read_text())  # never written
 
-    assert "BartConfig" in (tmp_path / "warm" / "ct2-int8.failed").read_text()
+
+def test_a_converter_failure_is_remembered_and_served_by_hf(tmp_path):
+    """A model CTranslate2's converter does not take (here a BERT encoder, no conversion registered) is
+    served by hf, and the failure is remembered beside it: the next actor or run is told at once."""
+    from transformers import BertConfig, BertModel
+
+    from common.models.ct2 import convert, converted
+
+    BertModel(BertConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                         intermediate_size=16)).save_pretrained(str(tmp_path / "bert"))
+    folder, reason = converted(str(tmp_path / "bert"), "int8")
+    assert folder is None and "converter failed" in reason and "BertConfig" in reason
+    assert "BertConfig" in (tmp_path / "bert" / "ct2-int8.failed").read_text()
+    assert not (tmp_path / "bert" / "ct2-int8").exists()
     with pytest.raises(RuntimeError, match="failed to convert it before"):
-        convert(str(tmp_path / "warm"), "int8")
+        convert(str(tmp_path / "bert"), "int8")

@@ -73,7 +73,9 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None) ->
     try:
         out = os.path.join(scratch, "model")
         try:
-            ctranslate2.converters.TransformersConverter(model_path).convert(out, quantization=quantization)
+            source = _converter_source(model_path, scratch)
+            ctranslate2.converters.TransformersConverter(source).convert(out, quantization=quantization)
+            _name_special_tokens(out, model_path)
         except Exception as exc:
             with open(failed, "w", encoding="utf-8") as handle:
                 json.dump({"ctranslate2": ctranslate2.__version__, "error": f"{type(exc).__name__}: {exc}"}, handle)
@@ -86,6 +88,52 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None) ->
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target
+
+
+def _converter_source(model_path: str, scratch: str) -> str:
+    """The folder CTranslate2's converter reads for ``model_path``: the model itself, or for a BART config
+    without ``normalize_before`` (transformers 5 dropped the key; CTranslate2 4.8's BART loader reads it) a
+    folder in ``scratch`` of links to the model's files and a config that says ``false`` (BART's post-norm
+    layers; the MiniLM warm start has BERT's). The model's own folder is never written."""
+    import json
+
+    with open(os.path.join(model_path, "config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
+    if config.get("model_type") != "bart" or "normalize_before" in config:
+        return model_path
+    source = os.path.join(scratch, "source")
+    os.makedirs(source)
+    for name in os.listdir(model_path):
+        if name != "config.json" and not name.startswith(("ct2-", ".ct2-")):
+            os.symlink(os.path.abspath(os.path.join(model_path, name)), os.path.join(source, name))
+    with open(os.path.join(source, "config.json"), "w", encoding="utf-8") as handle:
+        json.dump({**config, "normalize_before": False}, handle, indent=2)
+    return source
+
+
+def _name_special_tokens(converted_folder: str, model_path: str) -> None:
+    """Fill the converted config's ``bos_token`` / ``eos_token`` where the converter left them empty: it takes
+    them from the tokenizer, and a BERT tokenizer (the MiniLM warm start's) has none, its model starting with
+    ``[CLS]`` and ending with ``[SEP]``. The model config's ``bos_token_id`` / ``eos_token_id`` name them,
+    through the converted vocabulary. Without an end token CTranslate2 would decode every sample to the cap."""
+    import json
+
+    path = os.path.join(converted_folder, "config.json")
+    with open(path, encoding="utf-8") as handle:
+        converted_config = json.load(handle)
+    missing = [key for key in ("bos_token", "eos_token") if not converted_config.get(key)]
+    if not missing:
+        return
+    with open(os.path.join(model_path, "config.json"), encoding="utf-8") as handle:
+        model_config = json.load(handle)
+    vocabulary = _vocabulary(converted_folder)
+    for key in missing:
+        token_id = model_config.get(f"{key}_id")
+        if token_id is None or not 0 <= token_id < len(vocabulary):
+            raise ValueError(f"{model_path}: no {key} in its tokenizer and no valid {key}_id in its config")
+        converted_config[key] = vocabulary[token_id]
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(converted_config, handle, indent=2)
 
 
 def prepare(model_uri: str, spec: GenerationSpec, num_gpus: float = 0.0) -> Optional[str]:
@@ -148,21 +196,22 @@ def hf_reason(model_path: str) -> str | None:
     return None
 
 
-def _vocabulary_size(folder: str) -> int:
-    """The size of a converted model's target vocabulary (``shared_vocabulary.json`` or ``.txt``)."""
+def _vocabulary(folder: str) -> list[str]:
+    """A converted model's target vocabulary, tokens in id order (``shared_vocabulary.json`` or ``.txt``)."""
     import json
 
     for name in ("shared_vocabulary.json", "target_vocabulary.json"):
         path = os.path.join(folder, name)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as handle:
-                return len(json.load(handle))
+                return json.load(handle)
     for name in ("shared_vocabulary.txt", "target_vocabulary.txt"):
         path = os.path.join(folder, name)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as handle:
-                return sum(1 for _ in handle)
+                return [line.rstrip("\n") for line in handle]
     raise FileNotFoundError(f"no vocabulary file in the converted model {folder}")
+
 
 
 def _actor_threads() -> int:
@@ -231,8 +280,7 @@ class _Tokenizer:
 class CT2Generator(T5Generator):
     """A Ray Data callable class generating with CTranslate2: converts (once) and loads the model, then serves
     batches exactly as :class:`T5Generator` does. A model CTranslate2 cannot run (:func:`hf_reason`, or one its
-    converter fails on, such as the MiniLM-warm-started BART under transformers 5) is served by the HF
-    engine, said once in the log."""
+    converter fails on) is served by the HF engine, said once in the log."""
 
     def __init__(self, model_path: str, model_version: str, spec: GenerationSpec):
         import ctranslate2
@@ -258,7 +306,7 @@ class CT2Generator(T5Generator):
                       "intra_threads": _actor_threads()}
         self.translator = ctranslate2.Translator(**self._load)
         # CTranslate2 refuses a top-k above the vocabulary (transformers clamps it): clamp as transformers does.
-        self.top_k = min(spec.top_k, _vocabulary_size(folder))
+        self.top_k = min(spec.top_k, len(_vocabulary(folder)))
         self._ct2, self._seed_value, self._drawn = ctranslate2, spec.seed, False
 
     def _seed(self, seed: int) -> None:
