@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import psutil
+import pytest
 import ray
 
 from common.platform.config import RayConfig
@@ -51,6 +52,36 @@ def test_runtime_is_shared_and_actors_keep_state(ray_runtime):
     again = RayRuntime(RayConfig(num_cpus=2)).start()
     again.stop()
     assert ray.is_initialized()
+
+
+
+def test_table_versions_are_read_without_a_footer_actor_pool(ray_runtime, tmp_path):
+    """``ray.parquet_datasource`` picks Ray Data's Parquet reader: v1 (the default) reads the given files in
+    its read tasks; v2 (Ray 2.60's own default) first lists them in a ListFiles task that starts a pool of
+    footer-reading actors per read. The rows are the same either way."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from ray.data import DataContext
+
+    path = str(tmp_path / "part-0.parquet")
+    pq.write_table(pa.table({"id": list(range(50))}), path)
+
+    def first_operator():
+        ds = ray.data.read_parquet([path])
+        return ds._logical_plan.dag.input_dependencies, sorted(r["id"] for r in ds.take_all())
+
+    assert not DataContext.get_current().use_datasource_v2  # the shared runtime's default config
+    inputs, rows = first_operator()
+    assert inputs == [] and rows == list(range(50))  # one Read operator, nothing upstream of it
+    try:
+        RayRuntime(RayConfig(num_cpus=2, parquet_datasource="v2")).start()  # the running Ray, reconfigured
+        inputs, rows = first_operator()
+        assert [type(op).__name__ for op in inputs] == ["ListFiles"] and rows == list(range(50))
+    finally:
+        RayRuntime(RayConfig(num_cpus=2)).start()
+    assert not DataContext.get_current().use_datasource_v2
+    with pytest.raises(ValueError, match="ray.parquet_datasource"):
+        RayConfig(parquet_datasource="v3")
 
 
 _WORKER_REUSE = """

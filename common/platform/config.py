@@ -86,9 +86,16 @@ class RayConfig:
     # torch's import. Each idle one holds ~0.3-0.5 GB. conf/demo.yaml and conf/local.yaml set 6. Not the
     # default yet: the shared test runtime hung with it (see README, Ray).
     max_workers: Optional[int] = None
+    # Which of Ray Data's Parquet readers reads the suite's table versions. v1: read tasks open the files
+    # they are given (the suite always hands over a Delta version's own file list). v2 (Ray 2.60's default)
+    # first reads every footer on a pool of RAY_DATA_PARQUET_FOOTER_NUM_ACTORS (32) new actors, a process
+    # each, per read: 1-2 s of a small cluster's CPUs for every read of a few files (README, Ray Data reads);
+    # worth it for directories of thousands of object-store files.
+    parquet_datasource: Literal["v1", "v2"] = "v1"
 
     def __post_init__(self) -> None:
         check(self.max_workers is None or self.max_workers >= 1, "ray.max_workers", "must be >= 1")
+        check(self.parquet_datasource in ("v1", "v2"), "ray.parquet_datasource", "must be v1 or v2")
         for name in ("actor_max_restarts", "actor_task_retries"):
             check(getattr(self, name) >= -1, f"ray.{name}", "must be >= -1 (-1: no limit)")
         if self.mode == "address":

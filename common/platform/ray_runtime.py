@@ -37,7 +37,7 @@ class RayRuntime:
             raise ImportError("Ray is needed for this step: pip install 'ray[data]==2.60.0'") from exc
 
         if ray.is_initialized():
-            self._apply_fault_tolerance()
+            self._configure_data_context()
             return self
         if self.cfg.mode == "local":
             # When Ray was imported before the variable was set (a notebook), its module constant is
@@ -71,18 +71,20 @@ class RayRuntime:
             self._spark_cluster = True
             ray.init()
         self._started_here = True
-        self._apply_fault_tolerance()
+        self._configure_data_context()
         log.info("ray runtime up (%s): %s", self.cfg.mode, ray.cluster_resources())
         return self
 
-    def _apply_fault_tolerance(self) -> None:
-        """Set this driver's Ray Data context from the config: which batch errors are retried, and the
-        restart/retry limits :func:`actor_fault_tolerance` hands to the suite's actor pools."""
+    def _configure_data_context(self) -> None:
+        """Set this driver's Ray Data context from the config: which batch errors are retried, the
+        restart/retry limits :func:`actor_fault_tolerance` hands to the suite's actor pools, and which
+        Parquet reader reads table versions (``ray.parquet_datasource``)."""
         from ray.data import DataContext
 
         data_context = DataContext.get_current()
         data_context.actor_task_retry_on_errors = bool(self.cfg.retry_exceptions)
         data_context.set_config(FAULT_TOLERANCE_KEY, self.fault_tolerance())
+        data_context.use_datasource_v2 = self.cfg.parquet_datasource == "v2"
 
     def fault_tolerance(self) -> dict[str, int]:
         """Ray actor options: ``max_restarts`` and ``max_task_retries`` from the config."""
