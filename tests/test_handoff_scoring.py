@@ -32,6 +32,15 @@ def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_
     assert engine.startswith("Apache-Spark/") if lakehouse.native_delta else "delta-rs" in engine
     staging = Path(lakehouse.cfg.root) / "_staging"
     assert not staging.exists() or not any(staging.iterdir())
+    # A stage that adds columns to the Arrow batches it read (as the scorers do): the batches carry the
+    # Spark-written input's schema in their metadata, and the written version must still have every column.
+    import pyarrow as pa
+
+    scored = ds.map_batches(lambda t: t.append_column("score", pa.array([0.5] * len(t))), batch_format="pyarrow")
+    out = lakehouse.write_ray(scored, "scored")
+    assert lakehouse.read("scored").columns == ["source_id", "source_text", "score"]
+    assert DeltaTable(lakehouse.location("scored")).to_pyarrow_table().column_names == ["source_id", "source_text",
+                                                                                         "score"]
 
 
 def test_failed_ray_write_leaves_no_version(lakehouse, ray_runtime):

@@ -290,6 +290,9 @@ class Lakehouse:
         done = self.already_written(table, lineage, force)
         if done is not None:
             return done
+        # Batches read from Spark-written files carry Spark's schema in their metadata (Ray Data's V1 Parquet
+        # reader keeps it), stale once a stage adds columns; Spark would read the written files back with it.
+        ds = ds.map_batches(_without_spark_schema, batch_format="pyarrow", zero_copy_batch=True)
         if not self.native_delta:
             if self.cfg.catalog:
                 raise LakehouseError("catalog tables are written with Spark's Delta writer (spark.delta: native)")
@@ -317,6 +320,17 @@ class Lakehouse:
 
     def _delta_rs_table(self, table: str):
         return delta_rs.open_table(table, self.location(table), self.cfg.storage_options or None)
+
+
+def _without_spark_schema(batch):
+    """The Arrow ``batch`` without the Spark schema in its metadata (``org.apache.spark.*`` keys). Spark reads a
+    Parquet file's columns from that key when it is there, not from the file's own schema, so a file written
+    with a stale copy (a batch read from a Spark-written table, then given more columns) would lose the new
+    columns when Spark reads it."""
+    metadata = batch.schema.metadata
+    if not metadata or not any(key.startswith(b"org.apache.spark.") for key in metadata):
+        return batch
+    return batch.replace_schema_metadata({k: v for k, v in metadata.items() if not k.startswith(b"org.apache.spark.")})
 
 
 def _app_id(table: str, lineage: Optional[Lineage], force: bool) -> Optional[str]:
