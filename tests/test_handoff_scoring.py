@@ -37,7 +37,7 @@ def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_
     import pyarrow as pa
 
     scored = ds.map_batches(lambda t: t.append_column("score", pa.array([0.5] * len(t))), batch_format="pyarrow")
-    out = lakehouse.write_ray(scored, "scored")
+    lakehouse.write_ray(scored, "scored")
     assert lakehouse.read("scored").columns == ["source_id", "source_text", "score"]
     assert DeltaTable(lakehouse.location("scored")).to_pyarrow_table().column_names == ["source_id", "source_text",
                                                                                          "score"]

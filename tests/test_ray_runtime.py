@@ -54,7 +54,6 @@ def test_runtime_is_shared_and_actors_keep_state(ray_runtime):
     assert ray.is_initialized()
 
 
-
 def test_table_versions_are_read_without_a_footer_actor_pool(ray_runtime, tmp_path):
     """``ray.parquet_datasource`` picks Ray Data's Parquet reader: v1 (the default) reads the given files in
     its read tasks; v2 (Ray 2.60's own default) first lists them in a ListFiles task that starts a pool of

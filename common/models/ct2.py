@@ -60,6 +60,8 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None) ->
 
     import ctranslate2
 
+    from common.platform.storage import read_json
+
     target = target or os.path.join(model_path, f"ct2-{quantization}")
     if os.path.isfile(os.path.join(target, "model.bin")):
         return target
@@ -73,9 +75,10 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None) ->
     try:
         out = os.path.join(scratch, "model")
         try:
-            source = _converter_source(model_path, scratch)
+            config = read_json(os.path.join(model_path, "config.json"))
+            source = _converter_source(model_path, config, scratch)
             ctranslate2.converters.TransformersConverter(source).convert(out, quantization=quantization)
-            _name_special_tokens(out, model_path)
+            _name_special_tokens(out, model_path, config)
         except Exception as exc:
             with open(failed, "w", encoding="utf-8") as handle:
                 json.dump({"ctranslate2": ctranslate2.__version__, "error": f"{type(exc).__name__}: {exc}"}, handle)
@@ -90,15 +93,14 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None) ->
     return target
 
 
-def _converter_source(model_path: str, scratch: str) -> str:
-    """The folder CTranslate2's converter reads for ``model_path``: the model itself, or for a BART config
-    without ``normalize_before`` (transformers 5 dropped the key; CTranslate2 4.8's BART loader reads it) a
-    folder in ``scratch`` of links to the model's files and a config that says ``false`` (BART's post-norm
-    layers; the MiniLM warm start has BERT's). The model's own folder is never written."""
+def _converter_source(model_path: str, config: dict, scratch: str) -> str:
+    """The folder CTranslate2's converter reads for ``model_path`` (whose ``config.json`` holds ``config``): the
+    model itself, or for a BART config without ``normalize_before`` (transformers 5 dropped the key;
+    CTranslate2 4.8's BART loader reads it) a folder in ``scratch`` of links to the model's files and a config
+    that says ``false`` (BART's post-norm layers; the MiniLM warm start has BERT's). The model's own folder is
+    never written."""
     import json
 
-    with open(os.path.join(model_path, "config.json"), encoding="utf-8") as handle:
-        config = json.load(handle)
     if config.get("model_type") != "bart" or "normalize_before" in config:
         return model_path
     source = os.path.join(scratch, "source")
@@ -111,24 +113,24 @@ def _converter_source(model_path: str, scratch: str) -> str:
     return source
 
 
-def _name_special_tokens(converted_folder: str, model_path: str) -> None:
+def _name_special_tokens(converted_folder: str, model_path: str, config: dict) -> None:
     """Fill the converted config's ``bos_token`` / ``eos_token`` where the converter left them empty: it takes
     them from the tokenizer, and a BERT tokenizer (the MiniLM warm start's) has none, its model starting with
-    ``[CLS]`` and ending with ``[SEP]``. The model config's ``bos_token_id`` / ``eos_token_id`` name them,
-    through the converted vocabulary. Without an end token CTranslate2 would decode every sample to the cap."""
+    ``[CLS]`` and ending with ``[SEP]``. The model config ``config``'s ``bos_token_id`` / ``eos_token_id``
+    name them, through the converted vocabulary. Without an end token CTranslate2 would decode every sample
+    to the cap."""
     import json
 
+    from common.platform.storage import read_json
+
     path = os.path.join(converted_folder, "config.json")
-    with open(path, encoding="utf-8") as handle:
-        converted_config = json.load(handle)
+    converted_config = read_json(path)
     missing = [key for key in ("bos_token", "eos_token") if not converted_config.get(key)]
     if not missing:
         return
-    with open(os.path.join(model_path, "config.json"), encoding="utf-8") as handle:
-        model_config = json.load(handle)
     vocabulary = _vocabulary(converted_folder)
     for key in missing:
-        token_id = model_config.get(f"{key}_id")
+        token_id = config.get(f"{key}_id")
         if token_id is None or not 0 <= token_id < len(vocabulary):
             raise ValueError(f"{model_path}: no {key} in its tokenizer and no valid {key}_id in its config")
         converted_config[key] = vocabulary[token_id]
@@ -211,7 +213,6 @@ def _vocabulary(folder: str) -> list[str]:
             with open(path, encoding="utf-8") as handle:
                 return [line.rstrip("\n") for line in handle]
     raise FileNotFoundError(f"no vocabulary file in the converted model {folder}")
-
 
 
 def _actor_threads() -> int:
