@@ -44,7 +44,7 @@ def build(path: str, shape: str, corpus: list[str]) -> str:
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from common.models.seq2seq import train_tokenizer
+    from common.models.unigram import train_tokenizer
 
     torch.manual_seed(0)
     dims = {"tiny": dict(d_model=64, d_ff=128, num_layers=2, num_heads=4, vocab=2000),

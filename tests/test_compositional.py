@@ -214,7 +214,7 @@ def _prefix_independence() -> dict:
     from transformers import T5Config, T5ForConditionalGeneration
 
     from common.models.label_prefix import LabelPrefix, UnknownLabelError
-    from common.models.seq2seq import train_tokenizer
+    from common.models.unigram import train_tokenizer
 
     tokenizer = train_tokenizer(["anger fear joy love sadness"] * 20 + ["some words to learn"] * 20, 60)
     net = T5ForConditionalGeneration(T5Config(vocab_size=len(tokenizer), d_model=16, d_kv=8, d_ff=32, num_layers=1,

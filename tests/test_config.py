@@ -68,6 +68,7 @@ def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
     ("cga.model.name_or_path=t5-base", "cga.model.name_or_path: is set but kind is 'scratch_t5'"),
     ("cga.model.kind=t5", "cga.model.kind: 't5' is not allowed"),
     ("query_reformulation.fine_tune.grad_accumulation=0", "query_reformulation.fine_tune.grad_accumulation: must be"),
+    ("cga.fine_tune.max_steps=-1", "cga.fine_tune.max_steps: must be >= 0"),
     ("cga.model.scratch.d_model=65", "cga.model.scratch.d_model: must be a multiple of num_heads"),
     ("cga.generation.mode=greedy", "cga.generation.mode: 'greedy' is not allowed"),
     ("cga.threshold=1.5", "cga.threshold: must be in [0, 1]"),

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune, train_tokenizer
+from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+from common.models.unigram import train_tokenizer
 
 
 PAIRS = [(f"{brand} {noun} {colour}", f"{colour} {noun} by {brand}")
@@ -38,7 +39,7 @@ def test_canonical_ids_survive_score_noise_and_a_chosen_piece_inside_the_charact
     points. Both must give the same ids."""
     import json
 
-    from common.models.seq2seq import _unigram_pieces
+    from common.models.unigram import _unigram_pieces
 
     class Trained:  # what _unigram_pieces reads of a trained tokenizer
         def __init__(self, vocab):
@@ -106,6 +107,22 @@ def test_length_grouped_batches_hold_every_example_once_and_pad_less():
     assert longest != sorted(longest) and longest != sorted(longest, reverse=True)
     random.seed(3)
     assert epoch_batches(list(range(5000)), lengths, 32, group_by_length=True) == grouped  # seeded: the same again
+
+
+def test_max_steps_bounds_the_optimiser_steps_across_passes(tmp_path):
+    # 48 pairs / 16 per micro-batch = 3 micro-batches; with accumulation 2, 2 optimiser steps per pass
+    # (the last step of a pass takes the odd micro-batch alone). 5 steps: 3 passes, the last cut to 1 step.
+    train = TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1, max_steps=5)
+    assert train.planned_epochs(48) == 3 and TrainSpec(epochs=30).planned_epochs(48) == 30
+    passes = []
+    result = fine_tune(PAIRS, str(tmp_path / "t5"), ModelSpec(vocab_size=60), train,
+                       on_epoch_end=lambda epoch, net, tok, losses: passes.append((epoch, len(losses))))
+    assert len(result.step_losses) == 5 and passes == [(1, 2), (2, 4), (3, 5)]
+    assert result.examples == 2 * 48 + 32  # two full passes, then the two micro-batches of the fifth step
+    # One step fewer than a pass holds: one pass, cut.
+    one = fine_tune(PAIRS, str(tmp_path / "t5b"), ModelSpec(vocab_size=60),
+                    TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, seed=1, max_steps=2))
+    assert len(one.step_losses) == 2 and one.examples == 32
 
 
 def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path, ray_runtime, tracking_uri):

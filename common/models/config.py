@@ -142,6 +142,10 @@ class FineTuneConfig:
     # Length-grouped batches (common.models.batching): each holds examples of similar length, so it pads
     # less; off by default, since the papers' epochs and learning rates assume random batches.
     group_by_length: bool = False
+    # A bound on optimiser steps (transformers' ``max_steps``): > 0 trains that many steps, however many
+    # passes over the pairs that takes (the last cut short), and ``epochs`` no longer counts; 0: off.
+    # The way to give a pretrained generator a fixed budget on a CPU machine.
+    max_steps: int = 0
     num_cpus: int = 1
     num_gpus: float = 0.0
     # Log a checkpoint (model + tokenizer) to MLflow every this many epochs (0: none); the final model
@@ -152,6 +156,7 @@ class FineTuneConfig:
         for name in ("epochs", "batch_size", "grad_accumulation", "num_cpus"):
             check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
         check(self.checkpoint_every >= 0, "*.checkpoint_every", "must be >= 0 (0: no checkpoints)")
+        check(self.max_steps >= 0, "*.max_steps", "must be >= 0 (0: epochs decide)")
         check(self.learning_rate > 0, "*.learning_rate", "must be > 0")
         check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
 

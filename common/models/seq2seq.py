@@ -19,6 +19,7 @@ final model to the MLflow run, and copies the final model to the lakehouse's mod
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from common.platform.ray_runtime import RayRuntime
 
 log = logging.getLogger(__name__)
-
-PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 
 
 @dataclass(frozen=True)
@@ -75,12 +74,24 @@ class TrainSpec:
     # Length-grouped batches (common.models.batching): about 2x the steps/s on title pairs, at a slightly
     # higher loss per step; off by default, as the papers' epochs and rates assume random batches.
     group_by_length: bool = False
+    # A bound on optimiser steps (transformers' ``max_steps``): > 0 replaces ``epochs`` by as many passes
+    # over the pairs as the steps need, the last one cut short; 0 trains ``epochs`` epochs.
+    max_steps: int = 0
 
     @classmethod
     def from_config(cls, cfg: "FineTuneConfig", seed: int) -> "TrainSpec":
         """The spec of a ``*.fine_tune`` config section."""
         return cls(epochs=cfg.epochs, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
-                   grad_accumulation=cfg.grad_accumulation, seed=seed, group_by_length=cfg.group_by_length)
+                   grad_accumulation=cfg.grad_accumulation, seed=seed, group_by_length=cfg.group_by_length,
+                   max_steps=cfg.max_steps)
+
+    def planned_epochs(self, n_pairs: int) -> int:
+        """How many passes over ``n_pairs`` pairs the run makes: ``epochs``, or with ``max_steps`` the passes
+        that hold that many optimiser steps (the last pass may stop early)."""
+        if not self.max_steps:
+            return self.epochs
+        steps_per_epoch = math.ceil(math.ceil(n_pairs / self.batch_size) / self.grad_accumulation)
+        return math.ceil(self.max_steps / steps_per_epoch)
 
 
 @dataclass
@@ -97,60 +108,6 @@ class FineTuneResult:
     padded_tokens: int = 0  # the same with padding: tokens / padded_tokens is the batches' fill rate
 
 
-def train_tokenizer(texts: Sequence[str], vocab_size: int):
-    """A Unigram tokenizer trained on ``texts``, wrapped as a ``PreTrainedTokenizerFast`` with T5's
-    special tokens (pad = 0, eos = 1, unk = 2) and ``</s>`` appended to every encoded text."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = Tokenizer(models.Unigram())
-    tokenizer.normalizer = normalizers.NFKC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
-    tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=[PAD, EOS, UNK], unk_token=UNK,
-                                      show_progress=False)
-    tokenizer.train_from_iterator(list(texts), trainer=trainer)
-    specials, pieces = _unigram_pieces(tokenizer)
-    tokenizer.model = models.Unigram(specials + pieces, unk_id=2)  # the same texts, the same ids
-    tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", special_tokens=[
-        (EOS, tokenizer.token_to_id(EOS))])
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK)
-
-
-def _unigram_pieces(tokenizer) -> tuple[list, list]:
-    """(special tokens, other pieces) of a trained Unigram tokenizer as (piece, score), in an order that
-    does not change from run to run. The trainer's runs differ in two ways, each of which reorders the ids:
-    its scores vary in the last bits (sums in hash-map order), so pieces within 1e-6 of each other (a chain
-    of such steps) count as tied, share one score and are ordered by name; and the characters it must keep
-    without having chosen them get scores 1e-4 apart above its lowest score, in hash-set order. That tail is
-    the run of pieces on the grid ``lowest + k * 1e-4`` (k = 0, 1, ... without a gap); chosen pieces can fall
-    between its points and keep their own scores. The tail's scores go to its pieces in sorted order."""
-    import json
-
-    vocab = [(p, round(score, 9)) for p, score in json.loads(tokenizer.to_str())["model"]["vocab"]]
-    pieces = sorted(vocab[3:], key=lambda p: -p[1])
-    if not pieces:
-        return vocab[:3], pieces
-    lowest = pieces[-1][1]
-    tail, top = [], 0
-    for piece, score in reversed(pieces):  # upwards from the lowest score
-        if score > lowest + (top + 1) * 1e-4 + 1e-7:
-            break  # past the grid's last point and the gap above it
-        k = round((score - lowest) / 1e-4)
-        if abs(score - lowest - k * 1e-4) < 1e-7:
-            tail.append((piece, score))
-            top = max(top, k)
-    names = {p for p, _ in tail}
-    canonical = list(zip(sorted(names), sorted((s for _, s in tail), reverse=True)))
-    ordered, previous = [], None
-    for piece, score in sorted([p for p in pieces if p[0] not in names] + canonical, key=lambda p: -p[1]):
-        # A tie group's pieces share its first (highest) score, so ids still follow the scores.
-        group = ordered[-1][0] if previous is not None and previous - score < 1e-6 else score
-        ordered.append((group, piece))
-        previous = score
-    return vocab[:3], [(piece, group) for group, piece in sorted(ordered, key=lambda p: (-p[0], p[1]))]
-
-
 def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]], seed: int = 0):
     """(tokenizer, model): the named checkpoint, the MiniLM warm start, or a scratch T5 with a tokenizer
     trained on ``pairs``."""
@@ -165,6 +122,8 @@ def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]], seed: int = 0
 
         # All of MiniLM's 512 positions: generation may see longer inputs than training truncates to.
         return build_warm_minilm(512, seed)
+    from common.models.unigram import train_tokenizer
+
     tokenizer = train_tokenizer([t for pair in pairs for t in pair], spec.vocab_size)
     config = T5Config(vocab_size=len(tokenizer), d_model=spec.d_model, d_kv=spec.d_model // spec.num_heads,
                       d_ff=spec.d_ff, num_layers=spec.num_layers, num_decoder_layers=spec.num_layers,
@@ -233,8 +192,13 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     result = FineTuneResult(path=out_dir, device=device, dtype=str(dtype).removeprefix("torch."))
     order = list(range(len(pairs)))
     start = time.perf_counter()
-    for epoch in range(1, train.epochs + 1):
+    epochs = train.planned_epochs(len(pairs))
+    for epoch in range(1, epochs + 1):
         batches = epoch_batches(order, keys, train.batch_size, train.group_by_length)
+        if train.max_steps:
+            # Cut the pass where its optimiser steps reach the bound.
+            left = train.max_steps - len(result.step_losses)
+            batches = batches[:left * train.grad_accumulation]
         running, in_step = 0.0, 0
         for b, batch in enumerate(batches):
             if prefix is not None:
@@ -261,7 +225,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
                 optimiser.zero_grad(set_to_none=True)
                 result.step_losses.append(running * train.grad_accumulation / in_step)
                 running, in_step = 0.0, 0
-        result.examples += len(pairs)
+        result.examples += sum(len(batch) for batch in batches)
         if on_epoch_end is not None:
             net.eval()
             on_epoch_end(epoch, net, tokenizer, result.step_losses)
@@ -271,8 +235,9 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     tokenizer.save_pretrained(out_dir)
     if prefix is not None:
         prefix.save(out_dir)
-    log.info("fine-tuned %d examples x %d epochs on %s/%s in %.1f s; loss %.3f -> %.3f", len(pairs), train.epochs,
-             device, result.dtype, result.seconds, result.step_losses[0], result.step_losses[-1])
+    log.info("fine-tuned %d pairs: %d examples in %d steps (%d epochs) on %s/%s in %.1f s; loss %.3f -> %.3f",
+             len(pairs), result.examples, len(result.step_losses), epochs, device, result.dtype, result.seconds,
+             result.step_losses[0], result.step_losses[-1])
     return result
 
 
@@ -314,12 +279,13 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
         client = MlflowClient(tracking_uri)
     work = tempfile.mkdtemp(prefix="t5-")
     state = {"logged_steps": 0, "start": time.perf_counter()}
+    epochs = train.planned_epochs(len(pairs))
 
     def on_epoch_end(epoch: int, net, tokenizer, losses: list[float]) -> None:
         seconds = time.perf_counter() - state["start"]
         epoch_losses = losses[state["logged_steps"]:]
-        log.info("epoch %d/%d: %d steps, mean loss %.4f, %.1f examples/s", epoch, train.epochs, len(epoch_losses),
-                 sum(epoch_losses) / max(1, len(epoch_losses)), epoch * len(pairs) / max(seconds, 1e-9))
+        log.info("epoch %d/%d: %d steps, mean loss %.4f, %.1f steps/s", epoch, epochs, len(epoch_losses),
+                 sum(epoch_losses) / max(1, len(epoch_losses)), len(losses) / max(seconds, 1e-9))
         if client is None:
             state["logged_steps"] = len(losses)
             return
@@ -332,7 +298,7 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
             client.log_batch(run_id, metrics=metrics[start:start + 1000])
         state["logged_steps"] = len(losses)
         # The last epoch's weights are the final model, logged once as model/.
-        if checkpoint_every and epoch % checkpoint_every == 0 and epoch < train.epochs:
+        if checkpoint_every and epoch % checkpoint_every == 0 and epoch < epochs:
             folder = f"{work}/checkpoint-epoch-{epoch}"
             net.save_pretrained(folder)
             tokenizer.save_pretrained(folder)

@@ -54,8 +54,9 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
     n_pairs = ctx.lakehouse.read(table, version).count()
     if n_pairs == 0:
         raise ValueError(f"{table} v{version} has no (source, target) pairs: nothing to fine-tune {name} on")
-    log.info("fine-tuning %s on %d pairs of %s v%d (%s, %d epochs, effective batch %d)", name, n_pairs, table,
-             version, model_cfg.name_or_path or "scratch", ft_cfg.epochs, ft_cfg.batch_size * ft_cfg.grad_accumulation)
+    budget = f"{ft_cfg.max_steps} steps" if ft_cfg.max_steps else f"{ft_cfg.epochs} epochs"
+    log.info("fine-tuning %s on %d pairs of %s v%d (%s, %s, effective batch %d)", name, n_pairs, table,
+             version, model_cfg.name_or_path or model_cfg.kind, budget, ft_cfg.batch_size * ft_cfg.grad_accumulation)
     result = fine_tune_on_ray(ctx.ray(), ctx.lakehouse.file_uris(table, version), uri,
                               ModelSpec.from_config(model_cfg), TrainSpec.from_config(ft_cfg, ctx.cfg.seed),
                               source_col, target_col, num_cpus=ft_cfg.num_cpus, num_gpus=ft_cfg.num_gpus,
