@@ -51,7 +51,7 @@ doctor: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/augment run demo --conf conf/demo.yaml $(DELTA_FALLBACK)
 
-# The larger world the README's results come from (conf/local.yaml, 30-40 minutes on 2 cores).
+# The larger world the README's results come from (conf/local.yaml; its CGA and QR pipelines alone take 31 minutes on 2 cores).
 demo-full: $(STAMP)
 	$(BIN)/augment run demo --conf conf/local.yaml $(DELTA_FALLBACK)
 
