@@ -36,7 +36,10 @@ def test_shipped_configs_load(name, monkeypatch):
         assert cfg.cga.model.kind == cfg.query_reformulation.model.kind == "checkpoint"
         assert "t5" in cfg.cga.model.name_or_path
     else:
-        assert cfg.spark.delta == "native" and cfg.cga.model.kind == "scratch_t5"
+        # the demo-full world generates with the offline pretrained model, CGA's fine-tune bounded in steps
+        assert cfg.spark.delta == "native"
+        assert cfg.cga.model.kind == cfg.query_reformulation.model.kind == "warm_minilm"
+        assert cfg.cga.fine_tune.max_steps == 500
     if name == "databricks.yaml":
         assert cfg.lakehouse.catalog == "main.augment"
         assert cfg.inputs.catalog.path == "main.retail.catalog_items"  # a table name stays as it is
@@ -63,9 +66,9 @@ def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
     ("ray.mode=address", "ray.address: is required"),
     ("spark.graphframes=yes", "spark.graphframes"),
     ("inputs.labeled.format=xlsx", "inputs.labeled.format: 'xlsx' is not allowed"),
-    ("cga.model.scratch=null", "cga.model.scratch: kind 'scratch_t5' needs the scratch shape"),
+    ("genre.generator.model.scratch=null", "genre.generator.model.scratch: kind 'scratch_t5' needs the scratch shape"),
     ("cga.model.kind=checkpoint", "cga.model.name_or_path: kind 'checkpoint' needs name_or_path"),
-    ("cga.model.name_or_path=t5-base", "cga.model.name_or_path: is set but kind is 'scratch_t5'"),
+    ("cga.model.name_or_path=t5-base", "cga.model.name_or_path: is set but kind is 'warm_minilm'"),
     ("cga.model.kind=t5", "cga.model.kind: 't5' is not allowed"),
     ("query_reformulation.fine_tune.grad_accumulation=0", "query_reformulation.fine_tune.grad_accumulation: must be"),
     ("cga.fine_tune.max_steps=-1", "cga.fine_tune.max_steps: must be >= 0"),
