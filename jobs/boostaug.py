@@ -5,6 +5,9 @@
   by seed; training rows dealt into ``boostaug.folds`` stratified folds.
 * ``boostaug-augment`` reads ``boostaug_texts``; writes ``boostaug_candidates``: ``2 * boostaug.n_aug``
   candidates per training text and backend (source_id, fold, source_text, label, backend, aug_idx, text).
+  The ``contextual`` backend first fine-tunes its infiller on ``boostaug_infill_pairs`` (masked training
+  texts), samples a fill per ``boostaug_infill_prompts`` row into ``boostaug_infill_generated``; prompts
+  whose generation failed land in ``boostaug_contextual_rejects`` with the reason.
 * ``boostaug-filter`` trains one surrogate per boosting fold in Ray tasks (k - 2 folds train it, one
   validates it, it judges the last one), plus the MonoAug surrogate for the ablation; scores every candidate
   with its fold's surrogate (fastText: in Spark; encoder: on a Ray Data actor pool) into
@@ -30,6 +33,8 @@ log = logging.getLogger(__name__)
 
 TEXTS, CANDIDATES, KEPT, REJECTS = "boostaug_texts", "boostaug_candidates", "boostaug_kept", "boostaug_rejects"
 SCORED = "boostaug_scored"
+INFILL_PAIRS, PROMPTS, GENERATED = "boostaug_infill_pairs", "boostaug_infill_prompts", "boostaug_infill_generated"
+CONTEXTUAL_REJECTS = "boostaug_contextual_rejects"
 EVAL_SETS, RESULTS = "boostaug_eval_sets", "boostaug_results"
 RESULT_SCHEMA = ("run_id string, method string, backend string, model string, n_aug int, repeat int, seed long, "
                  "accuracy double, macro_f1 double, n_train long, n_augmented long")
@@ -60,20 +65,74 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     return {f"rows.{k}": v for k, v in counts.items()}
 
 
+def _contextual_candidates(ctx: JobContext, tr: JobRun, train, config_hash: str):
+    """The contextual backend: fine-tune (or reuse) the infiller on masked training texts, sample a fill per
+    candidate prompt; writes ``boostaug_infill_pairs``, ``boostaug_infill_prompts``,
+    ``boostaug_infill_generated`` (+ its quarantine) and ``boostaug_contextual_rejects``. Returns (the
+    candidates as a DataFrame of the candidate schema, metrics); checks prompts = candidates + rejected."""
+    from pyspark.sql import functions as F
+
+    from common.boostaug.contextual import contextual_candidates, infill_pairs, infill_prompts
+    from common.boostaug.data import CANDIDATE_SCHEMA
+    from common.models.t5_stage import fine_tune_stage, generate_stage
+
+    cfg, seed = ctx.cfg.boostaug, ctx.cfg.seed
+    c, p = cfg.contextual, cfg.augment.token_prob
+    pairs = tr.write(infill_pairs(train, c.pairs_per_text, p, c.max_span_words, c.mask_token, seed), INFILL_PAIRS,
+                     config_hash)
+    model_hash = hash_of(asdict(c.model), asdict(c.fine_tune), c.pairs_per_text, c.max_span_words, c.mask_token, p)
+    model = fine_tune_stage(ctx, tr, INFILL_PAIRS, pairs.version, "boostaug_infiller", c.model, c.fine_tune,
+                            model_hash, {TEXTS: tr.inputs[TEXTS]})
+    prompts = tr.write(infill_prompts(train, 2 * cfg.n_aug, p, c.max_span_words, c.mask_token, seed), PROMPTS,
+                       config_hash)
+    generated, stats = generate_stage(ctx, tr, PROMPTS, prompts.version, "prompt_id", "prompt", model, c.generation,
+                                      None, GENERATED, hash_of(config_hash, model.version), dict(tr.inputs))
+    rows = contextual_candidates(ctx.lakehouse.read(PROMPTS, prompts.version),
+                                 ctx.lakehouse.read(GENERATED, generated.version))
+    rejected = tr.write(rows.filter(F.col("reason").isNotNull()), CONTEXTUAL_REJECTS, config_hash)
+    kept = rows.filter(F.col("reason").isNull())
+    # One row: a bounded aggregate.
+    counts = kept.agg(F.count(F.lit(1)).alias("n"), F.sum((F.col("text") == F.col("source_text")).cast("long"))
+                      .alias("unchanged")).first()
+    n_prompts, n_rejected = stats.inputs, ctx.lakehouse.read(CONTEXTUAL_REJECTS, rejected.version).count()
+    if counts["n"] + n_rejected != n_prompts:
+        raise AccountingError(f"{n_prompts} contextual prompts != {counts['n']} candidates + {n_rejected} rejected")
+    log.info("contextual backend: %d prompts = %d candidates + %d rejected (%s); %d candidates equal their source",
+             n_prompts, counts["n"], n_rejected, CONTEXTUAL_REJECTS, counts["unchanged"] or 0)
+    columns = [f.split()[0] for f in CANDIDATE_SCHEMA.split(", ")]
+    return kept.select(*columns), {"contextual.prompts": float(n_prompts), "contextual.rejected": float(n_rejected),
+                                   "contextual.unchanged_share": (counts["unchanged"] or 0) / max(counts["n"], 1),
+                                   **stats.metrics()}
+
+
 @job("boostaug-augment")
 def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``boostaug-augment``: every backend's 2·Ñ candidates per training text."""
     from pyspark.sql import functions as F
 
+    from common.boostaug.backends import BACKENDS
+    from common.boostaug.contextual import BACKEND as CONTEXTUAL
     from common.boostaug.data import candidates
 
     cfg = ctx.cfg.boostaug
     train = tr.read(TEXTS).filter(F.col("split") == "train")
-    config_hash = hash_of(cfg.backends, cfg.n_aug, asdict(cfg.augment), ctx.cfg.seed)
+    contextual = CONTEXTUAL in cfg.backends
+    # The contextual section joins the hash only when that backend runs (earlier versions stay valid).
+    config_hash = hash_of(cfg.backends, cfg.n_aug, asdict(cfg.augment), ctx.cfg.seed,
+                          *([asdict(cfg.contextual)] if contextual else []))
     if tr.already_written(CANDIDATES, config_hash):
         return {}
-    written = tr.write(candidates(train, cfg, ctx.cfg.seed), CANDIDATES, config_hash)
-    return {"candidates": float(written.num_rows or 0)}
+    frames, metrics = [], {}
+    if any(b in BACKENDS for b in cfg.backends):
+        frames.append(candidates(train, cfg, ctx.cfg.seed))
+    if contextual:
+        rows, metrics = _contextual_candidates(ctx, tr, train, config_hash)
+        frames.append(rows)
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    written = tr.write(union, CANDIDATES, config_hash)
+    return {"candidates": float(written.num_rows or 0), **metrics}
 
 
 def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple[dict[int, str], Optional[str]]:

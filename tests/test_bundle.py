@@ -87,8 +87,8 @@ def test_model_stages_run_on_the_gpu_cluster(bundle):
     for job in jobs.values():
         for task in job["tasks"]:
             name = task["python_wheel_task"]["parameters"][1]
-            expected = "gpu" if name in {"cga-generate", "query-reformulate", "query-matcher", "boostaug-filter",
-                                         "boostaug-evaluate", "genre-generate", "compositional-generate",
+            expected = "gpu" if name in {"cga-generate", "query-reformulate", "query-matcher", "boostaug-augment",
+                                         "boostaug-filter", "boostaug-evaluate", "genre-generate", "compositional-generate",
                                          "compositional-qc", "compositional-evaluate"} else "cpu"
             assert task["job_cluster_key"] == expected, name
 

@@ -43,6 +43,9 @@ def test_shipped_configs_load(name, monkeypatch):
     if name == "databricks.yaml":
         assert cfg.lakehouse.catalog == "main.augment"
         assert cfg.inputs.catalog.path == "main.retail.catalog_items"  # a table name stays as it is
+        # BoostAug's contextual backend fills T5's own span sentinel
+        assert "contextual" in cfg.boostaug.backends and cfg.boostaug.contextual.mask_token == "<extra_id_0>"
+        assert cfg.boostaug.contextual.model.name_or_path == "t5-small"
 
 
 def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):

@@ -2,13 +2,14 @@
 filter, and the evaluation. Defaults are the paper's settings where it fixes them."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Optional
 
-from common.models.config import EncoderConfig, FastTextConfig
+from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
+                                  ctranslate2_generation)
 from common.platform.config import check
 
-Backend = Literal["eda", "spelling", "split"]
+Backend = Literal["eda", "spelling", "split", "contextual"]
 Filter = Literal["perplexity", "confidence", "label"]
 
 
@@ -26,6 +27,47 @@ class BackendConfig:
     def __post_init__(self) -> None:
         check(0.0 < self.token_prob <= 1.0, "boostaug.augment.token_prob", "must lie in (0, 1]")
         check(self.synonyms >= 1, "boostaug.augment.synonyms", "must be >= 1")
+
+
+def _infiller_model() -> T5ModelConfig:
+    # Masked sentences in, one span of a few words out.
+    return T5ModelConfig(kind="warm_minilm", max_source_length=96, max_target_length=16)
+
+
+def _infiller_fine_tune() -> FineTuneConfig:
+    # One pass at the warm model's rate (benchmarks/generator_quality.py: 3e-4 fits the training text and
+    # forgets the pretrained model); length-grouped batches pad less.
+    return FineTuneConfig(epochs=1, learning_rate=1e-4, batch_size=32, group_by_length=True, checkpoint_every=0)
+
+
+def _infiller_generation() -> GenerationConfig:
+    # One sampled fill per prompt (top-k 50 / top-p 0.95, the suite's sampling), on CTranslate2.
+    return replace(ctranslate2_generation(), n_samples=1, mode="sample", max_new_tokens=16, max_source_tokens=128,
+                   batch_size=256)
+
+
+@dataclass
+class ContextualConfig:
+    """The contextual-substitution backend: a seq2seq infiller (the suite's generator; a T5 checkpoint in
+    production, whose sentinel ``<extra_id_0>`` can be the mask) fine-tuned on the training texts with one
+    span masked, then sampling a fill for a new span per candidate."""
+
+    model: T5ModelConfig = field(default_factory=_infiller_model)
+    fine_tune: FineTuneConfig = field(default_factory=_infiller_fine_tune)
+    generation: GenerationConfig = field(default_factory=_infiller_generation)
+    # The mask token in the model's input ([MASK] is one token of the MiniLM tokenizer).
+    mask_token: str = "[MASK]"
+    # Span length: max(1, round(token_prob * words)), at most this many words.
+    max_span_words: int = 3
+    # Masked copies of each training text the infiller learns from.
+    pairs_per_text: int = 2
+
+    def __post_init__(self) -> None:
+        check(bool(self.mask_token.strip()), "boostaug.contextual.mask_token", "must not be blank")
+        check(self.max_span_words >= 1, "boostaug.contextual.max_span_words", "must be >= 1")
+        check(self.pairs_per_text >= 1, "boostaug.contextual.pairs_per_text", "must be >= 1")
+        check(self.generation.n_samples == 1, "boostaug.contextual.generation.n_samples",
+              "must be 1 (each candidate masks its own span: one fill per prompt)")
 
 
 @dataclass
@@ -108,6 +150,7 @@ class BoostAugConfig:
     # Labels that are category paths ("A > B > C") are cut to this many levels (None: as they are).
     label_level: Optional[int] = None
     augment: BackendConfig = field(default_factory=BackendConfig)
+    contextual: ContextualConfig = field(default_factory=ContextualConfig)
     surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from common.boostaug.backends import augment_text, synonym_table
+from common.boostaug.backends import BACKENDS, augment_text, synonym_table
 from common.boostaug.config import BoostAugConfig
 
 if TYPE_CHECKING:
@@ -66,11 +66,12 @@ def assign_splits(texts: "DataFrame", cfg: BoostAugConfig, seed: int) -> "DataFr
 
 
 def candidates(train: "DataFrame", cfg: BoostAugConfig, seed: int) -> "DataFrame":
-    """Every backend's ``2 * n_aug`` candidates per training row, as rows of :data:`CANDIDATE_SCHEMA`.
+    """Every edit-based backend's ``2 * n_aug`` candidates per training row, as rows of
+    :data:`CANDIDATE_SCHEMA` (the model-based ``contextual`` backend: :mod:`common.boostaug.contextual`).
 
     Runs in ``mapInPandas``; each Python worker builds the synonym table once (MiniLM's vocabulary).
     """
-    backends, n = list(cfg.backends), 2 * cfg.n_aug
+    backends, n = [b for b in cfg.backends if b in BACKENDS], 2 * cfg.n_aug
     p, k, min_cos = cfg.augment.token_prob, cfg.augment.synonyms, cfg.augment.synonym_min_cosine
     needs_synonyms = "eda" in backends
 

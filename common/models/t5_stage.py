@@ -98,12 +98,13 @@ class GenerationStats:
 
 
 def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_version: int, id_col: str,
-                   text_col: str, model: TrainedModel, gen_cfg: "GenerationConfig", scoring: "FilterSpec",
+                   text_col: str, model: TrainedModel, gen_cfg: "GenerationConfig", scoring: Optional["FilterSpec"],
                    out_table: str, config_hash: str, inputs: Mapping[str, str]) -> tuple[WriteResult, GenerationStats]:
-    """Generate ``n_samples`` outputs per row of ``source_table`` and score them; write ``out_table``.
+    """Generate ``n_samples`` outputs per row of ``source_table`` and score them (``scoring`` None: no
+    scores, as for outputs that are not rewrites of their input); write ``out_table``.
 
     ``out_table`` gets every output row (``source_id, source_text, generated_text, sample_idx,
-    model_version, generated_tokens, score, reason``); a quarantined input is one row with
+    model_version, generated_tokens[, score], reason``); a quarantined input is one row with
     ``sample_idx = -1`` and its reason, and ``<out_table>_quarantine`` holds those rows. Checks inputs =
     inputs generated from + inputs quarantined. Returns the write and the counts/throughput.
     """
@@ -123,8 +124,10 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
         with ctx.lakehouse.read_ray_ordered(source_table, source_version, columns, order_by=columns) as ds:
             ds = ds.map_batches(_as_generation_input, batch_format="pyarrow",
                                 fn_kwargs={"id_col": id_col, "text_col": text_col})
-            out = score_generated(generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
-                                           num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size), scoring)
+            out = generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
+                           num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size)
+            if scoring is not None:
+                out = score_generated(out, scoring)
             written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force)
     seconds = None if written.skipped else time.perf_counter() - start
     tr.log_output_table(out_table, written.version, ctx.lakehouse.location(out_table), skipped=written.skipped)
