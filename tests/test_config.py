@@ -140,11 +140,14 @@ def test_a_partial_section_keeps_what_its_own_default_changes():
     changed = {k for k, v in vars(cfg.query_reformulation.fine_tune).items()
                if v != getattr(full.query_reformulation.fine_tune, k)}
     assert changed == {"epochs"}
-    # naming a checkpoint voids a section default's scratch model (genre's generators default to scratch T5)
+    # naming a checkpoint keeps the section default's lengths (genre's: 256 target tokens for a passage)
     from common.genre.config import GenreConfig
     from common.platform.config_loader import from_mapping
 
     named = from_mapping(GenreConfig, {"generator": {"model": {"name_or_path": "t5-small"}}}, "genre.").generator.model
     assert (named.kind, named.name_or_path, named.max_target_length) == ("checkpoint", "t5-small", 256)
+    # unnamed, the generators are the offline pretrained model at its own learning rate (not t5-small's 1e-3)
+    default = GenreConfig().generator
+    assert (default.model.kind, default.fine_tune.learning_rate, default.fine_tune.epochs) == ("warm_minilm", 1e-4, 16)
     # a value given explicitly still wins over the section's default
     assert load_config(None, ["compositional.qc.fasttext.loss=softmax"]).compositional.qc.fasttext.loss == "softmax"
