@@ -78,12 +78,12 @@ def _contextual_candidates(ctx: JobContext, tr: JobRun, train, config_hash: str)
 
     cfg, seed = ctx.cfg.boostaug, ctx.cfg.seed
     c, p = cfg.contextual, cfg.augment.token_prob
-    pairs = tr.write(infill_pairs(train, c.pairs_per_text, p, c.max_span_words, c.mask_token, seed), INFILL_PAIRS,
+    pairs = tr.write(infill_pairs(train, c.pairs_per_text, p, c.max_span_words, c.mask, seed), INFILL_PAIRS,
                      config_hash)
-    model_hash = hash_of(asdict(c.model), asdict(c.fine_tune), c.pairs_per_text, c.max_span_words, c.mask_token, p)
+    model_hash = hash_of(asdict(c.model), asdict(c.fine_tune), c.pairs_per_text, c.max_span_words, c.mask, p)
     model = fine_tune_stage(ctx, tr, INFILL_PAIRS, pairs.version, "boostaug_infiller", c.model, c.fine_tune,
                             model_hash, {TEXTS: tr.inputs[TEXTS]})
-    prompts = tr.write(infill_prompts(train, 2 * cfg.n_aug, p, c.max_span_words, c.mask_token, seed), PROMPTS,
+    prompts = tr.write(infill_prompts(train, 2 * cfg.n_aug, p, c.max_span_words, c.mask, seed), PROMPTS,
                        config_hash)
     generated, stats = generate_stage(ctx, tr, PROMPTS, prompts.version, "prompt_id", "prompt", model, c.generation,
                                       None, GENERATED, hash_of(config_hash, model.version), dict(tr.inputs))

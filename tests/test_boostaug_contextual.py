@@ -66,8 +66,8 @@ def test_infill_tables_and_candidate_assembly(spark):
 def test_contextual_config_checks():
     with pytest.raises(ConfigError, match="n_samples"):
         ContextualConfig(generation=GenerationConfig(n_samples=2))
-    with pytest.raises(ConfigError, match="mask_token"):
-        ContextualConfig(mask_token=" ")
+    with pytest.raises(ConfigError, match="contextual.mask"):
+        ContextualConfig(mask=" ")
     assert ContextualConfig().model.kind == "warm_minilm" and ContextualConfig().generation.engine == "ctranslate2"
 
 

@@ -44,7 +44,7 @@ def test_shipped_configs_load(name, monkeypatch):
         assert cfg.lakehouse.catalog == "main.augment"
         assert cfg.inputs.catalog.path == "main.retail.catalog_items"  # a table name stays as it is
         # BoostAug's contextual backend fills T5's own span sentinel
-        assert "contextual" in cfg.boostaug.backends and cfg.boostaug.contextual.mask_token == "<extra_id_0>"
+        assert "contextual" in cfg.boostaug.backends and cfg.boostaug.contextual.mask == "<extra_id_0>"
         assert cfg.boostaug.contextual.model.name_or_path == "t5-small"
 
 

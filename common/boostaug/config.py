@@ -56,14 +56,14 @@ class ContextualConfig:
     fine_tune: FineTuneConfig = field(default_factory=_infiller_fine_tune)
     generation: GenerationConfig = field(default_factory=_infiller_generation)
     # The mask token in the model's input ([MASK] is one token of the MiniLM tokenizer).
-    mask_token: str = "[MASK]"
+    mask: str = "[MASK]"
     # Span length: max(1, round(token_prob * words)), at most this many words.
     max_span_words: int = 3
     # Masked copies of each training text the infiller learns from.
     pairs_per_text: int = 2
 
     def __post_init__(self) -> None:
-        check(bool(self.mask_token.strip()), "boostaug.contextual.mask_token", "must not be blank")
+        check(bool(self.mask.strip()), "boostaug.contextual.mask", "must not be blank")
         check(self.max_span_words >= 1, "boostaug.contextual.max_span_words", "must be >= 1")
         check(self.pairs_per_text >= 1, "boostaug.contextual.pairs_per_text", "must be >= 1")
         check(self.generation.n_samples == 1, "boostaug.contextual.generation.n_samples",
