@@ -35,6 +35,11 @@ def test_shipped_configs_load(name, monkeypatch):
     if name in ("cluster.yaml", "databricks.yaml"):  # production generators fine-tune a real T5
         assert cfg.cga.model.kind == cfg.query_reformulation.model.kind == "checkpoint"
         assert "t5" in cfg.cga.model.name_or_path
+        # and so do the papers' generators: genre's per-genre models, compositional's, BoostAug's infiller
+        for model in (cfg.genre.generator.model, cfg.compositional.generator.model, cfg.boostaug.contextual.model):
+            assert model.kind == "checkpoint" and "t5" in model.name_or_path
+        assert cfg.genre.generator.fine_tune.learning_rate == 1e-3  # the paper's t5-small rate
+        assert cfg.boostaug.contextual.mask == "<extra_id_0>"
     else:
         # the demo-full world generates with the offline pretrained model, CGA's fine-tune bounded in steps
         assert cfg.spark.delta == "native"
