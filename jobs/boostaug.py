@@ -73,7 +73,6 @@ def _contextual_candidates(ctx: JobContext, tr: JobRun, train, config_hash: str)
     from pyspark.sql import functions as F
 
     from common.boostaug.contextual import contextual_candidates, infill_pairs, infill_prompts
-    from common.boostaug.data import CANDIDATE_SCHEMA
     from common.models.t5_stage import fine_tune_stage, generate_stage
 
     cfg, seed = ctx.cfg.boostaug, ctx.cfg.seed
@@ -99,8 +98,7 @@ def _contextual_candidates(ctx: JobContext, tr: JobRun, train, config_hash: str)
         raise AccountingError(f"{n_prompts} contextual prompts != {counts['n']} candidates + {n_rejected} rejected")
     log.info("contextual backend: %d prompts = %d candidates + %d rejected (%s); %d candidates equal their source",
              n_prompts, counts["n"], n_rejected, CONTEXTUAL_REJECTS, counts["unchanged"] or 0)
-    columns = [f.split()[0] for f in CANDIDATE_SCHEMA.split(", ")]
-    return kept.select(*columns), {"contextual.prompts": float(n_prompts), "contextual.rejected": float(n_rejected),
+    return kept.drop("fill", "reason"), {"contextual.prompts": float(n_prompts), "contextual.rejected": float(n_rejected),
                                    "contextual.unchanged_share": (counts["unchanged"] or 0) / max(counts["n"], 1),
                                    **stats.metrics()}
 
