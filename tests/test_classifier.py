@@ -82,3 +82,44 @@ def test_training_depends_on_rows_and_seed_not_on_file_order(spark, tiny_trainin
     # Digests, not bytes: pytest's diff of two differing multi-megabyte byte strings runs for hours.
     digest = {name: hashlib.sha256((tmp_path / name / "level_3.bin").read_bytes()).hexdigest() for name in "ab"}
     assert digest["a"] == digest["b"]
+
+
+HEAP_GARBAGE_SCRIPT = """
+import hashlib, sys
+from common.models.hft import train_file_to_model
+
+train_file, out = sys.argv[1], sys.argv[2]
+params = {"epoch": 3, "lr": 0.5, "wordNgrams": 2, "dim": 16, "minCount": 1, "bucket": 5000, "loss": "softmax",
+          "thread": 1, "minn": 0, "maxn": 0}
+
+def digest(name):
+    train_file_to_model(train_file, params, 7, out + name)
+    return hashlib.sha256(open(out + name, "rb").read()).hexdigest()
+
+first = digest("first.bin")
+# Heap chunks under the mmap threshold, filled with 0x3f bytes (floats of about 0.75) and freed next to each
+# other, coalesce into a free region that fastText's input matrix is then carved from.
+chunks = [b"\\x3f" * 60_000 for _ in range(40)]
+keep = b"x" * 60_000  # keeps the freed region off the top of the heap, where glibc would trim it
+del chunks
+print(first, digest("second.bin"))
+"""
+
+
+def test_training_ignores_what_the_heap_held_before(tmp_path):
+    """fasttext-numpy2 leaves most of its input matrix unwritten at init: recycled heap memory full of
+    non-zero bytes must not reach the model (it made two trainings of one file in one process differ).
+    A fresh interpreter, so the heap's history is the script's own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rows = [f"__label__{i % 3} brand{i % 7} word{i % 11} model{i}" for i in range(120)]
+    train_file = tmp_path / "train.txt"
+    train_file.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    done = subprocess.run([sys.executable, "-c", HEAP_GARBAGE_SCRIPT, str(train_file), f"{tmp_path}/"], env=env,
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True)
+    first, second = done.stdout.split()
+    assert first == second

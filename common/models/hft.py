@@ -15,7 +15,9 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
@@ -35,10 +37,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LABEL_PREFIX = "__label__"
-# fasttext-numpy2 0.10.4 trains on uninitialised memory: a second model trained in a process after the
-# first was freed often fails with "Encountered NaN" (glibc's dynamic mmap threshold hands it recycled
-# heap pages instead of fresh zeroed ones). A fixed mmap threshold, read by glibc at process start,
-# avoids it; trainer actors get it through their runtime_env, and a failure is retried in a new process.
+# fasttext-numpy2 0.10.4 trains on uninitialised memory: its matrices come from posix_memalign unzeroed,
+# and the input matrix's seeded init fills only thread/10 of it (upstream fastText's std::vector zeroes the
+# rest). Recycled heap memory there makes a model differ between runs on the same rows and seed, or fail
+# with "Encountered NaN". Training therefore runs with glibc's M_PERTURB set so every allocation comes back
+# zeroed (:func:`zeroed_allocations`); a fixed mmap threshold (read by glibc at process start; trainer actors
+# get it through their runtime_env) keeps big matrices on fresh zeroed pages where mallopt is missing, and a
+# NaN failure is still retried in a new process.
 SAFE_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
@@ -193,8 +198,48 @@ def train_file_to_model(train_file: str, params: dict[str, Any], seed: int, out_
         _train_in_fresh_process(train_file, params, seed, out_bin)
 
 
+_M_PERTURB = -6  # glibc's mallopt parameter: allocations are filled with (byte ^ 0xff), frees with byte
+_perturb_lock = threading.Lock()
+_perturb_users = 0
+
+
+@contextmanager
+def zeroed_allocations() -> Iterator[None]:
+    """While open, every glibc heap allocation in this process comes back zero-filled (M_PERTURB 0xff).
+
+    Nested and concurrent uses are counted; the last one out turns perturbation off. A no-op where the C
+    library has no ``mallopt`` (not glibc): there the fixed mmap threshold is the only guard.
+    """
+    global _perturb_users
+    libc = _glibc()
+    with _perturb_lock:
+        _perturb_users += 1
+        if libc is not None and _perturb_users == 1:
+            libc.mallopt(_M_PERTURB, 0xFF)
+    try:
+        yield
+    finally:
+        with _perturb_lock:
+            _perturb_users -= 1
+            if libc is not None and _perturb_users == 0:
+                libc.mallopt(_M_PERTURB, 0)
+
+
+def _glibc():
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "mallopt") else None
+    except OSError:
+        return None
+
+
 def _train_file_to_model(train_file: str, params: dict[str, Any], seed: int, out_bin: str) -> None:
-    _fasttext().train_supervised(input=train_file, seed=seed, verbose=0, **params).save_model(out_bin)
+    with zeroed_allocations():
+        model = _fasttext().train_supervised(input=train_file, seed=seed, verbose=0, **params)
+    model.save_model(out_bin)
 
 
 def _train_in_fresh_process(train_file: str, params: dict[str, Any], seed: int, out_bin: str) -> None:
