@@ -11,6 +11,7 @@ each Python worker loads the models once and keeps them for every later batch.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -225,12 +226,12 @@ def zeroed_allocations() -> Iterator[None]:
                 libc.mallopt(_M_PERTURB, 0)
 
 
+@functools.lru_cache(maxsize=1)
 def _glibc():
     import ctypes
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols, the C library's among them (no ldconfig call)
         return libc if hasattr(libc, "mallopt") else None
     except OSError:
         return None
