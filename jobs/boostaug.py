@@ -98,9 +98,9 @@ def _contextual_candidates(ctx: JobContext, tr: JobRun, train, config_hash: str)
         raise AccountingError(f"{n_prompts} contextual prompts != {counts['n']} candidates + {n_rejected} rejected")
     log.info("contextual backend: %d prompts = %d candidates + %d rejected (%s); %d candidates equal their source",
              n_prompts, counts["n"], n_rejected, CONTEXTUAL_REJECTS, counts["unchanged"] or 0)
-    return kept.drop("fill", "reason"), {"contextual.prompts": float(n_prompts), "contextual.rejected": float(n_rejected),
-                                   "contextual.unchanged_share": (counts["unchanged"] or 0) / max(counts["n"], 1),
-                                   **stats.metrics()}
+    metrics = {"contextual.prompts": float(n_prompts), "contextual.rejected": float(n_rejected),
+               "contextual.unchanged_share": (counts["unchanged"] or 0) / max(counts["n"], 1), **stats.metrics()}
+    return kept.drop("fill", "reason"), metrics
 
 
 @job("boostaug-augment")
