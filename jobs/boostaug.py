@@ -199,17 +199,22 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from common.boostaug.filtering import apply_filters
+    from common.boostaug.filtering import apply_filters, unjudged_labels
 
     cfg = ctx.cfg.boostaug
-    tr.read(TEXTS)
+    texts = tr.read(TEXTS)
     candidates = tr.read(CANDIDATES)
     with_mono = cfg.eval.ablation_backend in cfg.backends
     config_hash = hash_of(asdict(cfg.surrogate), asdict(cfg.filter), cfg.n_aug, cfg.folds, with_mono, ctx.cfg.seed)
     if tr.all_written([KEPT, REJECTS], config_hash):
         return {}
     scored = ctx.lakehouse.read(SCORED, _score(ctx, tr, candidates, with_mono))
-    judged = apply_filters(scored, cfg.n_aug, cfg.filter, cfg.filter.enabled).persist(StorageLevel.MEMORY_AND_DISK)
+    unjudged = unjudged_labels(texts, cfg.filter.min_class_support)
+    if unjudged:
+        log.info("boostaug filter: %d classes below min_class_support = %d pass unjudged: %s", len(unjudged),
+                 cfg.filter.min_class_support, unjudged[:20])
+    judged = apply_filters(scored, cfg.n_aug, cfg.filter, cfg.filter.enabled, unjudged=unjudged) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # One row per backend and reason: a bounded aggregate.
         by_reason = judged.groupBy("backend", "reason").count().collect()
@@ -231,8 +236,9 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
         metrics[f"{backend}.keep_rate"] = kept_b / total if total else 0.0
     for r in by_reason:
         if r["reason"] is not None:
-            # Calibrated perplexity reasons carry each surrogate's threshold: counted as one reason.
-            name = "perplexity" if r["reason"].startswith("perplexity") else r["reason"]
+            # Calibrated perplexity and class-quantile confidence reasons carry their threshold: one reason each.
+            name = "perplexity" if r["reason"].startswith("perplexity") else \
+                "confidence <= class quantile" if r["reason"].endswith("(class quantile)") else r["reason"]
             reasons[name] = reasons.get(name, 0) + r["count"]
     tr.log_dict({"candidates": n_in, "kept": n_kept, "reasons": reasons}, "filter.json")
     log.info("boostaug filter: %d candidates = %d kept + %d rejected %s", n_in, n_kept, n_in - n_kept, reasons)
@@ -252,10 +258,11 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.models.text_classifier import fit_and_evaluate, run_tasks
     from common.boostaug.encoder import fit_and_evaluate as fit_encoder_and_evaluate
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
+    from common.boostaug.filtering import unjudged_labels
     from common.models.hft import fasttext_params
 
     cfg = ctx.cfg.boostaug
-    tr.read(TEXTS)
+    texts = tr.read(TEXTS)
     kept, rejects = tr.read(KEPT), tr.read(REJECTS)
     config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
@@ -264,7 +271,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     scored = kept.withColumn("reason", F.lit(None).cast("string")).unionByName(rejects)
     has_perplexity = scored.filter(F.col("perplexity").isNotNull()).limit(1).count() > 0
     all_variants = variants(cfg, has_perplexity)
-    sets = tr.write(eval_sets(scored, cfg, all_variants), EVAL_SETS, config_hash)
+    unjudged = unjudged_labels(texts, cfg.filter.min_class_support)
+    sets = tr.write(eval_sets(scored, cfg, all_variants, unjudged), EVAL_SETS, config_hash)
     # One row per variant: a bounded aggregate.
     n_aug_rows = {(r["method"], r["n_aug"]): r["count"] for r in
                   ctx.lakehouse.read(EVAL_SETS, sets.version).groupBy("method", "n_aug").count().collect()}

@@ -158,7 +158,7 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     if tr.all_written([contract.name, contract.quarantine_table], config_hash, inputs):
         return {}
     mode = "overwrite" if raw.since is None else "append"
-    validated = quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df) \
+    validated = quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df, spec.strip_markup) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # An incremental run may find no appended rows; a full one with none would empty the tables.

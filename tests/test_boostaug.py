@@ -154,6 +154,69 @@ def test_each_filter_on_constructed_cases(spark):
     assert no_rank[("s2", 0)] is None and no_rank[("s2", 1)] == "perplexity >= 5"
 
 
+LONG_TAIL = [
+    # source, aug_idx, label, confidence, predicted: a class the surrogate is sure of, and one it never is
+    ("b1", 0, "big", 0.999, "big"), ("b1", 1, "big", 0.998, "big"), ("b1", 2, "big", 0.5, "big"),
+    ("b1", 3, "big", 0.4, "big"),
+    ("t1", 0, "small", 0.9, "small"), ("t1", 1, "small", 0.8, "small"), ("t1", 2, "small", 0.3, "small"),
+    ("t1", 3, "small", 0.2, "small"),
+    ("t2", 0, "small", 0.7, "small"), ("t2", 1, "small", 0.6, "small"), ("t2", 2, "small", 0.95, "big"),
+    ("t2", 3, "small", 0.1, "small"),
+]
+
+
+def test_class_quantile_lowers_the_threshold_only_for_classes_the_surrogate_doubts(spark):
+    from common.boostaug.filtering import apply_filters
+
+    df = spark.createDataFrame([(s, "eda", i, lab, c, p, None) for s, i, lab, c, p in LONG_TAIL],
+                               "source_id string, backend string, aug_idx int, label string, confidence double, "
+                               "pred_label string, perplexity double")
+
+    def judge(cfg):
+        out = apply_filters(df, 2, cfg, ["perplexity", "confidence", "label"])
+        assert out.columns == df.columns + ["reason"]
+        return {(r["source_id"], r["aug_idx"]): r["reason"] for r in out.collect()}
+
+    fixed = judge(FilterConfig())
+    assert [k for k, reason in fixed.items() if reason is None] == [("b1", 0), ("b1", 1)]
+    per_class = judge(FilterConfig(confidence_class_quantile=0.5))
+    assert len(per_class) == len(LONG_TAIL)  # candidates = kept + rejected
+    # big: its considered confidences (0.999, 0.998) sit above 0.99, so the fixed threshold stands
+    assert {k: v for k, v in per_class.items() if k[0] == "b1"} == {k: v for k, v in fixed.items() if k[0] == "b1"}
+    # small: considered = ranked in and the right label: 0.9, 0.8 (t1) and 0.7 (t2; its 0.95 predicts big);
+    # their median 0.8 is the class's threshold
+    assert per_class[("t1", 0)] is None
+    assert per_class[("t1", 1)] == per_class[("t2", 0)] == "confidence <= 0.8 (class quantile)"
+    assert per_class[("t2", 2)] == "predicted label differs from the source label"
+    assert per_class[("t2", 1)] == per_class[("t1", 2)] == "not among the 2 most confident of its source"
+    with pytest.raises(Exception, match="confidence_class_quantile"):
+        FilterConfig(confidence_class_quantile=1.0)
+
+
+def test_classes_below_min_support_pass_unjudged_like_unfiltered_augmentation(spark):
+    from common.boostaug.filtering import apply_filters, unjudged_labels
+
+    texts = spark.createDataFrame([("big", "train")] * 3 + [("small", "train"), ("small", "test"), ("small", "dev")]
+                                  + [("tiny", "test")], "label string, split string")
+    assert unjudged_labels(texts, 0) == []
+    assert unjudged_labels(texts, 2) == ["small"]  # counted on the train split; tiny has no training text
+    assert unjudged_labels(texts, 4) == ["big", "small"]
+    df = spark.createDataFrame([(s, "eda", i, lab, c, p, None) for s, i, lab, c, p in LONG_TAIL],
+                               "source_id string, backend string, aug_idx int, label string, confidence double, "
+                               "pred_label string, perplexity double")
+    enabled = ["perplexity", "confidence", "label"]
+    fixed = {(r["source_id"], r["aug_idx"]): r["reason"]
+             for r in apply_filters(df, 2, FilterConfig(), enabled).collect()}
+    out = {(r["source_id"], r["aug_idx"]): r["reason"]
+           for r in apply_filters(df, 2, FilterConfig(), enabled, unjudged=["small"]).collect()}
+    assert len(out) == len(LONG_TAIL)
+    assert {k: v for k, v in out.items() if k[0] == "b1"} == {k: v for k, v in fixed.items() if k[0] == "b1"}
+    # small: the first two candidates of each source, whatever their confidence or predicted label
+    assert [k for k, reason in sorted(out.items()) if reason is None and k[0] != "b1"] == \
+        [("t1", 0), ("t1", 1), ("t2", 0), ("t2", 1)]
+    assert out[("t2", 2)] == "beyond the first 2 candidates (class below min_class_support, unjudged)"
+
+
 def test_paper_threshold_reading_is_documented_and_settable():
     cfg = FilterConfig()
     assert (cfg.confidence_threshold, cfg.perplexity_threshold) == (0.99, 5.0)

@@ -154,3 +154,29 @@ def test_real_amazon_toys_file_accounts_for_every_row(spark, shared_data):
     assert n_kept == expected.pop(None) and reasons == expected
     assert n_kept + sum(reasons.values()) == len(rows) == 10000
     assert reasons["empty category"] == 690
+
+
+MARKUP_CSV = '''doc_id,text,genre
+1,"Sport <p/> Winter league <p/> by T. Gider",News
+2,"<ul><li>Soft &amp; warm</li><li>Size &lt;b&gt; 3</li></ul>",Promotion
+3,"<p/> <br> <p/>",Forum
+4,"3 < 4 and 5 > 2, no tags here",Forum
+'''
+
+
+def test_strip_markup_cleans_text_columns_and_quarantines_markup_only_rows(spark, tmp_path):
+    from common.data.schemas import DOCUMENTS
+
+    path = tmp_path / "documents.csv"
+    path.write_text(MARKUP_CSV, encoding="utf-8")
+    raw = read_input(spark, InputSpec(path=str(path), strip_markup=True), DOCUMENTS)
+    validated = with_reasons(raw.df, DOCUMENTS, IngestConfig(), markup=True).cache()
+    texts = {r.doc_id: r.text for r in kept(validated, DOCUMENTS, IngestConfig()).collect()}
+    assert texts == {"1": "Sport Winter league by T. Gider", "2": "Soft & warm Size <b> 3",
+                     "4": "3 < 4 and 5 > 2, no tags here"}  # an escaped tag stays text; a bare "<" is no tag
+    quarantined = rejected(validated, DOCUMENTS).collect()
+    assert [(r.doc_id, r.text, r.reason) for r in quarantined] == \
+        [("3", "<p/> <br> <p/>", "empty text after markup removal")]  # the raw text, rows in = kept + rejected
+    # off by default: the markup stays
+    plain = with_reasons(read_input(spark, InputSpec(path=str(path)), DOCUMENTS).df, DOCUMENTS, IngestConfig())
+    assert "<p/>" in kept(plain, DOCUMENTS, IngestConfig()).filter("doc_id = '1'").first().text

@@ -105,12 +105,26 @@ class FilterConfig:
     # encoder without one (MiniLM) learns its head on the folds, and real sentences then score in the
     # hundreds, so an absolute 5 would drop every candidate.
     perplexity_quantile: Optional[float] = None
+    # When set, each class's confidence threshold is the lower of ``confidence_threshold`` and this quantile of
+    # the confidences of that class's considered candidates (ranked in, and passing the other filters), per
+    # backend: in a long-tailed catalog the surrogate is rarely 0.99-confident about a small category, and the
+    # fixed threshold then keeps almost nothing for it. 0.5 keeps at least about half of every class's
+    # considered candidates. None: the paper's fixed threshold for every class.
+    confidence_class_quantile: Optional[float] = None
+    # Classes with fewer training texts than this are not judged: their candidates skip the confidence and
+    # label filters (the first n_aug are kept, as unfiltered augmentation takes them). A fold surrogate sees
+    # (k - 2) / k of a class's texts; with a handful it cannot recognise the class, and the label constraint
+    # then removes nearly every augmentation of exactly the classes that need them most. 0: judge every class.
+    min_class_support: int = 0
 
     def __post_init__(self) -> None:
         check(0.0 <= self.confidence_threshold <= 1.0, "boostaug.filter.confidence_threshold", "must lie in [0, 1]")
         check(self.perplexity_threshold > 0, "boostaug.filter.perplexity_threshold", "must be > 0")
         check(self.perplexity_quantile is None or 0 < self.perplexity_quantile <= 1,
               "boostaug.filter.perplexity_quantile", "must lie in (0, 1]")
+        check(self.confidence_class_quantile is None or 0 <= self.confidence_class_quantile < 1,
+              "boostaug.filter.confidence_class_quantile", "must lie in [0, 1)")
+        check(self.min_class_support >= 0, "boostaug.filter.min_class_support", "must be >= 0")
 
 
 @dataclass

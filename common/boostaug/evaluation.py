@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Collection, Optional, Sequence
 
 from common.boostaug.config import BoostAugConfig
 from common.boostaug.filtering import apply_filters
@@ -53,9 +53,11 @@ def variants(cfg: BoostAugConfig, has_perplexity: bool) -> list[Variant]:
     return out
 
 
-def variant_rows(scored: "DataFrame", variant: Variant, cfg: BoostAugConfig) -> "DataFrame":
+def variant_rows(scored: "DataFrame", variant: Variant, cfg: BoostAugConfig,
+                 unjudged: Collection[str] = ()) -> "DataFrame":
     """The augmentation rows (method, backend, n_aug, source_id, text, label) of ``variant`` from the scored
-    candidates (every candidate with its cross-boosted and, where computed, MonoAug scores)."""
+    candidates (every candidate with its cross-boosted and, where computed, MonoAug scores); ``unjudged``: the
+    labels below ``filter.min_class_support``."""
     from pyspark.sql import functions as F
 
     mine = scored.filter(F.col("backend") == variant.backend)
@@ -67,17 +69,19 @@ def variant_rows(scored: "DataFrame", variant: Variant, cfg: BoostAugConfig) -> 
                                confidence="mono_confidence" if variant.mono else "confidence",
                                predicted="mono_label" if variant.mono else "pred_label",
                                perplexity="mono_perplexity" if variant.mono else "perplexity",
-                               perplexity_limit="mono_perplexity_limit" if variant.mono else "perplexity_limit")
+                               perplexity_limit="mono_perplexity_limit" if variant.mono else "perplexity_limit",
+                               unjudged=unjudged)
         kept = judged.filter(F.col("reason").isNull())
     return kept.select(F.lit(variant.method).alias("method"), F.lit(variant.backend).alias("backend"),
                        F.lit(variant.n_aug).alias("n_aug"), "source_id", "text", "label")
 
 
-def eval_sets(scored: "DataFrame", cfg: BoostAugConfig, all_variants: Sequence[Variant]) -> "DataFrame":
+def eval_sets(scored: "DataFrame", cfg: BoostAugConfig, all_variants: Sequence[Variant],
+              unjudged: Collection[str] = ()) -> "DataFrame":
     """The union of every variant's augmentation rows (``none`` adds none)."""
     from functools import reduce
 
-    parts = [variant_rows(scored, v, cfg) for v in all_variants if v.method != NONE]
+    parts = [variant_rows(scored, v, cfg, unjudged) for v in all_variants if v.method != NONE]
     return reduce(lambda a, b: a.unionByName(b), parts)
 
 

@@ -29,6 +29,10 @@ class InputSpec:
     # Multi-label inputs in multi-hot form: these 0/1 columns become the ``labels`` set (the names of the
     # columns holding 1), e.g. SemEval-2018 E-c's eleven emotion columns.
     label_columns: list[str] = field(default_factory=list)
+    # Remove HTML/XML tags (<p/>, <br>, <li>...) and decode the common named entities (&amp;, &nbsp;...) from the
+    # text columns (title, query, text) before validation: scraped product descriptions, web pages such as
+    # MT-GINCO's "<p/>" paragraph marks. The quarantine keeps the raw text.
+    strip_markup: bool = False
 
     @classmethod
     def from_shorthand(cls, path: str) -> "InputSpec":

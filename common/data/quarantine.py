@@ -27,20 +27,51 @@ def _blank(column: "Column") -> "Column":
     return column.isNull() | (F.trim(column) == "")
 
 
-def _text_rules(name: str, limit: int) -> list[tuple["Column", str]]:
+# Text columns whose markup ``inputs.<name>.strip_markup`` removes; the cleaned value is validated and kept
+# in ``_clean_<column>``, while the quarantine keeps the raw one.
+TEXT_COLUMNS = ("title", "query", "text")
+# An HTML/XML tag: <p/>, <br>, </li>, <a href="...">, <!-- -->; bounded so a stray "<" cannot eat a document.
+_TAG = r"<[A-Za-z/!?][^<>]{0,500}>"
+# The named entities that survive in scraped catalog text, decoded after the tags are gone (so an escaped
+# "&lt;b&gt;" stays the literal text "<b>"); &amp; last, so "&amp;lt;" stays "&lt;".
+_ENTITIES = (("&nbsp;", " "), ("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#39;", "'"), ("&apos;", "'"),
+             ("&amp;", "&"))
+
+
+def clean_column(name: str) -> str:
+    """The column that holds ``name``'s markup-free value in a :func:`with_reasons` frame."""
+    return f"_clean_{name}"
+
+
+def strip_markup(column: "Column") -> "Column":
+    """``column`` with HTML/XML tags replaced by a space and the common named entities decoded."""
     from pyspark.sql import functions as F
 
-    column = F.col(name)
-    return [
-        (_blank(column), f"empty {name}"),
+    out = F.regexp_replace(column, _TAG, " ")
+    for entity, char in _ENTITIES:
+        out = F.regexp_replace(out, entity, char)
+    return out
+
+
+def _text_rules(name: str, limit: int, clean: bool = False) -> list[tuple["Column", str]]:
+    from pyspark.sql import functions as F
+
+    raw = F.col(name)
+    column = F.col(clean_column(name)) if clean else raw
+    blank = [(_blank(raw), f"empty {name}")]
+    if clean:
+        blank.append((_blank(column), f"empty {name} after markup removal"))
+    return blank + [
         (column.rlike(_INVALID_CHARS), f"invalid text in {name}: control or undecodable characters"),
         (~column.rlike(r"[\p{L}\p{N}]"), f"invalid text in {name}: no letters or digits"),
         (F.length(column) > limit, f"{name} longer than {limit} characters"),
     ]
 
 
-def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False) -> list[tuple["Column", str]]:
-    """The ordered (failure predicate, reason) rules for ``contract``; the first that holds wins."""
+def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False,
+          cleaned: bool = False) -> list[tuple["Column", str]]:
+    """The ordered (failure predicate, reason) rules for ``contract``; the first that holds wins. ``cleaned``:
+    text columns are validated on their ``_clean_*`` (markup-free) value."""
     from pyspark.sql import functions as F
 
     checks: list[tuple["Column", str]] = [(F.col(CORRUPT_COL).isNotNull(), "malformed line: could not be parsed")]
@@ -49,11 +80,11 @@ def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False) -> 
         if id_col in names:
             checks.append((_blank(F.col(id_col)), f"empty {id_col}"))
     if "title" in names:
-        checks += _text_rules("title", cfg.max_title_chars)
+        checks += _text_rules("title", cfg.max_title_chars, cleaned)
     if "query" in names:
-        checks += _text_rules("query", cfg.max_title_chars)
+        checks += _text_rules("query", cfg.max_title_chars, cleaned)
     if "text" in names:
-        checks += _text_rules("text", cfg.max_text_chars)
+        checks += _text_rules("text", cfg.max_text_chars, cleaned)
     for label in ("label", "genre"):
         if label in names:
             checks.append((_blank(F.col(label)), f"empty {label}"))
@@ -110,13 +141,20 @@ def _label_rules(cfg: IngestConfig) -> list[tuple["Column", str]]:
 
 
 def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
-                 taxonomy_paths: Optional["DataFrame"] = None) -> "DataFrame":
+                 taxonomy_paths: Optional["DataFrame"] = None, markup: bool = False) -> "DataFrame":
     """Add the ``reason`` column (null for valid rows) to a raw input frame.
 
     ``taxonomy_paths``: an optional one-column (``path``) frame of allowed canonical category paths;
-    it is broadcast-joined, so labels outside it get ``category not in taxonomy``.
+    it is broadcast-joined, so labels outside it get ``category not in taxonomy``. ``markup``: the input's
+    ``strip_markup``; each text column's markup-free value is added as ``_clean_<column>``, validated, and
+    what :func:`kept` keeps (a text that was only markup: ``empty text after markup removal``).
     """
     from pyspark.sql import functions as F
+
+    if markup:
+        for name in TEXT_COLUMNS:
+            if name in contract.column_names:
+                df = df.withColumn(clean_column(name), strip_markup(F.col(name)))
 
     has_taxonomy = taxonomy_paths is not None and "category" in contract.column_names
     if has_taxonomy:
@@ -124,7 +162,7 @@ def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
             .withColumn("_in_taxonomy", F.lit(True))
         df = df.join(F.broadcast(allowed), canonical_col(F.col("category"), cfg.category_separator)
                      == F.col("_tax_path"), "left").drop("_tax_path")
-    checks = rules(contract, cfg, has_taxonomy)
+    checks = rules(contract, cfg, has_taxonomy, cleaned=markup)
     if LABEL_ERROR_COL in df.columns:
         # A bad 0/1 indicator column: the row's label set is unknown.
         checks.insert(1, (F.col(LABEL_ERROR_COL).isNotNull(), F.col(LABEL_ERROR_COL)))
@@ -149,13 +187,16 @@ def reason_counts(validated: "DataFrame", location: str, allow_empty: bool = Fal
 
 
 def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
-    """Valid rows in the contract's columns and types, normalised (trimmed text, canonical paths)."""
+    """Valid rows in the contract's columns and types, normalised (trimmed text, whitespace runs as one space,
+    markup removed where :func:`with_reasons` was asked to, canonical paths)."""
     from pyspark.sql import functions as F
 
     out = []
     for column in contract.columns:
         value = F.col(column.name)
-        if column.name in ("title", "query", "text"):
+        if column.name in TEXT_COLUMNS:
+            if clean_column(column.name) in df.columns:
+                value = F.col(clean_column(column.name))
             value = F.regexp_replace(F.trim(value), r"\s+", " ")
         elif column.name == "category":
             value = canonical_col(value, cfg.category_separator)
