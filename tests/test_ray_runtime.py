@@ -98,6 +98,13 @@ def model_task():
     import torch  # what makes a worker worth keeping
     return os.getpid()
 
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "zombie" not in status.read()
+    except OSError:
+        return False
+
 out = {}
 for max_workers in (6, None):  # the demo's setting, then Ray's own (num_cpus)
     runtime = RayRuntime(RayConfig(num_cpus=2, max_workers=max_workers)).start()
@@ -106,7 +113,11 @@ for max_workers in (6, None):  # the demo's setting, then Ray's own (num_cpus)
     for stage in range(3):
         pids.append(ray.get(task.remote()))
         ray.get([light.remote(i) for i in range(8)])  # another stage's tasks in between, as Ray Data's
-        time.sleep(3)
+        # Ray reaps idle workers above its soft limit after about a second; on a loaded machine later. Wait
+        # for the model worker to go (up to 30 s) where it may, and 3 s where it must stay.
+        deadline = time.time() + (30 if max_workers is None else 3)
+        while time.time() < deadline and (max_workers is not None or alive(pids[-1])):
+            time.sleep(0.2)
     out[str(max_workers)] = pids
     runtime.stop()
 print(json.dumps(out))
