@@ -9,13 +9,14 @@
   training documents (lightest), never overlapping.
 * ``genre-generate`` fine-tunes one keywords-to-text generator per (topic, N, genre) on that genre's
   off-topic passages only (``genre_gen_pairs``; the models in ``genre_generators``), in concurrent Ray tasks;
-  then one Ray Data pass generates, for every on-topic test document, one synthetic document per genre from
-  its keywords (``genre_prompts`` -> ``genre_generated``), kept in ``genre_synthetic`` or quarantined in
-  ``genre_synthetic_quarantine`` with a reason (prompts = kept + quarantined).
+  then one Ray Data pass generates, from the keywords of on-topic test documents (as many as
+  ``genre.generator.synthetic_ratio`` asks; with ``off_topic_control`` also of off-topic training documents),
+  one synthetic document per genre (``genre_prompts`` -> ``genre_generated``), kept in ``genre_synthetic`` or
+  quarantined in ``genre_synthetic_quarantine`` with a reason (prompts = kept + quarantined).
 * ``genre-evaluate`` writes ``genre_eval_sets`` (cleaned windows of every split document and the cleaned
   synthetic documents) and trains the genre classifiers in Ray tasks: per topic, N and method (on_topic,
-  off_topic, augmented) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set: ``genre_results``
-  and a report (the paper's Table 4 and per-topic gains).
+  off_topic, augmented; off_keywords with the control) ``genre.eval.repeats`` seeds, macro-F1 on the
+  on-topic test set: ``genre_results`` and a report (the paper's Table 4 and per-topic gains).
 """
 from __future__ import annotations
 
@@ -177,7 +178,7 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     return {"topics": float(len(topics)), "sizes": float(len(sizes))}
 
 
-def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int, config_hash: str):
+def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int):
     """Fine-tune (or reuse) one generator per (topic, n, genre) of the pairs table; returns a DataFrame of
     (topic, n, genre, pairs, model_path, model_version, reused)."""
     from pyspark.sql import functions as F
@@ -190,9 +191,12 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int, confi
     # One row per generator: bounded by topics x sizes x genres.
     keys = pairs.groupBy("topic", "n", "genre").agg(F.count(F.lit(1)).alias("pairs")).orderBy("topic", "n", "genre") \
         .collect()
+    # A model depends on what it learns from and how, not on how it is later prompted or decoded: a new
+    # synthetic_ratio or sampling setting reuses the fine-tuned generators.
+    model_hash = hash_of(asdict(gen.model), asdict(gen.fine_tune), gen.max_passages_per_doc, ctx.cfg.seed)
     rows, todo = [], []
     for r in keys:
-        key = hash_of(config_hash, tr.inputs, r["topic"], r["n"], r["genre"])
+        key = hash_of(model_hash, tr.inputs, r["topic"], r["n"], r["genre"])
         uri = ctx.models_dir("genre_generator", key)
         reused = not ctx.force and exists(f"{uri}/{MODEL_MARKER}")
         rows.append((r["topic"], r["n"], r["genre"], r["pairs"], uri, f"genre_generator-{key}", reused))
@@ -227,9 +231,9 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if tr.all_written([SYNTHETIC, QUARANTINE], config_hash):
         return None
     pairs = tr.write(generator_pairs(splits, passages, gen.max_passages_per_doc), PAIRS, config_hash)
-    generators = tr.write(_fine_tune_generators(ctx, tr, pairs.version, config_hash), GENERATORS, config_hash)
+    generators = tr.write(_fine_tune_generators(ctx, tr, pairs.version), GENERATORS, config_hash)
     prompt_rows = tr.write(prompts(splits, passages, ctx.lakehouse.read(GENERATORS, generators.version),
-                                   ctx.cfg.seed), PROMPTS, config_hash)
+                                   ctx.cfg.seed, gen.synthetic_ratio, gen.off_topic_control), PROMPTS, config_hash)
     g = gen.generation
     # In (model, id) order: batches hold few models, and the same rows whatever the table's layout.
     with ctx.lakehouse.read_ray_ordered(PROMPTS, prompt_rows.version, ROUTED_COLUMNS,
@@ -263,7 +267,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``genre-evaluate``: on-topic, off-topic and augmented genre classifiers, R seeds, macro-F1."""
     from pyspark.sql import functions as F
 
-    from common.genre.evaluation import METHODS, eval_rows, summary_table
+    from common.genre.evaluation import eval_rows, methods, summary_table
     from common.models.hft import fasttext_params
     from common.models.text_classifier import fit_and_evaluate, run_tasks
 
@@ -278,17 +282,18 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     grid = [(r["topic"], r["n"]) for r in
             ctx.lakehouse.read(EVAL_SETS, sets.version).select("topic", "n").distinct().orderBy("topic", "n").collect()]
     files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
+    evaluated = methods(cfg.generator.off_topic_control)
     keys, jobs = [], []
     for topic, n in grid:
         where = [("topic", "=", topic), ("n", "=", n)]
         test = [(files, where + [("set", "=", "test")])]
-        for method, parts in METHODS.items():
+        for method, parts in evaluated.items():
             train = [(files, where + [("set", "=", part)]) for part in parts]
             for repeat in range(cfg.eval.repeats):
                 seed = ctx.cfg.seed + repeat
                 keys.append((topic, n, method, "fasttext", repeat, seed))
                 jobs.append({"train": train, "test": test, "params": fasttext_params(cfg.eval.fasttext), "seed": seed})
-    log.info("genre evaluate: %d (topic, N) x %d methods x %d seeds = %d classifiers", len(grid), len(METHODS),
+    log.info("genre evaluate: %d (topic, N) x %d methods x %d seeds = %d classifiers", len(grid), len(evaluated),
              cfg.eval.repeats, len(jobs))
     figures = run_tasks(ctx.ray(), fit_and_evaluate, jobs)
     rows = [(tr.run_id, *k, f["accuracy"], f["macro_f1"], int(f["rows"]), int(f["n_test"]))

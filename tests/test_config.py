@@ -75,6 +75,7 @@ def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
     ("spark.graphframes=yes", "spark.graphframes"),
     ("inputs.labeled.format=xlsx", "inputs.labeled.format: 'xlsx' is not allowed"),
     ("genre.generator.model.scratch=null", "genre.generator.model.scratch: kind 'scratch_t5' needs the scratch shape"),
+    ("genre.generator.synthetic_ratio=0", "genre.generator.synthetic_ratio: must be > 0, or null"),
     ("cga.model.kind=checkpoint", "cga.model.name_or_path: kind 'checkpoint' needs name_or_path"),
     ("cga.model.name_or_path=t5-base", "cga.model.name_or_path: is set but kind is 'warm_minilm'"),
     ("cga.model.kind=t5", "cga.model.kind: 't5' is not allowed"),

@@ -148,6 +148,70 @@ def test_generators_learn_only_from_their_genres_off_topic_documents(spark):
     assert len(generator_pairs(splits, passages, 1).toPandas()) == 3  # first passage of each document only
 
 
+def test_synthetic_ratio_draws_k_test_documents_for_every_generator(spark):
+    from common.genre.generation import prompt_sources, prompts
+
+    # (topic 0, N 3): 2 genres x 3 off-topic = 6 off-topic documents, 8 test documents; (topic 1, N 3): 3 off-topic
+    # of one genre, 2 test documents.
+    rows = [(0, 3, f"{g}-off{i}", g, "off_topic") for g in ("news", "story") for i in range(3)] + \
+        [(0, 3, f"{g}-test{i}", g, "test") for g in ("news", "story") for i in range(4)] + \
+        [(1, 3, f"news-off{i}", "news", "off_topic") for i in range(3)] + [(1, 3, "x1", "news", "test"),
+                                                                          (1, 3, "x2", "news", "test")]
+    splits = spark.createDataFrame(rows, "topic int, n int, doc_id string, genre string, role string")
+
+    def chosen(ratio, seed=42):
+        out = prompt_sources(splits, ratio, seed).toPandas()
+        return {k: set(g["source_doc_id"]) for k, g in out.groupby("topic")}
+
+    # K = max(1, round(ratio x off-topic / genres)), capped by the test documents there are
+    assert {k: len(v) for k, v in chosen(1.0).items()} == {0: 3, 1: 2}  # 6 / 2 = 3; 3 / 1 = 3 > 2 test docs
+    assert {k: len(v) for k, v in chosen(0.1).items()} == {0: 1, 1: 1}  # at least one
+    assert {k: len(v) for k, v in chosen(2.0).items()} == {0: 6, 1: 2}
+    assert chosen(None) == {0: {f"{g}-test{i}" for g in ("news", "story") for i in range(4)},
+                            1: {"x1", "x2"}}  # every test document
+    assert chosen(1.0)[0] <= chosen(2.0)[0]  # a larger ratio adds documents in the same seeded order
+    assert chosen(1.0) == chosen(1.0) and any(chosen(1.0, s)[0] != chosen(1.0)[0] for s in range(1, 6))
+
+    # every generator of the (topic, N) is prompted with the same chosen documents: K synthetic per genre
+    passages = spark.createDataFrame([(r[2], 0, f"kw {r[2]}") for r in rows],
+                                     "doc_id string, passage_idx int, keywords string")
+    generators = spark.createDataFrame([(0, 3, g, f"/m/{g}", f"v-{g}") for g in ("news", "story")],
+                                       "topic int, n int, genre string, model_path string, model_version string")
+    p = prompts(splits, passages, generators, 42, 1.0).toPandas()
+    assert p.groupby("genre")["source_doc_id"].apply(set).to_dict() == {"news": chosen(1.0)[0],
+                                                                         "story": chosen(1.0)[0]}
+    assert (p["source_text"] == "kw " + p["source_doc_id"]).all() and p["source_id"].is_unique
+    assert set(p["keywords_from"]) == {"on_topic"}
+
+    # the Table-5 control: as many off-topic training documents again (capped by those there are), never a test one
+    control = prompt_sources(splits, 1.0, 42, control=True).toPandas()
+    sizes = control.groupby(["topic", "keywords_from"]).size().to_dict()
+    assert sizes == {(0, "off_topic"): 3, (0, "on_topic"): 3, (1, "off_topic"): 3, (1, "on_topic"): 2}
+    off = control[control["keywords_from"] == "off_topic"]
+    assert off["source_doc_id"].str.contains("-off").all()
+    assert set(control[control["keywords_from"] == "on_topic"]["source_doc_id"]) == chosen(1.0)[0] | chosen(1.0)[1]
+
+
+def test_summary_table_on_hand_computed_scores():
+    import pandas as pd
+
+    from common.genre.evaluation import methods, summary_table
+
+    f1 = {  # (method, topic) -> macro-F1 of seeds 0 and 1
+        ("on_topic", 1): (0.50, 0.60), ("off_topic", 1): (0.30, 0.30), ("augmented", 1): (0.40, 0.36),
+        ("off_keywords", 1): (0.32, 0.30), ("on_topic", 2): (0.40, 0.40), ("off_topic", 2): (0.45, 0.45),
+        ("augmented", 2): (0.40, 0.40), ("off_keywords", 2): (0.50, 0.50)}
+    rows = [{"n": 30, "topic": t, "method": m, "repeat": r, "macro_f1": v[r]}
+            for (m, t), v in f1.items() for r in (0, 1)]
+    row = summary_table(pd.DataFrame(rows)).iloc[0]
+    # augmented: topic means 0.38 and 0.40; per-seed averages over topics 0.40 and 0.38
+    assert row["augmented"] == "39.0 ± 1.4" and row["topics"] == 2
+    assert row["gap topics"] == "1/2"  # topic 2's off-topic row is above its on-topic one
+    assert row["gain"] == "+1.5" and row["gain topics"] == "1/2"  # (0.08 - 0.05) / 2
+    assert row["transfer"] == "-1.5"  # ((0.38 - 0.31) + (0.40 - 0.50)) / 2
+    assert "off_keywords" not in methods(False) and methods(True)["off_keywords"] == ("off_topic", "synthetic_off")
+
+
 def test_generator_pairs_are_read_per_generator(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -238,7 +302,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
                                 max_source_length=16, max_target_length=24),
             fine_tune=FineTuneConfig(epochs=1, learning_rate=3e-3, batch_size=16, checkpoint_every=0),
             generation=GenerationConfig(n_samples=1, max_new_tokens=24, max_source_tokens=32, batch_size=32),
-            max_passages_per_doc=2, cache_models=2),
+            max_passages_per_doc=2, cache_models=2, off_topic_control=True),
         eval=EvalConfig(repeats=2))
     results = {r.job: r for r in run_pipeline(ctx, "genre-transfer")}
     # genre.topic_model.log_perplexity is on by default (conf/demo.yaml turns it off)
@@ -262,8 +326,12 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
     generators = lake.read("genre_generators").toPandas()
     assert len(generators) == 3 and generators["model_path"].is_unique
 
-    prompts = lake.read("genre_prompts").count()
-    assert prompts == 3 * 3 * 3  # test documents per genre x genres x generators
+    prompts = lake.read("genre_prompts").toPandas()
+    # the paper's 1:1: 9 off-topic documents / 3 genres = 3 test documents' keywords, each to every generator;
+    # the control as many from off-topic documents' keywords
+    assert prompts.groupby(["keywords_from", "genre"])["source_doc_id"].nunique().eq(3).all()
+    assert len(prompts) == 2 * 3 * 3
+    prompts = len(prompts)
     synthetic = lake.read("genre_synthetic").toPandas()
     assert len(synthetic) + lake.read("genre_synthetic_quarantine").count() == prompts
     assert results["genre-generate"].metrics["prompts"] == prompts
@@ -273,15 +341,25 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
     assert len(routed) == len(synthetic) and (routed["model_version"] == routed["model_version_generator"]).all()
 
     res = lake.read("genre_results").toPandas()
-    assert len(res) == 1 * 1 * 3 * 2  # topics x sizes x methods x seeds
-    assert set(res["method"]) == {"on_topic", "off_topic", "augmented"}
+    assert len(res) == 1 * 1 * 4 * 2  # topics x sizes x methods x seeds
+    assert set(res["method"]) == {"on_topic", "off_topic", "augmented", "off_keywords"}
     assert res["macro_f1"].between(0, 1).all() and (res["n_test"] == 9).all()
-    off = res[res["method"] == "off_topic"]["n_train"].to_numpy()
-    aug = res[res["method"] == "augmented"]["n_train"].to_numpy()
-    # the synthetic documents (however few a 1-epoch model writes) join the off-topic set
-    assert (off == 9).all() and (aug - off == len(synthetic)).all()
+    n_train = {m: g["n_train"].to_numpy() for m, g in res.groupby("method")}
+    # each method's synthetic documents (however few a 1-epoch model writes) join the off-topic set
+    written = synthetic.groupby("keywords_from").size()
+    assert (n_train["off_topic"] == 9).all() and (n_train["augmented"] - 9 == written.get("on_topic", 0)).all()
+    assert (n_train["off_keywords"] - 9 == written.get("off_topic", 0)).all()
     report = (ctx.cfg.lakehouse.root + "/reports/genre/report.md")
     assert "on_topic" in open(report, encoding="utf-8").read()
 
     again = run_pipeline(ctx, "genre-transfer")
     assert all(out.skipped for r in again for out in r.outputs.values())
+
+    # another ratio prompts anew but reuses the fine-tuned generators (a model depends on its data and
+    # training, not on how it is prompted): every test document now prompts every generator
+    from jobs.genre import generate_job
+
+    ctx.cfg.genre.generator.synthetic_ratio, ctx.cfg.genre.generator.off_topic_control = None, False
+    generate_job(ctx)
+    assert lake.read("genre_prompts").count() == 3 * 3 * 3
+    assert lake.read("genre_generators").toPandas()["reused"].all()

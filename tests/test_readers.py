@@ -169,8 +169,10 @@ def test_strip_markup_cleans_text_columns_and_quarantines_markup_only_rows(spark
 
     path = tmp_path / "documents.csv"
     path.write_text(MARKUP_CSV, encoding="utf-8")
-    raw = read_input(spark, InputSpec(path=str(path), strip_markup=True), DOCUMENTS)
-    validated = with_reasons(raw.df, DOCUMENTS, IngestConfig(), markup=True).cache()
+    spec = InputSpec(path=str(path), strip_markup=True)
+    # as the ingest job does: the reader shapes the rows, validation strips the markup the spec asks to
+    validated = with_reasons(read_input(spark, spec, DOCUMENTS).df, DOCUMENTS, IngestConfig(),
+                             markup=spec.strip_markup).cache()
     texts = {r.doc_id: r.text for r in kept(validated, DOCUMENTS, IngestConfig()).collect()}
     assert texts == {"1": "Sport Winter league by T. Gider", "2": "Soft & warm Size <b> 3",
                      "4": "3 < 4 and 5 > 2, no tags here"}  # an escaped tag stays text; a bare "<" is no tag

@@ -79,12 +79,9 @@ def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False,
     for id_col in ("item_id", "product_id", "doc_id"):
         if id_col in names:
             checks.append((_blank(F.col(id_col)), f"empty {id_col}"))
-    if "title" in names:
-        checks += _text_rules("title", cfg.max_title_chars, cleaned)
-    if "query" in names:
-        checks += _text_rules("query", cfg.max_title_chars, cleaned)
-    if "text" in names:
-        checks += _text_rules("text", cfg.max_text_chars, cleaned)
+    # Titles and queries are short by nature; documents (text) get their own bound.
+    limits = {"title": cfg.max_title_chars, "query": cfg.max_title_chars, "text": cfg.max_text_chars}
+    checks += [rule for name in TEXT_COLUMNS if name in names for rule in _text_rules(name, limits[name], cleaned)]
     for label in ("label", "genre"):
         if label in names:
             checks.append((_blank(F.col(label)), f"empty {label}"))

@@ -84,7 +84,7 @@ def _generator_fine_tune() -> FineTuneConfig:
 
 
 def _generator_generation() -> GenerationConfig:
-    # The paper: one beam, top-k 50, top-p 0.95; one synthetic document per genre per original.
+    # The paper: one sample per prompt, top-k 50, top-p 0.95.
     return GenerationConfig(n_samples=1, mode="sample", top_k=50, top_p=0.95, max_new_tokens=256,
                             max_source_tokens=64, bucket_size=32, batch_size=64)
 
@@ -100,12 +100,24 @@ class GeneratorConfig:
     generation: GenerationConfig = field(default_factory=_generator_generation)
     # Training pairs per document: its first this many passages (None: all).
     max_passages_per_doc: Optional[int] = None
+    # Synthetic documents per off-topic training document: the paper's 1:1 ("the same number of original and
+    # synthetic documents", its best ratio; more was no significant gain, few a significant drop). Per
+    # (topic, N), K = max(1, round(ratio x off-topic documents / genres)) on-topic test documents are drawn by
+    # seed and every genre's generator writes one document from each one's keywords: K per genre, about
+    # ratio x the off-topic set in all. None: every test document prompts every generator (|test| per genre).
+    synthetic_ratio: Optional[float] = 1.0
+    # The paper's Table-5 control: as many synthetic documents again, from the keywords of off-topic training
+    # documents (drawn by seed), evaluated as ``off_keywords`` (off-topic + these). No topic transfer: what
+    # more data alone does. Doubles generation.
+    off_topic_control: bool = False
     # Fine-tuned models an actor of the generation pool keeps loaded.
     cache_models: int = 4
 
     def __post_init__(self) -> None:
         check(self.max_passages_per_doc is None or self.max_passages_per_doc >= 1,
               "genre.generator.max_passages_per_doc", "must be >= 1")
+        check(self.synthetic_ratio is None or self.synthetic_ratio > 0, "genre.generator.synthetic_ratio",
+              "must be > 0, or null for one synthetic document per test document and genre")
         check(self.cache_models >= 1, "genre.generator.cache_models", "must be >= 1")
 
 

@@ -10,8 +10,17 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import Column, DataFrame
 
-# The rows of the paper's Table 4: trained on-topic, trained off-topic, off-topic plus synthetic on-topic.
-METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic")}
+# The rows of the paper's Table 4: trained on-topic, trained off-topic, off-topic plus synthetic on-topic;
+# and its Table-5 control (genre.generator.off_topic_control): off-topic plus synthetic documents written
+# from off-topic keywords.
+METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic"),
+           "off_keywords": ("off_topic", "synthetic_off")}
+
+
+def methods(control: bool) -> dict[str, tuple[str, ...]]:
+    """The evaluated methods and the eval sets each trains on: Table 4's three, plus ``off_keywords`` when
+    the control was generated (without it, it would repeat ``off_topic``)."""
+    return {m: parts for m, parts in METHODS.items() if control or m != "off_keywords"}
 
 
 def clean_col(text: "Column") -> "Column":
@@ -25,8 +34,8 @@ def clean_col(text: "Column") -> "Column":
 def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame", chars: int, seed: int) -> "DataFrame":
     """(topic, n, set, doc_id, label, text): each split document as one cleaned window of ``chars``
     characters drawn by (``seed``, doc_id) (the same window wherever the document appears), set = its role
-    (test, on_topic, off_topic); plus every synthetic document, cleaned, set ``synthetic``, labelled with its
-    generator's genre."""
+    (test, on_topic, off_topic); plus every synthetic document, cleaned, labelled with its generator's genre,
+    set ``synthetic`` (from on-topic keywords) or ``synthetic_off`` (the control's off-topic keywords)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
@@ -34,7 +43,8 @@ def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame
     real = splits.join(docs.select("doc_id", "text"), "doc_id").select(
         "topic", "n", F.col("role").alias("set"), "doc_id", F.col("genre").alias("label"),
         clean_col(view("text", "doc_id")).alias("text"))
-    fake = synthetic_rows.select("topic", "n", F.lit("synthetic").alias("set"), F.col("source_id").alias("doc_id"),
+    fake_set = F.when(F.col("keywords_from") == "off_topic", "synthetic_off").otherwise("synthetic")
+    fake = synthetic_rows.select("topic", "n", fake_set.alias("set"), F.col("source_id").alias("doc_id"),
                                  F.col("genre").alias("label"), clean_col(F.col("text")).alias("text"))
     return real.unionByName(fake)
 
@@ -42,7 +52,8 @@ def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame
 def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
     """Table 4: per N, each method's macro-F1 averaged over topics (mean ± std over the R seeds of that
     average), the topics evaluated, and in how many the off-topic row falls below on-topic and the
-    augmented row rises above off-topic (per-topic means over seeds)."""
+    augmented row rises above off-topic (per-topic means over seeds); with the control, ``transfer`` =
+    augmented - off_keywords averaged over topics."""
     import pandas as pd
 
     rows = []
@@ -60,6 +71,9 @@ def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
             gain = per_topic["augmented"] - per_topic["off_topic"]
             row["gain"] = f"{100 * gain.mean():+.1f}"
             row["gain topics"] = f"{int((gain > 0).sum())}/{len(per_topic)}"
+        if {"augmented", "off_keywords"} <= set(per_topic.columns):
+            # the control's share: what on-topic keywords add over as many synthetic documents without them
+            row["transfer"] = f"{100 * (per_topic['augmented'] - per_topic['off_keywords']).mean():+.1f}"
         rows.append(row)
     return pd.DataFrame(rows)
 

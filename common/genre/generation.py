@@ -1,5 +1,6 @@
 """The per-genre generators' data (paper 5): training pairs from off-topic documents only, and prompts
-from the on-topic test documents' keywords for every genre's generator. DataFrame transforms."""
+from on-topic test documents' keywords for every genre's generator (as many as the synthetic ratio asks).
+DataFrame transforms."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -25,39 +26,69 @@ def generator_pairs(splits: "DataFrame", passage_rows: "DataFrame", max_passages
                                 F.col("passage").alias("target_text")), "doc_id")
 
 
-def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFrame", seed: int) -> "DataFrame":
-    """One prompt per on-topic test document and generator of its (topic, n): (topic, n, genre,
-    source_doc_id, source_genre, source_id, source_text, model_path, model_version). ``source_text`` is
-    the keywords of one passage of the test document, drawn by (``seed``, doc_id); its genre is not given
-    to the generator, which writes in its own ``genre`` (the synthetic document's label). Sorted by model,
-    so generation batches hold few models."""
+def prompt_sources(splits: "DataFrame", ratio: Optional[float], seed: int, control: bool = False) -> "DataFrame":
+    """(topic, n, source_doc_id, source_genre, keywords_from): the documents whose keywords prompt every
+    generator of their (topic, n). ``keywords_from`` ``on_topic``: on-topic test documents, the paper's
+    augmentation. With ``ratio`` (synthetic per off-topic document; the paper's 1:1), the K = max(1,
+    round(ratio x off-topic documents / genres)) first in the order of xxhash64(``seed``, doc_id), so each
+    genre gets K synthetic documents and the set about ratio x the off-topic set (all of them when fewer);
+    ``ratio`` None: every test document. ``control``: also as many (at most all) off-topic training documents
+    in the same order, ``keywords_from`` ``off_topic``: the paper's Table-5 control, synthetic documents
+    without topic transfer."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    docs = splits.filter(F.col("role").isin("test", "off_topic") if control else F.col("role") == "test")
+    docs = docs.select("topic", "n", F.col("doc_id").alias("source_doc_id"), F.col("genre").alias("source_genre"),
+                       F.when(F.col("role") == "test", "on_topic").otherwise("off_topic").alias("keywords_from"))
+    if ratio is None:
+        k = F.count(F.when(F.col("role") == "test", 1))
+    else:
+        off = F.count(F.when(F.col("role") == "off_topic", 1))
+        genres = F.countDistinct(F.when(F.col("role") == "off_topic", F.col("genre")))
+        k = F.greatest(F.lit(1), F.round(F.lit(float(ratio)) * off / genres).cast("int"))
+    sizes = splits.groupBy("topic", "n").agg(k.alias("_k"))
+    order = Window.partitionBy("topic", "n", "keywords_from").orderBy(F.xxhash64(F.lit(seed), "source_doc_id"),
+                                                                     "source_doc_id")
+    return docs.join(sizes, ["topic", "n"]).withColumn("_rank", F.row_number().over(order)) \
+        .filter(F.col("_rank") <= F.col("_k")).drop("_rank", "_k")
+
+
+def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFrame", seed: int,
+            ratio: Optional[float] = 1.0, control: bool = False) -> "DataFrame":
+    """One prompt per generator of a (topic, n) and document chosen by ``prompt_sources`` (``ratio``,
+    ``control``): (topic, n, genre, source_doc_id, source_genre, keywords_from, source_id, source_text,
+    model_path, model_version). ``source_text`` is the keywords of one passage of the document, drawn by
+    (``seed``, doc_id); its genre is not given to the generator, which writes in its own ``genre`` (the
+    synthetic document's label). Sorted by model, so generation batches hold few models."""
     from pyspark.sql import functions as F
 
     counts = passage_rows.groupBy("doc_id").agg(F.count(F.lit(1)).alias("_passages"))
     chosen = counts.withColumn("passage_idx", F.pmod(F.xxhash64(F.lit(seed), "doc_id"), F.col("_passages")).cast("int"))
     keywords = chosen.join(passage_rows, ["doc_id", "passage_idx"]).select("doc_id", "keywords")
-    test = splits.filter(F.col("role") == "test").select("topic", "n", F.col("doc_id").alias("source_doc_id"),
-                                                         F.col("genre").alias("source_genre"))
-    out = test.join(keywords.withColumnRenamed("doc_id", "source_doc_id"), "source_doc_id") \
+    out = prompt_sources(splits, ratio, seed, control).join(keywords.withColumnRenamed("doc_id", "source_doc_id"),
+                                                            "source_doc_id") \
         .join(generators.select("topic", "n", "genre", "model_path", "model_version"), ["topic", "n"])
     source_id = F.concat_ws("/", F.col("topic").cast("string"), F.col("n").cast("string"), "genre", "source_doc_id")
-    return out.select("topic", "n", "genre", "source_doc_id", "source_genre", source_id.alias("source_id"),
-                      F.col("keywords").alias("source_text"), "model_path", "model_version") \
+    return out.select("topic", "n", "genre", "source_doc_id", "source_genre", "keywords_from",
+                      source_id.alias("source_id"), F.col("keywords").alias("source_text"), "model_path",
+                      "model_version") \
         .orderBy("model_path", "source_id")
 
 
 def synthetic(generated: "DataFrame", prompt_rows: "DataFrame") -> "DataFrame":
-    """Generated rows joined back to their prompts: (topic, n, genre, source_doc_id, source_genre, source_id,
-    keywords, text, model_version, generated_tokens, reason). A row keeps the generator's ``reason`` (empty or
-    over-long input, decoding error) or gets ``empty generation`` when nothing with letters was generated."""
+    """Generated rows joined back to their prompts: (topic, n, genre, source_doc_id, source_genre,
+    keywords_from, source_id, keywords, text, model_version, generated_tokens, reason). A row keeps the
+    generator's ``reason`` (empty or over-long input, decoding error) or gets ``empty generation`` when nothing
+    with letters was generated."""
     from pyspark.sql import functions as F
 
     from common.genre.evaluation import clean_col
 
-    joined = generated.join(prompt_rows.select("source_id", "topic", "n", "genre", "source_doc_id", "source_genre"),
-                            "source_id")
+    joined = generated.join(prompt_rows.select("source_id", "topic", "n", "genre", "source_doc_id", "source_genre",
+                                               "keywords_from"), "source_id")
     reason = F.coalesce(F.col("reason"), F.when(F.length(clean_col(F.coalesce("generated_text", F.lit("")))) == 0,
                                                 F.lit("empty generation: no letters")))
-    return joined.select("topic", "n", "genre", "source_doc_id", "source_genre", "source_id",
+    return joined.select("topic", "n", "genre", "source_doc_id", "source_genre", "keywords_from", "source_id",
                          F.col("source_text").alias("keywords"), F.col("generated_text").alias("text"), "model_version",
                          "generated_tokens", reason.alias("reason"))
