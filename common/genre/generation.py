@@ -55,7 +55,7 @@ def prompt_sources(splits: "DataFrame", ratio: Optional[float], seed: int, contr
 
 
 def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFrame", seed: int,
-            ratio: Optional[float] = 1.0, control: bool = False) -> "DataFrame":
+            ratio: Optional[float], control: bool = False) -> "DataFrame":
     """One prompt per generator of a (topic, n) and document chosen by ``prompt_sources`` (``ratio``,
     ``control``): (topic, n, genre, source_doc_id, source_genre, keywords_from, source_id, source_text,
     model_path, model_version). ``source_text`` is the keywords of one passage of the document, drawn by
