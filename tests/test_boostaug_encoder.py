@@ -125,21 +125,36 @@ def test_pseudo_perplexity_equals_masking_each_token_in_turn(probe):
 
 
 def _plain_classifier(folder: str) -> dict:
+    """A classifier without MLM head, fine-tuned from a half-precision copy of MiniLM."""
+    import shutil
     from pathlib import Path
 
-    from common.boostaug.encoder import EncoderScorer, fit_surrogate
+    from safetensors.torch import load_file, save_file
 
+    from common.boostaug.encoder import EncoderScorer, fit_surrogate
+    from common.models.warm_start import minilm_folder
+
+    half = Path(folder, "half")
+    shutil.copytree(minilm_folder(), half, ignore=shutil.ignore_patterns("model.safetensors"))
+    weights = load_file(str(minilm_folder() / "model.safetensors"))
+    save_file({k: v.half() if v.is_floating_point() else v for k, v in weights.items()},
+              str(half / "model.safetensors"), metadata={"format": "pt"})
     rows = [(t, "pos") for t in POSITIVE[:3]] + [(t, "neg") for t in NEGATIVE[:3]]
-    spec = EncoderConfig(max_length=16, epochs=1, batch_size=8, mlm_weight=0.0, num_cpus=2)
+    spec = EncoderConfig(name_or_path=str(half), max_length=16, epochs=1, batch_size=8, mlm_weight=0.0, num_cpus=2)
     figures = fit_surrogate(_parquet(Path(folder, "train.parquet"), rows), [], spec, 0, f"{folder}/m")
     scorer = EncoderScorer(f"{folder}/m")
-    return {"figures": figures, "has_mlm": scorer.has_mlm, "calibration": scorer.validation_perplexities}
+    saved = load_file(str(Path(folder, "m", "lm", "model.safetensors")))
+    return {"figures": figures, "has_mlm": scorer.has_mlm, "calibration": scorer.validation_perplexities,
+            "saved_dtypes": sorted({str(v.dtype) for v in saved.values() if v.is_floating_point()}),
+            "finite": all(bool(v.isfinite().all()) for v in saved.values() if v.is_floating_point())}
 
 
-def test_plain_classifier_has_no_perplexity(ray_runtime, tmp_path):
+def test_plain_classifier_has_no_perplexity_and_trains_a_half_checkpoint_in_float32(ray_runtime, tmp_path):
     out = _in_fresh_worker(ray_runtime, _plain_classifier, str(tmp_path))
     assert not out["has_mlm"] and out["calibration"] == []
     assert math.isnan(out["figures"]["val_accuracy"]) and out["figures"]["epoch"] == 1
+    # transformers 5 loads a checkpoint in its saved dtype; fit_surrogate asks for float32 (no loss scaler)
+    assert out["saved_dtypes"] == ["torch.float32"] and out["finite"]
 
 
 def test_encoder_config_checks():

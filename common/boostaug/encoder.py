@@ -170,7 +170,10 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     index = {label: i for i, label in enumerate(labels)}
     path = encoder_checkpoint(spec.name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    surrogate = _Surrogate(AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True), len(labels)).to(device)
+    # float32 whatever the checkpoint's dtype: transformers 5 loads a checkpoint in the dtype it was saved in,
+    # and half-precision weights would train with no loss scaler.
+    lm = AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True, dtype=torch.float32)
+    surrogate = _Surrogate(lm, len(labels)).to(device)
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
     optimizer = LinearWarmupAdamW(surrogate.parameters(), spec.learning_rate,
                                   int(spec.warmup_ratio * steps_per_epoch * spec.epochs), steps_per_epoch * spec.epochs)
@@ -265,41 +268,46 @@ class EncoderScorer:
         """exp(mean over tokens of -log p(token | the text with that token masked)) per text; None for a text
         with no ordinary token. Every (text, position) copy of a chunk of texts runs in padded batches of at
         most ``max_batch_tokens`` tokens."""
+        import numpy as np
+
         torch = self._torch
         enc = self.tokenizer([t or "" for t in texts], truncation=True, max_length=self.spec.max_length,
                              return_special_tokens_mask=True)
-        # (text index, position) of every ordinary token.
-        copies = [(i, p) for i, special in enumerate(enc["special_tokens_mask"])
-                  for p, s in enumerate(special) if not s]
-        # Longest texts first keeps padding low within a batch.
-        copies.sort(key=lambda c: -len(enc["input_ids"][c[0]]))
-        nll = [0.0] * len(texts)
-        counts = [0] * len(texts)
-        pad = self.tokenizer.pad_token_id
+        lengths = np.array([len(seq) for seq in enc["input_ids"]], dtype=np.int64)
+        nll = np.zeros(len(texts))
+        counts = np.zeros(len(texts), dtype=np.int64)
+        if not len(texts):
+            return []
+        # Every text padded once; each batch is then a fancy-index of this array, not a Python loop per copy
+        # (a GPU otherwise waits on building millions of masked copies).
+        padded = np.full((len(texts), int(lengths.max())), self.tokenizer.pad_token_id, dtype=np.int64)
+        ordinary = np.zeros(padded.shape, dtype=bool)
+        for i, (seq, special) in enumerate(zip(enc["input_ids"], enc["special_tokens_mask"])):
+            padded[i, :len(seq)] = seq
+            ordinary[i, :len(seq)] = np.asarray(special) == 0
+        # (text index, position) of every ordinary token, longest texts first to keep padding low in a batch.
+        text_of, position = np.nonzero(ordinary)
+        order = np.argsort(-lengths[text_of], kind="stable")
+        text_of, position = text_of[order], position[order]
         s = 0
         with torch.inference_mode():
-            while s < len(copies):
-                width = len(enc["input_ids"][copies[s][0]])
+            while s < len(text_of):
+                width = int(lengths[text_of[s]])
                 n = max(1, self.spec.max_batch_tokens // width)
-                chunk = copies[s:s + n]
+                rows_text, rows_pos = text_of[s:s + n], position[s:s + n]
                 s += n
-                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, (i, _) in enumerate(chunk):
-                    seq = enc["input_ids"][i]
-                    ids[row, :len(seq)] = torch.tensor(seq)
-                    mask[row, :len(seq)] = 1
-                rows = torch.arange(len(chunk))
-                positions = torch.tensor([p for _, p in chunk])
+                ids = torch.from_numpy(padded[rows_text, :width])  # a copy: fancy indexing
+                mask = torch.from_numpy(np.arange(width)[None, :] < lengths[rows_text][:, None]).long()
+                rows = torch.arange(len(rows_text))
+                positions = torch.from_numpy(rows_pos)
                 truth = ids[rows, positions].clone()
                 ids[rows, positions] = self.tokenizer.mask_token_id
+                rows_d, positions_d = rows.to(self.device), positions.to(self.device)
                 hidden = self.model.hidden(ids.to(self.device), mask.to(self.device))
-                logp = self.model.token_logits(hidden[rows.to(self.device), positions.to(self.device)]) \
-                    .float().log_softmax(-1)
-                picked = logp.gather(1, truth.to(self.device).unsqueeze(1)).squeeze(1).tolist()
-                for (i, _), lp in zip(chunk, picked):
-                    nll[i] -= lp
-                    counts[i] += 1
+                logp = self.model.token_logits(hidden[rows_d, positions_d]).float().log_softmax(-1)
+                picked = logp.gather(1, truth.to(self.device).unsqueeze(1)).squeeze(1).double().cpu().numpy()
+                np.add.at(nll, rows_text, -picked)
+                np.add.at(counts, rows_text, 1)
         return [math.exp(nll[i] / counts[i]) if counts[i] else None for i in range(len(texts))]
 
 

@@ -33,7 +33,8 @@ class EncoderMultiLabelModel:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         path = encoder_checkpoint(spec.name_or_path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.encoder = AutoModel.from_pretrained(path, use_safetensors=True).to(self.device)
+        # float32 whatever the checkpoint's dtype (transformers 5 keeps the saved one): it trains here.
+        self.encoder = AutoModel.from_pretrained(path, use_safetensors=True, dtype=torch.float32).to(self.device)
         self.head = torch.nn.Linear(self.encoder.config.hidden_size, len(self.labels)).to(self.device)
         self.dropout = torch.nn.Dropout(getattr(self.encoder.config, "hidden_dropout_prob", 0.1))
 
