@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ SCORE_COLUMNS = ["confidence", "pred_label", "perplexity", "perplexity_limit",
 
 def export(args) -> None:
     """Write texts.parquet, candidates.parquet (key, fold, text), eval sets and versions.json to the bundle."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
@@ -60,7 +62,7 @@ def export(args) -> None:
         table = DeltaTable(f"{args.root}/boostaug_eval_sets")
         versions["boostaug_eval_sets"] = table.version()
         data = table.to_pyarrow_table()
-        wanted = pc.is_in(data["method"], value_set=__import__("pyarrow").array(args.eval_sets))
+        wanted = pc.is_in(data["method"], value_set=pa.array(args.eval_sets))
         data = data.filter(pc.and_(wanted, pc.equal(data["n_aug"], args.n_aug)))
         pq.write_table(data.select(["method", "text", "label"]), bundle / "eval_sets.parquet",
                        compression="zstd", compression_level=19)
@@ -152,11 +154,13 @@ def load(args, augment_args) -> int:
         return folds, report["mono"]["uri"] if with_mono else None
 
     def score_on_ray(ds, *_, **__):
+        import pyarrow as pa
         import ray
 
         scores = pq.read_table(scores_dir / "scores.parquet")
         candidates = ds.to_arrow_refs()
-        table = __import__("pyarrow").concat_tables(ray.get(candidates))
+        # The candidates gathered here: this is a replay tool run once, not a pipeline stage.
+        table = pa.concat_tables(ray.get(candidates))
         joined = table.join(scores, KEY, join_type="left outer")
         if joined.num_rows != table.num_rows or scores.num_rows != table.num_rows \
                 or joined.column("confidence").null_count:
@@ -199,9 +203,8 @@ def evaluate(args) -> None:
             (out / "eval_results.json").write_text(json.dumps(results, indent=2))
     for method in methods:
         acc = [r["accuracy"] for r in results if r["method"] == method]
-        mean = sum(acc) / len(acc)
-        std = (sum((a - mean) ** 2 for a in acc) / (len(acc) - 1)) ** 0.5 if len(acc) > 1 else float("nan")
-        print(f"{method:<24} accuracy {mean:.4f} +- {std:.4f} over {len(acc)} seeds")
+        std = statistics.stdev(acc) if len(acc) > 1 else float("nan")
+        print(f"{method:<24} accuracy {statistics.mean(acc):.4f} +- {std:.4f} over {len(acc)} seeds")
 
 
 def main(argv=None) -> int:

@@ -39,8 +39,11 @@ def _metrics(model, validation, test) -> dict:
     from common.models.multilabel import best_threshold, decide, jaccard
 
     threshold, _ = best_threshold(model.probabilities([t for _, t, _ in validation]), [g for _, _, g in validation])
-    predicted = [decide(p, threshold) for p in model.probabilities([t for _, t, _ in test])]
-    return {"threshold": threshold,
+    start = time.perf_counter()
+    probabilities = model.probabilities([t for _, t, _ in test])
+    predict_s = time.perf_counter() - start
+    predicted = [decide(p, threshold) for p in probabilities]
+    return {"threshold": threshold, "predict_per_s": len(test) / predict_s,
             "jaccard": sum(jaccard(p, g) for p, (_, _, g) in zip(predicted, test)) / len(test),
             "exact_accuracy": sum(sorted(p) == sorted(g) for p, (_, _, g) in zip(predicted, test)) / len(test)}
 
@@ -103,7 +106,6 @@ def main(argv=None) -> dict:
     import torch
 
     from common.models.config import EncoderConfig
-    from common.models.multilabel import best_threshold, decide, jaccard
     from common.models.multilabel_encoder import fit
 
     train = read(Path(args.data, "2018-E-c-En-train.txt"))
@@ -117,16 +119,9 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     model, figures = fit(train, validation, spec, 42)
     fit_s = time.perf_counter() - start
-    threshold, _ = best_threshold(model.probabilities([t for _, t, _ in validation]), [g for _, _, g in validation])
-    start = time.perf_counter()
-    probabilities = model.probabilities([t for _, t, _ in test])
-    predict_s = time.perf_counter() - start
-    predicted = [decide(p, threshold) for p in probabilities]
     out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-           "train": len(train), "test": len(test), **figures, "threshold": threshold,
-           "train_examples_per_s": len(train) * args.epochs / fit_s, "predict_per_s": len(test) / predict_s,
-           "jaccard": sum(jaccard(p, g) for p, (_, _, g) in zip(predicted, test)) / len(test),
-           "exact_accuracy": sum(sorted(p) == sorted(g) for p, (_, _, g) in zip(predicted, test)) / len(test)}
+           "train": len(train), "test": len(test), **figures,
+           "train_examples_per_s": len(train) * args.epochs / fit_s, **_metrics(model, validation, test)}
     print(json.dumps(out, indent=2))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(out, indent=2))

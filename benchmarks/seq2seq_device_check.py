@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fine_tune_throughput import RATES, SHAPES  # noqa: E402  (the same two model shapes and rates)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "train.csv"
-SHAPES = {"scratch_t5": {"vocab_size": 2000, "d_model": 64, "d_ff": 128, "num_layers": 2, "num_heads": 4},
-          "warm_minilm": {}}
-RATES = {"scratch_t5": 3e-3, "warm_minilm": 1e-4}
 
 
 def main(argv=None) -> dict:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.models.config import EncoderConfig
 from common.models.hft import Source, read_rows
-from common.models.warm_start import encoder_checkpoint
+from common.models.warm_start import encoder_checkpoint, load_for_training
 from common.platform.storage import local_copy, put_folder
 
 if TYPE_CHECKING:
@@ -170,10 +170,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     index = {label: i for i, label in enumerate(labels)}
     path = encoder_checkpoint(spec.name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    # float32 whatever the checkpoint's dtype: transformers 5 loads a checkpoint in the dtype it was saved in,
-    # and half-precision weights would train with no loss scaler.
-    lm = AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True, dtype=torch.float32)
-    surrogate = _Surrogate(lm, len(labels)).to(device)
+    surrogate = _Surrogate(load_for_training(AutoModelForMaskedLM, path), len(labels)).to(device)
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
     optimizer = LinearWarmupAdamW(surrogate.parameters(), spec.learning_rate,
                                   int(spec.warmup_ratio * steps_per_epoch * spec.epochs), steps_per_epoch * spec.epochs)
@@ -273,11 +270,11 @@ class EncoderScorer:
         torch = self._torch
         enc = self.tokenizer([t or "" for t in texts], truncation=True, max_length=self.spec.max_length,
                              return_special_tokens_mask=True)
+        if not len(texts):
+            return []
         lengths = np.array([len(seq) for seq in enc["input_ids"]], dtype=np.int64)
         nll = np.zeros(len(texts))
         counts = np.zeros(len(texts), dtype=np.int64)
-        if not len(texts):
-            return []
         # Every text padded once; each batch is then a fancy-index of this array, not a Python loop per copy
         # (a GPU otherwise waits on building millions of masked copies).
         padded = np.full((len(texts), int(lengths.max())), self.tokenizer.pad_token_id, dtype=np.int64)

@@ -27,14 +27,13 @@ class EncoderMultiLabelModel:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        from common.models.warm_start import encoder_checkpoint
+        from common.models.warm_start import encoder_checkpoint, load_for_training
 
         self.spec, self.labels = spec, list(labels)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         path = encoder_checkpoint(spec.name_or_path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        # float32 whatever the checkpoint's dtype (transformers 5 keeps the saved one): it trains here.
-        self.encoder = AutoModel.from_pretrained(path, use_safetensors=True, dtype=torch.float32).to(self.device)
+        self.encoder = load_for_training(AutoModel, path).to(self.device)
         self.head = torch.nn.Linear(self.encoder.config.hidden_size, len(self.labels)).to(self.device)
         self.dropout = torch.nn.Dropout(getattr(self.encoder.config, "hidden_dropout_prob", 0.1))
 

@@ -111,15 +111,13 @@ class FineTuneResult:
 def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]], seed: int = 0):
     """(tokenizer, model): the named checkpoint, the MiniLM warm start, or a scratch T5 with a tokenizer
     trained on ``pairs``."""
-    import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, T5Config, T5ForConditionalGeneration
 
     if spec.kind == "checkpoint" or (spec.model_name_or_path and spec.kind != "warm_minilm"):
         tokenizer = AutoTokenizer.from_pretrained(spec.model_name_or_path)
-        # float32 whatever the checkpoint's dtype (transformers 5 keeps the saved one): the loop's autocast
-        # chooses the compute precision, and half-precision master weights would lose the small updates.
-        return tokenizer, AutoModelForSeq2SeqLM.from_pretrained(spec.model_name_or_path, use_safetensors=True,
-                                                                 dtype=torch.float32)
+        from common.models.warm_start import load_for_training
+
+        return tokenizer, load_for_training(AutoModelForSeq2SeqLM, spec.model_name_or_path)
     if spec.kind == "warm_minilm":
         from common.models.warm_start import build_warm_minilm
 

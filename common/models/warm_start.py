@@ -47,6 +47,15 @@ def encoder_checkpoint(name_or_path: Optional[str]) -> str:
     return name_or_path or str(minilm_folder())
 
 
+def load_for_training(auto_class: Any, path: str) -> Any:
+    """``auto_class.from_pretrained(path)`` (safetensors only, never unpickled) in float32 whatever dtype the
+    checkpoint was saved in: transformers 5 keeps the saved dtype, and half-precision weights would train with
+    no loss scaler and lose the small updates; the training loop's autocast chooses the compute precision."""
+    import torch
+
+    return auto_class.from_pretrained(path, use_safetensors=True, dtype=torch.float32)
+
+
 def _bert_weights(folder: Path) -> dict[str, Any]:
     from safetensors.torch import load_file
 
