@@ -84,7 +84,7 @@ def encoder_figures(train, candidates, model) -> dict:
     import torch
 
     from common.models.config import EncoderConfig
-    from common.boostaug.encoder import _device, fit_surrogate
+    from common.models.encoder_classifier import _device, fit_surrogate
     from common.boostaug.surrogate import EncoderPoolScorer
 
     out: dict = {"encoder_device": _device()}

@@ -137,7 +137,7 @@ def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple
     """Train the fold surrogates (and the MonoAug one) in Ray tasks; (fold -> model folder, mono folder)."""
     from common.boostaug.classifier import choose_and_fit
     from common.models.text_classifier import run_tasks
-    from common.boostaug.encoder import fit_surrogate
+    from common.models.encoder_classifier import fit_surrogate
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
     from common.models.hft import fasttext_params
 
@@ -255,11 +255,11 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``boostaug-evaluate``: each method's classifiers, R seeds, accuracy and macro-F1 on the test split."""
     from pyspark.sql import functions as F
 
-    from common.models.text_classifier import fit_and_evaluate, run_tasks
-    from common.boostaug.encoder import fit_and_evaluate as fit_encoder_and_evaluate
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
     from common.boostaug.filtering import unjudged_labels
+    from common.models.encoder_classifier import fit_and_evaluate as fit_encoder_and_evaluate
     from common.models.hft import fasttext_params
+    from common.models.text_classifier import fit_and_evaluate, run_tasks
 
     cfg = ctx.cfg.boostaug
     texts = tr.read(TEXTS)

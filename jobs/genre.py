@@ -14,14 +14,15 @@
   one synthetic document per genre (``genre_prompts`` -> ``genre_generated``), kept in ``genre_synthetic`` or
   quarantined in ``genre_synthetic_quarantine`` with a reason (prompts = kept + quarantined).
 * ``genre-evaluate`` writes ``genre_eval_sets`` (cleaned windows of every split document and the cleaned
-  synthetic documents) and trains the genre classifiers in Ray tasks: per topic, N and method (on_topic,
-  off_topic, augmented; off_keywords with the control) ``genre.eval.repeats`` seeds, macro-F1 on the
-  on-topic test set: ``genre_results`` and a report (the paper's Table 4 and per-topic gains).
+  synthetic documents) and trains the genre classifiers in Ray tasks: per classifier model (fastText and/or
+  the fine-tuned encoder), topic, N and method (on_topic, off_topic, augmented; off_keywords with the control,
+  synthetic_only when asked) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set:
+  ``genre_results`` and a report (the paper's Table 4 and per-topic gains).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
@@ -268,12 +269,15 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.genre.evaluation import eval_rows, methods, summary_table
+    from common.models.encoder_classifier import fit_and_evaluate as fit_encoder_and_evaluate
     from common.models.hft import fasttext_params
     from common.models.text_classifier import fit_and_evaluate, run_tasks
 
     cfg = ctx.cfg.genre
     docs, splits, synthetic_rows = tr.read(DOCUMENTS), tr.read(SPLITS), tr.read(SYNTHETIC)
-    config_hash = hash_of(asdict(cfg.eval), cfg.window_chars, ctx.cfg.seed)
+    # The encoder's settings count only when it runs: changing them must not re-run a fastText evaluation.
+    settings = {k: v for k, v in asdict(cfg.eval).items() if k != "encoder" or "encoder" in cfg.eval.models}
+    config_hash = hash_of(settings, cfg.window_chars, ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas()).to_string(index=False))
         return None
@@ -282,28 +286,40 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     grid = [(r["topic"], r["n"]) for r in
             ctx.lakehouse.read(EVAL_SETS, sets.version).select("topic", "n").distinct().orderBy("topic", "n").collect()]
     files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
-    evaluated = methods(cfg.generator.off_topic_control)
-    keys, jobs = [], []
-    for topic, n in grid:
-        where = [("topic", "=", topic), ("n", "=", n)]
-        test = [(files, where + [("set", "=", "test")])]
-        for method, parts in evaluated.items():
-            train = [(files, where + [("set", "=", part)]) for part in parts]
-            for repeat in range(cfg.eval.repeats):
-                seed = ctx.cfg.seed + repeat
-                keys.append((topic, n, method, "fasttext", repeat, seed))
-                jobs.append({"train": train, "test": test, "params": fasttext_params(cfg.eval.fasttext), "seed": seed})
-    log.info("genre evaluate: %d (topic, N) x %d methods x %d seeds = %d classifiers", len(grid), len(evaluated),
-             cfg.eval.repeats, len(jobs))
-    figures = run_tasks(ctx.ray(), fit_and_evaluate, jobs)
+    evaluated = methods(cfg.generator.off_topic_control, cfg.eval.synthetic_only)
+    # The evaluation encoder is a plain classifier: no MLM loss, whatever its mlm_weight says.
+    encoder = replace(cfg.eval.encoder, mlm_weight=0.0)
+    keys, figures = [], []
+    for model in cfg.eval.models:
+        model_args = {"spec": encoder} if model == "encoder" else {"params": fasttext_params(cfg.eval.fasttext)}
+        jobs = []
+        for topic, n in grid:
+            where = [("topic", "=", topic), ("n", "=", n)]
+            test = [(files, where + [("set", "=", "test")])]
+            for method, parts in evaluated.items():
+                train = [(files, where + [("set", "=", part)]) for part in parts]
+                for repeat in range(cfg.eval.repeats):
+                    seed = ctx.cfg.seed + repeat
+                    keys.append((topic, n, method, model, repeat, seed))
+                    jobs.append({"train": train, "test": test, "seed": seed, **model_args})
+        log.info("genre evaluate (%s): %d (topic, N) x %d methods x %d seeds = %d classifiers", model, len(grid),
+                 len(evaluated), cfg.eval.repeats, len(jobs))
+        if model == "encoder":
+            # Each in a worker that exits after it: torch's memory (a GPU's included) goes back at once.
+            figures += run_tasks(ctx.ray(), fit_encoder_and_evaluate, jobs, encoder.num_cpus, encoder.num_gpus,
+                                 fresh_worker=True)
+        else:
+            figures += run_tasks(ctx.ray(), fit_and_evaluate, jobs)
     rows = [(tr.run_id, *k, f["accuracy"], f["macro_f1"], int(f["rows"]), int(f["n_test"]))
             for k, f in zip(keys, figures)]
     frame = ctx.spark.createDataFrame(rows, RESULT_SCHEMA)
     tr.write(frame, RESULTS, config_hash)
     pdf = frame.toPandas()
     report(ctx, tr, pdf)
-    means = pdf.groupby(["n", "method"])["macro_f1"].mean()
-    return {f"n{n}.{method}.macro_f1": float(v) for (n, method), v in means.items()} | \
+    means = pdf.groupby(["model", "n", "method"])["macro_f1"].mean()
+    # The first model keeps the short metric names.
+    return {f"{'' if model == cfg.eval.models[0] else model + '.'}n{n}.{method}.macro_f1": float(v)
+            for (model, n, method), v in means.items()} | \
         {"eval_rows": float(ctx.lakehouse.read(EVAL_SETS, sets.version).filter(F.col("set") != "test").count())}
 
 

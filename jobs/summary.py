@@ -84,18 +84,20 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             metrics[f"boostaug.{method.replace('+', '_')}.accuracy"] = r["acc"]
         sections.append("\n".join(lines))
     if ctx.lakehouse.exists(GENRE):
-        rows = tr.read(GENRE).groupBy("method").agg(F.avg("macro_f1").alias("f1"), F.stddev("macro_f1").alias("std"),
-                                                   F.count("*").alias("runs")).collect()
-        by = {r["method"]: r for r in rows}
-        base = by.get("off_topic")
+        # One row per (model, method): bounded.
+        rows = tr.read(GENRE).groupBy("model", "method").agg(
+            F.avg("macro_f1").alias("f1"), F.stddev("macro_f1").alias("std"), F.count("*").alias("runs")).collect()
+        by = {(r["model"], r["method"]): r for r in rows}
         lines = ["Genre transfer paper (genre macro-F1 on on-topic test documents, mean over topics, N and seeds; "
-                 "lift vs off-topic training):", f"  {'method':<10} {'macro-F1':>17} {'lift':>8} {'runs':>5}"]
-        for method in ("on_topic", "off_topic", "augmented"):
-            if method in by:
-                r = by[method]
-                lines.append(f"  {method:<10} {r['f1']:>8.4f} ± {r['std'] or 0.0:.4f} "
-                             f"{_lift(r['f1'], base['f1'] if base else None):>8} {r['runs']:>5}")
-                metrics[f"genre.{method}.macro_f1"] = r["f1"]
+                 "lift vs off-topic training):",
+                 f"  {'model':<8} {'method':<14} {'macro-F1':>17} {'lift':>8} {'runs':>5}"]
+        order = ("on_topic", "off_topic", "augmented", "off_keywords", "synthetic_only")
+        for model, method in sorted(by, key=lambda k: (k[0] != "fasttext", k[0], order.index(k[1])
+                                                       if k[1] in order else len(order), k[1])):
+            r, base = by[(model, method)], by.get((model, "off_topic"))
+            lines.append(f"  {model:<8} {method:<14} {r['f1']:>8.4f} ± {r['std'] or 0.0:.4f} "
+                         f"{_lift(r['f1'], base['f1'] if base else None):>8} {r['runs']:>5}")
+            metrics[f"genre.{'' if model == 'fasttext' else model + '.'}{method}.macro_f1"] = r["f1"]
         sections.append("\n".join(lines))
     if ctx.lakehouse.exists(COMPOSITIONAL):
         res = tr.read(COMPOSITIONAL)

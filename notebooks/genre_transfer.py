@@ -36,8 +36,9 @@ nb.show(lh.read("genre_synthetic").select("topic", "genre", "source_genre", "key
 from pyspark.sql import functions as F
 
 res = lh.read("genre_results")
-nb.show(res.groupBy("n", "method").agg(F.avg("macro_f1").alias("macro_f1"), F.stddev("macro_f1").alias("std"),
-                                       F.count("*").alias("runs")).orderBy("n", "method"))
+nb.show(res.groupBy("model", "n", "method").agg(F.avg("macro_f1").alias("macro_f1"),
+                                                F.stddev("macro_f1").alias("std"), F.count("*").alias("runs"))
+        .orderBy("model", "n", "method"))
 
 # COMMAND ----------
 

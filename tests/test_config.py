@@ -51,6 +51,10 @@ def test_shipped_configs_load(name, monkeypatch):
         # BoostAug's contextual backend fills T5's own span sentinel
         assert "contextual" in cfg.boostaug.backends and cfg.boostaug.contextual.mask == "<extra_id_0>"
         assert cfg.boostaug.contextual.model.name_or_path == "t5-small"
+        # genre's BERT classifier: the partial section keeps the section's paper settings (lr 1e-5, 6 epochs)
+        enc = cfg.genre.eval.encoder
+        assert cfg.genre.eval.models == ["fasttext", "encoder"] and enc.name_or_path == "bert-base-uncased"
+        assert (enc.learning_rate, enc.epochs, enc.max_length, enc.mlm_weight, enc.num_gpus) == (1e-5, 6, 256, 0.0, 1)
 
 
 def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):

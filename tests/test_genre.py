@@ -210,6 +210,13 @@ def test_summary_table_on_hand_computed_scores():
     assert row["gain"] == "+1.5" and row["gain topics"] == "1/2"  # (0.08 - 0.05) / 2
     assert row["transfer"] == "-1.5"  # ((0.38 - 0.31) + (0.40 - 0.50)) / 2
     assert "off_keywords" not in methods(False) and methods(True)["off_keywords"] == ("off_topic", "synthetic_off")
+    assert "synthetic_only" not in methods(True) and methods(False, True)["synthetic_only"] == ("synthetic",)
+    # one block per classifier model, each compared within itself
+    both = pd.DataFrame(rows).assign(model="fasttext")
+    both = pd.concat([both, both.assign(model="encoder", macro_f1=both["macro_f1"] + 0.1)])
+    table = summary_table(both).set_index("model")
+    assert list(table.index) == ["encoder", "fasttext"] and table.loc["fasttext", "gain"] == "+1.5"
+    assert table.loc["encoder", "augmented"] == "49.0 ± 1.4" and table.loc["encoder", "gain"] == "+1.5"
 
 
 def test_generator_pairs_are_read_per_generator(tmp_path):
@@ -363,3 +370,23 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
     generate_job(ctx)
     assert lake.read("genre_prompts").count() == 3 * 3 * 3
     assert lake.read("genre_generators").toPandas()["reused"].all()
+
+    # the encoder classifier (a tiny fine-tune) beside fastText, and the synthetic-only row
+    from common.models.config import EncoderConfig
+    from jobs.genre import evaluate_job
+
+    ctx.cfg.genre.eval = EvalConfig(repeats=1, models=["fasttext", "encoder"], synthetic_only=True,
+                                    encoder=EncoderConfig(max_length=32, epochs=1, batch_size=8, learning_rate=1e-4,
+                                                          mlm_weight=1.0))
+    evaluated = evaluate_job(ctx)
+    res = lake.read("genre_results").toPandas()
+    synthetic = lake.read("genre_synthetic").toPandas()
+    assert len(res) == 2 * 4 and set(res["model"]) == {"fasttext", "encoder"}
+    assert set(res["method"]) == {"on_topic", "off_topic", "augmented", "synthetic_only"}
+    assert res["macro_f1"].between(0, 1).all() and (res["n_test"] == 9).all()
+    rows = res.set_index(["model", "method"])["n_train"]
+    for model in ("fasttext", "encoder"):  # both read the same sets; synthetic_only is the synthetic documents
+        assert rows[(model, "synthetic_only")] == len(synthetic) and rows[(model, "off_topic")] == 9
+        assert rows[(model, "augmented")] == 9 + len(synthetic)
+    assert "n3.augmented.macro_f1" in evaluated.metrics and "encoder.n3.augmented.macro_f1" in evaluated.metrics
+    assert "encoder" in open(report, encoding="utf-8").read()

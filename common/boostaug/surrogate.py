@@ -98,7 +98,7 @@ class EncoderPoolScorer:
                  quantile: Optional[float], threads: int = 0):
         import torch
 
-        from common.boostaug.encoder import EncoderScorer
+        from common.models.encoder_classifier import EncoderScorer
 
         if threads and not torch.cuda.is_available():
             torch.set_num_threads(threads)

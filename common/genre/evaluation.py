@@ -11,16 +11,17 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 # The rows of the paper's Table 4: trained on-topic, trained off-topic, off-topic plus synthetic on-topic;
-# and its Table-5 control (genre.generator.off_topic_control): off-topic plus synthetic documents written
-# from off-topic keywords.
+# and two of its Table 5: the control (genre.generator.off_topic_control), off-topic plus synthetic documents
+# written from off-topic keywords, and the synthetic documents alone (genre.eval.synthetic_only).
 METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic"),
-           "off_keywords": ("off_topic", "synthetic_off")}
+           "off_keywords": ("off_topic", "synthetic_off"), "synthetic_only": ("synthetic",)}
 
 
-def methods(control: bool) -> dict[str, tuple[str, ...]]:
+def methods(control: bool, synthetic_only: bool = False) -> dict[str, tuple[str, ...]]:
     """The evaluated methods and the eval sets each trains on: Table 4's three, plus ``off_keywords`` when
-    the control was generated (without it, it would repeat ``off_topic``)."""
-    return {m: parts for m, parts in METHODS.items() if control or m != "off_keywords"}
+    the control was generated (without it, it would repeat ``off_topic``) and ``synthetic_only`` when asked."""
+    wanted = {"off_keywords": control, "synthetic_only": synthetic_only}
+    return {m: parts for m, parts in METHODS.items() if wanted.get(m, True)}
 
 
 def clean_col(text: "Column") -> "Column":
@@ -50,17 +51,18 @@ def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame
 
 
 def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
-    """Table 4: per N, each method's macro-F1 averaged over topics (mean ± std over the R seeds of that
-    average), the topics evaluated, and in how many the off-topic row falls below on-topic and the
-    augmented row rises above off-topic (per-topic means over seeds); with the control, ``transfer`` =
+    """Table 4: per classifier model and N, each method's macro-F1 averaged over topics (mean ± std over the R
+    seeds of that average), the topics evaluated, and in how many the off-topic row falls below on-topic and
+    the augmented row rises above off-topic (per-topic means over seeds); with the control, ``transfer`` =
     augmented - off_keywords averaged over topics."""
     import pandas as pd
 
     rows = []
-    for n, group in pdf.groupby("n"):
+    pdf = pdf if "model" in pdf.columns else pdf.assign(model="fasttext")
+    for (model, n), group in pdf.groupby(["model", "n"]):
         per_seed = group.groupby(["method", "repeat"])["macro_f1"].mean().unstack("repeat")
         per_topic = group.groupby(["method", "topic"])["macro_f1"].mean().unstack("method")
-        row = {"N": int(n), "topics": int(group["topic"].nunique())}
+        row = {"model": model, "N": int(n), "topics": int(group["topic"].nunique())}
         for method in METHODS:
             if method in per_seed.index:
                 values = per_seed.loc[method]
@@ -79,8 +81,10 @@ def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
 
 
 def per_topic_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
-    """Per N and topic: each method's macro-F1 (mean over seeds, in points) and the augmented row's gain."""
-    table = (pdf.groupby(["n", "topic", "method"])["macro_f1"].mean().unstack("method") * 100).round(1)
+    """Per model, N and topic: each method's macro-F1 (mean over seeds, in points) and the augmented row's
+    gain."""
+    pdf = pdf if "model" in pdf.columns else pdf.assign(model="fasttext")
+    table = (pdf.groupby(["model", "n", "topic", "method"])["macro_f1"].mean().unstack("method") * 100).round(1)
     if {"augmented", "off_topic"} <= set(table.columns):
         table["gain"] = (table["augmented"] - table["off_topic"]).round(1)
     return table.reset_index()

@@ -37,7 +37,7 @@ class FastTextConfig:
 @dataclass
 class EncoderConfig:
     """A pretrained encoder fine-tuned as a classifier: BoostAug's surrogate and evaluation classifier
-    (:mod:`common.boostaug.encoder`), the compositional pipeline's multi-label classifier
+    (:mod:`common.models.encoder_classifier`), the compositional pipeline's multi-label classifier
     (:mod:`common.models.multilabel_encoder`, a sigmoid head; the MLM keys do not apply there).
     Trained in Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs; candidates scored on a Ray Data pool
     of ``concurrency`` actors with the same resources, each loading every fold's surrogate once; torch runs

@@ -1,35 +1,40 @@
-"""The compositional pipeline's model stages on a machine that has torch and transformers but neither Spark nor
-Ray (a lent GPU box), with the pipeline's own functions, replayed into the pipeline's own run.
+"""A pipeline's model stages on a machine that has torch and transformers but neither Spark nor Ray (a lent GPU
+box), with the pipeline's own functions, replayed into the pipeline's own run.
 
-The pipeline runs here (``pipeline``) with three hooks. Each stage's hook replays the bundle's GPU results when
-they are there; when they are not, it records what the stage needs into the bundle folder and stops the run:
+The pipeline runs here (``pipeline``) with hooks. Each stage's hook replays the bundle's GPU results when they
+are there; when they are not, it records what the stage needs into the bundle folder and stops the run:
 
-* generation: ``common.models.seq2seq.fine_tune_many_on_ray`` (the seq2seq generators' fine-tunes: the pairs'
+* ``generate``: ``common.models.seq2seq.fine_tune_many_on_ray`` (seq2seq generators' fine-tunes: the pairs'
   Parquet files, filters, model and training specs) and ``common.models.generation.generate_routed`` (the
-  routed prompts and the generation spec);
-* ``compositional-qc`` and ``compositional-evaluate``: ``jobs.compositional._run_classifiers`` (every
-  classifier job: its training and prediction sources' Parquet files, filters, kind, parameters, seed, keys).
+  routed prompts and the generation spec): the compositional and genre-transfer generators;
+* ``qc`` / ``evaluate``: ``jobs.compositional._run_classifiers`` (every multi-label classifier job: its
+  training and prediction sources' Parquet files, filters, kind, parameters, seed, keys);
+* ``encoder-eval``: ``common.models.text_classifier.run_tasks`` when it runs the encoder classifier's
+  ``fit_and_evaluate`` (genre transfer's and BoostAug's ``eval.models: [encoder]``); other tasks run here.
 
 On the GPU box, ``generate`` fine-tunes each generator with the Ray task's own body
 (:func:`common.models.seq2seq._fine_tune_task`) and generates with the Ray Data pool's own callable
-(:class:`common.models.generation.ModelRoutedGenerator`); ``classify`` runs
-:func:`common.models.multilabel.fit_and_predict` for the stage's jobs (``--start``/``--stop`` to split them
-over calls of a time limit). Their outputs go back into the bundle (``results/`` of the stage), and the next
-``pipeline`` run replays them (checked: the same prompts, the same jobs), so the tables (``cg_candidates``,
-``cg_synthetic`` / ``cg_rejects``, ``compositional_results``), their lineage, the report and the MLflow runs
-are the pipeline's. What differs from a run on a GPU cluster: the routed prompts' ``model_path`` names the
-models' folders here, where they never land (the models stay on the GPU box; their fine-tune figures are
-logged), and the stage runs through this tool, not Ray.
+(:class:`common.models.generation.ModelRoutedGenerator`); ``classify`` runs the stage's recorded jobs
+(:func:`common.models.multilabel.fit_and_predict` or :func:`common.models.encoder_classifier.fit_and_evaluate`;
+``--start``/``--stop`` split them over calls of a time limit, ``--workers`` runs several at once). Their
+outputs go back into the bundle (``<stage>/results/``), and the next ``pipeline`` run replays them (checked:
+the same prompts, the same jobs), so the tables, their lineage, the reports and the MLflow runs are the
+pipeline's. What differs from a run on a GPU cluster: the routed prompts' ``model_path`` names the models'
+folders here, where they never land (the models stay on the GPU box; their fine-tune figures are logged),
+and the stage runs through this tool, not Ray.
 
-Run (the issue-13 measurement: the encoder as QC filter and evaluation classifier):
-  .venv/bin/python benchmarks/compositional_gpu_stage.py pipeline --bundle B -- \\
+Run (issue 13: the encoder as compositional QC filter and evaluation classifier):
+  .venv/bin/python benchmarks/gpu_stage.py pipeline --bundle B -- run compositional \\
       --conf conf/compositional_semeval.yaml --set compositional.qc.model=encoder 'compositional.eval.models=[encoder]'
-  python3 benchmarks/compositional_gpu_stage.py generate --bundle B --out O        (GPU box; O -> B/generate/results)
+  python3 benchmarks/gpu_stage.py generate --bundle B --out O              (GPU box; O's files -> B/generate/results)
   (pipeline again: replays the generation, records QC)
-  python3 benchmarks/compositional_gpu_stage.py classify --bundle B --stage qc --out O          (GPU box)
+  python3 benchmarks/gpu_stage.py classify --bundle B --stage qc --out O                (GPU box)
   (pipeline again: replays QC, records the evaluation)
-  python3 benchmarks/compositional_gpu_stage.py classify --bundle B --stage evaluate --out O --start 0 --stop 30
+  python3 benchmarks/gpu_stage.py classify --bundle B --stage evaluate --out O --workers 4
   (pipeline again: replays the evaluation, writes compositional_results and the report)
+Issue 14 (genre's encoder rows): ``pipeline --bundle B -- run genre-transfer --conf conf/genre_brown.yaml --set
+'genre.eval.models=[fasttext,encoder]'`` records ``encoder-eval`` (and ``generate`` too when the generators
+are to be trained on the GPU box: add ``--gpu-generation``).
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-STAGES = ("generate", "qc", "evaluate")
+SOURCES = ("train", "predict", "test")  # a classifier job's (files, filters) lists
 
 
 class StageRecorded(Exception):
@@ -67,7 +72,7 @@ class Bundle:
 
     def results(self, name: str) -> list[Path]:
         folder = self.stage(name) / "results"
-        return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+        return sorted(p for p in folder.iterdir() if p.suffix in (".parquet", ".json")) if folder.is_dir() else []
 
     def copy_files(self, name: str, uris, copied: dict) -> list[str]:
         """Copy each of ``uris`` into the stage's ``files/`` once; returns their paths relative to the stage."""
@@ -110,17 +115,19 @@ def _table_rows(ds):
 # ---------------------------------------------------------------- here: the pipeline with its hooks
 
 def pipeline(args, augment_args) -> int:
-    """``augment run compositional`` with the generation and classifier stages recorded or replayed."""
+    """``augment <augment_args>`` with the generation and classifier stages recorded or replayed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     import common.models.generation as generation
     import common.models.seq2seq as seq2seq
+    import common.models.text_classifier as text_classifier
     import jobs.compositional as compositional
+    from common.models import encoder_classifier
     from jobs.cli import main as augment
 
     bundle = Bundle(args.bundle)
-    original_run_classifiers = compositional._run_classifiers
+    original_run_classifiers, original_run_tasks = compositional._run_classifiers, text_classifier.run_tasks
 
     def fine_tune_many_on_ray(runtime, files, models, model, train, source_col="source_text",
                               target_col="target_text", **_):
@@ -145,8 +152,7 @@ def pipeline(args, augment_args) -> int:
 
         routed = _table_rows(ds)
         if bundle.results("generate"):
-            generated = pa.concat_tables([pq.read_table(p) for p in bundle.results("generate")
-                                          if p.name.startswith("generated")])
+            generated = pq.read_table(bundle.stage("generate") / "results" / "generated.parquet")
             asked = pq.read_table(bundle.stage("generate") / "prompts.parquet")
             if sorted(routed.column("source_id").to_pylist()) != sorted(asked.column("source_id").to_pylist()):
                 raise SystemExit("the bundle generated for other prompts than the pipeline's: record again")
@@ -158,38 +164,51 @@ def pipeline(args, augment_args) -> int:
         raise StageRecorded(f"generation recorded ({routed.num_rows} prompts, {len(request['models'])} models): "
                             f"run `generate --bundle {bundle.root}` on the GPU box")
 
-    def run_classifiers(ctx, jobs, encoder):
-        import ray
-
-        stage = "evaluate" if any("split_kind" in job["keys"] for job in jobs) else "qc"
-        if jobs and all(job["kind"] == "fasttext" for job in jobs) and not args.fasttext_too:
-            return original_run_classifiers(ctx, jobs, encoder)
-        keys = [json.dumps(job["keys"], sort_keys=True) for job in jobs]
+    def replay_or_record(stage: str, function: str, jobs: list[dict]) -> list:
+        """The stage's results, one per job in job order (Arrow tables or figure dicts), from the bundle; or
+        the jobs recorded (their sources' files copied) and the run stopped."""
+        keys = [json.dumps({k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else
+                                [f for _, f in v] if k in SOURCES else v) for k, v in job.items()},
+                           sort_keys=True, default=str) for job in jobs]
         if bundle.results(stage):
             if json.loads((bundle.stage(stage) / "keys.json").read_text()) != keys:
                 raise SystemExit(f"the bundle's {stage} jobs are not the pipeline's: record again")
-            table = pa.concat_tables([pq.read_table(p) for p in bundle.results(stage)])
-            found = {json.dumps(row, sort_keys=True) for row in table.select(list(jobs[0]["keys"])).to_pylist()}
-            missing = set(keys) - found
+            found = {int(p.stem.split("-")[1]): p for p in bundle.results(stage)}
+            missing = [i for i in range(len(jobs)) if i not in found]
             if missing:
-                raise SystemExit(f"{len(missing)} of the {stage} jobs have no results in the bundle, e.g. "
-                                 f"{sorted(missing)[0]}: run `classify` for them")
-            return ray.data.from_arrow(table)
+                raise SystemExit(f"{len(missing)} of the {len(jobs)} {stage} jobs have no results in the bundle "
+                                 f"(first: {missing[0]}): run `classify --stage {stage}` for them")
+            return [pq.read_table(found[i]) if found[i].suffix == ".parquet" else json.loads(found[i].read_text())
+                    for i in range(len(jobs))]
         copied: dict = {}
-        recorded = [{**{k: v for k, v in job.items() if k not in ("train", "predict")},
-                     "train": [(bundle.copy_files(stage, files, copied), filters) for files, filters in job["train"]],
-                     "predict": [(bundle.copy_files(stage, files, copied), filters)
-                                 for files, filters in job["predict"]]} for job in jobs]
-        bundle.write_request(stage, {"jobs": recorded})
+        recorded = [{k: ([(bundle.copy_files(stage, files, copied), filters) for files, filters in v]
+                         if k in SOURCES else dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
+                     for k, v in job.items()} for job in jobs]
+        bundle.write_request(stage, {"function": function, "jobs": recorded})
         (bundle.stage(stage) / "keys.json").write_text(json.dumps(keys))
         raise StageRecorded(f"{stage} recorded ({len(jobs)} classifiers): run `classify --bundle {bundle.root} "
                             f"--stage {stage}` on the GPU box")
 
-    seq2seq.fine_tune_many_on_ray = fine_tune_many_on_ray
-    generation.generate_routed = generate_routed
+    def run_classifiers(ctx, jobs, encoder):
+        import ray
+
+        if all(job["kind"] == "fasttext" for job in jobs) and not args.fasttext_too:
+            return original_run_classifiers(ctx, jobs, encoder)
+        stage = "evaluate" if any("split_kind" in job["keys"] for job in jobs) else "qc"
+        return ray.data.from_arrow(pa.concat_tables(replay_or_record(stage, "multilabel", jobs)))
+
+    def run_tasks(runtime, function, jobs, *rest, **options):
+        if function is not encoder_classifier.fit_and_evaluate:
+            return original_run_tasks(runtime, function, jobs, *rest, **options)
+        return replay_or_record("encoder-eval", "encoder", jobs)
+
+    if not args.local_generation:
+        seq2seq.fine_tune_many_on_ray = fine_tune_many_on_ray
+        generation.generate_routed = generate_routed
     compositional._run_classifiers = run_classifiers
+    text_classifier.run_tasks = run_tasks
     try:
-        return augment(["run", "compositional", *augment_args])
+        return augment(augment_args)
     except StageRecorded as stop:
         print(f"stopped: {stop}", flush=True)
         return 0
@@ -245,30 +264,42 @@ def generate(args) -> None:
 
 
 def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: int) -> str:
-    """Run recorded job ``i`` of the stage (in this process or a pool's); writes its predictions file."""
-    import pyarrow.parquet as pq
+    """Run recorded job ``i`` of the stage (in this process or a pool's); writes its result file."""
     import torch
 
-    from common.models.multilabel import fit_and_predict
+    from common.models.config import EncoderConfig
 
     _tf32()
     bundle = Bundle(bundle_root)
-    stage, jobs = bundle.stage(stage_name), bundle.request(stage_name)["jobs"]
-    job, params = jobs[i], dict(jobs[i]["params"])
-    if job["kind"] == "encoder":
-        # This box's devices, whatever the cluster setting recorded.
-        params.update(num_cpus=threads, num_gpus=float(torch.cuda.is_available()))
+    stage, request = bundle.stage(stage_name), bundle.request(stage_name)
+    job = {k: _sources(stage, v) if k in SOURCES else v for k, v in request["jobs"][i].items()}
+    # This box's devices, whatever the cluster setting recorded.
+    device = {"num_cpus": threads, "num_gpus": float(torch.cuda.is_available())}
     start = time.perf_counter()
-    table = fit_and_predict(_sources(stage, job["train"]), _sources(stage, job["predict"]), params, job["seed"],
-                            job["validation_fraction"], job["keys"], kind=job["kind"])
-    pq.write_table(table, Path(out) / f"predictions-{i:04d}.parquet")
-    return (f"{stage_name} job {i + 1}/{len(jobs)} {json.dumps(job['keys'])}: {table.column('n_train')[0]} training "
-            f"rows, {table.num_rows} predicted, {time.perf_counter() - start:.1f} s")
+    if request["function"] == "multilabel":
+        import pyarrow.parquet as pq
+
+        from common.models.multilabel import fit_and_predict
+
+        if job["kind"] == "encoder":
+            job["params"] = {**job["params"], **device}
+        table = fit_and_predict(**job)
+        pq.write_table(table, Path(out) / f"result-{i:04d}.parquet")
+        said = f"{table.column('n_train')[0]} training rows, {table.num_rows} predicted"
+    else:
+        from common.models.encoder_classifier import fit_and_evaluate
+
+        figures = fit_and_evaluate(job["train"], job["test"], EncoderConfig(**{**job["spec"], **device}), job["seed"])
+        (Path(out) / f"result-{i:04d}.json").write_text(json.dumps(figures))
+        said = f"{figures['rows']} training rows, macro-F1 {figures['macro_f1']:.4f} on {figures['n_test']}"
+    keys = job.get("keys") or {"seed": job["seed"], "train": [f for _, f in job["train"]]}
+    return (f"{stage_name} job {i + 1}/{len(request['jobs'])} {json.dumps(keys)}: {said}, "
+            f"{time.perf_counter() - start:.1f} s")
 
 
 def classify(args) -> None:
     """Run the stage's recorded classifier jobs ``--start``..``--stop`` (``--workers`` at a time: a small
-    encoder leaves most of a big GPU idle); one Parquet file of predictions per job in ``--out``."""
+    encoder leaves most of a big GPU idle); one result file per job in ``--out``."""
     import multiprocessing
     import os
     from concurrent.futures import ProcessPoolExecutor
@@ -304,10 +335,12 @@ def main(argv=None) -> int:
     argv = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("pipeline", help="here: augment run compositional, stages recorded or replayed")
+    p = sub.add_parser("pipeline", help="here: augment <args after -->, stages recorded or replayed")
     p.add_argument("--bundle", required=True)
     p.add_argument("--fasttext-too", action="store_true",
-                   help="record/replay fastText classifier stages too (default: they run here)")
+                   help="record/replay fastText multi-label stages too (default: they run here)")
+    p.add_argument("--local-generation", action="store_true",
+                   help="fine-tune and generate here (a scratch T5), not on the GPU box")
     p = sub.add_parser("generate", help="GPU box: fine-tune the generators and generate")
     p.add_argument("--bundle", required=True)
     p.add_argument("--out", required=True)
@@ -315,7 +348,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=512, help="prompts per generation call")
     p = sub.add_parser("classify", help="GPU box: the stage's classifier jobs")
     p.add_argument("--bundle", required=True)
-    p.add_argument("--stage", required=True, choices=STAGES[1:])
+    p.add_argument("--stage", required=True, choices=["qc", "evaluate", "encoder-eval"])
     p.add_argument("--out", required=True)
     p.add_argument("--start", type=int, default=0)
     p.add_argument("--stop", type=int, default=0, help="0: to the last job")

