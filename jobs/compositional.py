@@ -234,12 +234,6 @@ def _run_classifiers(ctx: JobContext, jobs: list[dict], encoder: EncoderConfig):
     return ray.data.from_arrow_refs([remotes[job["kind"]].remote(**job) for job in jobs])
 
 
-def _used_settings(section, models: list[str]) -> dict:
-    """``section`` (qc or eval) as a dict for its config hash, less the settings of classifiers that do not
-    run: changing an unused classifier's keys must not re-run the job."""
-    return {k: v for k, v in asdict(section).items() if k not in ("fasttext", "encoder") or k in models}
-
-
 def _classifier_params(kind: str, fasttext: FastTextConfig, encoder: EncoderConfig) -> dict:
     from common.models.hft import fasttext_params
 
@@ -252,13 +246,14 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.compositional.evaluation import qc_cut
+    from common.models.config import used_settings
 
     cfg = ctx.cfg.compositional
     cands = tr.read(CANDIDATES)
     tr.read(CG_TRAIN)
     tr.read(CG_SUPPORT)
     qc = cfg.qc
-    config_hash = hash_of(_used_settings(qc, [qc.model]), cfg.eval.validation_fraction, ctx.cfg.seed)
+    config_hash = hash_of(used_settings(qc, [qc.model]), cfg.eval.validation_fraction, ctx.cfg.seed)
     if tr.all_written([SYNTHETIC, REJECTS], config_hash):
         return None
     files = {t: ctx.lakehouse.file_uris(t, tr.versions[t]) for t in (CANDIDATES, CG_TRAIN, CG_SUPPORT)}
@@ -301,11 +296,12 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.compositional.evaluation import results
+    from common.models.config import used_settings
 
     cfg = ctx.cfg.compositional
     for table in (CG_TRAIN, CG_SUPPORT, CG_TEST, IID_TRAIN, IID_TEST, SYNTHETIC):
         tr.read(table)
-    config_hash = hash_of(_used_settings(cfg.eval, cfg.eval.models), ctx.cfg.seed)
+    config_hash = hash_of(used_settings(cfg.eval, cfg.eval.models), ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
         report(ctx, tr, tr.written(RESULTS).toPandas())
         return None

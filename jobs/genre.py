@@ -269,15 +269,14 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.genre.evaluation import eval_rows, methods, summary_table
+    from common.models.config import used_settings
     from common.models.encoder_classifier import fit_and_evaluate as fit_encoder_and_evaluate
     from common.models.hft import fasttext_params
     from common.models.text_classifier import fit_and_evaluate, run_tasks
 
     cfg = ctx.cfg.genre
     docs, splits, synthetic_rows = tr.read(DOCUMENTS), tr.read(SPLITS), tr.read(SYNTHETIC)
-    # The encoder's settings count only when it runs: changing them must not re-run a fastText evaluation.
-    settings = {k: v for k, v in asdict(cfg.eval).items() if k != "encoder" or "encoder" in cfg.eval.models}
-    config_hash = hash_of(settings, cfg.window_chars, ctx.cfg.seed)
+    config_hash = hash_of(used_settings(cfg.eval, cfg.eval.models), cfg.window_chars, ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas()).to_string(index=False))
         return None

@@ -201,7 +201,7 @@ def test_summary_table_on_hand_computed_scores():
         ("on_topic", 1): (0.50, 0.60), ("off_topic", 1): (0.30, 0.30), ("augmented", 1): (0.40, 0.36),
         ("off_keywords", 1): (0.32, 0.30), ("on_topic", 2): (0.40, 0.40), ("off_topic", 2): (0.45, 0.45),
         ("augmented", 2): (0.40, 0.40), ("off_keywords", 2): (0.50, 0.50)}
-    rows = [{"n": 30, "topic": t, "method": m, "repeat": r, "macro_f1": v[r]}
+    rows = [{"model": "fasttext", "n": 30, "topic": t, "method": m, "repeat": r, "macro_f1": v[r]}
             for (m, t), v in f1.items() for r in (0, 1)]
     row = summary_table(pd.DataFrame(rows)).iloc[0]
     # augmented: topic means 0.38 and 0.40; per-seed averages over topics 0.40 and 0.38
@@ -212,7 +212,7 @@ def test_summary_table_on_hand_computed_scores():
     assert "off_keywords" not in methods(False) and methods(True)["off_keywords"] == ("off_topic", "synthetic_off")
     assert "synthetic_only" not in methods(True) and methods(False, True)["synthetic_only"] == ("synthetic",)
     # one block per classifier model, each compared within itself
-    both = pd.DataFrame(rows).assign(model="fasttext")
+    both = pd.DataFrame(rows)
     both = pd.concat([both, both.assign(model="encoder", macro_f1=both["macro_f1"] + 0.1)])
     table = summary_table(both).set_index("model")
     assert list(table.index) == ["encoder", "fasttext"] and table.loc["fasttext", "gain"] == "+1.5"

@@ -58,7 +58,6 @@ def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
     import pandas as pd
 
     rows = []
-    pdf = pdf if "model" in pdf.columns else pdf.assign(model="fasttext")
     for (model, n), group in pdf.groupby(["model", "n"]):
         per_seed = group.groupby(["method", "repeat"])["macro_f1"].mean().unstack("repeat")
         per_topic = group.groupby(["method", "topic"])["macro_f1"].mean().unstack("method")
@@ -83,7 +82,6 @@ def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
 def per_topic_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
     """Per model, N and topic: each method's macro-F1 (mean over seeds, in points) and the augmented row's
     gain."""
-    pdf = pdf if "model" in pdf.columns else pdf.assign(model="fasttext")
     table = (pdf.groupby(["model", "n", "topic", "method"])["macro_f1"].mean().unstack("method") * 100).round(1)
     if {"augmented", "off_topic"} <= set(table.columns):
         table["gain"] = (table["augmented"] - table["off_topic"]).round(1)

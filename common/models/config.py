@@ -5,8 +5,8 @@ Sections used in several places name their keys ``*.key``; the loader puts the r
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Optional
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal, Optional, Sequence
 
 from common.platform.config import check
 
@@ -72,6 +72,13 @@ class EncoderConfig:
         check(self.mlm_weight >= 0, "*.mlm_weight", "must be >= 0")
         check(0 < self.mlm_probability < 1, "*.mlm_probability", "must lie in (0, 1)")
         check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
+
+
+def used_settings(section: Any, models: Sequence[str]) -> dict:
+    """A classifier section (an ``eval`` or ``qc`` dataclass with ``fasttext`` / ``encoder`` sub-sections) as a
+    dict for its config hash, less the sub-sections of classifiers not in ``models``: changing an unused
+    classifier's keys must not re-run the job."""
+    return {k: v for k, v in asdict(section).items() if k not in ("fasttext", "encoder") or k in models}
 
 
 @dataclass
