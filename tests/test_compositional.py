@@ -411,13 +411,12 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
 
 
 def test_config_hashes_count_only_the_classifiers_that_run():
-    from common.models.config import EncoderConfig
-    from jobs.compositional import _used_settings
+    from common.models.config import EncoderConfig, used_settings
 
     base = EvalConfig(models=["fasttext"])
     other_encoder = EvalConfig(models=["fasttext"], encoder=EncoderConfig(epochs=9))
-    assert _used_settings(base, base.models) == _used_settings(other_encoder, other_encoder.models)
+    assert used_settings(base, base.models) == used_settings(other_encoder, other_encoder.models)
     both = EvalConfig(models=["fasttext", "encoder"])
-    assert "encoder" in _used_settings(both, both.models) and "fasttext" in _used_settings(both, both.models)
+    assert "encoder" in used_settings(both, both.models) and "fasttext" in used_settings(both, both.models)
     qc = QualityConfig(model="encoder")
-    assert "fasttext" not in _used_settings(qc, [qc.model]) and _used_settings(qc, [qc.model])["target"] == 1000
+    assert "fasttext" not in used_settings(qc, [qc.model]) and used_settings(qc, [qc.model])["target"] == 1000
