@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpu_stage import split_argv, tf32  # noqa: E402  (this folder: the tools' shared argv and TF32 switches)
 
 KEY = ["source_id", "backend", "aug_idx"]
 SCORE_COLUMNS = ["confidence", "pred_label", "perplexity", "perplexity_limit",
@@ -208,9 +209,7 @@ def evaluate(args) -> None:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    augment_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    argv, augment_args = split_argv(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("export")
@@ -236,9 +235,7 @@ def main(argv=None) -> int:
     p.add_argument("--scores", required=True)
     args = parser.parse_args(argv)
     if getattr(args, "tf32", False):
-        import torch
-
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        tf32()
     if args.command == "export":
         export(args)
     elif args.command == "score":

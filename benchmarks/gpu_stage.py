@@ -32,9 +32,10 @@ Run (issue 13: the encoder as compositional QC filter and evaluation classifier)
   (pipeline again: replays QC, records the evaluation)
   python3 benchmarks/gpu_stage.py classify --bundle B --stage evaluate --out O --workers 4
   (pipeline again: replays the evaluation, writes compositional_results and the report)
-Issue 14 (genre's encoder rows): ``pipeline --bundle B -- run genre-transfer --conf conf/genre_brown.yaml --set
-'genre.eval.models=[fasttext,encoder]'`` records ``encoder-eval`` (and ``generate`` too when the generators
-are to be trained on the GPU box: add ``--gpu-generation``).
+Issue 14 (genre's encoder rows): ``pipeline --bundle B --local-generation -- run genre-transfer --conf
+conf/genre_brown.yaml --set 'genre.eval.models=[fasttext,encoder]'`` trains the config's generators here and
+records ``encoder-eval``; without ``--local-generation`` it records ``generate`` first (the generators on the
+GPU box).
 """
 from __future__ import annotations
 
@@ -269,7 +270,7 @@ def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: 
 
     from common.models.config import EncoderConfig
 
-    _tf32()
+    tf32()
     bundle = Bundle(bundle_root)
     stage, request = bundle.stage(stage_name), bundle.request(stage_name)
     job = {k: _sources(stage, v) if k in SOURCES else v for k, v in request["jobs"][i].items()}
@@ -322,17 +323,23 @@ def classify(args) -> None:
           flush=True)
 
 
-def _tf32() -> None:
+def tf32() -> None:
+    """TF32 matrix products on GPUs that have them (Ampere or newer); nothing on a CPU."""
     import torch
 
-    # TF32 matrix products on GPUs that have them (Ampere or newer; the BoostAug replay's setting); none on a CPU.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 
-def main(argv=None) -> int:
+def split_argv(argv) -> tuple[list[str], list[str]]:
+    """(the tool's arguments, the ``augment`` arguments after ``--``) of ``argv`` (default: the command line)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    augment_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    if "--" not in argv:
+        return argv, []
+    return argv[:argv.index("--")], argv[argv.index("--") + 1:]
+
+
+def main(argv=None) -> int:
+    argv, augment_args = split_argv(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pipeline", help="here: augment <args after -->, stages recorded or replayed")
@@ -356,7 +363,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "pipeline":
         return pipeline(args, augment_args)
-    _tf32()
+    tf32()
     generate(args) if args.command == "generate" else classify(args)
     return 0
 

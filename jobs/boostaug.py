@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -257,9 +257,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
     from common.boostaug.filtering import unjudged_labels
-    from common.models.encoder_classifier import fit_and_evaluate as fit_encoder_and_evaluate
-    from common.models.hft import fasttext_params
-    from common.models.text_classifier import fit_and_evaluate, run_tasks
+    from common.models.text_classifier import evaluate_many
 
     cfg = ctx.cfg.boostaug
     texts = tr.read(TEXTS)
@@ -282,7 +280,6 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     train = (text_files, [("split", "=", "train")])
     test = [(text_files, [("split", "=", "test")])]
     keys, figures = [], []
-    eval_spec = replace(cfg.eval.encoder, mlm_weight=0.0)
     for model in cfg.eval.models:
         jobs = []
         for v in all_variants:
@@ -290,17 +287,11 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                 [train, (set_files, [("method", "=", v.method), ("n_aug", "=", v.n_aug)])]
             for repeat in range(cfg.eval.repeats):
                 seed = ctx.cfg.seed + repeat
-                model_args = {"spec": eval_spec} if model == "encoder" else \
-                    {"params": fasttext_params(cfg.eval.fasttext)}
-                jobs.append({"train": sources, "test": test, "seed": seed, **model_args})
+                jobs.append({"train": sources, "test": test, "seed": seed})
                 keys.append((v, model, repeat, seed))
         log.info("boostaug evaluate (%s): %d variants x %d repeats = %d classifiers", model, len(all_variants),
                  cfg.eval.repeats, len(jobs))
-        if model == "encoder":
-            figures += run_tasks(ctx.ray(), fit_encoder_and_evaluate, jobs, cfg.eval.encoder.num_cpus,
-                                 cfg.eval.encoder.num_gpus, fresh_worker=True)
-        else:
-            figures += run_tasks(ctx.ray(), fit_and_evaluate, jobs)
+        figures += evaluate_many(ctx.ray(), model, jobs, cfg.eval.fasttext, cfg.eval.encoder)
     rows = []
     for (v, model, repeat, seed), f in zip(keys, figures):
         n_aug_rows_v = int(n_aug_rows.get((v.method, v.n_aug), 0))

@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -270,9 +270,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.genre.evaluation import eval_rows, methods, summary_table
     from common.models.config import used_settings
-    from common.models.encoder_classifier import fit_and_evaluate as fit_encoder_and_evaluate
-    from common.models.hft import fasttext_params
-    from common.models.text_classifier import fit_and_evaluate, run_tasks
+    from common.models.text_classifier import evaluate_many
 
     cfg = ctx.cfg.genre
     docs, splits, synthetic_rows = tr.read(DOCUMENTS), tr.read(SPLITS), tr.read(SYNTHETIC)
@@ -286,11 +284,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             ctx.lakehouse.read(EVAL_SETS, sets.version).select("topic", "n").distinct().orderBy("topic", "n").collect()]
     files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
     evaluated = methods(cfg.generator.off_topic_control, cfg.eval.synthetic_only)
-    # The evaluation encoder is a plain classifier: no MLM loss, whatever its mlm_weight says.
-    encoder = replace(cfg.eval.encoder, mlm_weight=0.0)
     keys, figures = [], []
     for model in cfg.eval.models:
-        model_args = {"spec": encoder} if model == "encoder" else {"params": fasttext_params(cfg.eval.fasttext)}
         jobs = []
         for topic, n in grid:
             where = [("topic", "=", topic), ("n", "=", n)]
@@ -300,15 +295,10 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                 for repeat in range(cfg.eval.repeats):
                     seed = ctx.cfg.seed + repeat
                     keys.append((topic, n, method, model, repeat, seed))
-                    jobs.append({"train": train, "test": test, "seed": seed, **model_args})
+                    jobs.append({"train": train, "test": test, "seed": seed})
         log.info("genre evaluate (%s): %d (topic, N) x %d methods x %d seeds = %d classifiers", model, len(grid),
                  len(evaluated), cfg.eval.repeats, len(jobs))
-        if model == "encoder":
-            # Each in a worker that exits after it: torch's memory (a GPU's included) goes back at once.
-            figures += run_tasks(ctx.ray(), fit_encoder_and_evaluate, jobs, encoder.num_cpus, encoder.num_gpus,
-                                 fresh_worker=True)
-        else:
-            figures += run_tasks(ctx.ray(), fit_and_evaluate, jobs)
+        figures += evaluate_many(ctx.ray(), model, jobs, cfg.eval.fasttext, cfg.eval.encoder)
     rows = [(tr.run_id, *k, f["accuracy"], f["macro_f1"], int(f["rows"]), int(f["n_test"]))
             for k, f in zip(keys, figures)]
     frame = ctx.spark.createDataFrame(rows, RESULT_SCHEMA)

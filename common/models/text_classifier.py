@@ -1,5 +1,6 @@
-"""fastText text classifiers trained and evaluated inside Ray tasks (BoostAug's and genre transfer's
-evaluation classifiers).
+"""Text classifiers trained and evaluated inside Ray tasks (BoostAug's and genre transfer's evaluation
+classifiers): fastText here, the fine-tuned encoder in :mod:`common.models.encoder_classifier`, one dispatch
+for both (:func:`evaluate_many`).
 
 A task reads its rows straight from the Parquet files of Delta table versions (``sources``: a list of
 (files, pyarrow filters) so one table can hold many folds, methods or splits;
@@ -9,11 +10,13 @@ nothing passes through the driver.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from common.models.hft import SAFE_MALLOC_ENV, HFTModel, Source, fit_rows, predict_texts, read_rows
+from common.models.hft import SAFE_MALLOC_ENV, HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows
 
 if TYPE_CHECKING:
+    from common.models.config import EncoderConfig, FastTextConfig
     from common.platform.ray_runtime import RayRuntime
 
 TEXT, LABEL = "text", "label"
@@ -70,3 +73,20 @@ def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], n
     remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus or None, max_retries=2,
                         runtime_env={"env_vars": SAFE_MALLOC_ENV}, **options)(function)
     return ray.get([remote.remote(**job) for job in jobs])
+
+
+def evaluate_many(runtime: "RayRuntime", model: str, jobs: Sequence[dict[str, Any]], fasttext: "FastTextConfig",
+                  encoder: "EncoderConfig") -> list[dict[str, Any]]:
+    """Train and evaluate one ``model`` classifier (``fasttext`` or ``encoder``) per job ({train, test, seed}:
+    row sources and a seed) as Ray tasks. Returns each job's figures {rows, accuracy, macro_f1, n_test, ...},
+    in job order."""
+    if model == "encoder":
+        from common.models.encoder_classifier import fit_and_evaluate as fit_encoder_and_evaluate
+
+        # An evaluation encoder is a plain classifier: no MLM loss, whatever its mlm_weight says.
+        spec = replace(encoder, mlm_weight=0.0)
+        # Each in a worker that exits after it: torch's memory (a GPU's included) goes back at once.
+        return run_tasks(runtime, fit_encoder_and_evaluate, [{**job, "spec": spec} for job in jobs], spec.num_cpus,
+                         spec.num_gpus, fresh_worker=True)
+    params = fasttext_params(fasttext)
+    return run_tasks(runtime, fit_and_evaluate, [{**job, "params": params} for job in jobs])
