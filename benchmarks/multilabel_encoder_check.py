@@ -36,7 +36,7 @@ def read(path: Path) -> list[tuple[str, str, list[str]]]:
 
 
 def _metrics(model, validation, test) -> dict:
-    from common.models.multilabel import best_threshold, decide, jaccard
+    from common.models.label_metrics import best_threshold, decide, jaccard
 
     threshold, _ = best_threshold(model.probabilities([t for _, t, _ in validation]), [g for _, _, g in validation])
     start = time.perf_counter()

@@ -142,3 +142,78 @@ def test_no_module_is_over_the_size_limit():
     long = {name: n for name, path in source_modules().items()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def import_graph(modules: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the suite's modules it imports (anywhere in the file, lazy imports included), from sources
+    by dotted name; an import of a name inside a module counts as that module."""
+    graph = {}
+    for name, source in modules.items():
+        deps = set()
+        for _, target in imported_modules(source, name):
+            parts = target.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts = parts[:-1]
+            if parts and ".".join(parts) != name:
+                deps.add(".".join(parts))
+        graph[name] = deps
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative): each is a
+    set of modules that import each other, directly or around a loop."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
+
+
+def test_no_import_circles():
+    """No two modules import each other, directly or around a loop, even lazily inside a function: a circle
+    means neither can be understood, tested or moved alone."""
+    graph = import_graph({name: path.read_text() for name, path in source_modules().items()})
+    assert not import_circles(graph), import_circles(graph)
+
+
+def test_the_circle_finder_finds_circles():
+    graph = import_graph({"common.models.a": "from common.models.b import x\n",
+                          "common.models.b": "def f():\n    from common.models.c import y\n",
+                          "common.models.c": "import common.models.a\n",
+                          "common.models.d": "from common.models.a import z\n"})
+    assert import_circles(graph) == [["common.models.a", "common.models.b", "common.models.c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []

@@ -227,7 +227,7 @@ def test_paper_threshold_reading_is_documented_and_settable():
 
 # ----------------------------------------------------------------------------- metrics
 def test_accuracy_and_macro_f1_by_hand():
-    from common.models.text_classifier import accuracy_and_macro_f1
+    from common.models.label_metrics import accuracy_and_macro_f1
 
     acc, f1 = accuracy_and_macro_f1(["a", "a", "b", "b"], ["a", "b", "b", "b"])
     assert acc == 0.75

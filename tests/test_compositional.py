@@ -138,7 +138,7 @@ def test_the_four_set_metrics_on_hand_computed_examples(spark):
     got = df.select(*[metrics[m].alias(m) for m in ("jaccard", "accuracy", "correctness", "completeness")]).collect()
     for row, (_, _, expected) in zip(got, cases):
         assert tuple(row) == pytest.approx(expected)
-    from common.models.multilabel import jaccard
+    from common.models.label_metrics import jaccard
 
     assert [jaccard(p, g) for p, g, _ in cases] == pytest.approx([c[2][0] for c in cases])
 

@@ -31,7 +31,9 @@ class BackendConfig:
 
 def _infiller_model() -> T5ModelConfig:
     # Masked sentences in, one span of a few words out.
-    return T5ModelConfig(kind="warm_minilm", max_source_length=96, max_target_length=16)
+    # A causal infiller (smollm2 / causal_checkpoint) gets span filling as a prompt: the text with its gap.
+    return T5ModelConfig(kind="warm_minilm", max_source_length=96, max_target_length=16,
+                         prompt="Text with a gap: {source}\nThe words in the gap:")
 
 
 def _infiller_fine_tune() -> FineTuneConfig:

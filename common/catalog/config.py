@@ -75,11 +75,16 @@ class CGASweepConfig:
         check(self.repeats >= 1, "cga.sweep.repeats", "must be >= 1")
 
 
+# The causal generators' prompt (kinds smollm2 / causal_checkpoint): a title in, another title of the same
+# product out (benchmarks/generator_quality.py measures it on WDC).
+CGA_PROMPT = "Product title: {source}\nThe same product, another title:"
+
+
 @dataclass
 class CGAConfig:
     """Consistent Generative Augmentation (METHODS.md section 1); defaults are the paper's."""
 
-    model: T5ModelConfig = field(default_factory=T5ModelConfig)
+    model: T5ModelConfig = field(default_factory=lambda: T5ModelConfig(prompt=CGA_PROMPT))
     fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig)
     generation: GenerationConfig = field(default_factory=ctranslate2_generation)
     # Ordered pairs of different versions per group: s(s-1) for a group of s titles (a 192-item group

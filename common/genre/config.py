@@ -73,7 +73,9 @@ class SplitConfig:
 
 def _generator_model() -> T5ModelConfig:
     # The suite's offline pretrained generator. Passages of 1000 characters: ~250 WordPiece tokens.
-    return T5ModelConfig(kind="warm_minilm", max_source_length=48, max_target_length=256)
+    # A causal generator (smollm2 / causal_checkpoint) is prompted with a passage's keywords.
+    return T5ModelConfig(kind="warm_minilm", max_source_length=48, max_target_length=256,
+                         prompt="Keywords: {source}\nA text with these keywords:")
 
 
 def _generator_fine_tune() -> FineTuneConfig:

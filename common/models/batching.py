@@ -1,10 +1,11 @@
-"""Batches for seq2seq fine-tuning: texts tokenized once, right-padded tensors, and each epoch's batches,
-at random or grouped by length (as transformers' ``group_by_length`` and fairseq's length-sorted batches), so
-that a batch pads to about its own length instead of its longest random member's."""
+"""Batches for fine-tuning: the (source, target) pairs read from Parquet, texts tokenized once, right-padded
+tensors, and each epoch's batches, at random or grouped by length (as transformers' ``group_by_length`` and
+fairseq's length-sorted batches), so that a batch pads to about its own length instead of its longest random
+member's."""
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from typing import Optional, Sequence
 
 
 def token_ids(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
@@ -42,3 +43,14 @@ def epoch_batches(order: list[int], lengths: Sequence, batch_size: int, group_by
         batches.extend(group[i:i + batch_size] for i in range(0, len(group), batch_size))
     random.shuffle(batches)
     return batches
+
+
+def read_pairs(files: Sequence[str], source_col: str, target_col: str,
+               filters: Optional[list] = None) -> list[tuple[str, str]]:
+    """(source, target) pairs from Parquet ``files`` (the rows matching pyarrow ``filters``, when given),
+    sorted (file row order follows the writer's partitioning; the model must not); rows with an empty side skipped."""
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=[source_col, target_col])
+    return sorted((s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
+                  if s and t and s.strip() and t.strip())

@@ -3,11 +3,15 @@
 A fine-tuned HF seq2seq model (scratch T5, a T5 checkpoint, the MiniLM-warm-started BART) is converted once
 into CTranslate2's format, in a folder ``ct2-<quantization>`` next to the model (the same key, so the same
 reuse, as the HF weights), and each actor loads it once: int8 on CPU, float16 (or int8_float16) on GPU.
-:class:`CT2Generator` keeps :class:`~common.models.generation.T5Generator`'s output contract (n samples per
+:class:`CT2Generator` keeps :class:`~common.models.hf_engine.T5Generator`'s output contract (n samples per
 input by top-k/top-p sampling or beams, the quarantine rules, ``generated_tokens``, a seed per length bucket
 so the rows do not depend on which actor got a batch) and swaps only the decoding call. CTranslate2's
 sampling generator cannot be re-seeded once drawn from, so a sampled bucket after the first reloads the
 translator (milliseconds on CPU: 24 ms for t5-small's int8 weights); beams and greedy decoding never reload.
+
+A causal LM (:mod:`common.models.causal_lm`, a folder with ``generator.json``) converts the same way and runs
+on CTranslate2's ``Generator``: its prompt tokens are forwarded at once (``include_prompt_in_result=False``)
+and the samples are what follows them.
 
 A model with a label-prefix table (the compositional pipeline's LS-PT generator) feeds learned blocks to
 its encoder instead of tokens, which CTranslate2 cannot take: :class:`CT2Generator` serves it with HF.
@@ -21,7 +25,8 @@ import tempfile
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from common.models.generation import GenerationSpec, T5Generator
+from common.models.hf_engine import GenerationSpec, T5Generator
+from common.platform.storage import read_json as read_json_file
 
 log = logging.getLogger(__name__)
 
@@ -199,15 +204,16 @@ def hf_reason(model_path: str) -> str | None:
 
 
 def _vocabulary(folder: str) -> list[str]:
-    """A converted model's target vocabulary, tokens in id order (``shared_vocabulary.json`` or ``.txt``)."""
+    """A converted model's target vocabulary, tokens in id order (``shared_``, ``target_`` or a decoder-only model's
+    plain ``vocabulary.json`` / ``.txt``)."""
     import json
 
-    for name in ("shared_vocabulary.json", "target_vocabulary.json"):
+    for name in ("shared_vocabulary.json", "target_vocabulary.json", "vocabulary.json"):
         path = os.path.join(folder, name)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as handle:
                 return json.load(handle)
-    for name in ("shared_vocabulary.txt", "target_vocabulary.txt"):
+    for name in ("shared_vocabulary.txt", "target_vocabulary.txt", "vocabulary.txt"):
         path = os.path.join(folder, name)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as handle:
@@ -258,11 +264,13 @@ class _Tokenizer:
         tokenizer.no_truncation()
         return cls(tokenizer, unk.get("content") if isinstance(unk, dict) else unk)
 
-    def __call__(self, text):
-        """``input_ids`` of one text or a list of texts, special tokens (the end token) added."""
+    def __call__(self, text, add_special_tokens: bool = True):
+        """``input_ids`` of one text or a list of texts, special tokens (the end token) added unless
+        ``add_special_tokens`` is False."""
         if isinstance(text, str):
-            return SimpleNamespace(input_ids=self._tokenizer.encode(text).ids)
-        return SimpleNamespace(input_ids=[e.ids for e in self._tokenizer.encode_batch(list(text))])
+            return SimpleNamespace(input_ids=self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+        return SimpleNamespace(input_ids=[e.ids for e in self._tokenizer.encode_batch(
+            list(text), add_special_tokens=add_special_tokens)])
 
     def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
         return [self._tokenizer.id_to_token(i) for i in ids]
@@ -297,7 +305,11 @@ class CT2Generator(T5Generator):
             log.warning("generating with hf, not ctranslate2, from %s: %s", model_path, reason)
             super().__init__(local, model_version, spec)
             return
+        from common.models.causal_lm import generator_settings
+
         self.spec, self.model_version, self.prefix = spec, model_version, None
+        settings = generator_settings(local)
+        self.prompt = settings["prompt"] if settings else None
         self.tokenizer = _Tokenizer.load(local)
         if self.tokenizer is None:
             from transformers import AutoTokenizer
@@ -305,7 +317,11 @@ class CT2Generator(T5Generator):
             self.tokenizer = AutoTokenizer.from_pretrained(local)
         self._load = {"model_path": folder, "device": self.device, "compute_type": kind,
                       "intra_threads": _actor_threads()}
-        self.translator = ctranslate2.Translator(**self._load)
+        # A causal LM runs on CTranslate2's Generator, a seq2seq model on its Translator.
+        self._engine = ctranslate2.Generator if self.prompt is not None else ctranslate2.Translator
+        self.translator = self._engine(**self._load)
+        if self.prompt is not None:
+            self.end_token = read_json_file(os.path.join(folder, "config.json")).get("eos_token")
         # CTranslate2 refuses a top-k above the vocabulary (transformers clamps it): clamp as transformers does.
         self.top_k = min(spec.top_k, len(_vocabulary(folder)))
         self._ct2, self._seed_value, self._drawn = ctranslate2, spec.seed, False
@@ -323,7 +339,7 @@ class CT2Generator(T5Generator):
         CPU) so each bucket's samples depend on its inputs and seed alone, as with the hf engine."""
         if self._drawn:
             del self.translator  # free the old weights before the new copy loads
-            self.translator = self._ct2.Translator(**self._load)
+            self.translator = self._engine(**self._load)
         self._ct2.set_random_seed(self._seed_value)
         self._drawn = True
         return self.translator
@@ -336,21 +352,31 @@ class CT2Generator(T5Generator):
         if self._ct2 is None:
             return super()._generate(texts, ids)
         spec = self.spec
-        sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(texts).input_ids]
-        kwargs: dict[str, Any] = {"max_decoding_length": spec.max_new_tokens, "num_hypotheses": spec.n_samples,
-                                  "max_batch_size": spec.max_batch_tokens, "batch_type": "tokens",
-                                  "return_end_token": True}
+        kwargs: dict[str, Any] = {"num_hypotheses": spec.n_samples, "max_batch_size": spec.max_batch_tokens,
+                                  "batch_type": "tokens", "return_end_token": True}
+        if self.prompt is not None:
+            from common.models.causal_lm import prompt_text
+
+            prompts = [prompt_text(self.prompt, t) for t in texts]
+            sources = [self.tokenizer.convert_ids_to_tokens(ids)
+                       for ids in self.tokenizer(prompts, add_special_tokens=False).input_ids]
+            # The prompt initialises the decoder state at once; max_length bounds the tokens after it.
+            kwargs.update(max_length=spec.max_new_tokens, include_prompt_in_result=False, end_token=self.end_token)
+        else:
+            sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(texts).input_ids]
+            kwargs.update(max_decoding_length=spec.max_new_tokens)
         translator = self.translator
         if spec.mode == "beam":
             kwargs.update(beam_size=max(spec.num_beams, spec.n_samples))
         else:
             kwargs.update(beam_size=1, sampling_topk=self.top_k, sampling_topp=spec.top_p)
             translator = self._seeded_translator()
+        run = translator.generate_batch if self.prompt is not None else translator.translate_batch
         out = []
-        for result in translator.translate_batch(sources, **kwargs):
+        for result in run(sources, **kwargs):
             samples = []
-            for tokens in result.hypotheses:
+            for tokens in (result.sequences if self.prompt is not None else result.hypotheses):
                 text = self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
-                samples.append((text, len(tokens)))
+                samples.append((text.strip() if self.prompt is not None else text, len(tokens)))
             out.append(samples)
         return out

@@ -313,7 +313,7 @@ class EncoderScorer:
 def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int) -> dict[str, Any]:
     """Fine-tune an encoder classifier (``spec``) on ``train`` rows, evaluate it on ``test`` rows, discard it.
     Returns {rows, seconds, accuracy, macro_f1, n_test}."""
-    from common.models.text_classifier import accuracy_and_macro_f1
+    from common.models.label_metrics import accuracy_and_macro_f1
 
     with tempfile.TemporaryDirectory(prefix="encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)

@@ -1,4 +1,7 @@
-"""Batched T5 generation on Ray Data: an actor pool, each actor loading the model once.
+"""Batched generation on Ray Data (seq2seq or causal LM): an actor pool, each actor loading the model once.
+
+The actors' engines are :class:`common.models.hf_engine.T5Generator` (transformers) and
+:class:`common.models.ct2.CT2Generator` (CTranslate2); this module picks one and runs the pools.
 
 ``generate(ds, ...)`` maps a Dataset of (``source_id``, ``source_text``) over a pool of
 :class:`T5Generator` actors (``concurrency`` actors, ``num_gpus`` each). Inside a batch, inputs are sorted
@@ -7,179 +10,21 @@ input gives ``n_samples`` outputs (sampling with top-k/top-p, or beam search). A
 ``max_source_tokens``, or one whose decoding fails) becomes one output row with a ``reason`` instead of
 failing its batch; :func:`split_quarantine` separates the two kinds. A model saved with a label-prefix
 table (:mod:`common.models.label_prefix`, the compositional pipeline's LS-PT generator) reads each source
-text as a label set and feeds its labels' learned blocks to the encoder instead of tokens.
+text as a label set and feeds its labels' learned blocks to the encoder instead of tokens. A causal LM
+(a folder with ``generator.json``, :mod:`common.models.causal_lm`) gets each source written into the prompt
+it was trained on, left-padded, and its samples are what it writes after the prompt.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, Optional
 
 import numpy as np
 
+from common.models.ct2 import CT2Generator, prepare
+# The engine's names, imported from here by the jobs, benchmarks and tests.
+from common.models.hf_engine import OUTPUT_COLUMNS, GenerationSpec, T5Generator, output_schema  # noqa: F401
+
 log = logging.getLogger(__name__)
-
-OUTPUT_COLUMNS = ("source_id", "source_text", "generated_text", "sample_idx", "model_version", "generated_tokens",
-                  "reason")
-
-
-def output_schema():
-    """The explicit Arrow schema of generated rows: all-null columns would otherwise be typed ``null``,
-    which Delta stores as ``void`` and Spark cannot read."""
-    import pyarrow as pa
-
-    return pa.schema([("source_id", pa.string()), ("source_text", pa.string()), ("generated_text", pa.string()),
-                      ("sample_idx", pa.int64()), ("model_version", pa.string()), ("generated_tokens", pa.int64()),
-                      ("reason", pa.string())])
-
-
-@dataclass(frozen=True)
-class GenerationSpec:
-    """Decoding settings; the consistency paper generates n = 8 samples per input."""
-
-    n_samples: int = 8
-    mode: str = "sample"  # "sample" (top_k / top_p) or "beam"
-    top_k: int = 50
-    top_p: float = 0.95
-    num_beams: int = 8
-    max_new_tokens: int = 48
-    max_source_tokens: int = 64
-    bucket_size: int = 64
-    seed: int = 42
-    engine: str = "hf"  # "hf" (transformers' generate) or "ctranslate2" (common.models.ct2)
-    compute_type: str = "auto"  # CTranslate2's: auto = int8 on CPU, float16 on GPU
-    max_batch_tokens: int = 4096  # CTranslate2's token budget per decoding batch
-
-    @classmethod
-    def from_config(cls, cfg, seed: int) -> "GenerationSpec":
-        """The spec of a ``*.generation`` config section (:class:`common.config.GenerationConfig`)."""
-        return cls(n_samples=cfg.n_samples, mode=cfg.mode, top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams,
-                   max_new_tokens=cfg.max_new_tokens, max_source_tokens=cfg.max_source_tokens,
-                   bucket_size=cfg.bucket_size, seed=seed, engine=cfg.engine, compute_type=cfg.compute_type,
-                   max_batch_tokens=cfg.max_batch_tokens)
-
-
-class T5Generator:
-    """A Ray Data callable class: loads tokenizer and model once (GPU when visible), then serves batches."""
-
-    def __init__(self, model_path: str, model_version: str, spec: GenerationSpec):
-        import torch
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-        from common.models.label_prefix import LabelPrefix, has_prefix
-        from common.models.seq2seq import device_and_dtype
-        from common.platform.storage import local_copy
-
-        self.spec = spec
-        self.model_version = model_version
-        self.device, dtype = device_and_dtype()
-        model_path = local_copy(model_path)  # models on object stores are copied to the node once per actor
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        # T5 (checkpoint, scratch) or BART (the MiniLM warm start): the saved config names the class.
-        model_dtype = dtype if self.device == "cuda" else torch.float32
-        # use_safetensors: weights load without unpickling (a .bin-only folder is refused, not trusted).
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=model_dtype,
-                                                           use_safetensors=True).to(self.device).eval()
-        self.prefix = None
-        if has_prefix(model_path):
-            # A label-prefix model (LS-PT): each source text is a label set.
-            self.prefix = LabelPrefix.load(model_path, model_dtype).to(self.device).eval()
-        torch.manual_seed(spec.seed)
-
-    def _seed(self, seed: int) -> None:
-        """Seed the engine's sampling (torch's here)."""
-        import torch
-
-        torch.manual_seed(seed)
-
-    def _generate(self, texts: list[str], ids: Optional[list[str]] = None) -> list[list[tuple[str, int]]]:
-        """``n_samples`` (text, generated token count) per input text. Sampled rows draw their noise from
-        their source id (the text itself when ``ids`` is None), the sample index and the seed alone
-        (:mod:`common.models.row_sampling`), so an input gives the same samples in any batch."""
-        import torch
-
-        from common.models.row_sampling import RowKeyedSampler, row_keys
-        from common.models.seq2seq import model_inputs
-
-        spec = self.spec
-        if self.prefix is not None:
-            enc = self.prefix.encoder_inputs(texts, self.device)
-        else:
-            enc = model_inputs(self.tokenizer(texts, padding=True, return_tensors="pt"), self.device)
-        kwargs: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens}
-        if spec.mode == "beam":
-            kwargs.update(num_beams=max(spec.num_beams, spec.n_samples), do_sample=False,
-                          num_return_sequences=spec.n_samples)
-        else:
-            # Each input repeated n times (what generate does for num_return_sequences), then greedy search
-            # over the row-keyed draws.
-            enc = {k: v.repeat_interleave(spec.n_samples, dim=0) for k, v in enc.items()}
-            keys = torch.tensor(row_keys(spec.seed, texts if ids is None else ids, spec.n_samples),
-                                dtype=torch.int64, device=self.device)
-            kwargs.update(do_sample=False, num_beams=1, top_k=None, top_p=None,
-                          logits_processor=[RowKeyedSampler(keys, spec.top_k, spec.top_p)])
-        with torch.inference_mode():
-            out = self.model.generate(**enc, **kwargs)
-        decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
-        # Tokens produced per sequence: after the decoder start token, up to and including the first end
-        # token (beam search pads finished beams with more end tokens), else every non-pad token.
-        body = out[:, 1:]
-        eos = self.model.generation_config.eos_token_id  # BART warm-started from MiniLM: BERT's [SEP]
-        eos = self.tokenizer.eos_token_id if eos is None else eos
-        eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-        ends = torch.isin(body, torch.tensor(eos_ids, dtype=body.dtype, device=body.device))
-        counts = torch.where(ends.any(dim=1), ends.int().argmax(dim=1) + 1,
-                             (body != self.tokenizer.pad_token_id).sum(dim=1)).tolist()
-        n = spec.n_samples
-        return [list(zip(decoded[i * n:(i + 1) * n], counts[i * n:(i + 1) * n])) for i in range(len(texts))]
-
-    def __call__(self, batch: dict[str, np.ndarray]):
-        ids = [str(x) for x in batch["source_id"]]
-        texts = ["" if x is None else str(x) for x in batch["source_text"]]
-        rows: list[tuple] = []
-        lengths = [len(self.tokenizer(t).input_ids) if t.strip() else 0 for t in texts]
-        good = []
-        for i, (text, length) in enumerate(zip(texts, lengths)):
-            if not text.strip():
-                rows.append((ids[i], text, None, -1, self.model_version, 0, "empty input"))
-            elif length > self.spec.max_source_tokens:
-                rows.append((ids[i], text, None, -1, self.model_version, 0,
-                             f"input longer than {self.spec.max_source_tokens} tokens ({length})"))
-            else:
-                good.append(i)
-        good.sort(key=lambda i: (lengths[i], ids[i]))  # length buckets: similar lengths share a padded batch
-        for start in range(0, len(good), self.spec.bucket_size):
-            bucket = good[start:start + self.spec.bucket_size]
-            # hf draws per row (common.models.row_sampling); CTranslate2 per bucket, from this seed: either
-            # way not from which actor got the batch or what it generated before.
-            self._seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
-            try:
-                outputs = self._generate([texts[i] for i in bucket], [ids[i] for i in bucket])
-            except Exception:  # isolate the row that breaks decoding; the rest of the bucket still runs
-                outputs = []
-                for i in bucket:
-                    try:
-                        outputs.append(self._generate([texts[i]], [ids[i]])[0])
-                    except Exception as exc:
-                        outputs.append(exc)
-            for i, samples in zip(bucket, outputs):
-                if isinstance(samples, Exception):
-                    rows.append((ids[i], texts[i], None, -1, self.model_version, 0,
-                                 f"decoding error: {type(samples).__name__}: {samples}"[:300]))
-                    continue
-                for k, (generated, n_tokens) in enumerate(samples):
-                    rows.append((ids[i], texts[i], generated, k, self.model_version, n_tokens, None))
-        import pyarrow as pa
-
-        columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_COLUMNS]
-        return pa.table({name: list(values) for name, values in zip(OUTPUT_COLUMNS, columns)}, schema=output_schema())
-
-
-def _bucket_seed(seed: int, ids: list[str]) -> int:
-    import hashlib
-
-    digest = hashlib.sha256("\x1f".join([str(seed), *ids]).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, concurrency: int = 1,
@@ -195,8 +40,6 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     is converted first, once, in a Ray task (:func:`common.models.ct2.prepare`), not by each actor.
     """
     if spec.engine == "ctranslate2":
-        from common.models.ct2 import prepare
-
         prepare(model_path, spec, num_gpus)
     return on_actor_pool(ds, engine_class(spec), {"model_path": model_path, "model_version": model_version,
                                                   "spec": spec}, concurrency, num_gpus, batch_size)
@@ -205,11 +48,7 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
 def engine_class(spec: GenerationSpec) -> type:
     """The generator class of ``spec.engine``: :class:`T5Generator` (hf) or
     :class:`common.models.ct2.CT2Generator` (ctranslate2, which serves a model it cannot run with hf)."""
-    if spec.engine == "ctranslate2":
-        from common.models.ct2 import CT2Generator
-
-        return CT2Generator
-    return T5Generator
+    return CT2Generator if spec.engine == "ctranslate2" else T5Generator
 
 
 def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int):

@@ -15,16 +15,8 @@ import tempfile
 from typing import Any, Optional, Sequence
 
 from common.data.text import normalize_title
+from common.models.label_metrics import best_threshold, decide
 from common.models.hft import LABEL_PREFIX, Source, _fasttext, train_file_to_model
-
-THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))
-
-
-def jaccard(predicted: Sequence[str], gold: Sequence[str]) -> float:
-    """|P ∩ G| / |P ∪ G| (1.0 when both are empty)."""
-    p, g = set(predicted), set(gold)
-    return len(p & g) / len(p | g) if p | g else 1.0
-
 
 def read_examples(sources: Sequence[Source], id_col: str = "example_id", text_col: str = "text",
                   labels_col: Optional[str] = "labels") -> list[tuple[str, str, list[str]]]:
@@ -75,24 +67,6 @@ def fit(rows: Sequence[tuple[str, str, list[str]]], params: dict[str, Any], seed
     out_bin = os.path.join(folder, "model.bin")
     train_file_to_model(train_file, {**params, "loss": "ova"}, seed, out_bin)
     return MultiLabelModel(out_bin, vocabulary)
-
-
-def decide(probabilities: dict[str, float], threshold: float) -> list[str]:
-    """The labels at or above ``threshold``, or the most probable one when none is (a text has a label)."""
-    chosen = sorted(label for label, p in probabilities.items() if p >= threshold)
-    if not chosen and probabilities:
-        chosen = [max(probabilities, key=lambda label: (probabilities[label], label))]
-    return chosen
-
-
-def best_threshold(probabilities: Sequence[dict[str, float]], gold: Sequence[Sequence[str]]) -> tuple[float, float]:
-    """(threshold, mean Jaccard there): the threshold of :data:`THRESHOLDS` with the highest mean Jaccard on
-    (probabilities, gold) (the lowest such on ties); (0.5, nan) without validation rows."""
-    if not gold:
-        return 0.5, float("nan")
-    scores = {t: sum(jaccard(decide(p, t), g) for p, g in zip(probabilities, gold)) / len(gold) for t in THRESHOLDS}
-    threshold = max(THRESHOLDS, key=lambda t: (scores[t], -t))
-    return threshold, scores[threshold]
 
 
 def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: dict[str, Any], seed: int,

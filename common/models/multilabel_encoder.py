@@ -85,7 +85,7 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
     import numpy as np
     import torch
 
-    from common.models.multilabel import best_threshold
+    from common.models.label_metrics import best_threshold
     from common.models.optim import LinearWarmupAdamW
 
     torch.set_num_threads(spec.num_cpus)

@@ -62,10 +62,13 @@ class RowKeyedSampler(LogitsProcessor):
     """A transformers logits processor for greedy search that makes it top-k/top-p sampling with per-row
     noise (:func:`gumbel_noise`). ``keys`` (rows x 2 int64 tensor) follows the batch's row order."""
 
-    def __init__(self, keys, top_k: int, top_p: float):
+    def __init__(self, keys, top_k: int, top_p: float, offset: int = 0):
         from transformers import TopKLogitsWarper, TopPLogitsWarper
 
         self.keys = keys
+        # The decoding step is the sequence length less ``offset``: a causal LM's rows hold the (left-padded)
+        # prompt first, whose width depends on the batch; the step must not.
+        self.offset = offset
         self.top_k = top_k
         self.warpers = [TopKLogitsWarper(top_k), TopPLogitsWarper(top_p)] if top_p < 1 else [TopKLogitsWarper(top_k)]
 
@@ -76,6 +79,6 @@ class RowKeyedSampler(LogitsProcessor):
             scores = warper(input_ids, scores)
         # Only the top-k survive the filters: noise for those candidates, not the whole vocabulary.
         values, tokens = scores.float().topk(min(self.top_k, scores.shape[-1]), dim=-1)
-        noisy = values.to(torch.float64) + gumbel_noise(self.keys, input_ids.shape[1], tokens)
+        noisy = values.to(torch.float64) + gumbel_noise(self.keys, input_ids.shape[1] - self.offset, tokens)
         choice = tokens.gather(1, noisy.argmax(dim=1, keepdim=True))
         return torch.full_like(scores, float("-inf")).scatter_(1, choice, 0.0)

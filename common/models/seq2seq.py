@@ -7,6 +7,8 @@ scratch, and fine-tune it.
   the one pretrained transformer available offline (:mod:`common.models.warm_start`).
 * ``scratch_t5`` (plumbing tests): a Unigram tokenizer trained on the pairs themselves, wrapped as a fast
   tokenizer, and a small ``T5Config`` model.
+* ``smollm2`` / ``causal_checkpoint``: a causal LM (:mod:`common.models.causal_lm`) trained by the same loop
+  on prompt + target sequences, the loss on the target only; saved with its prompt for generation.
 
 Fine-tuning is a plain PyTorch loop (AdamW, gradient accumulation, bf16 autocast on a GPU that supports it,
 fp16 with a scaler otherwise, fp32 on CPU); the model and tokenizer are saved with ``save_pretrained``.
@@ -24,6 +26,8 @@ import random
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+from common.models.batching import read_pairs  # noqa: F401  (the fine-tune task reads with it; tests import it here)
 
 if TYPE_CHECKING:
     from common.models.config import FineTuneConfig, T5ModelConfig
@@ -50,6 +54,11 @@ class ModelSpec:
     prefix_labels: tuple[str, ...] = ()
     prefix_length: int = 0
     prefix_separator: str = ","
+    # Causal kinds (common.models.causal_lm): the prompt template ({source} is filled in) and LoRA's rank
+    # (0: every weight trains).
+    prompt: str = "{source}\n"
+    lora_r: int = 16
+    lora_alpha: int = 32
 
     @classmethod
     def from_config(cls, cfg: "T5ModelConfig") -> "ModelSpec":
@@ -58,7 +67,15 @@ class ModelSpec:
             "vocab_size": cfg.scratch.vocab_size, "d_model": cfg.scratch.d_model, "d_ff": cfg.scratch.d_ff,
             "num_layers": cfg.scratch.num_layers, "num_heads": cfg.scratch.num_heads}
         return cls(kind=cfg.kind, model_name_or_path=cfg.name_or_path, max_source_length=cfg.max_source_length,
-                   max_target_length=cfg.max_target_length, **shape)
+                   max_target_length=cfg.max_target_length, prompt=cfg.prompt, lora_r=cfg.lora_r,
+                   lora_alpha=cfg.lora_alpha, **shape)
+
+    @property
+    def causal(self) -> bool:
+        """True for a decoder-only language model (``smollm2``, ``causal_checkpoint``)."""
+        from common.models.causal_lm import is_causal
+
+        return is_causal(self.kind)
 
 
 @dataclass(frozen=True)
@@ -163,31 +180,53 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
         raise ValueError("no (source, target) pairs to fine-tune on")
     random.seed(train.seed)
     torch.manual_seed(train.seed)
-    tokenizer, net = build_model(model, pairs, train.seed)
     device, dtype = device_and_dtype()
-    prefix = None
-    if model.prefix_labels:
-        from common.models.label_prefix import LabelPrefix
-
-        prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
-                                       model.prefix_separator, train.seed).to(device)
     from common.models.batching import epoch_batches, padded, token_ids
 
+    prefix = None
+    if model.causal:
+        from common.models.causal_lm import build_causal, training_batches
+
+        if model.prefix_labels:  # LS-PT on a causal LM is not built yet (compositional's config refuses it)
+            raise ValueError(f"label prefixes need a seq2seq model kind, not {model.kind!r}")
+        tokenizer, net = build_causal(model.kind, model.model_name_or_path, model.lora_r, model.lora_alpha,
+                                      train.seed)
+        sizes, batch_inputs = training_batches(tokenizer, pairs, model.prompt, model.max_source_length,
+                                               model.max_target_length, device)
+    else:
+        tokenizer, net = build_model(model, pairs, train.seed)
+        if model.prefix_labels:
+            from common.models.label_prefix import LabelPrefix
+
+            prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
+                                           model.prefix_separator, train.seed).to(device)
+        sources = [s for s, _ in pairs]
+        source_ids = None if prefix is not None else token_ids(tokenizer, sources, model.max_source_length)
+        target_ids = token_ids(tokenizer, [t for _, t in pairs], model.max_target_length)
+        start_token = getattr(net.config, "decoder_start_token_id", None)
+        if start_token is not None and all(ids and ids[0] == start_token for ids in target_ids):
+            # A BERT tokenizer opens every text with [CLS], the decoder's start token: the model prepends it
+            # itself, so the labels begin after it.
+            target_ids = [ids[1:] for ids in target_ids]
+        source_sizes = [len(ids) for ids in source_ids] if source_ids is not None else [0] * len(target_ids)
+        sizes = [(n, len(ids)) for n, ids in zip(source_sizes, target_ids)]
+
+        def batch_inputs(batch: list[int]) -> tuple[dict, int]:
+            n_padded = 0
+            if prefix is not None:
+                enc = prefix.encoder_inputs([sources[i] for i in batch], device)
+            else:
+                ids, mask = padded([source_ids[i] for i in batch], tokenizer.pad_token_id)
+                enc = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+                n_padded += ids.numel()
+            labels, _ = padded([target_ids[i] for i in batch], -100)  # padding not in the loss
+            return {**enc, "labels": labels.to(device)}, n_padded + labels.numel()
     net.to(device).train()
-    sources = [s for s, _ in pairs]
-    source_ids = None if prefix is not None else token_ids(tokenizer, sources, model.max_source_length)
-    target_ids = token_ids(tokenizer, [t for _, t in pairs], model.max_target_length)
-    start_token = getattr(net.config, "decoder_start_token_id", None)
-    if start_token is not None and all(ids and ids[0] == start_token for ids in target_ids):
-        # A BERT tokenizer opens every text with [CLS], the decoder's start token: the model prepends it
-        # itself, so the labels begin after it.
-        target_ids = [ids[1:] for ids in target_ids]
     # A batch pads sources and targets each to its longest: grouping by the longer side, then the shorter,
     # fills WDC title-pair batches to 80% (43% at random, 66% by the sum of the two).
-    source_sizes = [len(ids) for ids in source_ids] if source_ids is not None else [0] * len(target_ids)
-    sizes = [(n, len(ids)) for n, ids in zip(source_sizes, target_ids)]
     keys = [(max(pair), min(pair)) for pair in sizes]
-    weights = list(net.parameters()) + (list(prefix.parameters()) if prefix is not None else [])
+    weights = [w for w in net.parameters() if w.requires_grad] + (list(prefix.parameters()) if prefix is not None
+                                                                   else [])
     optimiser = torch.optim.AdamW(weights, lr=train.learning_rate)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
     result = FineTuneResult(path=out_dir, device=device, dtype=str(dtype).removeprefix("torch."))
@@ -202,18 +241,11 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
             batches = batches[:left * train.grad_accumulation]
         running, in_step = 0.0, 0
         for b, batch in enumerate(batches):
-            if prefix is not None:
-                enc = prefix.encoder_inputs([sources[i] for i in batch], device)
-            else:
-                ids, mask = padded([source_ids[i] for i in batch], tokenizer.pad_token_id)
-                enc = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
-                result.padded_tokens += ids.numel()
-            labels, _ = padded([target_ids[i] for i in batch], -100)  # padding not in the loss
-            labels = labels.to(device)
-            result.padded_tokens += labels.numel()
+            inputs, n_padded = batch_inputs(batch)
+            result.padded_tokens += n_padded
             result.tokens += sum(sum(sizes[i]) for i in batch)
             with torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
-                loss = net(**enc, labels=labels).loss / train.grad_accumulation
+                loss = net(**inputs).loss / train.grad_accumulation
             (scaler.scale(loss) if scaler else loss).backward()
             running += loss.item()
             in_step += 1
@@ -232,8 +264,14 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
             on_epoch_end(epoch, net, tokenizer, result.step_losses)
             net.train()
     result.seconds = time.perf_counter() - start
-    net.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    if model.causal:
+        from common.models.causal_lm import base_folder, save_generator
+
+        save_generator(net, tokenizer, out_dir, model.kind, model.prompt,
+                       model.model_name_or_path or base_folder(model.kind, None))
+    else:
+        net.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)
     if prefix is not None:
         prefix.save(out_dir)
     log.info("fine-tuned %d pairs: %d examples in %d steps (%d epochs) on %s/%s in %.1f s; loss %.3f -> %.3f",
@@ -243,17 +281,6 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
 
 
 MODEL_MARKER = "config.json"  # a folder holding this file is a saved model
-
-
-def read_pairs(files: Sequence[str], source_col: str, target_col: str,
-               filters: Optional[list] = None) -> list[tuple[str, str]]:
-    """(source, target) pairs from Parquet ``files`` (the rows matching pyarrow ``filters``, when given),
-    sorted (file row order follows the writer's partitioning; the model must not); rows with an empty side skipped."""
-    import pyarrow.parquet as pq
-
-    table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=[source_col, target_col])
-    return sorted((s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
-                  if s and t and s.strip() and t.strip())
 
 
 def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_uri: str, model: ModelSpec,

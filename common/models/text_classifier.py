@@ -14,26 +14,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from common.models.hft import SAFE_MALLOC_ENV, HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows
+from common.models.label_metrics import accuracy_and_macro_f1
 
 if TYPE_CHECKING:
     from common.models.config import EncoderConfig, FastTextConfig
     from common.platform.ray_runtime import RayRuntime
 
 TEXT, LABEL = "text", "label"
-
-
-def accuracy_and_macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> tuple[float, float]:
-    """Accuracy and macro-F1 (mean over the gold and predicted labels of per-label F1)."""
-    if not gold:
-        return float("nan"), float("nan")
-    labels = sorted(set(gold) | set(predicted))
-    f1s = []
-    for label in labels:
-        tp = sum(g == label and p == label for g, p in zip(gold, predicted))
-        fp = sum(g != label and p == label for g, p in zip(gold, predicted))
-        fn = sum(g == label and p != label for g, p in zip(gold, predicted))
-        f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
-    return sum(g == p for g, p in zip(gold, predicted)) / len(gold), sum(f1s) / len(f1s)
 
 
 def _fit(rows: Sequence[tuple[str, str]], params: dict[str, Any], seed: int, out_dir: str) -> dict[str, Any]:

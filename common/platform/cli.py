@@ -54,9 +54,12 @@ def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable) -> int:
+def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
+         doctor_checks: Sequence[Callable] = ()) -> int:
     """Parse ``argv`` and dispatch to ``registry``'s jobs with the config that ``load(path, overrides)``
-    builds; returns the process exit code (2 for config errors)."""
+    builds; returns the process exit code (2 for config errors). ``doctor_checks`` are more ``augment doctor``
+    lines, each a function of the config returning a :class:`common.platform.doctor.Check` (the layers above
+    the platform know what their models need)."""
     from common.platform.job import override_list, setup_logging
 
     args = _parser(registry).parse_args(argv)
@@ -71,7 +74,7 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable)
     if args.command == "doctor":
         from common.platform.doctor import report
 
-        text, code = report(cfg)
+        text, code = report(cfg, doctor_checks)
         print(text)
         return code
     if args.command == "config":

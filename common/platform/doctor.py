@@ -13,7 +13,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from common.platform.config import BaseConfig, is_uri
 from common.platform.session import delta_jars, graphframes_jars, jars_dir
@@ -149,9 +149,10 @@ def checks(cfg: BaseConfig) -> list[Check]:
     ]
 
 
-def report(cfg: BaseConfig) -> tuple[str, int]:
-    """(the report text, the exit code): 1 when something the config needs is missing, else 0."""
-    rows = checks(cfg)
+def report(cfg: BaseConfig, extra: Sequence[Callable[[BaseConfig], Check]] = ()) -> tuple[str, int]:
+    """(the report text, the exit code): 1 when something the config needs is missing, else 0. ``extra``
+    adds checks of the config from the layers above the platform (the generator's, from jobs.cli)."""
+    rows = checks(cfg) + [check(cfg) for check in extra]
     lines = [f"augment doctor (config: {cfg.name}; {os.getcwd()})"]
     for c in rows:
         mark = "ok  " if c.ok else ("FAIL" if c.required else "--  ")

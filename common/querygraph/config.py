@@ -70,11 +70,15 @@ class MatcherConfig:
         check(bool(self.ks) and all(k >= 1 for k in self.ks), "query_reformulation.matcher.ks", "must be >= 1")
 
 
+# The causal generators' prompt (kinds smollm2 / causal_checkpoint): a query in, a reformulation out.
+QR_PROMPT = "Search query: {source}\nThe same search in other words:"
+
+
 @dataclass
 class QueryReformulationConfig:
     """Query reformulation (METHODS.md section 2): T5-base, 2 epochs, batch 32 x accumulation 16, lr 3e-4."""
 
-    model: T5ModelConfig = field(default_factory=T5ModelConfig)
+    model: T5ModelConfig = field(default_factory=lambda: T5ModelConfig(prompt=QR_PROMPT))
     fine_tune: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(
         epochs=2, learning_rate=3e-4, batch_size=32, grad_accumulation=16))
     # The paper does not say how many reformulations per tuple; 8 samples (as in CGA) by default.

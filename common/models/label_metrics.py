@@ -1,0 +1,52 @@
+"""Label metrics in plain Python over predictions already in memory (one model's test rows): accuracy and
+macro-F1 of single-label predictions, Jaccard and the decision threshold of multi-label ones. The Spark
+aggregates over whole prediction tables are :mod:`common.models.metrics`. A leaf module: the classifiers
+(:mod:`~common.models.text_classifier`, :mod:`~common.models.encoder_classifier`,
+:mod:`~common.models.multilabel`, :mod:`~common.models.multilabel_encoder`) all import it and it imports none
+of them.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def accuracy_and_macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> tuple[float, float]:
+    """Accuracy and macro-F1 (mean over the gold and predicted labels of per-label F1)."""
+    if not gold:
+        return float("nan"), float("nan")
+    labels = sorted(set(gold) | set(predicted))
+    f1s = []
+    for label in labels:
+        tp = sum(g == label and p == label for g, p in zip(gold, predicted))
+        fp = sum(g != label and p == label for g, p in zip(gold, predicted))
+        fn = sum(g == label and p != label for g, p in zip(gold, predicted))
+        f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return sum(g == p for g, p in zip(gold, predicted)) / len(gold), sum(f1s) / len(f1s)
+
+
+# The multi-label decision thresholds tried on the validation rows.
+THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))
+
+
+def jaccard(predicted: Sequence[str], gold: Sequence[str]) -> float:
+    """|P ∩ G| / |P ∪ G| (1.0 when both are empty)."""
+    p, g = set(predicted), set(gold)
+    return len(p & g) / len(p | g) if p | g else 1.0
+
+
+def decide(probabilities: dict[str, float], threshold: float) -> list[str]:
+    """The labels at or above ``threshold``, or the most probable one when none is (a text has a label)."""
+    chosen = sorted(label for label, p in probabilities.items() if p >= threshold)
+    if not chosen and probabilities:
+        chosen = [max(probabilities, key=lambda label: (probabilities[label], label))]
+    return chosen
+
+
+def best_threshold(probabilities: Sequence[dict[str, float]], gold: Sequence[Sequence[str]]) -> tuple[float, float]:
+    """(threshold, mean Jaccard there): the threshold of :data:`THRESHOLDS` with the highest mean Jaccard on
+    (probabilities, gold) (the lowest such on ties); (0.5, nan) without validation rows."""
+    if not gold:
+        return 0.5, float("nan")
+    scores = {t: sum(jaccard(decide(p, t), g) for p, g in zip(probabilities, gold)) / len(gold) for t in THRESHOLDS}
+    threshold = max(THRESHOLDS, key=lambda t: (scores[t], -t))
+    return threshold, scores[threshold]

