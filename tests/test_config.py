@@ -161,3 +161,19 @@ def test_a_partial_section_keeps_what_its_own_default_changes():
     assert (default.model.kind, default.fine_tune.learning_rate, default.fine_tune.epochs) == ("warm_minilm", 1e-4, 16)
     # a value given explicitly still wins over the section's default
     assert load_config(None, ["compositional.qc.fasttext.loss=softmax"]).compositional.qc.fasttext.loss == "softmax"
+
+
+@pytest.mark.parametrize("name", ["cluster.yaml", "databricks.yaml"])
+def test_the_documented_causal_alternative_loads(name, monkeypatch):
+    """The production configs name a causal checkpoint in a comment, as a --set override: that exact text
+    loads, gives a causal section, and keeps the section's own prompt."""
+    import re
+
+    monkeypatch.setenv("AUGMENT_BUCKET", "s3://bucket/augment")
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    override = re.search(r"--set '(cga\.model=\{kind: causal_checkpoint[^']*)'", (REPO / "conf" / name).read_text())
+    assert override, f"conf/{name} no longer names a causal checkpoint"
+    cfg = load_config(REPO / "conf" / name, [override.group(1)])
+    assert cfg.cga.model.causal and cfg.cga.model.name_or_path == "HuggingFaceTB/SmolLM2-360M-Instruct"
+    assert cfg.cga.model.prompt.startswith("Product title: {source}") and cfg.cga.model.lora_r == 16

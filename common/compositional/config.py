@@ -77,7 +77,8 @@ class TextGeneratorConfig:
     encoder's input, so a label's representation never depends on its co-labels)."""
 
     methods: list[Literal["concat", "t5_labels", "label_prefix"]] = field(default_factory=lambda: list(GENERATORS))
-    # t5_labels with a causal kind: label names in, a text out (label_prefix stays on seq2seq kinds for now).
+    # A causal kind: t5_labels writes a text after this prompt with the label names in it; label_prefix puts the
+    # labels' learned blocks ahead of the text instead (the paper's prefix-tuned GPT-2).
     model: T5ModelConfig = field(default_factory=lambda: T5ModelConfig(
         prompt="Labels: {source}\nA text with these labels:"))
     # The paper: learning rate 5e-5 for LS-PT (GPT2, 110M); a higher rate suits the smaller models here.
@@ -89,10 +90,6 @@ class TextGeneratorConfig:
     def __post_init__(self) -> None:
         check(bool(self.methods), "compositional.generator.methods", "must name at least one generator")
         check(self.prefix_length >= 1, "compositional.generator.prefix_length", "must be >= 1")
-        # LS-PT's learned label blocks feed a seq2seq encoder; on a causal LM they are not built yet.
-        check(not (self.model.causal and "label_prefix" in self.methods), "compositional.generator.methods",
-              f"label_prefix needs a seq2seq model kind (model.kind is {self.model.kind!r}): drop label_prefix from "
-              f"methods, or use warm_minilm / checkpoint")
 
 
 @dataclass

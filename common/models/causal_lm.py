@@ -236,6 +236,35 @@ def training_batches(tokenizer, pairs: Sequence[tuple[str, str]], template: str,
     return [(len(ids), 0) for ids in sequences], batch_inputs
 
 
+def prefix_training_batches(tokenizer, net, prefix, pairs: Sequence[tuple[str, str]], max_target_length: int,
+                            device: str):
+    """:func:`training_batches` for LS-PT: each source is a label set, and its sequence is the labels' learned
+    blocks (``prefix``, a :class:`common.models.label_prefix.LabelPrefix`; left-padded), then the target and
+    the end token as token embeddings. Position ids count from the first block, so padding shifts nothing;
+    the loss falls on the target and the end token only."""
+    import torch
+
+    from common.models.batching import padded
+
+    sources = [s for s, _ in pairs]
+    targets = [ids + [tokenizer.eos_token_id] for ids in tokenizer(
+        [" " + t.strip() for _, t in pairs], add_special_tokens=False, max_length=max_target_length,
+        truncation=True).input_ids]
+
+    def batch_inputs(batch: list[int]) -> tuple[dict, int]:
+        blocks = prefix.encoder_inputs([sources[i] for i in batch], device, left=True)
+        ids, target_mask = padded([targets[i] for i in batch], tokenizer.pad_token_id)
+        labels, _ = padded([targets[i] for i in batch], -100)
+        tokens = net.get_input_embeddings()(ids.to(device))
+        mask = torch.cat([blocks["attention_mask"], target_mask.to(device)], dim=1)
+        return {"inputs_embeds": torch.cat([blocks["inputs_embeds"].to(tokens.dtype), tokens], dim=1),
+                "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+                "labels": torch.cat([torch.full_like(blocks["attention_mask"], -100), labels.to(device)], dim=1)}, \
+            mask.numel()
+
+    return [(len(ids), 0) for ids in targets], batch_inputs
+
+
 def save_generator(net, tokenizer, out_dir: str, kind: str, template: str, base: str) -> None:
     """Save the fine-tuned model for generation: LoRA merged into the weights, bfloat16 safetensors (half the
     float32 bytes; generation casts back on CPU), the tokenizer, and ``generator.json`` (kind, prompt)."""

@@ -119,7 +119,8 @@ class T5Generator:
         spec = self.spec
         width = 0  # a causal LM's prompt columns, cut off its output
         if self.prefix is not None:
-            enc = self.prefix.encoder_inputs(texts, self.device)
+            # A causal LM's label blocks are left-padded; generate() then returns the new tokens only.
+            enc = self.prefix.encoder_inputs(texts, self.device, left=self.prompt is not None)
         elif self.prompt is not None:
             from common.models.causal_lm import prompt_text
 

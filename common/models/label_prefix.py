@@ -3,8 +3,9 @@ whole input for a label set.
 
 A label set's encoder input is its labels' blocks concatenated in vocabulary order, so each label is
 represented by its own parameters whatever its co-labels are (the disentanglement the paper's LS-PT
-relies on; it prefix-tunes a frozen GPT2, here the prefix feeds a seq2seq model's encoder, which is
-fine-tuned with it). Saved beside the model as ``label_prefix.pt`` and ``label_prefix.json``; a model
+relies on). The paper prefix-tunes a frozen GPT2: with a causal LM (:mod:`common.models.causal_lm`) the
+blocks stand, left-padded, ahead of the text the LM writes, as there; with a seq2seq model they are the
+encoder's input. Either way the model trains with the table (LoRA adapters on a causal LM). Saved beside the model as ``label_prefix.pt`` and ``label_prefix.json``; a model
 folder holding them is generated from label sets (:class:`common.models.generation.T5Generator`).
 """
 from __future__ import annotations
@@ -67,8 +68,9 @@ class LabelPrefix(torch.nn.Module):
         """The (length, d_model) block of one label."""
         return self.table[self.index[label]]
 
-    def encoder_inputs(self, texts: Sequence[str], device: str = "cpu") -> dict:
-        """``inputs_embeds`` (batch, max labels x length, d_model), zero-padded, and its ``attention_mask``."""
+    def encoder_inputs(self, texts: Sequence[str], device: str = "cpu", left: bool = False) -> dict:
+        """``inputs_embeds`` (batch, max labels x length, d_model), zero-padded on the right (``left``: on the
+        left, for a causal LM whose text follows the blocks), and its ``attention_mask``."""
         sets = [self.parse(t) for t in texts]
         width = max(len(s) for s in sets) * self.length
         d_model = self.table.shape[-1]
@@ -76,8 +78,9 @@ class LabelPrefix(torch.nn.Module):
         for s in sets:
             blocks = self.table[s].reshape(-1, d_model)
             pad = width - blocks.shape[0]
-            embeds.append(torch.cat([blocks, blocks.new_zeros(pad, d_model)]))
-            masks.append(torch.tensor([1] * blocks.shape[0] + [0] * pad))
+            parts, mask = [blocks, blocks.new_zeros(pad, d_model)], [1] * blocks.shape[0] + [0] * pad
+            embeds.append(torch.cat(parts[::-1] if left else parts))
+            masks.append(torch.tensor(mask[::-1] if left else mask))
         return {"inputs_embeds": torch.stack(embeds).to(device), "attention_mask": torch.stack(masks).to(device)}
 
     def save(self, folder: str) -> None:

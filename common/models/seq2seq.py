@@ -185,14 +185,20 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
 
     prefix = None
     if model.causal:
-        from common.models.causal_lm import build_causal, training_batches
+        from common.models.causal_lm import build_causal, prefix_training_batches, training_batches
 
-        if model.prefix_labels:  # LS-PT on a causal LM is not built yet (compositional's config refuses it)
-            raise ValueError(f"label prefixes need a seq2seq model kind, not {model.kind!r}")
         tokenizer, net = build_causal(model.kind, model.model_name_or_path, model.lora_r, model.lora_alpha,
                                       train.seed)
-        sizes, batch_inputs = training_batches(tokenizer, pairs, model.prompt, model.max_source_length,
-                                               model.max_target_length, device)
+        if model.prefix_labels:  # LS-PT: the label blocks ahead of the text, as the paper's prefix-tuned GPT-2
+            from common.models.label_prefix import LabelPrefix
+
+            prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
+                                           model.prefix_separator, train.seed).to(device)
+            sizes, batch_inputs = prefix_training_batches(tokenizer, net, prefix, pairs, model.max_target_length,
+                                                          device)
+        else:
+            sizes, batch_inputs = training_batches(tokenizer, pairs, model.prompt, model.max_source_length,
+                                                   model.max_target_length, device)
     else:
         tokenizer, net = build_model(model, pairs, train.seed)
         if model.prefix_labels:
