@@ -131,9 +131,8 @@ def _dequantize(gguf: Path, out: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    for key in ("quantization_config",):
-        if hasattr(config, key):
-            delattr(config, key)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 

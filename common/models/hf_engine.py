@@ -69,7 +69,7 @@ class T5Generator:
         import torch
         from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from common.models.causal_lm import generator_settings
+        from common.models.causal_lm import generator_settings, load_tokenizer
         from common.models.label_prefix import LabelPrefix, has_prefix
         from common.models.seq2seq import device_and_dtype
         from common.platform.storage import local_copy
@@ -78,19 +78,19 @@ class T5Generator:
         self.model_version = model_version
         self.device, dtype = device_and_dtype()
         model_path = local_copy(model_path)  # models on object stores are copied to the node once per actor
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         # Saved in bfloat16 (a causal generator) or float32: float32 on CPU, where bf16 matmuls are slow.
         model_dtype = dtype if self.device == "cuda" else torch.float32
         settings = generator_settings(model_path)
         self.prompt = settings["prompt"] if settings else None
         if self.prompt is not None:
-            # A causal LM: prompts are left-padded, so every row's continuation starts at the same column.
+            # A causal LM, its tokenizer padded as in training; prompts are left-padded, so every row's
+            # continuation starts at the same column.
+            self.tokenizer = load_tokenizer(model_path)
             self.tokenizer.padding_side = "left"
-            if self.tokenizer.pad_token_id is None:
-                self.tokenizer.pad_token = self.tokenizer.eos_token
             self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype,
                                                               use_safetensors=True).to(self.device).eval()
         else:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_path)
             # T5 (checkpoint, scratch) or BART (the MiniLM warm start): the saved config names the class.
             # use_safetensors: weights load without unpickling (a .bin-only folder is refused, not trusted).
             self.model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=model_dtype,

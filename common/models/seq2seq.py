@@ -271,10 +271,10 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
             net.train()
     result.seconds = time.perf_counter() - start
     if model.causal:
-        from common.models.causal_lm import base_folder, save_generator
+        from common.models.causal_lm import save_generator
 
-        save_generator(net, tokenizer, out_dir, model.kind, model.prompt,
-                       model.model_name_or_path or base_folder(model.kind, None))
+        # The base by name: the packaged model's folder was found (and its file hashed) by build_causal.
+        save_generator(net, tokenizer, out_dir, model.kind, model.prompt, model.model_name_or_path or model.kind)
     else:
         net.save_pretrained(out_dir)
         tokenizer.save_pretrained(out_dir)
