@@ -4,8 +4,9 @@ Reads (whichever exist): ``consistency_results`` (weighted F1 and consistency ra
 baseline, CS-Blind, CST, CGA), ``matcher_results`` (query -> product matcher trained on the original vs
 the augmented interaction log, precision/recall @k), ``boostaug_results`` (accuracy with unfiltered vs
 filtered augmentation), ``genre_results`` (genre macro-F1 trained on-topic, off-topic, off-topic + synthetic)
-and ``compositional_results`` (exact-set accuracy and Jaccard on the CG and iid splits per generator). Aggregates them per method with Spark (a handful of
-rows reach the driver), prints the summary with the report folders, and writes it to
+and ``compositional_results`` (exact-set accuracy and Jaccard on the CG and iid splits per generator), and one
+sample per generator from each generative method's generation table. Aggregates them per method with Spark (a
+handful of rows reach the driver), prints the summary with the report folders, and writes it to
 ``<lakehouse.root>/reports/summary.md`` (also an MLflow artifact). Writes no table.
 """
 from __future__ import annotations
@@ -26,6 +27,14 @@ MATCHER = "matcher_results"
 BOOSTAUG = "boostaug_results"
 GENRE = "genre_results"
 COMPOSITIONAL = "compositional_results"
+# Each generative method's generation table (the shared generation schema: source_text, generated_text,
+# sample_idx, model_version, reason) and what its source and output are.
+GENERATED = (("cga_generated", "CGA", "title", "title variant"),
+             ("query_reformulations", "query reformulation", "query", "reformulation"),
+             ("boostaug_infill_generated", "BoostAug contextual", "text with a gap", "fill"),
+             ("genre_generated", "genre transfer", "keywords", "document"),
+             ("cg_generated", "compositional", "labels", "text"))
+SAMPLE_CHARS = 160  # one screen: longer texts are cut with an ellipsis
 
 
 @job(NAME)
@@ -118,6 +127,9 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                          f"{r['runs']:>3}")
             metrics[f"compositional.{model}.{kind}.{method}.accuracy"] = r["acc"]
         sections.append("\n".join(lines))
+    samples = _samples(ctx, tr)
+    if samples and sections:
+        sections.append(samples)
     reports = Path(ctx.cfg.lakehouse.root) / "reports"
     if not sections:
         log.info("no result tables yet (%s, %s): nothing to summarise", CONSISTENCY, MATCHER)
@@ -131,6 +143,37 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     path.write_text(f"# Results summary ({ctx.cfg.name})\n\n```\n{text}\n```\n", encoding="utf-8")
     tr.log_artifact(str(path), "report")
     return metrics
+
+
+def _samples(ctx: JobContext, tr: JobRun) -> Optional[str]:
+    """One generated sample per generator of each generative method whose table exists (the first by source
+    id: the same rows from run to run), source and output side by side; None when no method generated."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    lines = []
+    for table, method, source, output in GENERATED:
+        if not ctx.lakehouse.exists(table):
+            continue
+        written = tr.read(table).filter((F.col("sample_idx") >= 0) & F.col("reason").isNull()
+                                        & (F.length(F.trim("generated_text")) > 0))
+        first = Window.partitionBy("model_version").orderBy("source_id", "sample_idx")
+        # One row per generator reaches the driver (a few per method).
+        rows = (written.withColumn("rank", F.row_number().over(first)).filter("rank = 1")
+                .orderBy("model_version").select("source_text", "generated_text").limit(6).collect())
+        for r in rows:
+            lines.append(f"  {method} ({source} -> {output}):\n"
+                         f"    {_cut(r['source_text'])}\n    -> {_cut(r['generated_text'])}")
+    if not lines:
+        return None
+    return "\n".join(["Generated samples (one per generator; what the method's generator wrote, before its filter):",
+                      *lines])
+
+
+def _cut(text: str) -> str:
+    """``text`` on one line, at most SAMPLE_CHARS characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= SAMPLE_CHARS else flat[:SAMPLE_CHARS - 1] + "…"
 
 
 def _lift(value: Optional[float], base: Optional[float]) -> str:

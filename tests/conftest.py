@@ -23,6 +23,15 @@ def pytest_configure(config):
         config.option.log_level = "INFO"
     config.addinivalue_line("markers", "slow: minutes-long tests, fault injection and whole pipelines (make test "
                                        "runs them; make test-fast leaves them out)")
+    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist's loadgroup runs on one worker")
+
+
+def pytest_collection_modifyitems(config, items):
+    # Under pytest-xdist (--dist loadgroup) every test that reads the small world runs on one worker, so the
+    # world is built once, not once per worker.
+    for item in items:
+        if "small_world" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("small_world"))
 
 
 _SECONDS = {"slow": 0.0, "other": 0.0}
@@ -113,6 +122,17 @@ def lakehouse(spark, write_path, tmp_path):
     from common.platform.lakehouse import Lakehouse
 
     return Lakehouse(LakehouseConfig(root=str(tmp_path / "lh")), spark, native_delta=write_path == "native")
+
+
+@pytest.fixture(scope="session")
+def small_world(spark, capabilities, ray_runtime, tracking_uri, tmp_path_factory):
+    """Every pipeline's end-to-end world in one session lakehouse, each pipeline run once when first asked for
+    (``small_world.run("cga")``): see tests/worlds.py."""
+    from worlds import SmallWorld
+
+    world = SmallWorld(spark, capabilities, tmp_path_factory.mktemp("small_world"), tracking_uri)
+    yield world
+    world.close()
 
 
 @pytest.fixture(scope="session")

@@ -263,21 +263,13 @@ def test_texts_ingest_quarantines_bad_rows_and_takes_the_split_from_file_names(c
         texts_job(ctx)
 
 
-def test_pipeline_end_to_end_on_the_demo_titles(ctx):
+def test_pipeline_end_to_end_on_the_demo_titles(small_world):
     from pyspark.sql import functions as F
 
-    from jobs import run_pipeline
-
-    from common.boostaug.config import EvalConfig, SurrogateConfig
-
-    # A fold surrogate learns from one fold of ~90 titles here: 50 epochs, and a 0.6 confidence threshold
-    # (fastText is rarely 0.99 sure on so little; the paper's DeBERTa is), leave candidates on both sides of
-    # every filter.
-    ctx.cfg.boostaug = BoostAugConfig(n_aug=2, folds=3, label_level=1, surrogate=SurrogateConfig(epochs=[50]),
-                                      filter=FilterConfig(confidence_threshold=0.6),
-                                      eval=EvalConfig(repeats=2, curve=[0, 1, 2]))
-    results = run_pipeline(ctx, "boostaug")
-    by_job = {r.job: r for r in results}
+    # The world's settings (tests/worlds.py): Ñ = 2, 3 folds, fastText surrogates of 50 epochs, a 0.6
+    # confidence threshold, R = 2 and the curve at Ñ in {0, 1, 2}.
+    by_job = small_world.run("boostaug")
+    ctx = small_world.ctx
     lake = ctx.lakehouse
     n_train = lake.read("boostaug_texts").filter("split = 'train'").count()
     candidates = lake.read("boostaug_candidates")
@@ -306,5 +298,5 @@ def test_pipeline_end_to_end_on_the_demo_titles(ctx):
     assert (res[(res["method"] == "eda") & (res["n_aug"] == 2)]["n_augmented"] == 2 * n_train).all()
 
     # a re-run of the same config on the same inputs writes nothing new
-    again = run_pipeline(ctx, "boostaug")
+    again = small_world.rerun("boostaug")
     assert all(out.skipped for r in again for out in r.outputs.values())

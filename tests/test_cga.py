@@ -7,9 +7,7 @@ import mlflow
 import pytest
 
 from common.catalog.cga import augmentation_set, group_version_pairs, sweep_points
-from common.catalog.config import CGAConfig, CGASweepConfig, ConsistencyConfig
-from common.models.config import FastTextConfig, FineTuneConfig, GenerationConfig, ScratchT5Config, T5ModelConfig
-from jobs import PIPELINES, run_pipeline
+from common.catalog.config import CGASweepConfig
 
 
 def test_group_version_pairs_are_ordered_distinct_and_capped(spark):
@@ -52,24 +50,12 @@ def test_sweep_points_are_figure_2():
     assert sorted(p.threshold for p in points if p.n is None) == [0.5, 0.6, 0.7, 0.8]
 
 
-@pytest.fixture
-def cga_ctx(ctx):
-    ctx.cfg.consistency = ConsistencyConfig(methods=["baseline"], consistency_test=40, repeats=1,
-                                            fasttext=FastTextConfig(bucket=20000, epoch=10))
-    ctx.cfg.cga = CGAConfig(
-        model=T5ModelConfig(scratch=ScratchT5Config(vocab_size=300, d_model=32, d_ff=64, num_layers=1, num_heads=4)),
-        fine_tune=FineTuneConfig(epochs=2, learning_rate=1e-3, batch_size=64, num_cpus=2),
-        # A small max_source_tokens sends the longest titles to quarantine: the accounting must still hold.
-        generation=GenerationConfig(n_samples=2, max_new_tokens=12, max_source_tokens=16, concurrency=1),
-        max_pairs_per_group=4, threshold=0.2,
-        sweep=CGASweepConfig(thresholds=[0.1, 0.3], sizes=[30], fixed_size=30, fixed_threshold=0.2))
-    return ctx
-
-
 @pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
-def test_cga_pipeline_end_to_end(cga_ctx):
-    ctx = cga_ctx
-    results = {r.job: r for r in run_pipeline(ctx, "cga", PIPELINES["cga"])}
+def test_cga_pipeline_end_to_end(small_world):
+    # The world's CGA settings (tests/worlds.py): a tiny scratch T5, 2 samples per title, inputs over 16 tokens
+    # quarantined, T = 0.2, 4 version pairs per group, the sweep at T in {0.1, 0.3} and N = 30.
+    ctx = small_world.ctx
+    results = small_world.run("cga")
     lh = ctx.lakehouse
     pool = lh.read("unlabeled_pool").select("group_id", "title").toPandas()
     distinct = pool.assign(title=pool.title.str.strip()).drop_duplicates().groupby("group_id").size()
@@ -96,7 +82,7 @@ def test_cga_pipeline_end_to_end(cga_ctx):
 
     # The CGA row joins consistency_results, with lifts against the baseline rows.
     rows = lh.read("consistency_results").toPandas()
-    assert sorted(rows.method) == ["baseline", "cga"]
+    assert sorted(rows.method) == ["baseline", "cga", "cst_ss"]
     cga = rows[rows.method == "cga"].iloc[0]
     n_aug = lh.read("cga_augmented").count()
     assert cga.n_augmented == n_aug and cga.n_train == n_dl + n_aug
@@ -116,5 +102,6 @@ def test_cga_pipeline_end_to_end(cga_ctx):
 
     # Re-running the same config on the same inputs writes nothing new.
     before = {t.name: t.version for t in lh.tables()}
-    run_pipeline(ctx, "cga", PIPELINES["cga"])
+    again = small_world.rerun("cga")
     assert {t.name: t.version for t in lh.tables()} == before
+    assert all(out.skipped for r in again for out in r.outputs.values())

@@ -3,49 +3,14 @@ the four metrics on hand-computed examples, P(y), Concat, QC ranking and account
 model's independence, the multi-label classifier, and a tiny end-to-end run of the pipeline."""
 from __future__ import annotations
 
-import csv
 import random
 
 import pytest
 
-from common.compositional.config import (CompositionalConfig, EvalConfig, LabelGeneratorConfig, QualityConfig,
-                                         SplitConfig, TextGeneratorConfig)
+from common.compositional.config import EvalConfig, QualityConfig, SplitConfig
 from common.compositional.labels import MarkovLabelModel, sample_novel
 
-LABELS = ["anger", "fear", "joy", "love", "sadness"]
-WORDS = {"anger": ["furious", "rage", "outraged"], "fear": ["scared", "terrified", "afraid"],
-         "joy": ["happy", "delighted", "glad"], "love": ["adore", "darling", "sweetheart"],
-         "sadness": ["crying", "miserable", "gloomy"]}
-FILLER = "today this morning again really so just the weather at work".split()
-
-
-def _tweet(rng: random.Random, labels: list[str]) -> str:
-    words = [rng.choice(WORDS[label]) for label in labels for _ in range(2)] + rng.sample(FILLER, 4)
-    rng.shuffle(words)
-    return " ".join(words)
-
-
-def _multilabel_tsv(path, n: int = 400, seed: int = 0) -> list[list[str]]:
-    """A SemEval-shaped TSV (ID, Tweet, one 0/1 column per label): single labels and pairs."""
-    rng = random.Random(seed)
-    sets = [[label] for label in LABELS] + [["anger", "fear"], ["joy", "love"], ["fear", "sadness"],
-                                             ["anger", "sadness"], ["joy", "sadness"], ["love", "sadness"]]
-    rows = []
-    for i in range(n):
-        labels = sets[i % len(sets)]
-        rows.append([f"t{i:04d}", _tweet(rng, labels)] + ["1" if label in labels else "0" for label in LABELS])
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh, delimiter="\t")
-        writer.writerow(["ID", "Tweet"] + LABELS)
-        writer.writerows(rows)
-    return rows
-
-
-def _spec(path):
-    from common.data.config import InputSpec
-
-    return InputSpec(path=str(path), format="csv", options={"sep": "\t", "quote": ""},
-                     rename={"ID": "example_id", "Tweet": "text"}, label_columns=list(LABELS))
+from worlds import LABELS, multilabel_spec as _spec, multilabel_tsv as _multilabel_tsv, tweet as _tweet
 
 
 # ----------------------------------------------------------------------------- ingest
@@ -343,30 +308,11 @@ def test_summary_and_curve_tables_keep_classifier_models_apart():
 
 
 # ----------------------------------------------------------------------------- end to end
-def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
-    from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, ScratchT5Config,
-                                      T5ModelConfig)
-    from jobs import run_pipeline
-
-    rows = _multilabel_tsv(tmp_path / "ml.tsv", n=330)
-    ctx.cfg.inputs.multilabel = _spec(tmp_path / "ml.tsv")
-    fast = FastTextConfig(loss="ova", epoch=10, lr=0.2, dim=20, bucket=10000)
-    ctx.cfg.compositional = CompositionalConfig(
-        split=SplitConfig(compositions=2, support=10, min_examples=20),
-        label_generator=LabelGeneratorConfig(smoothing=0.1),
-        generator=TextGeneratorConfig(
-            model=T5ModelConfig(kind="scratch_t5", scratch=ScratchT5Config(vocab_size=120, d_model=16, d_ff=32,
-                                                                           num_layers=1, num_heads=2),
-                                max_source_length=8, max_target_length=16),
-            fine_tune=FineTuneConfig(epochs=1, learning_rate=3e-3, batch_size=32, checkpoint_every=0),
-            generation=GenerationConfig(n_samples=1, max_new_tokens=12, max_source_tokens=16, batch_size=64),
-            prefix_length=2),
-        # QC by the paper's kind of filter: the encoder with a sigmoid head (tiny budget); evaluation by fastText.
-        qc=QualityConfig(target=15, overgenerate=2.0, fasttext=fast, model="encoder",
-                         encoder=EncoderConfig(max_length=16, epochs=1, batch_size=32, learning_rate=1e-3,
-                                               mlm_weight=0.0, max_batch_tokens=1024, num_cpus=1)),
-        eval=EvalConfig(repeats=2, validation_fraction=0.1, fasttext=fast, curve=[0.5]))
-    results = {r.job: r for r in run_pipeline(ctx, "compositional")}
+def test_pipeline_end_to_end_on_a_tiny_corpus(small_world):
+    # The world's settings (tests/worlds.py): 330 tweets over 5 labels, 2 held-out compositions, a support of
+    # 10, tiny scratch-T5 generators, QC by a tiny encoder to 15 per method, fastText evaluation with R = 2.
+    results = small_world.run("compositional")
+    ctx, rows = small_world.ctx, small_world.multilabel_rows
     lake = ctx.lakehouse
     assert lake.read("multilabel").count() == len(rows)
     train, support, test = (lake.read(t).toPandas() for t in ("cg_train", "cg_support", "cg_test"))
@@ -406,7 +352,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
     report = open(ctx.cfg.lakehouse.root + "/reports/compositional/report.md", encoding="utf-8").read()
     assert "no_aug" in report and "Accuracy vs synthetic size" in report
 
-    again = run_pipeline(ctx, "compositional")
+    again = small_world.rerun("compositional")
     assert all(out.skipped for r in again for out in r.outputs.values())
 
 

@@ -260,58 +260,13 @@ def test_bad_documents_and_split_settings_are_named(ctx):
 
 
 # ----------------------------------------------------------------------------- end to end
-GENRES = {
-    # Each genre has its own function-word style; each document one of three topics' vocabularies.
-    "report": "the officials said that the {a} and the {b} were reported on {c} by the committee",
-    "story": "she looked at me and i felt the {a} as we walked past the {b} into the {c} again",
-    "manual": "first insert the {a} then press the {b} and check that the {c} is fixed in place",
-}
-TOPICS = [("harbor", "ship", "cargo", "sailor", "dock"), ("orchard", "apple", "harvest", "farmer", "barn"),
-          ("circuit", "voltage", "wire", "switch", "battery")]
+def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
+    from worlds import GENRES
 
-
-def _documents(path):
-    import csv
-    import random
-
-    rng = random.Random(3)
-    rows = []
-    for genre, pattern in GENRES.items():
-        for i in range(12):
-            topic = TOPICS[i % 3]
-            sentences = [pattern.format(a=rng.choice(topic), b=rng.choice(topic), c=rng.choice(topic)) + "."
-                         for _ in range(12)]
-            rows.append((f"{genre}-{i:02d}", " ".join(sentences), genre))
-    rows.append(("bad-1", "", "report"))  # quarantined: empty text
-    rows.append(("bad-2", "a text without a genre", ""))  # quarantined: empty genre
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["doc_id", "text", "genre"])
-        writer.writerows(rows)
-    return len(rows)
-
-
-def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
-    from common.data.config import InputSpec
-    from common.genre.config import EvalConfig, GeneratorConfig, TopicModelConfig
-    from common.models.config import FineTuneConfig, GenerationConfig, ScratchT5Config, T5ModelConfig
-    from jobs import run_pipeline
-
-    n_rows = _documents(tmp_path / "docs.csv")
-    ctx.cfg.inputs.documents = InputSpec(path=str(tmp_path / "docs.csv"))
-    ctx.cfg.genre = GenreConfig(
-        topic_model=TopicModelConfig(topics=3, max_iter=20, min_df=1.0, max_df=None),
-        window_chars=200,
-        split=SplitConfig(sizes=[3, 100], test_fraction=0.25, max_topics=1),
-        generator=GeneratorConfig(
-            model=T5ModelConfig(kind="scratch_t5", scratch=ScratchT5Config(vocab_size=200, d_model=32, d_ff=64,
-                                                                           num_layers=1, num_heads=2),
-                                max_source_length=16, max_target_length=24),
-            fine_tune=FineTuneConfig(epochs=1, learning_rate=3e-3, batch_size=16, checkpoint_every=0),
-            generation=GenerationConfig(n_samples=1, max_new_tokens=24, max_source_tokens=32, batch_size=32),
-            max_passages_per_doc=2, cache_models=2, off_topic_control=True),
-        eval=EvalConfig(repeats=2))
-    results = {r.job: r for r in run_pipeline(ctx, "genre-transfer")}
+    # The world's settings (tests/worlds.py): 36 documents of 3 genres over 3 topics, a 3-topic model, sets
+    # of N in {3, 100}, one scratch-T5 generator per genre, the off-topic-keywords control, R = 2.
+    results = small_world.run("genre-transfer")
+    ctx, n_rows = small_world.ctx, small_world.n_documents
     # genre.topic_model.log_perplexity is on by default (conf/demo.yaml turns it off)
     assert math.isfinite(results["genre-topics"].metrics["log_perplexity"])
     lake = ctx.lakehouse
@@ -359,8 +314,13 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
     report = (ctx.cfg.lakehouse.root + "/reports/genre/report.md")
     assert "on_topic" in open(report, encoding="utf-8").read()
 
-    again = run_pipeline(ctx, "genre-transfer")
+    again = small_world.rerun("genre-transfer")
     assert all(out.skipped for r in again for out in r.outputs.values())
+
+    # What follows changes the config: on a copy of the world, so other tests still read the world as built.
+    ctx = small_world.copy(tmp_path)
+    lake = ctx.lakehouse
+    report = (ctx.cfg.lakehouse.root + "/reports/genre/report.md")
 
     # another ratio prompts anew but reuses the fine-tuned generators (a model depends on its data and
     # training, not on how it is prompted): every test document now prompts every generator
@@ -372,6 +332,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
     assert lake.read("genre_generators").toPandas()["reused"].all()
 
     # the encoder classifier (a tiny fine-tune) beside fastText, and the synthetic-only row
+    from common.genre.config import EvalConfig
     from common.models.config import EncoderConfig
     from jobs.genre import evaluate_job
 
@@ -390,3 +351,4 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(ctx, tmp_path):
         assert rows[(model, "augmented")] == 9 + len(synthetic)
     assert "n3.augmented.macro_f1" in evaluated.metrics and "encoder.n3.augmented.macro_f1" in evaluated.metrics
     assert "encoder" in open(report, encoding="utf-8").read()
+    ctx.close()

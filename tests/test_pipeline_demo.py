@@ -7,12 +7,12 @@ import mlflow
 import pytest
 from deltalake import DeltaTable
 
-from jobs import PIPELINES, run_pipeline
-
 
 @pytest.fixture
-def demo_run(ctx):
-    return ctx, run_pipeline(ctx, "foundation", PIPELINES["foundation"])
+def demo_run(small_world):
+    """The small world's context and its foundation run's (generate-demo, ingest) results."""
+    results = small_world.run("foundation")
+    return small_world.ctx, (results["generate-demo"], results["ingest"])
 
 
 def test_demo_pipeline_writes_accounted_tables(demo_run):
@@ -41,16 +41,20 @@ def test_demo_pipeline_writes_accounted_tables(demo_run):
     assert any(v.startswith("files:") for v in lineage["inputs"].values())
 
 
-def test_rerun_creates_no_new_versions_and_force_does(demo_run):
+def test_rerun_creates_no_new_versions_and_force_does(demo_run, small_world, tmp_path):
     ctx, _ = demo_run
     before = {t.name: t.version for t in ctx.lakehouse.tables()}
-    _, ingested = run_pipeline(ctx, "foundation", PIPELINES["foundation"])
+    _, ingested = small_world.rerun("foundation")
     assert all(r.skipped for r in ingested.outputs.values())
     assert {t.name: t.version for t in ctx.lakehouse.tables()} == before
-    ctx.force = True
+    copied = small_world.copy(tmp_path)  # a forced write is a new version: not in the shared world
+    copied.force = True
     from jobs import ingest
 
-    forced = ingest.run(ctx)
+    try:
+        forced = ingest.run(copied)
+    finally:
+        copied.close()
     assert forced.outputs["catalog"].version == before["catalog"] + 1
 
 
@@ -104,3 +108,35 @@ def test_demo_generation_runs_beside_configured_documents_but_not_beside_catalog
     # a catalog input of the user's own replaces the demo world: nothing is generated
     ctx.cfg.inputs.labeled = InputSpec(path=str(tmp_path / "labeled.csv"))
     assert not generate_demo(ctx).metrics
+
+
+@pytest.mark.slow  # every pipeline's world: make test runs it, make test-fast not
+def test_results_summary_shows_every_result_and_one_sample_per_generator(small_world, capsys):
+    from pathlib import Path
+
+    from pyspark.sql import functions as F
+
+    from jobs import run_pipeline
+
+    for pipeline in ("cga", "query-reformulation", "boostaug", "genre-transfer", "compositional"):
+        small_world.run(pipeline)
+    lake = small_world.lakehouse
+    summary = run_pipeline(small_world.ctx, "summary", ["results-summary"])[0]
+    assert summary.outputs == {}  # the summary writes no table
+    text = (Path(small_world.cfg.lakehouse.root) / "reports" / "summary.md").read_text(encoding="utf-8")
+    assert text.split("```\n")[1].strip() in capsys.readouterr().out
+    for heading in ("Consistency paper", "Query reformulation paper", "BoostAug paper", "Genre transfer paper",
+                    "Compositional paper", "Generated samples"):
+        assert heading in text, heading
+    samples = text.split("Generated samples")[1]
+    for table, method in (("cga_generated", "CGA"), ("query_reformulations", "query reformulation"),
+                          ("genre_generated", "genre transfer"), ("cg_generated", "compositional")):
+        written = lake.read(table).filter("sample_idx >= 0 AND reason IS NULL AND length(trim(generated_text)) > 0")
+        generators = written.select("model_version").distinct().count()
+        assert generators > 0 and samples.count(f"  {method} (") == min(generators, 6), method
+        # the sample is the generator's first row by source id: the same one in every run
+        first = written.orderBy("model_version", "source_id", "sample_idx").first()
+        assert " ".join(first["generated_text"].split())[:100] in samples, method
+    assert "BoostAug contextual" not in samples  # the world's BoostAug has no contextual backend
+    assert summary.metrics["cga.f1_weighted"] == pytest.approx(
+        lake.read("consistency_results").filter(F.col("method") == "cga").toPandas().f1_weighted.mean())

@@ -4,11 +4,9 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from common.models.config import FineTuneConfig, GenerationConfig, ScratchT5Config, T5ModelConfig
-from common.querygraph.config import MatcherConfig, QueryGraphConfig, QueryReformulationConfig
+from common.querygraph.config import QueryGraphConfig
 from common.querygraph.matcher import is_holdout, ranking_metrics
 from common.querygraph.reformulation import augment_interactions, collected_tuples, usable_reformulations
-from jobs import PIPELINES, run_pipeline
 
 TUPLES = "query string, product_id string, interaction string, count long"
 
@@ -75,15 +73,10 @@ def test_holdout_is_seeded_and_near_its_fraction(spark):
 
 
 @pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
-def test_query_reformulation_pipeline_end_to_end(ctx):
-    ctx.cfg.demo.n_sessions = 6000
-    ctx.cfg.query_reformulation = QueryReformulationConfig(
-        model=T5ModelConfig(scratch=ScratchT5Config(vocab_size=300, d_model=32, d_ff=64, num_layers=1, num_heads=4)),
-        fine_tune=FineTuneConfig(epochs=2, learning_rate=1e-3, batch_size=32, grad_accumulation=2, num_cpus=2,
-                                 checkpoint_every=0),
-        generation=GenerationConfig(n_samples=2, max_new_tokens=10, concurrency=1),
-        matcher=MatcherConfig(epoch=5, ks=[1, 5]))
-    results = {r.job: r for r in run_pipeline(ctx, "query-reformulation", PIPELINES["query-reformulation"])}
+def test_query_reformulation_pipeline_end_to_end(small_world):
+    # The world's settings (tests/worlds.py): a tiny scratch T5, 2 reformulations per query, matcher P@1, P@5.
+    ctx = small_world.ctx
+    results = small_world.run("query-reformulation")
     lh = ctx.lakehouse
     growth = results["query-augment"].metrics
     local = lh.read("query_interactions").count()
@@ -108,5 +101,6 @@ def test_query_reformulation_pipeline_end_to_end(ctx):
     assert res.precision.between(0, 1).all() and (res.n_queries > 0).all()
     assert res[res.variant == "augmented"].n_train_tuples.iloc[0] >= res[res.variant == "original"].n_train_tuples.iloc[0]
     before = {t.name: t.version for t in lh.tables()}
-    run_pipeline(ctx, "query-reformulation", PIPELINES["query-reformulation"])
+    again = small_world.rerun("query-reformulation")
     assert {t.name: t.version for t in lh.tables()} == before
+    assert all(out.skipped for r in again for out in r.outputs.values())
