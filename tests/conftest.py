@@ -23,15 +23,6 @@ def pytest_configure(config):
         config.option.log_level = "INFO"
     config.addinivalue_line("markers", "slow: minutes-long tests, fault injection and whole pipelines (make test "
                                        "runs them; make test-fast leaves them out)")
-    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist's loadgroup runs on one worker")
-
-
-def pytest_collection_modifyitems(config, items):
-    # Under pytest-xdist (--dist loadgroup) every test that reads the small world runs on one worker, so the
-    # world is built once, not once per worker.
-    for item in items:
-        if "small_world" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("small_world"))
 
 
 _SECONDS = {"slow": 0.0, "other": 0.0}

@@ -140,3 +140,21 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     assert "BoostAug contextual" not in samples  # the world's BoostAug has no contextual backend
     assert summary.metrics["cga.f1_weighted"] == pytest.approx(
         lake.read("consistency_results").filter(F.col("method") == "cga").toPandas().f1_weighted.mean())
+
+
+def test_two_contexts_in_one_process_track_into_their_own_experiments(tracking_uri, tmp_path):
+    from common.config import load_config
+    from common.platform.tracking import Tracker
+
+    def tracker(name):
+        return Tracker(load_config(None, [f"tracking.uri={tracking_uri}", f"tracking.experiment=test-{name}",
+                                          f"lakehouse.root={tmp_path / name}"]))
+
+    a, b = tracker("ctx-a"), tracker("ctx-b")
+    runs = []
+    for t in (a, b, a):  # the third run comes after b moved MLflow's process-wide experiment
+        with t.run("job", log_config=False) as run:
+            runs.append(run.run_id)
+    client = mlflow.tracking.MlflowClient(tracking_uri)
+    names = [client.get_experiment(client.get_run(r).info.experiment_id).name for r in runs]
+    assert names == ["test-ctx-a", "test-ctx-b", "test-ctx-a"]

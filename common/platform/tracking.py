@@ -92,13 +92,17 @@ class Tracker:
 
     def __init__(self, cfg: BaseConfig):
         self.cfg = cfg
-        self._ready = False
+        self._experiment_id: Optional[str] = None
 
     def _setup(self) -> None:
-        if self._ready:
-            return
         import mlflow
 
+        # MLflow's tracking URI and experiment are process-wide: another context in this process (a notebook
+        # that builds two, a test session) may have moved them since. Each run names both again.
+        mlflow.set_tracking_uri(self.cfg.tracking_uri)
+        if self._experiment_id is not None:
+            mlflow.set_experiment(experiment_id=self._experiment_id)
+            return
         uri = self.cfg.tracking_uri
         if uri.startswith("sqlite:///"):
             from pathlib import Path
@@ -120,8 +124,7 @@ class Tracker:
                     raise
                 log.info("experiment %s was created by a concurrent run (%s)", self.cfg.tracking.experiment,
                          str(exc).splitlines()[0])
-        mlflow.set_experiment(self.cfg.tracking.experiment)
-        self._ready = True
+        self._experiment_id = mlflow.set_experiment(self.cfg.tracking.experiment).experiment_id
 
     @contextlib.contextmanager
     def run(self, name: str, tags: Optional[Mapping[str, Any]] = None, log_config: bool = True) -> Iterator[TrackedRun]:
@@ -133,7 +136,7 @@ class Tracker:
 
         self._setup()
         nested = mlflow.active_run() is not None
-        with mlflow.start_run(run_name=name, nested=nested, tags={k: str(v) for k, v in (tags or {}).items()}) as r:
+        with mlflow.start_run(run_name=name, nested=nested, experiment_id=self._experiment_id, tags={k: str(v) for k, v in (tags or {}).items()}) as r:
             handle = TrackedRun(run_id=r.info.run_id, name=name)
             if log_config:
                 handle.log_params(self.cfg.flat())
