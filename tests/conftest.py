@@ -78,15 +78,10 @@ def tracking_uri(tmp_path_factory) -> str:
 def app_config(tmp_path, tracking_uri):
     """A small-world config with its own lakehouse folder and the session's MLflow database."""
     from common.config import load_config
+    from worlds import DEMO
 
-    return load_config(None, [
-        f"lakehouse.root={tmp_path / 'lakehouse'}",
-        f"tracking.uri={tracking_uri}",
-        f"tracking.experiment=test-{tmp_path.name}",
-        "spark.master=local[2]",
-        "demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=400", "demo.partitions=2",
-        "demo.bad_row_fraction=0.05",
-    ])
+    return load_config(None, [f"lakehouse.root={tmp_path / 'lakehouse'}", f"tracking.uri={tracking_uri}",
+                              f"tracking.experiment=test-{tmp_path.name}", *DEMO])
 
 
 @pytest.fixture

@@ -28,10 +28,13 @@ if TYPE_CHECKING:
     from common.config import AppConfig
     from common.platform.job import JobContext, JobResult
 
-# The demo world of the function-scoped ``app_config`` fixture, with more search sessions: the query graph
-# needs enough co-clicks for reformulation pairs and a held-out set.
-DEMO = ["demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=2000", "demo.partitions=2",
+# The small demo world of the function-scoped ``app_config`` fixture (conftest.py). The session world adds
+# search sessions: the query graph needs enough co-clicks for reformulation pairs and a held-out set.
+DEMO = ["demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=400", "demo.partitions=2",
         "demo.bad_row_fraction=0.05", "spark.master=local[2]"]
+WORLD_SESSIONS = "demo.n_sessions=2000"
+# The pipelines the end-to-end tests read (the others' jobs are parts of these).
+END_TO_END = ("cga", "query-reformulation", "boostaug", "genre-transfer", "compositional")
 
 # ----------------------------------------------------------------------------- genre documents
 GENRES = {
@@ -129,7 +132,7 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
     from common.querygraph.config import MatcherConfig, QueryReformulationConfig
 
     cfg = load_config(None, [f"lakehouse.root={folder / 'lakehouse'}", f"tracking.uri={tracking_uri}",
-                             "tracking.experiment=test-small-world", *DEMO,
+                             "tracking.experiment=test-small-world", *DEMO, WORLD_SESSIONS,
                              # the maintenance notebook compacts two tables
                              "maintenance.tables=[consistency_results,query_clusters]"])
     cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_ss"], consistency_test=40, repeats=1,
@@ -217,6 +220,11 @@ class SmallWorld:
         if pipeline not in self._results:
             self._results[pipeline] = {r.job: r for r in run_pipeline(self.ctx, pipeline, PIPELINES[pipeline])}
         return self._results[pipeline]
+
+    def run_every_pipeline(self) -> None:
+        """Run each end-to-end pipeline that has not run yet (what the notebooks and the summary read)."""
+        for pipeline in END_TO_END:
+            self.run(pipeline)
 
     def rerun(self, pipeline: str) -> list["JobResult"]:
         """``pipeline`` run again on the same config and inputs (what an idempotent rerun must skip)."""

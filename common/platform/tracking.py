@@ -98,17 +98,16 @@ class Tracker:
         import mlflow
 
         # MLflow's tracking URI and experiment are process-wide: another context in this process (a notebook
-        # that builds two, a test session) may have moved them since. Each run names both again.
-        mlflow.set_tracking_uri(self.cfg.tracking_uri)
-        if self._experiment_id is not None:
-            mlflow.set_experiment(experiment_id=self._experiment_id)
-            return
+        # that builds two, a test session) may have moved them since. Each run names the URI again, and
+        # run() hands start_run this context's experiment id (looked up once).
         uri = self.cfg.tracking_uri
+        mlflow.set_tracking_uri(uri)
+        if self._experiment_id is not None:
+            return
         if uri.startswith("sqlite:///"):
             from pathlib import Path
 
             Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        mlflow.set_tracking_uri(uri)
         if mlflow.get_experiment_by_name(self.cfg.tracking.experiment) is None:
             artifact_location = None
             if uri.startswith("sqlite:///") and "://" not in self.cfg.lakehouse.root:
@@ -136,7 +135,8 @@ class Tracker:
 
         self._setup()
         nested = mlflow.active_run() is not None
-        with mlflow.start_run(run_name=name, nested=nested, experiment_id=self._experiment_id, tags={k: str(v) for k, v in (tags or {}).items()}) as r:
+        with mlflow.start_run(run_name=name, nested=nested, experiment_id=self._experiment_id,
+                              tags={k: str(v) for k, v in (tags or {}).items()}) as r:
             handle = TrackedRun(run_id=r.info.run_id, name=name)
             if log_config:
                 handle.log_params(self.cfg.flat())
