@@ -17,7 +17,7 @@ from pyspark.testing import assertDataFrameEqual
 from common.platform import delta_native
 from common.platform.config import LakehouseConfig, SparkConfig
 from common.platform.lakehouse import Lakehouse, Lineage
-from common.platform.session import DELTA_CATALOG, DELTA_EXTENSION, delta_jars
+from common.platform.session import DELTA_CATALOG, DELTA_EXTENSION, class_archive, delta_jars, driver_java_options
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -182,7 +182,8 @@ def test_doctor_reports_and_fails_on_what_the_config_needs(capabilities, tmp_pat
     ok = subprocess.run([augment, "doctor", "--set", f"lakehouse.root={tmp_path / 'lh'}"], capture_output=True,
                         text=True, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    for piece in ("python", "spark", "java", "delta", "graphframes", "ray", "torch", "mlflow", "lakehouse", "minilm"):
+    for piece in ("python", "spark", "java", "delta", "graphframes", "jvm archive", "ray", "torch", "mlflow",
+                  "lakehouse", "minilm"):
         assert f" {piece} " in ok.stdout
     expected = "native: Spark's Delta Lake" if capabilities.native_delta else "delta-rs commits"
     assert expected in ok.stdout
@@ -190,3 +191,29 @@ def test_doctor_reports_and_fails_on_what_the_config_needs(capabilities, tmp_pat
                               f"lakehouse.root={tmp_path / 'lh'}"], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1
     assert "FAIL delta" in missing.stdout and "make install" in missing.stdout
+    # no class archive in that jars folder: reported with its fix, but not required (JVMs only start slower)
+    assert "--   jvm archive  none at" in missing.stdout and "fix: make jvm-archive" in missing.stdout
+
+
+def test_local_driver_jvm_options_and_the_class_archive(spark, tmp_path):
+    """The driver's JVM options keep Derby's home first, add the class archive only where it exists and the
+    switch is on, then spark.java_options and a spark.conf extraJavaOptions (appended, not replacing). The
+    test session's JVM maps make install's archive when there is one."""
+    import dataclasses
+
+    cfg = SparkConfig(jars_dir=str(tmp_path), java_options="-XX:TieredStopAtLevel=1",
+                      conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
+    assert driver_java_options(cfg, "/ck") == "-Dderby.system.home=/ck -XX:TieredStopAtLevel=1 -Dmine=1"
+    archive = tmp_path / "spark-driver.jsa"
+    archive.write_bytes(b"x")
+    assert class_archive(cfg) == str(archive)
+    assert driver_java_options(cfg, "/ck") == \
+        f"-Dderby.system.home=/ck -XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dmine=1"
+    assert "SharedArchive" not in driver_java_options(dataclasses.replace(cfg, class_data_sharing=False), "/ck")
+
+    jvm = spark.sparkContext._jvm
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    installed = class_archive(SparkConfig())
+    assert (f"-XX:SharedArchiveFile={installed}" in args) == os.path.isfile(installed), args
+    if os.path.isfile(installed):
+        assert "sharing" in jvm.System.getProperty("java.vm.info")  # the JVM accepted and mapped it

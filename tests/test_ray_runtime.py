@@ -109,15 +109,15 @@ out = {}
 for max_workers in (6, None):  # the demo's setting, then Ray's own (num_cpus)
     runtime = RayRuntime(RayConfig(num_cpus=2, max_workers=max_workers)).start()
     task = ray.remote(num_cpus=1, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})(model_task)
-    pids = []
-    for stage in range(3):
-        pids.append(ray.get(task.remote()))
+    pids = [ray.get(task.remote())]
+    for stage in range(2):  # two more stages, each after another stage's tasks and an idle spell
         ray.get([light.remote(i) for i in range(8)])  # another stage's tasks in between, as Ray Data's
         # Ray reaps idle workers above its soft limit after about a second; on a loaded machine later. Wait
         # for the model worker to go (up to 30 s) where it may, and 3 s where it must stay.
         deadline = time.time() + (30 if max_workers is None else 3)
         while time.time() < deadline and (max_workers is not None or alive(pids[-1])):
             time.sleep(0.2)
+        pids.append(ray.get(task.remote()))
     out[str(max_workers)] = pids
     runtime.stop()
 print(json.dumps(out))

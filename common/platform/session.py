@@ -43,6 +43,23 @@ def jars_dir(cfg: SparkConfig) -> str:
     return cfg.jars_dir or os.path.join(sys.prefix, "jars")
 
 
+def class_archive(cfg: SparkConfig) -> str:
+    """The driver JVM's class-data-sharing archive (``<jars_dir>/spark-driver.jsa``; :mod:`jvm_archive`
+    dumps it), whether or not it exists."""
+    return os.path.join(jars_dir(cfg), "spark-driver.jsa")
+
+
+def driver_java_options(cfg: SparkConfig, checkpoint_dir: str) -> str:
+    """``spark.driver.extraJavaOptions`` of a local session: Derby's home in ``checkpoint_dir``, the class
+    archive when ``spark.class_data_sharing`` is on and the archive exists, then ``spark.java_options`` and
+    any ``spark.driver.extraJavaOptions`` of ``spark.conf`` (appended, so they cannot drop Derby's home)."""
+    options = [f"-Dderby.system.home={checkpoint_dir}"]
+    if cfg.class_data_sharing and os.path.isfile(class_archive(cfg)):
+        options.append(f"-XX:SharedArchiveFile={class_archive(cfg)}")
+    options += [cfg.java_options, cfg.conf.get("spark.driver.extraJavaOptions", "")]
+    return " ".join(o for o in options if o)
+
+
 def delta_jars(cfg: SparkConfig) -> list[str]:
     """The Delta Lake jars (delta-spark, delta-storage, antlr4-runtime) in :func:`jars_dir`; [] when
     delta-spark is absent. scala-library is never handed to Spark: pyspark ships its own Scala."""
@@ -149,7 +166,6 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
         # Delta and delta-rs expect INT64 microsecond timestamps, not Spark's legacy INT96.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.warehouse.dir", os.path.join(checkpoint_dir, "warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={checkpoint_dir}")
     )
     if _uses_native_jars(cfg):
         # The same settings as delta-spark's configure_spark_with_delta_pip, with jars Maven resolved at
@@ -161,6 +177,7 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
                    .config("spark.databricks.delta.snapshotPartitions", str(cfg.shuffle_partitions)))
     for key, value in cfg.conf.items():
         builder = builder.config(key, value)
+    builder = builder.config("spark.driver.extraJavaOptions", driver_java_options(cfg, checkpoint_dir))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.sparkContext.setCheckpointDir(os.path.join(checkpoint_dir, "checkpoints"))

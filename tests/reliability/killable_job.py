@@ -105,7 +105,9 @@ def ray_stage(root: str, rows: int, path: str) -> int:
     if path == "native":
         from common.platform.session import get_spark
 
-        spark = get_spark(SparkConfig(master="local[1]", shuffle_partitions=1))
+        from ingest_world import SHORT_JVM
+
+        spark = get_spark(SparkConfig(master="local[1]", shuffle_partitions=1, java_options=SHORT_JVM))
     runtime = RayRuntime(RayConfig(num_cpus=1)).start()
     try:
         write_stage(Lakehouse(LakehouseConfig(root=root), spark, native_delta=path == "native"), rows)
