@@ -48,7 +48,7 @@ jars:
 	fi
 
 # The local driver JVM's class-data-sharing archive (common/platform/jvm_archive.py): about 40 s once, then
-# every local Spark session's JVM maps Spark's classes instead of loading them (~3-5 s less per start).
+# every local Spark session's JVM maps Spark's classes instead of loading them (~3 s less per start on 2 cores).
 jvm-archive:
 	@$(BIN)/python -m common.platform.jvm_archive 2>$(VENV)/jvm-archive.log \
 	  || echo "jvm-archive: not built (see $(VENV)/jvm-archive.log): local JVMs start without it"

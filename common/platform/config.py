@@ -53,7 +53,7 @@ class SparkConfig:
     checkpoint_dir: Optional[str] = None
     driver_memory: str = "4g"
     # Local sessions: start the driver JVM with the class-data-sharing archive `make install` dumps into
-    # jars_dir (Spark's classes mapped, not parsed and verified again: ~5 s less per JVM start on 2 cores).
+    # jars_dir (Spark's classes mapped, not parsed and verified again: ~3 s less per JVM start on 2 cores).
     # A missing or stale archive only costs that time: the JVM checks it and runs without it.
     class_data_sharing: bool = True
     # Local sessions: more options for the driver JVM, e.g. "-XX:TieredStopAtLevel=1" (the quick compiler

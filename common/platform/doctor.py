@@ -85,7 +85,7 @@ def _graphframes(cfg: BaseConfig) -> Check:
 
 
 def _jvm_archive(cfg: BaseConfig) -> Check:
-    """The local driver JVM's class archive (optional: without it each local JVM starts ~3-5 s slower)."""
+    """The local driver JVM's class archive (optional: without it each local JVM starts ~3 s slower)."""
     if cfg.spark.mode != "local":
         return Check("jvm archive", True, f"spark.mode={cfg.spark.mode}: the cluster starts its own JVMs")
     path = Path(class_archive(cfg.spark))
@@ -94,7 +94,7 @@ def _jvm_archive(cfg: BaseConfig) -> Check:
     if path.is_file():
         return Check("jvm archive", True, f"{path} ({path.stat().st_size / 1e6:.0f} MB): local JVMs map Spark's "
                                           "classes")
-    return Check("jvm archive", False, f"none at {path}: each local JVM loads Spark's classes (~3-5 s more)",
+    return Check("jvm archive", False, f"none at {path}: each local JVM loads Spark's classes (~3 s more)",
                  "make jvm-archive")
 
 

@@ -1,10 +1,10 @@
 """The local driver JVM's class-data-sharing (CDS) archive, dumped once by ``make install``.
 
-A local session's JVM spends about 5 s of its start on 2 cores loading, parsing and verifying Spark's
+A local session's JVM spends seconds of its start on 2 cores loading, parsing and verifying Spark's
 classes, and every ``augment`` command, scheduled local batch and test subprocess starts one. Java's
 dynamic CDS (JDK 13+) writes the classes one run loaded into an archive that later JVMs map instead:
 measured on 2 cores, an ``augment run ingest`` of the small reliability world reached its first write
-after 6.9-8.6 s instead of 11.5-13.9 s. :func:`common.platform.session.get_spark` passes the archive to
+after 8.4-10.0 s instead of 10.6-13.9 s (README, Tests). :func:`common.platform.session.get_spark` passes the archive to
 local sessions when it exists (``spark.class_data_sharing``). The JVM checks the archive itself: one from
 another JDK build or Spark version is refused with a one-line warning and the JVM starts as before.
 
