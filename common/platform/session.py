@@ -53,9 +53,9 @@ def driver_java_options(cfg: SparkConfig, checkpoint_dir: str) -> str:
     """``spark.driver.extraJavaOptions`` of a local session: Derby's home in ``checkpoint_dir``, the class
     archive when ``spark.class_data_sharing`` is on and the archive exists, then ``spark.java_options`` and
     any ``spark.driver.extraJavaOptions`` of ``spark.conf`` (appended, so they cannot drop Derby's home)."""
-    options = [f"-Dderby.system.home={checkpoint_dir}"]
-    if cfg.class_data_sharing and os.path.isfile(class_archive(cfg)):
-        options.append(f"-XX:SharedArchiveFile={class_archive(cfg)}")
+    options, archive = [f"-Dderby.system.home={checkpoint_dir}"], class_archive(cfg)
+    if cfg.class_data_sharing and os.path.isfile(archive):
+        options.append(f"-XX:SharedArchiveFile={archive}")
     options += [cfg.java_options, cfg.conf.get("spark.driver.extraJavaOptions", "")]
     return " ".join(o for o in options if o)
 

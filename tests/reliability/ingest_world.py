@@ -3,16 +3,19 @@ arguments that point a lakehouse at its landing files (4 tables: kept and quaran
 products and the catalog)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from common.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))  # the killed processes import this module too, without pytest's path
+from worlds import DEMO as SMALL_DEMO  # noqa: E402  (the small demo world every other test ingests)
+
 # The processes these tests start, kill and race live 10-20 s: the quick JIT compiler alone starts them
 # about 20% sooner (a long-lived JVM runs slower with it; the products' configs leave it off).
 SHORT_JVM = "-XX:TieredStopAtLevel=1"
-DEMO = ["demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=400", "demo.partitions=2",
-        "demo.bad_row_fraction=0.05", "spark.master=local[2]", f"spark.java_options={SHORT_JVM}"]
+DEMO = [*SMALL_DEMO, f"spark.java_options={SHORT_JVM}"]
 
 
 def settings(root: Path, base: Path, path: str = "native", landing: Path | None = None) -> list[str]:
