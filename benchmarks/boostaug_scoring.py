@@ -39,7 +39,7 @@ def main(argv=None) -> dict:
 
     from common.boostaug.backends import augment_text, synonym_table
     from common.models.config import FastTextConfig
-    from common.models.hft import HFTModel, fasttext_params, fit_fasttext, predict_texts
+    from common.models.classifiers.hft import HFTModel, fasttext_params, fit_fasttext, predict_texts
 
     with open(DATA, newline="", encoding="utf-8") as fh:
         rows = [(r["text"], r["label_name"]) for r in csv.DictReader(fh)]
@@ -84,7 +84,7 @@ def encoder_figures(train, candidates, model) -> dict:
     import torch
 
     from common.models.config import EncoderConfig
-    from common.models.encoder_classifier import _device, fit_surrogate
+    from common.models.classifiers.encoder_classifier import _device, fit_surrogate
     from common.boostaug.surrogate import EncoderPoolScorer
 
     out: dict = {"encoder_device": _device()}

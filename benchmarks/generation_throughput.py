@@ -1,7 +1,7 @@
 """Benchmark: T5 generation throughput, naive per-row loop vs the HF and CTranslate2 actor pools, and peak memory.
 
 1. The same model, inputs and decoding settings through (a) a naive loop of one ``model.generate`` per
-   input in this process, (b) the Ray Data actor pool of ``common.models.generation.generate`` with the HF
+   input in this process, (b) the Ray Data actor pool of ``common.models.generation.pool.generate`` with the HF
    engine and (c) the same pool with CTranslate2 (int8; length buckets, one actor, one CPU thread each); the
    pools read the inputs from a Parquet file, as the jobs read a table version.
    Prints sequences/s, tokens/s, the BLEU-0.7 filter's keep-rate of the samples and peak RSS, for the
@@ -45,7 +45,7 @@ def build(path: str, shape: str, corpus: list[str]) -> str:
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from common.models.unigram import train_tokenizer
+    from common.models.generation.unigram import train_tokenizer
 
     torch.manual_seed(0)
     dims = {"tiny": dict(d_model=64, d_ff=128, num_layers=2, num_heads=4, vocab=2000),
@@ -99,7 +99,7 @@ def train_copy_model(path: str, corpus: list[str]) -> str:
     engines' keep-rates can be compared; in a Ray task, as the jobs fine-tune."""
     import ray
 
-    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     task = ray.remote(num_cpus=1, max_calls=1)(fine_tune)
     ray.get(task.remote([(t, t) for t in corpus], path, ModelSpec(vocab_size=2000, max_source_length=48),
@@ -115,7 +115,7 @@ def train_warm_copy_model(path: str, corpus: list[str], steps: int = 120) -> str
     engines' quality comparison here."""
     import ray
 
-    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     task = ray.remote(num_cpus=2, max_calls=1)(fine_tune)
     ray.get(task.remote([(t, t) for t in corpus[:steps * 16]], path,
@@ -131,7 +131,7 @@ def train_smollm2_model(path: str, corpus: list[str], steps: int = 30) -> str:
     import ray
 
     from common.catalog.config import CGA_PROMPT
-    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     task = ray.remote(num_cpus=2, max_calls=1)(fine_tune)
     ray.get(task.remote([(t, t) for t in corpus[:steps * 8]], path,
@@ -141,7 +141,7 @@ def train_smollm2_model(path: str, corpus: list[str], steps: int = 30) -> str:
 
 
 def _pool_figures(name: str, ds, seconds: float, peak: int) -> dict:
-    from common.models.filtering import FilterSpec, score_generated
+    from common.models.generation.filtering import FilterSpec, score_generated
 
     rows = ds.to_pandas()
     scored = score_generated(ds, FilterSpec(threshold=0.7)).to_pandas()
@@ -166,8 +166,8 @@ def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
     import ray
     import torch
 
-    from common.models.ct2 import prepare
-    from common.models.generation import GenerationSpec, generate, naive_generate
+    from common.models.generation.ct2 import prepare
+    from common.models.generation.pool import GenerationSpec, generate, naive_generate
 
     torch.set_num_threads(1)
     spec = GenerationSpec(n_samples=8, max_new_tokens=24, max_source_tokens=64, bucket_size=64)
@@ -213,8 +213,8 @@ def memory_flatness(model: str, sizes: list[int]) -> None:
     import pyarrow as pa
 
     from common.platform.config import LakehouseConfig
-    from common.models.filtering import FilterSpec, score_generated
-    from common.models.generation import GenerationSpec, generate
+    from common.models.generation.filtering import FilterSpec, score_generated
+    from common.models.generation.pool import GenerationSpec, generate
     from common.platform.lakehouse import Lakehouse
 
     root = tempfile.mkdtemp(prefix="bench-gen-")
@@ -244,7 +244,7 @@ def gpu_throughput(folder: str, batch: int = 128) -> None:
     import torch
     from transformers import AutoTokenizer, T5ForConditionalGeneration
 
-    from common.models.seq2seq import device_and_dtype
+    from common.models.generation.seq2seq import device_and_dtype
 
     if not torch.cuda.is_available():
         print("GPU: no CUDA device visible here; skipped (run this script on a GPU node)")

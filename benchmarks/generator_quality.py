@@ -14,7 +14,7 @@ and fine-tune steps/s. Prints mean ± std over R seeds; ``--json PATH`` writes
 ``{"scratch_t5": {...}, "warm_minilm": {...}}`` with chrf, chrf_std, preserved, preserved_std, copy_rate,
 steps_per_s.
 
-``smollm2`` is the causal LM (common.models.causal_lm), prompted with ``PROMPT`` and trained with LoRA adapters
+``smollm2`` is the causal LM (common.models.generation.causal_lm), prompted with ``PROMPT`` and trained with LoRA adapters
 of rank ``--lora-r`` (0: full fine-tuning).
 
 Run: .venv/bin/python benchmarks/generator_quality.py [--seeds 3] [--steps 500] [--batch 16] [--group-by-length]
@@ -80,8 +80,8 @@ def run_one(kind: str, pairs, tests, clusters, test_ids, seed: int, steps: int, 
     import sacrebleu
     import torch
 
-    from common.models.generation import GenerationSpec, T5Generator
-    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.pool import GenerationSpec, T5Generator
+    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     rng = random.Random(seed)
     budget = [pairs[rng.randrange(len(pairs))] for _ in range(steps * batch)]  # one epoch = the step budget
@@ -127,7 +127,7 @@ def main(argv=None) -> dict:
         sys.exit(f"no WDC data at {DATA}")
     from sentence_transformers import SentenceTransformer
 
-    from common.models.warm_start import minilm_folder
+    from common.models.pretrained import minilm_folder
 
     minilm = SentenceTransformer(str(minilm_folder()), device="cpu")
 

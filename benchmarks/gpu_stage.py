@@ -4,18 +4,18 @@ box), with the pipeline's own functions, replayed into the pipeline's own run.
 The pipeline runs here (``pipeline``) with hooks. Each stage's hook replays the bundle's GPU results when they
 are there; when they are not, it records what the stage needs into the bundle folder and stops the run:
 
-* ``generate``: ``common.models.seq2seq.fine_tune_many_on_ray`` (seq2seq generators' fine-tunes: the pairs'
-  Parquet files, filters, model and training specs) and ``common.models.generation.generate_routed`` (the
+* ``generate``: ``common.models.generation.seq2seq.fine_tune_many_on_ray`` (seq2seq generators' fine-tunes: the pairs'
+  Parquet files, filters, model and training specs) and ``common.models.generation.pool.generate_routed`` (the
   routed prompts and the generation spec): the compositional and genre-transfer generators;
 * ``qc`` / ``evaluate``: ``jobs.compositional._run_classifiers`` (every multi-label classifier job: its
   training and prediction sources' Parquet files, filters, kind, parameters, seed, keys);
-* ``encoder-eval``: ``common.models.text_classifier.run_tasks`` when it runs the encoder classifier's
+* ``encoder-eval``: ``common.models.classifiers.text_classifier.run_tasks`` when it runs the encoder classifier's
   ``fit_and_evaluate`` (genre transfer's and BoostAug's ``eval.models: [encoder]``); other tasks run here.
 
 On the GPU box, ``generate`` fine-tunes each generator with the Ray task's own body
-(:func:`common.models.seq2seq._fine_tune_task`) and generates with the Ray Data pool's own callable
-(:class:`common.models.generation.ModelRoutedGenerator`); ``classify`` runs the stage's recorded jobs
-(:func:`common.models.multilabel.fit_and_predict` or :func:`common.models.encoder_classifier.fit_and_evaluate`;
+(:func:`common.models.generation.seq2seq._fine_tune_task`) and generates with the Ray Data pool's own callable
+(:class:`common.models.generation.pool.ModelRoutedGenerator`); ``classify`` runs the stage's recorded jobs
+(:func:`common.models.classifiers.multilabel.fit_and_predict` or :func:`common.models.classifiers.encoder_classifier.fit_and_evaluate`;
 ``--start``/``--stop`` split them over calls of a time limit, ``--workers`` runs several at once). Their
 outputs go back into the bundle (``<stage>/results/``), and the next ``pipeline`` run replays them (checked:
 the same prompts, the same jobs), so the tables, their lineage, the reports and the MLflow runs are the
@@ -120,11 +120,11 @@ def pipeline(args, augment_args) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import common.models.generation as generation
-    import common.models.seq2seq as seq2seq
-    import common.models.text_classifier as text_classifier
+    import common.models.generation.pool as generation
+    import common.models.generation.seq2seq as seq2seq
+    import common.models.classifiers.text_classifier as text_classifier
     import jobs.compositional as compositional
-    from common.models import encoder_classifier
+    from common.models.classifiers import encoder_classifier
     from jobs.cli import main as augment
 
     bundle = Bundle(args.bundle)
@@ -223,8 +223,8 @@ def generate(args) -> None:
     import pyarrow.parquet as pq
     import torch
 
-    from common.models.generation import GenerationSpec, ModelRoutedGenerator
-    from common.models.seq2seq import ModelSpec, TrainSpec, _fine_tune_task
+    from common.models.generation.pool import GenerationSpec, ModelRoutedGenerator
+    from common.models.generation.seq2seq import ModelSpec, TrainSpec, _fine_tune_task
 
     stage, out = Bundle(args.bundle).stage("generate"), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -280,7 +280,7 @@ def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: 
     if request["function"] == "multilabel":
         import pyarrow.parquet as pq
 
-        from common.models.multilabel import fit_and_predict
+        from common.models.classifiers.multilabel import fit_and_predict
 
         if job["kind"] == "encoder":
             job["params"] = {**job["params"], **device}
@@ -288,7 +288,7 @@ def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: 
         pq.write_table(table, Path(out) / f"result-{i:04d}.parquet")
         said = f"{table.column('n_train')[0]} training rows, {table.num_rows} predicted"
     else:
-        from common.models.encoder_classifier import fit_and_evaluate
+        from common.models.classifiers.encoder_classifier import fit_and_evaluate
 
         figures = fit_and_evaluate(job["train"], job["test"], EncoderConfig(**{**job["spec"], **device}), job["seed"])
         (Path(out) / f"result-{i:04d}.json").write_text(json.dumps(figures))

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.data import demo_data
-from common.models.hft import HFTTrainerPool, fasttext_params, train_hft, train_level
+from common.models.classifiers.hft import HFTTrainerPool, fasttext_params, train_hft, train_level
 from common.data.config import DemoConfig
 from common.models.config import FastTextConfig
 from common.platform.config import RayConfig

@@ -1,10 +1,10 @@
-"""Check and time the compositional pipeline's multi-label encoder (:mod:`common.models.multilabel_encoder`,
+"""Check and time the compositional pipeline's multi-label encoder (:mod:`common.models.classifiers.multilabel_encoder`,
 MiniLM with a sigmoid head) on whatever device torch sees; needs no Spark or Ray.
 
 Data: SemEval-2018 E-c (``--data``): trained on the train file, the best epoch and the decision threshold
 chosen on the first ``--val`` dev tweets, scored on the rest of dev (an iid split: the paper's iid column,
 not its compositional one). Prints training examples/s, prediction tweets/s, and per-example Jaccard and
-exact-set accuracy (:mod:`common.models.multilabel`'s metrics).
+exact-set accuracy (:mod:`common.models.classifiers.multilabel`'s metrics).
 
 With ``--splits DIR`` (Parquet exports of the pipeline's ``cg_train``, ``cg_support``, ``cg_test``,
 ``iid_train``, ``iid_test``: example_id, text, labels), the ``no_aug`` rows instead: per split kind and seed,
@@ -36,7 +36,7 @@ def read(path: Path) -> list[tuple[str, str, list[str]]]:
 
 
 def _metrics(model, validation, test) -> dict:
-    from common.models.label_metrics import best_threshold, decide, jaccard
+    from common.models.classifiers.label_metrics import best_threshold, decide, jaccard
 
     threshold, _ = best_threshold(model.probabilities([t for _, t, _ in validation]), [g for _, _, g in validation])
     start = time.perf_counter()
@@ -57,7 +57,7 @@ def no_aug_rows(args) -> dict:
     import torch
 
     from common.models.config import EncoderConfig
-    from common.models.multilabel_encoder import fit
+    from common.models.classifiers.multilabel_encoder import fit
 
     def rows(*names):
         out = []
@@ -106,7 +106,7 @@ def main(argv=None) -> dict:
     import torch
 
     from common.models.config import EncoderConfig
-    from common.models.multilabel_encoder import fit
+    from common.models.classifiers.multilabel_encoder import fit
 
     train = read(Path(args.data, "2018-E-c-En-train.txt"))
     limit = args.limit if args.limit is not None else 0 if torch.cuda.is_available() else 400

@@ -33,8 +33,8 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from common.models.scoring import _encoder, minilm_path
-    from common.models.sentence_encoder import CT2SentenceEncoder
+    from common.models.generation.scoring import _encoder, minilm_path
+    from common.models.generation.sentence_encoder import CT2SentenceEncoder
 
     torch.set_num_threads(args.threads)
     clusters = load_clusters(DATA)

@@ -1,6 +1,6 @@
 """Check and time the T5 stages' model code on whatever device torch sees (a lent GPU box needs no Spark or
-Ray): :func:`common.models.seq2seq.fine_tune` (bf16 autocast on GPUs that have it) and one generation actor
-(:class:`common.models.generation.T5Generator`, the Ray Data pool's callable) on the same pairs.
+Ray): :func:`common.models.generation.seq2seq.fine_tune` (bf16 autocast on GPUs that have it) and one generation actor
+(:class:`common.models.generation.pool.T5Generator`, the Ray Data pool's callable) on the same pairs.
 
 Task: SST-2 training sentences (``--data``), source = the sentence's first five words, target = the sentence,
 so the loss and the generations show whether training moved the model. Per model (scratch_t5 in the demo's
@@ -40,8 +40,8 @@ def main(argv=None) -> dict:
     import pyarrow as pa
     import torch
 
-    from common.models.generation import GenerationSpec, T5Generator
-    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.pool import GenerationSpec, T5Generator
+    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     with open(args.data, newline="", encoding="utf-8") as fh:
         texts = [r["text"] for r in csv.DictReader(fh)][:args.pairs or (4000 if torch.cuda.is_available() else 400)]

@@ -73,7 +73,7 @@ def _contextual_candidates(ctx: JobContext, tr: JobRun, train, config_hash: str)
     from pyspark.sql import functions as F
 
     from common.boostaug.contextual import contextual_candidates, infill_pairs, infill_prompts
-    from common.models.t5_stage import fine_tune_stage, generate_stage
+    from common.models.generation.stages import fine_tune_stage, generate_stage
 
     cfg, seed = ctx.cfg.boostaug, ctx.cfg.seed
     c, p = cfg.contextual, cfg.augment.token_prob
@@ -136,10 +136,10 @@ def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple[dict[int, str], Optional[str]]:
     """Train the fold surrogates (and the MonoAug one) in Ray tasks; (fold -> model folder, mono folder)."""
     from common.boostaug.classifier import choose_and_fit
-    from common.models.text_classifier import run_tasks
-    from common.models.encoder_classifier import fit_surrogate
+    from common.models.classifiers.text_classifier import run_tasks
+    from common.models.classifiers.encoder_classifier import fit_surrogate
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
-    from common.models.hft import fasttext_params
+    from common.models.classifiers.hft import fasttext_params
 
     cfg = ctx.cfg.boostaug
     encoder = cfg.surrogate.kind == "encoder"
@@ -257,7 +257,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
     from common.boostaug.filtering import unjudged_labels
-    from common.models.text_classifier import evaluate_many
+    from common.models.classifiers.text_classifier import evaluate_many
 
     cfg = ctx.cfg.boostaug
     texts = tr.read(TEXTS)

@@ -60,8 +60,8 @@ def pairs_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 @job("cga-generate")
 def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``cga-generate``: fine-tune T5 on D_pairs, generate n samples per D_L title, score them."""
-    from common.models.filtering import FilterSpec
-    from common.models.t5_stage import fine_tune_stage, generate_stage
+    from common.models.generation.filtering import FilterSpec
+    from common.models.generation.stages import fine_tune_stage, generate_stage
 
     cfg = ctx.cfg.cga
     tr.read("cga_pairs")

@@ -136,7 +136,7 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int, metho
                           config_hash: str) -> dict[str, tuple[str, str]]:
     """Fine-tune (or reuse) one seq2seq generator per method in ``methods``; returns {method: (path, version)}."""
     from common.compositional.generation import PHRASE_JOIN
-    from common.models.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_many_on_ray
+    from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_many_on_ray
     from common.platform.storage import exists
 
     gen = ctx.cfg.compositional.generator
@@ -170,7 +170,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.compositional.generation import candidates, concat_texts, generator_pairs, prompts
     from common.compositional.split import label_vocabulary
-    from common.models.generation import ROUTED_COLUMNS, GenerationSpec, generate_routed
+    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed
 
     cfg = ctx.cfg.compositional
     gen = cfg.generator
@@ -218,13 +218,13 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
 
 def _run_classifiers(ctx: JobContext, jobs: list[dict], encoder: EncoderConfig):
-    """Run :func:`common.models.multilabel.fit_and_predict` for every job as Ray tasks (fastText: one CPU;
+    """Run :func:`common.models.classifiers.multilabel.fit_and_predict` for every job as Ray tasks (fastText: one CPU;
     encoder: ``encoder``'s CPUs and GPUs, in a worker that exits after it, so torch's memory goes back at
     once); their prediction tables stay in the object store and come back as one Ray Dataset."""
     import ray
 
-    from common.models.hft import SAFE_MALLOC_ENV
-    from common.models.multilabel import fit_and_predict
+    from common.models.classifiers.hft import SAFE_MALLOC_ENV
+    from common.models.classifiers.multilabel import fit_and_predict
 
     ctx.ray().start()
     env = {"env_vars": SAFE_MALLOC_ENV}
@@ -235,7 +235,7 @@ def _run_classifiers(ctx: JobContext, jobs: list[dict], encoder: EncoderConfig):
 
 
 def _classifier_params(kind: str, fasttext: FastTextConfig, encoder: EncoderConfig) -> dict:
-    from common.models.hft import fasttext_params
+    from common.models.classifiers.hft import fasttext_params
 
     return asdict(encoder) if kind == "encoder" else fasttext_params(fasttext)
 

@@ -31,7 +31,7 @@ OUTPUTS = ("accuracy_test", "labeled_train", "consistency_test", "unlabeled_pool
 
 def check_labels(n_rows: int, n_classes: int, table: str) -> None:
     """Fail clearly on training data no classifier can learn from."""
-    from common.models.hft import TrainingDataError
+    from common.models.classifiers.hft import TrainingDataError
 
     if n_rows == 0:
         raise TrainingDataError(f"{table} is empty: nothing to train on")
@@ -45,7 +45,7 @@ def train_model(ctx: JobContext, tr: JobRun, table: str, version: int, name: str
 
     from pyspark.sql import functions as F
 
-    from common.models.hft import HFTModel, HFTTrainerPool, stats_dict, train_hft
+    from common.models.classifiers.hft import HFTModel, HFTTrainerPool, stats_dict, train_hft
     from common.data.taxonomy import depth_col
 
     depth = ctx.lakehouse.read(table, version).agg(F.max(depth_col(F.col("category")))).first()[0]
@@ -74,7 +74,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.catalog.consistency import (group_labels, level_histogram, sample_size, truncated, uniform_sample,
                                             version_pairs)
     from common.data.sampling import subsample
-    from common.models.hft import predict
+    from common.models.classifiers.hft import predict
 
     cfg = ctx.cfg.consistency
     seed = ctx.cfg.seed

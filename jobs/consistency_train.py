@@ -65,9 +65,9 @@ def evaluate(ctx: JobContext, model, accuracy_test, pairs, blind) -> tuple[float
     """(weighted F1 on the accuracy test, consistency rate on the pairs) of one model."""
     from pyspark.sql import functions as F
 
-    from common.models.hft import predict
+    from common.models.classifiers.hft import predict
     from common.catalog.metrics import consistency_rate
-    from common.models.metrics import weighted_f1
+    from common.models.classifiers.metrics import weighted_f1
 
     text = blind if blind is not None else (lambda c: c)
     acc = predict(accuracy_test.select("category", text(F.col("title")).alias("title")), model)
@@ -156,7 +156,7 @@ def model_jobs(ctx: JobContext, table: str, version: int, depth: int, name: str,
 
     Returns ([(repeat, seed, HFTModel)], [train_level kwargs]).
     """
-    from common.models.hft import HFTModel, level_jobs
+    from common.models.classifiers.hft import HFTModel, level_jobs
 
     files = ctx.lakehouse.file_uris(table, version)
     models, jobs = [], []
@@ -170,7 +170,7 @@ def model_jobs(ctx: JobContext, table: str, version: int, depth: int, name: str,
 
 def train_levels(ctx: JobContext, tr, jobs) -> None:
     """Train HFT level jobs in parallel on a pool of Ray actors; log their stats to the run."""
-    from common.models.hft import HFTTrainerPool, stats_dict
+    from common.models.classifiers.hft import HFTTrainerPool, stats_dict
 
     trainers = HFTTrainerPool(ctx.ray())
     try:

@@ -184,7 +184,7 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int):
     (topic, n, genre, pairs, model_path, model_version, reused)."""
     from pyspark.sql import functions as F
 
-    from common.models.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_many_on_ray
+    from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_many_on_ray
     from common.platform.storage import exists
 
     gen = ctx.cfg.genre.generator
@@ -223,7 +223,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.genre.generation import generator_pairs, prompts, synthetic
-    from common.models.generation import ROUTED_COLUMNS, GenerationSpec, generate_routed
+    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed
 
     cfg = ctx.cfg.genre
     gen = cfg.generator
@@ -270,7 +270,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.genre.evaluation import eval_rows, methods, summary_table
     from common.models.config import used_settings
-    from common.models.text_classifier import evaluate_many
+    from common.models.classifiers.text_classifier import evaluate_many
 
     cfg = ctx.cfg.genre
     docs, splits, synthetic_rows = tr.read(DOCUMENTS), tr.read(SPLITS), tr.read(SYNTHETIC)

@@ -50,8 +50,8 @@ def _interaction_tables(tr: JobRun):
 @job("query-reformulate")
 def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``query-reformulate``: fine-tune the reformulation T5 and reformulate every collected query."""
-    from common.models.filtering import FilterSpec
-    from common.models.t5_stage import fine_tune_stage, generate_stage
+    from common.models.generation.filtering import FilterSpec
+    from common.models.generation.stages import fine_tune_stage, generate_stage
     from common.querygraph.reformulation import distinct_queries
 
     cfg = ctx.cfg.query_reformulation
@@ -123,9 +123,9 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-matcher``: fastText matcher on the original vs the augmented log, precision@k on held-out queries."""
     from pyspark.sql import functions as F
 
-    from common.models.filtering import FilterSpec
-    from common.models.hft import HFTModel, HFTTrainerPool, train_hft
-    from common.models.t5_stage import fine_tune_stage, generate_stage
+    from common.models.generation.filtering import FilterSpec
+    from common.models.classifiers.hft import HFTModel, HFTTrainerPool, train_hft
+    from common.models.generation.stages import fine_tune_stage, generate_stage
     from common.querygraph.matcher import evaluate, fasttext_config, is_holdout, relevant_products
     from common.querygraph.reformulation import augment_interactions, distinct_queries, usable_reformulations
 

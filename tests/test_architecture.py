@@ -2,7 +2,9 @@
 
 Dependencies point one way: ``jobs -> common.config -> method packages -> models -> data/algorithms ->
 platform``. A method package never imports another method package; transforms (method packages and
-algorithms) never import the session factory, the lakehouse or the job runner.
+algorithms) never import the session factory, the lakehouse or the job runner. Inside ``common.models`` the
+generation and classifier halves never import each other, and the modules both build on (config, pretrained
+weights, optimiser) import neither.
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ IO_MODULES = ("common.platform.session", "common.platform.lakehouse", "common.pl
               "common.platform.delta_native", "common.platform.job", "common.platform.pipeline",
               "common.platform.cli", "common.platform.tracking")
 MAX_LINES = 400
+# common.models' halves, and the shared modules under them.
+MODEL_HALVES = ("common.models.generation", "common.models.classifiers")
+MODEL_BASE = ("common.models.config", "common.models.optim", "common.models.pretrained")
 
 
 def package_of(module: str) -> str | None:
@@ -76,6 +81,7 @@ def violations(module: str, source: str) -> list[str]:
         return [f"{module}: package {own} has no layer; add it to LAYERS in tests/test_architecture.py"]
     problems = []
     for line, target in imported_modules(source, module):
+        problems += model_violations(module, line, target)
         other = package_of(target)
         if other is None or other == own:
             continue
@@ -91,6 +97,24 @@ def violations(module: str, source: str) -> list[str]:
             problems.append(f"{module}:{line} imports {target}: transforms never import the session factory, "
                             "the lakehouse or the job runner")
     return problems
+
+
+def model_half(module: str) -> str | None:
+    """The half of ``common.models`` a module belongs to ("base" for the shared modules, None outside)."""
+    if module.startswith(MODEL_BASE):
+        return "base"
+    return next((half for half in MODEL_HALVES if module == half or module.startswith(half + ".")), None)
+
+
+def model_violations(module: str, line: int, target: str) -> list[str]:
+    """The break, if any, of one import between common.models' halves."""
+    own, other = model_half(module), model_half(target)
+    if own is None or other is None or own == other or other == "base":
+        return []
+    if own == "base":
+        return [f"{module}:{line} imports {target}: the shared model modules import neither half"]
+    return [f"{module}:{line} imports {target}: {own} and {other} are the two halves of common.models; neither "
+            "imports the other"]
 
 
 def source_modules() -> dict[str, Path]:
@@ -114,6 +138,8 @@ def test_every_package_has_a_layer_and_the_layout_is_there():
     for package in ("common.platform", "common.data", "common.models", "common.algorithms", "common.catalog",
                     "common.querygraph"):
         assert package in packages
+    for half in MODEL_HALVES:
+        assert half in source_modules(), half
     # Each domain owns its config section classes.
     for domain in ("platform", "data", "models", "catalog", "querygraph"):
         assert (ROOT / "common" / domain / "config.py").is_file()
@@ -121,11 +147,14 @@ def test_every_package_has_a_layer_and_the_layout_is_there():
 
 @pytest.mark.parametrize("module, source, expected", [
     ("common.platform.session", "from common.catalog.grouping import group_items\n", "may not depend on"),
-    ("common.data.readers", "def f():\n    from common.models.hft import predict\n", "may not depend on"),
+    ("common.data.readers", "def f():\n    from common.models.classifiers.hft import predict\n", "may not depend on"),
     ("common.catalog.cga", "from common.querygraph.matcher import evaluate\n", "are peers"),
     ("common.querygraph.clusters", "from common.platform.lakehouse import Lakehouse\n", "transforms never"),
     ("common.algorithms.graph", "from common.platform import session\n", "transforms never"),
     ("common.newpaper.core", "import os\n", "has no layer"),
+    ("common.models.classifiers.hft", "from common.models.generation.ct2 import convert\n", "two halves"),
+    ("common.models.generation.pool", "def f():\n    from common.models.classifiers import hft\n", "two halves"),
+    ("common.models.config", "from common.models.generation.batching import padded\n", "import neither half"),
 ])
 def test_the_checker_catches_wrong_arrows(module, source, expected):
     assert any(expected in p for p in violations(module, source))
@@ -136,6 +165,8 @@ def test_the_checker_accepts_arrows_the_right_way():
         == []
     assert violations("common.catalog.grouping", "from common.algorithms.graph import connected_components\n"
                                                  "from common.platform.config import check\n") == []
+    assert violations("common.models.generation.seq2seq", "from common.models.pretrained import load_for_training\n"
+                                                          "from common.models.generation.batching import padded\n") == []
 
 
 def test_no_module_is_over_the_size_limit():

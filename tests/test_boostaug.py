@@ -76,7 +76,7 @@ def test_fold_plans_never_let_a_surrogate_judge_its_training_texts():
 def test_fold_rows_are_disjoint_in_the_written_table(spark, tmp_path):
     from pyspark.sql import functions as F
 
-    from common.models.hft import read_rows
+    from common.models.classifiers.hft import read_rows
     from common.boostaug.data import assign_splits, with_source_ids
     from common.boostaug.surrogate import surrogate_sources
 
@@ -227,7 +227,7 @@ def test_paper_threshold_reading_is_documented_and_settable():
 
 # ----------------------------------------------------------------------------- metrics
 def test_accuracy_and_macro_f1_by_hand():
-    from common.models.label_metrics import accuracy_and_macro_f1
+    from common.models.classifiers.label_metrics import accuracy_and_macro_f1
 
     acc, f1 = accuracy_and_macro_f1(["a", "a", "b", "b"], ["a", "b", "b", "b"])
     assert acc == 0.75

@@ -50,7 +50,7 @@ def _fit_and_probe(folder: str) -> dict:
 
     import torch
 
-    from common.models.encoder_classifier import EncoderScorer, fit_surrogate
+    from common.models.classifiers.encoder_classifier import EncoderScorer, fit_surrogate
 
     rows = [(t, "pos") for t in POSITIVE] + [(t, "neg") for t in NEGATIVE]
     train = _parquet(Path(folder, "train.parquet"), rows[:6] + rows[8:14])
@@ -84,7 +84,7 @@ def probe(ray_runtime, tmp_path_factory):
 def _masking_case() -> dict:
     import torch
 
-    from common.models.encoder_classifier import _mask_tokens
+    from common.models.classifiers.encoder_classifier import _mask_tokens
 
     ids = torch.tensor([[101, 5, 6, 7, 102, 0], [101, 8, 102, 0, 0, 0]])
     special = torch.tensor([[1, 0, 0, 0, 1, 1], [1, 0, 1, 1, 1, 1]]).bool()
@@ -131,8 +131,8 @@ def _plain_classifier(folder: str) -> dict:
 
     from safetensors.torch import load_file, save_file
 
-    from common.models.encoder_classifier import EncoderScorer, fit_surrogate
-    from common.models.warm_start import minilm_folder
+    from common.models.classifiers.encoder_classifier import EncoderScorer, fit_surrogate
+    from common.models.pretrained import minilm_folder
 
     half = Path(folder, "half")
     shutil.copytree(minilm_folder(), half, ignore=shutil.ignore_patterns("model.safetensors"))

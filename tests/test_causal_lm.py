@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from common.models.causal_lm import GENERATOR_FILE, encode_pairs
-from common.models.generation import GenerationSpec, T5Generator
-from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+from common.models.generation.causal_lm import GENERATOR_FILE, encode_pairs
+from common.models.generation.pool import GenerationSpec, T5Generator
+from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
 PAIRS = [(f"{b} {n}", f"{n} by {b}") for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan")]
 PROMPT = "Title: {source}\nAnother title:"
@@ -26,7 +26,7 @@ def tiny_llama(tmp_path_factory) -> str:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from common.models.unigram import train_tokenizer
+    from common.models.generation.unigram import train_tokenizer
 
     tokenizer = train_tokenizer([t for pair in PAIRS for t in pair] + [PROMPT], 60)
     torch.manual_seed(0)
@@ -55,7 +55,7 @@ def trained(tiny_llama, tmp_path_factory) -> str:
 
 
 def test_prompt_tokens_are_masked_out_of_the_loss(tiny_llama):
-    from common.models.causal_lm import load_tokenizer, prompt_text
+    from common.models.generation.causal_lm import load_tokenizer, prompt_text
 
     tokenizer = load_tokenizer(tiny_llama)
     inputs, labels = encode_pairs(tokenizer, PAIRS[:3], PROMPT, 16, 16)
@@ -109,7 +109,7 @@ def test_lora_adapters_are_merged_before_the_save(tiny_llama, tmp_path):
 
 
 def test_ctranslate2_greedy_output_equals_hf(trained):
-    from common.models.ct2 import CT2Generator
+    from common.models.generation.ct2 import CT2Generator
 
     spec = GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=16, compute_type="float32",
                           engine="ctranslate2")
@@ -125,7 +125,7 @@ def test_ctranslate2_greedy_output_equals_hf(trained):
 def test_a_missing_wheel_names_the_fix(monkeypatch):
     from importlib import metadata
 
-    from common.models import causal_lm
+    from common.models.generation import causal_lm
 
     def missing(name):
         raise metadata.PackageNotFoundError(name)
@@ -153,8 +153,8 @@ def test_config_checks_the_causal_keys():
 def test_packaged_smollm2_materialises_fine_tunes_and_generates(tmp_path, monkeypatch):
     """The real SmolLM2-135M: made from the wheel's GGUF once (a second call reuses the folder), fine-tuned a
     few LoRA steps, then generating readable text on HF and CTranslate2 int8."""
-    from common.models import causal_lm
-    from common.models.ct2 import CT2Generator
+    from common.models.generation import causal_lm
+    from common.models.generation.ct2 import CT2Generator
 
     folder = causal_lm.materialise_smollm2()
     assert causal_lm.materialise_smollm2() == folder and (folder / "model.safetensors").stat().st_size > 4e8
@@ -179,7 +179,7 @@ def test_the_actor_pool_serves_a_causal_generator(trained, ray_runtime, engine):
     n samples per input, bad rows quarantined with their reason, every row's text what followed its prompt."""
     import ray
 
-    from common.models.generation import generate, split_quarantine
+    from common.models.generation.pool import generate, split_quarantine
 
     rows = [{"source_id": f"s{i}", "source_text": text} for i, text in enumerate(["acme mug", "zeta pan", "bolt lamp"])]
     rows += [{"source_id": "empty", "source_text": " "}]
@@ -196,8 +196,8 @@ def test_the_actor_pool_serves_a_causal_generator(trained, ray_runtime, engine):
 def test_label_prefix_blocks_steer_a_causal_lm(tiny_llama, tmp_path):
     """LS-PT on a causal LM: each label set's learned blocks stand ahead of the text; trained on three label
     sets, greedy decoding from each writes its own text, and CTranslate2 leaves such a model to HF."""
-    from common.models.ct2 import hf_reason
-    from common.models.label_prefix import has_prefix
+    from common.models.generation.ct2 import hf_reason
+    from common.models.generation.label_prefix import has_prefix
 
     out = str(tmp_path / "lspt")
     pairs = [("joy", "mug by acme"), ("anger", "pan by zeta"), ("anger,joy", "lamp by bolt")] * 4
@@ -214,7 +214,7 @@ def test_doctor_reports_the_generator_and_requires_it_where_used(monkeypatch):
     from importlib import metadata
 
     from common.config import load_config
-    from common.models import causal_lm
+    from common.models.generation import causal_lm
 
     uses = load_config(None, ["cga.model.kind=smollm2", "compositional.generator.model.kind=smollm2"])
     assert causal_lm.causal_sections(uses) == [("cga.model", "smollm2"), ("compositional.generator.model", "smollm2")]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.models.hft import HFTTrainerPool, hft_decide, predict, predict_texts, train_hft
+from common.models.classifiers.hft import HFTTrainerPool, hft_decide, predict, predict_texts, train_hft
 from common.models.config import FastTextConfig
 
 
@@ -68,7 +68,7 @@ def test_training_depends_on_rows_and_seed_not_on_file_order(spark, tiny_trainin
 
     import pyarrow.parquet as pq
 
-    from common.models.hft import train_level
+    from common.models.classifiers.hft import train_level
 
     lakehouse, version = tiny_training_table
     table = pq.ParquetDataset(lakehouse.file_uris("train", version)).read()
@@ -86,7 +86,7 @@ def test_training_depends_on_rows_and_seed_not_on_file_order(spark, tiny_trainin
 
 HEAP_GARBAGE_SCRIPT = """
 import hashlib, sys
-from common.models.hft import train_file_to_model
+from common.models.classifiers.hft import train_file_to_model
 
 train_file, out = sys.argv[1], sys.argv[2]
 params = {"epoch": 3, "lr": 0.5, "wordNgrams": 2, "dim": 16, "minCount": 1, "bucket": 5000, "loss": "softmax",
@@ -115,7 +115,7 @@ def test_training_ignores_what_the_heap_held_before(tmp_path):
     import sys
     from pathlib import Path
 
-    from common.models.hft import SAFE_MALLOC_ENV
+    from common.models.classifiers.hft import SAFE_MALLOC_ENV
 
     rows = [f"__label__{i % 3} brand{i % 7} word{i % 11} model{i}" for i in range(120)]
     train_file = tmp_path / "train.txt"

@@ -103,7 +103,7 @@ def test_the_four_set_metrics_on_hand_computed_examples(spark):
     got = df.select(*[metrics[m].alias(m) for m in ("jaccard", "accuracy", "correctness", "completeness")]).collect()
     for row, (_, _, expected) in zip(got, cases):
         assert tuple(row) == pytest.approx(expected)
-    from common.models.label_metrics import jaccard
+    from common.models.classifiers.label_metrics import jaccard
 
     assert [jaccard(p, g) for p, g, _ in cases] == pytest.approx([c[2][0] for c in cases])
 
@@ -178,8 +178,8 @@ def _prefix_independence() -> dict:
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from common.models.label_prefix import LabelPrefix, UnknownLabelError
-    from common.models.unigram import train_tokenizer
+    from common.models.generation.label_prefix import LabelPrefix, UnknownLabelError
+    from common.models.generation.unigram import train_tokenizer
 
     tokenizer = train_tokenizer(["anger fear joy love sadness"] * 20 + ["some words to learn"] * 20, 60)
     net = T5ForConditionalGeneration(T5Config(vocab_size=len(tokenizer), d_model=16, d_kv=8, d_ff=32, num_layers=1,
@@ -228,8 +228,8 @@ def test_multilabel_fasttext_learns_a_separable_toy_task(ray_runtime, tmp_path):
     import ray
 
     from common.models.config import FastTextConfig
-    from common.models.hft import SAFE_MALLOC_ENV, fasttext_params
-    from common.models.multilabel import fit_and_predict
+    from common.models.classifiers.hft import SAFE_MALLOC_ENV, fasttext_params
+    from common.models.classifiers.multilabel import fit_and_predict
 
     _toy_parquet(tmp_path, 400, 100)
     task = ray.remote(num_cpus=1, runtime_env={"env_vars": SAFE_MALLOC_ENV})(fit_and_predict)
@@ -266,7 +266,7 @@ def test_multilabel_encoder_learns_a_separable_toy_task(ray_runtime, tmp_path):
     from ray import cloudpickle
 
     from common.models.config import EncoderConfig
-    from common.models.multilabel import fit_and_predict
+    from common.models.classifiers.multilabel import fit_and_predict
 
     _toy_parquet(tmp_path, 180, 60)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])

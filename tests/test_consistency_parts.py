@@ -5,7 +5,7 @@ import pytest
 
 from common.catalog.consistency import group_labels, sample_size, uniform_sample, version_pairs
 from common.catalog.metrics import consistency_rate
-from common.models.metrics import accuracy, weighted_f1
+from common.models.classifiers.metrics import accuracy, weighted_f1
 from common.catalog.blinding import blind_col, load_dictionary
 from common.data.text import normalize_title
 from jobs.consistency_train import with_lifts

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from common.models.generation import GenerationSpec, generate, split_quarantine
-from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+from common.models.generation.pool import GenerationSpec, generate, split_quarantine
+from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_ctranslate2_decodes_as_hf_does(learned_model, ray_runtime):
 def test_ctranslate2_samples_depend_on_the_bucket_and_seed_alone(tiny_model):
     """CTranslate2 seeds a worker thread's generator at its first draw only; a bucket's samples must still
     not depend on what the actor sampled before (another bucket in between, or a fresh actor)."""
-    from common.models.ct2 import CT2Generator
+    from common.models.generation.ct2 import CT2Generator
 
     spec = GenerationSpec(n_samples=3, max_new_tokens=12, engine="ctranslate2")
     texts = ["acme mug", "zeta pan", "bolt lamp"]
@@ -110,7 +110,7 @@ def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(t
 
     from transformers import AutoTokenizer
 
-    from common.models.ct2 import _Tokenizer
+    from common.models.generation.ct2 import _Tokenizer
 
     assert json.load(open(f"{tiny_model}/tokenizer.json"))["truncation"] is not None  # the trap is there
     hf, fast = AutoTokenizer.from_pretrained(tiny_model), _Tokenizer.load(tiny_model)
@@ -128,8 +128,8 @@ def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(t
 
 
 def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):
-    from common.models.ct2 import compute_type, hf_reason
-    from common.models.label_prefix import META_FILE
+    from common.models.generation.ct2 import compute_type, hf_reason
+    from common.models.generation.label_prefix import META_FILE
 
     assert hf_reason(str(tmp_path)) is None
     (tmp_path / META_FILE).write_text("{}")
@@ -143,7 +143,7 @@ def test_row_keyed_sampling_draws_from_the_filtered_softmax():
     its key alone (not its batch neighbours), and a filtered-out token is never drawn."""
     import torch
 
-    from common.models.row_sampling import RowKeyedSampler, row_keys
+    from common.models.generation.row_sampling import RowKeyedSampler, row_keys
 
     logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -8.0])
     rows = 20_000
@@ -170,7 +170,7 @@ def test_row_keyed_sampling_draws_from_the_filtered_softmax():
 def test_sampled_rows_do_not_depend_on_their_batch(tiny_model):
     """An input's samples depend on its source id, the seed and the model, not on the rows generated with
     it: alone, in a batch, and in reverse order give the same texts; another seed gives others."""
-    from common.models.generation import T5Generator
+    from common.models.generation.pool import T5Generator
 
     texts = ["acme mug", "zeta lamp", "bolt pan", "acme lamp"]
     ids = ["a", "b", "c", "d"]
@@ -202,3 +202,21 @@ def test_samples_do_not_depend_on_the_input_files(tiny_model, lakehouse, ray_run
         outputs.append(sorted(zip(out.source_id, out.sample_idx, out.generated_text)))
         assert not os.listdir(f"{lakehouse.cfg.root}/_staging")  # the sorted copy is removed on exit
     assert len(outputs[0]) == 30 * 2 and outputs[0] == outputs[1]
+
+
+def test_the_spec_reads_every_decoding_field_of_its_config_section():
+    """GenerationSpec is GenerationConfig's decoding half plus the run's seed: same names, same defaults, and
+    from_config copies each (a field added to one class only fails here)."""
+    from dataclasses import fields
+
+    from common.models.config import GenerationConfig
+
+    config_fields = {f.name: f.default for f in fields(GenerationConfig)}
+    spec_fields = {f.name: f.default for f in fields(GenerationSpec) if f.name != "seed"}
+    assert spec_fields == {name: config_fields[name] for name in spec_fields}
+    assert set(config_fields) - set(spec_fields) == {"batch_size", "concurrency", "num_gpus"}
+    section = GenerationConfig(n_samples=3, mode="beam", top_k=7, top_p=0.5, num_beams=2, max_new_tokens=9,
+                               max_source_tokens=11, bucket_size=5, engine="ctranslate2", compute_type="int8",
+                               max_batch_tokens=99)
+    spec = GenerationSpec.from_config(section, seed=13)
+    assert spec.seed == 13 and all(getattr(spec, name) == getattr(section, name) for name in spec_fields)

@@ -223,7 +223,7 @@ def test_generator_pairs_are_read_per_generator(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from common.models.seq2seq import read_pairs
+    from common.models.generation.seq2seq import read_pairs
 
     pq.write_table(pa.table({"topic": [0, 0, 1, 0], "genre": ["news", "story", "news", "news"],
                              "source_text": ["a", "b", "c", " "], "target_text": ["A", "B", "C", "D"]}),

@@ -8,7 +8,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from common.platform.lakehouse import Lineage
-from common.models.scoring import bleu_scores, cosine_scores
+from common.models.generation.scoring import bleu_scores, cosine_scores
 
 
 def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_runtime):
@@ -76,7 +76,7 @@ def test_minilm_cosine_on_hand_checked_pairs():
 def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime):
     import ray
 
-    from common.models.filtering import FilterSpec, filter_generated
+    from common.models.generation.filtering import FilterSpec, filter_generated
 
     rows = [
         ("a", "acme red cotton t-shirt xl", "acme red cotton t-shirt size xl"),  # close: kept
@@ -99,7 +99,7 @@ def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime
 def test_scoring_keeps_earlier_reasons_and_threshold_free_mode(ray_runtime):
     import pyarrow as pa
 
-    from common.models.filtering import FilterSpec, score_batch
+    from common.models.generation.filtering import FilterSpec, score_batch
 
     table = pa.table({"source_text": ["red mug", "mug " * 100, "blue lamp"],
                       "generated_text": ["red mug large", None, "blue lamp"],
@@ -116,8 +116,8 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
 
     import numpy as np
 
-    from common.models.scoring import _encoder, minilm_path
-    from common.models.sentence_encoder import CT2SentenceEncoder, ct2_reason
+    from common.models.generation.scoring import _encoder, minilm_path
+    from common.models.generation.sentence_encoder import CT2SentenceEncoder, ct2_reason
 
     monkeypatch.setenv("AUGMENT_CACHE", str(tmp_path / "cache"))
     texts = ["red cotton t-shirt size XL", "crimson cotton tee, extra large", "stainless steel frying pan 28cm",
@@ -139,6 +139,6 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
     shutil.copytree(path, other)
     (other / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 384, "pooling_mode_cls_token": true}')
     assert "not mean tokens" in ct2_reason(str(other))
-    with caplog.at_level(logging.WARNING, logger="common.models.scoring"):
+    with caplog.at_level(logging.WARNING, logger="common.models.generation.scoring"):
         encoder = _encoder(str(other), None, "ctranslate2")
     assert type(encoder).__name__ == "SentenceTransformer" and "not mean tokens" in caplog.text

@@ -7,7 +7,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from common.models.hft import TrainingDataError
+from common.models.classifiers.hft import TrainingDataError
 from common.catalog.config import ConsistencyConfig
 from common.data.config import InputSpec
 from common.models.config import FastTextConfig

@@ -196,7 +196,7 @@ def _compute_synonyms(k: int, min_cosine: float) -> dict[str, tuple[str, ...]]:
     import numpy as np
     from safetensors.numpy import load_file
 
-    from common.models.warm_start import minilm_folder
+    from common.models.pretrained import minilm_folder
 
     folder = minilm_folder()
     vocab = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()

@@ -1,14 +1,14 @@
 """fastText classifiers for BoostAug: the cross-boosting surrogates' model choice here; training and
-evaluation in Ray tasks come from :mod:`common.models.text_classifier`. The
+evaluation in Ray tasks come from :mod:`common.models.classifiers.text_classifier`. The
 surrogates of cross-boosting are saved in the HFT layout (``level_1.bin``, ``labels_1.json``) so Spark
-scores candidates with :func:`common.models.hft.predict_texts`.
+scores candidates with :func:`common.models.classifiers.hft.predict_texts`.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from common.models.hft import Source, read_rows
-from common.models.text_classifier import LABEL, TEXT, _evaluate, _fit
+from common.models.classifiers.hft import Source, read_rows
+from common.models.classifiers.text_classifier import LABEL, TEXT, _evaluate, _fit
 
 
 def choose_and_fit(train: Sequence[Source], validation: Sequence[Source], params: dict[str, Any],

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from common.models.hft import HFTModel, predict_texts
+from common.models.classifiers.hft import HFTModel, predict_texts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,7 +43,7 @@ def mono_plan(k: int) -> FoldPlan:
 
 def surrogate_sources(files: Sequence[str], plan: FoldPlan) -> tuple[list, list]:
     """(training sources, validation sources) of ``plan`` over the Parquet files of ``boostaug_texts``, in
-    :data:`common.models.hft.Source` form (files, pyarrow filters): the plan's training folds of the
+    :data:`common.models.classifiers.hft.Source` form (files, pyarrow filters): the plan's training folds of the
     train split; its validation fold, or the dev split for the mono surrogate."""
     train_rows = ("split", "=", "train")
     validation = [("split", "=", "dev")] if plan.boost is None else [train_rows, ("fold", "=", plan.validation)]
@@ -98,7 +98,7 @@ class EncoderPoolScorer:
                  quantile: Optional[float], threads: int = 0):
         import torch
 
-        from common.models.encoder_classifier import EncoderScorer
+        from common.models.classifiers.encoder_classifier import EncoderScorer
 
         if threads and not torch.cuda.is_available():
             torch.set_num_threads(threads)

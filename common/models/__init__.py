@@ -1,3 +1,11 @@
-"""The model machinery the methods share: hierarchical fastText (Ray actors, Spark prediction), seq2seq
-models (fine-tuning as a Ray task, generation on a Ray Data actor pool), scorers, filters and the two
-fine-tune/generate stages, and classifier metrics."""
+"""The model machinery the methods share, in two halves that never import each other:
+
+* :mod:`common.models.generation`: text generators (the seq2seq kinds, the MiniLM warm start, the causal LM
+  with LoRA and label prefixes), their fine-tuning and their Ray Data generation pools on transformers or
+  CTranslate2, the Spark -> Ray -> Delta stages, and the similarity scorers that filter what they write;
+* :mod:`common.models.classifiers`: hierarchical fastText (Ray actors, Spark prediction), the text, encoder
+  and multi-label classifiers and their metrics.
+
+Both build on :mod:`common.models.config` (every model's typed config), :mod:`common.models.pretrained`
+(the offline MiniLM weights) and :mod:`common.models.optim`.
+"""

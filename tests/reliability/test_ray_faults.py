@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import faulty_actors  # noqa: E402  (the fault-injecting generator, shipped to Ray by value)
 
-from common.models.generation import GenerationSpec, on_actor_pool  # noqa: E402
+from common.models.generation.pool import GenerationSpec, on_actor_pool  # noqa: E402
 from common.platform.lakehouse import Lineage  # noqa: E402
 
 N_INPUTS, BATCH = 24, 4
@@ -32,7 +32,7 @@ def tiny_model(tmp_path_factory, ray_runtime):
     """A scratch T5 fine-tuned in a Ray task (torch stays out of the test process)."""
     import ray
 
-    from common.models.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     ray.cloudpickle.register_pickle_by_value(faulty_actors)
     pairs = [(f"{b} {n}", f"{n} by {b}") for b in BRANDS for n in NOUNS]
@@ -170,7 +170,7 @@ def test_classifier_training_actors_killed_mid_training_restart_and_train_the_sa
     import ray
 
     from common.models.config import FastTextConfig
-    from common.models.hft import HFTTrainerPool, train_hft
+    from common.models.classifiers.hft import HFTTrainerPool, train_hft
 
     files, cfg = _training_files(tmp_path), FastTextConfig(epoch=150, bucket=20000, dim=32)
     pool = HFTTrainerPool(ray_runtime)

@@ -97,7 +97,7 @@ def test_model_weights_load_without_pickle():
                 loads += 1
                 kwargs = {k.arg: ast.unparse(k.value) for k in call.keywords}
                 assert kwargs.get("use_safetensors") == "True", f"{path}:{call.lineno}: {ast.unparse(call)}"
-        # Loads through the training loader (common.models.warm_start.load_for_training) count too.
+        # Loads through the training loader (common.models.pretrained.load_for_training) count too.
         loads += sum(isinstance(node, ast.Call) and ast.unparse(node.func) == "load_for_training"
                      for node in ast.walk(tree))
         for call in _calls(tree, "load"):
@@ -116,7 +116,7 @@ def test_a_pickled_checkpoint_is_refused_and_our_tensors_are_safetensors(tmp_pat
     script = f"""
 import os, torch
 from transformers import AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
-from common.models.label_prefix import PREFIX_FILE, LabelPrefix
+from common.models.generation.label_prefix import PREFIX_FILE, LabelPrefix
 net = T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2))
 net.save_pretrained("{tmp_path}/pickled")
 # A checkpoint as older tools write it: the weights as a pickled state dict (pytorch_model.bin) only.

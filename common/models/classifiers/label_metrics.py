@@ -1,8 +1,8 @@
 """Label metrics in plain Python over predictions already in memory (one model's test rows): accuracy and
 macro-F1 of single-label predictions, Jaccard and the decision threshold of multi-label ones. The Spark
-aggregates over whole prediction tables are :mod:`common.models.metrics`. A leaf module: the classifiers
-(:mod:`~common.models.text_classifier`, :mod:`~common.models.encoder_classifier`,
-:mod:`~common.models.multilabel`, :mod:`~common.models.multilabel_encoder`) all import it and it imports none
+aggregates over whole prediction tables are :mod:`common.models.classifiers.metrics`. A leaf module: the classifiers
+(:mod:`~common.models.classifiers.text_classifier`, :mod:`~common.models.classifiers.encoder_classifier`,
+:mod:`~common.models.classifiers.multilabel`, :mod:`~common.models.classifiers.multilabel_encoder`) all import it and it imports none
 of them.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The files a label-prefix (LS-PT) model folder holds beside its seq2seq weights, and the test for them.
 
 Torch-free, so a CTranslate2 actor can tell such a model apart without importing torch
-(:mod:`common.models.label_prefix` holds the prefix itself).
+(:mod:`common.models.generation.label_prefix` holds the prefix itself).
 """
 from __future__ import annotations
 

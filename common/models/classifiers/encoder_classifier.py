@@ -31,8 +31,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.models.config import EncoderConfig
-from common.models.hft import Source, read_rows
-from common.models.warm_start import encoder_checkpoint, load_for_training
+from common.models.classifiers.hft import Source, read_rows
+from common.models.pretrained import encoder_checkpoint, load_for_training
 from common.platform.storage import local_copy, put_folder
 
 if TYPE_CHECKING:
@@ -313,7 +313,7 @@ class EncoderScorer:
 def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int) -> dict[str, Any]:
     """Fine-tune an encoder classifier (``spec``) on ``train`` rows, evaluate it on ``test`` rows, discard it.
     Returns {rows, seconds, accuracy, macro_f1, n_test}."""
-    from common.models.label_metrics import accuracy_and_macro_f1
+    from common.models.classifiers.label_metrics import accuracy_and_macro_f1
 
     with tempfile.TemporaryDirectory(prefix="encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)

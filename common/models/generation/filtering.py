@@ -20,7 +20,7 @@ class FilterSpec:
     # None: score only (threshold-free reasons), so several thresholds can be applied later (CGA sweeps).
     threshold: Optional[float] = 0.7
     model_path: Optional[str] = None  # a sentence-transformers model for "minilm" (default: the packaged MiniLM)
-    encoder_engine: str = "auto"  # the "minilm" encoder's engine: auto | ctranslate2 | torch (common.models.scoring)
+    encoder_engine: str = "auto"  # the "minilm" encoder's engine: auto | ctranslate2 | torch (common.models.generation.scoring)
 
 
 def score_batch(table, spec: FilterSpec):
@@ -30,7 +30,7 @@ def score_batch(table, spec: FilterSpec):
     """
     import pyarrow as pa
 
-    from common.models.scoring import bleu_scores, cosine_scores
+    from common.models.generation.scoring import bleu_scores, cosine_scores
 
     sources = [s or "" for s in table.column("source_text").to_pylist()]
     outputs = [g or "" for g in table.column("generated_text").to_pylist()]
@@ -69,6 +69,6 @@ def score_generated(ds, spec: FilterSpec, batch_size: int = 1024):
 
 def filter_generated(ds, spec: FilterSpec, batch_size: int = 1024):
     """(kept, rejected) Ray Datasets: every row is scored once; rejected rows carry their ``reason``."""
-    from common.models.generation import split_quarantine
+    from common.models.generation.pool import split_quarantine
 
     return split_quarantine(score_generated(ds, spec, batch_size))

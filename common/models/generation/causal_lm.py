@@ -218,11 +218,11 @@ def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]], template: str, max
 
 def training_batches(tokenizer, pairs: Sequence[tuple[str, str]], template: str, max_source_length: int,
                      max_target_length: int, device: str):
-    """(sizes, batch_inputs) for the training loop of :func:`common.models.seq2seq.fine_tune`: each pair's
+    """(sizes, batch_inputs) for the training loop of :func:`common.models.generation.seq2seq.fine_tune`: each pair's
     (sequence length, 0), and a function of a batch's pair indices returning (the model's keyword arguments:
     right-padded ids, mask and labels on ``device``; padded token count). The loss is a mean over label
     tokens, so right padding changes nothing."""
-    from common.models.batching import padded
+    from common.models.generation.batching import padded
 
     sequences, labels = encode_pairs(tokenizer, pairs, template, max_source_length, max_target_length)
 
@@ -238,12 +238,12 @@ def training_batches(tokenizer, pairs: Sequence[tuple[str, str]], template: str,
 def prefix_training_batches(tokenizer, net, prefix, pairs: Sequence[tuple[str, str]], max_target_length: int,
                             device: str):
     """:func:`training_batches` for LS-PT: each source is a label set, and its sequence is the labels' learned
-    blocks (``prefix``, a :class:`common.models.label_prefix.LabelPrefix`; left-padded), then the target and
+    blocks (``prefix``, a :class:`common.models.generation.label_prefix.LabelPrefix`; left-padded), then the target and
     the end token as token embeddings. Position ids count from the first block, so padding shifts nothing;
     the loss falls on the target and the end token only."""
     import torch
 
-    from common.models.batching import padded
+    from common.models.generation.batching import padded
 
     sources = [s for s, _ in pairs]
     targets = [ids + [tokenizer.eos_token_id] for ids in tokenizer(

@@ -4,16 +4,16 @@ scratch, and fine-tune it.
 * ``checkpoint`` (production): ``model_name_or_path`` names a checkpoint (t5-small, t5-base, flan-t5-*, a
   BART, or a local path); its tokenizer and weights are loaded as they are.
 * ``warm_minilm`` (the local default): a BART-shaped encoder-decoder warm-started from all-MiniLM-L6-v2,
-  the one pretrained transformer available offline (:mod:`common.models.warm_start`).
+  the one pretrained transformer available offline (:mod:`common.models.generation.warm_start`).
 * ``scratch_t5`` (plumbing tests): a Unigram tokenizer trained on the pairs themselves, wrapped as a fast
   tokenizer, and a small ``T5Config`` model.
-* ``smollm2`` / ``causal_checkpoint``: a causal LM (:mod:`common.models.causal_lm`) trained by the same loop
+* ``smollm2`` / ``causal_checkpoint``: a causal LM (:mod:`common.models.generation.causal_lm`) trained by the same loop
   on prompt + target sequences, the loss on the target only; saved with its prompt for generation.
 
 Fine-tuning is a plain PyTorch loop (AdamW, gradient accumulation, bf16 autocast on a GPU that supports it,
 fp16 with a scaler otherwise, fp32 on CPU); the model and tokenizer are saved with ``save_pretrained``.
 With ``ModelSpec.prefix_labels`` the sources are label sets and a per-label prefix table
-(:mod:`common.models.label_prefix`) is trained with the model and saved beside it.
+(:mod:`common.models.generation.label_prefix`) is trained with the model and saved beside it.
 :func:`fine_tune_on_ray` runs it as one Ray task (``num_gpus`` from config, so it lands on a GPU node):
 the task reads the pairs table's Parquet files itself, logs the loss, a checkpoint per epoch and the
 final model to the MLflow run, and copies the final model to the lakehouse's models folder.
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from common.models.batching import read_pairs  # noqa: F401  (the fine-tune task reads with it; tests import it here)
+from common.models.generation.batching import read_pairs  # noqa: F401  (the fine-tune task reads with it; tests import it here)
 
 if TYPE_CHECKING:
     from common.models.config import FineTuneConfig, T5ModelConfig
@@ -49,12 +49,12 @@ class ModelSpec:
     num_heads: int = 4
     max_source_length: int = 48
     max_target_length: int = 48
-    # Label-specific prefixes (:mod:`common.models.label_prefix`): with labels, a source text is a label
+    # Label-specific prefixes (:mod:`common.models.generation.label_prefix`): with labels, a source text is a label
     # set (names joined by ``prefix_separator``) and the encoder reads its labels' learned blocks.
     prefix_labels: tuple[str, ...] = ()
     prefix_length: int = 0
     prefix_separator: str = ","
-    # Causal kinds (common.models.causal_lm): the prompt template ({source} is filled in) and LoRA's rank
+    # Causal kinds (common.models.generation.causal_lm): the prompt template ({source} is filled in) and LoRA's rank
     # (0: every weight trains).
     prompt: str = "{source}\n"
     lora_r: int = 16
@@ -73,7 +73,7 @@ class ModelSpec:
     @property
     def causal(self) -> bool:
         """True for a decoder-only language model (``smollm2``, ``causal_checkpoint``)."""
-        from common.models.causal_lm import is_causal
+        from common.models.generation.causal_lm import is_causal
 
         return is_causal(self.kind)
 
@@ -88,7 +88,7 @@ class TrainSpec:
     batch_size: int = 32
     grad_accumulation: int = 1
     seed: int = 42
-    # Length-grouped batches (common.models.batching): about 2x the steps/s on title pairs, at a slightly
+    # Length-grouped batches (common.models.generation.batching): about 2x the steps/s on title pairs, at a slightly
     # higher loss per step; off by default, as the papers' epochs and rates assume random batches.
     group_by_length: bool = False
     # A bound on optimiser steps (transformers' ``max_steps``): > 0 replaces ``epochs`` by as many passes
@@ -132,15 +132,15 @@ def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]], seed: int = 0
 
     if spec.kind == "checkpoint" or (spec.model_name_or_path and spec.kind != "warm_minilm"):
         tokenizer = AutoTokenizer.from_pretrained(spec.model_name_or_path)
-        from common.models.warm_start import load_for_training
+        from common.models.pretrained import load_for_training
 
         return tokenizer, load_for_training(AutoModelForSeq2SeqLM, spec.model_name_or_path)
     if spec.kind == "warm_minilm":
-        from common.models.warm_start import build_warm_minilm
+        from common.models.generation.warm_start import build_warm_minilm
 
         # All of MiniLM's 512 positions: generation may see longer inputs than training truncates to.
         return build_warm_minilm(512, seed)
-    from common.models.unigram import train_tokenizer
+    from common.models.generation.unigram import train_tokenizer
 
     tokenizer = train_tokenizer([t for pair in pairs for t in pair], spec.vocab_size)
     config = T5Config(vocab_size=len(tokenizer), d_model=spec.d_model, d_kv=spec.d_model // spec.num_heads,
@@ -181,16 +181,16 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     random.seed(train.seed)
     torch.manual_seed(train.seed)
     device, dtype = device_and_dtype()
-    from common.models.batching import epoch_batches, padded, token_ids
+    from common.models.generation.batching import epoch_batches, padded, token_ids
 
     prefix = None
     if model.causal:
-        from common.models.causal_lm import build_causal, prefix_training_batches, training_batches
+        from common.models.generation.causal_lm import build_causal, prefix_training_batches, training_batches
 
         tokenizer, net = build_causal(model.kind, model.model_name_or_path, model.lora_r, model.lora_alpha,
                                       train.seed)
         if model.prefix_labels:  # LS-PT: the label blocks ahead of the text, as the paper's prefix-tuned GPT-2
-            from common.models.label_prefix import LabelPrefix
+            from common.models.generation.label_prefix import LabelPrefix
 
             prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
                                            model.prefix_separator, train.seed).to(device)
@@ -202,7 +202,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     else:
         tokenizer, net = build_model(model, pairs, train.seed)
         if model.prefix_labels:
-            from common.models.label_prefix import LabelPrefix
+            from common.models.generation.label_prefix import LabelPrefix
 
             prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
                                            model.prefix_separator, train.seed).to(device)
@@ -271,7 +271,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
             net.train()
     result.seconds = time.perf_counter() - start
     if model.causal:
-        from common.models.causal_lm import save_generator
+        from common.models.generation.causal_lm import save_generator
 
         # The base by name: the packaged model's folder was found (and its file hashed) by build_causal.
         save_generator(net, tokenizer, out_dir, model.kind, model.prompt, model.model_name_or_path or model.kind)

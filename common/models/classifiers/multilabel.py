@@ -1,6 +1,6 @@
 """Multi-label classifiers trained and applied inside Ray tasks (the compositional pipeline's quality-control
 filter and its evaluation classifiers): fastText one-vs-all here, the encoder with a sigmoid head in
-:mod:`common.models.multilabel_encoder`.
+:mod:`common.models.classifiers.multilabel_encoder`.
 
 :func:`fit_and_predict` reads its training rows straight from the Parquet files of Delta table versions
 (``(files, pyarrow filters)`` sources), holds out a seeded validation slice to choose the decision
@@ -15,8 +15,8 @@ import tempfile
 from typing import Any, Optional, Sequence
 
 from common.data.text import normalize_title
-from common.models.label_metrics import best_threshold, decide
-from common.models.hft import LABEL_PREFIX, Source, _fasttext, train_file_to_model
+from common.models.classifiers.label_metrics import best_threshold, decide
+from common.models.classifiers.hft import LABEL_PREFIX, Source, _fasttext, train_file_to_model
 
 def read_examples(sources: Sequence[Source], id_col: str = "example_id", text_col: str = "text",
                   labels_col: Optional[str] = "labels") -> list[tuple[str, str, list[str]]]:
@@ -78,7 +78,7 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
     when ``predict_labels_col`` is None).
 
     ``kind``: ``fasttext`` (one-vs-all; ``params`` = fastText's arguments) or ``encoder``
-    (:mod:`common.models.multilabel_encoder`; ``params`` = an :class:`EncoderConfig` as a dict)."""
+    (:mod:`common.models.classifiers.multilabel_encoder`; ``params`` = an :class:`EncoderConfig` as a dict)."""
     import numpy as np
     import pyarrow as pa
 
@@ -93,7 +93,7 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
     with tempfile.TemporaryDirectory(prefix="multilabel-") as tmp:
         if kind == "encoder":
             from common.models.config import EncoderConfig
-            from common.models.multilabel_encoder import fit as fit_encoder
+            from common.models.classifiers.multilabel_encoder import fit as fit_encoder
 
             model: Any = fit_encoder(fit_rows, val, EncoderConfig(**params), seed)[0]
         elif kind == "fasttext":

@@ -3,13 +3,13 @@
 A fine-tuned HF seq2seq model (scratch T5, a T5 checkpoint, the MiniLM-warm-started BART) is converted once
 into CTranslate2's format, in a folder ``ct2-<quantization>`` next to the model (the same key, so the same
 reuse, as the HF weights), and each actor loads it once: int8 on CPU, float16 (or int8_float16) on GPU.
-:class:`CT2Generator` keeps :class:`~common.models.hf_engine.T5Generator`'s output contract (n samples per
+:class:`CT2Generator` keeps :class:`~common.models.generation.hf_engine.T5Generator`'s output contract (n samples per
 input by top-k/top-p sampling or beams, the quarantine rules, ``generated_tokens``, a seed per length bucket
 so the rows do not depend on which actor got a batch) and swaps only the decoding call. CTranslate2's
 sampling generator cannot be re-seeded once drawn from, so a sampled bucket after the first reloads the
 translator (milliseconds on CPU: 24 ms for t5-small's int8 weights); beams and greedy decoding never reload.
 
-A causal LM (:mod:`common.models.causal_lm`, a folder with ``generator.json``) converts the same way and runs
+A causal LM (:mod:`common.models.generation.causal_lm`, a folder with ``generator.json``) converts the same way and runs
 on CTranslate2's ``Generator``: its prompt tokens are forwarded at once (``include_prompt_in_result=False``)
 and the samples are what follows them.
 
@@ -25,7 +25,7 @@ import tempfile
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from common.models.hf_engine import GenerationSpec, T5Generator
+from common.models.generation.hf_engine import GenerationSpec, T5Generator
 from common.platform.storage import read_json as read_json_file
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ def prepare(model_uri: str, spec: GenerationSpec, num_gpus: float = 0.0) -> Opti
     target = f"{model_uri.rstrip('/')}/ct2-{quantization}"
     if exists(f"{target}/model.bin"):  # converted by an earlier run of the same model
         return target
-    from common.models.seq2seq import MODEL_TASK_ENV
+    from common.models.generation.seq2seq import MODEL_TASK_ENV
 
     # The fine-tune tasks' environment: the worker that just trained the model, torch imported, converts it.
     task = ray.remote(num_cpus=1, runtime_env=MODEL_TASK_ENV)(_convert_once)
@@ -194,7 +194,7 @@ def converted(model_path: str, quantization: str) -> tuple[Optional[str], Option
 def hf_reason(model_path: str) -> str | None:
     """Why the local model folder ``model_path`` must be generated with hf instead (None when CTranslate2
     can run it): the package does not import here, or the model takes label-prefix blocks."""
-    from common.models.prefix_files import has_prefix
+    from common.models.generation.prefix_files import has_prefix
 
     if not available():
         return "the ctranslate2 package does not import here"
@@ -305,7 +305,7 @@ class CT2Generator(T5Generator):
             log.warning("generating with hf, not ctranslate2, from %s: %s", model_path, reason)
             super().__init__(local, model_version, spec)
             return
-        from common.models.causal_lm import generator_settings
+        from common.models.generation.causal_lm import generator_settings
 
         self.spec, self.model_version, self.prefix = spec, model_version, None
         settings = generator_settings(local)
@@ -355,7 +355,7 @@ class CT2Generator(T5Generator):
         kwargs: dict[str, Any] = {"num_hypotheses": spec.n_samples, "max_batch_size": spec.max_batch_tokens,
                                   "batch_type": "tokens", "return_end_token": True}
         if self.prompt is not None:
-            from common.models.causal_lm import prompt_text
+            from common.models.generation.causal_lm import prompt_text
 
             prompts = [prompt_text(self.prompt, t) for t in texts]
             sources = [self.tokenizer.convert_ids_to_tokens(ids)

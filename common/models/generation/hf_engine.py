@@ -1,20 +1,20 @@
 """The HF engine of batched generation: one model loaded once, serving batches of (source_id, source_text).
 
-:class:`T5Generator` is the Ray Data callable of :mod:`common.models.generation`'s actor pools (and the base
-:class:`common.models.ct2.CT2Generator` extends): inside a batch, inputs are sorted by token length and
+:class:`T5Generator` is the Ray Data callable of :mod:`common.models.generation.pool`'s actor pools (and the base
+:class:`common.models.generation.ct2.CT2Generator` extends): inside a batch, inputs are sorted by token length and
 generated in buckets, so short inputs do not pay for the longest one's padding. Each input gives
 ``n_samples`` outputs (sampling with top-k/top-p, or beam search). A bad row (empty, longer than
 ``max_source_tokens``, or one whose decoding fails) becomes one output row with a ``reason`` instead of
-failing its batch. A model saved with a label-prefix table (:mod:`common.models.label_prefix`, the
+failing its batch. A model saved with a label-prefix table (:mod:`common.models.generation.label_prefix`, the
 compositional pipeline's LS-PT generator) reads each source text as a label set and feeds its labels'
 learned blocks to the encoder instead of tokens. A causal LM (a folder with ``generator.json``,
-:mod:`common.models.causal_lm`) gets each source written into the prompt it was trained on, left-padded, and
+:mod:`common.models.generation.causal_lm`) gets each source written into the prompt it was trained on, left-padded, and
 its samples are what it writes after the prompt.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 import numpy as np
@@ -48,17 +48,17 @@ class GenerationSpec:
     max_source_tokens: int = 64
     bucket_size: int = 64
     seed: int = 42
-    engine: str = "hf"  # "hf" (transformers' generate) or "ctranslate2" (common.models.ct2)
+    engine: str = "hf"  # "hf" (transformers' generate) or "ctranslate2" (common.models.generation.ct2)
     compute_type: str = "auto"  # CTranslate2's: auto = int8 on CPU, float16 on GPU
     max_batch_tokens: int = 4096  # CTranslate2's token budget per decoding batch
 
     @classmethod
     def from_config(cls, cfg, seed: int) -> "GenerationSpec":
-        """The spec of a ``*.generation`` config section (:class:`common.config.GenerationConfig`)."""
-        return cls(n_samples=cfg.n_samples, mode=cfg.mode, top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams,
-                   max_new_tokens=cfg.max_new_tokens, max_source_tokens=cfg.max_source_tokens,
-                   bucket_size=cfg.bucket_size, seed=seed, engine=cfg.engine, compute_type=cfg.compute_type,
-                   max_batch_tokens=cfg.max_batch_tokens)
+        """The spec of a ``*.generation`` config section (:class:`common.models.config.GenerationConfig`):
+        every decoding field by name, plus the run's ``seed``. The section also holds the pool's settings
+        (batch size, actors, GPUs), which are not decoding; a test keeps the two classes' shared fields and
+        defaults equal."""
+        return cls(seed=seed, **{f.name: getattr(cfg, f.name) for f in fields(cls) if f.name != "seed"})
 
 
 class T5Generator:
@@ -69,9 +69,9 @@ class T5Generator:
         import torch
         from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from common.models.causal_lm import generator_settings, load_tokenizer
-        from common.models.label_prefix import LabelPrefix, has_prefix
-        from common.models.seq2seq import device_and_dtype
+        from common.models.generation.causal_lm import generator_settings, load_tokenizer
+        from common.models.generation.label_prefix import LabelPrefix, has_prefix
+        from common.models.generation.seq2seq import device_and_dtype
         from common.platform.storage import local_copy
 
         self.spec = spec
@@ -110,11 +110,11 @@ class T5Generator:
     def _generate(self, texts: list[str], ids: Optional[list[str]] = None) -> list[list[tuple[str, int]]]:
         """``n_samples`` (text, generated token count) per input text. Sampled rows draw their noise from
         their source id (the text itself when ``ids`` is None), the sample index and the seed alone
-        (:mod:`common.models.row_sampling`), so an input gives the same samples in any batch."""
+        (:mod:`common.models.generation.row_sampling`), so an input gives the same samples in any batch."""
         import torch
 
-        from common.models.row_sampling import RowKeyedSampler, row_keys
-        from common.models.seq2seq import model_inputs
+        from common.models.generation.row_sampling import RowKeyedSampler, row_keys
+        from common.models.generation.seq2seq import model_inputs
 
         spec = self.spec
         width = 0  # a causal LM's prompt columns, cut off its output
@@ -122,7 +122,7 @@ class T5Generator:
             # A causal LM's label blocks are left-padded; generate() then returns the new tokens only.
             enc = self.prefix.encoder_inputs(texts, self.device, left=self.prompt is not None)
         elif self.prompt is not None:
-            from common.models.causal_lm import prompt_text
+            from common.models.generation.causal_lm import prompt_text
 
             enc = model_inputs(self.tokenizer([prompt_text(self.prompt, t) for t in texts], padding=True,
                                               add_special_tokens=False, return_tensors="pt"), self.device)
@@ -180,7 +180,7 @@ class T5Generator:
         good.sort(key=lambda i: (lengths[i], ids[i]))  # length buckets: similar lengths share a padded batch
         for start in range(0, len(good), self.spec.bucket_size):
             bucket = good[start:start + self.spec.bucket_size]
-            # hf draws per row (common.models.row_sampling); CTranslate2 per bucket, from this seed: either
+            # hf draws per row (common.models.generation.row_sampling); CTranslate2 per bucket, from this seed: either
             # way not from which actor got the batch or what it generated before.
             self._seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
             try:

@@ -17,7 +17,7 @@ from common.platform.lakehouse import Lineage, WriteResult
 
 if TYPE_CHECKING:
     from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig
-    from common.models.filtering import FilterSpec
+    from common.models.generation.filtering import FilterSpec
     from common.platform.tracking import TrackedRun
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
     """Fine-tune a T5 on ``table`` v``version`` in a Ray task, or reuse the model already trained from the
     same config and input versions (unless forced). Logs losses, throughput, checkpoints and the model to
     the MLflow run ``tr``; the model folder is ``<lakehouse>/models/<name>-<key>``."""
-    from common.models.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_on_ray
+    from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_on_ray
     from common.platform.storage import exists
 
     key = hash_of(config_hash, dict(inputs), ctx.cfg.seed)
@@ -110,8 +110,8 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     """
     from pyspark.sql import functions as F
 
-    from common.models.filtering import score_generated
-    from common.models.generation import GenerationSpec, generate
+    from common.models.generation.filtering import score_generated
+    from common.models.generation.pool import GenerationSpec, generate
 
     ctx.ray()
     columns = list(dict.fromkeys([id_col, text_col]))

