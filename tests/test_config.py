@@ -1,6 +1,7 @@
 """Config loading, overrides and validation errors."""
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,29 @@ def test_shipped_configs_load(name, monkeypatch):
         enc = cfg.genre.eval.encoder
         assert cfg.genre.eval.models == ["fasttext", "encoder"] and enc.name_or_path == "bert-base-uncased"
         assert (enc.learning_rate, enc.epochs, enc.max_length, enc.mlm_weight, enc.num_gpus) == (1e-5, 6, 256, 0.0, 1)
+
+
+MEASURED = sorted(p.name for p in (REPO / "conf").glob("*.yaml")
+                  if p.name not in ("local.yaml", "cluster.yaml", "databricks.yaml", "demo.yaml"))
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_measured_configs_load_with_their_own_lakehouse_and_real_inputs(name):
+    """The configs README's measurements name (real data in ../shared/data) load, each into a lakehouse of its
+    own (so a measurement never writes into the local default's), and every input path they give exists."""
+    cfg = load_config(REPO / "conf" / name)
+    assert cfg.lakehouse.root != load_config(REPO / "conf" / "local.yaml").lakehouse.root
+    given = [spec for spec in vars(cfg.inputs).values() if isinstance(spec, InputSpec)]
+    assert given, f"{name} names no input"
+    for spec in given:
+        assert "/shared/data/" in spec.path and glob.glob(spec.path), spec.path
+
+
+def test_the_best_buy_config_reformulates_with_the_causal_lm():
+    cfg = load_config(REPO / "conf" / "query_bestbuy.yaml")
+    assert cfg.query_reformulation.model.kind == "smollm2"
+    assert cfg.query_graph.cooccurrence_interactions == ["click"]
+    assert cfg.inputs.interactions.defaults == {"interaction": "click", "count": "1"}
 
 
 def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
