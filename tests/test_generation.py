@@ -205,18 +205,19 @@ def test_samples_do_not_depend_on_the_input_files(tiny_model, lakehouse, ray_run
 
 
 def test_the_spec_reads_every_decoding_field_of_its_config_section():
-    """GenerationSpec is GenerationConfig's decoding half plus the run's seed: same names, same defaults, and
-    from_config copies each (a field added to one class only fails here)."""
+    """GenerationSpec and a *.generation section share one definition of the decoding settings (Decoding);
+    the section adds the pool's settings, the spec the run's seed, and from_config copies every decoding one."""
     from dataclasses import fields
 
-    from common.models.config import GenerationConfig
+    from common.models.config import Decoding, GenerationConfig
 
-    config_fields = {f.name: f.default for f in fields(GenerationConfig)}
-    spec_fields = {f.name: f.default for f in fields(GenerationSpec) if f.name != "seed"}
-    assert spec_fields == {name: config_fields[name] for name in spec_fields}
-    assert set(config_fields) - set(spec_fields) == {"batch_size", "concurrency", "num_gpus"}
+    decoding = {f.name for f in fields(Decoding)}
+    assert {f.name for f in fields(GenerationConfig)} - decoding == {"batch_size", "concurrency", "num_gpus"}
+    assert {f.name for f in fields(GenerationSpec)} - decoding == {"seed"}
     section = GenerationConfig(n_samples=3, mode="beam", top_k=7, top_p=0.5, num_beams=2, max_new_tokens=9,
                                max_source_tokens=11, bucket_size=5, engine="ctranslate2", compute_type="int8",
                                max_batch_tokens=99)
     spec = GenerationSpec.from_config(section, seed=13)
-    assert spec.seed == 13 and all(getattr(spec, name) == getattr(section, name) for name in spec_fields)
+    assert spec.seed == 13 and all(getattr(spec, name) == getattr(section, name) for name in decoding)
+    with pytest.raises(ValueError, match="top_p"):
+        GenerationConfig(top_p=0)

@@ -190,9 +190,10 @@ class FineTuneConfig:
         check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
 
 
-@dataclass
-class GenerationConfig:
-    """Batched generation on a Ray Data actor pool (``concurrency`` actors, ``num_gpus`` each)."""
+@dataclass(frozen=True)
+class Decoding:
+    """How a generator decodes: the settings a ``*.generation`` section and the engines' ``GenerationSpec``
+    (:mod:`common.models.generation.hf_engine`, which adds the run's seed) share, defined once here."""
 
     n_samples: int = 8
     mode: Literal["sample", "beam"] = "sample"
@@ -204,9 +205,6 @@ class GenerationConfig:
     max_source_tokens: int = 64
     # Inputs of one Ray Data batch are sorted by length and generated this many at a time.
     bucket_size: int = 64
-    batch_size: int = 256
-    concurrency: int = 1
-    num_gpus: float = 0.0
     # hf: transformers' generate; ctranslate2: the model converted once to CTranslate2 (common.models.generation.ct2),
     # several times faster on CPU; a label-prefix model always runs on hf, and so does every model where the
     # ctranslate2 package does not import. CGA and query reformulation default to ctranslate2
@@ -214,7 +212,18 @@ class GenerationConfig:
     engine: Literal["hf", "ctranslate2"] = "hf"
     # CTranslate2's compute type: auto = int8 on CPU, float16 on GPU; or int8, int8_float16, float16, float32...
     compute_type: str = "auto"
+    # CTranslate2's token budget per decoding batch.
     max_batch_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class GenerationConfig(Decoding):
+    """Batched generation on a Ray Data actor pool (``concurrency`` actors, ``num_gpus`` each): the decoding
+    settings plus the pool's."""
+
+    batch_size: int = 256
+    concurrency: int = 1
+    num_gpus: float = 0.0
 
     def __post_init__(self) -> None:
         check(self.engine in ("hf", "ctranslate2"), "*.engine", "must be hf or ctranslate2")

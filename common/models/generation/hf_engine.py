@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from common.models.config import Decoding
+
 log = logging.getLogger(__name__)
 
 OUTPUT_COLUMNS = ("source_id", "source_text", "generated_text", "sample_idx", "model_version", "generated_tokens",
@@ -36,29 +38,18 @@ def output_schema():
 
 
 @dataclass(frozen=True)
-class GenerationSpec:
-    """Decoding settings; the consistency paper generates n = 8 samples per input."""
+class GenerationSpec(Decoding):
+    """What an engine decodes with: a ``*.generation`` section's decoding settings
+    (:class:`common.models.config.Decoding`; the consistency paper generates n = 8 samples per input) and
+    the run's ``seed``."""
 
-    n_samples: int = 8
-    mode: str = "sample"  # "sample" (top_k / top_p) or "beam"
-    top_k: int = 50
-    top_p: float = 0.95
-    num_beams: int = 8
-    max_new_tokens: int = 48
-    max_source_tokens: int = 64
-    bucket_size: int = 64
     seed: int = 42
-    engine: str = "hf"  # "hf" (transformers' generate) or "ctranslate2" (common.models.generation.ct2)
-    compute_type: str = "auto"  # CTranslate2's: auto = int8 on CPU, float16 on GPU
-    max_batch_tokens: int = 4096  # CTranslate2's token budget per decoding batch
 
     @classmethod
-    def from_config(cls, cfg, seed: int) -> "GenerationSpec":
+    def from_config(cls, cfg: Decoding, seed: int) -> "GenerationSpec":
         """The spec of a ``*.generation`` config section (:class:`common.models.config.GenerationConfig`):
-        every decoding field by name, plus the run's ``seed``. The section also holds the pool's settings
-        (batch size, actors, GPUs), which are not decoding; a test keeps the two classes' shared fields and
-        defaults equal."""
-        return cls(seed=seed, **{f.name: getattr(cfg, f.name) for f in fields(cls) if f.name != "seed"})
+        its decoding settings (not the pool's batch size, actors or GPUs) and ``seed``."""
+        return cls(seed=seed, **{f.name: getattr(cfg, f.name) for f in fields(Decoding)})
 
 
 class T5Generator:
