@@ -8,7 +8,8 @@
   documents (heaviest for the topic), ``on_topic`` training documents (next heaviest) and ``off_topic``
   training documents (lightest), never overlapping.
 * ``genre-generate`` fine-tunes one keywords-to-text generator per (topic, N, genre) on that genre's
-  off-topic passages only (``genre_gen_pairs``; the models in ``genre_generators``), in concurrent Ray tasks;
+  off-topic passages only (``genre_gen_pairs``; the models in ``genre_generators``), in concurrent Ray tasks
+  (with ``genre.generator.per_genre: false``, one genre-conditioned generator per (topic, N) on every genre's);
   then one Ray Data pass generates, from the keywords of on-topic test documents (as many as
   ``genre.generator.synthetic_ratio`` asks; with ``off_topic_control`` also of off-topic training documents),
   one synthetic document per genre (``genre_prompts`` -> ``genre_generated``), kept in ``genre_synthetic`` or
@@ -189,20 +190,26 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int):
 
     gen = ctx.cfg.genre.generator
     pairs = ctx.lakehouse.read(PAIRS, pairs_version)
-    # One row per generator: bounded by topics x sizes x genres.
+    # One row per (topic, n, genre): bounded by topics x sizes x genres. A genre-conditioned generator (not
+    # per_genre) is one model per (topic, n) that every genre's row names.
     keys = pairs.groupBy("topic", "n", "genre").agg(F.count(F.lit(1)).alias("pairs")).orderBy("topic", "n", "genre") \
         .collect()
     # A model depends on what it learns from and how, not on how it is later prompted or decoded: a new
-    # synthetic_ratio or sampling setting reuses the fine-tuned generators.
-    model_hash = hash_of(asdict(gen.model), asdict(gen.fine_tune), gen.max_passages_per_doc, ctx.cfg.seed)
-    rows, todo = [], []
+    # synthetic_ratio or sampling setting reuses the fine-tuned generators. (per_genre enters the hash only
+    # when false, so the per-genre generators of earlier runs keep their keys.)
+    model_hash = hash_of(asdict(gen.model), asdict(gen.fine_tune), gen.max_passages_per_doc, ctx.cfg.seed,
+                         *([] if gen.per_genre else ["genre-conditioned"]))
+    rows, todo, started = [], [], set()
     for r in keys:
-        key = hash_of(model_hash, tr.inputs, r["topic"], r["n"], r["genre"])
+        model_key = (r["topic"], r["n"], r["genre"] if gen.per_genre else None)
+        key = hash_of(model_hash, tr.inputs, *(k for k in model_key if k is not None))
         uri = ctx.models_dir("genre_generator", key)
         reused = not ctx.force and exists(f"{uri}/{MODEL_MARKER}")
         rows.append((r["topic"], r["n"], r["genre"], r["pairs"], uri, f"genre_generator-{key}", reused))
-        if not reused:
-            todo.append(([("topic", "=", r["topic"]), ("n", "=", r["n"]), ("genre", "=", r["genre"])], uri))
+        if not reused and uri not in started:
+            started.add(uri)
+            filters = [("topic", "=", r["topic"]), ("n", "=", r["n"])]
+            todo.append((filters + ([("genre", "=", r["genre"])] if gen.per_genre else []), uri))
     log.info("generators: %d to fine-tune, %d reused (same config and inputs)", len(todo), len(rows) - len(todo))
     if todo:
         results = fine_tune_many_on_ray(ctx.ray(), ctx.lakehouse.file_uris(PAIRS, pairs_version), todo,
@@ -231,10 +238,12 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     config_hash = hash_of(asdict(gen), ctx.cfg.seed)
     if tr.all_written([SYNTHETIC, QUARANTINE], config_hash):
         return None
-    pairs = tr.write(generator_pairs(splits, passages, gen.max_passages_per_doc), PAIRS, config_hash)
+    pairs = tr.write(generator_pairs(splits, passages, gen.max_passages_per_doc, gen.per_genre), PAIRS,
+                     config_hash)
     generators = tr.write(_fine_tune_generators(ctx, tr, pairs.version), GENERATORS, config_hash)
     prompt_rows = tr.write(prompts(splits, passages, ctx.lakehouse.read(GENERATORS, generators.version),
-                                   ctx.cfg.seed, gen.synthetic_ratio, gen.off_topic_control), PROMPTS, config_hash)
+                                   ctx.cfg.seed, gen.synthetic_ratio, gen.off_topic_control, gen.per_genre),
+                           PROMPTS, config_hash)
     g = gen.generation
     # In (model, id) order: batches hold few models, and the same rows whatever the table's layout.
     with ctx.lakehouse.read_ray_ordered(PROMPTS, prompt_rows.version, ROUTED_COLUMNS,

@@ -146,6 +146,11 @@ def test_generators_learn_only_from_their_genres_off_topic_documents(spark):
     assert set(pairs["passage_idx"]) == {0, 1}  # a passage without keywords makes no pair
     assert (pairs["target_text"] == pairs["doc_id"] + " passage " + pairs["passage_idx"].astype(str)).all()
     assert len(generator_pairs(splits, passages, 1).toPandas()) == 3  # first passage of each document only
+    # one genre-conditioned generator per (topic, n): the same pairs, each source naming its genre
+    conditioned = generator_pairs(splits, passages, None, per_genre=False).toPandas()
+    assert len(conditioned) == len(pairs)
+    assert (conditioned["source_text"] == conditioned["genre"] + " | kw " + conditioned["doc_id"] + " "
+            + conditioned["passage_idx"].astype(str)).all()
 
 
 def test_synthetic_ratio_draws_k_test_documents_for_every_generator(spark):
@@ -182,6 +187,14 @@ def test_synthetic_ratio_draws_k_test_documents_for_every_generator(spark):
                                                                          "story": chosen(1.0)[0]}
     assert (p["source_text"] == "kw " + p["source_doc_id"]).all() and p["source_id"].is_unique
     assert set(p["keywords_from"]) == {"on_topic"}
+    # a genre-conditioned generator (one model, every genre's row) is told the genre it writes, as in training
+    one_model = spark.createDataFrame([(0, 3, g, "/m/all", "v-all") for g in ("news", "science_fiction")],
+                                      "topic int, n int, genre string, model_path string, model_version string")
+    c = prompts(splits, passages, one_model, 42, 1.0, per_genre=False).toPandas()
+    assert c.groupby("genre")["source_doc_id"].apply(set).to_dict() == {"news": chosen(1.0)[0],
+                                                                         "science_fiction": chosen(1.0)[0]}
+    assert (c["source_text"] == c["genre"].str.replace("_", " ") + " | kw " + c["source_doc_id"]).all()
+    assert c["source_id"].is_unique and set(c["model_path"]) == {"/m/all"}
 
     # the Table-5 control: as many off-topic training documents again (capped by those there are), never a test one
     control = prompt_sources(splits, 1.0, 42, control=True).toPandas()
@@ -330,6 +343,18 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     generate_job(ctx)
     assert lake.read("genre_prompts").count() == 3 * 3 * 3
     assert lake.read("genre_generators").toPandas()["reused"].all()
+
+    # one genre-conditioned generator for the (topic, N): every genre's row names it, and it learns and is
+    # prompted with "<genre> | <keywords>"
+    ctx.cfg.genre.generator.per_genre = False
+    generate_job(ctx)
+    generators = lake.read("genre_generators").toPandas()
+    assert len(generators) == 3 and generators["model_path"].nunique() == 1 and not generators["reused"].any()
+    pairs = lake.read("genre_gen_pairs").toPandas()
+    prompts = lake.read("genre_prompts").toPandas()
+    for frame, text in ((pairs, "source_text"), (prompts, "source_text")):
+        assert all(t.startswith(g.replace("_", " ") + " | ") for g, t in zip(frame["genre"], frame[text]))
+    assert len(prompts) == 3 * 3 * 3 and lake.read("genre_generated").count() == len(prompts)
 
     # the encoder classifier (a tiny fine-tune) beside fastText, and the synthetic-only row
     from common.genre.config import EvalConfig

@@ -114,6 +114,11 @@ class GeneratorConfig:
     off_topic_control: bool = False
     # Fine-tuned models an actor of the generation pool keeps loaded.
     cache_models: int = 4
+    # The paper: one generator per genre (per topic and N). false: one genre-conditioned generator per (topic,
+    # N), fed "<genre> | <keywords>" (genre.generation.conditioned_source) in training and generation: one
+    # model learns from every genre's passages, so a pretrained generator gets all the optimiser steps
+    # instead of a few per genre, and one model is saved, converted and loaded instead of one per genre.
+    per_genre: bool = True
 
     def __post_init__(self) -> None:
         check(self.max_passages_per_doc is None or self.max_passages_per_doc >= 1,

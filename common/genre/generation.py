@@ -11,19 +11,30 @@ if TYPE_CHECKING:
 GENERATOR_KEY = ("topic", "n", "genre")
 
 
-def generator_pairs(splits: "DataFrame", passage_rows: "DataFrame", max_passages: Optional[int]) -> "DataFrame":
+def conditioned_source(genre, keywords):
+    """The input of a genre-conditioned generator (``genre.generator.per_genre: false``): the genre's name
+    (underscores as spaces) and the keywords, ``"<genre> | <keywords>"``, as Spark columns."""
+    from pyspark.sql import functions as F
+
+    return F.concat(F.regexp_replace(genre, "_", " "), F.lit(" | "), keywords)
+
+
+def generator_pairs(splits: "DataFrame", passage_rows: "DataFrame", max_passages: Optional[int],
+                    per_genre: bool = True) -> "DataFrame":
     """(topic, n, genre, doc_id, passage_idx, source_text, target_text): for each (topic, n) and genre, the
     passages of that genre's ``off_topic`` training documents (their first ``max_passages``, when set) as
     (keywords, passage) pairs. A generator never sees a test or on-topic document: isolation by design.
-    Passages without keywords make no pair."""
+    Passages without keywords make no pair. Not ``per_genre`` (one generator per (topic, n) for all genres):
+    the source names the genre too (:func:`conditioned_source`)."""
     from pyspark.sql import functions as F
 
     off = splits.filter(F.col("role") == "off_topic").select("topic", "n", "doc_id", "genre")
     rows = passage_rows.filter(F.col("keywords") != "")
     if max_passages is not None:
         rows = rows.filter(F.col("passage_idx") < max_passages)
-    return off.join(rows.select("doc_id", "passage_idx", F.col("keywords").alias("source_text"),
-                                F.col("passage").alias("target_text")), "doc_id")
+    pairs = off.join(rows.select("doc_id", "passage_idx", "keywords", F.col("passage").alias("target_text")), "doc_id")
+    source = F.col("keywords") if per_genre else conditioned_source(F.col("genre"), F.col("keywords"))
+    return pairs.select("topic", "n", "genre", "doc_id", "passage_idx", source.alias("source_text"), "target_text")
 
 
 def prompt_sources(splits: "DataFrame", ratio: Optional[float], seed: int, control: bool = False) -> "DataFrame":
@@ -55,12 +66,13 @@ def prompt_sources(splits: "DataFrame", ratio: Optional[float], seed: int, contr
 
 
 def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFrame", seed: int,
-            ratio: Optional[float], control: bool = False) -> "DataFrame":
+            ratio: Optional[float], control: bool = False, per_genre: bool = True) -> "DataFrame":
     """One prompt per generator of a (topic, n) and document chosen by ``prompt_sources`` (``ratio``,
     ``control``): (topic, n, genre, source_doc_id, source_genre, keywords_from, source_id, source_text,
     model_path, model_version). ``source_text`` is the keywords of one passage of the document, drawn by
     (``seed``, doc_id); its genre is not given to the generator, which writes in its own ``genre`` (the
-    synthetic document's label). Sorted by model, so generation batches hold few models."""
+    synthetic document's label); a genre-conditioned generator (not ``per_genre``) is given that ``genre``
+    with the keywords, as in training. Sorted by model, so generation batches hold few models."""
     from pyspark.sql import functions as F
 
     counts = passage_rows.groupBy("doc_id").agg(F.count(F.lit(1)).alias("_passages"))
@@ -70,9 +82,9 @@ def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFra
                                                             "source_doc_id") \
         .join(generators.select("topic", "n", "genre", "model_path", "model_version"), ["topic", "n"])
     source_id = F.concat_ws("/", F.col("topic").cast("string"), F.col("n").cast("string"), "genre", "source_doc_id")
+    text = F.col("keywords") if per_genre else conditioned_source(F.col("genre"), F.col("keywords"))
     return out.select("topic", "n", "genre", "source_doc_id", "source_genre", "keywords_from",
-                      source_id.alias("source_id"), F.col("keywords").alias("source_text"), "model_path",
-                      "model_version") \
+                      source_id.alias("source_id"), text.alias("source_text"), "model_path", "model_version") \
         .orderBy("model_path", "source_id")
 
 
