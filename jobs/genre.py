@@ -210,7 +210,8 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int):
             started.add(uri)
             filters = [("topic", "=", r["topic"]), ("n", "=", r["n"])]
             todo.append((filters + ([("genre", "=", r["genre"])] if gen.per_genre else []), uri))
-    log.info("generators: %d to fine-tune, %d reused (same config and inputs)", len(todo), len(rows) - len(todo))
+    log.info("generators: %d for %d genre rows, %d to fine-tune, %d reused (same config and inputs)",
+             len({r[4] for r in rows}), len(rows), len(todo), len({r[4] for r in rows if r[6]}))
     if todo:
         results = fine_tune_many_on_ray(ctx.ray(), ctx.lakehouse.file_uris(PAIRS, pairs_version), todo,
                                         ModelSpec.from_config(gen.model), TrainSpec.from_config(gen.fine_tune,
