@@ -115,7 +115,7 @@ class GeneratorConfig:
     # Fine-tuned models an actor of the generation pool keeps loaded.
     cache_models: int = 4
     # The paper: one generator per genre (per topic and N). false: one genre-conditioned generator per (topic,
-    # N), fed "<genre> | <keywords>" (genre.generation.conditioned_source) in training and generation: one
+    # N), fed "<genre> | <keywords>" (common.genre.generation.conditioned_source) in training and generation: one
     # model learns from every genre's passages, so a pretrained generator gets all the optimiser steps
     # instead of a few per genre, and one model is saved, converted and loaded instead of one per genre.
     per_genre: bool = True
