@@ -65,7 +65,8 @@ def split_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     dupes = [r["example_id"] for r in rows.groupBy("example_id").count().filter(F.col("count") > 1).limit(5).collect()]
     if dupes:
         raise DuplicateExampleError(f"{MULTILABEL}: example_id is not unique (e.g. {', '.join(map(repr, dupes))}); "
-                                    "give each row its own id (inputs.multilabel.rename can map an id column)")
+                                    "give each row its own id (inputs.multilabel.rename can map an id column), or keep "
+                                    "ingest.dedup.exact on so that ingest quarantines the copies")
     # M rows: bounded by the config.
     chosen = ctx.spark.createDataFrame(test_compositions(rows, cfg, ctx.cfg.seed).collect(),
                                        "composition string, examples long")

@@ -53,7 +53,8 @@ def _check_unique(df, table: str) -> None:
     dupes = [r["doc_id"] for r in df.groupBy("doc_id").count().filter(F.col("count") > 1).limit(5).collect()]
     if dupes:
         raise DuplicateDocumentError(f"{table}: doc_id is not unique (e.g. {', '.join(map(repr, dupes))}); give each "
-                                     "document its own id (inputs.documents.rename can map another column)")
+                                     "document its own id (inputs.documents.rename can map another column), or keep "
+                                     "ingest.dedup.exact on so that ingest quarantines the copies")
 
 
 @job("genre-topics")

@@ -142,7 +142,7 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     nothing when both tables already hold this input version's rows."""
     from pyspark import StorageLevel
 
-    from common.data import quarantine
+    from common.data import duplicates, quarantine
     from common.data.readers import read_input
 
     config_hash = hash_of(asdict(ctx.cfg.ingest), asdict(spec), contract.name)
@@ -158,8 +158,13 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     if tr.all_written([contract.name, contract.quarantine_table], config_hash, inputs):
         return {}
     mode = "overwrite" if raw.since is None else "append"
-    validated = quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df, spec.strip_markup) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    # An appended row may copy one the table already keeps: the kept rows take part as earlier copies.
+    # Pinned to its version: this run appends to that table before it writes the quarantine.
+    prior = (ctx.lakehouse.read(contract.name, ctx.lakehouse.version(contract.name))
+             if raw.since is not None and ctx.cfg.ingest.dedup.exact else None)
+    validated = duplicates.with_duplicate_reasons(
+        quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df, spec.strip_markup),
+        contract, ctx.cfg.ingest, prior, raw.absent).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # An incremental run may find no appended rows; a full one with none would empty the tables.
         by_reason = quarantine.reason_counts(validated, raw.location, allow_empty=raw.since is not None)
@@ -176,13 +181,15 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
         if res.num_rows is not None and res.num_rows != expected:
             raise AccountingError(f"{contract.name}: wrote {res.num_rows} rows to {res.table}, expected {expected}")
     reasons = {k: v for k, v in sorted(by_reason.items(), key=lambda kv: -kv[1]) if k is not None}
+    dedup = duplicates.report(reasons)
     tr.log_dict({"input": raw.location, "version": raw.version, "incremental_since": raw.since, "rows_in": n_in,
-                 "kept": n_kept, "quarantined": n_rejected, "reasons": reasons}, f"ingest/{contract.name}.json")
+                 "kept": n_kept, "quarantined": n_rejected, "reasons": reasons, "dedup": dedup},
+                f"ingest/{contract.name}.json")
     scope = "all rows" if raw.since is None else f"rows appended after v{raw.since}"
     log.info("%s (%s of %s v%s): %d rows in = %d kept + %d quarantined %s", contract.name, scope, raw.location,
              raw.version, n_in, n_kept, n_rejected, reasons)
     return {"rows_in": n_in, "rows_kept": n_kept, "rows_quarantined": n_rejected,
-            "incremental": int(raw.since is not None)}
+            **{f"rows_{kind}": n for kind, n in dedup.items()}, "incremental": int(raw.since is not None)}
 
 
 def last_ingested(ctx: JobContext, contract: Contract, config_hash: str, location: str,
@@ -205,6 +212,27 @@ def last_ingested(ctx: JobContext, contract: Contract, config_hash: str, locatio
         if inputs != other_inputs:
             return None
     return versions.pop() if len(versions) == 1 else None
+
+
+def dedup_lines(lakehouse, infos) -> list[str]:
+    """``augment tables``' dedup report: for each ingested input, the latest quarantine version's exact
+    duplicates, conflicting-label copies and repeated ids beside its rows in (kept + quarantined)."""
+    from common.data.duplicates import report
+    from common.data.quarantine import reason_kind_of
+    from common.data.schemas import CONTRACTS
+
+    rows = {info.name: info for info in infos}
+    lines = []
+    for contract in sorted({c.name: c for c in CONTRACTS.values()}.values(), key=lambda c: c.name):
+        kept, rejected = rows.get(contract.name), rows.get(contract.quarantine_table)
+        if kept is None or rejected is None:
+            continue
+        counts = report(lakehouse.value_counts(rejected.name, "reason", reason_kind_of))
+        n_in = (kept.num_rows or 0) + (rejected.num_rows or 0)
+        lines.append(f"{contract.name + ':':<20} {n_in:>9} rows in, {counts['duplicate']} exact duplicates, "
+                     f"{counts['conflicting']} conflicting labels, {counts['repeated_id']} repeated ids "
+                     f"(v{rejected.version} of {rejected.name})")
+    return ["dedup report (ingest.dedup):", *lines] if lines else []
 
 
 main = entry_point(NAME, run, __doc__)

@@ -75,6 +75,22 @@ class InputsConfig:
 
 
 @dataclass
+class DedupConfig:
+    """Exact duplicates at ingest (``common.data.duplicates``): which rows are copies is the contract's own
+    (``schemas.Dedup``); texts are compared normalised (trimmed, whitespace runs as one space, case-folded)."""
+
+    # Rows repeating an earlier row's id or (for corpora: texts, documents, multilabel) its text with the same
+    # labels go to the quarantine as ``duplicate of <id>``; the first copy is kept. False: every row is kept.
+    exact: bool = True
+    # Copies that differ only in their labels: ``quarantine`` every copy (``conflicting labels``; the label is
+    # unknown, so no copy is trusted), or ``keep`` them all (multi-annotator data where disagreement is signal).
+    conflicts: Literal["quarantine", "keep"] = "quarantine"
+
+    def __post_init__(self) -> None:
+        check(self.conflicts in ("quarantine", "keep"), "ingest.dedup.conflicts", "must be quarantine or keep")
+
+
+@dataclass
 class IngestConfig:
     """Validation rules applied on ingest; failing rows go to ``<table>_quarantine`` with a reason."""
 
@@ -93,6 +109,7 @@ class IngestConfig:
     label_separator: str = ","
     label_vocabulary: Optional[list[str]] = None
     allow_empty_labels: bool = False
+    dedup: DedupConfig = field(default_factory=DedupConfig)
 
     def __post_init__(self) -> None:
         check(bool(self.label_separator), "ingest.label_separator", "must not be empty")

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 REASON_COL = "reason"
+# Duplicate detection's reasons (common.data.duplicates): ``duplicate of <id>`` names the kept copy, so the
+# reasons are counted by kind (:func:`reason_kind`) to stay a bounded set.
+DUPLICATE = "duplicate of "
+# The reason of a text copy in a contract without ids (texts): no id to name.
+DUPLICATE_TEXT = "duplicate of an earlier copy of this text"
 # C0 controls (but tab/newline/CR), DEL, and U+FFFD, the mark of an undecodable byte sequence.
 _INVALID_CHARS = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F\x{FFFD}]"
 
@@ -174,13 +179,30 @@ def reason_counts(validated: "DataFrame", location: str, allow_empty: bool = Fal
     reads the whole input, so an unreadable file found only now (a truncated Parquet footer in a folder)
     raises :class:`InputSchemaError` naming ``location``, and so does an input with no rows unless
     ``allow_empty`` (an overwrite with no rows would empty the tables). Reasons are a short, bounded list
-    (one per rule), so the aggregate is safe to collect."""
+    (one per rule; ``duplicate of <id>`` counts as one), so the aggregate is safe to collect."""
     with reading(location):
-        counts = {r["reason"]: r["count"] for r in validated.groupBy(REASON_COL).count().collect()}
+        counts = {r["reason"]: r["count"]
+                  for r in validated.groupBy(reason_kind(REASON_COL).alias(REASON_COL)).count().collect()}
     if not counts and not allow_empty:
         raise InputSchemaError(f"{location}: no rows to ingest (a header only, or files without data); "
                                "the tables keep their last version")
     return counts
+
+
+def reason_kind_of(reason: Optional[str]) -> Optional[str]:
+    """A reason with every ``duplicate of <id>`` counted as one (:func:`reason_kind` on one value)."""
+    if reason and reason.startswith(DUPLICATE) and reason != DUPLICATE_TEXT:
+        return DUPLICATE + "<id>"
+    return reason
+
+
+def reason_kind(column: str) -> "Column":
+    """``column`` (a reason) with every ``duplicate of <id>`` counted as one reason: a bounded set to aggregate."""
+    from pyspark.sql import functions as F
+
+    reason = F.col(column)
+    return F.when(reason.startswith(DUPLICATE) & (reason != DUPLICATE_TEXT), F.lit(DUPLICATE + "<id>")) \
+        .otherwise(reason)
 
 
 def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
@@ -188,7 +210,16 @@ def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
     markup removed where :func:`with_reasons` was asked to, canonical paths)."""
     from pyspark.sql import functions as F
 
-    out = []
+    return df.filter(F.col(REASON_COL).isNull()).select(
+        *[value.alias(name) for name, value in normalized(df, contract, cfg).items()])
+
+
+def normalized(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> dict[str, "Column"]:
+    """{contract column: its value as :func:`kept` stores it} for the rows of a :func:`with_reasons` frame
+    (meaningful for valid rows); duplicate detection compares rows on these values."""
+    from pyspark.sql import functions as F
+
+    out = {}
     for column in contract.columns:
         value = F.col(column.name)
         if column.name in TEXT_COLUMNS:
@@ -209,8 +240,8 @@ def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
             value = F.trim(value.cast("string")).try_cast("long")
         else:
             value = F.when(_blank(value), F.lit(None)).otherwise(F.trim(value.cast("string")))
-        out.append(value.alias(column.name))
-    return df.filter(F.col(REASON_COL).isNull()).select(*out)
+        out[column.name] = value
+    return out
 
 
 def rejected(df: "DataFrame", contract: Contract) -> "DataFrame":

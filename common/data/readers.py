@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 SOURCE_COL = "_source"
 CORRUPT_COL = "_corrupt_record"
+ROW_COL = "_row"
 
 
 class InputSchemaError(InputError):
@@ -75,6 +76,8 @@ class RawInput:
     version: str
     format: str
     since: Optional[str] = None
+    # Optional contract columns the source does not have (added as nulls).
+    absent: tuple[str, ...] = ()
 
 
 def resolve_format(spec: InputSpec) -> str:
@@ -171,16 +174,19 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
     if fmt != "csv":
         # JSON primitives arrive as strings (typed per row later); its arrays and objects do not.
         df = _check_types(df, contract, location, strings_ok=fmt == "json")
-    for column in contract.columns:
-        if column.name not in df.columns:
-            df = df.withColumn(column.name, F.lit(None).cast("string"))
+    absent = tuple(c.name for c in contract.columns if c.name not in df.columns)
+    for name in absent:
+        df = df.withColumn(name, F.lit(None).cast("string"))
     if CORRUPT_COL not in df.columns:
         df = df.withColumn(CORRUPT_COL, F.lit(None).cast("string"))
     if fmt in ("csv", "json", "parquet"):
         df = df.withColumn(SOURCE_COL, F.col("_metadata.file_path"))
     else:
         df = df.withColumn(SOURCE_COL, F.lit(f"{location}@v{version}"))
-    return RawInput(df=df, location=location, version=version, format=fmt, since=since)
+    # Read order within the scan (increasing along each file): which of two copies came first, for ingest's
+    # duplicate detection. The same files give the same ids, so the kept copy is the same on every run.
+    df = df.withColumn(ROW_COL, F.monotonically_increasing_id())
+    return RawInput(df=df, location=location, version=version, format=fmt, since=since, absent=absent)
 
 
 LABEL_ERROR_COL = "_label_error"

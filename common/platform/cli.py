@@ -55,11 +55,12 @@ def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
-         doctor_checks: Sequence[Callable] = ()) -> int:
+         doctor_checks: Sequence[Callable] = (), table_reports: Sequence[Callable] = ()) -> int:
     """Parse ``argv`` and dispatch to ``registry``'s jobs with the config that ``load(path, overrides)``
     builds; returns the process exit code (2 for config errors). ``doctor_checks`` are more ``augment doctor``
     lines, each a function of the config returning a :class:`common.platform.doctor.Check` (the layers above
-    the platform know what their models need)."""
+    the platform know what their models need); ``table_reports`` more ``augment tables`` lines, each a
+    function of the lakehouse and its table infos returning lines (the ingest's dedup report)."""
     from common.platform.job import override_list, setup_logging
 
     args = _parser(registry).parse_args(argv)
@@ -85,7 +86,12 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
         print(yaml.safe_dump(mask_secrets(cfg.to_dict()), sort_keys=False))
         return 0
     if args.command == "tables":
-        print(format_tables(_metadata_lakehouse(cfg).tables()))
+        lakehouse = _metadata_lakehouse(cfg)
+        infos = lakehouse.tables()
+        print(format_tables(infos))
+        lines = [line for table_report in table_reports for line in table_report(lakehouse, infos)]
+        if lines:
+            print("\n" + "\n".join(lines))
         return 0
     if args.command == "history":
         print(format_history(_metadata_lakehouse(cfg).history(args.table)))

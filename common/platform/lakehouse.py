@@ -18,7 +18,7 @@ import hashlib
 import logging
 import os
 import uuid
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from common.platform import delta_native, delta_rs
 from common.platform.config import LakehouseConfig
@@ -144,6 +144,29 @@ class Lakehouse:
             return infos
         storage = self.cfg.storage_options or None
         return [delta_rs.path_table_info(name, self.location(name), storage) for name in self.table_names()]
+
+    def value_counts(self, table: str, column: str, fold: Callable[[Optional[str]], Optional[str]] = lambda v: v,
+                     version: Optional[int] = None) -> dict[Optional[str], int]:
+        """{fold(value): rows} of one column of a table version (the latest by default). Rows are streamed,
+        never held: path tables in delta-rs' record batches, catalog tables through Spark's aggregate; a
+        ``fold`` that maps values onto a bounded set keeps the result bounded however many values there are."""
+        from collections import Counter
+
+        counts: Counter = Counter()
+        if self.cfg.catalog:
+            from pyspark.sql import functions as F
+
+            for row in self.read(table, version).groupBy(F.col(column).cast("string")).count().toLocalIterator():
+                counts[fold(row[0])] += row[1]
+            return dict(counts)
+        import pyarrow.compute as pc
+        from deltalake import DeltaTable
+
+        dt = DeltaTable(self.location(table), version=version, storage_options=self.cfg.storage_options or None)
+        for batch in dt.to_pyarrow_dataset().to_batches(columns=[column]):
+            for entry in pc.value_counts(batch.column(0)).to_pylist():
+                counts[fold(entry["values"])] += entry["counts"]
+        return dict(counts)
 
     def find_version(self, table: str, lineage: Lineage) -> Optional[int]:
         """The version whose commit carries ``lineage``'s key, or None."""

@@ -1,0 +1,153 @@
+"""Exact duplicates at ingest: every contract's copies are quarantined with a reason, the first copy kept, rows in
+= kept + quarantined; conflicting labels per the switch; incremental appends compared with the kept rows."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from common.data.config import DedupConfig, IngestConfig, InputSpec
+from common.data.duplicates import CONFLICT, repeated_id_reason, with_duplicate_reasons
+from common.data.quarantine import DUPLICATE_TEXT, kept, reason_counts, rejected, with_reasons
+from common.data.readers import read_input
+from common.data.schemas import CATALOG, DOCUMENTS, INTERACTIONS, LABELED, MULTILABEL, TEXTS
+from jobs import cli, ingest
+
+
+def _validate(spark, path, contract, cfg=None, **spec):
+    cfg = cfg or IngestConfig()
+    raw = read_input(spark, InputSpec(path=str(path), **spec), contract)
+    validated = with_duplicate_reasons(with_reasons(raw.df, contract, cfg), contract, cfg, None, raw.absent).cache()
+    counts = reason_counts(validated, str(path))
+    # Rows in = kept + quarantined, whatever the duplicates.
+    assert kept(validated, contract, cfg).count() + rejected(validated, contract).count() \
+        == raw.df.count() == sum(counts.values())
+    return validated, counts
+
+
+def _reasons(validated, *columns) -> Counter:
+    """(columns, reason) of every row, as a multiset."""
+    return Counter((tuple(r[c] for c in columns), r["reason"]) for r in validated.collect())
+
+
+def test_a_public_corpus_without_ids_keeps_one_copy_of_each_repeated_text(spark, tmp_path):
+    # The case issue 46 met: a multi-label corpus without an id column whose documents repeat, once with the
+    # same labels (a duplicate, even with other spacing and case) and once with other labels (a conflict).
+    path = tmp_path / "ml.csv"
+    path.write_text("text,labels\nI love it,joy\nI  love it ,joy\ni love it,joy\nso sad,sadness\nso sad,anger\n"
+                    "fine,joy\n")
+    validated, counts = _validate(spark, path, MULTILABEL)
+    rows = _reasons(validated, "text", "labels")
+    first_id = kept(validated, MULTILABEL, IngestConfig()).filter("text = 'I love it'").first()["example_id"]
+    assert rows == Counter([(("I  love it ", "joy"), f"duplicate of {first_id}"), (("I love it", "joy"), None),
+                            (("fine", "joy"), None), (("i love it", "joy"), f"duplicate of {first_id}"),
+                            (("so sad", "anger"), CONFLICT), (("so sad", "sadness"), CONFLICT)])
+    assert counts == {None: 2, "duplicate of <id>": 2, CONFLICT: 2}
+    ids = [r["example_id"] for r in kept(validated, MULTILABEL, IngestConfig()).collect()]
+    assert len(ids) == len(set(ids)) == 2  # what compositional-split requires
+
+    keep = IngestConfig(dedup=DedupConfig(conflicts="keep"))
+    validated, counts = _validate(spark, path, MULTILABEL, keep)
+    assert counts == {None: 4, "duplicate of <id>": 2}
+    validated, counts = _validate(spark, path, MULTILABEL, IngestConfig(dedup=DedupConfig(exact=False)))
+    assert counts == {None: 6}
+
+
+def test_documents_are_compared_by_id_and_by_text(spark, tmp_path):
+    path = tmp_path / "docs.csv"
+    path.write_text("doc_id,text,genre\na,one text,news\nb,One text,news\na,another,news\nc,x y,fiction\n"
+                    "c,x y,fiction\nd,conf,news\ne,conf,fiction\nf,,news\nf,,news\n")
+    validated, counts = _validate(spark, path, DOCUMENTS)
+    assert _reasons(validated, "doc_id", "text") == Counter([
+        (("a", "another"), repeated_id_reason("doc_id")), (("a", "one text"), None),
+        (("b", "One text"), "duplicate of a"), (("c", "x y"), "duplicate of c"), (("c", "x y"), None),
+        (("d", "conf"), CONFLICT), (("e", "conf"), CONFLICT),
+        # Rows rejected for another reason keep it, and are no one's first copy.
+        (("f", None), "empty text"), (("f", None), "empty text")])
+
+
+def test_catalog_titles_repeat_across_items_but_ids_do_not(spark, tmp_path):
+    labeled = tmp_path / "labeled.csv"
+    labeled.write_text("item_id,title,category\n1,t a,A > B\n1,t a,A>B\n2,t b,A > B\n2,t b,A > C\n3,t c,A\n"
+                       "3,t d,A\n4,t a,A > B\n")
+    validated, _ = _validate(spark, labeled, LABELED)
+    assert _reasons(validated, "item_id", "title") == Counter([
+        (("1", "t a"), None), (("1", "t a"), "duplicate of 1"), (("2", "t b"), CONFLICT), (("2", "t b"), CONFLICT),
+        (("3", "t c"), None), (("3", "t d"), repeated_id_reason("item_id")),
+        (("4", "t a"), None)])  # item 4 repeats item 1's title: another item, kept
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text("item_id,title,brand\n1,t a,acme\n1,t a,\n2,t a,acme\n")
+    validated, _ = _validate(spark, catalog, CATALOG)
+    assert _reasons(validated, "item_id", "brand") == Counter([
+        (("1", None), repeated_id_reason("item_id")), (("1", "acme"), None), (("2", "acme"), None)])
+
+
+def test_interactions_are_events_unless_the_source_names_them(spark, tmp_path):
+    log = tmp_path / "log.csv"
+    log.write_text("query,product_id,interaction,count\nmug,p1,click,1\nmug,p1,click,1\n")
+    _, counts = _validate(spark, log, INTERACTIONS)
+    assert counts == {None: 2}  # two clicks
+    named = tmp_path / "events.csv"
+    named.write_text("event_id,query,product_id,interaction,count\ne1,mug,p1,click,1\ne1,mug,p1,click,1\n"
+                     "e2,mug,p1,click,1\n")
+    validated, counts = _validate(spark, named, INTERACTIONS)
+    assert counts == {None: 2, "duplicate of <id>": 1}
+    assert kept(validated, INTERACTIONS, IngestConfig()).count() == 2
+
+
+def test_a_text_in_a_given_test_split_keeps_its_test_copy(spark, tmp_path):
+    # SST-2-style folders: train.csv and test.csv, the split taken from the file name. The test copy is kept
+    # (the evaluation set is the source's), the train copy quarantined: no leak, no thinned test set.
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "train.csv").write_text("text,label\ngreat film,pos\nawful,neg\nok,pos\n")
+    (folder / "test.csv").write_text("text,label\nGreat  film,pos\nbad,neg\n")
+    validated, counts = _validate(spark, folder, TEXTS, from_path={"split": r"(train|test)\.csv$"})
+    assert _reasons(validated, "text", "split") == Counter([
+        (("Great  film", "test"), None), (("awful", "train"), None), (("bad", "test"), None),
+        (("great film", "train"), DUPLICATE_TEXT), (("ok", "train"), None)])
+    assert counts[DUPLICATE_TEXT] == 1
+
+
+def test_an_incremental_append_that_repeats_kept_rows_quarantines_the_new_copies(ctx, spark, write_path, tmp_path,
+                                                                                   capsys):
+    from deltalake import write_deltalake
+
+    from common.platform.lakehouse import Lakehouse
+
+    source = str(tmp_path / "bronze_labeled")
+    ctx.cfg.inputs.labeled = InputSpec(path=source, format="delta")
+    # Both write paths: the kept rows are read at their version, before this run appends to them.
+    ctx.lakehouse = Lakehouse(ctx.cfg.lakehouse, spark, native_delta=write_path == "native")
+    rows = pd.DataFrame({"item_id": ["i1", "i2"], "title": ["red mug", "blue cup"], "category": ["Home > Mugs"] * 2})
+    write_deltalake(source, rows, mode="overwrite")
+    first = ingest.run(ctx).metrics
+    assert (first["labeled.rows_kept"], first["labeled.rows_quarantined"]) == (2, 0)
+    write_deltalake(source, pd.DataFrame({"item_id": ["i1", "i2", "i3", "i3"],
+                                          "title": ["red mug", "green cup", "tea pot", "tea pot"],
+                                          "category": ["Home > Mugs"] * 4}), mode="append")
+    second = ingest.run(ctx).metrics
+    assert second["labeled.incremental"] == 1
+    assert (second["labeled.rows_in"], second["labeled.rows_kept"], second["labeled.rows_quarantined"]) == (4, 1, 3)
+    reasons = sorted((r["item_id"], r["reason"]) for r in ctx.lakehouse.read("labeled_products_quarantine")
+                     .collect())
+    assert reasons == [("i1", "duplicate of i1"), ("i2", repeated_id_reason("item_id")),
+                       ("i3", "duplicate of i3")]
+    assert sorted(r["item_id"] for r in ctx.lakehouse.read("labeled_products").collect()) == ["i1", "i2", "i3"]
+    # The dedup report: in the run's metrics (and its MLflow run), and in `augment tables` over all versions.
+    assert (second["labeled.rows_duplicate"], second["labeled.rows_conflicting"],
+            second["labeled.rows_repeated_id"]) == (2, 0, 1)
+    capsys.readouterr()
+    assert cli.main(["tables", "--set", f"lakehouse.root={ctx.cfg.lakehouse.root}"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"labeled_products: +6 rows in, 2 exact duplicates, 0 conflicting labels, 1 repeated ids "
+                     r"\(v1 of labeled_products_quarantine\)", out), out
+
+
+@pytest.mark.parametrize("conflicts", ["quarantine", "keep"])
+def test_the_switch_is_checked(conflicts):
+    assert DedupConfig(conflicts=conflicts).conflicts == conflicts
+    with pytest.raises(ValueError, match="ingest.dedup.conflicts"):
+        DedupConfig(conflicts="drop")
