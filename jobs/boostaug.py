@@ -50,6 +50,7 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     from pyspark.sql import functions as F
 
     from common.boostaug.data import assign_splits, cut_label, with_source_ids
+    from common.data.leakage import check_no_leak
 
     cfg = ctx.cfg.boostaug
     texts = tr.read("texts").withColumn("label", cut_label(F.col("label"), cfg.label_level,
@@ -58,9 +59,11 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     if tr.already_written(TEXTS, config_hash):
         return {}
     written = tr.write(assign_splits(with_source_ids(texts), cfg, ctx.cfg.seed), TEXTS, config_hash)
+    rows = ctx.lakehouse.read(TEXTS, written.version)
     # One row per split: a bounded aggregate.
-    counts = {f"{r['split']}": r["count"] for r in
-              ctx.lakehouse.read(TEXTS, written.version).groupBy("split").count().collect()}
+    counts = {f"{r['split']}": r["count"] for r in rows.groupBy("split").count().collect()}
+    check_no_leak(rows.filter("split = 'train'"), "text", rows.filter("split != 'train'"), "text",
+                  f"boostaug-splits: dev and test texts in train ({TEXTS} v{written.version})")
     log.info("boostaug splits: %s", counts)
     return {f"rows.{k}": v for k, v in counts.items()}
 
@@ -200,6 +203,7 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     from pyspark.sql import functions as F
 
     from common.boostaug.filtering import apply_filters, unjudged_labels
+    from common.data.leakage import mark_test_copies
 
     cfg = ctx.cfg.boostaug
     texts = tr.read(TEXTS)
@@ -213,7 +217,10 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     if unjudged:
         log.info("boostaug filter: %d classes below min_class_support = %d pass unjudged: %s", len(unjudged),
                  cfg.filter.min_class_support, unjudged[:20])
-    judged = apply_filters(scored, cfg.n_aug, cfg.filter, cfg.filter.enabled, unjudged=unjudged) \
+    # An augmentation that copies a dev or test text would be trained on: rejected as such, whatever the filters
+    # said (the unfiltered variants train on rejected rows too).
+    judged = apply_filters(scored, cfg.n_aug, cfg.filter, cfg.filter.enabled, unjudged=unjudged)
+    judged = mark_test_copies(judged, "text", texts.filter("split != 'train'"), "text", override=True) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # One row per backend and reason: a bounded aggregate.
@@ -256,6 +263,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
+    from common.data.leakage import COPIES_TEST
     from common.boostaug.filtering import unjudged_labels
     from common.models.classifiers.text_classifier import evaluate_many
 
@@ -266,7 +274,9 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas(), cfg.n_aug))
         return None
-    scored = kept.withColumn("reason", F.lit(None).cast("string")).unionByName(rejects)
+    # Augmentations that copy an evaluation text join no variant, unfiltered ones included.
+    scored = kept.withColumn("reason", F.lit(None).cast("string")).unionByName(rejects) \
+        .filter(F.col("reason").isNull() | (F.col("reason") != COPIES_TEST))
     has_perplexity = scored.filter(F.col("perplexity").isNotNull()).limit(1).count() > 0
     all_variants = variants(cfg, has_perplexity)
     unjudged = unjudged_labels(texts, cfg.filter.min_class_support)

@@ -91,9 +91,13 @@ def _base_results_version(ctx: JobContext) -> int:
 
 def _evaluation_inputs(tr: JobRun):
     """The tables every CGA training reads (their versions become ``tr.inputs``): (D_L, generated, accuracy
-    test, consistency pairs)."""
-    return (tr.read("labeled_train"), tr.read("cga_generated"), tr.read("accuracy_test"),
-            tr.read("consistency_test"))
+    test, consistency pairs). A generated title that copies an accuracy-test title gets the reason
+    ``copies a test text`` here, so no D_aug holds it (the test item would be trained on)."""
+    from common.data.leakage import mark_test_copies
+
+    accuracy_test = tr.read("accuracy_test")
+    generated = mark_test_copies(tr.read("cga_generated"), "generated_text", accuracy_test, "title")
+    return tr.read("labeled_train"), generated, accuracy_test, tr.read("consistency_test")
 
 
 @job("cga-train")
@@ -102,6 +106,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.catalog.cga import augmentation_set, training_set
+    from common.data.leakage import COPIES_TEST
     from jobs.consistency_train import (RESULT_SCHEMA, evaluate_many, model_jobs, report, summary_table,
                                         train_levels, training_stats, with_lifts)
 
@@ -114,6 +119,8 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         return None
 
     tr.write(augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed), "cga_augmented", config_hash)
+    # _evaluation_inputs dropped the samples that copy a test title; how many, for the run's record.
+    tr.log_metrics({"cga.test_copies_dropped": generated.filter(F.col("reason") == COPIES_TEST).count()})
     written = tr.write(training_set(d_l, tr.written("cga_augmented")), "train_cga", config_hash)
     n_rows, n_aug, depth = training_stats(ctx, "train_cga", written.version)
     models, jobs = model_jobs(ctx, "train_cga", written.version, depth, "hft_cga", config_hash, repeats)

@@ -55,6 +55,7 @@ def split_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     from pyspark.sql import functions as F
 
     from common.compositional.split import cg_split, iid_split, test_compositions
+    from common.data.leakage import check_no_leak
 
     cfg = ctx.cfg.compositional.split
     rows = tr.read(MULTILABEL)
@@ -83,6 +84,9 @@ def split_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     iid = iid_split(rows, sizes[CG_TRAIN] + sizes[CG_SUPPORT], sizes[CG_TEST], ctx.cfg.seed)
     tr.write(iid["train"], IID_TRAIN, config_hash)
     tr.write(iid["test"], IID_TEST, config_hash)
+    # Ingest keeps one copy of each text; a split that still put one on both sides is refused.
+    for train, test in ((CG_TRAIN, CG_TEST), (CG_SUPPORT, CG_TEST), (IID_TRAIN, IID_TEST)):
+        check_no_leak(tr.written(train), "text", tr.written(test), "text", f"compositional-split: {test} in {train}")
     # Labels on the test side that training never shows can only be guessed: worth a warning.
     train_labels = ctx.lakehouse.read(CG_TRAIN, written[CG_TRAIN].version).select(F.explode("labels").alias("l"))
     test_labels = ctx.lakehouse.read(CG_TEST, written[CG_TEST].version).select(F.explode("labels").alias("l"))
@@ -247,6 +251,7 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.compositional.evaluation import qc_cut
+    from common.data.leakage import mark_test_copies
     from common.models.config import used_settings
 
     cfg = ctx.cfg.compositional
@@ -264,7 +269,9 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                  "seed": ctx.cfg.seed, "validation_fraction": cfg.eval.validation_fraction,
                                  "keys": {"model": qc.model}}], qc.encoder)
     predictions = ctx.lakehouse.read(QC_PREDICTIONS, tr.write_ray(ds, QC_PREDICTIONS, config_hash).version)
-    cut = qc_cut(cands, predictions, cfg.qc.target, ctx.cfg.seed)
+    # A candidate that copies a test text (CG or iid) would be trained on: rejected with that reason.
+    tests = tr.read(CG_TEST).select("text").unionByName(tr.read(IID_TEST).select("text"))
+    cut = mark_test_copies(qc_cut(cands, predictions, cfg.qc.target, ctx.cfg.seed), "text", tests, "text")
     columns = ["method", "example_id", "composition", "labels", "text", "predicted", "jaccard", "rank"]
     kept = tr.write(cut.filter(F.col("reason").isNull()).select(*columns), SYNTHETIC, config_hash)
     rejected = tr.write(cut.filter(F.col("reason").isNotNull()).select(*columns, "reason"), REJECTS, config_hash)

@@ -2,14 +2,16 @@
 
 Reads: ``labeled_products``, ``catalog_groups``.
 1. Accuracy test: a uniform sample of the labeled data (``consistency.accuracy_test``, fraction or
-   count); the rest is D_L.
+   count) and every other item with one of its titles (compared trimmed and case-folded); the rest is D_L,
+   checked to hold none of the test titles.
 2. f_base: HFT trained on D_L (Ray actors); it labels every catalog item, and each group gets one
    pseudo-label h(X_i; f_base) (``consistency.pseudo_label``).
 3. The catalog is matched to D_L's label histogram at ``consistency.match_level`` (L1, as in the
    paper) by an exact group sub-sample, labelled by f_base's prediction since the catalog has no
    labels; the consistency test samples ``consistency.consistency_test`` groups (fraction of all
    groups, or count) from it and takes one pair of different titles from each.
-4. D_U: every catalog group not in the consistency test, with f_base's predictions and pseudo-labels.
+4. D_U: every catalog group not in the consistency test, with f_base's predictions and pseudo-labels,
+   less the items whose title is an accuracy-test title.
 Writes: ``accuracy_test``, ``labeled_train`` (D_L), ``consistency_test``, ``unlabeled_pool`` (D_U);
 f_base goes to MLflow.
 """
@@ -73,6 +75,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.catalog.consistency import (group_labels, level_histogram, sample_size, truncated, uniform_sample,
                                             version_pairs)
+    from common.data.leakage import check_no_leak, with_copies, without_copies
     from common.data.sampling import subsample
     from common.models.classifiers.hft import predict
 
@@ -89,10 +92,16 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if n_groups == 0:
         raise InputError("catalog_groups is empty: no catalog group of versions to test consistency on")
 
-    test = uniform_sample(labeled, sample_size(cfg.accuracy_test, counts["n"]), seed, ["item_id"])
+    # Every copy of a drawn title joins the test set (one title may sit under several items): no test title
+    # is trained on, as labeled data or, below, as a pseudo-labeled pool item.
+    test = with_copies(uniform_sample(labeled, sample_size(cfg.accuracy_test, counts["n"]), seed, ["item_id"]),
+                       labeled, "title")
     tr.write(test, "accuracy_test", config_hash)
-    tr.write(labeled.join(test.select("item_id"), "item_id", "left_anti"), "labeled_train", config_hash)
+    tr.write(labeled.join(tr.written("accuracy_test").select("item_id"), "item_id", "left_anti"), "labeled_train",
+             config_hash)
     d_l = tr.written("labeled_train")
+    test = tr.written("accuracy_test")
+    leaked = check_no_leak(d_l, "title", test, "title", "consistency-splits: accuracy_test in labeled_train")
     train_counts = d_l.agg(F.count("*").alias("n"), F.countDistinct("category").alias("k")).first()
     check_labels(train_counts["n"], train_counts["k"], "labeled_train (D_L)")
 
@@ -110,7 +119,8 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         test_groups = uniform_sample(matched, min(sample_size(cfg.consistency_test, n_groups), n_matched),
                                      seed + 1, ["group_id"]).select("group_id")
         tr.write(version_pairs(groups.join(test_groups, "group_id"), seed), "consistency_test", config_hash)
-        pool = predicted.join(test_groups, "group_id", "left_anti").join(labels, "group_id")
+        pool = without_copies(predicted.join(test_groups, "group_id", "left_anti").join(labels, "group_id"),
+                              "title", test, "title")
         tr.write(pool, "unlabeled_pool", config_hash)
     finally:
         for frame in (predicted, labels, matched):
@@ -125,6 +135,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         "match_tvd_after": plan.tvd_after,
         "consistency_test_pairs": tr.written("consistency_test").count(),
         "unlabeled_pool_items": tr.written("unlabeled_pool").count(),
+        "leaked_test_titles": leaked,
     }
     tr.log_dict(asdict(plan), "splits/catalog_match_plan.json")
     log.info("consistency splits: %s", metrics)

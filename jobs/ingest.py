@@ -155,7 +155,10 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     # Appended source rows are validated alone and appended: every rule is per row, so the tables end up
     # as a full ingest of the new source version would leave them.
     inputs = {raw.location: raw.version, **other_inputs}
-    if tr.all_written([contract.name, contract.quarantine_table], config_hash, inputs):
+    near = ctx.cfg.ingest.dedup.near and contract.dedup.text is not None
+    near_table = f"{contract.name}_near_duplicates"
+    if tr.all_written([contract.name, contract.quarantine_table] + ([near_table] if near else []), config_hash,
+                      inputs):
         return {}
     mode = "overwrite" if raw.since is None else "append"
     # An appended row may copy one the table already keeps: the kept rows take part as earlier copies.
@@ -170,26 +173,63 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
         by_reason = quarantine.reason_counts(validated, raw.location, allow_empty=raw.since is not None)
         n_in = sum(by_reason.values())
         n_rejected = sum(v for k, v in by_reason.items() if k is not None)
-        kept = tr.write(quarantine.kept(validated, contract, ctx.cfg.ingest), contract.name, config_hash, inputs,
-                        mode)
+        valid = quarantine.kept(validated, contract, ctx.cfg.ingest)
+        n_near = clusters = 0
+        if near:
+            valid, near_rows = _near_duplicates(ctx, contract, valid)
+            written = tr.write(near_rows, near_table, config_hash, inputs)
+            n_near, clusters = _near_counts(ctx.lakehouse.read(near_table, written.version))
+        kept = tr.write(valid, contract.name, config_hash, inputs, mode)
         rejected = tr.write(quarantine.rejected(validated, contract), contract.quarantine_table, config_hash, inputs,
                             mode)
     finally:
         validated.unpersist()
-    n_kept = n_in - n_rejected
+    n_kept = n_in - n_rejected - n_near
     for res, expected in ((kept, n_kept), (rejected, n_rejected)):
         if res.num_rows is not None and res.num_rows != expected:
             raise AccountingError(f"{contract.name}: wrote {res.num_rows} rows to {res.table}, expected {expected}")
     reasons = {k: v for k, v in sorted(by_reason.items(), key=lambda kv: -kv[1]) if k is not None}
-    dedup = duplicates.report(reasons)
+    dedup = duplicates.report(reasons) | ({"near_duplicate": n_near, "near_duplicate_clusters": clusters}
+                                          if near else {})
     tr.log_dict({"input": raw.location, "version": raw.version, "incremental_since": raw.since, "rows_in": n_in,
                  "kept": n_kept, "quarantined": n_rejected, "reasons": reasons, "dedup": dedup},
                 f"ingest/{contract.name}.json")
     scope = "all rows" if raw.since is None else f"rows appended after v{raw.since}"
-    log.info("%s (%s of %s v%s): %d rows in = %d kept + %d quarantined %s", contract.name, scope, raw.location,
-             raw.version, n_in, n_kept, n_rejected, reasons)
+    log.info("%s (%s of %s v%s): %d rows in = %d kept + %d quarantined %s + %d near duplicates", contract.name,
+             scope, raw.location, raw.version, n_in, n_kept, n_rejected, reasons, n_near)
     return {"rows_in": n_in, "rows_kept": n_kept, "rows_quarantined": n_rejected,
             **{f"rows_{kind}": n for kind, n in dedup.items()}, "incremental": int(raw.since is not None)}
+
+
+_NEAR_KEY = "_near_key"
+
+
+def _near_duplicates(ctx: JobContext, contract: Contract, valid):
+    """(the valid rows that stay, the near duplicates with their ``near_duplicate_cluster``): MinHash LSH over
+    the contract's text (``ingest.dedup.near_*``), one member kept per cluster, the one with the smallest id
+    (inputs without ids, texts: the smallest hash of the row's values)."""
+    from pyspark.sql import functions as F
+
+    from common.algorithms.near_duplicates import split_near_duplicates
+
+    d = ctx.cfg.ingest.dedup
+    key = contract.dedup.id
+    if key is None:
+        key = _NEAR_KEY
+        valid = valid.withColumn(key, F.sha2(F.to_json(F.struct(*contract.column_names)), 256))
+    staying, near = split_near_duplicates(valid, key, contract.dedup.text, d.near_threshold, d.near_shingle,
+                                          d.near_tables, ctx.cfg.seed)
+    return staying.drop(_NEAR_KEY), near.drop(_NEAR_KEY)
+
+
+def _near_counts(near) -> tuple[int, int]:
+    """(near-duplicate rows, clusters they belong to) of a written near-duplicates table."""
+    from pyspark.sql import functions as F
+
+    from common.algorithms.near_duplicates import CLUSTER_COL
+
+    row = near.agg(F.count(F.lit(1)), F.countDistinct(CLUSTER_COL)).first()
+    return int(row[0]), int(row[1])
 
 
 def last_ingested(ctx: JobContext, contract: Contract, config_hash: str, location: str,
@@ -197,7 +237,8 @@ def last_ingested(ctx: JobContext, contract: Contract, config_hash: str, locatio
     """The source version that ``contract``'s table and its quarantine table were both last ingested from,
     with this config and the same other inputs (taxonomy), when that ingest is still each table's latest
     data version; None (a full ingest) otherwise, when forced, or with ``ingest.incremental`` off."""
-    if ctx.force or not ctx.cfg.ingest.incremental:
+    # Near duplicates are clusters over the whole input: with them on, every ingest is a full one.
+    if ctx.force or not ctx.cfg.ingest.incremental or ctx.cfg.ingest.dedup.near:
         return None
     versions = set()
     for table in (contract.name, contract.quarantine_table):
@@ -228,10 +269,12 @@ def dedup_lines(lakehouse, infos) -> list[str]:
         if kept is None or rejected is None:
             continue
         counts = report(lakehouse.value_counts(rejected.name, "reason", reason_kind_of))
-        n_in = (kept.num_rows or 0) + (rejected.num_rows or 0)
+        near = rows.get(f"{contract.name}_near_duplicates")
+        n_in = (kept.num_rows or 0) + (rejected.num_rows or 0) + (near.num_rows or 0 if near else 0)
         lines.append(f"{contract.name + ':':<20} {n_in:>9} rows in, {counts['duplicate']} exact duplicates, "
-                     f"{counts['conflicting']} conflicting labels, {counts['repeated_id']} repeated ids "
-                     f"(v{rejected.version} of {rejected.name})")
+                     f"{counts['conflicting']} conflicting labels, {counts['repeated_id']} repeated ids"
+                     + (f", {near.num_rows} near duplicates" if near else "")
+                     + f" (v{rejected.version} of {rejected.name})")
     return ["dedup report (ingest.dedup):", *lines] if lines else []
 
 

@@ -123,6 +123,7 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-matcher``: fastText matcher on the original vs the augmented log, precision@k on held-out queries."""
     from pyspark.sql import functions as F
 
+    from common.data.leakage import COPIES_TEST, mark_test_copies
     from common.models.generation.filtering import FilterSpec
     from common.models.classifiers.hft import HFTModel, HFTTrainerPool, train_hft
     from common.models.generation.stages import fine_tune_stage, generate_stage
@@ -151,7 +152,10 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
         FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", config_hash,
         {**tr.inputs, "matcher_pairs": str(out["matcher_pairs"].version)})
-    generated = tr.written("matcher_reformulations")
+    # A reformulation that is itself a held-out query would put that query into training: dropped, counted.
+    generated = mark_test_copies(tr.written("matcher_reformulations"), "generated_text",
+                                 local.filter(held).select("query"), "query")
+    copies = generated.filter(F.col("reason") == COPIES_TEST).count()
     augmented = augment_interactions(train_tuples, usable_reformulations(generated), ctx.cfg.query_graph).kept
     variants = {"original": local.filter(~held).select("query", "product_id"),
                 "augmented": augmented.select("query", "product_id")}
@@ -184,7 +188,8 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.write(frame, MATCHER_RESULTS, config_hash)
     pdf = frame.toPandas()
     matcher_report(ctx, tr, pdf)
-    return {f"{r.variant}.precision_at_{r.k}": r.precision for r in pdf.itertuples()}
+    return {f"{r.variant}.precision_at_{r.k}": r.precision for r in pdf.itertuples()} \
+        | {"test_copies_dropped": float(copies)}
 
 
 def matcher_report(ctx: JobContext, tr, pdf) -> None:

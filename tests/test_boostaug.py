@@ -282,6 +282,9 @@ def test_pipeline_end_to_end_on_the_demo_titles(small_world):
     assert kept.groupBy("source_id", "backend").count().agg(F.max("count")).first()[0] <= 2
     assert kept.filter(F.col("confidence") <= 0.6).count() == 0
     assert kept.filter(F.col("pred_label") != F.col("label")).count() == 0
+    # no kept augmentation copies a dev or test text (compared case-folded)
+    evaluation = lake.read("boostaug_texts").filter("split != 'train'").select(F.lower("text").alias("t"))
+    assert kept.select(F.lower("text").alias("t")).join(evaluation, "t").count() == 0
     # each candidate was scored by the surrogate of its own fold: a surrogate never saw its fold's texts
     assert by_job["boostaug-filter"].metrics["candidates"] == candidates.count()
 

@@ -330,6 +330,10 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world):
     assert len(synthetic) + lake.read("cg_rejects").count() == prompts
     assert synthetic.groupby("method").size().le(15).all() and synthetic["rank"].le(15).all()
     assert results["compositional-qc"].metrics["rejects"] == prompts - len(synthetic)
+    # no synthetic text copies a test text, CG or iid (case-folded), and no split shares a text
+    tests = set(test["text"].str.lower()) | set(lake.read("iid_test").toPandas()["text"].str.lower())
+    assert not set(synthetic["text"].str.lower()) & tests
+    assert not set(train["text"].str.lower()) & set(test["text"].str.lower())
     assert set(lake.read("cg_qc_predictions").toPandas()["model"]) == {"encoder"}
     # the label-prefix generator's model folder holds its prefix table
     import os

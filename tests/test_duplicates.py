@@ -151,3 +151,84 @@ def test_the_switch_is_checked(conflicts):
     assert DedupConfig(conflicts=conflicts).conflicts == conflicts
     with pytest.raises(ValueError, match="ingest.dedup.conflicts"):
         DedupConfig(conflicts="drop")
+
+
+# ----------------------------------------------------------------------------- leakage across splits
+
+
+def test_copies_of_a_test_text_join_the_test_side_and_leaks_are_refused(spark):
+    from common.data.leakage import (COPIES_TEST, LeakageError, check_no_leak, leak_count, mark_test_copies,
+                                     with_copies, without_copies)
+
+    population = spark.createDataFrame([(1, "Red  Mug"), (2, "red mug"), (3, "blue cup"), (4, "tea pot")],
+                                       "item_id int, title string")
+    sample = population.filter("item_id = 1")
+    test = with_copies(sample, population, "title")
+    assert sorted(r.item_id for r in test.collect()) == [1, 2]  # the other copy came along
+    train = population.join(test.select("item_id"), "item_id", "left_anti")
+    assert check_no_leak(train, "title", test, "title", "split") == 0
+    # Row-level: copy 2 stays in training, and the check says so.
+    naive = population.filter("item_id != 1")
+    assert leak_count(naive, "title", sample, "title") == 1
+    with pytest.raises(LeakageError, match="split: 1 evaluation texts also occur on the training side"):
+        check_no_leak(naive, "title", sample, "title", "split")
+    assert sorted(r.item_id for r in without_copies(population, "title", sample, "title").collect()) == [3, 4]
+
+    generated = spark.createDataFrame([("RED MUG", None), ("green mug", None), ("red mug ", "below the cut")],
+                                      "text string, reason string")
+    marked = {(r.text, r.reason) for r in mark_test_copies(generated, "text", sample, "title").collect()}
+    assert marked == {("RED MUG", COPIES_TEST), ("green mug", None), ("red mug ", "below the cut")}
+    overridden = {(r.text, r.reason) for r in mark_test_copies(generated, "text", sample, "title",
+                                                               override=True).collect()}
+    assert overridden == {("RED MUG", COPIES_TEST), ("green mug", None), ("red mug ", COPIES_TEST)}
+
+
+def test_boostaug_splits_put_every_copy_of_a_text_on_one_side(spark):
+    from common.boostaug.config import BoostAugConfig
+    from common.boostaug.data import assign_splits
+
+    # Ingest dedup off: 40 texts, each twice (other case); a row-level draw would split many pairs.
+    rows = [(f"s{i}{c}", text, f"l{i % 2}", None) for i in range(40)
+            for c, text in (("a", f"text number {i}"), ("b", f"TEXT number {i}"))]
+    texts = spark.createDataFrame(rows, "source_id string, text string, label string, split string")
+    splits = assign_splits(texts, BoostAugConfig(test_fraction=0.25, dev_fraction=0.25), seed=3).collect()
+    sides: dict[str, set] = {}
+    for r in splits:
+        sides.setdefault(r.text.lower(), set()).add(r.split)
+    assert all(len(s) == 1 for s in sides.values())
+    assert {r.split for r in splits} == {"train", "dev", "test"}
+    assert all((r.fold is None) == (r.split != "train") for r in splits)
+
+
+def test_near_duplicates_are_opt_in_and_each_cluster_keeps_one_text(ctx, tmp_path, capsys):
+    from common.algorithms.near_duplicates import CLUSTER_COL
+
+    # Two clusters (a chain of three reworded reviews, a pair of reworded ones), an exact copy, a lone text.
+    path = tmp_path / "texts.csv"
+    path.write_text("text,label\n"
+                    "the battery lasts two full days and charges in an hour flat,pos\n"
+                    "the battery lasts two full days and it charges in an hour flat,pos\n"
+                    "the battery lasts two full days and it charges in one hour flat,pos\n"
+                    "the screen cracked after a week of careful everyday use at home,neg\n"
+                    "the screen cracked after a week of careful everyday use at work,neg\n"
+                    "The battery lasts two full days and charges in an hour flat,pos\n"
+                    "shipping was quick,pos\n")
+    ctx.cfg.inputs.texts = InputSpec(path=str(path))
+    plain = ingest.texts_job(ctx).metrics
+    assert (plain["texts.rows_kept"], plain["texts.rows_duplicate"]) == (6, 1)
+    assert not ctx.lakehouse.exists("texts_near_duplicates")  # off by default
+
+    # Jaccard of the 3-word shingles: 0.62 for reviews 1-2, 0.57 for 2-3 (0.31 for 1-3: a chain), 0.82 for 4-5.
+    ctx.cfg.ingest.dedup = DedupConfig(near=True, near_threshold=0.55, near_tables=10)
+    m = ingest.texts_job(ctx).metrics
+    assert (m["texts.rows_in"], m["texts.rows_quarantined"], m["texts.rows_near_duplicate"],
+            m["texts.rows_near_duplicate_clusters"], m["texts.rows_kept"]) == (7, 1, 3, 2, 3)
+    kept = {r.text for r in ctx.lakehouse.read("texts").collect()}
+    near = ctx.lakehouse.read("texts_near_duplicates").collect()
+    assert len(kept) == 3 and "shipping was quick" in kept
+    assert len({r[CLUSTER_COL] for r in near}) == 2 and not kept & {r.text for r in near}
+    # one member of each cluster stayed: every near duplicate has a kept text of its own label beside it
+    assert {r.label for r in near} == {"pos", "neg"}
+    assert cli.main(["tables", "--set", f"lakehouse.root={ctx.cfg.lakehouse.root}"]) == 0
+    assert "texts:                       7 rows in, 1 exact duplicates, 0 conflicting labels, 0 repeated ids, 3 near " \
+           "duplicates" in capsys.readouterr().out

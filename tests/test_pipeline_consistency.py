@@ -117,6 +117,12 @@ def test_other_scripts_run_through_the_pipeline(ctx, tmp_path):
     assert sorted(rows.method) == ["baseline", "cst_full"]  # a Delta read has no row order
     assert rows.f1_weighted.min() > 0.9  # each script's words name the category
     assert results[1].metrics["consistency_test_pairs"] == 20
+    # 120 items share 30 titles: every copy of a test title is on the test side, none in D_L or D_U
+    titles = {t: {r.title for r in ctx.lakehouse.read(t).collect()}
+              for t in ("accuracy_test", "labeled_train", "unlabeled_pool")}
+    assert titles["accuracy_test"] and titles["labeled_train"]
+    assert not titles["accuracy_test"] & (titles["labeled_train"] | titles["unlabeled_pool"])
+    assert results[1].metrics["leaked_test_titles"] == 0
 
 
 def test_real_data_amazon_toys_with_wdc_groups(ctx, shared_data):

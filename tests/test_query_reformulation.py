@@ -96,6 +96,10 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     for column in ("source_query", "target_query"):
         assert pairs.select(F.col(column).alias("q")).filter(is_holdout(held, 0.2, ctx.cfg.seed)).count() == 0
     assert lh.read("matcher_inputs").filter(is_holdout(F.col("query"), 0.2, ctx.cfg.seed)).count() == 0
+    # ... and not as a generated reformulation in the augmented log (those are dropped and counted).
+    held_out = lh.read("query_interactions").filter(is_holdout(F.col("query"), 0.2, ctx.cfg.seed)).select("query")
+    assert lh.read("matcher_train_augmented").join(held_out.distinct(), "query").count() == 0
+    assert results["query-matcher"].metrics["test_copies_dropped"] >= 0
     res = lh.read("matcher_results").toPandas()
     assert sorted(zip(res.variant, res.k)) == [("augmented", 1), ("augmented", 5), ("original", 1), ("original", 5)]
     assert res.precision.between(0, 1).all() and (res.n_queries > 0).all()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from common.boostaug.backends import BACKENDS, augment_text, synonym_table
 from common.boostaug.config import BoostAugConfig
+from common.data.leakage import text_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,6 +61,12 @@ def assign_splits(texts: "DataFrame", cfg: BoostAugConfig, seed: int) -> "DataFr
     n_dev = F.round(F.col("_n") * cfg.dev_fraction)
     drawn = F.when(F.col("_rank") < n_test, "test").when(F.col("_rank") < n_test + n_dev, "dev").otherwise("train")
     df = df.withColumn("split", F.coalesce(F.col("split"), drawn))
+    # Every copy of a text (trimmed, case-folded) on its first copy's side, test before dev before train: no
+    # evaluation text is trained on. Ingest keeps one copy of each text, so this moves rows only when
+    # ingest.dedup.exact is off; the draw itself is per row, as before.
+    side = F.when(F.col("split") == "test", 0).when(F.col("split") == "dev", 1).otherwise(2)
+    df = df.withColumn("split", F.first("split").over(
+        Window.partitionBy(text_key(F.col("text"))).orderBy(side, "source_id")))
     train_rank = F.row_number().over(Window.partitionBy("label", "split").orderBy(order, "source_id")) - 1
     fold = F.when(F.col("split") == "train", (train_rank % cfg.folds).cast("int"))
     return df.withColumn("fold", fold).select("source_id", "text", "label", "split", "fold")

@@ -85,9 +85,20 @@ class DedupConfig:
     # Copies that differ only in their labels: ``quarantine`` every copy (``conflicting labels``; the label is
     # unknown, so no copy is trusted), or ``keep`` them all (multi-annotator data where disagreement is signal).
     conflicts: Literal["quarantine", "keep"] = "quarantine"
+    # Near duplicates (opt-in; texts, documents, topic corpus, multilabel): MinHash LSH over ``near_shingle``-word
+    # shingles finds texts whose shingle sets have Jaccard similarity >= ``near_threshold``; each cluster keeps
+    # its smallest id, the others go to ``<input>_near_duplicates`` with their cluster id. ``near_tables``: LSH
+    # hash tables (more find more of the true pairs, at more cost). An incremental input is then ingested in full.
+    near: bool = False
+    near_threshold: float = 0.8
+    near_shingle: int = 3
+    near_tables: int = 5
 
     def __post_init__(self) -> None:
         check(self.conflicts in ("quarantine", "keep"), "ingest.dedup.conflicts", "must be quarantine or keep")
+        check(0.0 < self.near_threshold <= 1.0, "ingest.dedup.near_threshold", "must be in (0, 1]")
+        check(self.near_shingle >= 1, "ingest.dedup.near_shingle", "must be >= 1")
+        check(self.near_tables >= 1, "ingest.dedup.near_tables", "must be >= 1")
 
 
 @dataclass
