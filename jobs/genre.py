@@ -152,6 +152,9 @@ def _evaluated_topics(ctx: JobContext, doc_topics) -> list[int]:
 @job("genre-splits")
 def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``genre-splits``: per evaluated topic and N, the test, on-topic and off-topic document sets."""
+    from pyspark.sql import functions as F
+
+    from common.data.leakage import check_no_leak
     from common.genre.topics import effective_sizes, split_sizes, topic_splits
 
     cfg = ctx.cfg.genre
@@ -176,6 +179,11 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
                     "misclassified", starved)
     topics = _evaluated_topics(ctx, dt)
     tr.write(topic_splits(dt, topics, sizes, cfg.split), SPLITS, config_hash)
+    # Per (topic, N): no test document's text among the training documents' (ingest keeps one copy of each).
+    rows = tr.written(SPLITS).join(tr.read(DOCUMENTS).select("doc_id", "text"), "doc_id") \
+        .withColumn("text", F.concat_ws("\u0001", "topic", "n", "text"))
+    check_no_leak(rows.filter(F.col("role").isin("on_topic", "off_topic")), "text",
+                  rows.filter(F.col("role") == "test"), "text", "genre-splits: test documents in training sets")
     tr.log_dict({"topics": topics, "sizes": sizes, "dropped_sizes": dropped, "documents_per_genre": counts},
                 "splits.json")
     return {"topics": float(len(topics)), "sizes": float(len(sizes))}

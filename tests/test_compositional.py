@@ -10,7 +10,7 @@ import pytest
 from common.compositional.config import EvalConfig, QualityConfig, SplitConfig
 from common.compositional.labels import MarkovLabelModel, sample_novel
 
-from worlds import LABELS, multilabel_spec as _spec, multilabel_tsv as _multilabel_tsv, tweet as _tweet
+from worlds import LABELS, PLANTED_REASONS, multilabel_spec as _spec, multilabel_tsv as _multilabel_tsv, tweet as _tweet
 
 
 # ----------------------------------------------------------------------------- ingest
@@ -314,9 +314,13 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world):
     results = small_world.run("compositional")
     ctx, rows = small_world.ctx, small_world.multilabel_rows
     lake = ctx.lakehouse
-    assert lake.read("multilabel").count() == len(rows)
+    # the planted repeats are quarantined with their reasons, the rest kept
+    reasons = lake.read("multilabel_quarantine").groupBy("reason").count().collect()
+    assert {r["reason"]: r["count"] for r in reasons} == PLANTED_REASONS
+    n_kept = len(rows) + 2 - sum(PLANTED_REASONS.values())
+    assert lake.read("multilabel").count() == n_kept
     train, support, test = (lake.read(t).toPandas() for t in ("cg_train", "cg_support", "cg_test"))
-    assert len(support) == 10 and len(train) + len(support) + len(test) == len(rows)
+    assert len(support) == 10 and len(train) + len(support) + len(test) == n_kept
     assert not set(train["composition"]) & (set(test["composition"]) | set(support["composition"]))
     assert len(lake.read("iid_train").toPandas()) == len(train) + 10 and lake.read("iid_test").count() == len(test)
 

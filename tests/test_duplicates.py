@@ -232,3 +232,21 @@ def test_near_duplicates_are_opt_in_and_each_cluster_keeps_one_text(ctx, tmp_pat
     assert cli.main(["tables", "--set", f"lakehouse.root={ctx.cfg.lakehouse.root}"]) == 0
     assert "texts:                       7 rows in, 1 exact duplicates, 0 conflicting labels, 0 repeated ids, 3 near " \
            "duplicates" in capsys.readouterr().out
+
+
+def test_compositional_splits_keep_planted_copies_on_one_side(spark):
+    from common.compositional.split import cg_split, iid_split
+
+    # Ingest dedup off: 60 texts, each twice with the same labels; two label sets, one of them the test side.
+    rows = [(f"e{i}{c}", f"{'Tweet' if c == 'a' else 'tweet'} number {i}", ["joy", "love"] if i % 2 else ["anger"])
+            for i in range(60) for c in "ab"]
+    df = spark.createDataFrame(rows, "example_id string, text string, labels array<string>")
+    chosen = spark.createDataFrame([("joy,love", 60)], "composition string, examples long")
+    cg = cg_split(df, chosen, support=7, seed=5)
+    iid = iid_split(df, 50, 21, seed=5)
+    for parts in ({"train": cg["train"].unionByName(cg["support"]), "test": cg["test"]}, iid):
+        sides = {r.text.lower(): side for side, frame in parts.items() for r in frame.collect()}
+        seen = {(r.text.lower(), side) for side, frame in parts.items() for r in frame.collect()}
+        assert len(seen) == len(sides)  # no text on two sides
+    assert cg["support"].count() % 2 == 0 and cg["support"].count() >= 7  # copies came along
+    assert iid["test"].count() % 2 == 0 and iid["test"].count() >= 21

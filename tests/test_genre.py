@@ -284,7 +284,8 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     assert math.isfinite(results["genre-topics"].metrics["log_perplexity"])
     lake = ctx.lakehouse
     assert lake.read("documents").count() + lake.read("documents_quarantine").count() == n_rows
-    assert {r["reason"] for r in lake.read("documents_quarantine").collect()} == {"empty text", "empty genre"}
+    assert {r["reason"] for r in lake.read("documents_quarantine").collect()} == {
+        "empty text", "empty genre", "duplicate of report-00", "duplicate of story-01"}  # the planted repeats
 
     splits = lake.read("genre_splits").toPandas()
     assert sorted(splits["n"].unique()) == [3]  # N = 100 caps every genre to N = 3's sets: dropped

@@ -60,6 +60,9 @@ def write_documents(path: Path) -> int:
             rows.append((f"{genre}-{i:02d}", " ".join(sentences), genre))
     rows.append(("bad-1", "", "report"))  # quarantined: empty text
     rows.append(("bad-2", "a text without a genre", ""))  # quarantined: empty genre
+    # Repeats, as real corpora have them: a syndicated copy under another id (other case), and an id given twice.
+    rows.append(("report-00-again", rows[0][1].upper(), "report"))  # quarantined: duplicate of report-00
+    rows.append(rows[13])  # story-01 again: duplicate of story-01
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["doc_id", "text", "genre"])
@@ -96,6 +99,21 @@ def multilabel_tsv(path, n: int = 400, seed: int = 0) -> list[list[str]]:
         writer.writerow(["ID", "Tweet"] + LABELS)
         writer.writerows(rows)
     return rows
+
+
+# What plant_repeats adds to a multilabel_tsv file, and the reasons ingest gives them: the first tweet again with
+# its labels (a duplicate), the second again with other labels (a conflict: both copies go).
+PLANTED_REASONS = {"duplicate of t0000": 1, "conflicting labels": 2}
+
+
+def plant_repeats(path, rows: list[list[str]]) -> None:
+    """Append repeated tweets to :func:`multilabel_tsv`'s file (see :data:`PLANTED_REASONS`)."""
+    first, second = rows[0], rows[1]
+    other_labels = ["1" if v == "0" else "0" for v in second[2:]]
+    with open(path, "a", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, delimiter="\t")
+        writer.writerow(["t9000", first[1]] + first[2:])
+        writer.writerow(["t9001", second[1]] + other_labels)
 
 
 def multilabel_spec(path):
@@ -190,7 +208,8 @@ class SmallWorld:
     """One session lakehouse holding each pipeline's tables, each pipeline run once, on first request.
 
     ``cfg``, ``ctx`` and ``lakehouse`` are shared by every test: read them, never change them (use
-    :meth:`copy`). ``n_documents`` and ``multilabel_rows`` are the synthetic inputs' sizes.
+    :meth:`copy`). ``n_documents`` is the documents file's rows; ``multilabel_rows`` the tweets written before
+    :func:`plant_repeats` added its two.
     """
 
     def __init__(self, spark, capabilities, folder: Path, tracking_uri: str):
@@ -199,6 +218,7 @@ class SmallWorld:
         self.folder = folder
         self.n_documents = write_documents(folder / "documents.csv")
         self.multilabel_rows = multilabel_tsv(folder / "multilabel.tsv", n=330)
+        plant_repeats(folder / "multilabel.tsv", self.multilabel_rows)
         # Loaded back from its own YAML file: the notebooks and the CLI read that file, and the config a file
         # gives is the one whose lineage keys they must meet (a count typed float reads back as 40.0, not 40).
         self._config_file = folder / "world.yaml"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from common.data.leakage import with_copies
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -56,19 +58,20 @@ def cg_split(rows: "DataFrame", chosen: "DataFrame", support: int, seed: int) ->
     keys = F.broadcast(chosen.select("composition"))
     side = keyed.join(keys, "composition").select(*keyed.columns)
     order = [F.xxhash64(F.lit(seed), "example_id"), "example_id"]
-    support_rows = side.orderBy(*order).limit(support)
+    # Every copy of a drawn support text joins the support set (copies survive ingest only with its dedup off).
+    support_rows = with_copies(side.orderBy(*order).limit(support), side, "text")
     return {"train": keyed.join(keys, "composition", "left_anti"), "support": support_rows,
             "test": side.join(support_rows.select("example_id"), "example_id", "left_anti")}
 
 
 def iid_split(rows: "DataFrame", n_train: int, n_test: int, seed: int) -> dict[str, "DataFrame"]:
     """{train, test}: a random split of the same sizes as the CG one's (train ∪ support, test): the first
-    ``n_test`` rows in (``seed``, example_id) hash order are the test set, the next ``n_train`` the
-    training set."""
+    ``n_test`` rows in (``seed``, example_id) hash order, with every copy of their texts, are the test set, the
+    next ``n_train`` the training set."""
     from pyspark.sql import functions as F
 
     keyed = with_composition(rows).select("example_id", "text", "labels", "composition")
     order = [F.xxhash64(F.lit(seed), F.lit("iid"), "example_id"), "example_id"]
-    test = keyed.orderBy(*order).limit(n_test)
+    test = with_copies(keyed.orderBy(*order).limit(n_test), keyed, "text")  # every copy on the test side
     train = keyed.join(test.select("example_id"), "example_id", "left_anti").orderBy(*order).limit(n_train)
     return {"train": train, "test": test}

@@ -62,7 +62,8 @@ def check_no_leak(train: "DataFrame", column: str, test: "DataFrame", test_colum
     leaked = leak_count(train, column, test, test_column)
     if leaked:
         raise LeakageError(f"{what}: {leaked} evaluation texts also occur on the training side (compared "
-                           "trimmed and case-folded); keep ingest.dedup.exact on, or give each copy one split")
+                           "trimmed and case-folded); keep ingest.dedup.exact on and ingest.dedup.conflicts: "
+                           "quarantine, or give each copy one split")
     return leaked
 
 
