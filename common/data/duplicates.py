@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from common.data.config import IngestConfig
+from common.data.leakage import text_key
 from common.data.quarantine import DUPLICATE, DUPLICATE_TEXT, REASON_COL, TEXT_COLUMNS, normalized
 from common.data.readers import ROW_COL, SOURCE_COL
 from common.data.schemas import Contract
@@ -59,7 +60,7 @@ def _key(name: str, value: "Column") -> "Column":
     from pyspark.sql import functions as F
 
     if name in TEXT_COLUMNS:
-        return F.lower(value)
+        return text_key(value)  # the leakage checks' key: a text ingest kept once is one text to them too
     if name == "labels":
         return F.array_join(value, "\u0001")
     return value.cast("string")
