@@ -158,7 +158,7 @@ def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple
                      "out_dir": ctx.models_dir("boostaug_surrogate", hash_of(key, name)), **model_args})
     if encoder:
         figures = run_tasks(ctx.ray(), fit_surrogate, jobs, cfg.surrogate.encoder.num_cpus,
-                            cfg.surrogate.encoder.num_gpus, fresh_worker=True)
+                            cfg.surrogate.encoder.num_gpus, torch=True)
     else:
         figures = run_tasks(ctx.ray(), choose_and_fit, jobs)
     report = {("mono" if p.boost is None else f"fold{p.boost}"): {**f, "plan": asdict(p)}

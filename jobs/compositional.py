@@ -224,18 +224,18 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
 def _run_classifiers(ctx: JobContext, jobs: list[dict], encoder: EncoderConfig):
     """Run :func:`common.models.classifiers.multilabel.fit_and_predict` for every job as Ray tasks (fastText: one CPU;
-    encoder: ``encoder``'s CPUs and GPUs, in a worker that exits after it, so torch's memory goes back at
-    once); their prediction tables stay in the object store and come back as one Ray Dataset."""
+    encoder: ``encoder``'s CPUs and GPUs in torch's workers); their prediction tables come back as one Ray Dataset."""
     import ray
 
     from common.models.classifiers.hft import SAFE_MALLOC_ENV
     from common.models.classifiers.multilabel import fit_and_predict
+    from common.platform.ray_runtime import torch_task_options
 
     ctx.ray().start()
-    env = {"env_vars": SAFE_MALLOC_ENV}
-    remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, runtime_env=env)(fit_and_predict),
+    fasttext_env = {"env_vars": SAFE_MALLOC_ENV}
+    remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, runtime_env=fasttext_env)(fit_and_predict),
                "encoder": ray.remote(num_cpus=encoder.num_cpus, num_gpus=encoder.num_gpus or None, max_retries=2,
-                                     max_calls=1, runtime_env=env)(fit_and_predict)}
+                                     **torch_task_options(encoder.num_gpus))(fit_and_predict)}
     return ray.data.from_arrow_refs([remotes[job["kind"]].remote(**job) for job in jobs])
 
 

@@ -118,6 +118,8 @@ for max_workers in (6, None):  # the demo's setting, then Ray's own (num_cpus)
         while time.time() < deadline and (max_workers is not None or alive(pids[-1])):
             time.sleep(0.2)
         pids.append(ray.get(task.remote()))
+        if max_workers is None and pids[-1] != pids[0]:
+            break  # a new process served the model task: what Ray's own limit does is shown; no more waiting
     out[str(max_workers)] = pids
     runtime.stop()
 print(json.dumps(out))
@@ -142,3 +144,22 @@ def test_a_model_task_worker_is_kept_for_the_next_stage(tmp_path):
     pids = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(set(pids["6"])) == 1, pids
     assert len(set(pids["None"])) > 1, pids  # Ray's default soft limit: a new process each stage
+
+
+def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
+    """Torch tasks (run_tasks(torch=True): encoder surrogates and classifiers) run in the torch tasks' runtime
+    environment: one worker serves them one after another, instead of a new process importing torch for each,
+    and fastText's tasks never run in it (their heap must not be one torch shaped). With a GPU, each torch
+    task's worker exits after it."""
+    from common.models.classifiers.text_classifier import run_tasks
+    from common.platform.ray_runtime import TORCH_TASK_ENV, torch_task_options
+
+    pid = lambda: __import__("os").getpid()  # noqa: E731  (a lambda travels to Ray by value)
+
+    assert torch_task_options(0.0) == {"runtime_env": TORCH_TASK_ENV}
+    assert torch_task_options(1.0) == {"runtime_env": TORCH_TASK_ENV, "max_calls": 1}
+    # Two CPUs each on the session's 2-CPU runtime: the tasks run one at a time.
+    torch_pids = [run_tasks(ray_runtime, pid, [{}], num_cpus=2, torch=True)[0] for _ in range(3)]
+    assert len(set(torch_pids)) == 1, torch_pids
+    fasttext_pids = run_tasks(ray_runtime, pid, [{}] * 4)
+    assert not set(fasttext_pids) & set(torch_pids), (fasttext_pids, torch_pids)

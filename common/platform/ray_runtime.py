@@ -16,6 +16,20 @@ log = logging.getLogger(__name__)
 # The key under which the runtime leaves its actor restart/retry limits in Ray Data's DataContext.
 FAULT_TOLERANCE_KEY = "catalog_augment.actor_fault_tolerance"
 
+# Every Ray task that imports torch (fine-tuning, CTranslate2 conversion, encoder classifiers and surrogates)
+# runs in this one runtime environment. Ray keeps one pool of workers per runtime environment, so:
+# - a worker that imported torch for one such task serves the next (ray.max_workers keeps idle ones) instead of
+#   a new process importing torch and transformers again (4-5 s each on 2 cores);
+# - no torch-shaped worker ever trains fastText, whose tasks run in their own environment
+#   (common.models.classifiers.hft.SAFE_MALLOC_ENV: fastText reads uninitialised memory).
+TORCH_TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
+
+
+def torch_task_options(num_gpus: float = 0.0) -> dict[str, Any]:
+    """Ray task options for torch work: :data:`TORCH_TASK_ENV`, and with a GPU a worker that exits after its
+    task (``max_calls`` 1), so that the device's memory goes back at once."""
+    return {"runtime_env": TORCH_TASK_ENV, **({"max_calls": 1} if num_gpus else {})}
+
 
 class RayRuntime:
     """Owns the process's Ray connection. Use as a context manager or call start()/stop()."""

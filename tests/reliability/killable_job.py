@@ -105,9 +105,10 @@ def ray_stage(root: str, rows: int, path: str) -> int:
     if path == "native":
         from common.platform.session import get_spark
 
-        from ingest_world import SHORT_JVM
+        from ingest_world import SHORT_JVM, SHORT_SPARK_CONF
 
-        spark = get_spark(SparkConfig(master="local[1]", shuffle_partitions=1, java_options=SHORT_JVM))
+        spark = get_spark(SparkConfig(master="local[1]", shuffle_partitions=1, java_options=SHORT_JVM,
+                                      conf=dict(SHORT_SPARK_CONF)))
     runtime = RayRuntime(RayConfig(num_cpus=1)).start()
     try:
         write_stage(Lakehouse(LakehouseConfig(root=root), spark, native_delta=path == "native"), rows)

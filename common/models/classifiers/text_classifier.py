@@ -45,20 +45,21 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: di
 
 
 def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], num_cpus: int = 1,
-              num_gpus: float = 0.0, fresh_worker: bool = False) -> list[Any]:
+              num_gpus: float = 0.0, torch: bool = False) -> list[Any]:
     """Run ``function(**job)`` for every job as Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs each
     (fastText: one CPU, single-threaded, so deterministic per seed); results in job order.
 
-    ``fresh_worker``: each task's worker process exits after it (torch tasks). Ray reuses idle workers, and
-    fastText trains on uninitialised memory (see ``SAFE_MALLOC_ENV``): in a worker whose heap torch has
-    shaped, a later fastText model can differ from a clean process's, or hit NaN. It also hands a GPU's
-    memory back at once."""
+    ``torch``: the tasks import torch, and run in the torch tasks' own workers (``torch_task_options``: one
+    that imported torch serves the next; with a GPU each exits after its task). fastText tasks run in workers
+    of their own runtime environment (``SAFE_MALLOC_ENV``): fastText trains on uninitialised memory, and in a
+    worker whose heap torch has shaped a later fastText model could differ from a clean process's, or hit NaN."""
     import ray
 
+    from common.platform.ray_runtime import torch_task_options
+
     runtime.start()
-    options: dict[str, Any] = {"max_calls": 1} if fresh_worker else {}
-    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus or None, max_retries=2,
-                        runtime_env={"env_vars": SAFE_MALLOC_ENV}, **options)(function)
+    options = torch_task_options(num_gpus) if torch else {"runtime_env": {"env_vars": SAFE_MALLOC_ENV}}
+    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus or None, max_retries=2, **options)(function)
     return ray.get([remote.remote(**job) for job in jobs])
 
 
@@ -72,8 +73,7 @@ def evaluate_many(runtime: "RayRuntime", model: str, jobs: Sequence[dict[str, An
 
         # An evaluation encoder is a plain classifier: no MLM loss, whatever its mlm_weight says.
         spec = replace(encoder, mlm_weight=0.0)
-        # Each in a worker that exits after it: torch's memory (a GPU's included) goes back at once.
         return run_tasks(runtime, fit_encoder_and_evaluate, [{**job, "spec": spec} for job in jobs], spec.num_cpus,
-                         spec.num_gpus, fresh_worker=True)
+                         spec.num_gpus, torch=True)
     params = fasttext_params(fasttext)
     return run_tasks(runtime, fit_and_evaluate, [{**job, "params": params} for job in jobs])

@@ -158,10 +158,10 @@ def prepare(model_uri: str, spec: GenerationSpec, num_gpus: float = 0.0) -> Opti
     target = f"{model_uri.rstrip('/')}/ct2-{quantization}"
     if exists(f"{target}/model.bin"):  # converted by an earlier run of the same model
         return target
-    from common.models.generation.seq2seq import MODEL_TASK_ENV
+    from common.platform.ray_runtime import TORCH_TASK_ENV
 
     # The fine-tune tasks' environment: the worker that just trained the model, torch imported, converts it.
-    task = ray.remote(num_cpus=1, runtime_env=MODEL_TASK_ENV)(_convert_once)
+    task = ray.remote(num_cpus=1, runtime_env=TORCH_TASK_ENV)(_convert_once)
     return ray.get(task.remote(model_uri, quantization, target))
 
 

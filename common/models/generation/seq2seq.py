@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from common.models.generation.batching import read_pairs  # noqa: F401  (the fine-tune task reads with it; tests import it here)
+from common.platform.ray_runtime import TORCH_TASK_ENV
 
 if TYPE_CHECKING:
     from common.models.config import FineTuneConfig, T5ModelConfig
@@ -351,11 +352,6 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
         shutil.rmtree(work, ignore_errors=True)
 
 
-# The seq2seq Ray tasks' (fine-tuning, CTranslate2 conversion) one environment: a worker that imported torch
-# for one serves the next (ray.max_workers keeps it). Hub access is the cluster environment's.
-MODEL_TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
-
-
 def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, model: ModelSpec, train: TrainSpec,
                      source_col: str = "source_text", target_col: str = "target_text", num_cpus: int = 1,
                      num_gpus: float = 0.0, tracking_uri: Optional[str] = None, run_id: Optional[str] = None,
@@ -380,7 +376,7 @@ def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **o
 
     runtime.start()
     return ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0,
-                                               runtime_env=MODEL_TASK_ENV, **options)
+                                               runtime_env=TORCH_TASK_ENV, **options)
 
 
 def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: Sequence[tuple[list, str]],
