@@ -158,8 +158,10 @@ def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
 
     assert torch_task_options(0.0) == {"runtime_env": TORCH_TASK_ENV}
     assert torch_task_options(1.0) == {"runtime_env": TORCH_TASK_ENV, "max_calls": 1}
-    # Two CPUs each on the session's 2-CPU runtime: the tasks run one at a time.
-    torch_pids = [run_tasks(ray_runtime, pid, [{}], num_cpus=2, torch=True)[0] for _ in range(3)]
-    assert len(set(torch_pids)) == 1, torch_pids
+    # Two CPUs each on the session's 2-CPU runtime: the tasks run one at a time. Ray hands each the idle torch
+    # worker used last; earlier tests may have left more than one idle, so the claim is that workers are shared
+    # (with a worker per task there would be four).
+    torch_pids = [run_tasks(ray_runtime, pid, [{}], num_cpus=2, torch=True)[0] for _ in range(4)]
+    assert len(set(torch_pids)) < len(torch_pids), torch_pids
     fasttext_pids = run_tasks(ray_runtime, pid, [{}] * 4)
     assert not set(fasttext_pids) & set(torch_pids), (fasttext_pids, torch_pids)
