@@ -227,15 +227,13 @@ def _run_classifiers(ctx: JobContext, jobs: list[dict], encoder: EncoderConfig):
     encoder: ``encoder``'s CPUs and GPUs in torch's workers); their prediction tables come back as one Ray Dataset."""
     import ray
 
-    from common.models.classifiers.hft import SAFE_MALLOC_ENV
+    from common.models.classifiers.hft import task_options
     from common.models.classifiers.multilabel import fit_and_predict
-    from common.platform.ray_runtime import torch_task_options
 
     ctx.ray().start()
-    fasttext_env = {"env_vars": SAFE_MALLOC_ENV}
-    remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, runtime_env=fasttext_env)(fit_and_predict),
+    remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, **task_options(False))(fit_and_predict),
                "encoder": ray.remote(num_cpus=encoder.num_cpus, num_gpus=encoder.num_gpus or None, max_retries=2,
-                                     **torch_task_options(encoder.num_gpus))(fit_and_predict)}
+                                     **task_options(True, encoder.num_gpus))(fit_and_predict)}
     return ray.data.from_arrow_refs([remotes[job["kind"]].remote(**job) for job in jobs])
 
 

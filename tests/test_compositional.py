@@ -228,11 +228,11 @@ def test_multilabel_fasttext_learns_a_separable_toy_task(ray_runtime, tmp_path):
     import ray
 
     from common.models.config import FastTextConfig
-    from common.models.classifiers.hft import SAFE_MALLOC_ENV, fasttext_params
+    from common.models.classifiers.hft import FASTTEXT_TASK_ENV, fasttext_params
     from common.models.classifiers.multilabel import fit_and_predict
 
     _toy_parquet(tmp_path, 400, 100)
-    task = ray.remote(num_cpus=1, runtime_env={"env_vars": SAFE_MALLOC_ENV})(fit_and_predict)
+    task = ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)(fit_and_predict)
     table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")], None)],
                                 fasttext_params(FastTextConfig(loss="ova", epoch=25, lr=0.2, dim=20, bucket=10000)), 3,
                                 0.1, {"method": "no_aug", "repeat": 0}))

@@ -148,7 +148,7 @@ def test_a_model_task_worker_is_kept_for_the_next_stage(tmp_path):
 
 def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
     """Torch tasks (run_tasks(torch=True): encoder surrogates and classifiers) run in the torch tasks' runtime
-    environment: one worker serves them one after another, instead of a new process importing torch for each,
+    environment: its workers serve them one after another, instead of a new process importing torch for each,
     and fastText's tasks never run in it (their heap must not be one torch shaped). With a GPU, each torch
     task's worker exits after it."""
     from common.models.classifiers.text_classifier import run_tasks

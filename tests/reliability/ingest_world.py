@@ -3,6 +3,7 @@ arguments that point a lakehouse at its landing files (4 tables: kept and quaran
 products and the catalog)."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ SHORT_JVM = "-XX:TieredStopAtLevel=1"
 # cores. NO_CODEGEN is Spark's own test setting, kept to these short-lived processes.
 SHORT_SPARK_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 DEMO = [*SMALL_DEMO, f"spark.java_options={SHORT_JVM}",
-        "spark.conf={" + ", ".join(f"{k}: '{v}'" for k, v in SHORT_SPARK_CONF.items()) + "}"]
+        f"spark.conf={json.dumps(SHORT_SPARK_CONF)}"]  # JSON is YAML: the values stay strings
 
 
 def settings(root: Path, base: Path, path: str = "native", landing: Path | None = None) -> list[str]:

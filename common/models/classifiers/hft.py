@@ -46,6 +46,17 @@ LABEL_PREFIX = "__label__"
 # get it through their runtime_env) keeps big matrices on fresh zeroed pages where mallopt is missing, and a
 # NaN failure is still retried in a new process.
 SAFE_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+# fastText's Ray tasks and actors run in this runtime environment, torch's in theirs (ray_runtime.TORCH_TASK_ENV):
+# Ray keeps a worker pool per environment, so no worker whose heap torch shaped ever trains fastText.
+FASTTEXT_TASK_ENV = {"env_vars": SAFE_MALLOC_ENV}
+
+
+def task_options(torch: bool, num_gpus: float = 0.0) -> dict[str, Any]:
+    """Ray options of a classifier task: torch's workers (``torch_task_options``: one that imported torch serves
+    the next; with a GPU each exits after its task) when ``torch``, else fastText's (:data:`FASTTEXT_TASK_ENV`)."""
+    from common.platform.ray_runtime import torch_task_options
+
+    return torch_task_options(num_gpus) if torch else {"runtime_env": FASTTEXT_TASK_ENV}
 
 
 class TrainingDataError(InputError):
@@ -266,7 +277,7 @@ def fasttext_params(cfg: FastTextConfig) -> dict[str, Any]:
 def _trainer_class():
     import ray
 
-    @ray.remote(num_cpus=1, runtime_env={"env_vars": SAFE_MALLOC_ENV})
+    @ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)
     class HFTTrainer:
         """A Ray actor that trains fastText levels; fastText and pyarrow are imported once per actor."""
 

@@ -13,7 +13,8 @@ import tempfile
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from common.models.classifiers.hft import SAFE_MALLOC_ENV, HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows
+from common.models.classifiers.hft import (HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows,
+                                           task_options)
 from common.models.classifiers.label_metrics import accuracy_and_macro_f1
 
 if TYPE_CHECKING:
@@ -49,17 +50,14 @@ def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], n
     """Run ``function(**job)`` for every job as Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs each
     (fastText: one CPU, single-threaded, so deterministic per seed); results in job order.
 
-    ``torch``: the tasks import torch, and run in the torch tasks' own workers (``torch_task_options``: one
-    that imported torch serves the next; with a GPU each exits after its task). fastText tasks run in workers
-    of their own runtime environment (``SAFE_MALLOC_ENV``): fastText trains on uninitialised memory, and in a
-    worker whose heap torch has shaped a later fastText model could differ from a clean process's, or hit NaN."""
+    ``torch``: the tasks import torch, and run in torch's workers, never in fastText's (``hft.task_options``):
+    fastText trains on uninitialised memory, and in a worker whose heap torch has shaped a later fastText model
+    could differ from a clean process's, or hit NaN."""
     import ray
 
-    from common.platform.ray_runtime import torch_task_options
-
     runtime.start()
-    options = torch_task_options(num_gpus) if torch else {"runtime_env": {"env_vars": SAFE_MALLOC_ENV}}
-    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus or None, max_retries=2, **options)(function)
+    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus or None, max_retries=2,
+                        **task_options(torch, num_gpus))(function)
     return ray.get([remote.remote(**job) for job in jobs])
 
 
