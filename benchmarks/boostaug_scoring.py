@@ -10,7 +10,13 @@ visible): fine-tuning rate on ``--encoder-train`` rows (one epoch, joint classif
 scoring actor's rate (:class:`common.boostaug.surrogate.EncoderPoolScorer`, the Ray Data pool's actor) on
 ``--encoder-candidates`` candidates, with and without pseudo-perplexity.
 
-Run: .venv/bin/python benchmarks/boostaug_scoring.py [--texts N] [--encoder] [--json PATH]
+With ``--features``, the ``features`` surrogate (:mod:`common.boostaug.feature_surrogate`: frozen MiniLM
+embeddings, a logistic-regression head per fold) for each CTranslate2 compute type in ``--compute-types``: the
+time to embed the training texts and fit the 5 fold heads and the MonoAug head (one Ray task's work), and one
+scoring actor's rate (:class:`~common.boostaug.feature_surrogate.FeatureHeadScorer`, its fold's head and the
+MonoAug head) on ``--features-candidates`` candidates, on ``--threads`` threads.
+
+Run: .venv/bin/python benchmarks/boostaug_scoring.py [--texts N] [--encoder] [--features] [--json PATH]
 """
 from __future__ import annotations
 
@@ -35,6 +41,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--model", default=None, help="encoder checkpoint (default: MiniLM)")
     parser.add_argument("--encoder-train", type=int, default=512, help="rows the encoder fine-tunes on")
     parser.add_argument("--encoder-candidates", type=int, default=256, help="candidates the encoder scores")
+    parser.add_argument("--features", action="store_true", help="also measure the features surrogate")
+    parser.add_argument("--features-candidates", type=int, default=8000, help="candidates the features actor scores")
+    parser.add_argument("--compute-types", nargs="+", default=["float32", "int8"])
+    parser.add_argument("--threads", type=int, default=2, help="the features actor's CPUs (OMP_NUM_THREADS)")
     args = parser.parse_args(argv)
 
     from common.boostaug.backends import augment_text, synonym_table
@@ -68,6 +78,8 @@ def main(argv=None) -> dict:
         figures["candidates_scored"] = len(candidates)
     if args.encoder:
         figures.update(encoder_figures(train[:args.encoder_train], candidates[:args.encoder_candidates], args.model))
+    if args.features:
+        figures.update(features_figures(rows, candidates[:args.features_candidates], args.compute_types, args.threads))
     for key, value in figures.items():
         shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value
         print(f"{key:<42} {shown}")
@@ -102,6 +114,41 @@ def encoder_figures(train, candidates, model) -> dict:
             start = time.perf_counter()
             actor(batch)
             out[f"encoder_{name}_candidates_per_s"] = len(candidates) / (time.perf_counter() - start)
+    return out
+
+
+def features_figures(rows, candidates, compute_types, threads: int) -> dict:
+    """Per compute type: embed ``rows`` and fit the 5 fold heads and the MonoAug head; time one scoring actor
+    (the fold-0 head and the MonoAug head) on ``candidates``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from common.boostaug.config import FeatureSurrogateConfig
+    from common.boostaug.feature_surrogate import FeatureHeadScorer, fit_surrogates
+    from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
+
+    out: dict = {"features_threads": threads}
+    with tempfile.TemporaryDirectory() as tmp:
+        table = pa.table({"text": [t for t, _ in rows], "label": [lab for _, lab in rows],
+                          "split": ["train" if i % 10 else "dev" for i in range(len(rows))],
+                          "fold": [i % 5 for i in range(len(rows))]})
+        pq.write_table(table, f"{tmp}/texts.parquet")
+        plans = fold_plans(5) + [mono_plan(5)]
+        batch = pa.table({"fold": [0] * len(candidates), "text": candidates})
+        for kind in compute_types:
+            spec = FeatureSurrogateConfig(compute_type=kind, threads=threads)
+            jobs = [dict(zip(("train", "validation"), surrogate_sources([f"{tmp}/texts.parquet"], p)),
+                         out_dir=f"{tmp}/{kind}/{p.boost}") for p in plans]
+            start = time.perf_counter()
+            fitted = fit_surrogates(jobs, spec, 42)
+            out[f"features_{kind}_fit_s"] = time.perf_counter() - start
+            out[f"features_{kind}_embed_s"] = fitted[0]["embed_seconds"]
+            out[f"features_{kind}_val_accuracy"] = ", ".join(f"{f['val_accuracy']:.3f}" for f in fitted)
+            actor = FeatureHeadScorer({0: fitted[0]["uri"]}, fitted[-1]["uri"], spec)
+            actor(batch.slice(0, 8))  # warm up, as the pool's first batch does
+            start = time.perf_counter()
+            actor(batch)
+            out[f"features_{kind}_candidates_per_s"] = len(candidates) / (time.perf_counter() - start)
     return out
 
 

@@ -10,7 +10,7 @@
   whose generation failed land in ``boostaug_contextual_rejects`` with the reason.
 * ``boostaug-filter`` trains one surrogate per boosting fold in Ray tasks (k - 2 folds train it, one
   validates it, it judges the last one), plus the MonoAug surrogate for the ablation; scores every candidate
-  with its fold's surrogate (fastText: in Spark; encoder: on a Ray Data actor pool) into
+  with its fold's surrogate (fastText: in Spark; encoder and features: on a Ray Data actor pool) into
   ``boostaug_scored``; writes ``boostaug_kept`` (the filtered augmentations, with scores) and
   ``boostaug_rejects`` (the rest, each with its ``reason``); candidates = kept + rejected. A change of the
   filter settings alone re-filters the scored version without retraining or rescoring.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
@@ -139,34 +139,41 @@ def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple[dict[int, str], Optional[str]]:
     """Train the fold surrogates (and the MonoAug one) in Ray tasks; (fold -> model folder, mono folder)."""
     from common.boostaug.classifier import choose_and_fit
-    from common.models.classifiers.text_classifier import run_tasks
-    from common.models.classifiers.encoder_classifier import fit_surrogate
+    from common.boostaug.feature_surrogate import fit_surrogates
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
+    from common.models.classifiers.encoder_classifier import fit_surrogate
     from common.models.classifiers.hft import fasttext_params
+    from common.models.classifiers.text_classifier import run_tasks
 
     cfg = ctx.cfg.boostaug
-    encoder = cfg.surrogate.kind == "encoder"
+    kind = cfg.surrogate.kind
     files = ctx.lakehouse.file_uris(TEXTS, tr.versions[TEXTS])
     plans = fold_plans(cfg.folds) + ([mono_plan(cfg.folds)] if with_mono else [])
     jobs = []
     for plan in plans:
         train, validation = surrogate_sources(files, plan)
         name = "mono" if plan.boost is None else f"fold{plan.boost}"
-        model_args = {"spec": cfg.surrogate.encoder} if encoder else \
+        model_args = {"spec": cfg.surrogate.encoder} if kind == "encoder" else {} if kind == "features" else \
             {"params": fasttext_params(cfg.surrogate.fasttext), "epochs": list(cfg.surrogate.epochs)}
         jobs.append({"train": train, "validation": validation, "seed": ctx.cfg.seed,
                      "out_dir": ctx.models_dir("boostaug_surrogate", hash_of(key, name)), **model_args})
-    if encoder:
+    if kind == "encoder":
         figures = run_tasks(ctx.ray(), fit_surrogate, jobs, cfg.surrogate.encoder.num_cpus,
                             cfg.surrogate.encoder.num_gpus, torch=True)
+    elif kind == "features":
+        # One task embeds every training text once and fits every fold's head on those embeddings.
+        spec = cfg.surrogate.features
+        figures = run_tasks(ctx.ray(), fit_surrogates, [{"plans": [{k: j[k] for k in ("train", "validation", "out_dir")}
+                                                                   for j in jobs], "spec": spec, "seed": ctx.cfg.seed}],
+                            spec.num_cpus, spec.num_gpus, torch=True)[0]
     else:
         figures = run_tasks(ctx.ray(), choose_and_fit, jobs)
     report = {("mono" if p.boost is None else f"fold{p.boost}"): {**f, "plan": asdict(p)}
               for p, f in zip(plans, figures)}
     tr.log_dict(report, "surrogates.json")
     for name, f in report.items():
-        log.info("surrogate %s: %d rows, %d epochs, validation accuracy %.4f", name, f["rows"], f["epoch"],
-                 f["val_accuracy"])
+        log.info("surrogate %s: %d rows, %s, validation accuracy %.4f", name, f["rows"],
+                 f"C {f['C']:g}" if "C" in f else f"{f['epoch']} epochs", f["val_accuracy"])
     tr.log_metrics({f"surrogate.{name}.{k}": f[k] for name, f in report.items()
                     for k in ("val_accuracy", "val_perplexity_median") if k in f})
     folds = {p.boost: f["uri"] for p, f in zip(plans, figures) if p.boost is not None}
@@ -174,22 +181,36 @@ def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple
     return folds, mono
 
 
+def _surrogate_settings(cfg) -> Any:
+    """What a surrogate kind's scores depend on (for the scored table's config hash)."""
+    surrogate = cfg.surrogate
+    if surrogate.kind == "encoder":
+        return asdict(surrogate.encoder)
+    if surrogate.kind == "features":
+        return {k: v for k, v in asdict(surrogate.features).items() if k not in ("num_cpus", "num_gpus", "concurrency")}
+    return asdict(surrogate.fasttext), surrogate.epochs
+
+
 def _score(ctx: JobContext, tr: JobRun, candidates, with_mono: bool) -> int:
     """Train the surrogates and score every candidate into a version of ``boostaug_scored`` (skipped when
     the same surrogate settings already scored the same candidates); returns that version."""
+    from common.boostaug import feature_surrogate
     from common.boostaug.surrogate import score, score_on_ray
 
     cfg = ctx.cfg.boostaug
     surrogate = cfg.surrogate
     quantile = cfg.filter.perplexity_quantile if surrogate.kind == "encoder" else None
-    config_hash = hash_of(surrogate.kind, asdict(surrogate.encoder) if surrogate.kind == "encoder" else
-                          (asdict(surrogate.fasttext), surrogate.epochs), quantile, cfg.folds, with_mono, ctx.cfg.seed)
+    config_hash = hash_of(surrogate.kind, _surrogate_settings(cfg), quantile, cfg.folds, with_mono, ctx.cfg.seed)
     if not tr.already_written(SCORED, config_hash):
         folds, mono = _surrogates(ctx, tr, hash_of(config_hash, tr.inputs), with_mono)
         if surrogate.kind == "encoder":
             perplexity = "perplexity" in cfg.filter.enabled and surrogate.encoder.mlm_weight > 0
             candidates = ctx.lakehouse.read_ray(CANDIDATES, tr.versions[CANDIDATES])
             tr.write_ray(score_on_ray(candidates, folds, mono, surrogate.encoder, perplexity, quantile), SCORED,
+                         config_hash)
+        elif surrogate.kind == "features":
+            candidates = ctx.lakehouse.read_ray(CANDIDATES, tr.versions[CANDIDATES])
+            tr.write_ray(feature_surrogate.score_on_ray(candidates, folds, mono, surrogate.features), SCORED,
                          config_hash)
         else:
             tr.write(score(candidates, folds, mono), SCORED, config_hash)

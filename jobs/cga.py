@@ -8,7 +8,8 @@
   ``score`` and, for empty outputs and copies, ``reason``) and ``cga_generated_quarantine`` (bad inputs).
 * ``cga-train`` reads ``cga_generated``, ``labeled_train``, ``accuracy_test``, ``consistency_test``,
   ``consistency_results``; D_aug = samples with s >= ``cga.threshold`` (sub-sampled to ``cga.n``) with
-  their source's label; writes ``cga_augmented``, ``train_cga`` (D_L ∪ D_aug); trains HFT
+  their source's label; writes ``cga_augmented``, ``cga_test_copies`` (samples that copy an accuracy-test
+  title, with their reason: never in D_aug), ``train_cga`` (D_L ∪ D_aug); trains HFT
   ``consistency.repeats`` times, evaluates like ``consistency-train`` and puts the ``cga`` rows into
   ``consistency_results`` (replacing earlier ``cga`` rows; lifts vs the baseline rows).
 * ``cga-sweep`` reads the same; one MLflow child run per Figure-2 point (T at fixed N, N at T = 0.7, T
@@ -27,6 +28,7 @@ from jobs import entry_point
 log = logging.getLogger(__name__)
 
 RESULTS = "consistency_results"
+TEST_COPIES = "cga_test_copies"
 SWEEP_RESULTS = "cga_sweep_results"
 SWEEP_SCHEMA = ("run_id string, point string, threshold double, n long, experiments string, repeat int, seed long, "
                 "f1_weighted double, consistency_rate double, n_train long, n_augmented long")
@@ -119,8 +121,11 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         return None
 
     tr.write(augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed), "cga_augmented", config_hash)
-    # _evaluation_inputs dropped the samples that copy a test title; how many, for the run's record.
-    tr.log_metrics({"cga.test_copies_dropped": generated.filter(F.col("reason") == COPIES_TEST).count()})
+    # _evaluation_inputs marked the samples that copy a test title, so no D_aug holds them: they are kept,
+    # with their reason, in the job's rejects table.
+    copies = tr.write(generated.filter(F.col("reason") == COPIES_TEST), TEST_COPIES, config_hash)
+    tr.log_metrics({"cga.test_copies_dropped": tr.written(TEST_COPIES).count() if copies.num_rows is None
+                    else copies.num_rows})
     written = tr.write(training_set(d_l, tr.written("cga_augmented")), "train_cga", config_hash)
     n_rows, n_aug, depth = training_stats(ctx, "train_cga", written.version)
     models, jobs = model_jobs(ctx, "train_cga", written.version, depth, "hft_cga", config_hash, repeats)

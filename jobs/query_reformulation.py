@@ -13,7 +13,8 @@
   fine-tunes a second T5 on the pairs whose queries are both outside the hold-out and augments the training
   queries only (so nothing about a held-out query reaches training), trains a fastText matcher over product
   ids on the original and on the augmented training log, and writes ``matcher_results``
-  (precision/recall/hit @k on the held-out queries).
+  (precision/recall/hit @k on the held-out queries) and ``matcher_test_copies`` (reformulations that are a
+  held-out query, with their reason: never trained on).
 """
 from __future__ import annotations
 
@@ -152,10 +153,12 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
         FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", config_hash,
         {**tr.inputs, "matcher_pairs": str(out["matcher_pairs"].version)})
-    # A reformulation that is itself a held-out query would put that query into training: dropped, counted.
+    # A reformulation that is itself a held-out query would put that query into training: dropped, with its
+    # reason, into matcher_test_copies.
     generated = mark_test_copies(tr.written("matcher_reformulations"), "generated_text",
                                  local.filter(held).select("query"), "query")
-    copies = generated.filter(F.col("reason") == COPIES_TEST).count()
+    written = tr.write(generated.filter(F.col("reason") == COPIES_TEST), "matcher_test_copies", config_hash)
+    copies = tr.written("matcher_test_copies").count() if written.num_rows is None else written.num_rows
     augmented = augment_interactions(train_tuples, usable_reformulations(generated), ctx.cfg.query_graph).kept
     variants = {"original": local.filter(~held).select("query", "product_id"),
                 "augmented": augmented.select("query", "product_id")}

@@ -91,6 +91,17 @@ def test_cga_pipeline_end_to_end(small_world):
     assert n_aug == gen[(gen.reason.isna()) & (gen.score >= 0.2)][["source_id", "generated_text"]].drop_duplicates() \
         .merge(lh.read("labeled_train").selectExpr("cast(item_id as string) as source_id").toPandas()).shape[0]
 
+    # Samples that copy an accuracy-test title (case- and space-folded) sit in cga_test_copies with their
+    # reason, and none of them in D_aug.
+    def folded(texts):
+        return texts.str.strip().str.replace(r"\s+", " ", regex=True).str.lower()
+
+    test_titles = set(folded(lh.read("accuracy_test").select("title").toPandas().title))
+    expected = gen[gen.reason.isna() & folded(gen.generated_text).isin(test_titles)]
+    copies = lh.read("cga_test_copies").toPandas()
+    assert len(copies) == len(expected) and (copies.reason == "copies a test text").all()
+    assert not set(folded(lh.read("cga_augmented").select("title").toPandas().title)) & test_titles
+
     # The sweep: 5 points (T at N = 30, N at T = 0.2, T without N), each a child run of the sweep run.
     sweep = lh.read("cga_sweep_results").toPandas()
     assert sorted(sweep.point) == sorted(["T=0.1 N=30", "T=0.3 N=30", "T=0.2 N=30", "T=0.1 N=all", "T=0.3 N=all"])

@@ -165,3 +165,14 @@ def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
     assert len(set(torch_pids)) < len(torch_pids), torch_pids
     fasttext_pids = run_tasks(ray_runtime, pid, [{}] * 4)
     assert not set(fasttext_pids) & set(torch_pids), (fasttext_pids, torch_pids)
+
+
+def test_cpu_actor_pools_leave_a_cpu_to_ray_data(ray_runtime):
+    from common.platform.ray_runtime import actor_pool_size
+
+    # 2 CPUs: CPU actors of 1 CPU are cut to one, so the read and write tasks keep a CPU; an actor of 2 CPUs
+    # would hold them all and the stage would never start, so the pool is refused with the fix in the message
+    assert actor_pool_size(3, 0.0, 1, stage="test pool") == 1
+    with pytest.raises(ValueError, match="test pool: a CPU actor of 2 CPUs .* at most 1 CPU"):
+        actor_pool_size(1, 0.0, 2, stage="test pool")
+    assert actor_pool_size(4, 1.0, 2) == 4  # GPU actors hold no CPU the other tasks need

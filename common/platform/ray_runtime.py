@@ -158,12 +158,17 @@ def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, 
     """How many actors a Ray Data ``map_batches`` pool may hold: ``concurrency``, except that CPU actors
     (``num_gpus`` 0) of ``num_cpus`` each must leave one CPU of the running cluster free, because they hold
     their CPUs for the whole stage and the read, repartition and write tasks need one, or Ray Data waits
-    forever for a free CPU. Logs a warning when it cuts."""
+    forever for a free CPU. Logs a warning when it cuts; raises ValueError when not even one actor leaves a
+    CPU free (the stage would never start)."""
     if num_gpus:
         return concurrency
     import ray
 
     cpus = int(ray.cluster_resources().get("CPU", 1))
+    if cpus > 1 and num_cpus > cpus - 1:
+        raise ValueError(f"{stage}: a CPU actor of {num_cpus} CPUs leaves none of this {cpus}-CPU cluster's CPUs "
+                         f"for Ray Data's read and write tasks, so the stage would wait forever; give the actor at "
+                         f"most {cpus - 1} CPU(s) (its threads can still use more cores)")
     fits = max(1, (cpus - 1) // max(1, num_cpus))
     if concurrency > fits:
         log.warning("%s concurrency %d x %d CPU leaves no CPU for Ray Data's other tasks on a %d-CPU cluster; "

@@ -1,0 +1,176 @@
+"""BoostAug's CPU surrogate (``boostaug.surrogate.kind: features``): a classifier head per cross-boosting fold
+on frozen sentence embeddings.
+
+The sentence encoder (all-MiniLM-L6-v2 by default; CTranslate2 where it can run the model) is never trained,
+so a text's embedding is the same for every surrogate: the training texts are embedded once, and each
+surrogate is a multinomial logistic regression on the embeddings of its own training folds, its L2 strength
+chosen on its validation fold. The cross-boosting property holds (the head that judges fold i's candidates
+never saw fold i's texts), and k fold surrogates plus MonoAug cost one embedding pass over the training texts
+and a few seconds of fitting. Judging a candidate costs one encoder pass, shared by its fold's head and the
+MonoAug head. The surrogate gives confidence and label; it has no language-model head, so no perplexity
+(the perplexity filter passes its candidates, as with fastText).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+
+from common.models.classifiers.hft import read_rows
+from common.models.classifiers.text_classifier import LABEL, TEXT
+from common.platform.storage import local_copy, put_file
+
+if TYPE_CHECKING:
+    from common.boostaug.config import FeatureSurrogateConfig
+
+HEAD_FILE = "head.npz"
+REPORT_FILE = "surrogate.json"
+
+
+def sentence_encoder(spec: "FeatureSurrogateConfig"):
+    """The frozen sentence encoder of ``spec`` (``encoder``: a sentence-transformers folder, None: the packaged
+    all-MiniLM-L6-v2) on ``spec.engine``, with ``spec.compute_type`` where it runs on CTranslate2, on
+    ``spec.threads`` threads (0: ``spec.num_cpus``)."""
+    from common.models.generation.scoring import _encoder, minilm_path
+    from common.models.generation.sentence_encoder import CT2SentenceEncoder, ct2_reason
+
+    # CTranslate2 reads its thread count from OMP_NUM_THREADS, which Ray sets to a task's or actor's CPUs.
+    os.environ["OMP_NUM_THREADS"] = str(spec.threads or spec.num_cpus)
+    path = spec.encoder or minilm_path()
+    if spec.compute_type != "auto" and spec.engine != "torch" and ct2_reason(path) is None:
+        return CT2SentenceEncoder(path, compute_type=spec.compute_type)
+    return _encoder(path, None, spec.engine)
+
+
+def embed(encoder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+    """(len(texts), dim) unit-length float32 embeddings of ``texts`` (None as the empty text)."""
+    return encoder.encode([t or "" for t in texts], batch_size=batch_size, normalize_embeddings=True,
+                          convert_to_numpy=True)
+
+
+def fit_head(x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence[str], c_grid: Sequence[float],
+             seed: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A multinomial logistic regression of ``y`` on ``x`` for each L2 strength C in ``c_grid``; the one with
+    the best accuracy on (``x_val``, ``y_val``) is kept (ties: the smaller C; no validation rows: the largest).
+    Returns (head arrays: coef, intercept, labels; figures: C, val_accuracy, rows, classes)."""
+    from sklearn.linear_model import LogisticRegression
+
+    labels = np.array(sorted(set(y)))
+    if len(labels) < 2:
+        raise ValueError(f"a surrogate head needs at least two classes; the training rows have {list(labels)}")
+    best: Optional[tuple[float, float, Any]] = None
+    for c in sorted(c_grid):
+        model = LogisticRegression(C=float(c), max_iter=1000, random_state=seed).fit(x, np.asarray(y))
+        accuracy = float((model.predict(x_val) == np.asarray(y_val)).mean()) if len(y_val) else float("nan")
+        if best is None or (len(y_val) and accuracy > best[1]) or not len(y_val):
+            best = (float(c), accuracy, model)
+    c, accuracy, model = best
+    coef, intercept = model.coef_, model.intercept_
+    if len(labels) == 2:  # sklearn keeps one row for two classes: logits (0, z) give the same softmax
+        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
+    head = {"coef": coef.astype(np.float32), "intercept": intercept.astype(np.float32), "labels": labels}
+    return head, {"C": c, "val_accuracy": accuracy, "rows": len(y), "classes": len(labels)}
+
+
+def predict(head: dict[str, np.ndarray], x: np.ndarray) -> tuple[list[str], list[float]]:
+    """(predicted labels, confidences = top softmax probabilities) of ``head`` on embeddings ``x``."""
+    logits = x @ head["coef"].T + head["intercept"]
+    logits -= logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=1, keepdims=True)
+    top = probs.argmax(axis=1)
+    return [str(v) for v in head["labels"][top]], [float(v) for v in probs[np.arange(len(top)), top]]
+
+
+def fit_surrogates(plans: Sequence[dict[str, Any]], spec: "FeatureSurrogateConfig", seed: int) -> list[dict[str, Any]]:
+    """Fit one head per plan (``train``, ``validation``: :data:`~common.models.classifiers.hft.Source` lists of
+    (text, label) rows; ``out_dir``: where its head goes, local path or URI). Every distinct text is embedded
+    once for all plans. Returns per plan {rows, epoch (0: a head has no epochs), C, val_accuracy, seconds,
+    embed_seconds, uri}; raises ValueError for a plan without training rows."""
+    start = time.perf_counter()
+    rows = [(read_rows(p["train"], TEXT, LABEL), read_rows(p["validation"], TEXT, LABEL)) for p in plans]
+    texts = sorted({t or "" for train, val in rows for t, _ in [*train, *val]})
+    encoder = sentence_encoder(spec)
+    vectors = embed(encoder, texts, spec.batch_size)
+    index = {t: i for i, t in enumerate(texts)}
+    embed_seconds = time.perf_counter() - start
+    out = []
+    for plan, (train, val) in zip(plans, rows):
+        if not train:
+            raise ValueError(f"no training rows for the features surrogate {plan['out_dir']}")
+        began = time.perf_counter()
+        x = vectors[[index[t or ""] for t, _ in train]]
+        x_val = vectors[[index[t or ""] for t, _ in val]] if val else np.zeros((0, vectors.shape[1]), np.float32)
+        head, figures = fit_head(x, [lab for _, lab in train], x_val, [lab for _, lab in val], spec.c_grid, seed)
+        figures.update(epoch=0, seconds=time.perf_counter() - began, embed_seconds=embed_seconds,
+                       uri=plan["out_dir"])
+        with tempfile.TemporaryDirectory(prefix="feature-head-") as tmp:
+            np.savez(os.path.join(tmp, HEAD_FILE), **head)
+            with open(os.path.join(tmp, REPORT_FILE), "w", encoding="utf-8") as fh:
+                json.dump(figures, fh)
+            for name in (HEAD_FILE, REPORT_FILE):
+                put_file(os.path.join(tmp, name), f"{plan['out_dir'].rstrip('/')}/{name}")
+        out.append(figures)
+    return out
+
+
+def load_head(uri: str) -> dict[str, np.ndarray]:
+    """The head saved under ``uri`` by :func:`fit_surrogates`."""
+    with np.load(os.path.join(local_copy(uri), HEAD_FILE), allow_pickle=False) as data:
+        return {name: data[name] for name in ("coef", "intercept", "labels")}
+
+
+class FeatureHeadScorer:
+    """A Ray Data actor of the ``features`` scoring pool: loads the encoder and every fold's head (and the
+    MonoAug head) once, then scores Arrow batches of candidates (``fold``, ``text``): one embedding per text,
+    judged by its fold's head. Adds confidence, pred_label, perplexity and perplexity_limit (null: no language
+    model), and the same four ``mono_*`` columns with ``mono``."""
+
+    def __init__(self, surrogates: dict[int, str], mono: Optional[str], spec: "FeatureSurrogateConfig"):
+        self.encoder = sentence_encoder(spec)
+        self.heads = {int(fold): load_head(uri) for fold, uri in surrogates.items()}
+        self.mono = load_head(mono) if mono else None
+        self.batch_size = spec.batch_size
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        texts = batch.column("text").to_pylist()
+        folds = np.asarray(batch.column("fold").to_pylist())
+        x = embed(self.encoder, texts, self.batch_size)
+        n = len(texts)
+        conf, label = [0.0] * n, [""] * n
+        for fold in sorted(set(folds.tolist())):
+            if int(fold) not in self.heads:
+                raise KeyError(f"no surrogate for fold {fold}")
+            rows = np.flatnonzero(folds == fold)
+            for i, lab, c in zip(rows, *predict(self.heads[int(fold)], x[rows])):
+                conf[i], label[i] = c, lab
+        nulls = pa.nulls(n, pa.float64())
+        columns = [("confidence", pa.array(conf, pa.float64())), ("pred_label", pa.array(label, pa.string())),
+                   ("perplexity", nulls), ("perplexity_limit", nulls)]
+        if self.mono is not None:
+            m_label, m_conf = predict(self.mono, x)
+            columns += [("mono_confidence", pa.array(m_conf, pa.float64())),
+                        ("mono_label", pa.array(m_label, pa.string())),
+                        ("mono_perplexity", nulls), ("mono_perplexity_limit", nulls)]
+        for name, values in columns:
+            batch = batch.append_column(name, values)
+        return batch
+
+
+def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], spec: "FeatureSurrogateConfig"):
+    """``ds`` (Ray Dataset of candidates) scored by :class:`FeatureHeadScorer` on ``spec.concurrency`` actors
+    of ``spec.num_cpus`` CPUs (``spec.num_gpus`` GPUs) each, in blocks of ``spec.batch_size`` rows so the pool
+    starts at once and the write streams."""
+    from common.platform.ray_runtime import actor_pool_size, map_batches_on_actors
+
+    concurrency = actor_pool_size(spec.concurrency, spec.num_gpus, spec.num_cpus, stage="boostaug feature scoring")
+    return map_batches_on_actors(
+        ds.repartition(target_num_rows_per_block=spec.batch_size), FeatureHeadScorer, batch_format="pyarrow",
+        batch_size=spec.batch_size, concurrency=concurrency, num_cpus=spec.num_cpus, num_gpus=spec.num_gpus or None,
+        fn_constructor_kwargs={"surrogates": surrogates, "mono": mono, "spec": spec})
