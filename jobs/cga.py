@@ -123,9 +123,8 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.write(augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed), "cga_augmented", config_hash)
     # _evaluation_inputs marked the samples that copy a test title, so no D_aug holds them: they are kept,
     # with their reason, in the job's rejects table.
-    copies = tr.write(generated.filter(F.col("reason") == COPIES_TEST), TEST_COPIES, config_hash)
-    tr.log_metrics({"cga.test_copies_dropped": tr.written(TEST_COPIES).count() if copies.num_rows is None
-                    else copies.num_rows})
+    tr.write(generated.filter(F.col("reason") == COPIES_TEST), TEST_COPIES, config_hash)
+    tr.log_metrics({"cga.test_copies_dropped": tr.written_rows(TEST_COPIES)})
     written = tr.write(training_set(d_l, tr.written("cga_augmented")), "train_cga", config_hash)
     n_rows, n_aug, depth = training_stats(ctx, "train_cga", written.version)
     models, jobs = model_jobs(ctx, "train_cga", written.version, depth, "hft_cga", config_hash, repeats)

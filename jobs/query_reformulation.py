@@ -157,8 +157,8 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     # reason, into matcher_test_copies.
     generated = mark_test_copies(tr.written("matcher_reformulations"), "generated_text",
                                  local.filter(held).select("query"), "query")
-    written = tr.write(generated.filter(F.col("reason") == COPIES_TEST), "matcher_test_copies", config_hash)
-    copies = tr.written("matcher_test_copies").count() if written.num_rows is None else written.num_rows
+    tr.write(generated.filter(F.col("reason") == COPIES_TEST), "matcher_test_copies", config_hash)
+    copies = tr.written_rows("matcher_test_copies")
     augmented = augment_interactions(train_tuples, usable_reformulations(generated), ctx.cfg.query_graph).kept
     variants = {"original": local.filter(~held).select("query", "product_id"),
                 "augmented": augmented.select("query", "product_id")}

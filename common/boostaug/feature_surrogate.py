@@ -36,14 +36,9 @@ def sentence_encoder(spec: "FeatureSurrogateConfig"):
     all-MiniLM-L6-v2) on ``spec.engine``, with ``spec.compute_type`` where it runs on CTranslate2, on
     ``spec.threads`` threads (0: ``spec.num_cpus``)."""
     from common.models.generation.scoring import _encoder, minilm_path
-    from common.models.generation.sentence_encoder import CT2SentenceEncoder, ct2_reason
 
-    # CTranslate2 reads its thread count from OMP_NUM_THREADS, which Ray sets to a task's or actor's CPUs.
-    os.environ["OMP_NUM_THREADS"] = str(spec.threads or spec.num_cpus)
-    path = spec.encoder or minilm_path()
-    if spec.compute_type != "auto" and spec.engine != "torch" and ct2_reason(path) is None:
-        return CT2SentenceEncoder(path, compute_type=spec.compute_type)
-    return _encoder(path, None, spec.engine)
+    return _encoder(spec.encoder or minilm_path(), None, spec.engine, spec.compute_type,
+                    spec.threads or spec.num_cpus)
 
 
 def embed(encoder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:

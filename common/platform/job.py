@@ -297,6 +297,12 @@ class JobRun:
             version = latest
         return self.ctx.lakehouse.read(table, version)
 
+    def written_rows(self, table: str) -> int:
+        """The row count of the version of ``table`` this run wrote: the write's own count, else (a version
+        found written, or a writer that does not report one) a count of that version read back."""
+        rows = self.result.outputs[table].num_rows
+        return self.written(table).count() if rows is None else rows
+
     def all_written(self, tables: Sequence[str], config_hash: str, inputs: Optional[Mapping[str, str]] = None,
                     latest_only: bool = False) -> bool:
         """True (and every one of ``tables`` recorded as unchanged) when this job already wrote each of them

@@ -60,10 +60,11 @@ def converted_folder(path: str, quantization: str) -> str:
 
 class CT2SentenceEncoder:
     """A sentence-transformers mean-pooling model on CTranslate2; ``device`` None: GPU when CTranslate2 sees
-    one. ``compute_type`` auto: float32 on CPU, float16 on GPU. Threads: ``OMP_NUM_THREADS`` (Ray sets it to a
-    task's CPUs), else CTranslate2's default."""
+    one. ``compute_type`` auto: float32 on CPU, float16 on GPU. Threads: ``threads`` when given, else
+    ``OMP_NUM_THREADS`` (Ray sets it to a task's CPUs), else CTranslate2's default."""
 
-    def __init__(self, path: str, device: Optional[str] = None, compute_type: str = "auto"):
+    def __init__(self, path: str, device: Optional[str] = None, compute_type: str = "auto",
+                 threads: Optional[int] = None):
         import ctranslate2
         from tokenizers import Tokenizer
 
@@ -77,7 +78,7 @@ class CT2SentenceEncoder:
         folder = converted_folder(path, stored_type(kind, device))
         self.device, self._ct2 = device, ctranslate2
         self.encoder = ctranslate2.Encoder(folder, device=device, compute_type=kind,
-                                           intra_threads=int(os.environ.get("OMP_NUM_THREADS") or 0))
+                                           intra_threads=threads or int(os.environ.get("OMP_NUM_THREADS") or 0))
         settings = read_json(os.path.join(path, "sentence_bert_config.json"))
         self.lower_case = bool(settings.get("do_lower_case"))
         self.tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
