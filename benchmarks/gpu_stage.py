@@ -4,9 +4,11 @@ box), with the pipeline's own functions, replayed into the pipeline's own run.
 The pipeline runs here (``pipeline``) with hooks. Each stage's hook replays the bundle's GPU results when they
 are there; when they are not, it records what the stage needs into the bundle folder and stops the run:
 
-* ``generate``: ``common.models.generation.seq2seq.fine_tune_many_on_ray`` (seq2seq generators' fine-tunes: the pairs'
+* ``generate``: ``common.models.generation.seq2seq.fine_tune_many_on_ray`` (the generators' fine-tunes: the pairs'
   Parquet files, filters, model and training specs) and ``common.models.generation.pool.generate_routed`` (the
-  routed prompts and the generation spec): the compositional and genre-transfer generators;
+  routed prompts and the generation spec): the compositional and genre-transfer generators; and their one-model
+  forms ``fine_tune_on_ray`` and ``generate`` (every prompt routed to the one model): CGA's and query
+  reformulation's generator;
 * ``qc`` / ``evaluate``: ``jobs.compositional._run_classifiers`` (every multi-label classifier job: its
   training and prediction sources' Parquet files, filters, kind, parameters, seed, keys);
 * ``encoder-eval``: ``common.models.classifiers.text_classifier.run_tasks`` when it runs the encoder classifier's
@@ -113,6 +115,15 @@ def _table_rows(ds):
     return pa.concat_tables(ray.get(ds.to_arrow_refs()))
 
 
+def _routed_to(table, path: str, version: str):
+    """An Arrow batch of (source_id, source_text) with every row routed to one model (``model_path``,
+    ``model_version``)."""
+    import pyarrow as pa
+
+    return table.append_column("model_path", pa.array([path] * table.num_rows, pa.string())).append_column(
+        "model_version", pa.array([version] * table.num_rows, pa.string()))
+
+
 # ---------------------------------------------------------------- here: the pipeline with its hooks
 
 def pipeline(args, augment_args) -> int:
@@ -147,6 +158,16 @@ def pipeline(args, augment_args) -> int:
         # Not trained here: the run stops at generation, before anything reads these figures.
         return [seq2seq.FineTuneResult(path=out_uri, step_losses=[float("nan")], seconds=0.0)
                 for _, out_uri in models]
+
+    def fine_tune_on_ray(runtime, files, out_uri, model, train, source_col="source_text", target_col="target_text",
+                         **_):
+        # One generator (CGA, query reformulation): the many-model request with a single model, no filters.
+        return fine_tune_many_on_ray(runtime, files, [(None, out_uri)], model, train, source_col, target_col)[0]
+
+    def generate_one(ds, model_path, model_version, spec, **_):
+        # Every row routed to the one model, so the GPU box runs the routed pool's own callable.
+        return generate_routed(ds.map_batches(_routed_to, batch_format="pyarrow",
+                                              fn_kwargs={"path": model_path, "version": model_version}), spec)
 
     def generate_routed(ds, spec, **_):
         import ray
@@ -206,6 +227,8 @@ def pipeline(args, augment_args) -> int:
     if not args.local_generation:
         seq2seq.fine_tune_many_on_ray = fine_tune_many_on_ray
         generation.generate_routed = generate_routed
+        seq2seq.fine_tune_on_ray = fine_tune_on_ray
+        generation.generate = generate_one
     compositional._run_classifiers = run_classifiers
     text_classifier.run_tasks = run_tasks
     try:

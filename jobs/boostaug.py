@@ -269,6 +269,8 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
                 "confidence <= class quantile" if r["reason"].endswith("(class quantile)") else r["reason"]
             reasons[name] = reasons.get(name, 0) + r["count"]
     tr.log_dict({"candidates": n_in, "kept": n_kept, "reasons": reasons}, "filter.json")
+    tr.write_card(KEPT, cfg.card_generator(), {"surrogate": cfg.surrogate.kind, **asdict(cfg.filter)},
+                  {"candidates": n_in, **reasons})
     log.info("boostaug filter: %d candidates = %d kept + %d rejected %s", n_in, n_kept, n_in - n_kept, reasons)
     if reasons.get("perplexity", 0) > 0.9 * n_in:
         log.warning("the perplexity filter rejected %d of %d candidates: the surrogate's pseudo-perplexities sit "

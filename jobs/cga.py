@@ -109,6 +109,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.catalog.cga import augmentation_set, training_set
     from common.data.leakage import COPIES_TEST
+    from common.models.config import generator_facts
     from jobs.consistency_train import (RESULT_SCHEMA, evaluate_many, model_jobs, report, summary_table,
                                         train_levels, training_stats, with_lifts)
 
@@ -121,6 +122,11 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         return None
 
     tr.write(augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed), "cga_augmented", config_hash)
+    # One model per generated version: a bounded read.
+    versions = [r[0] for r in generated.select("model_version").distinct().limit(3).collect()]
+    tr.write_card("cga_augmented", generator_facts(cfg.model, cfg.fine_tune, cfg.generation)
+                  | {"model version": ", ".join(sorted(v for v in versions if v))},
+                  {"scorer": cfg.scorer, "threshold T": cfg.threshold, "sub-sample N": cfg.n})
     # _evaluation_inputs marked the samples that copy a test title, so no D_aug holds them: they are kept,
     # with their reason, in the job's rejects table.
     tr.write(generated.filter(F.col("reason") == COPIES_TEST), TEST_COPIES, config_hash)

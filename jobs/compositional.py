@@ -287,6 +287,8 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                  .collect()}
     for method, (n, jac) in sorted(stats.items()):
         log.info("QC %-12s kept %d, mean Jaccard %.3f (all candidates %.3f)", method, n, jac, all_stats.get(method, 0))
+    tr.write_card(SYNTHETIC, *cfg.card_facts(),
+                  {"candidates": n_cands, "rejects": n_rejected} | {f"{m} kept": n for m, (n, _) in stats.items()})
     return {f"{m}.kept": float(n) for m, (n, _) in stats.items()} | \
         {f"{m}.kept_jaccard": float(j) for m, (_, j) in stats.items()} | \
         {f"{m}.candidate_jaccard": float(j or 0) for m, j in all_stats.items()} | {"rejects": float(n_rejected)}

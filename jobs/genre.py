@@ -240,6 +240,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.genre.generation import generator_pairs, prompts, synthetic
+    from common.models.config import generator_facts
     from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed
 
     cfg = ctx.cfg.genre
@@ -278,6 +279,10 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
              n_rejected, reasons)
     tr.log_dict({"prompts": n_prompts, "synthetic": n_kept, "quarantined": n_rejected, "reasons": reasons},
                 "generate.json")
+    tr.write_card(SYNTHETIC, generator_facts(gen.model, gen.fine_tune, gen.generation)
+                  | {"generators": "one per genre" if gen.per_genre else "one genre-conditioned generator",
+                     "synthetic per real document": gen.synthetic_ratio},
+                  {"quarantined": "empty outputs and copies of their prompt"}, {"prompts": n_prompts, **reasons})
     return {"prompts": float(n_prompts), "synthetic": float(n_kept), "quarantined": float(n_rejected),
             "generated_tokens": float(tokens)}
 

@@ -74,6 +74,7 @@ def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 @job("query-augment")
 def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``query-augment``: the augmented interaction log, re-thresholded, with its growth factor."""
+    from common.models.config import generator_facts
     from common.querygraph.reformulation import augment_interactions, usable_reformulations
 
     tuples, local = _interaction_tables(tr)
@@ -86,6 +87,11 @@ def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
         kept = tr.write(augmented.kept, "augmented_interactions", config_hash)
         rejected = tr.write(augmented.rejected, "augmented_interactions_rejected", config_hash)
         metrics = growth_accounting(ctx, tuples, local, augmented.reformulated, kept.version, rejected.version)
+        qr, graph = ctx.cfg.query_reformulation, ctx.cfg.query_graph
+        tr.write_card("augmented_interactions", generator_facts(qr.model, qr.fine_tune, qr.generation),
+                      {"activity thresholds": graph.activity_threshold,
+                       "default activity threshold": graph.default_activity_threshold},
+                      {k: metrics[k] for k in ("local_tuples", "augmented_tuples", "rejected_tuples", "growth_factor")})
     finally:
         refs.unpersist()
     log.info("query augmentation: %d -> %d tuples over the threshold (growth factor %.2fx)",

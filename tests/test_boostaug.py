@@ -9,6 +9,7 @@ import pytest
 from common.boostaug import backends as B
 from common.boostaug.config import BoostAugConfig, FilterConfig
 from common.boostaug.surrogate import fold_plans, mono_plan
+from worlds import check_card
 
 SENTENCE = "a stirring , funny and finally transporting re-imagining of beauty and the beast"
 SYNONYMS = {"funny": ("hilarious",), "beauty": ("loveliness",), "beast": ("monster",)}
@@ -270,6 +271,8 @@ def test_pipeline_end_to_end_on_the_demo_titles(small_world):
     # confidence threshold, R = 2 and the curve at Ñ in {0, 1, 2}.
     by_job = small_world.run("boostaug")
     ctx = small_world.ctx
+    card = check_card(small_world, by_job["boostaug-filter"], "boostaug_kept")
+    assert "| confidence_threshold | `0.6` |" in card and "| surrogate | `fasttext` |" in card
     lake = ctx.lakehouse
     n_train = lake.read("boostaug_texts").filter("split = 'train'").count()
     candidates = lake.read("boostaug_candidates")

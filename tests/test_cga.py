@@ -8,6 +8,7 @@ import pytest
 
 from common.catalog.cga import augmentation_set, group_version_pairs, sweep_points
 from common.catalog.config import CGASweepConfig
+from worlds import check_card
 
 
 def test_group_version_pairs_are_ordered_distinct_and_capped(spark):
@@ -85,6 +86,8 @@ def test_cga_pipeline_end_to_end(small_world):
     assert sorted(rows.method) == ["baseline", "cga", "cst_ss"]
     cga = rows[rows.method == "cga"].iloc[0]
     n_aug = lh.read("cga_augmented").count()
+    card = check_card(small_world, results["cga-train"], "cga_augmented")
+    assert "| kind | `scratch_t5` |" in card and "| threshold T | `0.2` |" in card and "| scorer |" in card
     assert cga.n_augmented == n_aug and cga.n_train == n_dl + n_aug
     assert cga.f1_lift == pytest.approx((cga.f1_weighted - rows[rows.method == "baseline"].f1_weighted.mean())
                                         / rows[rows.method == "baseline"].f1_weighted.mean())

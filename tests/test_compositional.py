@@ -10,7 +10,7 @@ import pytest
 from common.compositional.config import EvalConfig, QualityConfig, SplitConfig
 from common.compositional.labels import MarkovLabelModel, sample_novel
 
-from worlds import LABELS, PLANTED_REASONS, multilabel_spec as _spec, multilabel_tsv as _multilabel_tsv, tweet as _tweet
+from worlds import LABELS, PLANTED_REASONS, check_card, multilabel_spec as _spec, multilabel_tsv as _multilabel_tsv, tweet as _tweet
 
 
 # ----------------------------------------------------------------------------- ingest
@@ -313,6 +313,8 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world):
     # 10, tiny scratch-T5 generators, QC by a tiny encoder to 15 per method, fastText evaluation with R = 2.
     results = small_world.run("compositional")
     ctx, rows = small_world.ctx, small_world.multilabel_rows
+    card = check_card(small_world, results["compositional-qc"], "cg_synthetic")
+    assert "| QC classifier | `encoder` |" in card and "| kept per method | `15` |" in card
     lake = ctx.lakehouse
     # the planted repeats are quarantined with their reasons, the rest kept
     reasons = lake.read("multilabel_quarantine").groupBy("reason").count().collect()

@@ -10,6 +10,7 @@ import pytest
 from common.genre import text as T
 from common.genre.config import GenreConfig, SplitConfig
 from common.genre.topics import effective_sizes, split_sizes
+from worlds import check_card
 
 
 # ----------------------------------------------------------------------------- text
@@ -280,6 +281,8 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     # of N in {3, 100}, one scratch-T5 generator per genre, the off-topic-keywords control, R = 2.
     results = small_world.run("genre-transfer")
     ctx, n_rows = small_world.ctx, small_world.n_documents
+    card = check_card(small_world, results["genre-generate"], "genre_synthetic")
+    assert "| generators | `one per genre` |" in card and "| kind | `scratch_t5` |" in card
     # genre.topic_model.log_perplexity is on by default (conf/demo.yaml turns it off)
     assert math.isfinite(results["genre-topics"].metrics["log_perplexity"])
     lake = ctx.lakehouse

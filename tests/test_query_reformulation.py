@@ -7,6 +7,7 @@ from pyspark.sql import functions as F
 from common.querygraph.config import QueryGraphConfig
 from common.querygraph.matcher import is_holdout, ranking_metrics
 from common.querygraph.reformulation import augment_interactions, collected_tuples, usable_reformulations
+from worlds import check_card
 
 TUPLES = "query string, product_id string, interaction string, count long"
 
@@ -79,6 +80,8 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     results = small_world.run("query-reformulation")
     lh = ctx.lakehouse
     growth = results["query-augment"].metrics
+    card = check_card(small_world, results["query-augment"], "augmented_interactions")
+    assert "| kind | `scratch_t5` |" in card and f"| growth_factor | `{growth['growth_factor']}` |" in card
     local = lh.read("query_interactions").count()
     augmented = lh.read("augmented_interactions")
     assert growth["local_tuples"] == local and growth["augmented_tuples"] == augmented.count()

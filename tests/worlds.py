@@ -270,3 +270,22 @@ class SmallWorld:
 
     def close(self) -> None:
         self.ctx.close()
+
+
+def check_card(world: SmallWorld, result: "JobResult", table: str) -> str:
+    """The dataset card of the version of ``table`` that job ``result`` wrote, checked against that version's
+    commit (rows, job, config hash, every input version) and the job's MLflow run; returns its text."""
+    import mlflow
+
+    version = result.outputs[table].version
+    text = (Path(world.cfg.lakehouse.root) / "cards" / table / f"v{version}.md").read_text(encoding="utf-8")
+    lineage = next(c for c in world.lakehouse.history(table) if c.version == version).lineage
+    assert text.startswith(f"# Dataset card: {table} v{version}\n")
+    assert f"| rows | {world.lakehouse.read(table, version).count():,} |" in text
+    assert f"| job | {result.job} (MLflow run `{result.run_id}`) |" in text
+    assert f"| config hash | `{lineage['config_hash']}` |" in text and lineage["inputs"]
+    assert all(f"{name} v{v}" in text for name, v in lineage["inputs"].items())
+    assert "## Generator" in text and "## Filter" in text
+    logged = mlflow.MlflowClient(world.cfg.tracking_uri).list_artifacts(result.run_id, f"cards/{table}")
+    assert f"cards/{table}/v{version}.md" in {a.path for a in logged}
+    return text

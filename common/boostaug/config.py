@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Optional
 
 from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
-                                  ctranslate2_generation)
+                                  ctranslate2_generation, generator_facts)
 from common.platform.config import check
 
 Backend = Literal["eda", "spelling", "split", "contextual"]
@@ -22,6 +22,7 @@ class BackendConfig:
     # EDA's synonyms: this many nearest neighbours of a word among MiniLM's whole-word vocabulary (no
     # WordNet data installs offline here), with cosine at least ``synonym_min_cosine``.
     synonyms: int = 5
+    # EDA's synonyms: the lowest cosine of a candidate word to the word it replaces.
     synonym_min_cosine: float = 0.45
 
     def __post_init__(self) -> None:
@@ -93,7 +94,9 @@ class FeatureSurrogateConfig:
     num_cpus: int = 1
     # CTranslate2's threads per task or actor; 0: its num_cpus.
     threads: int = 2
+    # GPUs per embedding actor.
     num_gpus: float = 0.0
+    # Embedding actors scoring candidates.
     concurrency: int = 1
 
     def __post_init__(self) -> None:
@@ -133,6 +136,7 @@ class FilterConfig:
     written, every candidate would be dropped (a probability is never above 5). The defaults take the
     reading that makes sense: confidence threshold 0.99, perplexity threshold 5; both are settable."""
 
+    # The filters applied (the paper's three: perplexity, confidence, label); leave one out for its ablation.
     enabled: list[Filter] = field(default_factory=lambda: ["perplexity", "confidence", "label"])
     # Drop a candidate whose confidence (the surrogate's top class probability) is <= this, after ranking.
     confidence_threshold: float = 0.99
@@ -191,6 +195,8 @@ class EvalConfig:
 class BoostAugConfig:
     """BoostAug (METHODS.md section 3): k-fold cross-boosted filtering of text augmentations."""
 
+    # The augmentation backends that write candidates: eda, spelling, split, contextual (the paper's augmenters, each
+    # 2·Ñ per text).
     backends: list[Backend] = field(default_factory=lambda: ["eda", "spelling", "split"])
     # Kept augmentations per source text (Ñ, the paper's best: 8); each backend makes 2·Ñ candidates.
     n_aug: int = 8
@@ -198,6 +204,7 @@ class BoostAugConfig:
     folds: int = 5
     # Without a split column in the input: these shares of each label go to dev and test (stratified).
     dev_fraction: float = 0.1
+    # Inputs without a split column: the share held out as test (stratified by label).
     test_fraction: float = 0.2
     # Labels that are category paths ("A > B > C") are cut to this many levels (None: as they are).
     label_level: Optional[int] = None
@@ -218,3 +225,13 @@ class BoostAugConfig:
         check(self.label_level is None or self.label_level >= 1, "boostaug.label_level", "must be >= 1")
         check(max(self.eval.curve, default=0) <= 2 * self.n_aug, "boostaug.eval.curve",
               "points must be <= 2 * n_aug (the candidates made per source)")
+
+    def card_generator(self) -> dict:
+        """What writes the candidates, as the kept dataset's card shows it: the backends, the candidates per
+        text, and the contextual infiller's settings when it is one of them."""
+        facts: dict = {"backends": self.backends, "candidates per text and backend": 2 * self.n_aug}
+        if "contextual" in self.backends:
+            c = self.contextual
+            facts.update({f"infiller {k}": v for k, v in generator_facts(c.model, c.fine_tune, c.generation).items()})
+        return facts
+

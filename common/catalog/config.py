@@ -12,13 +12,17 @@ from common.platform.config import check
 class GroupingConfig:
     """Catalog grouping: given group_id, else connected components over shared identifiers."""
 
+    # Identifier columns that link items into one group when no group_id is given (connected components over shared
+    # values).
     identifiers: list[Literal["gtin", "mpn", "brand_model"]] = field(
         default_factory=lambda: ["gtin", "mpn", "brand_model"])
     # Consistency paper: group sizes 2..192. Groups outside go to quarantine.
     min_size: int = 2
+    # The largest group kept (the consistency paper's 192); larger ones go to quarantine.
     max_size: int = 192
     # An identifier value shared by more items than this ("N/A", a dummy GTIN) is ignored and reported.
     max_items_per_identifier: int = 192
+    # Connected components: the most label-propagation rounds before the job fails (ConvergenceError).
     max_iterations: int = 100
 
     def __post_init__(self) -> None:
@@ -34,6 +38,8 @@ ConsistencyMethod = Literal["baseline", "cs_blind", "cst_full", "cst_ss"]
 class ConsistencyConfig:
     """The consistency paper's experiment (METHODS.md section 1); defaults are the paper's."""
 
+    # The methods trained and compared: baseline, cs_blind (colour/size words removed), cst_full and cst_ss
+    # (consistency training on all groups / on groups sub-sampled to D_L's category distribution).
     methods: list[ConsistencyMethod] = field(default_factory=lambda: ["baseline", "cs_blind", "cst_full", "cst_ss"])
     # h(X_i; f_base): the group's most confident prediction (paper's best) or the majority vote.
     pseudo_label: Literal["max_confidence", "majority"] = "max_confidence"
@@ -44,8 +50,11 @@ class ConsistencyConfig:
     # The catalog is matched to D_L's histogram at this level before the consistency test (paper: L1),
     # and CST-SS matches D_U at this level too.
     match_level: int = 1
+    # Classifier trainings per method, each with its own seed (mean and std are reported).
     repeats: int = 5
+    # cs_blind's colour words, one per line.
     colours: str = "conf/dictionaries/colours.txt"
+    # cs_blind's size words, one per line.
     sizes: str = "conf/dictionaries/sizes.txt"
     fasttext: FastTextConfig = field(default_factory=FastTextConfig)
 
@@ -61,10 +70,15 @@ class ConsistencyConfig:
 class CGASweepConfig:
     """The paper's Figure 2: T at a fixed N, N at T = 0.7, and T without sub-sampling."""
 
+    # Run the Figure-2 sweep (cga-sweep); false skips it.
     enabled: bool = True
+    # The thresholds T of the sweep at fixed_size.
     thresholds: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8])
+    # The D_aug sizes N of the sweep at fixed_threshold.
     sizes: list[int] = field(default_factory=lambda: [50_000, 100_000, 200_000, 400_000])
+    # N while T varies.
     fixed_size: int = 200_000
+    # T while N varies.
     fixed_threshold: float = 0.7
     # HFT trainings per sweep point (the main CGA row uses consistency.repeats).
     repeats: int = 1
@@ -90,9 +104,12 @@ class CGAConfig:
     # Ordered pairs of different versions per group: s(s-1) for a group of s titles (a 192-item group
     # gives 36,672); None keeps them all, as the paper does.
     max_pairs_per_group: Optional[int] = None
+    # The filter's similarity of a sample to its source: bleu (the paper's) or minilm (cosine of MiniLM sentence
+    # embeddings).
     scorer: Literal["bleu", "minilm"] = "bleu"
     # The minilm scorer's encoder: CTranslate2 where it can run the model (auto), or the one named.
     scorer_engine: Literal["auto", "ctranslate2", "torch"] = "auto"
+    # Samples scoring at least this against their source enter D_aug (the paper's T = 0.7).
     threshold: float = 0.7
     # Optional sub-sample of the filtered samples into D_aug (None: all of them, the paper's main result).
     n: Optional[int] = None

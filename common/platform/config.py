@@ -39,9 +39,13 @@ def check(condition: bool, key: str, message: str) -> None:
 class SparkConfig:
     """How to get the SparkSession. ``local`` builds one; ``cluster``/``databricks`` take the existing one."""
 
+    # local: build a local SparkSession; cluster/databricks: use the session spark-submit or the notebook already has.
     mode: Literal["local", "cluster", "databricks"] = "local"
+    # Local sessions: Spark's master URL (local[*]: one task slot per core).
     master: str = "local[*]"
+    # The Spark application name (the Spark UI, the cluster's application list).
     app_name: str = "catalog-augment"
+    # spark.sql.shuffle.partitions: 4 suits 2-4 local cores; a cluster wants about 2-3 per executor core.
     shuffle_partitions: int = 4
     # native: Spark's own Delta writer (locally from the jars `make install` resolved into jars_dir);
     # rs: delta-rs commits (machines without the jars); auto: native when the jars or the session have it.
@@ -49,8 +53,13 @@ class SparkConfig:
     delta: Literal["auto", "native", "rs", "delta-rs"] = "auto"
     # Local sessions: the folder of JVM jars (default <venv>/jars, filled from jvm/pom.xml by make install).
     jars_dir: Optional[str] = None
+    # Catalog grouping's connected components: on: GraphFrames (its jar must be on the cluster); off: the suite's
+    # DataFrame algorithm; auto: GraphFrames when importable.
     graphframes: Literal["auto", "on", "off"] = "auto"
+    # Spark's checkpoint folder (iterative graph algorithms; locally also Derby's home); null: a temporary folder
+    # locally, none on a cluster.
     checkpoint_dir: Optional[str] = None
+    # Local sessions: spark.driver.memory (on a cluster, the cluster's own setting applies).
     driver_memory: str = "4g"
     # Local sessions: start the driver JVM with the class-data-sharing archive `make install` dumps into
     # jars_dir (Spark's classes mapped, not parsed and verified again: ~3 s less per JVM start on 2 cores).
@@ -59,6 +68,7 @@ class SparkConfig:
     # Local sessions: more options for the driver JVM, e.g. "-XX:TieredStopAtLevel=1" (the quick compiler
     # only), which starts short jobs ~20% sooner but runs long ones (LDA, CGA) 10-20% slower.
     java_options: str = ""
+    # More Spark settings, passed to the session builder as they are (e.g. spark.sql.adaptive.enabled).
     conf: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -69,20 +79,29 @@ class SparkConfig:
 class RayConfig:
     """Where Ray runs: a local runtime, an existing cluster address, or Ray on Spark (Databricks)."""
 
+    # local: start Ray in this process; address: join the cluster at ray.address; spark: Ray on Spark (Databricks,
+    # ray.util.spark).
     mode: Literal["local", "address", "spark"] = "local"
+    # The Ray cluster to join when mode is address (ray://host:10001 or auto).
     address: Optional[str] = None
+    # Local Ray: CPUs it may use (null: all of the machine's).
     num_cpus: Optional[int] = None
+    # Local Ray: GPUs it may use (null: all it detects).
     num_gpus: Optional[int] = None
+    # Local Ray: object-store size in MB (null: Ray's default, 30% of memory).
     object_store_memory_mb: Optional[int] = None
-    # Ray on Spark (ray.util.spark.setup_ray_cluster) sizing.
+    # Ray on Spark (ray.util.spark.setup_ray_cluster): the most Ray worker nodes it starts.
     spark_max_worker_nodes: int = 2
+    # Ray on Spark: CPUs per Ray worker node (null: Ray's default, a whole Spark worker's).
     spark_num_cpus_per_node: Optional[int] = None
+    # Ray on Spark: GPUs per Ray worker node (null: Ray's default).
     spark_num_gpus_per_node: Optional[int] = None
     # Fault tolerance of the suite's Ray actors (generation, scoring and classifier-training pools): a
     # killed actor (OOM, preempted node, ray.kill) is restarted up to actor_max_restarts times (-1: no
     # limit) and its in-flight task retried up to actor_task_retries times. Bounded, so a model that kills
     # its actor on every batch fails the stage instead of looping.
     actor_max_restarts: int = 3
+    # Retries of a killed actor's in-flight batch (see actor_max_restarts).
     actor_task_retries: int = 3
     # Also retry a batch whose code raised (a transient CUDA OOM, a flaky object-store read), up to
     # actor_task_retries times; a deterministic error then fails the stage, and no version is written.
@@ -116,9 +135,12 @@ class RayConfig:
 class LakehouseConfig:
     """Where Delta tables live: path tables under ``root``, or catalog tables ``<catalog>.<name>``."""
 
+    # The lakehouse folder or URI (s3://, abfss://, dbfs:/): one Delta table per folder under it, models under
+    # models/, reports under reports/.
     root: str = "./lakehouse"
     # e.g. "main.augment" on Databricks Unity Catalog; when set, tables are catalog tables (native Delta).
     catalog: Optional[str] = None
+    # delta-rs storage options for object stores (credentials as ${ENV_VAR} references, never literal).
     storage_options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -130,7 +152,9 @@ class LakehouseConfig:
 class TrackingConfig:
     """MLflow tracking. With no ``uri`` the local default is SQLite inside the lakehouse folder."""
 
+    # The MLflow tracking URI (databricks, http://...); null: SQLite at <lakehouse.root>/mlflow.db.
     uri: Optional[str] = None
+    # The MLflow experiment every run goes to (a workspace path on Databricks).
     experiment: str = "catalog-augmentation"
 
 
@@ -144,10 +168,13 @@ class MaintenanceConfig:
     """``augment run maintain``: compaction and VACUUM of the lakehouse's tables."""
 
     tables: list[str] = field(default_factory=list)   # empty: every table in the lakehouse
+    # Rewrite a table's small files into larger ones (OPTIMIZE), as a new version.
     compact: bool = True
     # Tables with fewer live files than this are left as they are (compaction would only add a version).
     min_files: int = 8
+    # Delete files no version within retention_hours needs (VACUUM).
     vacuum: bool = True
+    # VACUUM keeps files that versions younger than this still read (Delta's safety default: 168).
     retention_hours: float = DELTA_SAFE_RETENTION_HOURS
     # Allow retention_hours below Delta's safety default: versions older than it may stop being readable.
     force_retention: bool = False
@@ -169,7 +196,9 @@ class BaseConfig:
     (session, lakehouse, tracking, jobs) only reads these.
     """
 
+    # The config's name, shown in job logs and the results summary (demo, local, real-toys-wdc...).
     name: str = "local"
+    # The run's seed: splits, sampling, model initialisation and generation draws all derive from it.
     seed: int = 42
     spark: SparkConfig = field(default_factory=SparkConfig)
     ray: RayConfig = field(default_factory=RayConfig)

@@ -126,7 +126,7 @@ class JobContext:
             from common.platform.lakehouse import LakehouseError
 
             raise LakehouseError(f"table {table!r} does not exist in {self.cfg.lakehouse.root}; run the job "
-                                 "that produces it first (see README: Architecture)")
+                                 "that produces it first (see docs/concepts/architecture.md)")
         run.log_input_table(table, resolved, self.lakehouse.location(table))
         return self.lakehouse.read(table, resolved), resolved
 
@@ -302,6 +302,20 @@ class JobRun:
         found written, or a writer that does not report one) a count of that version read back."""
         rows = self.result.outputs[table].num_rows
         return self.written(table).count() if rows is None else rows
+
+    def write_card(self, table: str, generator: Mapping[str, Any], filter: Mapping[str, Any],
+                   counts: Optional[Mapping[str, Any]] = None) -> str:
+        """Write and log the dataset card of the version of ``table`` this run wrote; returns its path
+        (:func:`common.platform.cards.card_text`: lineage, rows, ``generator``, ``filter``, ``counts``)."""
+        from common.platform.cards import card_path, card_text
+
+        version = self.result.outputs[table].version
+        path = card_path(self.ctx.cfg.lakehouse.root, table, version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(card_text(self.ctx.lakehouse, table, version, self.written_rows(table), generator, filter,
+                                  counts), encoding="utf-8")
+        self.tracked.log_artifact(str(path), f"cards/{table}")
+        return str(path)
 
     def all_written(self, tables: Sequence[str], config_hash: str, inputs: Optional[Mapping[str, str]] = None,
                     latest_only: bool = False) -> bool:

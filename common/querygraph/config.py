@@ -14,12 +14,15 @@ class QueryGraphConfig:
 
     # Minimum aggregated count per (query, product, interaction) to keep, by interaction type.
     activity_threshold: dict[str, int] = field(default_factory=lambda: {"click": 1, "add_to_cart": 1, "purchase": 1})
+    # The minimum count for interaction types activity_threshold does not name.
     default_activity_threshold: int = 1
     # Interaction types whose counts form P(p|q) for the click entropy.
     click_interactions: list[str] = field(default_factory=lambda: ["click"])
     # Two queries co-occur when they lead to this interaction with the same product (paper: purchase).
     cooccurrence_interactions: list[str] = field(default_factory=lambda: ["purchase"])
+    # Query-query similarity over shared products: pmi (the paper's) or npmi.
     similarity: Literal["pmi", "npmi"] = "pmi"
+    # Query pairs co-occurring on fewer products than this get no similarity.
     min_support: int = 1
     # The paper shows each query's top 6 similarities.
     top_k: int = 6
@@ -27,9 +30,16 @@ class QueryGraphConfig:
     max_queries_per_product: int = 1000
     # Similar queries and training pairs keep specificity within 10% of the seed's (relative: |s - s0| <= 0.1 s0).
     specificity_tolerance: float = 0.1
+    # specificity_tolerance as a share of the seed's specificity (relative) or in specificity units (absolute).
     tolerance_mode: Literal["relative", "absolute"] = "relative"
+    # Subgraph clustering: a vertex whose clustering coefficient exceeds this seeds a cluster with its neighbours (the
+    # paper's 0.33).
     c3_threshold: float = 0.33
+    # Subgraph clustering: two clusters merge when they share at least theta x the smaller one's vertices (the paper's
+    # 0.4).
     theta: float = 0.4
+    # Subgraph clustering: a vertex whose internal / external degree is below this leaves its cluster (the paper's
+    # 0.5).
     prune_ratio: float = 0.5
     # Keep clusters with fewer than this many vertices (paper: < 10), and at least 2 (a pair).
     max_cluster_size: int = 10
@@ -55,14 +65,23 @@ class MatcherConfig:
     """The downstream check of query reformulation: a query -> product fastText matcher (hierarchical
     softmax over product ids, a cheap extreme multi-label model), original log vs augmented log."""
 
+    # Queries held out to evaluate the matcher (never in any training log).
     holdout_fraction: float = 0.2
+    # The k of P@k and R@k.
     ks: list[int] = field(default_factory=lambda: [1, 5, 10])
+    # Matcher fastText epochs.
     epoch: int = 25
+    # Matcher fastText learning rate.
     lr: float = 0.5
+    # Matcher fastText vector size.
     dim: int = 50
+    # Matcher fastText word n-gram length.
     word_ngrams: int = 2
+    # Matcher fastText shortest character n-gram.
     minn: int = 2
+    # Matcher fastText longest character n-gram.
     maxn: int = 4
+    # Matcher fastText hash buckets for n-grams.
     bucket: int = 200_000
 
     def __post_init__(self) -> None:
