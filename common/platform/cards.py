@@ -3,7 +3,7 @@ datasets it produces, saying what made that version: the job and its MLflow run,
 table versions, the row count, the generator and the filter, and the job's own counts.
 
 A card is a pure function of the version's commit (its lineage and time) and what the job passes, so a rerun
-that finds the version already written writes the same card again. Cards live at
+that finds the version already written writes the same card again. Cards live at (a folder or object-store URI)
 ``<lakehouse.root>/cards/<table>/v<version>.md`` and are logged to the job's MLflow run under ``cards/``.
 """
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
 
@@ -65,6 +64,6 @@ def card_text(lakehouse: Any, table: str, version: int, rows: int, generator: Ma
                             filter=dict(filter), counts=dict(counts or {})))
 
 
-def card_path(root: str, table: str, version: int) -> Path:
-    """Where the card of ``table`` v``version`` lives under the lakehouse ``root``."""
-    return Path(root) / "cards" / table / f"v{version}.md"
+def card_uri(root: str, table: str, version: int) -> str:
+    """Where the card of ``table`` v``version`` lives under the lakehouse ``root`` (a folder or a URI)."""
+    return f"{root.rstrip('/')}/cards/{table}/v{version}.md"

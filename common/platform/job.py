@@ -307,15 +307,21 @@ class JobRun:
                    counts: Optional[Mapping[str, Any]] = None) -> str:
         """Write and log the dataset card of the version of ``table`` this run wrote; returns its path
         (:func:`common.platform.cards.card_text`: lineage, rows, ``generator``, ``filter``, ``counts``)."""
-        from common.platform.cards import card_path, card_text
+        import tempfile
+        from pathlib import Path
+
+        from common.platform.cards import card_text, card_uri
+        from common.platform.storage import put_file
 
         version = self.result.outputs[table].version
-        path = card_path(self.ctx.cfg.lakehouse.root, table, version)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(card_text(self.ctx.lakehouse, table, version, self.written_rows(table), generator, filter,
-                                  counts), encoding="utf-8")
-        self.tracked.log_artifact(str(path), f"cards/{table}")
-        return str(path)
+        uri = card_uri(self.ctx.cfg.lakehouse.root, table, version)
+        text = card_text(self.ctx.lakehouse, table, version, self.written_rows(table), generator, filter, counts)
+        with tempfile.TemporaryDirectory() as folder:
+            local = Path(folder) / f"v{version}.md"
+            local.write_text(text, encoding="utf-8")
+            put_file(str(local), uri)  # the lakehouse's folder, or its object store
+            self.tracked.log_artifact(str(local), f"cards/{table}")
+        return uri
 
     def all_written(self, tables: Sequence[str], config_hash: str, inputs: Optional[Mapping[str, str]] = None,
                     latest_only: bool = False) -> bool:
