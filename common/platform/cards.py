@@ -3,8 +3,9 @@ datasets it produces, saying what made that version: the job and its MLflow run,
 table versions, the row count, the generator and the filter, and the job's own counts.
 
 A card is a pure function of the version's commit (its lineage and time) and what the job passes, so a rerun
-that finds the version already written writes the same card again. Cards live at (a folder or object-store URI)
-``<lakehouse.root>/cards/<table>/v<version>.md`` and are logged to the job's MLflow run under ``cards/``.
+that finds the version already written writes the same card again. Cards live at
+``<lakehouse.root>/cards/<table>/v<version>.md`` (a folder or an object-store URI) and are logged to the job's
+MLflow run under ``cards/``.
 """
 from __future__ import annotations
 
