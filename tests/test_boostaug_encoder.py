@@ -13,11 +13,9 @@ import math
 import pytest
 
 from common.boostaug.config import BoostAugConfig, EncoderConfig, EvalConfig, FilterConfig, SurrogateConfig
+from worlds import NEGATIVE_REVIEWS, POSITIVE_REVIEWS, write_reviews_csv
 
-POSITIVE = ["a great and moving film", "truly wonderful acting", "funny , warm and smart", "a delightful story",
-            "brilliant and beautiful", "the best film this year", "charming , witty fun", "an excellent cast"]
-NEGATIVE = ["a dull and tedious mess", "truly awful acting", "boring , cold and stupid", "a dreadful story",
-            "ugly and pointless", "the worst film this year", "lifeless , witless junk", "a terrible cast"]
+POSITIVE, NEGATIVE = POSITIVE_REVIEWS[:8], NEGATIVE_REVIEWS[:8]
 PPL_TEXTS = ["a great and moving film", "boring", "", "the worst film this year , truly"]
 
 TINY = EncoderConfig(max_length=16, epochs=2, batch_size=8, learning_rate=3e-4, max_batch_tokens=64, num_cpus=2)
@@ -171,12 +169,7 @@ def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, tmp_path):
     from common.data.config import InputSpec
     from jobs import run_pipeline
 
-    import pandas as pd
-
-    rows = [(t, label, "test" if i >= 6 else "train") for texts, label in ((POSITIVE, "pos"), (NEGATIVE, "neg"))
-            for i, t in enumerate(texts)]
-    rows += [("a fine film", "pos", "dev"), ("a poor film", "neg", "dev")]
-    pd.DataFrame(rows, columns=["text", "label", "split"]).to_csv(tmp_path / "texts.csv", index=False)
+    write_reviews_csv(tmp_path / "texts.csv", per_label=8, n_train=6)
     ctx.cfg.inputs.texts = InputSpec(path=str(tmp_path / "texts.csv"))
     tiny = dict(max_length=16, epochs=1, batch_size=8, learning_rate=3e-4, max_batch_tokens=256,
                 score_batch_size=16)

@@ -12,13 +12,9 @@ import pytest
 
 from common.boostaug.config import FeatureSurrogateConfig, SurrogateConfig
 from common.boostaug.feature_surrogate import fit_head, predict
+from worlds import NEGATIVE_REVIEWS, POSITIVE_REVIEWS, write_reviews_csv
 
-POSITIVE = ["a great and moving film", "truly wonderful acting", "funny , warm and smart", "a delightful story",
-            "brilliant and beautiful", "the best film this year", "charming , witty fun", "an excellent cast",
-            "a joyous , tender triumph"]
-NEGATIVE = ["a dull and tedious mess", "truly awful acting", "boring , cold and stupid", "a dreadful story",
-            "ugly and pointless", "the worst film this year", "lifeless , witless junk", "a terrible cast",
-            "a grim , sour failure"]
+POSITIVE, NEGATIVE = POSITIVE_REVIEWS, NEGATIVE_REVIEWS
 
 
 def _clusters(n: int, classes: int, scale: float, seed: int) -> tuple[np.ndarray, list[str]]:
@@ -126,17 +122,13 @@ def test_fold_heads_fit_in_one_pass_and_judge_candidates(ray_runtime, tmp_path):
 
 
 def test_filter_job_scores_on_the_feature_pool_and_refilters_without_rescoring(ctx, tmp_path):
-    import pandas as pd
     from pyspark.sql import functions as F
 
     from common.boostaug.config import BoostAugConfig, EvalConfig, FilterConfig
     from common.data.config import InputSpec
     from jobs import run_pipeline
 
-    rows = [(t, label, "test" if i >= 7 else "train") for texts, label in ((POSITIVE, "pos"), (NEGATIVE, "neg"))
-            for i, t in enumerate(texts)]
-    rows += [("a fine film", "pos", "dev"), ("a poor film", "neg", "dev")]
-    pd.DataFrame(rows, columns=["text", "label", "split"]).to_csv(tmp_path / "texts.csv", index=False)
+    write_reviews_csv(tmp_path / "texts.csv", per_label=9, n_train=7)
     ctx.cfg.inputs.texts = InputSpec(path=str(tmp_path / "texts.csv"))
     ctx.cfg.boostaug = BoostAugConfig(
         backends=["eda"], n_aug=1, folds=3,

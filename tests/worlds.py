@@ -133,6 +133,27 @@ def _tiny_t5(vocab_size: int, d_model: int, heads: int, **lengths):
                                                                     num_heads=heads), **lengths)
 
 
+# A tiny sentiment corpus for BoostAug's surrogate tests: each review's label is in its words.
+POSITIVE_REVIEWS = ["a great and moving film", "truly wonderful acting", "funny , warm and smart", "a delightful story",
+                    "brilliant and beautiful", "the best film this year", "charming , witty fun", "an excellent cast",
+                    "a joyous , tender triumph"]
+NEGATIVE_REVIEWS = ["a dull and tedious mess", "truly awful acting", "boring , cold and stupid", "a dreadful story",
+                    "ugly and pointless", "the worst film this year", "lifeless , witless junk", "a terrible cast",
+                    "a grim , sour failure"]
+
+
+def write_reviews_csv(path: Path, per_label: int, n_train: int) -> None:
+    """The first ``per_label`` reviews of each label as a BoostAug texts CSV (text, label, split): the first
+    ``n_train`` of each label in train, the rest in test, and one dev review per label."""
+    import pandas as pd
+
+    rows = [(t, label, "test" if i >= n_train else "train")
+            for texts, label in ((POSITIVE_REVIEWS, "pos"), (NEGATIVE_REVIEWS, "neg"))
+            for i, t in enumerate(texts[:per_label])]
+    rows += [("a fine film", "pos", "dev"), ("a poor film", "neg", "dev")]
+    pd.DataFrame(rows, columns=["text", "label", "split"]).to_csv(path, index=False)
+
+
 def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
     """Every pipeline's end-to-end settings in one config, its lakehouse in ``folder / "lakehouse"`` and its
     synthetic inputs in ``folder`` (written by :class:`SmallWorld`)."""

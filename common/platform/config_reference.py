@@ -13,6 +13,7 @@ import functools
 import inspect
 import json
 import textwrap
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,7 @@ def type_name(annotation: Any) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Literal:
         return " | ".join(str(a) for a in args)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return " | ".join("null" if a is type(None) else type_name(a) for a in args)
     if origin is not None:
         name = getattr(origin, "__name__", str(origin))
