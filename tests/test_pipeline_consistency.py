@@ -59,6 +59,10 @@ def test_demo_pipeline_cst_raises_consistency(ctx):
     assert summary.metrics["cst_full.consistency_rate"] == pytest.approx(means.loc["cst_full", "consistency_rate"])
     text = (Path(ctx.cfg.lakehouse.root) / "reports" / "summary.md").read_text()
     assert "cst_full" in text and "lift" in text and "reports/consistency" in text
+    page = (Path(ctx.cfg.lakehouse.root) / "reports" / "results" / "consistency.md").read_text()
+    version = ctx.lakehouse.version("consistency_results")
+    assert f"| results table | `consistency_results` version {version} |" in page
+    assert f"| cst_full | {means.loc['cst_full', 'f1_weighted']:.4f} ± " in page
 
 
 def _ingest_user_data(ctx, tmp_path, labeled_rows, catalog_rows):

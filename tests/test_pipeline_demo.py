@@ -111,15 +111,17 @@ def test_demo_generation_runs_beside_configured_documents_but_not_beside_catalog
 
 
 @pytest.mark.slow  # every pipeline's world: make test runs it, make test-fast not
-def test_results_summary_shows_every_result_and_one_sample_per_generator(small_world, capsys):
+def test_results_summary_shows_every_result_and_one_sample_per_generator(small_world, capsys, monkeypatch, tmp_path):
     from pathlib import Path
 
     from pyspark.sql import functions as F
 
     from jobs import run_pipeline
+    from jobs.summary import PAGES
 
     small_world.run_every_pipeline()
     lake = small_world.lakehouse
+    monkeypatch.setattr(small_world.ctx.cfg, "results_pages_dir", str(tmp_path / "docs-results"))
     summary = run_pipeline(small_world.ctx, "summary", ["results-summary"])[0]
     assert summary.outputs == {}  # the summary writes no table
     text = (Path(small_world.cfg.lakehouse.root) / "reports" / "summary.md").read_text(encoding="utf-8")
@@ -139,6 +141,22 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     assert "BoostAug contextual" not in samples  # the world's BoostAug has no contextual backend
     assert summary.metrics["cga.f1_weighted"] == pytest.approx(
         lake.read("consistency_results").filter(F.col("method") == "cga").toPandas().f1_weighted.mean())
+    # One results page per results table, in the lakehouse and in results_pages_dir (the docs site's folder),
+    # naming the table version its numbers come from.
+    pages = Path(small_world.cfg.lakehouse.root) / "reports" / "results"
+    for table, (pipeline, _) in PAGES.items():
+        text = (pages / f"{pipeline}.md").read_text(encoding="utf-8")
+        assert (tmp_path / "docs-results" / f"{pipeline}.md").read_text(encoding="utf-8") == text, pipeline
+        assert f"| results table | `{table}` version {lake.version(table)} |" in text, pipeline
+        assert f"| config | `{small_world.cfg.name}`, hash `" in text and "| inputs | `" in text, pipeline
+    consistency = (pages / "consistency.md").read_text(encoding="utf-8")
+    cga = lake.read("consistency_results", lake.version("consistency_results")).filter(F.col("method") == "cga")
+    assert f"| cga | {cga.toPandas().f1_weighted.mean():.4f} ± " in consistency
+    assert "![consistency/f1_vs_consistency.png](consistency/f1_vs_consistency.png)" in consistency
+    assert (tmp_path / "docs-results" / "consistency" / "f1_vs_consistency.png").stat().st_size > 10_000
+    # Rerunning the summary on the same tables writes the same pages.
+    run_pipeline(small_world.ctx, "summary", ["results-summary"])
+    assert (pages / "consistency.md").read_text(encoding="utf-8") == consistency
 
 
 def test_two_contexts_in_one_process_track_into_their_own_experiments(tracking_uri, tmp_path):

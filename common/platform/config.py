@@ -205,6 +205,9 @@ class BaseConfig:
     lakehouse: LakehouseConfig = field(default_factory=LakehouseConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    # A folder where results-summary also writes each pipeline's results page (e.g. docs/results/<name> for the
+    # docs site); null: the pages go to <lakehouse.root>/reports/results/ only.
+    results_pages_dir: Optional[str] = None
 
     @property
     def tracking_uri(self) -> str:

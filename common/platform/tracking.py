@@ -80,6 +80,12 @@ class TrackedRun:
 
         mlflow.log_artifact(path, artifact_path)
 
+    def log_artifacts(self, folder: str, artifact_path: Optional[str] = None) -> None:
+        """Store a local folder's files as artifacts under ``artifact_path``."""
+        import mlflow
+
+        mlflow.log_artifacts(folder, artifact_path)
+
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set string tags on the run."""
         import mlflow
