@@ -43,6 +43,17 @@ def test_readme_is_a_short_front_door_whose_links_resolve():
     assert "make demo" in text and "make test" in text
 
 
+def test_readme_figures_next_to_a_results_page_come_from_that_page():
+    """A README row that links a results page written by a run quotes that page's numbers, digit for digit."""
+    rows = [line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+            if "](docs/results/" in line]
+    assert rows, "the README's pipeline table links no results page"
+    for row in rows:
+        page = (ROOT / re.search(r"\]\((docs/results/[^)]+\.md)\)", row).group(1)).read_text(encoding="utf-8")
+        numbers = re.findall(r"\d+\.\d+", row)
+        assert numbers and all(n in page for n in numbers), (row, [n for n in numbers if n not in page])
+
+
 def test_every_method_pipeline_has_a_page_in_the_nav():
     from jobs import PIPELINES
 
