@@ -72,31 +72,31 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.log_artifact(str(path), "report")
     targets = [reports / "results"] + ([Path(ctx.cfg.results_pages_dir)] if ctx.cfg.results_pages_dir else [])
     for section in sections:
-        for target in targets:
-            _write_page(ctx, section, target)
+        _write_page(ctx, section, targets)
     tr.log_artifacts(str(reports / "results"), "results")
     return metrics
 
 
-def _write_page(ctx: JobContext, section: ResultsTable, folder: Path) -> None:
-    """Write ``section``'s page to ``folder/<pipeline>.md`` with its report charts in ``folder/<pipeline>/``."""
+def _write_page(ctx: JobContext, section: ResultsTable, folders: list[Path]) -> None:
+    """Write ``section``'s page to ``<folder>/<pipeline>.md``, with its report charts in ``<folder>/<pipeline>/``,
+    in each of ``folders`` (the page and its commit are made once)."""
     import shutil
 
-    charts = []
-    for report in PAGES[section.table][1]:
-        for chart in sorted((Path(ctx.cfg.lakehouse.root) / "reports" / report).glob("*.png")):
+    charts = [chart for report in PAGES[section.table][1]
+              for chart in sorted((Path(ctx.cfg.lakehouse.root) / "reports" / report).glob("*.png"))]
+    text = page(section, ctx.lakehouse.data_commit(section.table, section.version), ctx.cfg.name,
+                [f"{section.pipeline}/{chart.name}" for chart in charts])
+    for folder in folders:
+        for chart in charts:
             (folder / section.pipeline).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(chart, folder / section.pipeline / chart.name)
-            charts.append(f"{section.pipeline}/{chart.name}")
-    commit = ctx.lakehouse.data_commit(section.table, section.version)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{section.pipeline}.md").write_text(page(section, commit, ctx.cfg.name, charts), encoding="utf-8")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{section.pipeline}.md").write_text(text, encoding="utf-8")
 
 
-def _section(tr: JobRun, table: str, title: str, columns: list[str], rows: list[list[str]],
-             notes: tuple[str, ...] = ()) -> ResultsTable:
+def _section(tr: JobRun, table: str, title: str, columns: list[str], rows: list[list[str]]) -> ResultsTable:
     return ResultsTable(pipeline=PAGES[table][0], title=title, table=table, version=tr.versions[table],
-                        columns=columns, rows=rows, notes=notes)
+                        columns=columns, rows=rows)
 
 
 def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:

@@ -39,11 +39,17 @@ def _items(title: str, values: Mapping[str, Any]) -> list[str]:
     return ["", f"## {title}", "", "| | |", "|---|---|"] + [f"| {k} | `{_value(v)}` |" for k, v in values.items()]
 
 
+def commit_time(timestamp_ms: Optional[int]) -> str:
+    """A commit's time as ``2026-11-18 11:06 UTC``; ``unknown`` without one."""
+    if not timestamp_ms:
+        return "unknown"
+    return dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def render(facts: CardFacts) -> str:
     """The card's Markdown: a table of provenance, then the generator, filter and counts sections."""
     lineage = facts.lineage
-    when = (dt.datetime.fromtimestamp(facts.timestamp_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-            if facts.timestamp_ms else "unknown")
+    when = commit_time(facts.timestamp_ms)
     inputs = ", ".join(f"{name} v{version}" for name, version in sorted(lineage.get("inputs", {}).items()))
     lines = [f"# Dataset card: {facts.table} v{facts.version}", "", "| | |", "|---|---|",
              f"| rows | {facts.rows:,} |", f"| written | {when} |",

@@ -10,9 +10,10 @@ docs site (``results_pages_dir``) change only when a pipeline wrote new results.
 """
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
+
+from common.platform.cards import commit_time
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class ResultsTable:
 
     ``pipeline`` names the page (``consistency``, ``query-reformulation``...), ``table`` and ``version`` the
     results-table version the ``rows`` were computed from; ``columns`` and each row's cells are display
-    strings; ``notes`` are lines printed under the table (what the columns mean)."""
+    strings."""
 
     pipeline: str
     title: str
@@ -29,7 +30,6 @@ class ResultsTable:
     version: int
     columns: Sequence[str]
     rows: Sequence[Sequence[str]]
-    notes: Sequence[str] = field(default_factory=tuple)
 
 
 def text_block(section: ResultsTable) -> str:
@@ -50,9 +50,7 @@ def page(section: ResultsTable, commit: Any, config_name: str, charts: Sequence[
     time; None when unknown), the config's name and the chart file names to show (relative to the page).
     Returns the page's text."""
     lineage: Mapping[str, Any] = (commit.lineage if commit is not None and commit.lineage else {})
-    stamp = getattr(commit, "timestamp_ms", None)
-    when = (dt.datetime.fromtimestamp(stamp / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-            if stamp else "unknown")
+    when = commit_time(getattr(commit, "timestamp_ms", None))
     inputs = ", ".join(f"`{name}` v{version}" for name, version in sorted(lineage.get("inputs", {}).items()))
     lines = [f"# {section.pipeline} results ({config_name})", "",
              "Written by the `results-summary` job from a results table version; rerun the pipeline, then "
@@ -67,8 +65,7 @@ def page(section: ResultsTable, commit: Any, config_name: str, charts: Sequence[
              "| " + " | ".join(section.columns) + " |",
              "|" + "|".join("---" if i == 0 else "---:" for i in range(len(section.columns))) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in section.rows]
-    lines += [""] + [f"{note}  " for note in section.notes]
-    lines += [f"![{name}]({name})" for name in charts]
+    lines += [""] + [f"![{name}]({name})" for name in charts]
     return "\n".join(lines).rstrip() + "\n"
 
 
