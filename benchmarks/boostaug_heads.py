@@ -1,12 +1,13 @@
 """Benchmark: how sharp is each head the ``features`` surrogate could put on frozen MiniLM embeddings?
 
-Reads a BoostAug lakehouse's ``boostaug_texts`` and ``boostaug_candidates`` (with delta-rs), embeds the
-training texts and the candidates of ``--sources`` sampled training texts, fits each head on every boosting
-fold's own training folds (:func:`common.boostaug.surrogate.fold_plans`), and applies the paper's filter to
-those candidates: the Ñ most confident of a source's 2·Ñ per backend, confidence > ``--threshold``, predicted
-label = the source's. Prints per head: mean validation accuracy, the share of candidates above the threshold
-and the share kept per backend. The paper's filter assumes an over-confident fine-tuned classifier; this
-shows which head's confidences live on that scale.
+Reads a BoostAug lakehouse's ``boostaug_texts`` and the candidates (with delta-rs): every candidate's stored
+embedding from ``boostaug_candidate_embeddings`` where a ``features`` run wrote it (``--sources 0``: all
+sources), else the candidates of ``--sources`` sampled training texts, embedded here. Embeds the training
+texts, fits each head on every boosting fold's own training folds (:func:`common.boostaug.surrogate.fold_plans`),
+and applies the paper's filter to those candidates: the Ñ most confident of a source's 2·Ñ per backend,
+confidence > ``--threshold``, predicted label = the source's. Prints per head: mean validation accuracy, the
+share of candidates above the threshold and the share kept per backend. The paper's filter assumes an
+over-confident fine-tuned classifier; this shows which head's confidences live on that scale.
 
 Run: .venv/bin/python benchmarks/boostaug_heads.py LAKEHOUSE [--sources 400] [--n-aug 8] [--threshold 0.99]
 """
@@ -22,17 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def heads(x, y, x_val, y_val, seed: int) -> dict:
     """name -> (predict(x) -> (labels, confidences), validation accuracy) for each head kind."""
-    from sklearn.neural_network import MLPClassifier
-
-    from common.boostaug.feature_surrogate import fit_head, predict
+    from common.boostaug.feature_surrogate import fit_head, fit_mlp_head, predict
 
     out = {}
     for c in (1.0, 100.0):
         head, figures = fit_head(x, y, x_val, y_val, [c], seed)
         out[f"logistic C={c:g}"] = (lambda v, h=head: predict(h, v), figures["val_accuracy"])
-    mlp = MLPClassifier(hidden_layer_sizes=(256,), max_iter=200, random_state=seed).fit(x, y)
-    out["mlp 256"] = (lambda v: (list(mlp.classes_[mlp.predict_proba(v).argmax(1)]),
-                                 list(mlp.predict_proba(v).max(1))), float((mlp.predict(x_val) == y_val).mean()))
+    for hidden in (64, 256):
+        head, figures = fit_mlp_head(x, y, x_val, y_val, hidden, 200, seed)
+        out[f"mlp {hidden}"] = (lambda v, h=head: predict(h, v), figures["val_accuracy"])
     return out
 
 
@@ -42,26 +41,37 @@ def main(argv=None) -> None:
     from deltalake import DeltaTable
 
     from common.boostaug.config import FeatureSurrogateConfig
-    from common.boostaug.feature_surrogate import embed, sentence_encoder
+    from common.boostaug.feature_surrogate import embed, embeddings_of, sentence_encoder
     from common.boostaug.surrogate import fold_plans
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lakehouse")
-    parser.add_argument("--sources", type=int, default=400)
+    parser.add_argument("--sources", type=int, default=400, help="training texts sampled; 0: all")
     parser.add_argument("--n-aug", type=int, default=8)
     parser.add_argument("--threshold", type=float, default=0.99)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     texts = DeltaTable(f"{args.lakehouse}/boostaug_texts").to_pandas()
-    candidates = DeltaTable(f"{args.lakehouse}/boostaug_candidates").to_pandas(
-        columns=["source_id", "fold", "label", "backend", "aug_idx", "text"])
     train = texts[texts.split == "train"]
-    sources = np.random.default_rng(args.seed).choice(train.source_id.unique(), args.sources, replace=False)
-    cands = candidates[candidates.source_id.isin(sources)].reset_index(drop=True)
+    columns = ["source_id", "fold", "label", "backend", "aug_idx", "text"]
+    stored = f"{args.lakehouse}/boostaug_candidate_embeddings"
     encoder = sentence_encoder(FeatureSurrogateConfig())
     start = time.perf_counter()
-    x, x_cand = embed(encoder, train.text.tolist()), embed(encoder, cands.text.tolist())
-    print(f"embedded {len(train) + len(cands):,} texts in {time.perf_counter() - start:.0f} s")
+    if DeltaTable.is_deltatable(stored):
+        table = DeltaTable(stored).to_pyarrow_table(columns=[*columns, "embedding"])
+        cands, x_cand = table.drop_columns(["embedding"]).to_pandas(), embeddings_of(table.column("embedding"))
+        print(f"read {len(cands):,} stored candidate embeddings in {time.perf_counter() - start:.0f} s")
+    else:
+        cands = DeltaTable(f"{args.lakehouse}/boostaug_candidates").to_pandas(columns=columns)
+        x_cand = None
+    if args.sources:
+        sources = np.random.default_rng(args.seed).choice(train.source_id.unique(), args.sources, replace=False)
+        rows = cands.source_id.isin(sources).to_numpy()
+        cands, x_cand = cands[rows].reset_index(drop=True), None if x_cand is None else x_cand[rows]
+    x = embed(encoder, train.text.tolist())
+    if x_cand is None:
+        x_cand = embed(encoder, cands.text.tolist())
+    print(f"{len(cands):,} candidates; embeddings ready in {time.perf_counter() - start:.0f} s")
     y, folds = train.label.to_numpy(), train.fold.to_numpy()
     judged: dict = {}
     for plan in fold_plans(int(folds.max()) + 1):

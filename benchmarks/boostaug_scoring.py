@@ -11,10 +11,12 @@ scoring actor's rate (:class:`common.boostaug.surrogate.EncoderPoolScorer`, the 
 ``--encoder-candidates`` candidates, with and without pseudo-perplexity.
 
 With ``--features``, the ``features`` surrogate (:mod:`common.boostaug.feature_surrogate`: frozen MiniLM
-embeddings, a logistic-regression head per fold) for each CTranslate2 compute type in ``--compute-types``: the
-time to embed the training texts and fit the 5 fold heads and the MonoAug head (one Ray task's work), and one
-scoring actor's rate (:class:`~common.boostaug.feature_surrogate.FeatureHeadScorer`, its fold's head and the
-MonoAug head) on ``--features-candidates`` candidates, on ``--threads`` threads.
+embeddings, a head per fold) for each CTranslate2 compute type in ``--compute-types`` and head in ``--heads``:
+the time to embed the training texts and fit the 5 fold heads and the MonoAug head (one Ray task's work); one
+embedding actor's rate (:class:`~common.boostaug.feature_surrogate.CandidateEmbedder`) on
+``--features-candidates`` candidates, on ``--threads`` threads; and the scoring actor's rate on those
+embeddings (:class:`~common.boostaug.feature_surrogate.FeatureHeadScorer`, its fold's head and the MonoAug
+head).
 
 Run: .venv/bin/python benchmarks/boostaug_scoring.py [--texts N] [--encoder] [--features] [--json PATH]
 """
@@ -44,6 +46,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--features", action="store_true", help="also measure the features surrogate")
     parser.add_argument("--features-candidates", type=int, default=8000, help="candidates the features actor scores")
     parser.add_argument("--compute-types", nargs="+", default=["float32", "int8"])
+    parser.add_argument("--heads", nargs="+", default=["logistic", "mlp"], help="the features surrogate's heads")
     parser.add_argument("--threads", type=int, default=2, help="the features actor's CPUs (OMP_NUM_THREADS)")
     args = parser.parse_args(argv)
 
@@ -79,7 +82,8 @@ def main(argv=None) -> dict:
     if args.encoder:
         figures.update(encoder_figures(train[:args.encoder_train], candidates[:args.encoder_candidates], args.model))
     if args.features:
-        figures.update(features_figures(rows, candidates[:args.features_candidates], args.compute_types, args.threads))
+        figures.update(features_figures(rows, candidates[:args.features_candidates], args.compute_types, args.heads,
+                                        args.threads))
     for key, value in figures.items():
         shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value
         print(f"{key:<42} {shown}")
@@ -117,14 +121,15 @@ def encoder_figures(train, candidates, model) -> dict:
     return out
 
 
-def features_figures(rows, candidates, compute_types, threads: int) -> dict:
-    """Per compute type: embed ``rows`` and fit the 5 fold heads and the MonoAug head; time one scoring actor
-    (the fold-0 head and the MonoAug head) on ``candidates``."""
+def features_figures(rows, candidates, compute_types, heads, threads: int) -> dict:
+    """Per compute type: embed ``candidates`` in the embedding actor; per head: embed ``rows`` and fit the 5
+    fold heads and the MonoAug head, then time the scoring actor (the fold-0 head and the MonoAug head) on
+    the candidates' embeddings."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from common.boostaug.config import FeatureSurrogateConfig
-    from common.boostaug.feature_surrogate import FeatureHeadScorer, fit_surrogates
+    from common.boostaug.feature_surrogate import CandidateEmbedder, FeatureHeadScorer, fit_surrogates
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
 
     out: dict = {"features_threads": threads}
@@ -136,19 +141,24 @@ def features_figures(rows, candidates, compute_types, threads: int) -> dict:
         plans = fold_plans(5) + [mono_plan(5)]
         batch = pa.table({"fold": [0] * len(candidates), "text": candidates})
         for kind in compute_types:
-            spec = FeatureSurrogateConfig(compute_type=kind, threads=threads)
-            jobs = [dict(zip(("train", "validation"), surrogate_sources([f"{tmp}/texts.parquet"], p)),
-                         out_dir=f"{tmp}/{kind}/{p.boost}") for p in plans]
+            embedder = CandidateEmbedder(FeatureSurrogateConfig(compute_type=kind, threads=threads))
+            embedder(batch.slice(0, 8))  # warm up, as the pool's first batch does
             start = time.perf_counter()
-            fitted = fit_surrogates(jobs, spec, 42)
-            out[f"features_{kind}_fit_s"] = time.perf_counter() - start
-            out[f"features_{kind}_embed_s"] = fitted[0]["embed_seconds"]
-            out[f"features_{kind}_val_accuracy"] = ", ".join(f"{f['val_accuracy']:.3f}" for f in fitted)
-            actor = FeatureHeadScorer({0: fitted[0]["uri"]}, fitted[-1]["uri"], spec)
-            actor(batch.slice(0, 8))  # warm up, as the pool's first batch does
-            start = time.perf_counter()
-            actor(batch)
+            embedded = embedder(batch)
             out[f"features_{kind}_candidates_per_s"] = len(candidates) / (time.perf_counter() - start)
+            for head in heads:
+                spec = FeatureSurrogateConfig(compute_type=kind, threads=threads, head=head)
+                jobs = [dict(zip(("train", "validation"), surrogate_sources([f"{tmp}/texts.parquet"], p)),
+                             out_dir=f"{tmp}/{kind}/{head}/{p.boost}") for p in plans]
+                start = time.perf_counter()
+                fitted = fit_surrogates(jobs, spec, 42)
+                out[f"features_{kind}_{head}_fit_s"] = time.perf_counter() - start
+                out[f"features_{kind}_{head}_embed_s"] = fitted[0]["embed_seconds"]
+                out[f"features_{kind}_{head}_val_accuracy"] = ", ".join(f"{f['val_accuracy']:.3f}" for f in fitted)
+                actor = FeatureHeadScorer({0: fitted[0]["uri"]}, fitted[-1]["uri"])
+                start = time.perf_counter()
+                actor(embedded)
+                out[f"features_{kind}_{head}_judged_per_s"] = len(candidates) / (time.perf_counter() - start)
     return out
 
 

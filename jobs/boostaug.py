@@ -11,9 +11,10 @@
 * ``boostaug-filter`` trains one surrogate per boosting fold in Ray tasks (k - 2 folds train it, one
   validates it, it judges the last one), plus the MonoAug surrogate for the ablation; scores every candidate
   with its fold's surrogate (fastText: in Spark; encoder and features: on a Ray Data actor pool) into
-  ``boostaug_scored``; writes ``boostaug_kept`` (the filtered augmentations, with scores) and
-  ``boostaug_rejects`` (the rest, each with its ``reason``); candidates = kept + rejected. A change of the
-  filter settings alone re-filters the scored version without retraining or rescoring.
+  ``boostaug_scored`` (features: from ``boostaug_candidate_embeddings``, written once per candidates version
+  and encoder); writes ``boostaug_kept`` (the filtered augmentations, with scores) and ``boostaug_rejects``
+  (the rest, each with its ``reason``); candidates = kept + rejected. A change of the filter settings alone
+  re-filters the scored version without retraining or rescoring.
 * ``boostaug-evaluate`` writes ``boostaug_eval_sets`` (each method's augmentation rows) and trains the
   evaluation classifiers in Ray tasks, ``boostaug.eval.repeats`` seeds each, on the training split plus a
   method's rows, scored on the test split: ``boostaug_results`` (method, backend, model, n_aug, repeat, seed,
@@ -32,7 +33,7 @@ from jobs import entry_point
 log = logging.getLogger(__name__)
 
 TEXTS, CANDIDATES, KEPT, REJECTS = "boostaug_texts", "boostaug_candidates", "boostaug_kept", "boostaug_rejects"
-SCORED = "boostaug_scored"
+SCORED, EMBEDDINGS = "boostaug_scored", "boostaug_candidate_embeddings"
 INFILL_PAIRS, PROMPTS, GENERATED = "boostaug_infill_pairs", "boostaug_infill_prompts", "boostaug_infill_generated"
 CONTEXTUAL_REJECTS = "boostaug_contextual_rejects"
 EVAL_SETS, RESULTS = "boostaug_eval_sets", "boostaug_results"
@@ -172,23 +173,14 @@ def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple
               for p, f in zip(plans, figures)}
     tr.log_dict(report, "surrogates.json")
     for name, f in report.items():
-        log.info("surrogate %s: %d rows, %s, validation accuracy %.4f", name, f["rows"],
-                 f"C {f['C']:g}" if "C" in f else f"{f['epoch']} epochs", f["val_accuracy"])
+        choice = f"C {f['C']:g}" if "C" in f else f"MLP, {f['epochs']} epochs" if "hidden" in f else \
+            f"{f['epoch']} epochs"
+        log.info("surrogate %s: %d rows, %s, validation accuracy %.4f", name, f["rows"], choice, f["val_accuracy"])
     tr.log_metrics({f"surrogate.{name}.{k}": f[k] for name, f in report.items()
                     for k in ("val_accuracy", "val_perplexity_median") if k in f})
     folds = {p.boost: f["uri"] for p, f in zip(plans, figures) if p.boost is not None}
     mono = next((f["uri"] for p, f in zip(plans, figures) if p.boost is None), None)
     return folds, mono
-
-
-def _surrogate_settings(cfg) -> Any:
-    """What a surrogate kind's scores depend on (for the scored table's config hash)."""
-    surrogate = cfg.surrogate
-    if surrogate.kind == "encoder":
-        return asdict(surrogate.encoder)
-    if surrogate.kind == "features":
-        return {k: v for k, v in asdict(surrogate.features).items() if k not in ("num_cpus", "num_gpus", "concurrency")}
-    return asdict(surrogate.fasttext), surrogate.epochs
 
 
 def _score(ctx: JobContext, tr: JobRun, candidates, with_mono: bool) -> int:
@@ -200,7 +192,7 @@ def _score(ctx: JobContext, tr: JobRun, candidates, with_mono: bool) -> int:
     cfg = ctx.cfg.boostaug
     surrogate = cfg.surrogate
     quantile = cfg.filter.perplexity_quantile if surrogate.kind == "encoder" else None
-    config_hash = hash_of(surrogate.kind, _surrogate_settings(cfg), quantile, cfg.folds, with_mono, ctx.cfg.seed)
+    config_hash = hash_of(surrogate.kind, surrogate.scoring_settings(), quantile, cfg.folds, with_mono, ctx.cfg.seed)
     if not tr.already_written(SCORED, config_hash):
         folds, mono = _surrogates(ctx, tr, hash_of(config_hash, tr.inputs), with_mono)
         if surrogate.kind == "encoder":
@@ -209,9 +201,13 @@ def _score(ctx: JobContext, tr: JobRun, candidates, with_mono: bool) -> int:
             tr.write_ray(score_on_ray(candidates, folds, mono, surrogate.encoder, perplexity, quantile), SCORED,
                          config_hash)
         elif surrogate.kind == "features":
-            candidates = ctx.lakehouse.read_ray(CANDIDATES, tr.versions[CANDIDATES])
-            tr.write_ray(feature_surrogate.score_on_ray(candidates, folds, mono, surrogate.features), SCORED,
-                         config_hash)
+            # Candidates are embedded once per candidates version and encoder; every head judges those rows.
+            spec, embedded = surrogate.features, hash_of(surrogate.features.encoder_settings())
+            if not tr.already_written(EMBEDDINGS, embedded):
+                candidates = ctx.lakehouse.read_ray(CANDIDATES, tr.versions[CANDIDATES])
+                tr.write_ray(feature_surrogate.embed_on_ray(candidates, spec), EMBEDDINGS, embedded)
+            embeddings = ctx.lakehouse.read_ray(EMBEDDINGS, tr.result.outputs[EMBEDDINGS].version)
+            tr.write_ray(feature_surrogate.score_on_ray(embeddings, folds, mono, spec), SCORED, config_hash)
         else:
             tr.write(score(candidates, folds, mono), SCORED, config_hash)
     return tr.result.outputs[SCORED].version

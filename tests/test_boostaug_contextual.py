@@ -83,7 +83,7 @@ def test_augment_and_filter_jobs_with_a_scratch_infiller(ctx):
         fine_tune=FineTuneConfig(epochs=2, learning_rate=3e-3, batch_size=32, checkpoint_every=0),
         generation=GenerationConfig(engine="ctranslate2", n_samples=1, max_new_tokens=6, max_source_tokens=48))
     ctx.cfg.boostaug = BoostAugConfig(backends=["split", "contextual"], n_aug=2, folds=3, label_level=1,
-                                      contextual=infiller, surrogate=SurrogateConfig(epochs=[50]),
+                                      contextual=infiller, surrogate=SurrogateConfig(kind="fasttext", epochs=[50]),
                                       filter=FilterConfig(confidence_threshold=0.6),
                                       eval=EvalConfig(repeats=1, curve=[0, 2], ablation_backend="contextual"))
     jobs = ["generate-demo", "ingest-texts", "boostaug-splits", "boostaug-augment", "boostaug-filter"]

