@@ -5,7 +5,8 @@
 # MAGIC Pipeline `boostaug`: labeled texts (`inputs.texts`; the demo's titles with their top-level category when
 # MAGIC unset) are split and dealt into k folds; EDA, spelling-noise and word-split backends (and, when
 # MAGIC `boostaug.backends` names it, the contextual one: a masked span filled by a fine-tuned seq2seq infiller)
-# MAGIC make 2·Ñ candidates per text; one fastText surrogate per fold, trained on k - 2 other folds and validated on one,
+# MAGIC make 2·Ñ candidates per text; one surrogate per fold (by default an MLP head on frozen MiniLM embeddings,
+# MAGIC each candidate embedded once; the demo world's: fastText), trained on k - 2 other folds and validated on one,
 # MAGIC scores the candidates of the fold it never saw; confidence ranking, the confidence threshold and the
 # MAGIC predicted-label constraint keep or reject each candidate; classifiers trained with filtered vs
 # MAGIC unfiltered augmentation are compared on the test split over R seeds.

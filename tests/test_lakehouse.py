@@ -143,3 +143,34 @@ def test_history_shows_the_lineage_in_describe_history(spark, lakehouse):
     else:
         assert "delta-rs" in engine
     assert lakehouse.history("items")[0].lineage["inputs"] == {"labeled": "3"}
+
+
+def test_a_job_that_finds_its_output_at_an_older_version_feeds_that_version_downstream(spark, ctx):
+    # Config A, then B, then A again: the third run's writer skips (version 0 holds A's output), and the job
+    # after it must read A's rows, not B's (the latest), or it would label B's data with A's config.
+    from common.platform.job import JobResult, JobRun
+
+    def writer(config: str) -> int:
+        with ctx.tracked("writer") as tracked:
+            run = JobRun(ctx, tracked, JobResult("writer"))
+            if not run.all_written(["items"], config):
+                run.write(_frame(spark, 3 if config == "A" else 7).repartition(3), "items", config)
+            return run.result.outputs["items"].version
+
+    def reader() -> tuple[int, int]:
+        with ctx.tracked("reader") as tracked:
+            run = JobRun(ctx, tracked, JobResult("reader"))
+            rows = run.read("items").count()
+            return rows, run.versions["items"]
+
+    assert writer("A") == 0 and reader() == (3, 0)
+    assert writer("B") == 1 and reader() == (7, 1)
+    assert writer("A") == 0 and reader() == (3, 0)  # the latest is still B's version 1
+    assert ctx.lakehouse.version("items") == 1
+    # a maintenance commit after the chosen version holds the same data: the latest is read again
+    assert writer("B") == 1
+    from common.platform.config import MaintenanceConfig
+    from common.platform.maintenance import maintain_table
+
+    maintain_table(ctx.lakehouse, "items", MaintenanceConfig(min_files=2, vacuum=False))
+    assert ctx.lakehouse.version("items") > 1 and reader() == (7, ctx.lakehouse.version("items"))

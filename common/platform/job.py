@@ -63,6 +63,11 @@ class JobContext:
     tracker: Tracker
     capabilities: SparkCapabilities
     force: bool = False
+    # The version of each table (by location) this context's jobs last wrote or found already written. A later
+    # job's read of the latest version takes that one where its data differ: a job that skips because an older
+    # version holds its output (config A, then B, then A again) must feed A's version, not B's, to the jobs
+    # after it.
+    chosen: dict[str, int] = field(default_factory=dict)
     _ray: Optional["RayRuntime"] = None
 
     def ray(self) -> "RayRuntime":
@@ -97,6 +102,7 @@ class JobContext:
         lineage = Lineage(job=run.name, config_hash=config_hash, inputs=dict(inputs), run_id=run.run_id)
         result = self.lakehouse.write(df, table, mode=mode, lineage=lineage, force=self.force)
         run.log_output_table(table, result.version, self.lakehouse.location(table), skipped=result.skipped)
+        self.chosen[self.lakehouse.location(table)] = result.version
         return result
 
     def existing_version(self, run: TrackedRun, table: str, config_hash: str, inputs: Mapping[str, str]) -> Optional[int]:
@@ -120,8 +126,14 @@ class JobContext:
         return str(path)
 
     def read_table(self, run: TrackedRun, table: str, version: Optional[int] = None) -> tuple["DataFrame", int]:
-        """Read a lakehouse table version (latest by default), log it as a run input, return (df, version)."""
+        """Read a lakehouse table version (by default the latest, or the one :attr:`chosen` for the table where
+        the latest holds other data), log it as a run input, return (df, version)."""
         resolved = self.lakehouse.version(table) if version is None else version
+        chosen = self.chosen.get(self.lakehouse.location(table))
+        if version is None and resolved is not None and chosen is not None and chosen <= resolved \
+                and self.lakehouse.data_version(table, resolved) != chosen:
+            log.info("reading %s v%d, the version this run chose, not the latest (v%d)", table, chosen, resolved)
+            resolved = chosen
         if resolved is None:
             from common.platform.lakehouse import LakehouseError
 
@@ -282,6 +294,7 @@ class JobRun:
         lineage = Lineage(job=self.tracked.name, config_hash=config_hash,
                           inputs=dict(self.inputs if inputs is None else inputs), run_id=self.tracked.run_id)
         written = self.ctx.lakehouse.write_ray(ds, table, lineage=lineage, force=self.ctx.force)
+        self.ctx.chosen[self.ctx.lakehouse.location(table)] = written.version
         self.tracked.log_output_table(table, written.version, self.ctx.lakehouse.location(table),
                                       skipped=written.skipped)
         self.result.outputs[table] = written
@@ -338,6 +351,7 @@ class JobRun:
             found[table] = done
         for table, done in found.items():
             self.result.outputs[table] = unchanged(table, done)
+            self.ctx.chosen[self.ctx.lakehouse.location(table)] = done
         log.info("%s: %s already hold this output (same config and inputs); nothing to do", self.result.job,
                  ", ".join(f"{t} v{v}" for t, v in found.items()))
         return True
