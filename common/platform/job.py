@@ -130,8 +130,8 @@ class JobContext:
         the latest holds other data), log it as a run input, return (df, version)."""
         resolved = self.lakehouse.version(table) if version is None else version
         chosen = self.chosen.get(self.lakehouse.location(table))
-        if version is None and resolved is not None and chosen is not None and chosen <= resolved \
-                and self.lakehouse.data_version(table, resolved) != chosen:
+        if version is None and resolved is not None and chosen is not None and chosen < resolved \
+                and self.lakehouse.data_version(table, resolved) != chosen:  # (a history read only then)
             log.info("reading %s v%d, the version this run chose, not the latest (v%d)", table, chosen, resolved)
             resolved = chosen
         if resolved is None:
