@@ -96,16 +96,16 @@ class FeatureSurrogateConfig:
     hidden: int = 256
     # Most training epochs of an mlp head (it stops earlier when its training loss stops falling).
     max_iter: int = 200
-    # Texts per encoder batch and candidates per scoring block.
+    # Texts per encoder batch, and candidates per embedding and scoring block.
     batch_size: int = 512
-    # Ray CPUs per task and scoring actor. A CPU actor must leave one of the cluster's CPUs to Ray Data's read
+    # Ray CPUs per head-fitting task and embedding actor. A CPU actor must leave one of the cluster's CPUs to Ray Data's read
     # and write tasks, so on 2 cores the actor holds 1 CPU and its encoder runs ``threads`` threads.
     num_cpus: int = 1
     # CTranslate2's threads per task or actor; 0: its num_cpus.
     threads: int = 2
     # GPUs per embedding actor.
     num_gpus: float = 0.0
-    # Embedding actors scoring candidates.
+    # Embedding actors (each candidate text is encoded once per candidates version).
     concurrency: int = 1
 
     def __post_init__(self) -> None:
