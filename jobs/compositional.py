@@ -175,7 +175,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.compositional.generation import candidates, concat_texts, generator_pairs, prompts
     from common.compositional.split import label_vocabulary
-    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed
+    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, warm_tasks_for
 
     cfg = ctx.cfg.compositional
     gen = cfg.generator
@@ -204,7 +204,8 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         with ctx.lakehouse.read_ray_ordered(f"{PROMPTS}_routed", route_rows.version, ROUTED_COLUMNS,
                                             order_by=["model_path", "source_id"]) as ds:
             out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
-                                  num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=len(models))
+                                  num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=len(models),
+                                  warm_tasks=warm_tasks_for(tr.written_rows(f"{PROMPTS}_routed"), g, ctx.cfg.ray))
             generated = ctx.lakehouse.read(GENERATED, tr.write_ray(out, GENERATED, config_hash).version)
     else:
         generated = ctx.spark.createDataFrame([], "source_id string, generated_text string, generated_tokens long, "
@@ -252,11 +253,11 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.data.leakage import mark_test_copies
     from common.models.config import used_settings
 
-    cfg = ctx.cfg.compositional
-    cands = tr.read(CANDIDATES)
-    tr.read(CG_TRAIN)
-    tr.read(CG_SUPPORT)
-    qc = cfg.qc
+    cfg, qc = ctx.cfg.compositional, ctx.cfg.compositional.qc
+    cands, _, _ = tr.read(CANDIDATES), tr.read(CG_TRAIN), tr.read(CG_SUPPORT)
+    learned = dict(tr.inputs)  # what the QC classifier learns from and judges
+    # Read before the check, as the kept and rejected tables' lineage names them: a rerun trains nothing.
+    tests = tr.read(CG_TEST).select("text").unionByName(tr.read(IID_TEST).select("text"))
     config_hash = hash_of(used_settings(qc, [qc.model]), cfg.eval.validation_fraction, ctx.cfg.seed)
     if tr.all_written([SYNTHETIC, REJECTS], config_hash):
         return None
@@ -266,9 +267,8 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                  "params": _classifier_params(qc.model, qc.fasttext, qc.encoder),
                                  "seed": ctx.cfg.seed, "validation_fraction": cfg.eval.validation_fraction,
                                  "keys": {"model": qc.model}}], qc.encoder)
-    predictions = ctx.lakehouse.read(QC_PREDICTIONS, tr.write_ray(ds, QC_PREDICTIONS, config_hash).version)
+    predictions = ctx.lakehouse.read(QC_PREDICTIONS, tr.write_ray(ds, QC_PREDICTIONS, config_hash, learned).version)
     # A candidate that copies a test text (CG or iid) would be trained on: rejected with that reason.
-    tests = tr.read(CG_TEST).select("text").unionByName(tr.read(IID_TEST).select("text"))
     cut = mark_test_copies(qc_cut(cands, predictions, cfg.qc.target, ctx.cfg.seed), "text", tests, "text")
     columns = ["method", "example_id", "composition", "labels", "text", "predicted", "jaccard", "rank"]
     kept = tr.write(cut.filter(F.col("reason").isNull()).select(*columns), SYNTHETIC, config_hash)

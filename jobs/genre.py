@@ -241,7 +241,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.genre.generation import generator_pairs, prompts, synthetic
     from common.models.config import generator_facts
-    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed
+    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, warm_tasks_for
 
     cfg = ctx.cfg.genre
     gen = cfg.generator
@@ -260,7 +260,8 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     with ctx.lakehouse.read_ray_ordered(PROMPTS, prompt_rows.version, ROUTED_COLUMNS,
                                         order_by=["model_path", "source_id"]) as ds:
         out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
-                              num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=gen.cache_models)
+                              num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=gen.cache_models,
+                              warm_tasks=warm_tasks_for(tr.written_rows(PROMPTS), g, ctx.cfg.ray))
         generated = tr.write_ray(out, GENERATED, config_hash)
     rows = synthetic(ctx.lakehouse.read(GENERATED, generated.version),
                      ctx.lakehouse.read(PROMPTS, prompt_rows.version))

@@ -32,13 +32,15 @@ def _config_hash(ctx: JobContext) -> str:
 
 
 @job("query-normalize")
-def normalize(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+def normalize(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-normalize``: normalise and threshold the interaction log; account for every input row."""
     from pyspark.sql import functions as F
 
     from common.querygraph.normalization import normalize_interactions
 
     interactions = tr.read("interactions")
+    if tr.all_written(["query_interactions", "query_interactions_quarantine"], _config_hash(ctx)):
+        return None
     kept, rejected = normalize_interactions(interactions, ctx.cfg.query_graph)
     tr.write(kept, "query_interactions", _config_hash(ctx))
     tr.write(rejected, "query_interactions_quarantine", _config_hash(ctx))
@@ -51,13 +53,16 @@ def normalize(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
 
 @job("query-specificity")
-def specificity_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+def specificity_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-specificity``: click entropy and specificity of every clicked query."""
     from pyspark.sql import functions as F
 
     from common.querygraph.specificity import specificity
 
-    spec = specificity(tr.read("query_interactions"), ctx.cfg.query_graph.click_interactions)
+    interactions = tr.read("query_interactions")
+    if tr.already_written("query_specificity", _config_hash(ctx)):
+        return None
+    spec = specificity(interactions, ctx.cfg.query_graph.click_interactions)
     tr.write(spec, "query_specificity", _config_hash(ctx))
     stats = tr.written("query_specificity").agg(
         F.count("*").alias("queries"), F.max("entropy").alias("max_entropy"),
@@ -66,12 +71,14 @@ def specificity_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
 
 @job("query-similarity")
-def similarity_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+def similarity_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-similarity``: PMI similarities through shared products, hub-capped, specificity-filtered."""
     from common.querygraph.similarity import product_queries, similarities
 
     cfg = ctx.cfg.query_graph
     interactions, spec = tr.read("query_interactions"), tr.read("query_specificity")
+    if tr.all_written(["query_similarity", "query_hub_caps"], _config_hash(ctx)):
+        return None
     pq, caps = product_queries(interactions, cfg)
     tr.write(similarities(pq, spec, cfg), "query_similarity", _config_hash(ctx))
     tr.write(caps, "query_hub_caps", _config_hash(ctx))
@@ -80,7 +87,7 @@ def similarity_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
 
 @job("query-clusters")
-def clusters_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+def clusters_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-clusters``: cluster each product subgraph; report the global similarity graph's structure."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -91,6 +98,10 @@ def clusters_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
     cfg = ctx.cfg.query_graph
     interactions, sims = tr.read("query_interactions"), tr.read("query_similarity")
+    # A rerun on unchanged inputs skips the clustering and the graph statistics (triangle counts): seconds
+    # of Spark jobs for metrics the first run already logged.
+    if tr.all_written(["query_clusters", "query_subgraph_skips", "query_graph_components"], _config_hash(ctx)):
+        return None
     pq, _ = product_queries(interactions, cfg)
     rows = subgraphs(pq, sims).persist(StorageLevel.MEMORY_AND_DISK)
     try:

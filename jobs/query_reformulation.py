@@ -72,7 +72,7 @@ def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
 
 @job("query-augment")
-def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
+def augment_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-augment``: the augmented interaction log, re-thresholded, with its growth factor."""
     from common.models.config import generator_facts
     from common.querygraph.reformulation import augment_interactions, usable_reformulations
@@ -80,6 +80,8 @@ def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     tuples, local = _interaction_tables(tr)
     generated = tr.read("query_reformulations")
     config_hash = hash_of(asdict(ctx.cfg.query_graph))
+    if tr.all_written(["augmented_interactions", "augmented_interactions_rejected"], config_hash):
+        return None
     # Two writes and the accounting read the reformulations: normalise them (a Python UDF) once.
     refs = usable_reformulations(generated).persist()
     try:

@@ -364,6 +364,10 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world):
 
     again = small_world.rerun("compositional")
     assert all(out.skipped for r in again for out in r.outputs.values())
+    # Each job found its tables written before computing anything: the QC job trained no classifier (it
+    # returns metrics only after judging the candidates) and logged no metrics.
+    qc = next(r for r in again if r.job == "compositional-qc")
+    assert set(qc.outputs) == {"cg_synthetic", "cg_rejects"} and not qc.metrics
 
 
 def test_config_hashes_count_only_the_classifiers_that_run():

@@ -203,13 +203,19 @@ def test_local_driver_jvm_options_and_the_class_archive(spark, tmp_path):
 
     cfg = SparkConfig(jars_dir=str(tmp_path), java_options="-XX:TieredStopAtLevel=1",
                       conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
-    assert driver_java_options(cfg, "/ck") == "-Dderby.system.home=/ck -XX:TieredStopAtLevel=1 -Dmine=1"
+    assert driver_java_options(cfg, "/ck", cpus=8) == "-Dderby.system.home=/ck -XX:TieredStopAtLevel=1 -Dmine=1"
     archive = tmp_path / "spark-driver.jsa"
     archive.write_bytes(b"x")
     assert class_archive(cfg) == str(archive)
-    assert driver_java_options(cfg, "/ck") == \
+    assert driver_java_options(cfg, "/ck", cpus=8) == \
         f"-Dderby.system.home=/ck -XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dmine=1"
     assert "SharedArchive" not in driver_java_options(dataclasses.replace(cfg, class_data_sharing=False), "/ck")
+    # On two CPUs the serial collector, unless the options name a collector of their own
+    assert driver_java_options(cfg, "/ck", cpus=2) == \
+        f"-Dderby.system.home=/ck -XX:SharedArchiveFile={archive} -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dmine=1"
+    g1 = dataclasses.replace(cfg, java_options="-XX:+UseG1GC")
+    assert "Serial" not in driver_java_options(g1, "/ck", cpus=2)
+    assert driver_java_options(g1, "/ck", cpus=2).endswith("-XX:+UseG1GC -Dmine=1")
 
     jvm = spark.sparkContext._jvm
     args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
@@ -217,3 +223,6 @@ def test_local_driver_jvm_options_and_the_class_archive(spark, tmp_path):
     assert (f"-XX:SharedArchiveFile={installed}" in args) == os.path.isfile(installed), args
     if os.path.isfile(installed):
         assert "sharing" in jvm.System.getProperty("java.vm.info")  # the JVM accepted and mapped it
+    collectors = {bean.getName() for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()}
+    # the serial collector's two generations ("Copy", "MarkSweepCompact") where the session has <= 2 CPUs
+    assert ("MarkSweepCompact" in collectors) == (len(os.sched_getaffinity(0)) <= 2), collectors

@@ -202,6 +202,11 @@ def test_samples_do_not_depend_on_the_input_files(tiny_model, lakehouse, ray_run
         outputs.append(sorted(zip(out.source_id, out.sample_idx, out.generated_text)))
         assert not os.listdir(f"{lakehouse.cfg.root}/_staging")  # the sorted copy is removed on exit
     assert len(outputs[0]) == 30 * 2 and outputs[0] == outputs[1]
+    # A small stage on warm torch tasks (ray.warm_task_rows) cuts the same batches: the same samples.
+    with lakehouse.read_ray_ordered("gen_source", 1, ["item_id", "title"], ["item_id"]) as ds:
+        ds = ds.rename_columns({"item_id": "source_id", "title": "source_text"})
+        out = generate(ds, tiny_model, "v", spec, batch_size=8, warm_tasks=True).to_pandas()
+    assert sorted(zip(out.source_id, out.sample_idx, out.generated_text)) == outputs[0]
 
 
 def test_the_spec_reads_every_decoding_field_of_its_config_section():
@@ -221,3 +226,48 @@ def test_the_spec_reads_every_decoding_field_of_its_config_section():
     assert spec.seed == 13 and all(getattr(spec, name) == getattr(section, name) for name in decoding)
     with pytest.raises(ValueError, match="top_p"):
         GenerationConfig(top_p=0)
+
+
+def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_runtime, tmp_path):
+    """Warm torch tasks (ray.warm_task_rows): each worker builds the generator once and serves every later
+    batch, of this stage and the next, with it; a model saved again in place is built again."""
+    import ray
+
+    from common.models.generation.pool import _warm_generator, on_warm_tasks, warm_tasks_for
+
+    class Probe:  # a generator stand-in that says which process and which instance served each row
+        def __init__(self, model_path: str):
+            self.model_path = model_path
+
+        def __call__(self, batch):
+            return {"source_id": batch["source_id"], "pid": [os.getpid()] * len(batch["source_id"]),
+                    "instance": [id(self)] * len(batch["source_id"])}
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    rows = ray.data.from_items([{"source_id": f"s{i:02d}", "source_text": "x"} for i in range(24)])
+    stages = [on_warm_tasks(rows, Probe, {"model_path": str(model)}, concurrency=1, batch_size=4).to_pandas()
+              for _ in range(2)]
+    import pandas as pd
+
+    served = pd.concat([stages[0], stages[1]])
+    assert sorted(stages[0].source_id) == sorted(stages[1].source_id) == [f"s{i:02d}" for i in range(24)]
+    per_worker = served.groupby("pid")["instance"].nunique()
+    # 12 batches over two stages, served by at most the few torch workers Ray keeps, each with one generator
+    assert (per_worker == 1).all() and len(per_worker) <= 3 and served["pid"].ne(os.getpid()).all()
+
+    # in one process: the kept generator, until the model is saved again
+    first = _warm_generator(Probe, {"model_path": str(model)})
+    assert _warm_generator(Probe, {"model_path": str(model)}) is first
+    stat = (model / "config.json").stat()
+    os.utime(model / "config.json", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert _warm_generator(Probe, {"model_path": str(model)}) is not first
+
+    # which stages take the tasks: CPU stages of at most ray.warm_task_rows rows
+    from common.models.config import GenerationConfig
+    from common.platform.config import RayConfig
+
+    cpu, gpu, ray_cfg = GenerationConfig(), GenerationConfig(num_gpus=1.0), RayConfig(warm_task_rows=10000)
+    assert warm_tasks_for(5000, cpu, ray_cfg) and not warm_tasks_for(20000, cpu, ray_cfg)
+    assert not warm_tasks_for(10, gpu, ray_cfg) and not warm_tasks_for(10, cpu, RayConfig(warm_task_rows=0))

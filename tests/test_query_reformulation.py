@@ -118,3 +118,8 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     again = small_world.rerun("query-reformulation")
     assert {t.name: t.version for t in lh.tables()} == before
     assert all(out.skipped for r in again for out in r.outputs.values())
+    # The graph and augmentation jobs found their tables written before computing anything (no clustering,
+    # no triangle counts, no growth accounting: their metrics come only from a computed run).
+    rerun = {r.job: r for r in again}
+    for name in ("query-normalize", "query-specificity", "query-similarity", "query-clusters", "query-augment"):
+        assert rerun[name].outputs and not rerun[name].metrics, name

@@ -17,18 +17,25 @@ it was trained on, left-padded, and its samples are what it writes after the pro
 from __future__ import annotations
 
 import logging
+import os
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from common.models.generation.ct2 import CT2Generator, prepare
 # The engine's names, imported from here by the jobs, benchmarks and tests.
 from common.models.generation.hf_engine import OUTPUT_COLUMNS, GenerationSpec, T5Generator, output_schema  # noqa: F401
+from common.models.generation.seq2seq import MODEL_MARKER
+
+if TYPE_CHECKING:
+    from common.models.config import GenerationConfig
+    from common.platform.config import RayConfig
 
 log = logging.getLogger(__name__)
 
 
 def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, concurrency: int = 1,
-             num_gpus: float = 0.0, batch_size: int = 256):
+             num_gpus: float = 0.0, batch_size: int = 256, warm_tasks: bool = False):
     """``ds`` (source_id, source_text) -> generated rows (OUTPUT_COLUMNS), over an actor pool.
 
     The input is cut into blocks of exactly ``batch_size`` rows first, in the order it comes (a strict
@@ -38,11 +45,15 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     so gets the same batches whatever its files: what the ctranslate2 engine's samples depend on, as it
     seeds per length bucket; the hf engine's samples depend on each row alone. On the ctranslate2 engine the model
     is converted first, once, in a Ray task (:func:`common.models.generation.ct2.prepare`), not by each actor.
+    With ``warm_tasks`` (a small CPU stage: :func:`warm_tasks_for`), the batches run as torch tasks instead
+    (:func:`on_warm_tasks`).
     """
     if spec.engine == "ctranslate2":
         prepare(model_path, spec, num_gpus)
-    return on_actor_pool(ds, engine_class(spec), {"model_path": model_path, "model_version": model_version,
-                                                  "spec": spec}, concurrency, num_gpus, batch_size)
+    kwargs = {"model_path": model_path, "model_version": model_version, "spec": spec}
+    if warm_tasks and not num_gpus:
+        return on_warm_tasks(ds, engine_class(spec), kwargs, concurrency, batch_size)
+    return on_actor_pool(ds, engine_class(spec), kwargs, concurrency, num_gpus, batch_size)
 
 
 def engine_class(spec: GenerationSpec) -> type:
@@ -65,6 +76,61 @@ def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: in
         batch_size=batch_size, batch_format="numpy")
 
 
+def warm_tasks_for(rows: int, generation: "GenerationConfig", ray: "RayConfig") -> bool:
+    """Whether a generation stage of ``rows`` inputs with the ``generation`` section's pool settings runs on
+    warm torch tasks rather than an actor pool: a CPU stage of at most ``ray.warm_task_rows`` rows."""
+    return not generation.num_gpus and 0 < rows <= ray.warm_task_rows
+
+
+# The generators a worker process loaded for earlier batches of warm torch tasks (on_warm_tasks), the most
+# recently used last: a worker serves a stage's next batch, or the next stage of one model, without loading it
+# again. Two: a stage's model and the one before it; each holds a model's weights while the worker idles.
+_WARM_GENERATORS: "dict[str, object]" = {}
+_WARM_CACHE = 2
+
+
+def saved_at(model_path: str) -> Optional[int]:
+    """When the model at ``model_path`` was last saved (its config file's mtime in ns), or None for a path
+    that is not a local folder: part of a kept generator's key, so that a model fine-tuned again in place (a
+    forced run) is loaded again, not served from a worker's cache."""
+    try:
+        return os.stat(os.path.join(model_path, MODEL_MARKER)).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _warm_generator(generator_class: type, constructor_kwargs: dict):
+    """This worker's ``generator_class(**constructor_kwargs)``, built on first use and kept (LRU)."""
+    path = constructor_kwargs.get("model_path")
+    key = (f"{generator_class.__module__}.{generator_class.__qualname__}({constructor_kwargs!r})"
+           f"@{saved_at(path) if path else ''}")
+    generator = _WARM_GENERATORS.pop(key, None)
+    if generator is None:
+        while len(_WARM_GENERATORS) >= _WARM_CACHE:
+            _WARM_GENERATORS.pop(next(iter(_WARM_GENERATORS)))
+        generator = generator_class(**constructor_kwargs)
+    _WARM_GENERATORS[key] = generator  # re-inserted: now the most recent
+    return generator
+
+
+def _generate_batch(batch, generator_class: type, constructor_kwargs: dict):
+    """One batch through this worker's cached generator (a Ray Data task function)."""
+    return _warm_generator(generator_class, constructor_kwargs)(batch)
+
+
+def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: int, batch_size: int):
+    """``ds`` mapped in batches of ``batch_size`` (the same batches as :func:`on_actor_pool`) by Ray tasks in
+    the torch runtime environment (:data:`common.platform.ray_runtime.TORCH_TASK_ENV`), at most ``concurrency``
+    at a time. Ray hands them the workers that already imported torch for the run's fine-tunes and
+    conversions, and each worker keeps the generator it built (:func:`_warm_generator`), so a small stage
+    pays neither a process start nor a second model load. A task whose worker dies is retried by Ray Data."""
+    from common.platform.ray_runtime import torch_task_options
+
+    return ds.repartition(target_num_rows_per_block=batch_size, strict=True).map_batches(
+        _generate_batch, fn_kwargs={"generator_class": generator_class, "constructor_kwargs": constructor_kwargs},
+        concurrency=concurrency, batch_size=batch_size, batch_format="numpy", **torch_task_options())
+
+
 class ModelRoutedGenerator:
     """A Ray Data callable class for many fine-tuned models in one pass: each row names its model
     (``model_path``, ``model_version``); an actor keeps the ``cache_models`` most recently used
@@ -79,13 +145,14 @@ class ModelRoutedGenerator:
         self.models: "OrderedDict[str, T5Generator]" = OrderedDict()  # CT2Generator is one too
 
     def _model(self, path: str, version: str) -> T5Generator:
-        if path in self.models:
-            self.models.move_to_end(path)
+        key = f"{path}@{version}@{saved_at(path)}"  # a model saved again in place is loaded again
+        if key in self.models:
+            self.models.move_to_end(key)
         else:
             if len(self.models) >= self.cache_models:
                 self.models.popitem(last=False)
-            self.models[path] = engine_class(self.spec)(path, version, self.spec)
-        return self.models[path]
+            self.models[key] = engine_class(self.spec)(path, version, self.spec)
+        return self.models[key]
 
     def __call__(self, batch: dict[str, np.ndarray]):
         import pyarrow as pa
@@ -104,11 +171,14 @@ ROUTED_COLUMNS = ("source_id", "source_text", "model_path", "model_version")
 
 
 def generate_routed(ds, spec: GenerationSpec, concurrency: int = 1, num_gpus: float = 0.0, batch_size: int = 256,
-                    cache_models: int = 4):
+                    cache_models: int = 4, warm_tasks: bool = False):
     """``ds`` (source_id, source_text, model_path, model_version) -> generated rows (OUTPUT_COLUMNS), each
-    input generated by the model its row names, over one actor pool (:class:`ModelRoutedGenerator`)."""
-    return on_actor_pool(ds, ModelRoutedGenerator, {"spec": spec, "cache_models": cache_models}, concurrency,
-                         num_gpus, batch_size)
+    input generated by the model its row names, over one actor pool (:class:`ModelRoutedGenerator`), or with
+    ``warm_tasks`` on warm torch tasks (:func:`on_warm_tasks`)."""
+    kwargs = {"spec": spec, "cache_models": cache_models}
+    if warm_tasks and not num_gpus:
+        return on_warm_tasks(ds, ModelRoutedGenerator, kwargs, concurrency, batch_size)
+    return on_actor_pool(ds, ModelRoutedGenerator, kwargs, concurrency, num_gpus, batch_size)
 
 
 def rows_by_reason(table, quarantined: bool):

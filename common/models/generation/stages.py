@@ -111,7 +111,7 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     from pyspark.sql import functions as F
 
     from common.models.generation.filtering import score_generated
-    from common.models.generation.pool import GenerationSpec, generate
+    from common.models.generation.pool import GenerationSpec, generate, warm_tasks_for
 
     ctx.ray()
     columns = list(dict.fromkeys([id_col, text_col]))
@@ -119,13 +119,15 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     lineage = Lineage(job=tr.name, config_hash=config_hash, inputs=dict(inputs), run_id=tr.run_id)
     start = time.perf_counter()
     written = ctx.lakehouse.already_written(out_table, lineage, ctx.force)
+    n_in = ctx.lakehouse.read(source_table, source_version).count()
     if written is None:
         # Read in id order: the generation batches, and so the samples, do not depend on the table's layout.
         with ctx.lakehouse.read_ray_ordered(source_table, source_version, columns, order_by=columns) as ds:
             ds = ds.map_batches(_as_generation_input, batch_format="pyarrow",
                                 fn_kwargs={"id_col": id_col, "text_col": text_col})
             out = generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
-                           num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size)
+                           num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size,
+                           warm_tasks=warm_tasks_for(n_in, gen_cfg, ctx.cfg.ray))
             if scoring is not None:
                 out = score_generated(out, scoring)
             written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force)
@@ -139,7 +141,6 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
                     F.sum((F.col("sample_idx") < 0).cast("long")).alias("bad"),
                     F.sum((F.col("sample_idx") >= 0).cast("long")).alias("seqs"),
                     F.sum("generated_tokens").alias("tokens")).first()
-    n_in = ctx.lakehouse.read(source_table, source_version).count()
     stats = GenerationStats(inputs=n_in, quarantined_inputs=int(row["bad"] or 0), sequences=int(row["seqs"] or 0),
                             tokens=int(row["tokens"] or 0), seconds=seconds)
     if int(row["ok"] or 0) + stats.quarantined_inputs != n_in:
