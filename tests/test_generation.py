@@ -230,10 +230,12 @@ def test_the_spec_reads_every_decoding_field_of_its_config_section():
 
 def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_runtime, tmp_path):
     """Warm torch tasks (ray.warm_task_rows): each worker builds the generator once and serves every later
-    batch, of this stage and the next, with it; a model saved again in place is built again."""
+    batch, of this stage and the next, with it; a failing batch's retries are bounded; a model saved again in
+    place is built again."""
     import ray
 
     from common.models.generation.pool import _warm_generator, on_warm_tasks, warm_tasks_for
+    from common.platform.config import RayConfig
 
     class Probe:  # a generator stand-in that says which process and which instance served each row
         def __init__(self, model_path: str):
@@ -257,6 +259,21 @@ def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_ru
     # 12 batches over two stages, served by at most the few torch workers Ray keeps, each with one generator
     assert (per_worker == 1).all() and len(per_worker) <= 3 and served["pid"].ne(os.getpid()).all()
 
+    # a batch that raises every time fails the stage after ray.actor_task_retries retries (never loops)
+    attempts = tmp_path / "attempts"
+
+    class Poisoned(Probe):
+        def __call__(self, batch):
+            if "s00" in list(batch["source_id"]):
+                with open(attempts, "a") as out:
+                    out.write("x\n")
+                raise ValueError("poisoned batch")
+            return super().__call__(batch)
+
+    with pytest.raises(Exception, match="poisoned batch"):
+        on_warm_tasks(rows, Poisoned, {"model_path": str(model)}, concurrency=1, batch_size=4).materialize()
+    assert len(attempts.read_text().splitlines()) == RayConfig().actor_task_retries + 1
+
     # in one process: the kept generator, until the model is saved again
     first = _warm_generator(Probe, {"model_path": str(model)})
     assert _warm_generator(Probe, {"model_path": str(model)}) is first
@@ -266,7 +283,6 @@ def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_ru
 
     # which stages take the tasks: CPU stages of at most ray.warm_task_rows rows
     from common.models.config import GenerationConfig
-    from common.platform.config import RayConfig
 
     cpu, gpu, ray_cfg = GenerationConfig(), GenerationConfig(num_gpus=1.0), RayConfig(warm_task_rows=10000)
     assert warm_tasks_for(5000, cpu, ray_cfg) and not warm_tasks_for(20000, cpu, ray_cfg)

@@ -123,12 +123,22 @@ def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: in
     the torch runtime environment (:data:`common.platform.ray_runtime.TORCH_TASK_ENV`), at most ``concurrency``
     at a time. Ray hands them the workers that already imported torch for the run's fine-tunes and
     conversions, and each worker keeps the generator it built (:func:`_warm_generator`), so a small stage
-    pays neither a process start nor a second model load. A task whose worker dies is retried by Ray Data."""
-    from common.platform.ray_runtime import torch_task_options
+    pays neither a process start nor a second model load. Retries are bounded as the actor pool's are: a batch
+    whose worker died, or whose code raised (``ray.retry_exceptions``), runs again at most
+    ``ray.actor_task_retries`` times, then fails the stage (Ray Data's tasks would otherwise retry forever)."""
+    import warnings
 
-    return ds.repartition(target_num_rows_per_block=batch_size, strict=True).map_batches(
-        _generate_batch, fn_kwargs={"generator_class": generator_class, "constructor_kwargs": constructor_kwargs},
-        concurrency=concurrency, batch_size=batch_size, batch_format="numpy", **torch_task_options())
+    from ray.data import DataContext
+
+    from common.platform.ray_runtime import actor_fault_tolerance, torch_task_options
+
+    retries = {"max_retries": actor_fault_tolerance()["max_task_retries"],
+               "retry_exceptions": bool(DataContext.get_current().actor_task_retry_on_errors)}
+    with warnings.catch_warnings():  # Ray 2.60 names no replacement yet (see map_batches_on_actors)
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return ds.repartition(target_num_rows_per_block=batch_size, strict=True).map_batches(
+            _generate_batch, fn_kwargs={"generator_class": generator_class, "constructor_kwargs": constructor_kwargs},
+            concurrency=concurrency, batch_size=batch_size, batch_format="numpy", **torch_task_options(), **retries)
 
 
 class ModelRoutedGenerator:
