@@ -232,6 +232,7 @@ def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_ru
     """Warm torch tasks (ray.warm_task_rows): each worker builds the generator once and serves every later
     batch, of this stage and the next, with it; a failing batch's retries are bounded; a model saved again in
     place is built again."""
+    import pandas as pd
     import ray
 
     from common.models.generation.pool import _warm_generator, on_warm_tasks, warm_tasks_for
@@ -251,8 +252,6 @@ def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_ru
     rows = ray.data.from_items([{"source_id": f"s{i:02d}", "source_text": "x"} for i in range(24)])
     stages = [on_warm_tasks(rows, Probe, {"model_path": str(model)}, concurrency=1, batch_size=4).to_pandas()
               for _ in range(2)]
-    import pandas as pd
-
     served = pd.concat([stages[0], stages[1]])
     assert sorted(stages[0].source_id) == sorted(stages[1].source_id) == [f"s{i:02d}" for i in range(24)]
     per_worker = served.groupby("pid")["instance"].nunique()

@@ -62,7 +62,7 @@ def driver_java_options(cfg: SparkConfig, checkpoint_dir: str, cpus: Optional[in
     extra = [cfg.java_options, cfg.conf.get("spark.driver.extraJavaOptions", "")]
     # The JVM picks G1 on two CPUs; its concurrent threads then compete with Spark's two task threads and
     # Python for the same cores. The serial collector ran the test session's six small-world pipelines 9%
-    # faster (349 s -> 317 s, each pipeline 4-13% but one) on 2 cores; a local driver heap of a few GB keeps
+    # faster (349 s -> 317 s, each pipeline 8-13% but one) on 2 cores; a local driver heap of a few GB keeps
     # its pauses short. The JVM itself goes serial below two CPUs.
     if (cpus or _available_cpus()) <= 2 and not re.search(r"-XX:[+]Use\w*GC\b", " ".join(extra)):
         options.append("-XX:+UseSerialGC")

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Optional
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -50,10 +51,8 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     """
     if spec.engine == "ctranslate2":
         prepare(model_path, spec, num_gpus)
-    kwargs = {"model_path": model_path, "model_version": model_version, "spec": spec}
-    if warm_tasks and not num_gpus:
-        return on_warm_tasks(ds, engine_class(spec), kwargs, concurrency, batch_size)
-    return on_actor_pool(ds, engine_class(spec), kwargs, concurrency, num_gpus, batch_size)
+    return _on_pool(ds, engine_class(spec), {"model_path": model_path, "model_version": model_version, "spec": spec},
+                    concurrency, num_gpus, batch_size, warm_tasks)
 
 
 def engine_class(spec: GenerationSpec) -> type:
@@ -76,6 +75,14 @@ def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: in
         batch_size=batch_size, batch_format="numpy")
 
 
+def _on_pool(ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int,
+             warm_tasks: bool):
+    """:func:`on_warm_tasks` for a CPU stage that asked for them, else :func:`on_actor_pool`."""
+    if warm_tasks and not num_gpus:
+        return on_warm_tasks(ds, generator_class, constructor_kwargs, concurrency, batch_size)
+    return on_actor_pool(ds, generator_class, constructor_kwargs, concurrency, num_gpus, batch_size)
+
+
 def warm_tasks_for(rows: int, generation: "GenerationConfig", ray: "RayConfig") -> bool:
     """Whether a generation stage of ``rows`` inputs with the ``generation`` section's pool settings runs on
     warm torch tasks rather than an actor pool: a CPU stage of at most ``ray.warm_task_rows`` rows."""
@@ -85,8 +92,20 @@ def warm_tasks_for(rows: int, generation: "GenerationConfig", ray: "RayConfig") 
 # The generators a worker process loaded for earlier batches of warm torch tasks (on_warm_tasks), the most
 # recently used last: a worker serves a stage's next batch, or the next stage of one model, without loading it
 # again. Two: a stage's model and the one before it; each holds a model's weights while the worker idles.
-_WARM_GENERATORS: "dict[str, object]" = {}
+_WARM_GENERATORS: "OrderedDict[str, object]" = OrderedDict()
 _WARM_CACHE = 2
+
+
+def _kept(cache: "OrderedDict[str, Any]", key: str, limit: int, build: Callable[[], Any]) -> Any:
+    """``cache[key]``, built with ``build()`` when missing, evicting the least recently used entry beyond
+    ``limit``; the entry becomes the most recent."""
+    if key in cache:
+        cache.move_to_end(key)
+    else:
+        while len(cache) >= limit:
+            cache.popitem(last=False)
+        cache[key] = build()
+    return cache[key]
 
 
 def saved_at(model_path: str) -> Optional[int]:
@@ -104,13 +123,7 @@ def _warm_generator(generator_class: type, constructor_kwargs: dict):
     path = constructor_kwargs.get("model_path")
     key = (f"{generator_class.__module__}.{generator_class.__qualname__}({constructor_kwargs!r})"
            f"@{saved_at(path) if path else ''}")
-    generator = _WARM_GENERATORS.pop(key, None)
-    if generator is None:
-        while len(_WARM_GENERATORS) >= _WARM_CACHE:
-            _WARM_GENERATORS.pop(next(iter(_WARM_GENERATORS)))
-        generator = generator_class(**constructor_kwargs)
-    _WARM_GENERATORS[key] = generator  # re-inserted: now the most recent
-    return generator
+    return _kept(_WARM_GENERATORS, key, _WARM_CACHE, lambda: generator_class(**constructor_kwargs))
 
 
 def _generate_batch(batch, generator_class: type, constructor_kwargs: dict):
@@ -148,21 +161,13 @@ class ModelRoutedGenerator:
     before the pass arrive in batches of few models, so each model loads about once per actor."""
 
     def __init__(self, spec: GenerationSpec, cache_models: int = 4):
-        from collections import OrderedDict
-
         self.spec = spec
         self.cache_models = cache_models
         self.models: "OrderedDict[str, T5Generator]" = OrderedDict()  # CT2Generator is one too
 
     def _model(self, path: str, version: str) -> T5Generator:
         key = f"{path}@{version}@{saved_at(path)}"  # a model saved again in place is loaded again
-        if key in self.models:
-            self.models.move_to_end(key)
-        else:
-            if len(self.models) >= self.cache_models:
-                self.models.popitem(last=False)
-            self.models[key] = engine_class(self.spec)(path, version, self.spec)
-        return self.models[key]
+        return _kept(self.models, key, self.cache_models, lambda: engine_class(self.spec)(path, version, self.spec))
 
     def __call__(self, batch: dict[str, np.ndarray]):
         import pyarrow as pa
@@ -185,10 +190,8 @@ def generate_routed(ds, spec: GenerationSpec, concurrency: int = 1, num_gpus: fl
     """``ds`` (source_id, source_text, model_path, model_version) -> generated rows (OUTPUT_COLUMNS), each
     input generated by the model its row names, over one actor pool (:class:`ModelRoutedGenerator`), or with
     ``warm_tasks`` on warm torch tasks (:func:`on_warm_tasks`)."""
-    kwargs = {"spec": spec, "cache_models": cache_models}
-    if warm_tasks and not num_gpus:
-        return on_warm_tasks(ds, ModelRoutedGenerator, kwargs, concurrency, batch_size)
-    return on_actor_pool(ds, ModelRoutedGenerator, kwargs, concurrency, num_gpus, batch_size)
+    return _on_pool(ds, ModelRoutedGenerator, {"spec": spec, "cache_models": cache_models}, concurrency, num_gpus,
+                    batch_size, warm_tasks)
 
 
 def rows_by_reason(table, quarantined: bool):
