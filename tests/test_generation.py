@@ -182,6 +182,9 @@ def test_sampled_rows_do_not_depend_on_their_batch(tiny_model):
     assert other._generate(texts, ids) != together
 
 
+# The write path is not what this test is about (read_ray_ordered reads either path's version through Spark;
+# both paths have their own tests): delta-rs, which every session has, saves a second run of the pools.
+@pytest.mark.parametrize("write_path", ["rs"], indirect=True)
 @pytest.mark.parametrize("engine", ["hf", "ctranslate2"])
 def test_samples_do_not_depend_on_the_input_files(tiny_model, lakehouse, ray_runtime, engine):
     """The same rows written as one file or as five, in different orders, read in id order

@@ -84,14 +84,20 @@ def test_table_versions_are_read_without_a_footer_actor_pool(ray_runtime, tmp_pa
 
 
 _WORKER_REUSE = """
-import json, os, time
+import json, os, tempfile, time
 import ray
 from common.platform.config import RayConfig
 from common.platform.ray_runtime import RayRuntime
 
 @ray.remote(num_cpus=1)
-def light(i):
-    time.sleep(0.05)
+def light(folder, i):
+    # Two tasks of another stage run at once, as Ray Data's do: two workers beside the model task's, so that
+    # the workers outnumber Ray's default soft limit (num_cpus) whatever the machine's speed. (Eight short
+    # tasks one after another ran in ONE worker on a slow machine: nothing was above the limit to reap.)
+    open(os.path.join(folder, str(i)), "w").close()
+    deadline = time.time() + 60
+    while len(os.listdir(folder)) < 2 and time.time() < deadline:
+        time.sleep(0.01)
     return i
 
 def model_task():
@@ -111,7 +117,8 @@ for max_workers in (6, None):  # the demo's setting, then Ray's own (num_cpus)
     task = ray.remote(num_cpus=1, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})(model_task)
     pids = [ray.get(task.remote())]
     for stage in range(2):  # two more stages, each after another stage's tasks and an idle spell
-        ray.get([light.remote(i) for i in range(8)])  # another stage's tasks in between, as Ray Data's
+        folder = tempfile.mkdtemp()
+        ray.get([light.remote(folder, i) for i in range(2)])  # another stage's tasks, in between
         # Ray reaps idle workers above its soft limit after about a second; on a loaded machine later. Wait
         # for the model worker to go (up to 30 s) where it may, and 3 s where it must stay.
         deadline = time.time() + (30 if max_workers is None else 3)

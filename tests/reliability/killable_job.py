@@ -11,6 +11,10 @@ With ``AUGMENT_FAULT_BARRIER`` set to a folder, each process also waits at the s
 until ``AUGMENT_FAULT_PARTIES`` processes have reached it: the concurrent-writer test holds two runs of one
 job there, past the lakehouse's history check, so that their writes and commits overlap.
 
+With ``AUGMENT_FAULT_GO`` set to a file name, the process starts its engines first (Python's imports, the
+Spark session, the Ray runtime), then waits for that file before it runs the job: a test starts the next
+process while it checks what the last kill left, and its clock starts at the file.
+
     python tests/reliability/killable_job.py run ingest --conf ... --set ...
     python tests/reliability/killable_job.py ray-stage LAKEHOUSE_ROOT ROWS native|rs
 """
@@ -111,10 +115,31 @@ def ray_stage(root: str, rows: int, path: str) -> int:
                                       conf=dict(SHORT_SPARK_CONF)))
     runtime = RayRuntime(RayConfig(num_cpus=1)).start()
     try:
+        wait_for_go()
         write_stage(Lakehouse(LakehouseConfig(root=root), spark, native_delta=path == "native"), rows)
     finally:
         runtime.stop()
     return 0
+
+
+def wait_for_go() -> None:
+    """Block until the file ``AUGMENT_FAULT_GO`` names exists (at most 10 minutes); return at once without it."""
+    go = os.environ.get("AUGMENT_FAULT_GO")
+    deadline = time.monotonic() + 600
+    while go and not os.path.exists(go):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no {go} in 10 minutes: the test that started this process is gone")
+        time.sleep(0.01)
+
+
+def start_session(argv: list[str]) -> None:
+    """The Spark session an ``augment run`` with ``argv`` (``--conf``/``--set``) will get: started now, the
+    job's own ``get_spark`` then returns it."""
+    from common.config import load_config
+    from common.platform.session import get_spark
+
+    conf = argv[argv.index("--conf") + 1] if "--conf" in argv else None
+    get_spark(load_config(conf, [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]).spark)
 
 
 if __name__ == "__main__":
@@ -123,4 +148,7 @@ if __name__ == "__main__":
         sys.exit(ray_stage(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
     from jobs.cli import main
 
+    if os.environ.get("AUGMENT_FAULT_GO"):
+        start_session(sys.argv[1:])
+        wait_for_go()
     sys.exit(main(sys.argv[1:]))

@@ -3,9 +3,9 @@
 Two runs of one job at the same time (a retried batch that overlaps the original) must leave exactly one
 version; the other run reports it as already written. Two different jobs overwriting one table must both
 commit (the loser retries against the new state), and every version must hold one writer's full output.
-Threads on the session's Spark test the write paths; two ``augment run ingest`` processes (slow) test the
-whole job, each with its own Spark driver or delta-rs writer, on a fresh lakehouse (the tables' creation
-races too).
+Threads on the session's Spark test the write paths; three ``augment run ingest`` processes (slow), two of
+one lineage and one of another, test the whole job, each with its own Spark driver or delta-rs writer, on a
+fresh lakehouse (the tables' creation races too).
 """
 from __future__ import annotations
 
@@ -267,42 +267,33 @@ def _reported(output: str) -> dict[str, tuple[int, bool]]:
 
 
 @pytest.mark.slow
-def test_two_processes_running_one_ingest_at_once_commit_each_table_once(spark, write_path, world, tmp_path):
-    """Two `augment run ingest` processes, one config and one set of inputs, writing each table at the same
-    moment (both past the history check): exactly one version per table; the other run reports it as
-    unchanged, at the same version."""
+def test_three_processes_ingesting_at_once_commit_each_lineage_once(spark, write_path, world, tmp_path):
+    """Three `augment run ingest` processes writing each table at the same moment (all past the history
+    check): two of one config and one set of inputs (one lineage), the third of another copy of the inputs
+    (another lineage). Per table, the two runs of one lineage commit it once, the other reporting it as
+    unchanged at the same version, and the other lineage commits too (the loser of the overwrite race
+    retries): two versions, each holding its own run's lineage and all of that run's rows. (Two tests of two
+    processes each before: one process start fewer per write path.)"""
     root = tmp_path / "lakehouse"
-    shutil.copytree(world["landing"], root / "landing")
-    outputs = _run_together([(root, root / "landing", tmp_path / f"run{i}.log") for i in range(2)],
-                            world["base"], write_path, tmp_path / "barrier")
-    first, second = (_reported(o) for o in outputs)
-    assert set(first) == set(second) == set(world["clean"]), outputs
-    lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
-    for table, rows in world["clean"].items():
-        assert sorted([first[table][1], second[table][1]]) == [False, True], (table, first, second)
-        assert first[table][0] == second[table][0] == 0, (table, first, second)
-        assert DeltaTable(lakehouse.location(table)).version() == 0, f"{table}: a second version was committed"
-        assert lakehouse.read(table).count() == rows
-
-
-@pytest.mark.slow
-def test_two_processes_ingesting_different_inputs_at_once_both_commit(spark, write_path, world, tmp_path):
-    """Two `augment run ingest` processes of different lineages (one copy of the landing files each)
-    overwriting the same tables at the same moment: both commit every table (the loser retries), and each
-    version holds its own run's lineage and all of that run's rows."""
-    root = tmp_path / "lakehouse"
-    landings = [tmp_path / f"landing{i}" for i in range(2)]
+    landings = [root / "landing", tmp_path / "other_landing"]
     for landing in landings:
         shutil.copytree(world["landing"], landing)
-    outputs = _run_together([(root, landing, tmp_path / f"run{i}.log") for i, landing in enumerate(landings)],
-                            world["base"], write_path, tmp_path / "barrier")
-    reported = [_reported(o) for o in outputs]
+    runs = [(root, landings[0], tmp_path / "same0.log"), (root, landings[0], tmp_path / "same1.log"),
+            (root, landings[1], tmp_path / "other.log")]
+    same0, same1, other = (_reported(o) for o in _run_together(runs, world["base"], write_path,
+                                                               tmp_path / "barrier"))
+    assert set(same0) == set(same1) == set(other) == set(world["clean"]), (same0, same1, other)
     lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
     for table, rows in world["clean"].items():
-        assert sorted(r[table] for r in reported) == [(0, False), (1, False)], (table, reported)
+        assert sorted([same0[table][1], same1[table][1]]) == [False, True], (table, same0, same1)
+        assert same0[table][0] == same1[table][0], (table, same0, same1)
+        assert not other[table][1] and {same0[table][0], other[table][0]} == {0, 1}, (table, same0, other)
+        assert DeltaTable(lakehouse.location(table)).version() == 1, f"{table}: not exactly two versions"
         history = lakehouse.history(table)
-        sources = sorted(Path(next(iter(c.lineage["inputs"]))).parent.name for c in history)
-        assert sources == [landing.name for landing in landings], (table, sources)
+        source = {c.version: Path(next(iter(c.lineage["inputs"]))).parent.name for c in history}
+        assert sorted(source.values()) == sorted(landing.name for landing in landings), (table, source)
+        # The version both runs of one lineage reported is the one holding their inputs.
+        assert source[same0[table][0]] == landings[0].name, (table, source, same0)
         assert [lakehouse.read(table, c.version).count() for c in history] == [rows, rows]
 
 

@@ -46,34 +46,80 @@ def _report():
     print("\nkill -9 outcomes:", dict(sorted(OUTCOMES.items())))
 
 
-def _kill_at(cmd: list[str], marker: Path, event: str, delay: float, log: Path, timeout: float = 300) -> bool:
-    """Start ``cmd`` in a session of its own; when ``event`` appears in ``marker``, wait ``delay`` seconds and
-    SIGKILL it with every process it started. Returns False when it finished before the kill point."""
-    env = {**os.environ, "AUGMENT_FAULT_MARKER": str(marker), "PYTHONPATH": str(REPO)}
+def _start(cmd: list[str], marker: Path, log: Path) -> subprocess.Popen:
+    """Start ``cmd`` (killable_job) in a session of its own: it starts its engines, then waits for the file
+    ``marker.go`` before running its job (see :func:`_kill_at`), so that it starts while the test checks the
+    last kill."""
+    env = {**os.environ, "AUGMENT_FAULT_MARKER": str(marker), "AUGMENT_FAULT_GO": f"{marker}.go",
+           "PYTHONPATH": str(REPO)}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> list[psutil.Process]:
+    """SIGKILL ``proc`` with every process it started; returns them (already reaped or dying)."""
+    try:
+        everything = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        everything = []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for p in everything:  # Ray's daemons may run in sessions of their own
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=60)
+    psutil.wait_procs([p for p in everything if p.pid != proc.pid], timeout=30)
+    return everything
+
+
+def _kill_at(proc: subprocess.Popen, marker: Path, event: str, delay: float, log: Path,
+             timeout: float = 300) -> bool:
+    """Let ``proc`` (from :func:`_start`) run its job; when ``event`` appears in ``marker``, wait ``delay``
+    seconds and SIGKILL it with every process it started. Returns False when it finished before the kill
+    point."""
+    Path(f"{marker}.go").touch()
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
         if marker.exists() and any(line.split(" ", 1)[1].strip() == event
                                    for line in marker.read_text().splitlines() if " " in line):
             time.sleep(delay)
-            everything = [proc, *psutil.Process(proc.pid).children(recursive=True)]
-            os.killpg(proc.pid, signal.SIGKILL)
-            for p in everything:  # Ray's daemons may run in sessions of their own
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            proc.wait(timeout=60)
-            psutil.wait_procs([p for p in everything if p.pid != proc.pid], timeout=30)
+            _stop(proc)
             return True
         if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise AssertionError(f"{cmd} never reached {event!r}: see {log}\n{log.read_text()[-3000:]}")
+            _stop(proc)
+            raise AssertionError(f"{proc.args} never reached {event!r}: see {log}\n{log.read_text()[-3000:]}")
         time.sleep(0.002)
-    assert proc.returncode == 0, f"{cmd} failed before its kill point:\n{log.read_text()[-3000:]}"
+    assert proc.returncode == 0, f"{proc.args} failed before its kill point:\n{log.read_text()[-3000:]}"
     return False
+
+
+class _OneAhead:
+    """The kill loop's processes, each started (``start(i)``, see :func:`_start`) while the test checks the
+    kill before it; on exit, one still waiting is killed."""
+
+    def __init__(self, n: int, start):
+        self.n, self.start, self.waiting = n, start, None
+
+    def kill_at(self, i: int, event: str, delay: float, marker: Path, log: Path) -> bool:
+        """:func:`_kill_at` on process ``i``, then start process ``i + 1``. Returns whether ``i`` was killed."""
+        proc = self.waiting if self.waiting is not None else self.start(i)
+        self.waiting = None
+        killed = _kill_at(proc, marker, event, delay, log)
+        if i + 1 < self.n:
+            self.waiting = self.start(i + 1)
+        return killed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.waiting is not None:
+            _stop(self.waiting)
 
 
 def _parquet_files(location: str) -> set[str]:
@@ -148,30 +194,35 @@ def _kill_plan(path: str, stage: str, n: int, tables: list[str]) -> list[tuple[s
 def test_kill_9_during_ingest_writes(spark, capabilities, write_path, world, tmp_path):
     clean = world["clean"]
     killed = 0
-    for i, (event, delay) in enumerate(_kill_plan(write_path, "ingest", INGEST_KILLS, sorted(clean))):
+    plan = _kill_plan(write_path, "ingest", INGEST_KILLS, sorted(clean))
+
+    def start(i: int) -> subprocess.Popen:
         root = tmp_path / f"k{i}"
         shutil.copytree(world["landing"], root / "landing")
-        cfg = ingest_config(root, world["base"], write_path)
-        lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=write_path == "native")
-        table = event.split()[1]
-        before = _referenced(lakehouse.location(table))
         cmd = [sys.executable, str(Path(killable_job.__file__)), *ingest_args(root, world["base"], write_path)]
-        if not _kill_at(cmd, tmp_path / f"marker{i}",
-                        event, delay, tmp_path / f"k{i}.log"):
-            OUTCOMES[(write_path, "ingest", "finished first")] += 1
-            continue
-        killed += 1
-        OUTCOMES[(write_path, "ingest", _outcome(lakehouse.location(table), before))] += 1
-        _check_tables(lakehouse, clean)
+        return _start(cmd, tmp_path / f"marker{i}", tmp_path / f"k{i}.log")
 
-        def rerun():
-            ctx = build_context(cfg, spark=spark, capabilities=capabilities)
-            ctx.lakehouse = lakehouse
-            try:
-                ingest.run(ctx)
-            finally:
-                ctx.close()
-        OUTCOMES[(write_path, "ingest", "orphaned files vacuumed")] += _recover(lakehouse, clean, rerun)
+    with _OneAhead(len(plan), start) as procs:
+        for i, (event, delay) in enumerate(plan):
+            cfg = ingest_config(tmp_path / f"k{i}", world["base"], write_path)
+            lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=write_path == "native")
+            table = event.split()[1]
+            before = _referenced(lakehouse.location(table))
+            if not procs.kill_at(i, event, delay, tmp_path / f"marker{i}", tmp_path / f"k{i}.log"):
+                OUTCOMES[(write_path, "ingest", "finished first")] += 1
+                continue
+            killed += 1
+            OUTCOMES[(write_path, "ingest", _outcome(lakehouse.location(table), before))] += 1
+            _check_tables(lakehouse, clean)
+
+            def rerun(cfg=cfg, lakehouse=lakehouse):
+                ctx = build_context(cfg, spark=spark, capabilities=capabilities)
+                ctx.lakehouse = lakehouse
+                try:
+                    ingest.run(ctx)
+                finally:
+                    ctx.close()
+            OUTCOMES[(write_path, "ingest", "orphaned files vacuumed")] += _recover(lakehouse, clean, rerun)
     assert killed >= INGEST_KILLS - 1, OUTCOMES
 
 
@@ -179,21 +230,28 @@ def test_kill_9_during_a_ray_write_stage(spark, write_path, ray_runtime, world, 
     from common.platform.config import LakehouseConfig
 
     killed = 0
-    for i, (event, delay) in enumerate(_kill_plan(write_path, "ray", RAY_KILLS, ["generated"])):
-        root = tmp_path / f"r{i}"
-        lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
-        cmd = [sys.executable, str(Path(killable_job.__file__)), "ray-stage", str(root), str(RAY_ROWS), write_path]
-        if not _kill_at(cmd, tmp_path / f"marker{i}", event, delay, tmp_path / f"r{i}.log"):
-            OUTCOMES[(write_path, "ray", "finished first")] += 1
-            continue
-        killed += 1
-        OUTCOMES[(write_path, "ray", _outcome(lakehouse.location("generated"), set()))] += 1
-        _check_tables(lakehouse, {"generated": RAY_ROWS})
-        OUTCOMES[(write_path, "ray", "orphaned files vacuumed")] += _recover(
-            lakehouse, {"generated": RAY_ROWS}, lambda: killable_job.write_stage(lakehouse, RAY_ROWS))
-        # The native path stages Ray's files outside the table; a kill leaves the folder for maintenance.
-        staging = root / "_staging"
-        left = len(list(staging.iterdir())) if staging.exists() else 0
-        OUTCOMES[(write_path, "ray", "staging folders removed by maintain")] += left
-        assert remove_stale_staging(str(root), 0) == left and not (staging.exists() and any(staging.iterdir()))
+    plan = _kill_plan(write_path, "ray", RAY_KILLS, ["generated"])
+
+    def start(i: int) -> subprocess.Popen:
+        cmd = [sys.executable, str(Path(killable_job.__file__)), "ray-stage", str(tmp_path / f"r{i}"),
+               str(RAY_ROWS), write_path]
+        return _start(cmd, tmp_path / f"marker{i}", tmp_path / f"r{i}.log")
+
+    with _OneAhead(len(plan), start) as procs:
+        for i, (event, delay) in enumerate(plan):
+            root = tmp_path / f"r{i}"
+            lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
+            if not procs.kill_at(i, event, delay, tmp_path / f"marker{i}", tmp_path / f"r{i}.log"):
+                OUTCOMES[(write_path, "ray", "finished first")] += 1
+                continue
+            killed += 1
+            OUTCOMES[(write_path, "ray", _outcome(lakehouse.location("generated"), set()))] += 1
+            _check_tables(lakehouse, {"generated": RAY_ROWS})
+            OUTCOMES[(write_path, "ray", "orphaned files vacuumed")] += _recover(
+                lakehouse, {"generated": RAY_ROWS}, lambda lh=lakehouse: killable_job.write_stage(lh, RAY_ROWS))
+            # The native path stages Ray's files outside the table; a kill leaves the folder for maintenance.
+            staging = root / "_staging"
+            left = len(list(staging.iterdir())) if staging.exists() else 0
+            OUTCOMES[(write_path, "ray", "staging folders removed by maintain")] += left
+            assert remove_stale_staging(str(root), 0) == left and not (staging.exists() and any(staging.iterdir()))
     assert killed >= RAY_KILLS - 1, OUTCOMES
