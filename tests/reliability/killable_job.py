@@ -43,12 +43,20 @@ def _barrier():
             return
         name = event.replace(" ", "-")
         open(os.path.join(folder, f"{name}.{os.getpid()}"), "w").close()
-        deadline = time.monotonic() + 120
-        while sum(entry.startswith(f"{name}.") for entry in os.listdir(folder)) < parties:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the other writers never reached {event!r}")
-            time.sleep(0.01)
+        if not _wait_until(lambda: sum(entry.startswith(f"{name}.") for entry in os.listdir(folder)) >= parties,
+                           120):
+            raise RuntimeError(f"the other writers never reached {event!r}")
     return wait
+
+
+def _wait_until(done, seconds: float) -> bool:
+    """Poll ``done()`` every 10 ms for at most ``seconds``; returns whether it became true."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def install_markers() -> None:
@@ -125,21 +133,24 @@ def ray_stage(root: str, rows: int, path: str) -> int:
 def wait_for_go() -> None:
     """Block until the file ``AUGMENT_FAULT_GO`` names exists (at most 10 minutes); return at once without it."""
     go = os.environ.get("AUGMENT_FAULT_GO")
-    deadline = time.monotonic() + 600
-    while go and not os.path.exists(go):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"no {go} in 10 minutes: the test that started this process is gone")
-        time.sleep(0.01)
+    if go and not _wait_until(lambda: os.path.exists(go), 600):
+        raise SystemExit(f"no {go} in 10 minutes: the test that started this process is gone")
 
 
 def start_session(argv: list[str]) -> None:
-    """The Spark session an ``augment run`` with ``argv`` (``--conf``/``--set``) will get: started now, the
-    job's own ``get_spark`` then returns it."""
+    """The Spark session an ``augment run NAME`` with ``argv``'s options will get: started now, the job's own
+    ``get_spark`` then returns it. The options are parsed as every job parses them."""
+    import argparse
+
     from common.config import load_config
+    from common.platform.job import add_common_args, config_from_args
     from common.platform.session import get_spark
 
-    conf = argv[argv.index("--conf") + 1] if "--conf" in argv else None
-    get_spark(load_config(conf, [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]).spark)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command")
+    parser.add_argument("name")
+    add_common_args(parser)
+    get_spark(config_from_args(parser.parse_args(argv), load_config).spark)
 
 
 if __name__ == "__main__":

@@ -57,8 +57,8 @@ def _start(cmd: list[str], marker: Path, log: Path) -> subprocess.Popen:
                                 start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen) -> list[psutil.Process]:
-    """SIGKILL ``proc`` with every process it started; returns them (already reaped or dying)."""
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` with every process it started, and wait for them."""
     try:
         everything = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -74,7 +74,6 @@ def _stop(proc: subprocess.Popen) -> list[psutil.Process]:
             pass
     proc.wait(timeout=60)
     psutil.wait_procs([p for p in everything if p.pid != proc.pid], timeout=30)
-    return everything
 
 
 def _kill_at(proc: subprocess.Popen, marker: Path, event: str, delay: float, log: Path,
@@ -99,15 +98,16 @@ def _kill_at(proc: subprocess.Popen, marker: Path, event: str, delay: float, log
 
 
 class _OneAhead:
-    """The kill loop's processes, each started (``start(i)``, see :func:`_start`) while the test checks the
-    kill before it; on exit, one still waiting is killed."""
+    """The kill loop's processes: ``start(i)`` starts process ``i`` (:func:`_start`) and returns it with its
+    marker and log files; each is started while the test checks the kill before it. On exit, one still
+    waiting is killed."""
 
     def __init__(self, n: int, start):
         self.n, self.start, self.waiting = n, start, None
 
-    def kill_at(self, i: int, event: str, delay: float, marker: Path, log: Path) -> bool:
+    def kill_at(self, i: int, event: str, delay: float) -> bool:
         """:func:`_kill_at` on process ``i``, then start process ``i + 1``. Returns whether ``i`` was killed."""
-        proc = self.waiting if self.waiting is not None else self.start(i)
+        proc, marker, log = self.waiting or self.start(i)
         self.waiting = None
         killed = _kill_at(proc, marker, event, delay, log)
         if i + 1 < self.n:
@@ -119,7 +119,7 @@ class _OneAhead:
 
     def __exit__(self, *exc):
         if self.waiting is not None:
-            _stop(self.waiting)
+            _stop(self.waiting[0])
 
 
 def _parquet_files(location: str) -> set[str]:
@@ -196,11 +196,11 @@ def test_kill_9_during_ingest_writes(spark, capabilities, write_path, world, tmp
     killed = 0
     plan = _kill_plan(write_path, "ingest", INGEST_KILLS, sorted(clean))
 
-    def start(i: int) -> subprocess.Popen:
-        root = tmp_path / f"k{i}"
+    def start(i: int) -> tuple[subprocess.Popen, Path, Path]:
+        root, marker, log = tmp_path / f"k{i}", tmp_path / f"marker{i}", tmp_path / f"k{i}.log"
         shutil.copytree(world["landing"], root / "landing")
         cmd = [sys.executable, str(Path(killable_job.__file__)), *ingest_args(root, world["base"], write_path)]
-        return _start(cmd, tmp_path / f"marker{i}", tmp_path / f"k{i}.log")
+        return _start(cmd, marker, log), marker, log
 
     with _OneAhead(len(plan), start) as procs:
         for i, (event, delay) in enumerate(plan):
@@ -208,7 +208,7 @@ def test_kill_9_during_ingest_writes(spark, capabilities, write_path, world, tmp
             lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=write_path == "native")
             table = event.split()[1]
             before = _referenced(lakehouse.location(table))
-            if not procs.kill_at(i, event, delay, tmp_path / f"marker{i}", tmp_path / f"k{i}.log"):
+            if not procs.kill_at(i, event, delay):
                 OUTCOMES[(write_path, "ingest", "finished first")] += 1
                 continue
             killed += 1
@@ -232,16 +232,17 @@ def test_kill_9_during_a_ray_write_stage(spark, write_path, ray_runtime, world, 
     killed = 0
     plan = _kill_plan(write_path, "ray", RAY_KILLS, ["generated"])
 
-    def start(i: int) -> subprocess.Popen:
+    def start(i: int) -> tuple[subprocess.Popen, Path, Path]:
+        marker, log = tmp_path / f"marker{i}", tmp_path / f"r{i}.log"
         cmd = [sys.executable, str(Path(killable_job.__file__)), "ray-stage", str(tmp_path / f"r{i}"),
                str(RAY_ROWS), write_path]
-        return _start(cmd, tmp_path / f"marker{i}", tmp_path / f"r{i}.log")
+        return _start(cmd, marker, log), marker, log
 
     with _OneAhead(len(plan), start) as procs:
         for i, (event, delay) in enumerate(plan):
             root = tmp_path / f"r{i}"
             lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
-            if not procs.kill_at(i, event, delay, tmp_path / f"marker{i}", tmp_path / f"r{i}.log"):
+            if not procs.kill_at(i, event, delay):
                 OUTCOMES[(write_path, "ray", "finished first")] += 1
                 continue
             killed += 1
