@@ -177,6 +177,24 @@ def test_spark_submit_runs_a_job_end_to_end(spark, native_only, tmp_path):
     assert metadata["job"] == "ingest" and metadata["inputs"]
 
 
+def test_a_cluster_session_takes_the_configs_shuffle_partitions(spark):
+    """On a cluster the session is spark-submit's, whose default is Spark's 200 partitions: a configured
+    ``spark.shuffle_partitions`` replaces it, then ``spark.conf``; unset, the session's own value stays."""
+    from common.platform.session import get_spark
+
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        assert get_spark(SparkConfig(mode="cluster", shuffle_partitions=7)) is spark
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
+        get_spark(SparkConfig(mode="databricks"))
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
+        get_spark(SparkConfig(mode="cluster", shuffle_partitions=7, conf={"spark.sql.shuffle.partitions": "5"}))
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "5"
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert SparkConfig().local_partitions == 4 and SparkConfig(shuffle_partitions=2).local_partitions == 2
+
+
 def test_doctor_reports_and_fails_on_what_the_config_needs(capabilities, tmp_path):
     augment = str(BIN / "augment")
     ok = subprocess.run([augment, "doctor", "--set", f"lakehouse.root={tmp_path / 'lh'}"], capture_output=True,

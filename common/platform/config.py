@@ -35,6 +35,9 @@ def check(condition: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
+LOCAL_SHUFFLE_PARTITIONS = 4
+
+
 @dataclass
 class SparkConfig:
     """How to get the SparkSession. ``local`` builds one; ``cluster``/``databricks`` take the existing one."""
@@ -45,8 +48,9 @@ class SparkConfig:
     master: str = "local[*]"
     # The Spark application name (the Spark UI, the cluster's application list).
     app_name: str = "catalog-augment"
-    # spark.sql.shuffle.partitions: 4 suits 2-4 local cores; a cluster wants about 2-3 per executor core.
-    shuffle_partitions: int = 4
+    # spark.sql.shuffle.partitions. null: 4 in a local session (suits 2-4 cores), the session's own setting on a
+    # cluster or Databricks; a cluster wants about 2-3 per executor core.
+    shuffle_partitions: Optional[int] = None
     # native: Spark's own Delta writer (locally from the jars `make install` resolved into jars_dir);
     # rs: delta-rs commits (machines without the jars); auto: native when the jars or the session have it.
     # "delta-rs" is the older spelling of rs.
@@ -74,7 +78,13 @@ class SparkConfig:
     conf: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check(self.shuffle_partitions >= 1, "spark.shuffle_partitions", "must be >= 1")
+        check(self.shuffle_partitions is None or self.shuffle_partitions >= 1, "spark.shuffle_partitions",
+              "must be >= 1")
+
+    @property
+    def local_partitions(self) -> int:
+        """The shuffle partitions a local session gets: ``shuffle_partitions``, or 4 when it is unset."""
+        return self.shuffle_partitions or LOCAL_SHUFFLE_PARTITIONS
 
 
 @dataclass

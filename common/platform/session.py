@@ -145,13 +145,16 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
     Arrow on, the UI off and a checkpoint dir; with Spark's Delta Lake (the jars ``make install`` resolved,
     the Delta SQL extension and catalog) unless ``spark.delta`` is ``rs``. Raises :class:`DeltaJarsMissing`
     for ``spark.delta: native`` without the jars. ``cluster``/``databricks``: ``getOrCreate()`` of the
-    existing session, with only ``cfg.conf`` applied on top.
+    existing session, with ``spark.shuffle_partitions`` (when set) and then ``cfg.conf`` applied on top.
     """
     from pyspark.sql import SparkSession
 
     _keep_py4j_sockets_in_forked_children()
     if cfg.mode != "local":
         spark = SparkSession.builder.getOrCreate()
+        # A runtime SQL setting: the config's value replaces the cluster's default (Spark's is 200) for this job.
+        if cfg.shuffle_partitions is not None:
+            spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
         for key, value in cfg.conf.items():
             spark.conf.set(key, value)
         if cfg.checkpoint_dir:
@@ -165,6 +168,7 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # pandas-on-Spark asks for it on both sides
     checkpoint_dir = cfg.checkpoint_dir or tempfile.mkdtemp(prefix="spark-checkpoint-")
+    partitions = cfg.local_partitions
     builder = (
         SparkSession.builder.master(cfg.master)
         .appName(cfg.app_name)
@@ -173,11 +177,11 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
         .config("spark.driver.memory", cfg.driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
-        .config("spark.default.parallelism", str(max(2, cfg.shuffle_partitions)))
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .config("spark.default.parallelism", str(max(2, partitions)))
         # Delta's VACUUM lists a table's folders with this many tasks (default 10,000: ~40 s per tiny table on
         # 2 cores, 4 s with this).
-        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(max(2, cfg.shuffle_partitions)))
+        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(max(2, partitions)))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # Delta and delta-rs expect INT64 microsecond timestamps, not Spark's legacy INT96.
@@ -191,7 +195,7 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
                    .config("spark.sql.extensions", DELTA_EXTENSION)
                    .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
                    # Delta rebuilds a table's state in 50 partitions by default; a local session has a few cores.
-                   .config("spark.databricks.delta.snapshotPartitions", str(cfg.shuffle_partitions)))
+                   .config("spark.databricks.delta.snapshotPartitions", str(partitions)))
     for key, value in cfg.conf.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.extraJavaOptions", driver_java_options(cfg, checkpoint_dir))
