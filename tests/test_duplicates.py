@@ -234,6 +234,18 @@ def test_near_duplicates_are_opt_in_and_each_cluster_keeps_one_text(ctx, tmp_pat
            "duplicates" in capsys.readouterr().out
 
 
+def test_shingles_are_the_distinct_word_trigrams_or_one_shingle_for_a_short_text(spark):
+    from common.algorithms.near_duplicates import with_shingles
+
+    long_text = " ".join(f"w{i % 50}" for i in range(3000))  # a long document: 50 distinct trigrams, repeated
+    df = spark.createDataFrame([("a", "The cat, the CAT sat. The cat"), ("b", "Two words"), ("c", " ,; "),
+                                ("d", long_text)], "id string, text string")
+    grams = {r.id: r.grams for r in with_shingles(df, "text", 3).collect()}
+    assert sorted(grams["a"]) == ["cat sat the", "cat the cat", "sat the cat", "the cat sat", "the cat the"]
+    assert grams["b"] == ["two words"] and grams["c"] == []
+    assert len(grams["d"]) == 50 and grams["d"][0] == "w0 w1 w2"
+
+
 def test_compositional_splits_keep_planted_copies_on_one_side(spark):
     from common.compositional.split import cg_split, iid_split
 
