@@ -246,6 +246,25 @@ def test_shingles_are_the_distinct_word_trigrams_or_one_shingle_for_a_short_text
     assert len(grams["d"]) == 50 and grams["d"][0] == "w0 w1 w2"
 
 
+def test_banded_lsh_finds_the_pairs_at_the_threshold_and_checks_each_exactly(spark):
+    from common.algorithms.near_duplicates import band_rows, near_duplicate_pairs
+
+    # 10 bands at Jaccard 0.8: 4 MinHash values per band, the most that keep a pair at 0.8 with p >= 0.99.
+    assert band_rows(0.8, 10) == 4 and 1 - (1 - 0.8 ** 4) ** 10 >= 0.99 > 1 - (1 - 0.8 ** 5) ** 10
+    assert band_rows(0.55, 10) == 1 and band_rows(0.9, 10) == 9
+    words = [f"w{i}" for i in range(20)]  # 18 trigrams
+    last = words[:-1] + ["x"]  # 17 of 19 trigrams shared: Jaccard 0.89
+    middle = words[:10] + ["y"] + words[11:]  # 15 of 21: 0.71, under the threshold
+    texts = [("base", words), ("last", last), ("middle", middle), ("other", [f"v{i}" for i in range(20)]),
+             ("empty", [])]
+    df = spark.createDataFrame([(k, " ".join(t)) for k, t in texts], "id string, text string")
+    pairs = {(r.src, r.dst) for r in near_duplicate_pairs(df, "id", "text", 0.8).collect()}
+    assert pairs == {("base", "last")}
+    # At 0.7 the middle variant is one too (0.71 with base, 0.64 with last: a chain, not a clique).
+    assert {(r.src, r.dst) for r in near_duplicate_pairs(df, "id", "text", 0.7).collect()} == \
+        {("base", "last"), ("base", "middle")}
+
+
 def test_compositional_splits_keep_planted_copies_on_one_side(spark):
     from common.compositional.split import cg_split, iid_split
 

@@ -94,15 +94,16 @@ class DedupConfig:
     conflicts: Literal["quarantine", "keep"] = "quarantine"
     # Near duplicates (opt-in; texts, documents, topic corpus, multilabel): MinHash LSH over ``near_shingle``-word
     # shingles finds texts whose shingle sets have Jaccard similarity >= ``near_threshold``; each cluster keeps
-    # its smallest id, the others go to ``<input>_near_duplicates`` with their cluster id. ``near_tables``: LSH
-    # hash tables (more find more of the true pairs, at more cost). An incremental input is then ingested in full.
+    # its smallest id, the others go to ``<input>_near_duplicates`` with their cluster id. An incremental input is
+    # then ingested in full.
     near: bool = False
     # Near duplicates: the Jaccard similarity of shingle sets from which two texts are one.
     near_threshold: float = 0.8
     # Near duplicates: words per shingle.
     near_shingle: int = 3
-    # Near duplicates: MinHash LSH hash tables.
-    near_tables: int = 5
+    # Near duplicates: MinHash LSH bands. Each band holds as many MinHash values as still find a pair at
+    # near_threshold with probability 0.99; more bands allow more per band, so fewer pairs to check.
+    near_tables: int = 10
 
     def __post_init__(self) -> None:
         check(self.conflicts in ("quarantine", "keep"), "ingest.dedup.conflicts", "must be quarantine or keep")
