@@ -145,7 +145,8 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     from common.data import duplicates, quarantine
     from common.data.readers import read_input
 
-    config_hash = hash_of(asdict(ctx.cfg.ingest), asdict(spec), contract.name)
+    near = ctx.cfg.ingest.dedup.near and contract.dedup.text is not None
+    config_hash = hash_of(_settings_in_use(ctx.cfg.ingest, near), asdict(spec), contract.name)
     other_inputs = {}
     if taxonomy_df is not None and "category" in contract.column_names:
         other_inputs["taxonomy"] = str(tr.result.outputs["taxonomy"].version)
@@ -155,7 +156,6 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     # Appended source rows are validated alone and appended: every rule is per row, so the tables end up
     # as a full ingest of the new source version would leave them.
     inputs = {raw.location: raw.version, **other_inputs}
-    near = ctx.cfg.ingest.dedup.near and contract.dedup.text is not None
     near_table = f"{contract.name}_near_duplicates"
     if tr.all_written([contract.name, contract.quarantine_table] + ([near_table] if near else []), config_hash,
                       inputs):
@@ -202,6 +202,15 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
 
 
 _NEAR_KEY = "_near_key"
+
+
+def _settings_in_use(cfg, near: bool) -> dict:
+    """The ``ingest`` section as a dict for an input's config hash, less the near-duplicate keys when that step
+    does not run for it (off, or an input without a text): changing them must not re-ingest it."""
+    settings = asdict(cfg)
+    if not near:
+        settings["dedup"] = {k: v for k, v in settings["dedup"].items() if not k.startswith("near")}
+    return settings
 
 
 def _near_duplicates(ctx: JobContext, contract: Contract, valid):

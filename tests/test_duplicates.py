@@ -217,6 +217,10 @@ def test_near_duplicates_are_opt_in_and_each_cluster_keeps_one_text(ctx, tmp_pat
     plain = ingest.texts_job(ctx).metrics
     assert (plain["texts.rows_kept"], plain["texts.rows_duplicate"]) == (6, 1)
     assert not ctx.lakehouse.exists("texts_near_duplicates")  # off by default
+    # With the step off, its keys are not part of the input's lineage: changing them re-ingests nothing.
+    ctx.cfg.ingest.dedup = DedupConfig(near_threshold=0.5, near_tables=3)
+    again = ingest.texts_job(ctx)
+    assert again.outputs and all(o.skipped for o in again.outputs.values())
 
     # Jaccard of the 3-word shingles: 0.62 for reviews 1-2, 0.57 for 2-3 (0.31 for 1-3: a chain), 0.82 for 4-5.
     ctx.cfg.ingest.dedup = DedupConfig(near=True, near_threshold=0.55, near_tables=10)
