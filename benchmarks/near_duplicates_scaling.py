@@ -15,16 +15,15 @@ Run: .venv/bin/python benchmarks/near_duplicates_scaling.py [--budget S] [--thre
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from budget import run_in_budget  # noqa: E402 (benchmarks/, beside this file)
 
 BUDGET_S = 600
 MEAN_GROUP = 3.6  # the demo's mean catalog group size (DemoConfig.group_size_mean)
@@ -80,22 +79,8 @@ def run(n: int, threshold: float, out: dict) -> None:
 
 
 def measure(n: int, threshold: float) -> dict:
-    manager = multiprocessing.Manager()
-    out = manager.dict()
-    proc = multiprocessing.get_context("spawn").Process(target=run, args=(n, threshold, out))
-    proc.start()
-    handle, peak, start = psutil.Process(proc.pid), 0, time.perf_counter()
-    while proc.is_alive() and time.perf_counter() - start < BUDGET_S:
-        try:
-            peak = max(peak, sum(p.memory_info().rss for p in [handle, *handle.children(recursive=True)]))
-        except psutil.Error:
-            pass
-        time.sleep(0.25)
-    if proc.is_alive():
-        for p in [handle, *handle.children(recursive=True)]:
-            p.kill()
-        return {"timeout": True, "peak_gib": peak / 2**30, **dict(out)}
-    return {"timeout": False, "peak_gib": peak / 2**30, **dict(out)}
+    out, peak, timed_out = run_in_budget(run, (n, threshold), BUDGET_S)
+    return {"timeout": timed_out, "peak_gib": peak, **out}
 
 
 def main(sizes: list[int], threshold: float) -> None:

@@ -12,7 +12,6 @@ Run: .venv/bin/python benchmarks/query_graph_scaling.py [--budget S] [--only spa
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -20,7 +19,8 @@ import time
 
 import numpy as np
 import pandas as pd
-import psutil
+
+from budget import run_in_budget
 
 BUDGET_S = 600
 
@@ -121,22 +121,10 @@ def run_pandas(n: int, out: dict) -> None:
 
 
 def measure(fn, n: int) -> tuple[float | None, float, object]:
-    manager = multiprocessing.Manager()
-    out = manager.dict()
-    proc = multiprocessing.get_context("spawn").Process(target=fn, args=(n, out))
-    proc.start()
-    handle, peak, start = psutil.Process(proc.pid), 0, time.perf_counter()
-    while proc.is_alive() and time.perf_counter() - start < BUDGET_S:
-        try:
-            peak = max(peak, sum(p.memory_info().rss for p in [handle, *handle.children(recursive=True)]))
-        except psutil.Error:
-            pass
-        time.sleep(0.25)
-    if proc.is_alive():
-        for p in [handle, *handle.children(recursive=True)]:
-            p.kill()
-        return None, peak / 2**30, "timeout"
-    return out.get("seconds"), peak / 2**30, out.get("pairs")
+    out, peak, timed_out = run_in_budget(fn, (n,), BUDGET_S)
+    if timed_out:
+        return None, peak, "timeout"
+    return out.get("seconds"), peak, out.get("pairs")
 
 
 def main(sizes: list[int], only: str | None = None) -> None:
