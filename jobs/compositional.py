@@ -195,12 +195,12 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         models = _fine_tune_generators(ctx, tr, pairs.version, seq2seq, vocabulary, config_hash)
         routes = ctx.spark.createDataFrame([(m, p, v) for m, (p, v) in models.items()],
                                            "method string, model_path string, model_version string")
-        # Sorted by model so that generation batches hold few models.
+        # Sorted by model and read in that order: batches hold few models, and the same rows whatever the layout.
         routed = prompt_df.join(routes, "method").select(F.col("example_id").alias("source_id"), "source_text",
                                                           "model_path", "model_version").orderBy("model_path", "source_id")
         route_rows = tr.write(routed, f"{PROMPTS}_routed", config_hash)
         g = gen.generation
-        # Read in that order: the batches hold the same rows whatever the table's layout.
+        ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
         with ctx.lakehouse.read_ray_ordered(f"{PROMPTS}_routed", route_rows.version, ROUTED_COLUMNS,
                                             order_by=["model_path", "source_id"]) as ds:
             out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,

@@ -256,6 +256,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                    ctx.cfg.seed, gen.synthetic_ratio, gen.off_topic_control, gen.per_genre),
                            PROMPTS, config_hash)
     g = gen.generation
+    ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
     # In (model, id) order: batches hold few models, and the same rows whatever the table's layout.
     with ctx.lakehouse.read_ray_ordered(PROMPTS, prompt_rows.version, ROUTED_COLUMNS,
                                         order_by=["model_path", "source_id"]) as ds:

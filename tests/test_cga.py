@@ -8,6 +8,7 @@ import pytest
 
 from common.catalog.cga import augmentation_set, group_version_pairs, sweep_points
 from common.catalog.config import CGASweepConfig
+from jobs import REGISTRY
 from worlds import check_card
 
 
@@ -52,7 +53,7 @@ def test_sweep_points_are_figure_2():
 
 
 @pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
-def test_cga_pipeline_end_to_end(small_world):
+def test_cga_pipeline_end_to_end(small_world, tmp_path):
     # The world's CGA settings (tests/worlds.py): a tiny scratch T5, 2 samples per title, inputs over 16 tokens
     # quarantined, T = 0.2, 4 version pairs per group, the sweep at T in {0.1, 0.3} and N = 30.
     ctx = small_world.ctx
@@ -119,3 +120,11 @@ def test_cga_pipeline_end_to_end(small_world):
     again = small_world.rerun("cga")
     assert {t.name: t.version for t in lh.tables()} == before
     assert all(out.skipped for r in again for out in r.outputs.values())
+    # A scheduled rerun in a process of its own: the generation job finds its output and starts no Ray runtime.
+    fresh = small_world.copy(tmp_path)
+    try:
+        regenerated = REGISTRY.runner("cga-generate")(fresh)
+        assert regenerated.outputs and all(o.skipped for o in regenerated.outputs.values())
+        assert fresh._ray is None
+    finally:
+        fresh.close()

@@ -347,6 +347,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     generate_job(ctx)
     assert lake.read("genre_prompts").count() == 3 * 3 * 3
     assert lake.read("genre_generators").toPandas()["reused"].all()
+    assert ctx._ray is not None  # generation ran on the configured runtime, though no fine-tune started it
 
     # one genre-conditioned generator for the (topic, N): every genre's row names it, and it learns and is
     # prompted with "<genre> | <keywords>"

@@ -113,7 +113,6 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     from common.models.generation.filtering import score_generated
     from common.models.generation.pool import GenerationSpec, generate, warm_tasks_for
 
-    ctx.ray()
     columns = list(dict.fromkeys([id_col, text_col]))
     spec = GenerationSpec.from_config(gen_cfg, ctx.cfg.seed)
     lineage = Lineage(job=tr.name, config_hash=config_hash, inputs=dict(inputs), run_id=tr.run_id)
@@ -121,6 +120,7 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     written = ctx.lakehouse.already_written(out_table, lineage, ctx.force)
     n_in = ctx.lakehouse.read(source_table, source_version).count()
     if written is None:
+        ctx.ray()  # only here: a rerun whose output exists starts no Ray runtime
         # Read in id order: the generation batches, and so the samples, do not depend on the table's layout.
         with ctx.lakehouse.read_ray_ordered(source_table, source_version, columns, order_by=columns) as ds:
             ds = ds.map_batches(_as_generation_input, batch_format="pyarrow",
