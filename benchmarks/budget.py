@@ -1,6 +1,7 @@
 """Run one benchmark measurement in a spawned process of its own, under a time budget, sampling its memory."""
 from __future__ import annotations
 
+import math
 import multiprocessing
 import time
 
@@ -27,3 +28,9 @@ def run_in_budget(target, args: tuple, budget_s: float) -> tuple[dict, float, bo
         for p in [handle, *handle.children(recursive=True)]:
             p.kill()
     return dict(out), peak / 2**30, timed_out
+
+
+def growth_exponent(first: tuple[float, float], last: tuple[float, float]) -> float:
+    """k in time ~ size**k between two (size, seconds) measurements."""
+    (n0, t0), (n1, t1) = first, last
+    return math.log(t1 / t0) / math.log(n1 / n0)

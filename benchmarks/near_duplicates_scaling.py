@@ -14,7 +14,6 @@ Run: .venv/bin/python benchmarks/near_duplicates_scaling.py [--budget S] [--thre
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from budget import run_in_budget  # noqa: E402 (benchmarks/, beside this file)
+from budget import growth_exponent, run_in_budget  # noqa: E402 (benchmarks/, beside this file)
 
 BUDGET_S = 600
 MEAN_GROUP = 3.6  # the demo's mean catalog group size (DemoConfig.group_size_mean)
@@ -100,8 +99,8 @@ def main(sizes: list[int], threshold: float) -> None:
               f"{r['near']:>7} {r['clusters']:>9} {share:>13}", flush=True)
         done.append((r["unique"], r["seconds"]))
     if len(done) >= 2:
-        (n0, t0), (n1, t1) = done[0], done[-1]
-        print(f"growth exponent (step time vs unique titles, {n0}..{n1}): {math.log(t1 / t0) / math.log(n1 / n0):.2f}")
+        print(f"growth exponent (step time vs unique titles, {done[0][0]}..{done[-1][0]}): "
+              f"{growth_exponent(done[0], done[-1]):.2f}")
 
 
 if __name__ == "__main__":

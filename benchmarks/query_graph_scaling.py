@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from budget import run_in_budget
+from budget import growth_exponent, run_in_budget
 
 BUDGET_S = 600
 
@@ -140,10 +140,10 @@ def main(sizes: list[int], only: str | None = None) -> None:
               f"{s_pairs} / {p_pairs}", flush=True)
         rows.append((n, s_time, p_time))
     for label, idx in (("spark", 1), ("pandas", 2)):
-        done = [(n, r[idx]) for n, *_ in [(r[0],) for r in rows] for r in rows if r[0] == n and r[idx]]
+        done = [(r[0], r[idx]) for r in rows if r[idx]]
         if len(done) >= 2:
-            (n0, t0), (n1, t1) = done[0], done[-1]
-            print(f"{label} growth exponent (wall time vs N, {n0:.0e}..{n1:.0e}): {math.log(t1 / t0) / math.log(n1 / n0):.2f}")
+            print(f"{label} growth exponent (wall time vs N, {done[0][0]:.0e}..{done[-1][0]:.0e}): "
+                  f"{growth_exponent(done[0], done[-1]):.2f}")
 
 
 if __name__ == "__main__":
