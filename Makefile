@@ -68,7 +68,7 @@ demo-full: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
-	$(BIN)/python -m pytest -ra --durations=10 tests
+	$(BIN)/python -m pytest -ra --durations=25 tests
 
 # Everything but the minutes-long tests marked slow: fault injection (tests/reliability) and whole pipelines.
 # The documentation site (docs/, mkdocs.yml), offline, failing on a broken link or page: build/site/index.html.

@@ -26,17 +26,25 @@ def pytest_configure(config):
 
 
 _SECONDS = {"slow": 0.0, "other": 0.0}
+_BY_FILE: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report):
     # Setup, call and teardown of each test, session fixtures included where a test first asks for them.
     _SECONDS["slow" if "slow" in report.keywords else "other"] += report.duration
+    path = report.nodeid.split("::", 1)[0]
+    _BY_FILE[path] = _BY_FILE.get(path, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Where the run's time went: the tests marked slow, and the rest (what ``make test-fast`` runs)."""
+    """Where the run's time went: the tests marked slow and the rest (what ``make test-fast`` runs), and the
+    twelve test files that took longest (a session fixture counts in the file whose test first asked for it)."""
     terminalreporter.write_line(f"time in tests marked slow: {_SECONDS['slow'] / 60:.1f} min; in the rest "
                                 f"(make test-fast): {_SECONDS['other'] / 60:.1f} min")
+    top = sorted(_BY_FILE.items(), key=lambda item: -item[1])[:12]
+    if top:
+        terminalreporter.write_line("longest files: " + ", ".join(f"{path.removeprefix('tests/')} {seconds:.0f} s"
+                                                                  for path, seconds in top))
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

@@ -195,6 +195,28 @@ def test_a_cluster_session_takes_the_configs_shuffle_partitions(spark):
     assert SparkConfig().local_partitions == 4 and SparkConfig(shuffle_partitions=2).local_partitions == 2
 
 
+def test_a_context_that_starts_its_session_opens_mlflow_beside_it(spark, capabilities, tmp_path):
+    """``build_context`` without a session opens MLflow (import, store, experiment) while the session starts,
+    so the experiment exists before any run; given a session, MLflow waits for the first run."""
+    import mlflow
+
+    from common.config import load_config
+    from common.platform.job import build_context
+
+    cfg = load_config(None, ["spark.mode=cluster", f"lakehouse.root={tmp_path / 'lh'}",
+                             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "tracking.experiment=beside-jvm"])
+    given = build_context(cfg, spark=spark, capabilities=capabilities)
+    assert given.tracker._experiment_id is None
+    started = build_context(cfg)  # cluster mode: the session is the running one, got with getOrCreate
+    try:
+        assert started.spark is spark and started.tracker._experiment_id is not None
+        assert mlflow.MlflowClient(cfg.tracking_uri).get_experiment_by_name("beside-jvm").experiment_id == \
+            started.tracker._experiment_id
+    finally:
+        started.close()
+        given.close()
+
+
 def test_doctor_reports_and_fails_on_what_the_config_needs(capabilities, tmp_path):
     augment = str(BIN / "augment")
     ok = subprocess.run([augment, "doctor", "--set", f"lakehouse.root={tmp_path / 'lh'}"], capture_output=True,

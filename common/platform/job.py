@@ -158,10 +158,19 @@ def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSe
                   capabilities: Optional[SparkCapabilities] = None) -> JobContext:
     """Create the session (or use ``spark``), probe its capabilities (unless given) and wire the
     lakehouse and tracker."""
-    spark = spark or get_spark(cfg.spark)
+    tracker = Tracker(cfg)
+    if spark is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # A fresh process (every `augment run`, spark-submit job and scheduled task) spends 3-4 s importing
+        # MLflow and opening its store, and as long waiting for the JVM to start: the two overlap.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-setup") as pool:
+            tracked = pool.submit(tracker.setup)
+            spark = get_spark(cfg.spark)
+            tracked.result()  # a tracking error is raised here, as it would be at the first run
     caps = capabilities or detect_capabilities(spark, cfg.spark)
     lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=caps.native_delta)
-    return JobContext(cfg=cfg, spark=spark, lakehouse=lakehouse, tracker=Tracker(cfg), capabilities=caps, force=force)
+    return JobContext(cfg=cfg, spark=spark, lakehouse=lakehouse, tracker=tracker, capabilities=caps, force=force)
 
 
 def hash_of(*parts: Any) -> str:

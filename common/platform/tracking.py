@@ -100,7 +100,9 @@ class Tracker:
         self.cfg = cfg
         self._experiment_id: Optional[str] = None
 
-    def _setup(self) -> None:
+    def setup(self) -> None:
+        """Point MLflow at this config's tracking URI, creating its experiment when missing (looked up once
+        per tracker); every :meth:`run` calls it first."""
         import mlflow
 
         # MLflow's tracking URI and experiment are process-wide: another context in this process (a notebook
@@ -139,7 +141,7 @@ class Tracker:
         """
         import mlflow
 
-        self._setup()
+        self.setup()
         nested = mlflow.active_run() is not None
         with mlflow.start_run(run_name=name, nested=nested, experiment_id=self._experiment_id,
                               tags={k: str(v) for k, v in (tags or {}).items()}) as r:

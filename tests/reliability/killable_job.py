@@ -138,19 +138,19 @@ def wait_for_go() -> None:
 
 
 def start_session(argv: list[str]) -> None:
-    """The Spark session an ``augment run NAME`` with ``argv``'s options will get: started now, the job's own
-    ``get_spark`` then returns it. The options are parsed as every job parses them."""
+    """The engines an ``augment run NAME`` with ``argv``'s options will use, started now: its Spark session
+    (the job's own ``get_spark`` then returns it) and MLflow (imported, its store open and its experiment made,
+    as the job's context does beside the JVM's start). The options are parsed as every job parses them."""
     import argparse
 
     from common.config import load_config
-    from common.platform.job import add_common_args, config_from_args
-    from common.platform.session import get_spark
+    from common.platform.job import add_common_args, build_context, config_from_args
 
     parser = argparse.ArgumentParser()
     parser.add_argument("command")
     parser.add_argument("name")
     add_common_args(parser)
-    get_spark(config_from_args(parser.parse_args(argv), load_config).spark)
+    build_context(config_from_args(parser.parse_args(argv), load_config)).close()
 
 
 if __name__ == "__main__":

@@ -80,10 +80,16 @@ def _fails_without_a_version(lakehouse, ds, table: str, error: str) -> None:
     assert not lakehouse.exists(table)
 
 
-@pytest.fixture
-def clean_rows(tiny_model, lakehouse):
+@pytest.fixture(scope="module")
+def clean_rows(tiny_model, spark, capabilities, tmp_path_factory):
+    """The clean run's rows, once for the module (its own lakehouse): what a stage with faults must write."""
     import ray
 
+    from common.platform.config import LakehouseConfig
+    from common.platform.lakehouse import Lakehouse
+
+    lakehouse = Lakehouse(LakehouseConfig(root=str(tmp_path_factory.mktemp("clean") / "lh")), spark,
+                          native_delta=capabilities.native_delta)
     ds, plan = _stage(tiny_model)
     rows = _written(lakehouse, ds, "clean")
     assert ray.get(plan.counts.remote()) == {"inits": 1, "kills": 0, "raised": 0}
