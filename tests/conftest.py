@@ -45,6 +45,8 @@ def pytest_terminal_summary(terminalreporter):
     if top:
         terminalreporter.write_line("longest files: " + ", ".join(f"{path.removeprefix('tests/')} {seconds:.0f} s"
                                                                   for path, seconds in top))
+
+
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

@@ -42,12 +42,17 @@ def tiny_model(tmp_path_factory, ray_runtime):
     return path
 
 
-@pytest.fixture
-def lakehouse(spark, capabilities, tmp_path):
+def _lakehouse(spark, capabilities, folder: Path):
+    """A lakehouse at ``folder / "lh"`` on the session's write path."""
     from common.platform.config import LakehouseConfig
     from common.platform.lakehouse import Lakehouse
 
-    return Lakehouse(LakehouseConfig(root=str(tmp_path / "lh")), spark, native_delta=capabilities.native_delta)
+    return Lakehouse(LakehouseConfig(root=str(folder / "lh")), spark, native_delta=capabilities.native_delta)
+
+
+@pytest.fixture
+def lakehouse(spark, capabilities, tmp_path):
+    return _lakehouse(spark, capabilities, tmp_path)
 
 
 def _stage(model: str, fault=None, poison=None):
@@ -85,13 +90,8 @@ def clean_rows(tiny_model, spark, capabilities, tmp_path_factory):
     """The clean run's rows, once for the module (its own lakehouse): what a stage with faults must write."""
     import ray
 
-    from common.platform.config import LakehouseConfig
-    from common.platform.lakehouse import Lakehouse
-
-    lakehouse = Lakehouse(LakehouseConfig(root=str(tmp_path_factory.mktemp("clean") / "lh")), spark,
-                          native_delta=capabilities.native_delta)
     ds, plan = _stage(tiny_model)
-    rows = _written(lakehouse, ds, "clean")
+    rows = _written(_lakehouse(spark, capabilities, tmp_path_factory.mktemp("clean")), ds, "clean")
     assert ray.get(plan.counts.remote()) == {"inits": 1, "kills": 0, "raised": 0}
     return rows
 
