@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-from common.platform.errors import ConfigError, InputError
+from common.platform.errors import InputError
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 
@@ -138,11 +138,8 @@ def _evaluated_topics(ctx: JobContext, doc_topics) -> list[int]:
     from common.genre.topics import prevalence
 
     split = ctx.cfg.genre.split
-    k = ctx.cfg.genre.topic_model.topics
     if split.topics is not None:
-        bad = [t for t in split.topics if not 0 <= t < k]
-        if bad:
-            raise ConfigError(f"genre.split.topics: {bad} are not topics of a {k}-topic model (0..{k - 1})")
+        ctx.cfg.genre.check_topics()
         return sorted(set(split.topics))
     # k rows: bounded by the config.
     ranked = [r["topic"] for r in prevalence(doc_topics).orderBy("prevalence", ascending=False).collect()]

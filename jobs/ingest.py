@@ -110,13 +110,18 @@ def texts_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     return {f"texts.{k}": float(v) for k, v in counts.items()}
 
 
-@job("ingest-documents")
+def _documents_set(cfg: AppConfig) -> None:
+    """The documents job's preflight: raises ConfigError when ``inputs.documents`` is unset."""
+    if cfg.inputs.documents is None:
+        raise ConfigError("nothing to ingest: set inputs.documents (doc_id, text, genre), e.g. "
+                         "../shared/data/brown/documents.csv (conf/genre_brown.yaml)")
+
+
+@job("ingest-documents", preflight=_documents_set)
 def documents_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Ingest ``inputs.documents`` (doc_id, text, genre) into ``documents`` and ``documents_quarantine``, and
     ``inputs.topic_corpus`` (doc_id, text) into ``topic_corpus`` when set."""
-    if ctx.cfg.inputs.documents is None:
-        raise ConfigError("nothing to ingest: set inputs.documents (doc_id, text, genre), e.g. "
-                         "../shared/data/brown/documents.csv (conf/genre_brown.yaml)")
+    _documents_set(ctx.cfg)
     metrics = {}
     for contract, spec in ((DOCUMENTS, ctx.cfg.inputs.documents), (TOPIC_CORPUS, ctx.cfg.inputs.topic_corpus)):
         if spec is not None:
@@ -125,13 +130,18 @@ def documents_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     return metrics
 
 
-@job("ingest-multilabel")
+def _multilabel_set(cfg: AppConfig) -> None:
+    """The multilabel job's preflight: raises ConfigError when ``inputs.multilabel`` is unset."""
+    if cfg.inputs.multilabel is None:
+        raise ConfigError("nothing to ingest: set inputs.multilabel (text, labels), e.g. ../shared/data/semeval2018_ec "
+                         "with its 0/1 emotion columns as label_columns (conf/compositional_semeval.yaml)")
+
+
+@job("ingest-multilabel", preflight=_multilabel_set)
 def multilabel_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Ingest ``inputs.multilabel`` (text, labels[, example_id]) into ``multilabel`` and
     ``multilabel_quarantine`` (empty text, no labels, unknown labels, a bad 0/1 label column)."""
-    if ctx.cfg.inputs.multilabel is None:
-        raise ConfigError("nothing to ingest: set inputs.multilabel (text, labels), e.g. ../shared/data/semeval2018_ec "
-                         "with its 0/1 emotion columns as label_columns (conf/compositional_semeval.yaml)")
+    _multilabel_set(ctx.cfg)
     counts = ingest_one(ctx, tr, MULTILABEL, ctx.cfg.inputs.multilabel, None)
     return {f"multilabel.{k}": float(v) for k, v in counts.items()}
 

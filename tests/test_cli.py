@@ -58,3 +58,22 @@ def test_config_errors_exit_2_naming_the_key(tmp_path):
     assert unknown.returncode == 2 and "unknown job or pipeline 'nope'" in unknown.stderr
     shown = _augment("config", "--set", "demo.scale=3", cwd=tmp_path)
     assert shown.returncode == 0 and "scale: 3.0" in shown.stdout
+
+
+def test_a_pipeline_checks_every_jobs_config_before_its_first_job(ctx):
+    """run_pipeline (the notebooks' and the CLI's path) runs each job's preflight first: a key the third job
+    needs fails the run before the first job opens its MLflow run or writes a table."""
+    import mlflow
+    import pytest
+
+    from common.platform.errors import ConfigError
+    from common.platform.pipeline import run_pipeline
+    from jobs import PIPELINES, REGISTRY
+
+    ctx.cfg.inputs.multilabel = None
+    jobs = ["generate-demo", "ingest-texts", *PIPELINES["compositional"]]
+    with pytest.raises(ConfigError, match="nothing to ingest: set inputs.multilabel"):
+        run_pipeline(ctx, "compositional", jobs, REGISTRY.runner)
+    experiment = mlflow.MlflowClient(ctx.cfg.tracking_uri).get_experiment_by_name(ctx.cfg.tracking.experiment)
+    assert experiment is None or not mlflow.MlflowClient(ctx.cfg.tracking_uri).search_runs([experiment.experiment_id])
+    assert ctx.lakehouse.table_names() == []

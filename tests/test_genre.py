@@ -265,7 +265,10 @@ def test_bad_documents_and_split_settings_are_named(ctx):
     rows = [(f"{g}{i}", g, [i / 10, 1 - i / 10]) for g in ("news", "story") for i in range(10)]
     lake.write(ctx.spark.createDataFrame(rows, "doc_id string, genre string, topic_weights array<double>"),
                "genre_doc_topics")
-    ctx.cfg.genre = GenreConfig(split=SplitConfig(topics=[0, 30]))
+    with pytest.raises(ValueError, match=r"genre.split.topics: \[30\] are not topics of a 25-topic model"):
+        GenreConfig(split=SplitConfig(topics=[0, 30]))  # at load
+    ctx.cfg.genre = GenreConfig(split=SplitConfig(topics=[0, 3]))
+    ctx.cfg.genre.split.topics = [0, 30]  # changed after loading, as a notebook may
     with pytest.raises(ValueError, match=r"genre.split.topics: \[30\] are not topics of a 25-topic model"):
         splits_job(ctx)
     ctx.cfg.genre = GenreConfig(split=SplitConfig(sizes=[5], test_fraction=0.9))

@@ -154,6 +154,12 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     assert f"| cga | {cga.toPandas().f1_weighted.mean():.4f} ± " in consistency
     assert "![consistency/f1_vs_consistency.png](consistency/f1_vs_consistency.png)" in consistency
     assert (tmp_path / "docs-results" / "consistency" / "f1_vs_consistency.png").stat().st_size > 10_000
+    # Genre: every topic's own rows under the rows over all topics.
+    genre = (pages / "genre-transfer.md").read_text(encoding="utf-8")
+    augmented = lake.read("genre_results").filter("model = 'fasttext' AND method = 'augmented'").toPandas()
+    assert f"| fasttext | all | augmented | {augmented.macro_f1.mean():.4f} ± " in genre
+    for topic, f1 in augmented.groupby("topic").macro_f1.mean().items():
+        assert f"| fasttext | {topic} | augmented | {f1:.4f} ± " in genre, topic
     # Rerunning the summary on the same tables writes the same pages.
     run_pipeline(small_world.ctx, "summary", ["results-summary"])
     assert (pages / "consistency.md").read_text(encoding="utf-8") == consistency

@@ -179,3 +179,11 @@ class GenreConfig:
     def __post_init__(self) -> None:
         check(self.keywords >= 1, "genre.keywords", "must be >= 1")
         check(self.window_chars >= 50, "genre.window_chars", "must be >= 50")
+        self.check_topics()
+
+    def check_topics(self) -> None:
+        """Raises ConfigError when ``split.topics`` names a topic the topic model does not have: at load, and
+        again by the split job (a notebook may change the config after loading it)."""
+        k = self.topic_model.topics
+        bad = [t for t in self.split.topics or [] if not 0 <= t < k]
+        check(not bad, "genre.split.topics", f"{bad} are not topics of a {k}-topic model (0..{k - 1})")

@@ -111,11 +111,17 @@ USER_ERRORS_TYPES = tuple(cls for cls, _, _ in USER_ERRORS)
 
 def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
     from common.platform.job import build_context
-    from common.platform.pipeline import run_pipeline
+    from common.platform.pipeline import preflight, run_pipeline
 
     if name not in registry.jobs and name not in registry.pipelines:
         print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
               f"pipelines: {', '.join(registry.pipelines)}", file=sys.stderr)
+        return 2
+    try:
+        # Before the JVM, Ray and MLflow start: a missing key costs the user a second, not an engine's start.
+        preflight(cfg, registry.pipelines.get(name, [name]), registry.runner)
+    except ConfigError as exc:
+        print(f"augment: config error: {one_line(exc)}", file=sys.stderr)
         return 2
     ctx = build_context(cfg, force=force)
     try:

@@ -372,15 +372,17 @@ class JobRun:
 
 
 JobBody = Callable[[JobContext, JobRun], Optional[Mapping[str, float]]]
+JobFunction = Callable[[JobContext], JobResult]
 
 
-def job(name: str) -> Callable[[JobBody], Callable[[JobContext], JobResult]]:
+def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callable[[JobBody], JobFunction]:
     """Decorator: ``body(ctx, run)`` becomes the job ``name``, ``(ctx) -> JobResult``.
 
     It opens the tracked MLflow run (a child of the pipeline's run when one is active), passes the body a
     :class:`JobRun`, and logs the metrics the body returns (a mapping, or None) to the run and the result.
+    ``preflight(cfg)`` checks what the job needs of the config alone (ConfigError) before a run's first job.
     """
-    def wrap(body: JobBody) -> Callable[[JobContext], JobResult]:
+    def wrap(body: JobBody) -> JobFunction:
         @functools.wraps(body)
         def run(ctx: JobContext) -> JobResult:
             result = JobResult(job=name)
@@ -392,7 +394,7 @@ def job(name: str) -> Callable[[JobBody], Callable[[JobContext], JobResult]]:
                     tracked.log_metrics(result.metrics)
             return result
 
-        run.job_name = name  # type: ignore[attr-defined]
+        run.job_name, run.preflight = name, preflight  # type: ignore[attr-defined]
         return run
 
     return wrap

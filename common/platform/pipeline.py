@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Mapping, Optional, Sequence
 
-from common.platform.job import JobContext, JobResult
+from common.platform.config import BaseConfig
+from common.platform.job import JobContext, JobFunction, JobResult
 
 log = logging.getLogger(__name__)
-
-JobFunction = Callable[[JobContext], JobResult]
 
 
 @dataclass(frozen=True)
@@ -58,9 +57,11 @@ def run_pipeline(ctx: JobContext, name: str, job_names: Sequence[str],
     """Run ``job_names`` (resolved by ``runner``) in order under a parent MLflow run ``pipeline:<name>``;
     returns their results.
 
-    Each job opens its own child run. A failing job fails the pipeline (and marks the parent run failed).
+    Every job's config check (:func:`preflight`) runs first. Each job opens its own child run. A failing job
+    fails the pipeline (and marks the parent run failed).
     ``progress`` (default: print to stdout) gets one line per job started and finished, with elapsed times.
     """
+    preflight(ctx.cfg, job_names, runner)
     say = progress or (lambda line: print(line, flush=True))
     results = []
     start = time.monotonic()
@@ -80,6 +81,16 @@ def run_pipeline(ctx: JobContext, name: str, job_names: Sequence[str],
                 f"{_outcome(result)}")
     say(f"[{name}] {len(job_names)} jobs in {_clock(time.monotonic() - start)}")
     return results
+
+
+def preflight(cfg: BaseConfig, job_names: Sequence[str], runner: Callable[[str], JobFunction]) -> None:
+    """Run the config check of each of ``job_names`` that has one (``job(name, preflight=...)``); raises the
+    first check's ConfigError. Runs before any engine or job starts, so that a key a later job needs fails the
+    run at once, not after the jobs before it."""
+    for name in job_names:
+        check = getattr(runner(name), "preflight", None)
+        if check is not None:
+            check(cfg)
 
 
 def _clock(seconds: float) -> str:

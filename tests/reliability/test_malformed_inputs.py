@@ -318,10 +318,14 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path, args, code, message):
 
 
 def test_a_job_with_a_missing_input_or_a_broken_file_fails_in_one_line(tmp_path):
-    """Starts Spark twice (about 40 s): a required input left unset (exit 2), a truncated Parquet file (exit 3)."""
-    returncode, stderr = _augment(tmp_path, "run", "ingest-documents")
-    assert returncode == 2 and "Traceback" not in stderr, stderr
-    assert stderr.strip().splitlines()[-1].startswith("augment: config error: nothing to ingest: set inputs.documents")
+    """A required input left unset (exit 2), for a job and for a pipeline whose first job needs it, fails
+    before any engine starts (no MLflow database, no lakehouse); a truncated Parquet file (exit 3) starts Spark
+    (about 20 s)."""
+    for name, key in (("ingest-documents", "inputs.documents"), ("compositional", "inputs.multilabel")):
+        returncode, stderr = _augment(tmp_path, "run", name)
+        assert returncode == 2 and "Traceback" not in stderr, stderr
+        assert stderr.strip().splitlines()[-1].startswith(f"augment: config error: nothing to ingest: set {key}")
+        assert not (tmp_path / "ml.db").exists() and not (tmp_path / "lh").exists(), name
     (tmp_path / "data").mkdir()
     parquet(transform=lambda b: b[:-20], doc_id=["d"], text=["A text."], genre=["news"])(tmp_path / "data")
     returncode, stderr = _augment(tmp_path, "run", "ingest-documents", "--set",
