@@ -39,11 +39,10 @@ def main(scale: float = 4.0) -> None:
 
     with RayRuntime(RayConfig(num_cpus=2)) as runtime:
         pool = HFTTrainerPool(runtime)
-        train_hft(pool, [path], 1, ft, 1, os.path.join(folder, "warmup"))  # actor start-up is not training
+        train_hft(pool, [path], 1, ft, 1, os.path.join(folder, "warmup"))  # worker start-up is not training
         start = time.perf_counter()
         _, stats = train_hft(pool, [path], 4, ft, 1, os.path.join(folder, "hft"))
         hft_wall = time.perf_counter() - start
-        pool.close()
 
     print(f"{'model':<16} {'labels':>6} {'train s':>8} {'words/s/thread':>15}")
     print(f"{'plain fastText':<16} {plain.labels:>6} {plain.seconds:>8.2f} {plain.words_per_second_per_thread:>15,.0f}")

@@ -55,12 +55,8 @@ def train_model(ctx: JobContext, tr: JobRun, table: str, version: int, name: str
     if not ctx.force and all(Path(out_dir, f"level_{i}.bin").is_file() for i in range(1, depth + 1)):
         log.info("reusing %s model at %s", name, out_dir)
         return HFTModel(uri=out_dir, depth=depth)
-    pool = HFTTrainerPool(ctx.ray())
-    try:
-        model, stats = train_hft(pool, ctx.lakehouse.file_uris(table, version), depth, ctx.cfg.consistency.fasttext,
-                                 seed, out_dir)
-    finally:
-        pool.close()
+    model, stats = train_hft(HFTTrainerPool(ctx.ray()), ctx.lakehouse.file_uris(table, version), depth,
+                             ctx.cfg.consistency.fasttext, seed, out_dir)
     tr.log_dict(stats_dict(stats), f"models/{name}/training_stats.json")
     if "://" not in out_dir:
         tr.log_artifact(out_dir, "models")
@@ -94,8 +90,8 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     # Every copy of a drawn title joins the test set (one title may sit under several items): no test title
     # is trained on, as labeled data or, below, as a pseudo-labeled pool item.
-    test = with_copies(uniform_sample(labeled, sample_size(cfg.accuracy_test, counts["n"]), seed, ["item_id"]),
-                       labeled, "title")
+    test = with_copies(uniform_sample(labeled, sample_size(cfg.accuracy_test, counts["n"]), seed, ["item_id"],
+                                      counts["n"]), labeled, "title")
     tr.write(test, "accuracy_test", config_hash)
     tr.write(labeled.join(tr.written("accuracy_test").select("item_id"), "item_id", "left_anti"), "labeled_train",
              config_hash)
@@ -117,7 +113,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         matched = matched.persist()
         n_matched = matched.count()
         test_groups = uniform_sample(matched, min(sample_size(cfg.consistency_test, n_groups), n_matched),
-                                     seed + 1, ["group_id"]).select("group_id")
+                                     seed + 1, ["group_id"], n_matched).select("group_id")
         tr.write(version_pairs(groups.join(test_groups, "group_id"), seed), "consistency_test", config_hash)
         pool = without_copies(predicted.join(test_groups, "group_id", "left_anti").join(labels, "group_id"),
                               "title", test, "title")

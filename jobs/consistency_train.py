@@ -169,14 +169,10 @@ def model_jobs(ctx: JobContext, table: str, version: int, depth: int, name: str,
 
 
 def train_levels(ctx: JobContext, tr, jobs) -> None:
-    """Train HFT level jobs in parallel on a pool of Ray actors; log their stats to the run."""
+    """Train HFT level jobs in parallel as Ray tasks; log their stats to the run."""
     from common.models.classifiers.hft import HFTTrainerPool, stats_dict
 
-    trainers = HFTTrainerPool(ctx.ray())
-    try:
-        level_stats = trainers.train(jobs)
-    finally:
-        trainers.close()
+    level_stats = HFTTrainerPool(ctx.ray()).train(jobs)
     tr.log_dict(stats_dict(level_stats), "models/training_stats.json")
     tr.log_metrics({"fasttext_words_per_second_per_thread":
                     statistics.median(s.words_per_second_per_thread for s in level_stats)})

@@ -192,7 +192,6 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             log.info("matcher %s (%d training tuples): %s", variant, n_train,
                      ", ".join(f"P@{k} {means[f'precision_at_{k}']:.4f}" for k in sorted(set(m.ks))))
     finally:
-        trainers.close()
         heldout.unpersist()
     frame = ctx.spark.createDataFrame(rows, "run_id string, variant string, k int, precision double, recall double, "
                                             "hit_rate double, n_queries long, n_train_tuples long")

@@ -42,14 +42,10 @@ def tiny_training_table(spark, lakehouse):
     return lakehouse, version
 
 
-def test_real_hft_trains_in_ray_actors_and_predicts_in_spark(spark, ray_runtime, tiny_training_table, tmp_path):
+def test_real_hft_trains_in_ray_tasks_and_predicts_in_spark(spark, ray_runtime, tiny_training_table, tmp_path):
     lakehouse, version = tiny_training_table
-    pool = HFTTrainerPool(ray_runtime)
-    try:
-        model, stats = train_hft(pool, lakehouse.file_uris("train", version), 3, FastTextConfig(epoch=30, bucket=10000),
-                                 seed=1, out_dir=str(tmp_path / "hft"))
-    finally:
-        pool.close()
+    model, stats = train_hft(HFTTrainerPool(ray_runtime), lakehouse.file_uris("train", version), 3,
+                             FastTextConfig(epoch=30, bucket=10000), seed=1, out_dir=str(tmp_path / "hft"))
     assert [s.level for s in stats] == [1, 2, 3]
     assert [s.labels for s in stats] == [2, 3, 4]  # L1: Home/Toys; L2: Kitchen/Dolls/Blocks; L3: 4 leaves
     assert all(s.rows == 160 and s.words_per_second_per_thread > 0 for s in stats)

@@ -64,11 +64,15 @@ def test_quotas_are_within_one_row_and_never_exceed_the_data(counts, weights, sh
 
 
 def test_draw_is_exact_and_deterministic(spark):
-    rows = [(f"i{i:04d}", "A" if i % 3 else "B") for i in range(900)]
+    from common.data.sampling import histogram
+
+    # A and B are thinned by the hash threshold; C (20 rows for 15) keeps every row as a candidate.
+    rows = [(f"i{i:04d}", "A" if i % 3 else "B") for i in range(900)] + [(f"c{i:02d}", "C") for i in range(20)]
     df = spark.createDataFrame(rows, "item_id string, label string")
-    quotas = {"A": 123, "B": 77}
+    quotas = {"A": 123, "B": 77, "C": 15}
     first = draw(df, "label", quotas, seed=5, key_cols=["item_id"]).collect()
-    again = draw(df, "label", quotas, seed=5, key_cols=["item_id"]).collect()
+    # The caller's histogram, when it has one, draws the same rows.
+    again = draw(df, "label", quotas, seed=5, key_cols=["item_id"], counts=histogram(df, "label")).collect()
     other = draw(df, "label", quotas, seed=6, key_cols=["item_id"]).collect()
     assert sorted(r.item_id for r in first) == sorted(r.item_id for r in again)
     assert sorted(r.item_id for r in first) != sorted(r.item_id for r in other)

@@ -68,7 +68,8 @@ def augmentation_set(generated: "DataFrame", labeled: "DataFrame", threshold: fl
         F.col("generated_text").alias("title"), "category", "source_title", "score", "sample_idx")
     if n is None:
         return aug
-    return uniform_sample(aug, min(n, aug.count()), seed, ["item_id"])
+    total = aug.count()
+    return uniform_sample(aug, min(n, total), seed, ["item_id"], total)
 
 
 def training_set(labeled: "DataFrame", aug: "DataFrame") -> "DataFrame":

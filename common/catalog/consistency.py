@@ -1,7 +1,7 @@
 """Transforms of the consistency paper's experiment: splits, group pseudo-labels (CST), version pairs."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Optional, Sequence
 
 from common.data.sampling import draw, histogram
 
@@ -15,12 +15,15 @@ def sample_size(spec: float, total: int) -> int:
     return max(0, min(size, total))
 
 
-def uniform_sample(df: "DataFrame", size: int, seed: int, key_cols: Sequence[str]) -> "DataFrame":
-    """Exactly ``size`` rows drawn uniformly, deterministic by seed (an exact draw with one stratum)."""
+def uniform_sample(df: "DataFrame", size: int, seed: int, key_cols: Sequence[str],
+                   total: Optional[int] = None) -> "DataFrame":
+    """Exactly ``size`` rows drawn uniformly, deterministic by seed (an exact draw with one stratum).
+    ``total``, the frame's row count when the caller has it, saves a Spark job."""
     from pyspark.sql import functions as F
 
     one = df.withColumn("_stratum", F.lit("all"))
-    return draw(one, "_stratum", {"all": size}, seed, key_cols).drop("_stratum")
+    counts = None if total is None else {"all": total}
+    return draw(one, "_stratum", {"all": size}, seed, key_cols, counts).drop("_stratum")
 
 
 def group_labels(predicted: "DataFrame", rule: Literal["max_confidence", "majority"],

@@ -94,16 +94,18 @@ def histogram(df: "DataFrame", label_col: str) -> dict[str, int]:
     return {r[label_col]: int(r["count"]) for r in rows}
 
 
-def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, key_cols: Sequence[str]) -> "DataFrame":
+def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, key_cols: Sequence[str],
+         counts: Optional[Mapping[str, int]] = None) -> "DataFrame":
     """Exactly ``quotas[label]`` rows of each label, the same rows for the same seed and data.
 
-    ``key_cols`` identify a row (their hash with ``seed`` orders the rows within a stratum).
+    ``key_cols`` identify a row (their hash with ``seed`` orders the rows within a stratum). ``counts``, the
+    frame's :func:`histogram` when the caller has it, saves a Spark job.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     spark = df.sparkSession
-    counts = histogram(df, label_col)
+    counts = histogram(df, label_col) if counts is None else counts
     thresholds = {k: min(1.0, (q + 6.0 * math.sqrt(q) + 10.0) / counts[k]) for k, q in quotas.items()
                   if q > 0 and k in counts}
     plan = spark.createDataFrame([(k, quotas[k], t) for k, t in thresholds.items()],
@@ -111,7 +113,11 @@ def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, 
     u = F.pmod(F.xxhash64(F.lit(seed), *[F.col(c) for c in key_cols]), F.lit(1 << 53)) / float(1 << 53)
     keyed = df.withColumn("_u", u).join(F.broadcast(plan), label_col)
     candidates = keyed.filter(F.col("_u") < F.col("_threshold"))
-    found = histogram(candidates, label_col)
+    # A stratum whose threshold is 1 keeps all its rows as candidates (_u < 1 always): only the others
+    # need counting.
+    thinned = [k for k, t in thresholds.items() if t < 1.0]
+    found = {**{k: counts[k] for k in thresholds}, **(histogram(candidates.filter(F.col(label_col).isin(thinned)),
+                                                                label_col) if thinned else {})}
     short = [k for k, q in quotas.items() if q > 0 and found.get(k, 0) < q]
     if short:
         # A 6-sigma margin almost never falls short; when it does, those strata use all their rows.
@@ -125,7 +131,8 @@ def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, 
 def subsample(df: "DataFrame", label_col: str, target: Mapping[str, float], seed: int,
               key_cols: Sequence[str], n: Optional[int] = None) -> tuple["DataFrame", SamplePlan]:
     """Plan and draw in one call: returns (sample, plan)."""
-    plan = plan_sample(histogram(df, label_col), target, n)
+    counts = histogram(df, label_col)
+    plan = plan_sample(counts, target, n)
     log.info("sub-sample: %d of %d rows, TVD %.4f -> %.4f, missing target labels %s",
              plan.n, sum(plan.counts.values()), plan.tvd_before, plan.tvd_after, plan.target_labels_missing)
-    return draw(df, label_col, plan.quotas, seed, key_cols), plan
+    return draw(df, label_col, plan.quotas, seed, key_cols, counts), plan

@@ -3,7 +3,7 @@
 * :mod:`common.models.generation`: text generators (the seq2seq kinds, the MiniLM warm start, the causal LM
   with LoRA and label prefixes), their fine-tuning and their Ray Data generation pools on transformers or
   CTranslate2, the Spark -> Ray -> Delta stages, and the similarity scorers that filter what they write;
-* :mod:`common.models.classifiers`: hierarchical fastText (Ray actors, Spark prediction), the text, encoder
+* :mod:`common.models.classifiers`: hierarchical fastText (Ray tasks, Spark prediction), the text, encoder
   and multi-label classifiers and their metrics.
 
 Both build on :mod:`common.models.config` (every model's typed config), :mod:`common.models.pretrained`

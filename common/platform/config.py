@@ -108,12 +108,13 @@ class RayConfig:
     spark_num_cpus_per_node: Optional[int] = None
     # Ray on Spark: GPUs per Ray worker node (null: Ray's default).
     spark_num_gpus_per_node: Optional[int] = None
-    # Fault tolerance of the suite's Ray actors (generation, scoring and classifier-training pools): a
-    # killed actor (OOM, preempted node, ray.kill) is restarted up to actor_max_restarts times (-1: no
-    # limit) and its in-flight task retried up to actor_task_retries times. Bounded, so a model that kills
-    # its actor on every batch fails the stage instead of looping.
+    # Fault tolerance of the suite's Ray actors (generation and scoring pools): a killed actor (OOM,
+    # preempted node, ray.kill) is restarted up to actor_max_restarts times (-1: no limit) and its in-flight
+    # task retried up to actor_task_retries times. Bounded, so a model that kills its actor on every batch
+    # fails the stage instead of looping.
     actor_max_restarts: int = 3
-    # Retries of a killed actor's in-flight batch (see actor_max_restarts).
+    # Retries of a killed actor's in-flight batch (see actor_max_restarts), and of an HFT training task
+    # whose worker died.
     actor_task_retries: int = 3
     # Also retry a batch whose code raised (a transient CUDA OOM, a flaky object-store read), up to
     # actor_task_retries times; a deterministic error then fails the stage, and no version is written.

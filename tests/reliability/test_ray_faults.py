@@ -170,41 +170,42 @@ def _wait_for(pattern: str, worker: threading.Thread, timeout: float = 120.0) ->
 
 
 @pytest.mark.slow
-def test_classifier_training_actors_killed_mid_training_restart_and_train_the_same_model(ray_runtime, tmp_path):
+def test_classifier_training_workers_killed_mid_training_are_retried_and_train_the_same_model(ray_runtime, tmp_path):
     import os
+    import signal
 
+    import psutil
     import ray
 
     from common.models.config import FastTextConfig
-    from common.models.classifiers.hft import HFTTrainerPool, train_hft
+    from common.models.classifiers.hft import FASTTEXT_TASK_ENV, HFTTrainerPool, train_hft
 
     files, cfg = _training_files(tmp_path), FastTextConfig(epoch=150, bucket=20000, dim=32)
     pool = HFTTrainerPool(ray_runtime)
-    try:
-        _, clean_stats = train_hft(pool, files, 3, cfg, seed=7, out_dir=str(tmp_path / "clean"))
-        pids = ray.get([a.__ray_call__.remote(lambda self: os.getpid()) for a in pool.actors])
-        # The trainer writes level_1.train.txt in its temp folder before fastText starts and removes it after:
-        # its presence is the moment to kill (a sleep was too early or too late on some machines).
-        tmp = ray.get(pool.actors[0].__ray_call__.remote(lambda self: __import__("tempfile").gettempdir()))
-        outcome: dict = {}
+    _, clean_stats = train_hft(pool, files, 3, cfg, seed=7, out_dir=str(tmp_path / "clean"))
+    # The trainer writes level_1.train.txt in its temp folder before fastText starts and removes it after:
+    # its presence is the moment to kill (a sleep was too early or too late on some machines).
+    tmp = ray.get(ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)(
+        lambda: __import__("tempfile").gettempdir()).remote())
+    outcome: dict = {}
 
-        def killed_run() -> None:
-            try:
-                outcome["result"] = train_hft(pool, files, 3, cfg, seed=7, out_dir=str(tmp_path / "killed"))
-            except BaseException as exc:  # noqa: BLE001  (reported by the assertion below)
-                outcome["error"] = exc
+    def killed_run() -> None:
+        try:
+            outcome["result"] = train_hft(pool, files, 3, cfg, seed=7, out_dir=str(tmp_path / "killed"))
+        except BaseException as exc:  # noqa: BLE001  (reported by the assertion below)
+            outcome["error"] = exc
 
-        worker = threading.Thread(target=killed_run)
-        worker.start()
-        _wait_for(os.path.join(tmp, "hft-*", "level_1.train.txt"), worker)
-        for actor in pool.actors:  # every busy trainer, whichever the pool gave level 1 to
-            ray.kill(actor, no_restart=False)
-        worker.join(timeout=300)
-        restarted = ray.get([a.__ray_call__.remote(lambda self: os.getpid()) for a in pool.actors])
-    finally:
-        pool.close()
-    assert "error" not in outcome, outcome.get("error")
-    assert not set(restarted) & set(pids)  # each actor was killed and restarted (ray.actor_max_restarts)
+    worker = threading.Thread(target=killed_run)
+    worker.start()
+    _wait_for(os.path.join(tmp, "hft-*", "level_1.train.txt"), worker)
+    # Every busy trainer, whichever the pool gave level 1 to: Ray titles a worker after the task it runs.
+    busy = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == "ray::train_level"]
+    for process in busy:
+        process.send_signal(signal.SIGKILL)
+    worker.join(timeout=300)
+    assert busy and "error" not in outcome, (busy, outcome.get("error"))
+    assert not psutil.wait_procs(busy, timeout=30)[1]  # the killed workers are gone
+    # Every level came back (the killed ones retried in new workers, ray.actor_task_retries) with its rows.
     _, stats = outcome["result"]
     assert [s.level for s in stats] == [1, 2, 3] and [s.rows for s in stats] == [s.rows for s in clean_stats]
     # fastText trains deterministically per seed on one thread: the retried levels are the clean run's models.

@@ -5,8 +5,8 @@ with f_1; for i = 2..D, take f_i's prediction if it agrees with the current one 
 levels, else stop and return the current one; reaching f_D returns f_D's prediction. D follows the
 data (the deepest label), so a flat taxonomy gives a single model.
 
-Training runs in Ray actors, one level per task, in parallel; an actor reads the training table's
-Parquet files itself (nothing passes through the driver). Prediction runs in Spark ``mapInPandas``;
+Training runs as Ray tasks, one level per task, in parallel; a task reads the training table's Parquet
+files itself (nothing passes through the driver). Prediction runs in Spark ``mapInPandas``;
 each Python worker loads the models once and keeps them for every later batch.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ LABEL_PREFIX = "__label__"
 # and the input matrix's seeded init fills only thread/10 of it (upstream fastText's std::vector zeroes the
 # rest). Recycled heap memory there makes a model differ between runs on the same rows and seed, or fail
 # with "Encountered NaN". Training therefore runs with glibc's M_PERTURB set so every allocation comes back
-# zeroed (:func:`zeroed_allocations`); a fixed mmap threshold (read by glibc at process start; trainer actors
+# zeroed (:func:`zeroed_allocations`); a fixed mmap threshold (read by glibc at process start; trainer tasks
 # get it through their runtime_env) keeps big matrices on fresh zeroed pages where mallopt is missing, and a
 # NaN failure is still retried in a new process.
 SAFE_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
@@ -274,49 +274,44 @@ def fasttext_params(cfg: FastTextConfig) -> dict[str, Any]:
             "minn": cfg.minn, "maxn": cfg.maxn}
 
 
-def _trainer_class():
+@functools.lru_cache(maxsize=1)
+def _train_level_task():
     import ray
 
-    @ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)
-    class HFTTrainer:
-        """A Ray actor that trains fastText levels; fastText and pyarrow are imported once per actor."""
-
-        def __init__(self):
-            _fasttext()
-
-        def train(self, files, level, params, seed, out_dir, text_col, label_col):
-            return train_level(files, level, params, seed, out_dir, text_col, label_col)
-
-    return HFTTrainer
+    # A worker running it is titled ``ray::train_level`` (Ray names a busy worker after its task).
+    return ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)(train_level)
 
 
 class HFTTrainerPool:
-    """A pool of Ray actors training HFT levels in parallel (one actor per CPU by default)."""
+    """HFT levels trained in parallel as Ray tasks in fastText's worker pool, at most ``size`` at a time (one
+    per CPU by default).
+
+    Ray keeps those workers between trainings, so fastText and pyarrow are imported once per worker and run,
+    not once per training: a pool of fresh actors cost about 2 s a training on 2 cores, and a CGA sweep trains
+    once per point. A task whose worker dies (OOM, a killed process) runs again in a new worker up to
+    ``ray.actor_task_retries`` times; the retry rewrites every file the killed attempt had begun.
+    """
 
     def __init__(self, runtime: "RayRuntime", size: Optional[int] = None):
         runtime.start()
         cpus = int(runtime.resources().get("CPU", 1))
-        # A killed trainer restarts and its level is trained again from the start (ray.actor_max_restarts /
-        # actor_task_retries): the retry rewrites every file the killed attempt had begun.
-        trainer = _trainer_class().options(**runtime.fault_tolerance())
-        self.actors = [trainer.remote() for _ in range(max(1, min(size or cpus, cpus)))]
+        self.size = max(1, min(size or cpus, cpus))
+        self.retries = runtime.fault_tolerance()["max_task_retries"]
 
     def train(self, jobs: Sequence[dict[str, Any]]) -> list[LevelStats]:
-        """Run training jobs (kwargs of :func:`train_level`) across the actors; results in job order."""
-        from ray.util import ActorPool
-
-        pool = ActorPool(self.actors)
-        return list(pool.map(lambda actor, job: actor.train.remote(
-            job["files"], job["level"], job["params"], job["seed"], job["out_dir"],
-            job.get("text_col", "title"), job.get("label_col", "category")), list(jobs)))
-
-    def close(self) -> None:
-        """Kill the actors."""
+        """Run training jobs (kwargs of :func:`train_level`) on the workers; results in job order."""
         import ray
 
-        for actor in self.actors:
-            ray.kill(actor)
-        self.actors = []
+        task = _train_level_task().options(max_retries=self.retries)
+        waiting, running, results = list(enumerate(jobs)), {}, {}
+        while waiting or running:
+            while waiting and len(running) < self.size:
+                i, job = waiting.pop(0)
+                running[task.remote(job["files"], job["level"], job["params"], job["seed"], job["out_dir"],
+                                    job.get("text_col", "title"), job.get("label_col", "category"))] = i
+            done, _ = ray.wait(list(running), num_returns=1)
+            results[running.pop(done[0])] = ray.get(done[0])
+        return [results[i] for i in range(len(jobs))]
 
 
 def level_jobs(files: Sequence[str], depth: int, cfg: FastTextConfig, seed: int, out_dir: str,
