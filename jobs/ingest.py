@@ -121,7 +121,6 @@ def _documents_set(cfg: AppConfig) -> None:
 def documents_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Ingest ``inputs.documents`` (doc_id, text, genre) into ``documents`` and ``documents_quarantine``, and
     ``inputs.topic_corpus`` (doc_id, text) into ``topic_corpus`` when set."""
-    _documents_set(ctx.cfg)
     metrics = {}
     for contract, spec in ((DOCUMENTS, ctx.cfg.inputs.documents), (TOPIC_CORPUS, ctx.cfg.inputs.topic_corpus)):
         if spec is not None:
@@ -141,7 +140,6 @@ def _multilabel_set(cfg: AppConfig) -> None:
 def multilabel_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """Ingest ``inputs.multilabel`` (text, labels[, example_id]) into ``multilabel`` and
     ``multilabel_quarantine`` (empty text, no labels, unknown labels, a bad 0/1 label column)."""
-    _multilabel_set(ctx.cfg)
     counts = ingest_one(ctx, tr, MULTILABEL, ctx.cfg.inputs.multilabel, None)
     return {f"multilabel.{k}": float(v) for k, v in counts.items()}
 

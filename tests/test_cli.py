@@ -74,6 +74,8 @@ def test_a_pipeline_checks_every_jobs_config_before_its_first_job(ctx):
     jobs = ["generate-demo", "ingest-texts", *PIPELINES["compositional"]]
     with pytest.raises(ConfigError, match="nothing to ingest: set inputs.multilabel"):
         run_pipeline(ctx, "compositional", jobs, REGISTRY.runner)
+    with pytest.raises(ConfigError, match="nothing to ingest: set inputs.multilabel"):
+        REGISTRY.runner("ingest-multilabel")(ctx)  # the job called on its own checks before its MLflow run
     experiment = mlflow.MlflowClient(ctx.cfg.tracking_uri).get_experiment_by_name(ctx.cfg.tracking.experiment)
     assert experiment is None or not mlflow.MlflowClient(ctx.cfg.tracking_uri).search_runs([experiment.experiment_id])
     assert ctx.lakehouse.table_names() == []

@@ -116,8 +116,9 @@ def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, 
     # A stratum whose threshold is 1 keeps all its rows as candidates (_u < 1 always): only the others
     # need counting.
     thinned = [k for k, t in thresholds.items() if t < 1.0]
-    found = {**{k: counts[k] for k in thresholds}, **(histogram(candidates.filter(F.col(label_col).isin(thinned)),
-                                                                label_col) if thinned else {})}
+    found = {k: counts[k] for k, t in thresholds.items() if t >= 1.0}
+    if thinned:
+        found.update(histogram(candidates.filter(F.col(label_col).isin(thinned)), label_col))
     short = [k for k, q in quotas.items() if q > 0 and found.get(k, 0) < q]
     if short:
         # A 6-sigma margin almost never falls short; when it does, those strata use all their rows.

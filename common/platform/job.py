@@ -376,15 +376,15 @@ JobFunction = Callable[[JobContext], JobResult]
 
 
 def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callable[[JobBody], JobFunction]:
-    """Decorator: ``body(ctx, run)`` becomes the job ``name``, ``(ctx) -> JobResult``.
-
-    It opens the tracked MLflow run (a child of the pipeline's run when one is active), passes the body a
-    :class:`JobRun`, and logs the metrics the body returns (a mapping, or None) to the run and the result.
-    ``preflight(cfg)`` checks what the job needs of the config alone (ConfigError) before a run's first job.
-    """
+    """Decorator: ``body(ctx, run)`` becomes the job ``name``, ``(ctx) -> JobResult``. It runs ``preflight(cfg)``
+    (what the job needs of the config alone; ConfigError), which the CLI and ``run_pipeline`` also run for every
+    job before a run's first job, opens the tracked MLflow run (a child of the pipeline's run when one is
+    active), passes the body a :class:`JobRun`, and logs the metrics it returns (or None) to the run and result."""
     def wrap(body: JobBody) -> JobFunction:
         @functools.wraps(body)
         def run(ctx: JobContext) -> JobResult:
+            if preflight is not None:
+                preflight(ctx.cfg)
             result = JobResult(job=name)
             with ctx.tracked(name) as tracked:
                 result.run_id = tracked.run_id
