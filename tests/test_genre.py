@@ -4,6 +4,7 @@ run of the pipeline."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -52,21 +53,52 @@ def test_the_topic_vocabulary_does_not_depend_on_partitioning_or_task_order(spar
     """Spark's CountVectorizer orders words of equal frequency as its tasks finish: two demo runs on one corpus
     got different vocabularies, hence different topics. The topic model's vocabulary is CountVectorizer's
     rule with ties by word, whatever the partitioning: document frequency >= min_df (2 here; ``solo`` is in
-    one document), <= max_df (half the documents: ``common`` is in all), the vocab_size most frequent."""
+    one document, ``echo`` three times in one), <= max_df (half the documents: ``common`` is in all,
+    ``rare`` in two only but 8 times in each, more than half the documents' count), the vocab_size most
+    frequent."""
     from pyspark.sql import functions as F
 
     from common.genre.config import TopicModelConfig
     from common.genre.topics import fit_topic_model
 
     words = ["zebra", "yak", "xerus", "wombat", "vole", "urchin", "tapir", "seal"]
-    docs = [" ".join(["common"] + words[i % 8:i % 8 + 3] + (["solo"] if i == 0 else [])) for i in range(12)]
-    cfg = TopicModelConfig(topics=2, max_iter=2, vocab_size=6, min_df=2.0, max_df=0.5)
+    extra = {0: ["solo"], 1: ["echo"] * 3, 2: ["rare"] * 8, 3: ["rare"] * 8}
+    docs = [" ".join(["common"] + words[i % 8:i % 8 + 3] + extra.get(i, [])) for i in range(12)]
+    cfg = TopicModelConfig(topics=2, max_iter=2, vocab_size=7, min_df=2.0, max_df=0.5)
     rows = spark.createDataFrame([(t,) for t in docs], "text string")
     vocabularies = [fit_topic_model(cfg, 7, frame).stages[2].vocabulary
                     for frame in (rows.coalesce(1), rows.repartition(4), rows.orderBy(F.desc("text")).repartition(3))]
     assert vocabularies[0] == vocabularies[1] == vocabularies[2]
-    counts = {w: sum(d.split().count(w) for d in docs) for w in words}
-    assert vocabularies[0] == sorted(words, key=lambda w: (-counts[w], w))[:6]
+    counts = {w: sum(d.split().count(w) for d in docs) for w in words + ["rare"]}
+    assert vocabularies[0] == sorted(counts, key=lambda w: (-counts[w], w))[:7]
+    assert vocabularies[0][0] == "rare" and "echo" not in vocabularies[0]
+
+
+def test_the_topics_do_not_depend_on_the_inputs_layout(spark):
+    """Online LDA draws its mini-batches partition by partition: the same passages in 1 or 4 partitions, or in
+    another order, gave other topics (Brown's 25 topics moved when its documents table was written as 4 files).
+    The model fits on a layout fixed by the rows' text, so every layout gives the same topic matrix; another
+    seed gives another one (the comparison can fail)."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from common.genre.config import TopicModelConfig
+    from common.genre.topics import fit_topic_model
+
+    rng = random.Random(5)
+    vocab = [[f"{topic}{w}" for w in ("alpha", "beta", "gamma", "delta", "omega", "sigma")]
+             for topic in ("harbor", "orchard", "circuit")]
+    docs = [" ".join(rng.choice(vocab[i % 3]) for _ in range(12)) for i in range(240)]
+    rows = spark.createDataFrame([(t,) for t in docs], "text string")
+    cfg = TopicModelConfig(topics=3, max_iter=5, max_df=None)
+
+    def topics(frame, seed=7):
+        return fit_topic_model(cfg, seed, frame).stages[-1].topicsMatrix().toArray()
+
+    one = topics(rows.coalesce(1))
+    for frame in (rows.repartition(4), rows.orderBy(F.desc("text")).repartition(3)):
+        np.testing.assert_allclose(topics(frame), one, rtol=1e-9)
+    assert np.abs(topics(rows.coalesce(1), seed=8) - one).max() > 1.0
 
 
 def test_keyword_score_on_a_hand_computed_two_topic_example(spark):

@@ -40,13 +40,19 @@ class TopicModelConfig:
     max_df: Optional[float] = 0.5
     # Shorter tokens are left out.
     min_token_length: int = 3
+    # LDA's input layout: the fit rows are hash-partitioned by their text into this many partitions and
+    # sorted within them. Online LDA draws its mini-batches per partition, so the same rows in another
+    # layout (another core count, shuffle setting, file count or a compacted table) gave other topics;
+    # fixed by the data, they depend on the rows and the seed only. A cluster fitting millions of passages
+    # raises it (the parallelism of the fit).
+    fit_partitions: int = 4
     # Log the fitted model's log perplexity on the corpus (Spark's variational bound): one more inference
     # pass over every document, about 4 s of the 2-core demo's topic job, which turns it off.
     log_perplexity: bool = True
 
     def __post_init__(self) -> None:
         check(self.topics >= 2, "genre.topic_model.topics", "must be >= 2")
-        for name in ("max_iter", "vocab_size", "min_token_length"):
+        for name in ("max_iter", "vocab_size", "min_token_length", "fit_partitions"):
             check(getattr(self, name) >= 1, f"genre.topic_model.{name}", "must be >= 1")
         check(self.max_df is None or 0 < self.max_df < 1, "genre.topic_model.max_df",
               "must lie in (0, 1) (a share of documents), or be null for no bound")

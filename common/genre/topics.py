@@ -31,13 +31,17 @@ def fit_topic_model(cfg: TopicModelConfig, seed: int, rows: "DataFrame") -> "Pip
     ``max_df``, counts or fractions of the documents; the ``vocab_size`` most frequent), built here with ties
     in frequency ordered by word: Spark's CountVectorizer leaves them in task-completion order, so two runs
     on one corpus got different vocabularies and, with them, different topics. Only the vocabulary (at most
-    ``vocab_size`` words) reaches the driver.
+    ``vocab_size`` words) reaches the driver. The rows reach LDA in a layout fixed by their text
+    (``cfg.fit_partitions`` hash partitions, sorted within): the topics depend on the rows and ``seed``, not
+    on how the input was partitioned.
     """
     from pyspark.ml import Pipeline, PipelineModel
     from pyspark.ml.clustering import LDA
     from pyspark.ml.feature import RegexTokenizer, StopWordsRemover
     from pyspark.sql import functions as F
 
+    # Online LDA samples its mini-batches partition by partition: the layout is part of the result.
+    rows = rows.repartition(cfg.fit_partitions, "text").sortWithinPartitions("text")
     text = Pipeline(stages=[
         RegexTokenizer(inputCol="text", outputCol="tokens", pattern=TOKEN_PATTERN, gaps=True, toLowercase=True,
                        minTokenLength=cfg.min_token_length),
@@ -47,8 +51,10 @@ def fit_topic_model(cfg: TopicModelConfig, seed: int, rows: "DataFrame") -> "Pip
     n_docs = words.count() if cfg.min_df < 1 or (cfg.max_df is not None and cfg.max_df < 1) else 0
     min_df = cfg.min_df if cfg.min_df >= 1 else cfg.min_df * n_docs
     max_df = float("inf") if cfg.max_df is None else cfg.max_df if cfg.max_df >= 1 else cfg.max_df * n_docs
-    per_doc = (words.select(F.monotonically_increasing_id().alias("doc"), F.explode("words").alias("word"))
-               .groupBy("doc", "word").count())
+    # The id gets a projection of its own: beside explode, Spark evaluates it once per exploded word, and
+    # every (doc, word) pair became a document of its own (document frequency = term frequency).
+    docs = words.select(F.monotonically_increasing_id().alias("doc"), "words")
+    per_doc = docs.select("doc", F.explode("words").alias("word")).groupBy("doc", "word").count()
     terms = (per_doc.groupBy("word").agg(F.sum("count").alias("tf"), F.count(F.lit(1)).alias("df"))
              .where((F.col("df") >= min_df) & (F.col("df") <= max_df))
              .orderBy(F.desc("tf"), "word").limit(cfg.vocab_size))
