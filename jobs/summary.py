@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from common.catalog.metrics import by_method
 from common.platform.job import JobContext, JobRun, job
@@ -94,9 +94,10 @@ def _write_page(ctx: JobContext, section: ResultsTable, folders: list[Path]) -> 
         (folder / f"{section.pipeline}.md").write_text(text, encoding="utf-8")
 
 
-def _section(tr: JobRun, table: str, title: str, columns: list[str], rows: list[list[str]]) -> ResultsTable:
+def _section(tr: JobRun, table: str, title: str, columns: list[str], rows: list[list[str]],
+             facts: Sequence[tuple[str, str, str]] = ()) -> ResultsTable:
     return ResultsTable(pipeline=PAGES[table][0], title=title, table=table, version=tr.versions[table],
-                        columns=columns, rows=rows)
+                        columns=columns, rows=rows, facts=facts)
 
 
 def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -117,10 +118,14 @@ def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Resu
 
 
 def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
-    """The matcher's precision and recall @k trained on the original vs the augmented interaction log."""
+    """The matcher's precision and recall @k trained on the original vs the augmented interaction log, and
+    the run behind them: held-out queries and training tuples (from the results table), the click log and
+    the query graph's reformulation pairs (from the input versions its commit names)."""
     from pyspark.sql import functions as F
 
-    agg = tr.read(MATCHER).groupBy("variant", "k").agg(F.avg("precision").alias("p"), F.avg("recall").alias("r"))
+    agg = tr.read(MATCHER).groupBy("variant", "k").agg(F.avg("precision").alias("p"), F.avg("recall").alias("r"),
+                                                       F.max("n_queries").alias("queries"),
+                                                       F.max("n_train_tuples").alias("tuples"))
     by = {(r["variant"], r["k"]): r for r in agg.collect()}
     rows = []
     for k in sorted({k for _, k in by}):
@@ -133,7 +138,38 @@ def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsT
         metrics[f"matcher.augmented.precision_at_{k}"] = a["p"]
     return _section(tr, MATCHER, "Query reformulation paper (query -> product matcher on held-out queries, "
                     "trained on the original vs the augmented interaction log):",
-                    ["k", "P@k original", "P@k augmented", "lift", "R@k original", "R@k augmented", "lift"], rows)
+                    ["k", "P@k original", "P@k augmented", "lift", "R@k original", "R@k augmented", "lift"], rows,
+                    _matcher_facts(ctx, tr.versions[MATCHER], by))
+
+
+def _matcher_facts(ctx: JobContext, version: int, by: dict) -> list[tuple[str, str, str]]:
+    """Figures of the matcher's run: held-out queries and each variant's training tuples (``matcher_results``
+    version ``version``), then the click log's tuples and queries and the query graph's reformulation pairs,
+    counted from the versions of ``query_interactions`` and ``reformulation_pairs`` that version's commit
+    names as its inputs (none when its lineage lacks them)."""
+    from pyspark.sql import functions as F
+
+    source = f"`{MATCHER}` v{version}"
+    variants = {variant: r for (variant, _), r in by.items()}
+    facts = []
+    if "original" in variants:
+        facts.append(("held-out queries", f"{variants['original']['queries']:,}", source))
+    for variant in ("original", "augmented"):
+        if variant in variants:
+            facts.append((f"matcher training tuples, {variant}", f"{variants[variant]['tuples']:,}", source))
+    commit = ctx.lakehouse.data_commit(MATCHER, version)
+    inputs = (commit.lineage or {}).get("inputs", {}) if commit is not None else {}
+    counted = (("query_interactions", "query", "click-log tuples (query, product)", "distinct queries"),
+               ("reformulation_pairs", "source_query", "reformulation pairs (query graph)",
+                "queries with a reformulation"))
+    for table, column, rows_name, distinct_name in counted:
+        if table in inputs:
+            at = int(inputs[table])
+            row = ctx.lakehouse.read(table, at).agg(F.count(F.lit(1)).alias("n"),
+                                                    F.countDistinct(column).alias("d")).first()
+            facts += [(rows_name, f"{row['n']:,}", f"`{table}` v{at}"),
+                      (distinct_name, f"{row['d']:,}", f"`{table}` v{at}")]
+    return facts
 
 
 def _boostaug(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:

@@ -348,6 +348,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     prompts = len(prompts)
     synthetic = lake.read("genre_synthetic").toPandas()
     assert len(synthetic) + lake.read("genre_synthetic_quarantine").count() == prompts
+    assert len(synthetic) >= prompts // 2  # the world's prompts fit its generators (none too long to read)
     assert results["genre-generate"].metrics["prompts"] == prompts
     assert set(synthetic["genre"]) <= set(GENRES)
     # each synthetic document came from the generator of its own (topic, N, genre)

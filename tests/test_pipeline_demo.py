@@ -160,6 +160,18 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     assert f"| fasttext | all | augmented | {augmented.macro_f1.mean():.4f} ± " in genre
     for topic, f1 in augmented.groupby("topic").macro_f1.mean().items():
         assert f"| fasttext | {topic} | augmented | {f1:.4f} ± " in genre, topic
+    # Query reformulation: the run behind the matcher's rows, each figure from the version its commit names.
+    matcher = (pages / "query-reformulation.md").read_text(encoding="utf-8")
+    results_version = lake.version("matcher_results")
+    inputs = lake.data_commit("matcher_results", results_version).lineage["inputs"]
+    held_out = lake.read("matcher_results", results_version).agg(F.max("n_queries")).first()[0]
+    assert f"| held-out queries | {held_out:,} | `matcher_results` v{results_version} |" in matcher
+    pairs_version = int(inputs["reformulation_pairs"])
+    pairs = lake.read("reformulation_pairs", pairs_version)
+    assert (f"| reformulation pairs (query graph) | {pairs.count():,} | `reformulation_pairs` v{pairs_version} |"
+            in matcher)
+    queries = lake.read("query_interactions", int(inputs["query_interactions"])).select("query").distinct().count()
+    assert f"| distinct queries | {queries:,} |" in matcher
     # Rerunning the summary on the same tables writes the same pages.
     run_pipeline(small_world.ctx, "summary", ["results-summary"])
     assert (pages / "consistency.md").read_text(encoding="utf-8") == consistency

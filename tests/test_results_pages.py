@@ -36,3 +36,19 @@ def test_a_page_names_its_table_version_and_provenance_and_shows_the_rows_and_ch
     # A pure function of the version and the config name: a rerun on unchanged tables writes the same page.
     assert page(SECTION, commit, "real-toys-wdc", ["consistency/f1_vs_consistency.png"]) == text
     assert "| written | unknown |" in page(SECTION, None, "demo")
+
+
+def test_a_sections_facts_follow_its_rows_with_the_table_version_each_was_counted_from():
+    from dataclasses import replace
+
+    section = replace(SECTION, facts=[("held-out queries", "131", "`matcher_results` v0"),
+                                      ("reformulation pairs (query graph)", "3,490", "`reformulation_pairs` v2")])
+    text = text_block(section).splitlines()
+    assert text[-2:] == ["  held-out queries: 131 (`matcher_results` v0)",
+                         "  reformulation pairs (query graph): 3,490 (`reformulation_pairs` v2)"]
+    lines = page(section, None, "demo").splitlines()
+    table = lines.index("| figure | value | counted from |")
+    assert lines[table + 1:table + 4] == ["|---|---:|---|", "| held-out queries | 131 | `matcher_results` v0 |",
+                                          "| reformulation pairs (query graph) | 3,490 | `reformulation_pairs` v2 |"]
+    assert lines.index("| cst_full | 0.6858 ± 0.0000 | -0.63% | 1 |") < table
+    assert "| figure | value | counted from |" not in page(SECTION, None, "demo")

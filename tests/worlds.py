@@ -204,7 +204,9 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
         generator=GeneratorConfig(
             model=_tiny_t5(200, 32, 2, max_source_length=16, max_target_length=24),
             fine_tune=FineTuneConfig(epochs=1, learning_rate=3e-3, batch_size=16, checkpoint_every=0),
-            generation=GenerationConfig(n_samples=1, max_new_tokens=24, max_source_tokens=32, batch_size=32),
+            # A prompt is 10 keywords of a topic the genre's tokenizer never saw (often letter by letter): up to
+            # ~90 tokens, which the model reads whole rather than quarantine.
+            generation=GenerationConfig(n_samples=1, max_new_tokens=24, max_source_tokens=96, batch_size=32),
             max_passages_per_doc=2, cache_models=2, off_topic_control=True),
         eval=GenreEvalConfig(repeats=2))
     cfg.inputs.multilabel = multilabel_spec(folder / "multilabel.tsv")

@@ -22,7 +22,8 @@ class ResultsTable:
 
     ``pipeline`` names the page (``consistency``, ``query-reformulation``...), ``table`` and ``version`` the
     results-table version the ``rows`` were computed from; ``columns`` and each row's cells are display
-    strings."""
+    strings. ``facts`` are figures of the run behind the results (a figure, its value, and the table version
+    it was counted from: the results table or one of the inputs its commit names), shown under the rows."""
 
     pipeline: str
     title: str
@@ -30,6 +31,7 @@ class ResultsTable:
     version: int
     columns: Sequence[str]
     rows: Sequence[Sequence[str]]
+    facts: Sequence[tuple[str, str, str]] = ()
 
 
 def text_block(section: ResultsTable) -> str:
@@ -40,7 +42,8 @@ def text_block(section: ResultsTable) -> str:
     def line(cells: Sequence[str]) -> str:
         return "  " + " ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
                                for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([section.title, line(section.columns), *(line(r) for r in section.rows)])
+    lines = [section.title, line(section.columns), *(line(r) for r in section.rows)]
+    return "\n".join(lines + [f"  {figure}: {value} ({source})" for figure, value, source in section.facts])
 
 
 def page(section: ResultsTable, commit: Any, config_name: str, charts: Sequence[str] = ()) -> str:
@@ -65,6 +68,10 @@ def page(section: ResultsTable, commit: Any, config_name: str, charts: Sequence[
              "| " + " | ".join(section.columns) + " |",
              "|" + "|".join("---" if i == 0 else "---:" for i in range(len(section.columns))) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in section.rows]
+    if section.facts:
+        lines += ["", "The run behind these results, each figure counted from the table version beside it:", "",
+                  "| figure | value | counted from |", "|---|---:|---|"]
+        lines += [f"| {figure} | {value} | {source} |" for figure, value, source in section.facts]
     lines += [""] + [f"![{name}]({name})" for name in charts]
     return "\n".join(lines).rstrip() + "\n"
 
