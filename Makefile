@@ -66,15 +66,18 @@ demo: $(STAMP)
 demo-full: $(STAMP)
 	$(BIN)/augment run demo --conf conf/local.yaml $(DELTA_FALLBACK)
 
+# The machine probe first (benchmarks/machine_speed.py, about 12 s): the same machine kind runs the suite in
+# 31 minutes on some days and 46 on others, and a run time means something only beside the probe's figures.
 test: $(STAMP)
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
+	$(BIN)/python benchmarks/machine_speed.py
 	$(BIN)/python -m pytest -ra --durations=25 tests
 
-# Everything but the minutes-long tests marked slow: fault injection (tests/reliability) and whole pipelines.
 # The documentation site (docs/, mkdocs.yml), offline, failing on a broken link or page: build/site/index.html.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# Everything but the minutes-long tests marked slow: fault injection (tests/reliability) and whole pipelines.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -ra --durations=10 -m "not slow" tests
 

@@ -17,7 +17,7 @@ import csv
 import random
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import yaml
 
@@ -253,6 +253,7 @@ class SmallWorld:
         self.ctx: "JobContext" = build_context(self.cfg, spark=spark, capabilities=capabilities)
         self.lakehouse = self.ctx.lakehouse
         self._results: dict[str, dict[str, "JobResult"]] = {}
+        self.progress: dict[str, list[str]] = {}  # each pipeline's progress lines, from its one run
 
     def run(self, pipeline: str) -> dict[str, "JobResult"]:
         """The results, by job name, of ``pipeline``'s one run on this world (run now when it is the first ask)."""
@@ -262,7 +263,9 @@ class SmallWorld:
             # The demo's own run first, so its results hold the first (not skipped) writes of its tables.
             self.run("foundation")
         if pipeline not in self._results:
-            self._results[pipeline] = {r.job: r for r in run_pipeline(self.ctx, pipeline, PIPELINES[pipeline])}
+            lines = self.progress.setdefault(pipeline, [])
+            self._results[pipeline] = {r.job: r for r in run_pipeline(self.ctx, pipeline, PIPELINES[pipeline],
+                                                                      progress=lines.append)}
         return self._results[pipeline]
 
     def run_every_pipeline(self) -> None:
@@ -281,12 +284,17 @@ class SmallWorld:
         """This world's whole config as a YAML file (what a notebook or ``augment run --conf`` loads)."""
         return self._config_file
 
-    def copy(self, folder: Path) -> "JobContext":
-        """A context on a copy of this world's lakehouse in ``folder`` with a copy of its config: for tests that
-        change the config and run jobs again. The caller closes it."""
+    def copy(self, folder: Path, tables: Sequence[str] = ()) -> "JobContext":
+        """A context on a copy of this world's lakehouse in ``folder`` (only ``tables``, with every version,
+        when given) with a copy of its config: for tests that change the config and run jobs again. The caller
+        closes it."""
         from common.platform.job import build_context
 
-        shutil.copytree(self.cfg.lakehouse.root, folder / "lakehouse", symlinks=True)
+        if tables:
+            for table in tables:
+                shutil.copytree(self.lakehouse.location(table), folder / "lakehouse" / table, symlinks=True)
+        else:
+            shutil.copytree(self.cfg.lakehouse.root, folder / "lakehouse", symlinks=True)
         cfg = copy.deepcopy(self.cfg)
         cfg.lakehouse.root = str(folder / "lakehouse")
         cfg.tracking.experiment = f"test-copy-{folder.name}"
