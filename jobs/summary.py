@@ -114,7 +114,43 @@ def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Resu
         metrics[f"{method}.consistency_rate"] = r["consistency"]
     return _section(tr, CONSISTENCY, "Consistency paper (weighted F1 on the accuracy test, consistency rate on "
                     "the consistency test; mean ± std over R runs, lift vs the baseline):",
-                    ["method", "F1", "lift", "consistency", "lift", "R"], rows)
+                    ["method", "F1", "lift", "consistency", "lift", "R"], rows,
+                    _cga_facts(ctx, tr.versions[CONSISTENCY]) if "cga" in by else ())
+
+
+def _cga_facts(ctx: JobContext, version: int) -> list[tuple[str, str, str]]:
+    """Figures of the CGA run behind the ``cga`` rows: D_aug and the training set's size
+    (``consistency_results`` version ``version``), then the generator's samples, those neither empty nor a copy
+    of their source (the candidates its threshold T chooses from) and its model version, counted from the
+    ``cga_generated`` version that version's commit names (none when its lineage lacks it)."""
+    from pyspark.sql import functions as F
+
+    source = f"`{CONSISTENCY}` v{version}"
+    sizes = (ctx.lakehouse.read(CONSISTENCY, version).filter(F.col("method") == "cga")
+             .agg(F.max("n_augmented").alias("aug"), F.max("n_train").alias("train")).first())
+    facts = [("CGA titles added to D_L (D_aug)", f"{sizes['aug']:,}", source),
+             ("CGA training rows (D_L and D_aug)", f"{sizes['train']:,}", source)]
+    inputs = _commit_inputs(ctx, CONSISTENCY, version)
+    if "cga_generated" in inputs:
+        at = int(inputs["cga_generated"])
+        samples = ctx.lakehouse.read("cga_generated", at).filter(F.col("sample_idx") >= 0)
+        counts = samples.agg(F.count(F.lit(1)).alias("n"),
+                             F.count(F.when(F.col("reason").isNull(), 1)).alias("scored")).first()
+        # One row per generator reaches the driver (one per run; the limit bounds a table of many).
+        models = [r[0] for r in
+                  samples.select("model_version").distinct().orderBy("model_version").limit(3).collect()]
+        where = f"`cga_generated` v{at}"
+        facts += [("CGA samples written by the generator", f"{counts['n']:,}", where),
+                  ("of which candidates for D_aug (not empty, not a copy of the source)", f"{counts['scored']:,}",
+                   where),
+                  ("CGA generator (model version)", ", ".join(f"`{m}`" for m in models if m) or "-", where)]
+    return facts
+
+
+def _commit_inputs(ctx: JobContext, table: str, version: int) -> dict[str, str]:
+    """The input tables and versions that ``table`` version ``version``'s commit names (empty when unknown)."""
+    commit = ctx.lakehouse.data_commit(table, version)
+    return dict((commit.lineage or {}).get("inputs", {})) if commit is not None else {}
 
 
 def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -157,8 +193,7 @@ def _matcher_facts(ctx: JobContext, version: int, by: dict) -> list[tuple[str, s
     for variant in ("original", "augmented"):
         if variant in variants:
             facts.append((f"matcher training tuples, {variant}", f"{variants[variant]['tuples']:,}", source))
-    commit = ctx.lakehouse.data_commit(MATCHER, version)
-    inputs = (commit.lineage or {}).get("inputs", {}) if commit is not None else {}
+    inputs = _commit_inputs(ctx, MATCHER, version)
     counted = (("query_interactions", "query", "click-log tuples (query, product)", "distinct queries"),
                ("reformulation_pairs", "source_query", "reformulation pairs (query graph)",
                 "queries with a reformulation"))

@@ -152,6 +152,19 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     consistency = (pages / "consistency.md").read_text(encoding="utf-8")
     cga = lake.read("consistency_results", lake.version("consistency_results")).filter(F.col("method") == "cga")
     assert f"| cga | {cga.toPandas().f1_weighted.mean():.4f} ± " in consistency
+    # CGA's run behind its rows: D_aug from the results version, the generator's samples and model from the
+    # cga_generated version that version's commit names.
+    results_at = lake.version("consistency_results")
+    aug = int(cga.toPandas().n_augmented.max())
+    assert f"| CGA titles added to D_L (D_aug) | {aug:,} | `consistency_results` v{results_at} |" in consistency
+    generated_at = int(lake.data_commit("consistency_results", results_at).lineage["inputs"]["cga_generated"])
+    samples = lake.read("cga_generated", generated_at).filter("sample_idx >= 0")
+    where = f"`cga_generated` v{generated_at}"
+    assert f"| CGA samples written by the generator | {samples.count():,} | {where} |" in consistency
+    candidates = samples.filter("reason IS NULL").count()
+    assert 0 < candidates <= samples.count() and aug <= candidates
+    assert f"not a copy of the source) | {candidates:,} | {where} |" in consistency
+    assert f"| CGA generator (model version) | `{samples.first()['model_version']}` | {where} |" in consistency
     assert "![consistency/f1_vs_consistency.png](consistency/f1_vs_consistency.png)" in consistency
     assert (tmp_path / "docs-results" / "consistency" / "f1_vs_consistency.png").stat().st_size > 10_000
     # Genre: every topic's own rows under the rows over all topics.
