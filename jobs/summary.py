@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from common.catalog.metrics import by_method
 from common.platform.job import JobContext, JobRun, job
 from common.platform.results_pages import ResultsTable, fmt_mean, lift, page, text_block
 from jobs import entry_point
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,8 @@ def _section(tr: JobRun, table: str, title: str, columns: list[str], rows: list[
 
 def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
     """Weighted F1 and consistency rate per method, mean ± std over the repeats, lift vs the baseline."""
-    by = {r["method"]: r for r in by_method(tr.read(CONSISTENCY)).collect()}
+    results = tr.read(CONSISTENCY)
+    by = {r["method"]: r for r in by_method(results).collect()}
     base = by.get("baseline")
     rows = []
     for method in sorted(by, key=lambda m: (m != "baseline", m)):
@@ -115,18 +119,18 @@ def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Resu
     return _section(tr, CONSISTENCY, "Consistency paper (weighted F1 on the accuracy test, consistency rate on "
                     "the consistency test; mean ± std over R runs, lift vs the baseline):",
                     ["method", "F1", "lift", "consistency", "lift", "R"], rows,
-                    _cga_facts(ctx, tr.versions[CONSISTENCY]) if "cga" in by else ())
+                    _cga_facts(ctx, results, tr.versions[CONSISTENCY]) if "cga" in by else ())
 
 
-def _cga_facts(ctx: JobContext, version: int) -> list[tuple[str, str, str]]:
-    """Figures of the CGA run behind the ``cga`` rows: D_aug and the training set's size
-    (``consistency_results`` version ``version``), then the generator's samples, those neither empty nor a copy
+def _cga_facts(ctx: JobContext, results: DataFrame, version: int) -> list[tuple[str, str, str]]:
+    """Figures of the CGA run behind the ``cga`` rows: D_aug and the training set's size (``results``, the
+    ``consistency_results`` version ``version`` the rows were read from), then the generator's samples, those neither empty nor a copy
     of their source (the candidates its threshold T chooses from) and its model version, counted from the
     ``cga_generated`` version that version's commit names (none when its lineage lacks it)."""
     from pyspark.sql import functions as F
 
     source = f"`{CONSISTENCY}` v{version}"
-    sizes = (ctx.lakehouse.read(CONSISTENCY, version).filter(F.col("method") == "cga")
+    sizes = (results.filter(F.col("method") == "cga")
              .agg(F.max("n_augmented").alias("aug"), F.max("n_train").alias("train")).first())
     facts = [("CGA titles added to D_L (D_aug)", f"{sizes['aug']:,}", source),
              ("CGA training rows (D_L and D_aug)", f"{sizes['train']:,}", source)]
