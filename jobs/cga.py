@@ -2,10 +2,11 @@
 
 * ``cga-pairs`` reads ``unlabeled_pool`` (D_U: the catalog groups outside the consistency test); writes
   ``cga_pairs`` (D_pairs: ordered pairs of different versions within a group).
-* ``cga-generate`` reads ``cga_pairs``, ``labeled_train``; fine-tunes T5 in a Ray task (checkpoints and
-  model to MLflow), generates ``cga.generation.n_samples`` samples per D_L title on a Ray Data actor pool,
-  scores each against its source (BLEU or MiniLM cosine); writes ``cga_generated`` (every sample with
-  ``score`` and, for empty outputs and copies, ``reason``) and ``cga_generated_quarantine`` (bad inputs).
+* ``cga-generate`` reads ``cga_pairs``, ``labeled_train``; fine-tunes the generator (``cga.model``) in a Ray
+  task (checkpoints and model to MLflow), generates ``cga.generation.n_samples`` samples per D_L title on a
+  Ray Data actor pool, scores each against its source (BLEU or MiniLM cosine); writes ``cga_generated``
+  (every sample with ``score`` and, for empty outputs and copies, ``reason``) and ``cga_generated_quarantine``
+  (bad inputs).
 * ``cga-train`` reads ``cga_generated``, ``labeled_train``, ``accuracy_test``, ``consistency_test``,
   ``consistency_results``; D_aug = samples with s >= ``cga.threshold`` (sub-sampled to ``cga.n``) with
   their source's label; writes ``cga_augmented``, ``cga_test_copies`` (samples that copy an accuracy-test
@@ -61,7 +62,7 @@ def pairs_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
 @job("cga-generate")
 def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
-    """``cga-generate``: fine-tune T5 on D_pairs, generate n samples per D_L title, score them."""
+    """``cga-generate``: fine-tune the generator on D_pairs, generate n samples per D_L title, score them."""
     from common.models.generation.filtering import FilterSpec
     from common.models.generation.stages import fine_tune_stage, generate_stage
 
@@ -69,7 +70,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     tr.read("cga_pairs")
     tr.read("labeled_train")
     v_pairs, v_train = tr.versions["cga_pairs"], tr.versions["labeled_train"]
-    model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "t5_cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
+    model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
                             {"cga_pairs": tr.inputs["cga_pairs"]})
     scorer = FilterSpec(scorer=cfg.scorer, threshold=None, encoder_engine=cfg.scorer_engine)
     written, stats = generate_stage(ctx, tr, "labeled_train", v_train, "item_id", "title", model, cfg.generation,

@@ -61,7 +61,7 @@ def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     pairs_lineage = {"reformulation_pairs": str(tr.data_versions["reformulation_pairs"])}
     tuples, _ = _interaction_tables(tr)
     config_hash = _generation_hash(ctx)
-    model = fine_tune_stage(ctx, tr, "reformulation_pairs", v_pairs, "t5_qr", cfg.model, cfg.fine_tune,
+    model = fine_tune_stage(ctx, tr, "reformulation_pairs", v_pairs, "qr", cfg.model, cfg.fine_tune,
                             _model_hash(ctx), pairs_lineage, "source_query", "target_query")
     inputs = tr.write(distinct_queries(tuples), "reformulation_inputs", config_hash)
     tr.result.outputs["query_reformulations"], stats = generate_stage(
@@ -153,7 +153,7 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                & ~is_holdout(F.col("target_query"), m.holdout_fraction, ctx.cfg.seed))
     out = tr.result.outputs
     tr.write(train_pairs, "matcher_pairs", config_hash)
-    model = fine_tune_stage(ctx, tr, "matcher_pairs", out["matcher_pairs"].version, "t5_qr_matcher", cfg.model,
+    model = fine_tune_stage(ctx, tr, "matcher_pairs", out["matcher_pairs"].version, "qr_matcher", cfg.model,
                             cfg.fine_tune, _model_hash(ctx), {"matcher_pairs": str(out["matcher_pairs"].version)},
                             "source_query", "target_query")
     tr.write(distinct_queries(train_tuples), "matcher_inputs", config_hash)

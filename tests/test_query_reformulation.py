@@ -92,6 +92,8 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     queries = lh.read("reformulation_inputs").count()
     assert results["query-reformulate"].metrics["generation.inputs"] == queries
     assert lh.read("query_reformulations").filter("sample_idx >= 0").count() == 2 * queries
+    versions = {r[0] for r in lh.read("query_reformulations").select("model_version").distinct().collect()}
+    assert {v.split("-")[0] for v in versions if v} == {"scratch_t5_qr"}
 
     # The matcher never saw a held-out query: not in its pairs, not as a generation input.
     pairs = lh.read("matcher_pairs")

@@ -32,21 +32,23 @@ class TrainedModel:
     reused: bool
 
 
-def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int, name: str,
+def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int, role: str,
                     model_cfg: "T5ModelConfig", ft_cfg: "FineTuneConfig", config_hash: str,
                     inputs: Mapping[str, str], source_col: str = "source_text",
                     target_col: str = "target_text") -> TrainedModel:
-    """Fine-tune a T5 on ``table`` v``version`` in a Ray task, or reuse the model already trained from the
-    same config and input versions (unless forced). Logs losses, throughput, checkpoints and the model to
-    the MLflow run ``tr``; the model folder is ``<lakehouse>/models/<name>-<key>``."""
+    """Fine-tune the ``model_cfg`` generator on ``table`` v``version`` in a Ray task, or reuse the model already
+    trained from the same config and input versions (unless forced). Logs losses, throughput, checkpoints and
+    the model to the MLflow run ``tr``. The model version is ``<kind>_<role>-<key>`` (``smollm2_cga-…``: what
+    the generator is and what it does), also its folder's name under ``<lakehouse>/models/``."""
     from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_on_ray
     from common.platform.storage import exists
 
+    name = f"{model_cfg.kind}_{role}"
     key = hash_of(config_hash, dict(inputs), ctx.cfg.seed)
     uri = ctx.models_dir(name, key)
     model_version = f"{name}-{key}"
     tr.set_tags({"model.uri": uri, "model.version": model_version,
-                 "model.source": model_cfg.name_or_path or "scratch"})
+                 "model.source": model_cfg.name_or_path or model_cfg.kind})
     if not ctx.force and exists(f"{uri}/{MODEL_MARKER}"):
         log.info("reusing %s (trained from the same config and inputs) at %s", model_version, uri)
         tr.set_tags({"model.reused": "true"})
