@@ -70,6 +70,37 @@ def test_prompt_tokens_are_masked_out_of_the_loss(tiny_llama):
     assert len([x for x in labels[0] if x != -100]) == 6
 
 
+@pytest.mark.parametrize("lora_r", [0, 4])
+def test_the_target_loss_is_the_models_loss_and_its_gradient(tiny_llama, lora_r):
+    """The training loss with the output head only from the first predicting position is the model's own
+    loss over every position, gradients included, for prompt batches (plain and LoRA-wrapped) and LS-PT's
+    label-block batches."""
+    import torch
+
+    from common.models.generation.causal_lm import (build_causal, prefix_training_batches, target_loss,
+                                                    training_batches)
+    from common.models.generation.label_prefix import LabelPrefix
+
+    tokenizer, net = build_causal("causal_checkpoint", tiny_llama, lora_r, 8, seed=0)
+    # Prompts of different lengths in one batch: the kept positions start at the shortest prompt's last token.
+    pairs = [("acme mug", "mug by acme"), ("zeta zeta lamp zeta", "lamp"), ("bolt", "pan by bolt bolt")]
+    _, plain = training_batches(tokenizer, pairs, PROMPT, 16, 16, "cpu")
+    prefix = LabelPrefix.for_model(("joy", "anger"), 2, net, tokenizer, ",", 0)
+    _, blocks = prefix_training_batches(tokenizer, net, prefix, [("joy", "mug"), ("anger,joy", "pan by zeta")], 16,
+                                        "cpu")
+    for batch_inputs, batch in ((plain, [0, 1, 2]), (blocks, [0, 1])):
+        inputs, _ = batch_inputs(batch)
+        assert (inputs["labels"][:, 1] == -100).all()  # a prompt (or blocks) that the kept positions skip
+        weights = [w for w in net.parameters() if w.requires_grad]
+        full = net(**inputs).loss
+        expected = torch.autograd.grad(full, weights, retain_graph=False)
+        inputs, _ = batch_inputs(batch)
+        kept = target_loss(net, inputs)
+        assert kept.item() == pytest.approx(full.item(), rel=1e-5)
+        for got, want in zip(torch.autograd.grad(kept, weights), expected):
+            assert torch.allclose(got, want, atol=1e-6, rtol=1e-4)
+
+
 def test_fine_tuned_generator_writes_its_targets_and_saves_its_prompt(trained):
     import torch
     from safetensors import safe_open

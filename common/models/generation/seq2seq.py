@@ -186,7 +186,8 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
 
     prefix = None
     if model.causal:
-        from common.models.generation.causal_lm import build_causal, prefix_training_batches, training_batches
+        from common.models.generation.causal_lm import (build_causal, prefix_training_batches, target_loss,
+                                                        training_batches)
 
         tokenizer, net = build_causal(model.kind, model.model_name_or_path, model.lora_r, model.lora_alpha,
                                       train.seed)
@@ -252,7 +253,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
             result.padded_tokens += n_padded
             result.tokens += sum(sum(sizes[i]) for i in batch)
             with torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
-                loss = net(**inputs).loss / train.grad_accumulation
+                loss = (target_loss(net, inputs) if model.causal else net(**inputs).loss) / train.grad_accumulation
             (scaler.scale(loss) if scaler else loss).backward()
             running += loss.item()
             in_step += 1
