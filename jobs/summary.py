@@ -124,9 +124,10 @@ def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Resu
 
 def _cga_facts(ctx: JobContext, results: DataFrame, version: int) -> list[tuple[str, str, str]]:
     """Figures of the CGA run behind the ``cga`` rows: D_aug and the training set's size (``results``, the
-    ``consistency_results`` version ``version`` the rows were read from), then the generator's samples, those neither empty nor a copy
-    of their source (the candidates its threshold T chooses from) and its model version, counted from the
-    ``cga_generated`` version that version's commit names (none when its lineage lacks it)."""
+    ``consistency_results`` version ``version`` the rows were read from), then the generator's samples, those
+    neither empty nor a copy of their source (the candidates its threshold T chooses from) and its model
+    version, counted from the ``cga_generated`` version that version's commit names (none when its lineage
+    lacks it)."""
     from pyspark.sql import functions as F
 
     source = f"`{CONSISTENCY}` v{version}"

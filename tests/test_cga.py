@@ -80,7 +80,8 @@ def test_cga_pipeline_end_to_end(small_world, tmp_path):
     run = client.get_run(results["cga-generate"].run_id)
     assert run.data.tags["model.device"] == "cpu" and run.data.metrics["fine_tune.steps"] >= 2
     # The model version names the generator's kind and role, and every generated row carries it.
-    assert run.data.tags["model.version"].startswith("scratch_t5_cga-") and run.data.tags["model.source"] == "scratch_t5"
+    assert run.data.tags["model.version"].startswith("scratch_t5_cga-")
+    assert run.data.tags["model.source"] == "scratch_t5"
     assert set(gen.model_version.dropna()) == {run.data.tags["model.version"]}
     assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")} == {"checkpoints/epoch-1"}
     assert "model/config.json" in {a.path for a in client.list_artifacts(run.info.run_id, "model")}
