@@ -121,3 +121,27 @@ def test_training_ignores_what_the_heap_held_before(tmp_path):
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True)
     first, second = done.stdout.split()
     assert first == second
+
+
+
+def test_a_trainer_removes_the_scratch_folders_its_killed_predecessors_left(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import tempfile
+
+    from common.models.classifiers.hft import fit_rows
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # reaped: its pid stands for a killed worker's
+    gone, kept = tmp_path / f"hft-{finished.pid}-abc", tmp_path / f"hft-{os.getppid()}-xyz"
+    for folder in (gone, kept):
+        folder.mkdir()
+        (folder / "level_1.train.txt").write_text("__label__0 a killed trainer's copy of its rows\n")
+    other = tmp_path / "hft-notapid"  # a name of another shape: not the trainers'
+    other.mkdir()
+    rows = [(f"mug cup {i}", "Mugs") if i % 2 else (f"pan wok {i}", "Pans") for i in range(40)]
+    fit_rows(sorted(rows), {"epoch": 2, "dim": 8, "bucket": 1000, "thread": 1}, 3, str(tmp_path / "model"))
+    assert not gone.exists() and kept.exists() and other.exists()  # a live process's folder stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([kept.name, other.name, "model"])  # its own went
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["labels_1.json", "level_1.bin"]

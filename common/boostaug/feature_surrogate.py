@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -25,7 +24,7 @@ import numpy as np
 
 from common.models.classifiers.hft import read_rows
 from common.models.classifiers.text_classifier import LABEL, TEXT
-from common.platform.storage import local_copy, put_file
+from common.platform.storage import local_copy, put_file, worker_scratch
 
 if TYPE_CHECKING:
     from common.boostaug.config import FeatureSurrogateConfig
@@ -143,7 +142,7 @@ def fit_surrogates(plans: Sequence[dict[str, Any]], spec: "FeatureSurrogateConfi
             else fit_head(x, y, x_val, y_val, spec.c_grid, seed)
         figures.update(epoch=0, seconds=time.perf_counter() - began, embed_seconds=embed_seconds,
                        uri=plan["out_dir"])
-        with tempfile.TemporaryDirectory(prefix="feature-head-") as tmp:
+        with worker_scratch("feature-head-") as tmp:
             np.savez(os.path.join(tmp, HEAD_FILE), **head)
             with open(os.path.join(tmp, REPORT_FILE), "w", encoding="utf-8") as fh:
                 json.dump(figures, fh)

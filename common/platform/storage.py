@@ -149,3 +149,37 @@ def local_commit_lock(location: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def worker_scratch(prefix: str) -> Iterator[str]:
+    """A local temporary folder ``<tmp>/<prefix><pid>-<random>`` for the body (removed after it); returns its path.
+
+    Why the pid: a model worker killed mid-task (SIGKILL, out of memory, a lost node's retry) cannot remove its
+    folder, and a trainer's holds a copy of its training text. On entry, the folders of this prefix whose
+    process no longer exists are removed, so a retried task does not leave its killed attempt's copy behind.
+    A folder of a live process (or of a pid reused since) is kept.
+    """
+    import os
+    import re
+
+    root = tempfile.gettempdir()
+    shape = re.compile(re.escape(prefix) + r"(\d+)-[^/]+$")
+    for name in os.listdir(root):
+        match = shape.match(name)
+        if match and not _process_exists(int(match.group(1))):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-") as folder:
+        yield folder
+
+
+def _process_exists(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

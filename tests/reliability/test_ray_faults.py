@@ -158,12 +158,13 @@ def _level_hashes(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
-def _wait_for(pattern: str, worker: threading.Thread, timeout: float = 120.0) -> None:
-    """Block until a file matching the glob ``pattern`` exists (a trainer is inside that level's training)."""
+def _wait_for(pattern: str, worker: threading.Thread, stale: set[str], timeout: float = 120.0) -> None:
+    """Block until a file matching the glob ``pattern`` exists that is not in ``stale`` (a trainer is inside
+    that level's training). ``stale``: the matches from before the run, left by trainers killed earlier."""
     import glob
 
     deadline = time.monotonic() + timeout
-    while not glob.glob(pattern):
+    while not set(glob.glob(pattern)) - stale:
         assert worker.is_alive(), "training ended before the level it was to be killed in had begun"
         assert time.monotonic() < deadline, f"no {pattern} within {timeout} s"
         time.sleep(0.005)
@@ -171,6 +172,7 @@ def _wait_for(pattern: str, worker: threading.Thread, timeout: float = 120.0) ->
 
 @pytest.mark.slow
 def test_classifier_training_workers_killed_mid_training_are_retried_and_train_the_same_model(ray_runtime, tmp_path):
+    import glob
     import os
     import signal
 
@@ -195,9 +197,13 @@ def test_classifier_training_workers_killed_mid_training_are_retried_and_train_t
         except BaseException as exc:  # noqa: BLE001  (reported by the assertion below)
             outcome["error"] = exc
 
+    # A SIGKILLed trainer cannot remove its temp folder: the ones killed before this run (other tests, earlier
+    # runs on this machine) left theirs, and waiting on those killed nothing (CI, 2026-11-29).
+    pattern = os.path.join(tmp, "hft-*", "level_1.train.txt")
+    stale = set(glob.glob(pattern))
     worker = threading.Thread(target=killed_run)
     worker.start()
-    _wait_for(os.path.join(tmp, "hft-*", "level_1.train.txt"), worker)
+    _wait_for(pattern, worker, stale)
     # Every busy trainer, whichever the pool gave level 1 to: Ray titles a worker after the task it runs.
     busy = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == "ray::train_level"]
     for process in busy:
@@ -205,6 +211,8 @@ def test_classifier_training_workers_killed_mid_training_are_retried_and_train_t
     worker.join(timeout=300)
     assert busy and "error" not in outcome, (busy, outcome.get("error"))
     assert not psutil.wait_procs(busy, timeout=30)[1]  # the killed workers are gone
+    # The killed attempts could not remove their scratch folders (copies of the level's rows); the retries did.
+    assert not [path for p in busy for path in glob.glob(os.path.join(tmp, f"hft-{p.pid}-*"))]
     # Every level came back (the killed ones retried in new workers, ray.actor_task_retries) with its rows.
     _, stats = outcome["result"]
     assert [s.level for s in stats] == [1, 2, 3] and [s.rows for s in stats] == [s.rows for s in clean_stats]

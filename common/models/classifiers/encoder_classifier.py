@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from common.models.config import EncoderConfig
 from common.models.classifiers.hft import Source, read_rows
 from common.models.pretrained import encoder_checkpoint, load_for_training
-from common.platform.storage import local_copy, put_folder
+from common.platform.storage import local_copy, put_folder, worker_scratch
 
 if TYPE_CHECKING:
     import torch
@@ -180,7 +179,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     rng = np.random.default_rng(seed)
     best: Optional[dict[str, Any]] = None
     loss_value = float("nan")
-    with tempfile.TemporaryDirectory(prefix="encoder-classifier-") as tmp:
+    with worker_scratch("encoder-classifier-") as tmp:
         for epoch in range(1, spec.epochs + 1):
             surrogate.train(True)
             order = rng.permutation(len(rows))
@@ -315,7 +314,7 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: Enco
     Returns {rows, seconds, accuracy, macro_f1, n_test}."""
     from common.models.classifiers.label_metrics import accuracy_and_macro_f1
 
-    with tempfile.TemporaryDirectory(prefix="encoder-eval-") as tmp:
+    with worker_scratch("encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)
         rows = read_rows(test, TEXT, LABEL)
         predicted = [label for label, _ in EncoderScorer(tmp).classify([t for t, _ in rows])]

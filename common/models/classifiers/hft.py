@@ -15,7 +15,6 @@ import functools
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from common.models.config import FastTextConfig
 from common.platform.errors import InputError
-from common.platform.storage import local_copy, put_file
+from common.platform.storage import local_copy, put_file, worker_scratch
 from common.data.taxonomy import SEPARATOR
 from common.data.text import normalize_title
 
@@ -148,7 +147,7 @@ def fit_rows(rows: Sequence[tuple[str, str]], params: dict[str, Any], seed: int,
     import numpy as np
 
     order = np.random.default_rng(seed).permutation(len(rows))
-    with tempfile.TemporaryDirectory(prefix="hft-") as tmp:
+    with worker_scratch("hft-") as tmp:
         figures = fit_fasttext([rows[i][0] for i in order], [rows[i][1] for i in order], params, seed, tmp,
                                f"level_{level}")
         for name in (f"level_{level}.bin", f"labels_{level}.json"):

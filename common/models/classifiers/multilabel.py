@@ -11,10 +11,10 @@ the rows to predict as an Arrow table: the caller turns the tasks' tables into a
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Optional, Sequence
 
 from common.data.text import normalize_title
+from common.platform.storage import worker_scratch
 from common.models.classifiers.label_metrics import best_threshold, decide
 from common.models.classifiers.hft import LABEL_PREFIX, Source, _fasttext, train_file_to_model
 
@@ -90,7 +90,7 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
     val = [rows[i] for i in order[:n_val]]
     fit_rows = [rows[i] for i in sorted(order[n_val:])]
     targets = read_examples(predict, predict_id_col, "text", predict_labels_col)
-    with tempfile.TemporaryDirectory(prefix="multilabel-") as tmp:
+    with worker_scratch("multilabel-") as tmp:
         if kind == "encoder":
             from common.models.config import EncoderConfig
             from common.models.classifiers.multilabel_encoder import fit as fit_encoder

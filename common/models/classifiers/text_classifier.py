@@ -9,13 +9,13 @@ nothing passes through the driver.
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from common.models.classifiers.hft import (HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows,
                                            task_options)
 from common.models.classifiers.label_metrics import accuracy_and_macro_f1
+from common.platform.storage import worker_scratch
 
 if TYPE_CHECKING:
     from common.models.config import EncoderConfig, FastTextConfig
@@ -39,7 +39,7 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: di
                      seed: int) -> dict[str, Any]:
     """Train a flat fastText classifier on ``train`` rows, evaluate it on ``test`` rows, discard it.
     Returns {rows, tokens, seconds, accuracy, macro_f1, n_test}; raises TrainingDataError on no rows."""
-    with tempfile.TemporaryDirectory(prefix="text-classifier-") as tmp:
+    with worker_scratch("text-classifier-") as tmp:
         figures = _fit(read_rows(train, TEXT, LABEL), params, seed, tmp)
         figures.update(_evaluate(tmp, read_rows(test, TEXT, LABEL)))
     return figures
