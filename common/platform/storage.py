@@ -158,7 +158,8 @@ def worker_scratch(prefix: str) -> Iterator[str]:
     Why the pid: a model worker killed mid-task (SIGKILL, out of memory, a lost node's retry) cannot remove its
     folder, and a trainer's holds a copy of its training text. On entry, the folders of this prefix whose
     process no longer exists are removed, so a retried task does not leave its killed attempt's copy behind.
-    A folder of a live process (or of a pid reused since) is kept.
+    A folder of a live process (or of a pid reused since) is kept. Assumes the temp folder is this host's and
+    its pids are ours: a ``/tmp`` shared with another pid namespace would see that one's folders as dead.
     """
     import os
     import re
