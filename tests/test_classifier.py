@@ -123,7 +123,6 @@ def test_training_ignores_what_the_heap_held_before(tmp_path):
     assert first == second
 
 
-
 def test_a_trainer_removes_the_scratch_folders_its_killed_predecessors_left(tmp_path, monkeypatch):
     import os
     import subprocess

@@ -14,9 +14,9 @@ import os
 from typing import Any, Optional, Sequence
 
 from common.data.text import normalize_title
-from common.platform.storage import worker_scratch
 from common.models.classifiers.label_metrics import best_threshold, decide
 from common.models.classifiers.hft import LABEL_PREFIX, Source, _fasttext, train_file_to_model
+from common.platform.storage import worker_scratch
 
 def read_examples(sources: Sequence[Source], id_col: str = "example_id", text_col: str = "text",
                   labels_col: Optional[str] = "labels") -> list[tuple[str, str, list[str]]]:
