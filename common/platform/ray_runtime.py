@@ -25,6 +25,31 @@ FAULT_TOLERANCE_KEY = "catalog_augment.actor_fault_tolerance"
 TORCH_TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
 
 
+def release_free_heap() -> bool:
+    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``): True when done, False where
+    the C library is not glibc. A long-lived worker that builds and frees large native buffers again and again
+    (CTranslate2 reloading its weights per sampled bucket) otherwise keeps them: glibc raises its mmap threshold
+    to the largest block freed, so later blocks come from per-thread arenas that it seldom shrinks. Measured
+    on a fine-tuned SmolLM2-135M, int8, 64 titles x 8 samples a call: the process held 1.4 GiB after the
+    first call and 5.6 GiB after the sixth (in a Ray task worker of the CGA run, 19 GiB, when Ray's memory
+    monitor killed it); trimmed after each call, 0.35 GiB after every one, at the same speed."""
+    import ctypes
+    import ctypes.util
+
+    global _LIBC
+    if _LIBC is None:
+        name = ctypes.util.find_library("c")
+        library = ctypes.CDLL(name) if name else None
+        _LIBC = library if library is not None and hasattr(library, "malloc_trim") else False
+    if not _LIBC:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
+
+
+_LIBC: Any = None
+
+
 def torch_task_options(num_gpus: float = 0.0) -> dict[str, Any]:
     """Ray task options for torch work: :data:`TORCH_TASK_ENV`, and with a GPU a worker that exits after its
     task (``max_calls`` 1), so that the device's memory goes back at once."""

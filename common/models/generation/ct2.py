@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from typing import Any, Optional
 
 from common.models.generation.hf_engine import GenerationSpec, T5Generator
+from common.platform.ray_runtime import release_free_heap
 from common.platform.storage import read_json as read_json_file
 
 log = logging.getLogger(__name__)
@@ -379,4 +380,7 @@ class CT2Generator(T5Generator):
                 text = self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
                 samples.append((text.strip() if self.prompt is not None else text, len(tokens)))
             out.append(samples)
+        # Each sampled bucket rebuilt the translator (new weights, new threads): hand the freed heap back, or
+        # the worker's arenas grow by about a model copy per bucket (ray_runtime.release_free_heap).
+        release_free_heap()
         return out
