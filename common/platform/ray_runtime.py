@@ -25,6 +25,10 @@ FAULT_TOLERANCE_KEY = "catalog_augment.actor_fault_tolerance"
 TORCH_TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
 
 
+# This process's C library when it has malloc_trim (glibc), False when not, None until first asked.
+_LIBC: Any = None
+
+
 def release_free_heap() -> bool:
     """Give the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``): True when done, False where
     the C library is not glibc. A long-lived worker that builds and frees large native buffers again and again
@@ -45,9 +49,6 @@ def release_free_heap() -> bool:
         return False
     _LIBC.malloc_trim(0)
     return True
-
-
-_LIBC: Any = None
 
 
 def torch_task_options(num_gpus: float = 0.0) -> dict[str, Any]:
