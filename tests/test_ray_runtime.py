@@ -186,7 +186,7 @@ def test_cpu_actor_pools_leave_a_cpu_to_ray_data(ray_runtime):
 
 
 _HEAP_SCRIPT = """
-import ctypes, sys
+import ctypes
 import psutil
 from common.platform.ray_runtime import release_free_heap
 libc = ctypes.CDLL("libc.so.6")

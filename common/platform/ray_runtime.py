@@ -5,6 +5,7 @@ Modes: ``local`` (a loopback-only runtime on this machine), ``address`` (join an
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import Any, Optional
@@ -25,8 +26,17 @@ FAULT_TOLERANCE_KEY = "catalog_augment.actor_fault_tolerance"
 TORCH_TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
 
 
-# This process's C library when it has malloc_trim (glibc), False when not, None until first asked.
-_LIBC: Any = None
+@functools.lru_cache(maxsize=1)
+def glibc() -> Optional[Any]:
+    """This process's C library through ctypes when it is glibc (it has ``mallopt`` and ``malloc_trim``), else
+    None. Loaded once, from the process's own symbols (no ``ldconfig`` call)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
 def release_free_heap() -> bool:
@@ -37,17 +47,10 @@ def release_free_heap() -> bool:
     on a fine-tuned SmolLM2-135M, int8, 64 titles x 8 samples a call: the process held 1.4 GiB after the
     first call and 5.6 GiB after the sixth (in a Ray task worker of the CGA run, 19 GiB, when Ray's memory
     monitor killed it); trimmed after each call, 0.35 GiB after every one, at the same speed."""
-    import ctypes
-    import ctypes.util
-
-    global _LIBC
-    if _LIBC is None:
-        name = ctypes.util.find_library("c")
-        library = ctypes.CDLL(name) if name else None
-        _LIBC = library if library is not None and hasattr(library, "malloc_trim") else False
-    if not _LIBC:
+    libc = glibc()
+    if libc is None:
         return False
-    _LIBC.malloc_trim(0)
+    libc.malloc_trim(0)
     return True
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from common.models.config import FastTextConfig
 from common.platform.errors import InputError
+from common.platform.ray_runtime import glibc
 from common.platform.storage import local_copy, put_file, worker_scratch
 from common.data.taxonomy import SEPARATOR
 from common.data.text import normalize_title
@@ -222,7 +223,7 @@ def zeroed_allocations() -> Iterator[None]:
     library has no ``mallopt`` (not glibc): there the fixed mmap threshold is the only guard.
     """
     global _perturb_users
-    libc = _glibc()
+    libc = glibc()
     with _perturb_lock:
         _perturb_users += 1
         if libc is not None and _perturb_users == 1:
@@ -234,17 +235,6 @@ def zeroed_allocations() -> Iterator[None]:
             _perturb_users -= 1
             if libc is not None and _perturb_users == 0:
                 libc.mallopt(_M_PERTURB, 0)
-
-
-@functools.lru_cache(maxsize=1)
-def _glibc():
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)  # the process's own symbols, the C library's among them (no ldconfig call)
-        return libc if hasattr(libc, "mallopt") else None
-    except OSError:
-        return None
 
 
 def _train_file_to_model(train_file: str, params: dict[str, Any], seed: int, out_bin: str) -> None:
