@@ -6,7 +6,8 @@ represented by its own parameters whatever its co-labels are (the disentanglemen
 relies on). The paper prefix-tunes a frozen GPT2: with a causal LM (:mod:`common.models.generation.causal_lm`) the
 blocks stand, left-padded, ahead of the text the LM writes, as there; with a seq2seq model they are the
 encoder's input. Either way the model trains with the table (LoRA adapters on a causal LM). Saved beside the
-model as ``label_prefix.safetensors`` and ``label_prefix.json``; a model folder holding them is generated from label sets (:class:`common.models.generation.pool.T5Generator`).
+model as ``label_prefix.safetensors`` and ``label_prefix.json``; a model folder holding them is generated from
+label sets (:class:`common.models.generation.pool.T5Generator`).
 """
 from __future__ import annotations
 
