@@ -14,10 +14,12 @@ are there; when they are not, it records what the stage needs into the bundle fo
 * ``encoder-eval``: ``common.models.classifiers.text_classifier.run_tasks`` when it runs the encoder classifier's
   ``fit_and_evaluate`` (genre transfer's and BoostAug's ``eval.models: [encoder]``); other tasks run here.
 
-On the GPU box, ``generate`` fine-tunes each generator with the Ray task's own body
+On the GPU box (``benchmarks/gpu_box.py``), ``generate`` fine-tunes each generator with the Ray task's own body
 (:func:`common.models.generation.seq2seq._fine_tune_task`) and generates with the Ray Data pool's own callable
-(:class:`common.models.generation.pool.ModelRoutedGenerator`); ``classify`` runs the stage's recorded jobs
-(:func:`common.models.classifiers.multilabel.fit_and_predict` or :func:`common.models.classifiers.encoder_classifier.fit_and_evaluate`;
+(:class:`common.models.generation.pool.ModelRoutedGenerator`; ``--workers`` processes share the GPU, each
+fine-tuning and generating a share of the models); ``classify`` runs the stage's recorded jobs
+(:func:`common.models.classifiers.multilabel.fit_and_predict` or
+:func:`common.models.classifiers.encoder_classifier.fit_and_evaluate`;
 ``--start``/``--stop`` split them over calls of a time limit, ``--workers`` runs several at once). Their
 outputs go back into the bundle (``<stage>/results/``), and the next ``pipeline`` run replays them (checked:
 the same prompts, the same jobs), so the tables, their lineage, the reports and the MLflow runs are the
@@ -43,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import shutil
 import sys
@@ -238,121 +239,6 @@ def pipeline(args, augment_args) -> int:
         return 0
 
 
-# ---------------------------------------------------------------- the GPU box
-
-def generate(args) -> None:
-    """Fine-tune the recorded generators, generate for the recorded prompts; results in ``--out``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    import torch
-
-    from common.models.generation.pool import GenerationSpec, ModelRoutedGenerator
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, _fine_tune_task
-
-    stage, out = Bundle(args.bundle).stage("generate"), Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    request = Bundle(args.bundle).request("generate")
-    train = TrainSpec(**request["train"])
-    folders, figures = {}, {}
-    for i, model in enumerate(request["models"]):
-        spec = ModelSpec(**{**model["spec"], "prefix_labels": tuple(model["spec"]["prefix_labels"])})
-        folder = str(Path(args.models) / f"model-{i}")
-        result = _fine_tune_task([str(stage / f) for f in request["files"]], request["source_col"],
-                                 request["target_col"], folder, spec, train, torch.get_num_threads(), None, None, 0,
-                                 _filters(model["filters"]))
-        folders[model["out_uri"]] = folder
-        figures[model["out_uri"]] = {**dataclasses.asdict(result), "path": model["out_uri"]}
-        print(f"fine-tuned {model['out_uri']}: {result.examples} examples in {result.seconds:.1f} s on "
-              f"{result.device} ({result.dtype}), loss {result.step_losses[0]:.2f} -> {result.step_losses[-1]:.2f}",
-              flush=True)
-    (out / "fine_tune.json").write_text(json.dumps(figures, indent=1, default=str))
-    spec_values = request["generation"]
-    if spec_values["engine"] == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
-        print("no ctranslate2 on this machine: generating with transformers (engine hf)", flush=True)
-        spec_values = {**spec_values, "engine": "hf"}
-    generator = ModelRoutedGenerator(GenerationSpec(**spec_values), cache_models=len(folders))
-    prompts = pq.read_table(stage / "prompts.parquet")
-    paths = [folders[p] for p in prompts.column("model_path").to_pylist()]
-    prompts = prompts.set_column(prompts.schema.get_field_index("model_path"), "model_path", pa.array(paths))
-    start, parts = time.perf_counter(), []
-    for s in range(0, prompts.num_rows, args.batch):
-        batch = {c: prompts.column(c).slice(s, args.batch).to_numpy(zero_copy_only=False)
-                 for c in prompts.column_names}
-        parts.append(generator(batch))
-    seconds = time.perf_counter() - start
-    table = pa.concat_tables(parts)
-    pq.write_table(table, out / "generated.parquet")
-    tokens = sum(table.column("generated_tokens").to_pylist())
-    print(f"generated {table.num_rows} rows for {prompts.num_rows} prompts in {seconds:.1f} s ({tokens / seconds:,.0f} "
-          f"tokens/s; {table.num_rows - table.column('reason').null_count} with a reason)", flush=True)
-
-
-def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: int) -> str:
-    """Run recorded job ``i`` of the stage (in this process or a pool's); writes its result file."""
-    import torch
-
-    from common.models.config import EncoderConfig
-
-    tf32()
-    bundle = Bundle(bundle_root)
-    stage, request = bundle.stage(stage_name), bundle.request(stage_name)
-    job = {k: _sources(stage, v) if k in SOURCES else v for k, v in request["jobs"][i].items()}
-    # This box's devices, whatever the cluster setting recorded.
-    device = {"num_cpus": threads, "num_gpus": float(torch.cuda.is_available())}
-    start = time.perf_counter()
-    if request["function"] == "multilabel":
-        import pyarrow.parquet as pq
-
-        from common.models.classifiers.multilabel import fit_and_predict
-
-        if job["kind"] == "encoder":
-            job["params"] = {**job["params"], **device}
-        table = fit_and_predict(**job)
-        pq.write_table(table, Path(out) / f"result-{i:04d}.parquet")
-        said = f"{table.column('n_train')[0]} training rows, {table.num_rows} predicted"
-    else:
-        from common.models.classifiers.encoder_classifier import fit_and_evaluate
-
-        figures = fit_and_evaluate(job["train"], job["test"], EncoderConfig(**{**job["spec"], **device}), job["seed"])
-        (Path(out) / f"result-{i:04d}.json").write_text(json.dumps(figures))
-        said = f"{figures['rows']} training rows, macro-F1 {figures['macro_f1']:.4f} on {figures['n_test']}"
-    keys = job.get("keys") or {"seed": job["seed"], "train": [f for _, f in job["train"]]}
-    return (f"{stage_name} job {i + 1}/{len(request['jobs'])} {json.dumps(keys)}: {said}, "
-            f"{time.perf_counter() - start:.1f} s")
-
-
-def classify(args) -> None:
-    """Run the stage's recorded classifier jobs ``--start``..``--stop`` (``--workers`` at a time: a small
-    encoder leaves most of a big GPU idle); one result file per job in ``--out``."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    jobs = Bundle(args.bundle).request(args.stage)["jobs"]
-    todo = range(args.start, min(args.stop, len(jobs)) if args.stop else len(jobs))
-    threads = max(1, (os.cpu_count() or 1) // args.workers)
-    start = time.perf_counter()
-    if args.workers == 1:
-        for i in todo:
-            print(_classify_one(args.bundle, args.stage, args.out, i, threads), flush=True)
-    else:
-        # spawn: CUDA cannot be used in forked children.
-        with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for line in pool.map(_classify_one, *zip(*[(args.bundle, args.stage, args.out, i, threads)
-                                                        for i in todo])):
-                print(line, flush=True)
-    print(f"{len(todo)} {args.stage} jobs in {time.perf_counter() - start:.1f} s, {args.workers} at a time",
-          flush=True)
-
-
-def tf32() -> None:
-    """TF32 matrix products on GPUs that have them (Ampere or newer); nothing on a CPU."""
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-
-
 def split_argv(argv) -> tuple[list[str], list[str]]:
     """(the tool's arguments, the ``augment`` arguments after ``--``) of ``argv`` (default: the command line)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -376,6 +262,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--models", default="/tmp/compositional-models", help="where the fine-tuned models go")
     p.add_argument("--batch", type=int, default=512, help="prompts per generation call")
+    p.add_argument("--bucket-size", type=int, default=0, help="rows generated at a time (0: the recorded spec's)")
+    p.add_argument("--workers", type=int, default=1, help="processes sharing the GPU, each a share of the models")
     p = sub.add_parser("classify", help="GPU box: the stage's classifier jobs")
     p.add_argument("--bundle", required=True)
     p.add_argument("--stage", required=True, choices=["qc", "evaluate", "encoder-eval"])
@@ -386,6 +274,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "pipeline":
         return pipeline(args, augment_args)
+    from gpu_box import classify, generate, tf32  # the GPU box's half (benchmarks/gpu_box.py)
+
     tf32()
     generate(args) if args.command == "generate" else classify(args)
     return 0
