@@ -125,6 +125,27 @@ def test_max_steps_bounds_the_optimiser_steps_across_passes(tmp_path):
     assert len(one.step_losses) == 2 and one.examples == 32
 
 
+def test_a_long_fine_tune_logs_its_progress_between_epoch_lines(tmp_path, monkeypatch, caplog):
+    # Every step counts as "a minute later": one line per optimiser step, of the planned 5 (max_steps).
+    import common.models.optim as optim
+
+    monkeypatch.setattr(optim, "PROGRESS_SECONDS", 0.0)
+    train = TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1, max_steps=5)
+    with caplog.at_level("INFO", logger="common.models.generation.seq2seq"):
+        result = fine_tune(PAIRS, str(tmp_path / "t5"), ModelSpec(vocab_size=60), train)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert [line.split(":")[0] for line in lines] == [f"step {i}/5" for i in range(1, 6)]
+    assert lines[-1].endswith("about 0 s left")
+    assert f"mean loss {result.step_losses[-1]:.4f} over the last 1 " in lines[-1]
+    # Without the bound: epochs x optimiser steps per pass (3 micro-batches of 16, 2 a step: 2 steps).
+    caplog.clear()
+    with caplog.at_level("INFO", logger="common.models.generation.seq2seq"):
+        fine_tune(PAIRS, str(tmp_path / "t5b"), ModelSpec(vocab_size=60),
+                  TrainSpec(epochs=2, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1))
+    assert [r.getMessage().split(":")[0] for r in caplog.records if r.getMessage().startswith("step ")] == [
+        f"step {i}/4" for i in range(1, 5)]
+
+
 def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path, ray_runtime, tracking_uri):
     import mlflow
     import pyarrow as pa

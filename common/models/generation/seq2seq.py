@@ -173,8 +173,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     """Fine-tune (or train from scratch) on (source, target) pairs; save to ``out_dir``; return the losses.
 
     Each optimiser step averages the loss over ``grad_accumulation`` micro-batches of ``batch_size``.
-    ``on_epoch_end(epoch, model, tokenizer, step_losses)`` runs after every epoch (checkpoints, logging).
-    """
+    ``on_epoch_end(epoch, model, tokenizer, step_losses)`` runs after every epoch (checkpoints, logging)."""
     import torch
 
     if not pairs:
@@ -183,6 +182,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     torch.manual_seed(train.seed)
     device, dtype = device_and_dtype()
     from common.models.generation.batching import epoch_batches, padded, token_ids
+    from common.models.optim import StepProgress
 
     prefix = None
     if model.causal:
@@ -241,6 +241,8 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     order = list(range(len(pairs)))
     start = time.perf_counter()
     epochs = train.planned_epochs(len(pairs))
+    progress = StepProgress(log, train.max_steps or epochs * math.ceil(math.ceil(len(pairs) / train.batch_size)
+                                                                         / train.grad_accumulation))
     for epoch in range(1, epochs + 1):
         batches = epoch_batches(order, keys, train.batch_size, train.group_by_length)
         if train.max_steps:
@@ -266,6 +268,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
                 optimiser.zero_grad(set_to_none=True)
                 result.step_losses.append(running * train.grad_accumulation / in_step)
                 running, in_step = 0.0, 0
+                progress.step(result.step_losses)
         result.examples += sum(len(batch) for batch in batches)
         if on_epoch_end is not None:
             net.eval()
