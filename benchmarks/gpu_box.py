@@ -42,7 +42,8 @@ def _generate_part(bundle_root: str, models_dir: str, indices: list[int], thread
               flush=True)
     spec_values = request["generation"]
     if spec_values["engine"] == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
-        spec_values = {**spec_values, "engine": "hf"}  # no ctranslate2 on this machine
+        print("no ctranslate2 on this machine: generating with transformers (engine hf)", flush=True)
+        spec_values = {**spec_values, "engine": "hf"}
     if bucket_size:  # rows sample alike in any bucket (row_sampling): only the speed changes
         spec_values = {**spec_values, "bucket_size": bucket_size}
     generator = ModelRoutedGenerator(GenerationSpec(**spec_values), cache_models=len(folders))
@@ -50,10 +51,15 @@ def _generate_part(bundle_root: str, models_dir: str, indices: list[int], thread
     prompts = prompts.filter(pc.is_in(prompts.column("model_path"), pa.array(list(folders))))
     paths = [folders[p] for p in prompts.column("model_path").to_pylist()]
     prompts = prompts.set_column(prompts.schema.get_field_index("model_path"), "model_path", pa.array(paths))
+    start = time.perf_counter()
     parts = [generator({c: prompts.column(c).slice(s, batch).to_numpy(zero_copy_only=False)
                         for c in prompts.column_names}) for s in range(0, prompts.num_rows, batch)]
     if parts:
-        pq.write_table(pa.concat_tables(parts), out)
+        table, seconds = pa.concat_tables(parts), time.perf_counter() - start
+        pq.write_table(table, out)
+        tokens = sum(table.column("generated_tokens").to_pylist())
+        print(f"generated {table.num_rows} rows for {prompts.num_rows} prompts of {len(folders)} models in "
+              f"{seconds:.1f} s ({tokens / seconds:,.0f} tokens/s)", flush=True)
     return figures
 
 
