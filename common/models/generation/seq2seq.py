@@ -103,13 +103,14 @@ class TrainSpec:
                    grad_accumulation=cfg.grad_accumulation, seed=seed, group_by_length=cfg.group_by_length,
                    max_steps=cfg.max_steps)
 
+    def steps_per_epoch(self, n_pairs: int) -> int:
+        """Optimiser steps in one pass over ``n_pairs`` pairs (the last step may take fewer micro-batches)."""
+        return math.ceil(math.ceil(n_pairs / self.batch_size) / self.grad_accumulation)
+
     def planned_epochs(self, n_pairs: int) -> int:
         """How many passes over ``n_pairs`` pairs the run makes: ``epochs``, or with ``max_steps`` the passes
         that hold that many optimiser steps (the last pass may stop early)."""
-        if not self.max_steps:
-            return self.epochs
-        steps_per_epoch = math.ceil(math.ceil(n_pairs / self.batch_size) / self.grad_accumulation)
-        return math.ceil(self.max_steps / steps_per_epoch)
+        return math.ceil(self.max_steps / self.steps_per_epoch(n_pairs)) if self.max_steps else self.epochs
 
 
 @dataclass
@@ -241,8 +242,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     order = list(range(len(pairs)))
     start = time.perf_counter()
     epochs = train.planned_epochs(len(pairs))
-    progress = StepProgress(log, train.max_steps or epochs * math.ceil(math.ceil(len(pairs) / train.batch_size)
-                                                                         / train.grad_accumulation))
+    progress = StepProgress(log, train.max_steps or epochs * train.steps_per_epoch(len(pairs)))
     for epoch in range(1, epochs + 1):
         batches = epoch_batches(order, keys, train.batch_size, train.group_by_length)
         if train.max_steps:
