@@ -11,6 +11,20 @@ from pathlib import Path
 
 from gpu_stage import SOURCES, Bundle, _filters, _sources
 
+
+def _pool_map(function, calls: list[tuple], workers: int):
+    """``function(*call)`` for each of ``calls``, in order, as they finish: in this process with one worker, else
+    in ``workers`` spawned processes sharing the GPU (spawn: CUDA cannot be used in forked children)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if workers == 1 or not calls:
+        yield from (function(*call) for call in calls)
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield from pool.map(function, *zip(*calls))
+
+
 def _generate_part(bundle_root: str, models_dir: str, indices: list[int], threads: int, batch: int,
                    bucket_size: int, out: str) -> dict:
     """Fine-tune the recorded generators ``indices`` (in this process or a pool's), then generate the prompts
@@ -24,8 +38,8 @@ def _generate_part(bundle_root: str, models_dir: str, indices: list[int], thread
     from common.models.generation.seq2seq import ModelSpec, TrainSpec, _fine_tune_task
 
     tf32()
-    stage = Bundle(bundle_root).stage("generate")
-    request = Bundle(bundle_root).request("generate")
+    bundle = Bundle(bundle_root)
+    stage, request = bundle.stage("generate"), bundle.request("generate")
     train = TrainSpec(**request["train"])
     folders, figures = {}, {}
     for i in indices:
@@ -66,10 +80,8 @@ def _generate_part(bundle_root: str, models_dir: str, indices: list[int], thread
 def generate(args) -> None:
     """Fine-tune the recorded generators and generate for the recorded prompts (``--workers`` processes
     sharing the GPU, each a share of the models); ``fine_tune.json`` and ``generated.parquet`` in ``--out``."""
-    import multiprocessing
     import os
     import tempfile
-    from concurrent.futures import ProcessPoolExecutor
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -84,12 +96,7 @@ def generate(args) -> None:
     calls = [(args.bundle, args.models, share, threads, args.batch, args.bucket_size, f"{parts_dir}/part-{w}.parquet")
              for w, share in enumerate(shares)]
     start = time.perf_counter()
-    if workers == 1:
-        results = [_generate_part(*calls[0])]
-    else:
-        # spawn: CUDA cannot be used in forked children.
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            results = list(pool.map(_generate_part, *zip(*calls)))
+    results = list(_pool_map(_generate_part, calls, workers))
     seconds = time.perf_counter() - start
     figures = {uri: f for part in results for uri, f in part.items()}
     (out / "fine_tune.json").write_text(json.dumps(figures, indent=1, default=str))
@@ -137,24 +144,16 @@ def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: 
 def classify(args) -> None:
     """Run the stage's recorded classifier jobs ``--start``..``--stop`` (``--workers`` at a time: a small
     encoder leaves most of a big GPU idle); one result file per job in ``--out``."""
-    import multiprocessing
     import os
-    from concurrent.futures import ProcessPoolExecutor
 
     Path(args.out).mkdir(parents=True, exist_ok=True)
     jobs = Bundle(args.bundle).request(args.stage)["jobs"]
     todo = range(args.start, min(args.stop, len(jobs)) if args.stop else len(jobs))
     threads = max(1, (os.cpu_count() or 1) // args.workers)
     start = time.perf_counter()
-    if args.workers == 1:
-        for i in todo:
-            print(_classify_one(args.bundle, args.stage, args.out, i, threads), flush=True)
-    else:
-        # spawn: CUDA cannot be used in forked children.
-        with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for line in pool.map(_classify_one, *zip(*[(args.bundle, args.stage, args.out, i, threads)
-                                                        for i in todo])):
-                print(line, flush=True)
+    for line in _pool_map(_classify_one, [(args.bundle, args.stage, args.out, i, threads) for i in todo],
+                          args.workers):
+        print(line, flush=True)
     print(f"{len(todo)} {args.stage} jobs in {time.perf_counter() - start:.1f} s, {args.workers} at a time",
           flush=True)
 
@@ -164,5 +163,3 @@ def tf32() -> None:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-
-
