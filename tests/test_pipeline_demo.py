@@ -167,10 +167,19 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     assert f"| CGA generator (model version) | `{samples.first()['model_version']}` | {where} |" in consistency
     assert "![consistency/f1_vs_consistency.png](consistency/f1_vs_consistency.png)" in consistency
     assert (tmp_path / "docs-results" / "consistency" / "f1_vs_consistency.png").stat().st_size > 10_000
-    # Genre: every topic's own rows under the rows over all topics.
+    # Genre: the rows over all topics (each seed's mean over topics, then mean ± std over the seeds, and the gain
+    # over off_topic paired by seed), then every topic's own rows.
     genre = (pages / "genre-transfer.md").read_text(encoding="utf-8")
-    augmented = lake.read("genre_results").filter("model = 'fasttext' AND method = 'augmented'").toPandas()
-    assert f"| fasttext | all | augmented | {augmented.macro_f1.mean():.4f} ± " in genre
+    fasttext = lake.read("genre_results").filter("model = 'fasttext'").toPandas()
+    per_seed = fasttext.groupby(["method", "repeat"]).macro_f1.mean().unstack("method")
+    gain = per_seed.augmented - per_seed.off_topic
+    row = next(line for line in genre.splitlines() if line.startswith("| fasttext | all | augmented |"))
+    assert row.startswith(f"| fasttext | all | augmented | {per_seed.augmented.mean():.4f} ± "
+                          f"{per_seed.augmented.std():.4f} | "), row
+    assert row.endswith(f" | {100 * gain.mean():+.1f} ± {100 * gain.std():.1f} ({(gain > 0).sum()}/{len(gain)}) "
+                        f"| {len(gain)} |"), row
+    assert "| fasttext | all | off_topic |" in genre
+    augmented = fasttext[fasttext.method == "augmented"]
     for topic, f1 in augmented.groupby("topic").macro_f1.mean().items():
         assert f"| fasttext | {topic} | augmented | {f1:.4f} ± " in genre, topic
     # Query reformulation: the run behind the matcher's rows, each figure from the version its commit names.

@@ -109,7 +109,8 @@ def _generator_generation() -> GenerationConfig:
 class GeneratorConfig:
     """One keywords-to-text model per genre (and per topic and N: each learns from that split's off-topic
     training documents only). The MiniLM-warm-started model by default; t5-small (the paper's) by
-    ``model.kind: checkpoint``; the CPU configs (conf/genre_brown.yaml, local, demo) name small scratch T5s."""
+    ``model.kind: checkpoint``; the demo configs (local, demo) name small scratch T5s, and the measured CPU
+    configs (conf/genre_brown.yaml, conf/genre_ginco.yaml) one genre-conditioned SmolLM2 (``per_genre: false``)."""
 
     model: T5ModelConfig = field(default_factory=_generator_model)
     fine_tune: FineTuneConfig = field(default_factory=_generator_fine_tune)
