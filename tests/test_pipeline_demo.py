@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from importlib.metadata import version
+from pathlib import Path
 
 import mlflow
 import pytest
 from deltalake import DeltaTable
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -68,6 +73,12 @@ def test_runs_are_tracked_as_parent_and_children(demo_run):
     assert child.data.params["demo.seed"] == str(ctx.cfg.demo.seed)
     assert child.data.params["lakehouse.root"] == ctx.cfg.lakehouse.root
     assert child.data.tags["output.labeled_products.version"] == "0"
+    # The code that ran: this checkout's commit (MLflow's own tag) and whether tracked files differed from it.
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert child.data.tags["mlflow.source.git.commit"] == head and len(head) == 40
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=REPO).returncode == 1
+    assert child.data.tags["code.dirty"] == str(dirty).lower()
+    assert child.data.tags["code.version"] == version("catalog-augment")
     assert child.data.metrics["labeled.rows_in"] == ctx.cfg.demo.n_labeled * 1.05
     # Output tables are MLflow datasets too (context "output"); the digest carries the Delta version
     # (MLflow drops a version of 0 from the source JSON).
@@ -112,7 +123,6 @@ def test_demo_generation_runs_beside_configured_documents_but_not_beside_catalog
 
 @pytest.mark.slow  # every pipeline's world: make test runs it, make test-fast not
 def test_results_summary_shows_every_result_and_one_sample_per_generator(small_world, capsys, monkeypatch, tmp_path):
-    from pathlib import Path
 
     from pyspark.sql import functions as F
 

@@ -1,14 +1,18 @@
 """MLflow tracking: every job run is an MLflow run; a pipeline run is a parent with one child per job.
 
 A run logs the flattened config as params, each input table with its Delta version (an MLflow dataset
-input plus ``input.<name>.version`` tags), each output table version, metrics and artifacts.
+input plus ``input.<name>.version`` tags), each output table version, metrics and artifacts, and the code it
+ran (:func:`code_tags`).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 from common.platform.config import BaseConfig
@@ -16,6 +20,7 @@ from common.platform.config import BaseConfig
 log = logging.getLogger(__name__)
 
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on one param value
+DISTRIBUTION = "catalog-augment"  # setup.py's name
 
 
 @dataclass
@@ -144,11 +149,40 @@ class Tracker:
         self.setup()
         nested = mlflow.active_run() is not None
         with mlflow.start_run(run_name=name, nested=nested, experiment_id=self._experiment_id,
-                              tags={k: str(v) for k, v in (tags or {}).items()}) as r:
+                              tags={**code_tags(), **{k: str(v) for k, v in (tags or {}).items()}}) as r:
             handle = TrackedRun(run_id=r.info.run_id, name=name)
             if log_config:
                 handle.log_params(self.cfg.flat())
             yield handle
+
+
+@functools.lru_cache(maxsize=1)
+def code_tags() -> dict[str, str]:
+    """Tags naming the code a run ran, looked up once per process: ``code.version`` (the installed
+    distribution's version) and, when the package is a git checkout, ``mlflow.source.git.commit`` (MLflow's own
+    tag: its UI shows it) and ``code.dirty`` (tracked files differ from that commit). Runs started from a
+    console script get no commit from MLflow itself, and a table's lineage names its run: so two results of
+    the same config and inputs can be told apart by the code that wrote them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    tags = {}
+    try:
+        tags["code.version"] = version(DISTRIBUTION)
+    except PackageNotFoundError:
+        pass
+    root = Path(__file__).resolve().parents[2]
+    # Only the package's own checkout: an installed copy inside some other repository's tree is not that commit.
+    if (root / ".git").exists():
+        try:
+            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  timeout=30)
+            if head.returncode == 0:
+                tags["mlflow.source.git.commit"] = head.stdout.strip()
+                diff = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"], timeout=30)
+                tags["code.dirty"] = "true" if diff.returncode == 1 else "false"
+        except (OSError, subprocess.TimeoutExpired) as exc:  # no git on the machine: the version tag stands
+            log.info("no git commit for the run's tags: %s", exc)
+    return tags
 
 
 def log_dataset(run_id: str, dataset: Any, context: str, attempts: int = 4) -> None:
