@@ -30,7 +30,8 @@ class Check:
     required: bool = False
 
 
-def _version(package: str) -> Optional[str]:
+def package_version(package: str) -> Optional[str]:
+    """The installed distribution's version, or None when it is not installed."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -50,7 +51,7 @@ def _java() -> Check:
 def _delta(cfg: BaseConfig) -> Check:
     wanted = cfg.spark.delta
     jars = delta_jars(cfg.spark)
-    pinned = _version("delta-spark")
+    pinned = package_version("delta-spark")
     needs_native = wanted == "native" or bool(cfg.lakehouse.catalog)
     if cfg.spark.mode != "local":
         return Check("delta", True, f"spark.delta={wanted}: the cluster's session brings Delta (delta-spark "
@@ -61,7 +62,7 @@ def _delta(cfg: BaseConfig) -> Check:
             return Check("delta", True, f"delta-rs commits (spark.delta={wanted}); native jars present: {names}")
         return Check("delta", True, f"native: Spark's Delta Lake from {jars_dir(cfg.spark)} ({names})",
                      required=needs_native)
-    rs = _version("deltalake")
+    rs = package_version("deltalake")
     fix = "make install (resolves jvm/pom.xml with mvn into .venv/jars), or --set spark.delta=rs"
     if needs_native:
         return Check("delta", False, f"spark.delta=native but no delta-spark jar in {jars_dir(cfg.spark)}", fix,
@@ -139,9 +140,9 @@ def _minilm() -> Check:
 
 def checks(cfg: BaseConfig) -> list[Check]:
     """Every check, in report order."""
-    spark = _version("pyspark")
-    ray = _version("ray")
-    mlflow = _version("mlflow")
+    spark = package_version("pyspark")
+    ray = package_version("ray")
+    mlflow = package_version("mlflow")
     try:
         tracking = cfg.tracking_uri
     except ValueError as exc:

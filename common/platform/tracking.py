@@ -163,13 +163,10 @@ def code_tags() -> dict[str, str]:
     tag: its UI shows it) and ``code.dirty`` (tracked files differ from that commit). Runs started from a
     console script get no commit from MLflow itself, and a table's lineage names its run: so two results of
     the same config and inputs can be told apart by the code that wrote them."""
-    from importlib.metadata import PackageNotFoundError, version
+    from common.platform.doctor import package_version
 
-    tags = {}
-    try:
-        tags["code.version"] = version(DISTRIBUTION)
-    except PackageNotFoundError:
-        pass
+    installed = package_version(DISTRIBUTION)
+    tags = {} if installed is None else {"code.version": installed}
     root = Path(__file__).resolve().parents[2]
     # Only the package's own checkout: an installed copy inside some other repository's tree is not that commit.
     if (root / ".git").exists():
