@@ -11,9 +11,9 @@
   growth factor (augmented tuples / original tuples over the threshold).
 * ``query-matcher`` (downstream check) splits the queries (seeded hash, ``matcher.holdout_fraction``),
   fine-tunes a second T5 on the pairs whose queries are both outside the hold-out and augments the training
-  queries only (so nothing about a held-out query reaches training), trains a fastText matcher over product
-  ids on the original and on the augmented training log, and writes ``matcher_results``
-  (precision/recall/hit @k on the held-out queries) and ``matcher_test_copies`` (reformulations that are a
+  queries only (so nothing about a held-out query reaches training), trains fastText matchers over product
+  ids on the original and on the augmented training log (``matcher.repeats`` seeds each), and writes
+  ``matcher_results`` (precision/recall/hit @k on the held-out queries, one row per variant, k and seed) and ``matcher_test_copies`` (reformulations that are a
   held-out query, with their reason: never trained on).
 """
 from __future__ import annotations
@@ -24,11 +24,15 @@ from pathlib import Path
 from typing import Optional
 
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
+from common.platform.results_pages import fmt_mean
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
 
 MATCHER_RESULTS = "matcher_results"
+# One row per (variant, k, repeat): the matcher trained on the original or the augmented log with seed ``seed``.
+MATCHER_SCHEMA = ("run_id string, variant string, k int, repeat int, seed long, precision double, recall double, "
+                  "hit_rate double, n_queries long, n_train_tuples long")
 
 
 def _model_hash(ctx: JobContext) -> str:
@@ -134,7 +138,7 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.data.leakage import COPIES_TEST, mark_test_copies
     from common.models.generation.filtering import FilterSpec
-    from common.models.classifiers.hft import HFTModel, HFTTrainerPool, train_hft
+    from common.models.classifiers.hft import HFTModel, HFTTrainerPool, level_jobs
     from common.models.generation.stages import fine_tune_stage, generate_stage
     from common.querygraph.matcher import evaluate, fasttext_config, is_holdout, relevant_products
     from common.querygraph.reformulation import augment_interactions, distinct_queries, usable_reformulations
@@ -143,7 +147,10 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     m = cfg.matcher
     pairs = tr.read("reformulation_pairs")
     tuples, local = _interaction_tables(tr)
-    config_hash = hash_of(_generation_hash(ctx), asdict(m), asdict(ctx.cfg.query_graph))
+    # The split, the matcher's own generator and its reformulations depend on the hold-out only: changing the
+    # fastText settings or the repeats retrains matchers, not the generator.
+    split_hash = hash_of(_generation_hash(ctx), m.holdout_fraction, asdict(ctx.cfg.query_graph))
+    config_hash = hash_of(split_hash, asdict(m))
     if tr.already_written(MATCHER_RESULTS, config_hash):
         return None
     held = is_holdout(F.col("query"), m.holdout_fraction, ctx.cfg.seed)
@@ -152,63 +159,73 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     train_pairs = pairs.filter(~is_holdout(F.col("source_query"), m.holdout_fraction, ctx.cfg.seed)
                                & ~is_holdout(F.col("target_query"), m.holdout_fraction, ctx.cfg.seed))
     out = tr.result.outputs
-    tr.write(train_pairs, "matcher_pairs", config_hash)
+    tr.write(train_pairs, "matcher_pairs", split_hash)
     model = fine_tune_stage(ctx, tr, "matcher_pairs", out["matcher_pairs"].version, "qr_matcher", cfg.model,
                             cfg.fine_tune, _model_hash(ctx), {"matcher_pairs": str(out["matcher_pairs"].version)},
                             "source_query", "target_query")
-    tr.write(distinct_queries(train_tuples), "matcher_inputs", config_hash)
+    tr.write(distinct_queries(train_tuples), "matcher_inputs", split_hash)
     out["matcher_reformulations"], _ = generate_stage(
         ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
-        FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", config_hash,
+        FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", split_hash,
         {**tr.inputs, "matcher_pairs": str(out["matcher_pairs"].version)})
     # A reformulation that is itself a held-out query would put that query into training: dropped, with its
     # reason, into matcher_test_copies.
     generated = mark_test_copies(tr.written("matcher_reformulations"), "generated_text",
                                  local.filter(held).select("query"), "query")
-    tr.write(generated.filter(F.col("reason") == COPIES_TEST), "matcher_test_copies", config_hash)
+    tr.write(generated.filter(F.col("reason") == COPIES_TEST), "matcher_test_copies", split_hash)
     copies = tr.written_rows("matcher_test_copies")
     augmented = augment_interactions(train_tuples, usable_reformulations(generated), ctx.cfg.query_graph).kept
     variants = {"original": local.filter(~held).select("query", "product_id"),
                 "augmented": augmented.select("query", "product_id")}
+    n_train, jobs, keys = {}, [], []
+    for variant, frame in variants.items():
+        table = f"matcher_train_{variant}"
+        tr.write(frame, table, config_hash)
+        n_train[variant] = tr.written(table).count()
+        files = ctx.lakehouse.file_uris(table, out[table].version)
+        # One matcher per seed: fastText's ranking moves between seeds by about as much as the two logs differ.
+        for repeat in range(m.repeats):
+            seed = ctx.cfg.seed + repeat
+            folder = ctx.models_dir(f"matcher_{variant}", hash_of(config_hash, tr.inputs, seed))
+            jobs += level_jobs(files, 1, fasttext_config(m), seed, folder, text_col="query", label_col="product_id")
+            keys.append((variant, repeat, seed, folder))
+    HFTTrainerPool(ctx.ray(), size=2).train(jobs)
     heldout = relevant_products(local.filter(held)).persist()
     rows = []
-    trainers = HFTTrainerPool(ctx.ray(), size=2)
     try:
-        for variant, frame in variants.items():
-            table = f"matcher_train_{variant}"
-            tr.write(frame, table, config_hash)
-            files = ctx.lakehouse.file_uris(table, out[table].version)
-            n_train = tr.written(table).count()
-            hft, _ = train_hft(trainers, files, 1, fasttext_config(m), ctx.cfg.seed,
-                               ctx.models_dir(f"matcher_{variant}", hash_of(config_hash, tr.inputs)),
-                               text_col="query", label_col="product_id")
-            scores = evaluate(heldout, HFTModel(hft.uri, 1), m.ks)
+        for variant, repeat, seed, folder in keys:
+            scores = evaluate(heldout, HFTModel(folder, 1), m.ks)
             means = scores.agg(*[F.avg(c).alias(c) for c in scores.columns if c != "query"],
                                F.count("*").alias("n_queries")).first().asDict()
             for k in sorted(set(m.ks)):
-                rows.append((tr.run_id, variant, k, means[f"precision_at_{k}"], means[f"recall_at_{k}"],
-                             means[f"hit_at_{k}"], int(means["n_queries"]), n_train))
-                tr.log_metrics({f"{variant}.recall_at_{k}": means[f"recall_at_{k}"]})
-            log.info("matcher %s (%d training tuples): %s", variant, n_train,
+                rows.append((tr.run_id, variant, k, repeat, seed, means[f"precision_at_{k}"],
+                             means[f"recall_at_{k}"], means[f"hit_at_{k}"], int(means["n_queries"]), n_train[variant]))
+            log.info("matcher %s, seed %d (%d training tuples): %s", variant, seed, n_train[variant],
                      ", ".join(f"P@{k} {means[f'precision_at_{k}']:.4f}" for k in sorted(set(m.ks))))
     finally:
         heldout.unpersist()
-    frame = ctx.spark.createDataFrame(rows, "run_id string, variant string, k int, precision double, recall double, "
-                                            "hit_rate double, n_queries long, n_train_tuples long")
+    frame = ctx.spark.createDataFrame(rows, MATCHER_SCHEMA)
     tr.write(frame, MATCHER_RESULTS, config_hash)
     pdf = frame.toPandas()
     matcher_report(ctx, tr, pdf)
-    return {f"{r.variant}.precision_at_{r.k}": r.precision for r in pdf.itertuples()} \
+    means = pdf.groupby(["variant", "k"])[["precision", "recall"]].mean()
+    tr.log_metrics({f"{variant}.recall_at_{k}": r.recall for (variant, k), r in means.iterrows()})
+    return {f"{variant}.precision_at_{k}": r.precision for (variant, k), r in means.iterrows()} \
         | {"test_copies_dropped": float(copies)}
 
 
 def matcher_report(ctx: JobContext, tr, pdf) -> None:
-    """A markdown table of precision/recall/hit @k, original vs augmented; logged to MLflow."""
-    lines = ["| variant | training tuples | k | precision@k | recall@k | hit@k | held-out queries |",
-             "|---|---|---|---|---|---|---|"]
-    for r in pdf.sort_values(["k", "variant"], ascending=[True, False]).itertuples():
-        lines.append(f"| {r.variant} | {r.n_train_tuples} | {r.k} | {r.precision:.4f} | {r.recall:.4f} | "
-                     f"{r.hit_rate:.4f} | {r.n_queries} |")
+    """A markdown table of precision/recall/hit @k, original vs augmented, mean ± std over the matcher's seeds;
+    logged to MLflow."""
+    lines = ["| variant | training tuples | k | precision@k | recall@k | hit@k | held-out queries | seeds |",
+             "|---|---|---|---|---|---|---|---|"]
+    agg = pdf.groupby(["k", "variant"]).agg(
+        tuples=("n_train_tuples", "max"), queries=("n_queries", "max"), seeds=("seed", "nunique"),
+        **{f"{c}_{f}": (c, f) for c in ("precision", "recall", "hit_rate") for f in ("mean", "std")})
+    for (k, variant), r in agg.sort_index(ascending=[True, False]).iterrows():
+        cells = [fmt_mean(r[f"{c}_mean"], None if r["seeds"] < 2 else r[f"{c}_std"])
+                 for c in ("precision", "recall", "hit_rate")]
+        lines.append(f"| {variant} | {r.tuples} | {k} | {' | '.join(cells)} | {r.queries} | {r.seeds} |")
     text = "# Query -> product matcher: original vs augmented log\n\n" + "\n".join(lines) + "\n"
     path = Path(ctx.reports_dir("query_reformulation")) / "matcher.md"
     path.write_text(text, encoding="utf-8")

@@ -159,28 +159,43 @@ def _commit_inputs(ctx: JobContext, table: str, version: int) -> dict[str, str]:
 
 
 def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
-    """The matcher's precision and recall @k trained on the original vs the augmented interaction log, and
-    the run behind them: held-out queries and training tuples (from the results table), the click log and
-    the query graph's reformulation pairs (from the input versions its commit names)."""
+    """The matcher's precision and recall @k trained on the original vs the augmented interaction log, mean ±
+    std over the matcher's seeds, the augmented log's gain paired by seed, and the run behind them: held-out
+    queries and training tuples (from the results table), the click log and the query graph's reformulation
+    pairs (from the input versions its commit names). A table written before the matcher had seeds is one
+    seed."""
     from pyspark.sql import functions as F
 
-    agg = tr.read(MATCHER).groupBy("variant", "k").agg(F.avg("precision").alias("p"), F.avg("recall").alias("r"),
-                                                       F.max("n_queries").alias("queries"),
-                                                       F.max("n_train_tuples").alias("tuples"))
+    results = tr.read(MATCHER)
+    if "seed" not in results.columns:
+        results = results.withColumn("seed", F.lit(0))
+    base = results.filter(F.col("variant") == "original").select("k", "seed", F.col("precision").alias("base"))
+    gain = F.col("precision") - F.col("base")
+    # One row per (variant, k): bounded by the config's ks.
+    agg = (results.join(base, ["k", "seed"], "left").groupBy("variant", "k")
+           .agg(F.avg("precision").alias("p"), F.stddev("precision").alias("p_std"), F.avg("recall").alias("r"),
+                F.stddev("recall").alias("r_std"), F.avg(gain).alias("gain"), F.stddev(gain).alias("gain_std"),
+                F.sum((gain > 0).cast("int")).alias("up"), F.sum((gain < 0).cast("int")).alias("down"),
+                F.countDistinct("seed").alias("seeds"), F.max("n_queries").alias("queries"),
+                F.max("n_train_tuples").alias("tuples")))
     by = {(r["variant"], r["k"]): r for r in agg.collect()}
     rows = []
     for k in sorted({k for _, k in by}):
         o, a = by.get(("original", k)), by.get(("augmented", k))
         if o is None or a is None:
             continue
-        rows.append([str(k), f"{o['p']:.4f}", f"{a['p']:.4f}", lift(a["p"], o["p"]), f"{o['r']:.4f}",
-                     f"{a['r']:.4f}", lift(a["r"], o["r"])])
+        paired = (f"{100 * a['gain']:+.2f} ± {100 * (a['gain_std'] or 0.0):.2f} ({a['up']} up, {a['down']} down)"
+                  if a["gain"] is not None else "-")
+        rows.append([str(k), fmt_mean(o["p"], o["p_std"]), fmt_mean(a["p"], a["p_std"]), lift(a["p"], o["p"]),
+                     paired, fmt_mean(o["r"], o["r_std"]), fmt_mean(a["r"], a["r_std"]), lift(a["r"], o["r"]),
+                     str(a["seeds"])])
         metrics[f"matcher.original.precision_at_{k}"] = o["p"]
         metrics[f"matcher.augmented.precision_at_{k}"] = a["p"]
     return _section(tr, MATCHER, "Query reformulation paper (query -> product matcher on held-out queries, "
-                    "trained on the original vs the augmented interaction log):",
-                    ["k", "P@k original", "P@k augmented", "lift", "R@k original", "R@k augmented", "lift"], rows,
-                    _matcher_facts(ctx, tr.versions[MATCHER], by))
+                    "trained on the original vs the augmented interaction log; mean ± std over the matcher's seeds; "
+                    "gain: augmented - original P@k in points, paired by seed, mean ± std (seeds up, seeds down)):",
+                    ["k", "P@k original", "P@k augmented", "lift", "gain (points)", "R@k original", "R@k augmented",
+                     "lift", "seeds"], rows, _matcher_facts(ctx, tr.versions[MATCHER], by))
 
 
 def _matcher_facts(ctx: JobContext, version: int, by: dict) -> list[tuple[str, str, str]]:

@@ -113,7 +113,10 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     assert copies.count() == expected.count() == results["query-matcher"].metrics["test_copies_dropped"]
     assert copies.filter(F.col("reason") != "copies a test text").count() == 0
     res = lh.read("matcher_results").toPandas()
-    assert sorted(zip(res.variant, res.k)) == [("augmented", 1), ("augmented", 5), ("original", 1), ("original", 5)]
+    # One row per variant, k and seed (repeats=2: the run's seed and the next).
+    assert sorted(zip(res.variant, res.k, res.seed)) == [(v, k, s) for v in ("augmented", "original") for k in (1, 5)
+                                                         for s in (ctx.cfg.seed, ctx.cfg.seed + 1)]
+    assert sorted(set(zip(res.seed, res["repeat"]))) == [(ctx.cfg.seed, 0), (ctx.cfg.seed + 1, 1)]
     assert res.precision.between(0, 1).all() and (res.n_queries > 0).all()
     assert res[res.variant == "augmented"].n_train_tuples.iloc[0] >= res[res.variant == "original"].n_train_tuples.iloc[0]
     before = {t.name: t.version for t in lh.tables()}

@@ -188,7 +188,7 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
         fine_tune=FineTuneConfig(epochs=2, learning_rate=1e-3, batch_size=32, grad_accumulation=2, num_cpus=2,
                                  checkpoint_every=0),
         generation=GenerationConfig(n_samples=2, max_new_tokens=10, concurrency=1),
-        matcher=MatcherConfig(epoch=5, ks=[1, 5]))
+        matcher=MatcherConfig(epoch=5, ks=[1, 5], repeats=2))
     # A fold surrogate learns from one fold of ~90 titles here: fastText (the features kind has its own tests),
     # 50 epochs, and a 0.6 confidence threshold (fastText is rarely 0.99 sure on so little; the paper's
     # DeBERTa is), leave candidates on both sides of every filter.

@@ -83,10 +83,14 @@ class MatcherConfig:
     maxn: int = 4
     # Matcher fastText hash buckets for n-grams.
     bucket: int = 200_000
+    # Matchers per log, each with its own seed (the run's seed + repeat): on the demo world one seed's P@1 moves
+    # by about a point between seeds, as much as the two logs differ, so one matcher cannot tell them apart.
+    repeats: int = 5
 
     def __post_init__(self) -> None:
         check(0 < self.holdout_fraction < 1, "query_reformulation.matcher.holdout_fraction", "must be in (0, 1)")
         check(bool(self.ks) and all(k >= 1 for k in self.ks), "query_reformulation.matcher.ks", "must be >= 1")
+        check(self.repeats >= 1, "query_reformulation.matcher.repeats", "must be >= 1")
 
 
 # The causal generators' prompt (kinds smollm2 / causal_checkpoint): a query in, a reformulation out.
