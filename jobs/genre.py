@@ -17,7 +17,7 @@
 * ``genre-evaluate`` writes ``genre_eval_sets`` (cleaned windows of every split document and the cleaned
   synthetic documents) and trains the genre classifiers in Ray tasks: per classifier model (fastText and/or
   the fine-tuned encoder), topic, N and method (on_topic, off_topic, augmented; off_keywords with the control,
-  synthetic_only when asked) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set:
+  synthetic_only and off_topic_balanced when asked) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set:
   ``genre_results`` and a report (the paper's Table 4 and per-topic gains).
 """
 from __future__ import annotations
@@ -291,7 +291,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``genre-evaluate``: on-topic, off-topic and augmented genre classifiers, R seeds, macro-F1."""
     from pyspark.sql import functions as F
 
-    from common.genre.evaluation import eval_rows, methods, summary_table
+    from common.genre.evaluation import balanced_rows, eval_rows, methods, summary_table
     from common.models.config import used_settings
     from common.models.classifiers.text_classifier import evaluate_many
 
@@ -301,12 +301,15 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas()).to_string(index=False))
         return None
-    sets = tr.write(eval_rows(splits, docs, synthetic_rows, cfg.window_chars, ctx.cfg.seed), EVAL_SETS, config_hash)
+    rows = eval_rows(splits, docs, synthetic_rows, cfg.window_chars, ctx.cfg.seed)
+    if cfg.eval.balanced_control:
+        rows = rows.unionByName(balanced_rows(rows, ctx.cfg.seed))
+    sets = tr.write(rows, EVAL_SETS, config_hash)
     # One row per (topic, n): bounded by the config.
     grid = [(r["topic"], r["n"]) for r in
             ctx.lakehouse.read(EVAL_SETS, sets.version).select("topic", "n").distinct().orderBy("topic", "n").collect()]
     files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
-    evaluated = methods(cfg.generator.off_topic_control, cfg.eval.synthetic_only)
+    evaluated = methods(cfg.generator.off_topic_control, cfg.eval.synthetic_only, cfg.eval.balanced_control)
     keys, figures = [], []
     for model in cfg.eval.models:
         jobs = []

@@ -13,8 +13,8 @@
   fine-tunes a second T5 on the pairs whose queries are both outside the hold-out and augments the training
   queries only (so nothing about a held-out query reaches training), trains fastText matchers over product
   ids on the original and on the augmented training log (``matcher.repeats`` seeds each), and writes
-  ``matcher_results`` (precision/recall/hit @k on the held-out queries, one row per variant, k and seed) and ``matcher_test_copies`` (reformulations that are a
-  held-out query, with their reason: never trained on).
+  ``matcher_results`` (precision/recall/hit @k on the held-out queries, one row per variant, k and seed) and
+  ``matcher_test_copies`` (reformulations that are a held-out query, with their reason: never trained on).
 """
 from __future__ import annotations
 
@@ -126,8 +126,8 @@ def growth_accounting(ctx: JobContext, tuples, local, reformulated, kept_version
     return {"collected_tuples": float(tuples.count()), "local_tuples": float(n_local),
             "reformulated_tuples": float(reformulated.count()), "aggregated_tuples": float(aggregated),
             "augmented_tuples": float(n_kept), "rejected_tuples": float(n_rejected),
-            "augmented_original": float(origins.get("original", 0)), "augmented_lifted": float(origins.get("lifted", 0)),
-            "augmented_new": float(origins.get("new", 0)),
+            "augmented_original": float(origins.get("original", 0)),
+            "augmented_lifted": float(origins.get("lifted", 0)), "augmented_new": float(origins.get("new", 0)),
             "growth_factor": n_kept / n_local if n_local else 0.0}
 
 

@@ -269,7 +269,7 @@ def _genre(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTab
                 F.stddev(gain).alias("gain_std"), F.sum((gain > 0).cast("int")).alias("up"),
                 F.count("*").alias("seeds")))
     by = {(r["model"], r["topic"], r["method"]): r for r in agg.collect()}
-    order = ("on_topic", "off_topic", "augmented", "off_keywords", "synthetic_only")
+    order = ("on_topic", "off_topic", "augmented", "off_keywords", "synthetic_only", "off_topic_balanced")
     rows = []
     for model, topic, method in sorted(by, key=lambda k: (k[0] != "fasttext", k[0], k[1] != "all",
                                                           int(k[1]) if k[1] != "all" else 0,

@@ -238,6 +238,28 @@ def test_synthetic_ratio_draws_k_test_documents_for_every_generator(spark):
     assert set(control[control["keywords_from"] == "on_topic"]["source_doc_id"]) == chosen(1.0)[0] | chosen(1.0)[1]
 
 
+def test_the_balanced_control_repeats_off_topic_documents_to_the_augmented_count_per_genre(spark):
+    from common.genre.evaluation import balanced_rows
+
+    # topic 0: news 2 off-topic + 3 synthetic, story 3 + 0, poem 0 + 2; topic 1: news 1 + 2 (separate counts)
+    sets = [(0, "news", "off_topic", 2), (0, "news", "synthetic", 3), (0, "story", "off_topic", 3),
+            (0, "poem", "synthetic", 2), (0, "news", "test", 4), (1, "news", "off_topic", 1),
+            (1, "news", "synthetic", 2)]
+    rows = spark.createDataFrame(
+        [(t, 30, s, f"{t}-{g}-{s}-{i}", g, f"text {i}") for t, g, s, k in sets for i in range(k)],
+        "topic int, n int, set string, doc_id string, label string, text string")
+    got = balanced_rows(rows, 42).toPandas()
+    assert set(got["set"]) == {"off_topic_balanced"}
+    # each genre reaches its augmented count from its off-topic documents alone; a genre without any has none
+    assert got.groupby(["topic", "label"]).size().to_dict() == {(0, "news"): 5, (0, "story"): 3, (1, "news"): 3}
+    assert got["doc_id"].str.contains("-off_topic-").all()
+    copies = got.groupby("doc_id").size()
+    assert sorted(copies[copies.index.str.startswith("0-news")]) == [2, 3]  # 5 rows from 2 documents
+    assert (copies[copies.index.str.startswith("0-story")] == 1).all() and copies["1-news-off_topic-0"] == 3
+    again = balanced_rows(rows.repartition(3), 42).toPandas()
+    assert again.groupby("doc_id").size().to_dict() == copies.to_dict()  # seeded, not layout-dependent
+
+
 def test_summary_table_on_hand_computed_scores():
     import pandas as pd
 
@@ -246,7 +268,8 @@ def test_summary_table_on_hand_computed_scores():
     f1 = {  # (method, topic) -> macro-F1 of seeds 0 and 1
         ("on_topic", 1): (0.50, 0.60), ("off_topic", 1): (0.30, 0.30), ("augmented", 1): (0.40, 0.36),
         ("off_keywords", 1): (0.32, 0.30), ("on_topic", 2): (0.40, 0.40), ("off_topic", 2): (0.45, 0.45),
-        ("augmented", 2): (0.40, 0.40), ("off_keywords", 2): (0.50, 0.50)}
+        ("augmented", 2): (0.40, 0.40), ("off_keywords", 2): (0.50, 0.50),
+        ("off_topic_balanced", 1): (0.35, 0.35), ("off_topic_balanced", 2): (0.45, 0.43)}
     rows = [{"model": "fasttext", "n": 30, "topic": t, "method": m, "repeat": r, "macro_f1": v[r]}
             for (m, t), v in f1.items() for r in (0, 1)]
     row = summary_table(pd.DataFrame(rows)).iloc[0]
@@ -255,6 +278,9 @@ def test_summary_table_on_hand_computed_scores():
     assert row["gap topics"] == "1/2"  # topic 2's off-topic row is above its on-topic one
     assert row["gain"] == "+1.5" and row["gain topics"] == "1/2"  # (0.08 - 0.05) / 2
     assert row["transfer"] == "-1.5"  # ((0.38 - 0.31) + (0.40 - 0.50)) / 2
+    assert row["beyond balance"] == "-0.5"  # ((0.38 - 0.35) + (0.40 - 0.44)) / 2
+    assert "off_topic_balanced" not in methods(True, True) and \
+        methods(False, False, True)["off_topic_balanced"] == ("off_topic_balanced",)
     assert "off_keywords" not in methods(False) and methods(True)["off_keywords"] == ("off_topic", "synthetic_off")
     assert "synthetic_only" not in methods(True) and methods(False, True)["synthetic_only"] == ("synthetic",)
     # one block per classifier model, each compared within itself
@@ -403,18 +429,21 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     from jobs.genre import evaluate_job
 
     ctx.cfg.genre.eval = EvalConfig(repeats=1, models=["fasttext", "encoder"], synthetic_only=True,
+                                    balanced_control=True,
                                     encoder=EncoderConfig(max_length=32, epochs=1, batch_size=8, learning_rate=1e-4,
                                                           mlm_weight=1.0))
     evaluated = evaluate_job(ctx)
     res = lake.read("genre_results").toPandas()
     synthetic = lake.read("genre_synthetic").toPandas()
-    assert len(res) == 2 * 4 and set(res["model"]) == {"fasttext", "encoder"}
-    assert set(res["method"]) == {"on_topic", "off_topic", "augmented", "synthetic_only"}
+    assert len(res) == 2 * 5 and set(res["model"]) == {"fasttext", "encoder"}
+    assert set(res["method"]) == {"on_topic", "off_topic", "augmented", "synthetic_only", "off_topic_balanced"}
     assert res["macro_f1"].between(0, 1).all() and (res["n_test"] == 9).all()
     rows = res.set_index(["model", "method"])["n_train"]
     for model in ("fasttext", "encoder"):  # both read the same sets; synthetic_only is the synthetic documents
         assert rows[(model, "synthetic_only")] == len(synthetic) and rows[(model, "off_topic")] == 9
         assert rows[(model, "augmented")] == 9 + len(synthetic)
+        # every genre has 3 off-topic documents here, so the balanced control matches the augmented count
+        assert rows[(model, "off_topic_balanced")] == rows[(model, "augmented")]
     assert "n3.augmented.macro_f1" in evaluated.metrics and "encoder.n3.augmented.macro_f1" in evaluated.metrics
     assert "encoder" in open(report, encoding="utf-8").read()
     ctx.close()

@@ -12,15 +12,20 @@ if TYPE_CHECKING:
 
 # The rows of the paper's Table 4: trained on-topic, trained off-topic, off-topic plus synthetic on-topic;
 # and two of its Table 5: the control (genre.generator.off_topic_control), off-topic plus synthetic documents
-# written from off-topic keywords, and the synthetic documents alone (genre.eval.synthetic_only).
+# written from off-topic keywords, and the synthetic documents alone (genre.eval.synthetic_only). Not the
+# paper's: ``off_topic_balanced`` (genre.eval.balanced_control), the off-topic documents repeated to the augmented
+# set's documents per genre, which separates what the synthetic text adds from the class balance it brings.
 METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic"),
-           "off_keywords": ("off_topic", "synthetic_off"), "synthetic_only": ("synthetic",)}
+           "off_keywords": ("off_topic", "synthetic_off"), "synthetic_only": ("synthetic",),
+           "off_topic_balanced": ("off_topic_balanced",)}
+BALANCED = "off_topic_balanced"
 
 
-def methods(control: bool, synthetic_only: bool = False) -> dict[str, tuple[str, ...]]:
+def methods(control: bool, synthetic_only: bool = False, balanced: bool = False) -> dict[str, tuple[str, ...]]:
     """The evaluated methods and the eval sets each trains on: Table 4's three, plus ``off_keywords`` when
-    the control was generated (without it, it would repeat ``off_topic``) and ``synthetic_only`` when asked."""
-    wanted = {"off_keywords": control, "synthetic_only": synthetic_only}
+    the control was generated (without it, it would repeat ``off_topic``), ``synthetic_only`` and
+    ``off_topic_balanced`` when asked."""
+    wanted = {"off_keywords": control, "synthetic_only": synthetic_only, BALANCED: balanced}
     return {m: parts for m, parts in METHODS.items() if wanted.get(m, True)}
 
 
@@ -50,6 +55,26 @@ def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame
     return real.unionByName(fake)
 
 
+def balanced_rows(rows: "DataFrame", seed: int) -> "DataFrame":
+    """The class-balance control of eval ``rows`` (as :func:`eval_rows` returns them): per (topic, n, genre),
+    the genre's ``t`` rows of the augmented set (off-topic + synthetic) drawn from its ``k`` off-topic rows
+    alone: each repeated ``t // k`` times, and ``t % k`` of them (a seeded order) once more. Set
+    ``off_topic_balanced``; the augmented set's class distribution with no new text. A genre without
+    off-topic documents has no rows, as in ``off_topic``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = ["topic", "n", "label"]
+    sizes = rows.filter(F.col("set").isin("off_topic", "synthetic")).groupBy(*keys).agg(
+        F.sum((F.col("set") == "off_topic").cast("int")).alias("k"), F.count(F.lit(1)).alias("t"))
+    # One window per (topic, n, genre): a few dozen documents each.
+    order = Window.partitionBy(*keys).orderBy(F.xxhash64(F.lit(seed), "doc_id"), "doc_id")
+    off = rows.filter(F.col("set") == "off_topic").join(sizes, keys).withColumn("i", F.row_number().over(order) - 1)
+    copies = (F.floor(F.col("t") / F.col("k")) + (F.col("i") < F.col("t") % F.col("k")).cast("int")).cast("int")
+    return off.withColumn("copy", F.explode(F.sequence(F.lit(1), copies))).select(
+        "topic", "n", F.lit(BALANCED).alias("set"), "doc_id", "label", "text")
+
+
 def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
     """Table 4: per classifier model and N, each method's macro-F1 averaged over topics (mean ± std over the R
     seeds of that average), the topics evaluated, and in how many the off-topic row falls below on-topic and
@@ -75,6 +100,9 @@ def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
         if {"augmented", "off_keywords"} <= set(per_topic.columns):
             # the control's share: what on-topic keywords add over as many synthetic documents without them
             row["transfer"] = f"{100 * (per_topic['augmented'] - per_topic['off_keywords']).mean():+.1f}"
+        if {"augmented", BALANCED} <= set(per_topic.columns):
+            # what the synthetic text adds over the class balance it brings
+            row["beyond balance"] = f"{100 * (per_topic['augmented'] - per_topic[BALANCED]).mean():+.1f}"
         rows.append(row)
     return pd.DataFrame(rows)
 
