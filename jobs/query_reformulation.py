@@ -147,10 +147,12 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     m = cfg.matcher
     pairs = tr.read("reformulation_pairs")
     tuples, local = _interaction_tables(tr)
-    # The split, the matcher's own generator and its reformulations depend on the hold-out only: changing the
-    # fastText settings or the repeats retrains matchers, not the generator.
-    split_hash = hash_of(_generation_hash(ctx), m.holdout_fraction, asdict(ctx.cfg.query_graph))
-    config_hash = hash_of(split_hash, asdict(m))
+    # Each output is keyed by what it depends on: the split's tables by the hold-out (the model's key adds the
+    # generator), the reformulations by the generator and decoding, the matchers by all of the matcher section.
+    # Another decoding regenerates without a fine-tune; other fastText settings or repeats retrain matchers only.
+    split_hash = hash_of(m.holdout_fraction, asdict(ctx.cfg.query_graph), ctx.cfg.seed)
+    generation_hash = hash_of(_generation_hash(ctx), split_hash)
+    config_hash = hash_of(generation_hash, asdict(m))
     if tr.already_written(MATCHER_RESULTS, config_hash):
         return None
     held = is_holdout(F.col("query"), m.holdout_fraction, ctx.cfg.seed)
@@ -166,13 +168,13 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.write(distinct_queries(train_tuples), "matcher_inputs", split_hash)
     out["matcher_reformulations"], _ = generate_stage(
         ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
-        FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", split_hash,
+        FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", generation_hash,
         {**tr.inputs, "matcher_pairs": str(out["matcher_pairs"].version)})
     # A reformulation that is itself a held-out query would put that query into training: dropped, with its
     # reason, into matcher_test_copies.
     generated = mark_test_copies(tr.written("matcher_reformulations"), "generated_text",
                                  local.filter(held).select("query"), "query")
-    tr.write(generated.filter(F.col("reason") == COPIES_TEST), "matcher_test_copies", split_hash)
+    tr.write(generated.filter(F.col("reason") == COPIES_TEST), "matcher_test_copies", generation_hash)
     copies = tr.written_rows("matcher_test_copies")
     augmented = augment_interactions(train_tuples, usable_reformulations(generated), ctx.cfg.query_graph).kept
     variants = {"original": local.filter(~held).select("query", "product_id"),

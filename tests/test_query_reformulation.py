@@ -128,3 +128,33 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     rerun = {r.job: r for r in again}
     for name in ("query-normalize", "query-specificity", "query-similarity", "query-clusters", "query-augment"):
         assert rerun[name].outputs and not rerun[name].metrics, name
+
+
+@pytest.mark.slow  # generation and matchers again on a copy of the world
+def test_another_decoding_regenerates_the_matchers_reformulations_without_a_fine_tune(small_world, tmp_path):
+    from dataclasses import replace
+    from pathlib import Path
+
+    from common.models.generation.seq2seq import MODEL_MARKER
+    from jobs.query_reformulation import matcher_job
+
+    small_world.run("query-reformulation")
+    ctx = small_world.copy(tmp_path)
+    try:
+        lake = ctx.lakehouse
+        before = {t.name: t.version for t in lake.tables()}
+        model = lake.read("matcher_reformulations").select("model_version").first()[0]
+        marker = Path(ctx.cfg.lakehouse.root) / "models" / model / MODEL_MARKER
+        trained_at = marker.stat().st_mtime_ns
+        ctx.cfg.query_reformulation.generation = replace(ctx.cfg.query_reformulation.generation, top_k=5)
+        matcher_job(ctx)
+        after = {t.name: t.version for t in lake.tables()}
+        # the split and the generator stand; the reformulations, training logs and results are new versions
+        assert after["matcher_pairs"] == before["matcher_pairs"] and after["matcher_inputs"] == before["matcher_inputs"]
+        assert marker.stat().st_mtime_ns == trained_at
+        versions = lake.read("matcher_reformulations").select("model_version").distinct().collect()
+        assert {r[0] for r in versions} == {model}
+        for table in ("matcher_reformulations", "matcher_train_augmented", "matcher_results"):
+            assert after[table] == before[table] + 1, table
+    finally:
+        ctx.close()
