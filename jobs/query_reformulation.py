@@ -227,7 +227,7 @@ def matcher_report(ctx: JobContext, tr, pdf) -> None:
     for (k, variant), r in agg.sort_index(ascending=[True, False]).iterrows():
         cells = [fmt_mean(r[f"{c}_mean"], None if r["seeds"] < 2 else r[f"{c}_std"])
                  for c in ("precision", "recall", "hit_rate")]
-        lines.append(f"| {variant} | {r.tuples} | {k} | {' | '.join(cells)} | {r.queries} | {r.seeds} |")
+        lines.append(f"| {variant} | {int(r.tuples)} | {k} | {' | '.join(cells)} | {int(r.queries)} | {int(r.seeds)} |")
     text = "# Query -> product matcher: original vs augmented log\n\n" + "\n".join(lines) + "\n"
     path = Path(ctx.reports_dir("query_reformulation")) / "matcher.md"
     path.write_text(text, encoding="utf-8")
