@@ -15,10 +15,9 @@ if TYPE_CHECKING:
 # written from off-topic keywords, and the synthetic documents alone (genre.eval.synthetic_only). Not the
 # paper's: ``off_topic_balanced`` (genre.eval.balanced_control), the off-topic documents repeated to the augmented
 # set's documents per genre, which separates what the synthetic text adds from the class balance it brings.
-METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic"),
-           "off_keywords": ("off_topic", "synthetic_off"), "synthetic_only": ("synthetic",),
-           "off_topic_balanced": ("off_topic_balanced",)}
 BALANCED = "off_topic_balanced"
+METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic"),
+           "off_keywords": ("off_topic", "synthetic_off"), "synthetic_only": ("synthetic",), BALANCED: (BALANCED,)}
 
 
 def methods(control: bool, synthetic_only: bool = False, balanced: bool = False) -> dict[str, tuple[str, ...]]:
