@@ -198,6 +198,16 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     inputs = lake.data_commit("matcher_results", results_version).lineage["inputs"]
     held_out = lake.read("matcher_results", results_version).agg(F.max("n_queries")).first()[0]
     assert f"| held-out queries | {held_out:,} | `matcher_results` v{results_version} |" in matcher
+    # P@1 per log as mean ± std over the matcher's seeds, and the augmented log's gain paired by seed
+    p1 = lake.read("matcher_results", results_version).filter("k = 1").toPandas().pivot(
+        index="seed", columns="variant", values="precision")
+    diff = p1.augmented - p1.original
+    row = next(line for line in matcher.splitlines() if line.startswith("| 1 | "))
+    assert row.startswith(f"| 1 | {p1.original.mean():.4f} ± {p1.original.std():.4f} | "
+                          f"{p1.augmented.mean():.4f} ± {p1.augmented.std():.4f} | "), row
+    assert (f" | {100 * diff.mean():+.2f} ± {100 * diff.std():.2f} ({(diff > 0).sum()} up, {(diff < 0).sum()} down) "
+            in row), row
+    assert row.endswith(f" | {len(p1)} |") and len(p1) == 2, row
     pairs_version = int(inputs["reformulation_pairs"])
     pairs = lake.read("reformulation_pairs", pairs_version)
     assert (f"| reformulation pairs (query graph) | {pairs.count():,} | `reformulation_pairs` v{pairs_version} |"
