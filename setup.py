@@ -15,7 +15,10 @@ CORE = [
     "numpy>=1.26",
     "pyyaml>=6",
     "mlflow==3.17.2",
-    "ray[data]==2.60.0",
+    # default: the dashboard and its state API (where a cluster's tasks ran), what `ray start` nodes run.
+    "ray[data,default]==2.60.0",
+    # S3: the commit lease's conditional puts (common/platform/commit_lease.py) and MLflow's S3 artifact store.
+    "boto3>=1.35",
 ]
 ML = [
     "torch==2.13.0",
@@ -36,6 +39,8 @@ ML = [
 ]
 DEV = ["pytest", "hypothesis", "psutil", "databricks-bundles==1.22.1",
        "mkdocs-material==9.8.2"]  # the docs site (make docs; tests/test_docs.py builds it)
+# The local cluster rehearsal (tests/cluster/local_cluster.py, make cluster-demo): a real S3-API server on loopback.
+CLUSTER = ["moto[server]==5.2.5"]
 
 setup(
     name="catalog-augment",
@@ -44,7 +49,9 @@ setup(
                 "(Spark jobs, Ray model stages, Delta tables, MLflow runs)",
     python_requires=">=3.10",
     packages=find_packages(include=["common", "common.*", "jobs"]),
+    # CS-Blind's colour and size lists, read with importlib.resources (also from make dist's zip).
+    package_data={"common.catalog": ["dictionaries/*.txt"]},
     install_requires=CORE,
-    extras_require={"ml": ML, "dev": DEV, "all": ML + DEV},
+    extras_require={"ml": ML, "dev": DEV, "cluster": CLUSTER, "all": ML + DEV + CLUSTER},
     entry_points={"console_scripts": ["augment=jobs.cli:entry"]},
 )

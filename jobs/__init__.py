@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.config import load_config
-from common.platform.job import entry_point as _entry_point
+from common.platform.entry import entry_point as _entry_point
 from common.platform.pipeline import JobRegistry
 from common.platform.pipeline import run_pipeline as _run_pipeline
 

@@ -43,23 +43,21 @@ def check_labels(n_rows: int, n_classes: int, table: str) -> None:
 
 def train_model(ctx: JobContext, tr: JobRun, table: str, version: int, name: str, key: str, seed: int):
     """Train an HFT on a lakehouse table version (reusing a model already trained from the same key)."""
-    from pathlib import Path
-
     from pyspark.sql import functions as F
 
-    from common.models.classifiers.hft import HFTModel, HFTTrainerPool, stats_dict, train_hft
     from common.data.taxonomy import depth_col
+    from common.models.classifiers.hft import HFTModel, HFTTrainerPool, stats_dict, train_hft
+    from common.platform.storage import exists
 
     depth = ctx.lakehouse.read(table, version).agg(F.max(depth_col(F.col("category")))).first()[0]
     out_dir = ctx.models_dir(name, key)
-    if not ctx.force and all(Path(out_dir, f"level_{i}.bin").is_file() for i in range(1, depth + 1)):
+    if not ctx.force and all(exists(f"{out_dir}/level_{i}.bin") for i in range(1, depth + 1)):
         log.info("reusing %s model at %s", name, out_dir)
         return HFTModel(uri=out_dir, depth=depth)
     model, stats = train_hft(HFTTrainerPool(ctx.ray()), ctx.lakehouse.file_uris(table, version), depth,
                              ctx.cfg.consistency.fasttext, seed, out_dir)
     tr.log_dict(stats_dict(stats), f"models/{name}/training_stats.json")
-    if "://" not in out_dir:
-        tr.log_artifact(out_dir, "models")
+    tr.log_model_folder(out_dir, "models")
     return model
 
 

@@ -15,7 +15,6 @@ baseline mean); a report (markdown and a PNG chart of F1 vs consistency) to MLfl
 from __future__ import annotations
 
 import logging
-import shutil
 import statistics
 from dataclasses import asdict
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Optional
 
 from common.platform.errors import ConfigError
 from common.platform.job import JobContext, JobRun, hash_of, job
+from common.platform.storage import remove_tree
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas()))
         return None
-    colours, sizes = load_dictionary(cfg.colours), load_dictionary(cfg.sizes)
+    colours, sizes = load_dictionary(cfg.colours, "colours"), load_dictionary(cfg.sizes, "sizes")
 
     trained: dict[str, tuple[int, int]] = {}  # method -> (n augmented, n rows)
     jobs, keys = [], []
@@ -130,10 +130,10 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     pdf = frame.toPandas()
     report(ctx, tr, pdf)
     for method, repeat, _, model in keys:
-        if repeat == 0 and "://" not in model.uri:
-            tr.log_artifact(model.uri, f"models/{method}")
-        elif "://" not in model.uri:
-            shutil.rmtree(model.uri, ignore_errors=True)  # repeats only feed the mean ± std
+        if repeat == 0:
+            tr.log_model_folder(model.uri, f"models/{method}")
+        else:
+            remove_tree(model.uri)  # repeats only feed the mean ± std
     means = pdf.groupby("method")[["f1_weighted", "consistency_rate"]].mean()
     return {f"mean.{m}.{k}": v for m, row in means.iterrows() for k, v in row.items()}
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Optional
 
 from common.config import AppConfig
 from common.data.schemas import DEMO_KINDS
 from common.platform.job import JobContext, JobRun, job
+from common.platform.storage import exists, read_text, write_text
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
@@ -43,20 +43,21 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Generate the demo landing files; returns the row counts written (good + planted bad rows)."""
     landing = landing_dir(ctx.cfg)
     config_hash = ctx.cfg.section_hash("demo")
-    marker = Path(landing) / MARKER
+    marker = f"{landing}/{MARKER}"
     configured = [k for k in DEMO_KINDS if getattr(ctx.cfg.inputs, k)]
     if configured:
         # Pipelines start with this job; on the user's own inputs there is nothing to generate.
         log.info("inputs configured (%s): demo generation skipped", ", ".join(configured))
         tr.set_tags({"skipped": "inputs configured"})
         return None
-    if marker.is_file() and not ctx.force and json.loads(marker.read_text()).get("config_hash") == config_hash:
-        counts = json.loads(marker.read_text())["rows"]
+    written = json.loads(read_text(marker)) if exists(marker) else {}
+    if written.get("config_hash") == config_hash and not ctx.force:
+        counts = written["rows"]
         log.info("demo landing files for config %s already exist under %s; skipping", config_hash, landing)
         tr.set_tags({"skipped": "true"})
     else:
         counts = _generate(ctx, landing)
-        marker.write_text(json.dumps({"config_hash": config_hash, "rows": counts}, indent=2))
+        write_text(marker, json.dumps({"config_hash": config_hash, "rows": counts}, indent=2))
     tr.set_tags({"landing": landing})
     return {f"rows.{k}": v for k, v in counts.items()}
 
@@ -116,8 +117,7 @@ def _generate(ctx: JobContext, landing: str) -> dict[str, int]:
     interactions.unionByName(interactions_bad).write.mode("overwrite").parquet(f"{landing}/interactions")
     n_interactions = spark.read.parquet(f"{landing}/interactions").count()
 
-    Path(landing).mkdir(parents=True, exist_ok=True)
-    (Path(landing) / "taxonomy.txt").write_text("\n".join(demo_data.taxonomy_lines()) + "\n", encoding="utf-8")
+    write_text(f"{landing}/taxonomy.txt", "\n".join(demo_data.taxonomy_lines()) + "\n")
     return {
         "labeled_products": world.n_labeled + n_labeled_bad,
         "labeled_products_bad": n_labeled_bad,

@@ -61,9 +61,11 @@ def resolve_taxonomy(cfg: AppConfig) -> Optional[str]:
 
     if cfg.ingest.taxonomy:
         return cfg.ingest.taxonomy
-    demo_taxonomy = Path(landing_dir(cfg)) / "taxonomy.txt"
+    from common.platform.storage import exists
+
+    demo_taxonomy = f"{landing_dir(cfg)}/taxonomy.txt"
     uses_demo = all(getattr(cfg.inputs, kind) is None for kind in CATALOG_KINDS)
-    return str(demo_taxonomy) if uses_demo and demo_taxonomy.is_file() else None
+    return demo_taxonomy if uses_demo and exists(demo_taxonomy) else None
 
 
 @job(NAME)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from common.config import load_config
-from common.platform.job import add_common_args, build_context, override_list
+from common.platform.entry import add_common_args, override_list
+from common.platform.job import build_context
 from jobs import PIPELINES, run_pipeline
 
 if TYPE_CHECKING:
@@ -81,10 +82,11 @@ class Notebook:
         """Show the chart ``name`` of report folder ``<lakehouse.root>/reports/<report>``: inline on Databricks
         (and in Jupyter), its path elsewhere. Returns the path, or None (with a line saying so) when the job
         has not drawn it."""
-        path = Path(self.cfg.lakehouse.root) / "reports" / report / name
-        if not path.is_file():
-            print(f"no chart {path} yet")
+        found = [chart for chart in self.ctx.reports.files(report, name) if chart.name == name]
+        if not found:
+            print(f"no chart {self.ctx.reports.uri(report)}/{name} yet")
             return None
+        path = found[0]
         if self.on_databricks and "displayHTML" in self._g:
             data = base64.b64encode(path.read_bytes()).decode()
             self._g["displayHTML"](f'<img src="data:image/png;base64,{data}"/>')

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from common.config import load_config
-from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, job_main, run_jobs
+from common.platform.entry import job_main
+from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 
 log = logging.getLogger(__name__)
 

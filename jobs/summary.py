@@ -57,7 +57,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                                               (BOOSTAUG, _boostaug), (GENRE, _genre),
                                                               (COMPOSITIONAL, _compositional))
                 if ctx.lakehouse.exists(table)]
-    reports = Path(ctx.cfg.lakehouse.root) / "reports"
+    reports = Path(ctx.reports_dir(""))  # <root>/reports, or a scratch folder published to it
     if not sections:
         log.info("no result tables yet (%s): nothing to summarise", ", ".join(PAGES))
         return None
@@ -65,8 +65,8 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     samples = _samples(ctx, tr)
     if samples:
         blocks.append(samples)
-    folders = sorted(p for p in reports.glob("*") if p.is_dir() and p.name != "results") if reports.is_dir() else []
-    blocks.append("Reports (Markdown and charts): " + (", ".join(str(p) for p in folders) or "none yet"))
+    folders = [ctx.reports.uri(name) for name in ctx.reports.names()]
+    blocks.append("Reports (Markdown and charts): " + (", ".join(folders) or "none yet"))
     text = "\n\n".join(blocks)
     print("\n" + text + "\n", flush=True)
     reports.mkdir(parents=True, exist_ok=True)
@@ -85,8 +85,7 @@ def _write_page(ctx: JobContext, section: ResultsTable, folders: list[Path]) -> 
     in each of ``folders`` (the page and its commit are made once)."""
     import shutil
 
-    charts = [chart for report in PAGES[section.table][1]
-              for chart in sorted((Path(ctx.cfg.lakehouse.root) / "reports" / report).glob("*.png"))]
+    charts = [chart for report in PAGES[section.table][1] for chart in ctx.reports.files(report, ".png")]
     text = page(section, ctx.lakehouse.data_commit(section.table, section.version), ctx.cfg.name,
                 [f"{section.pipeline}/{chart.name}" for chart in charts])
     for folder in folders:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from common.platform.cli import _parser
-from common.platform.job import override_list
+from common.platform.entry import override_list
 from jobs import PIPELINES, REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]

@@ -59,7 +59,7 @@ def test_shipped_configs_load(name, monkeypatch):
 
 
 MEASURED = sorted(p.name for p in (REPO / "conf").glob("*.yaml")
-                  if p.name not in ("local.yaml", "cluster.yaml", "databricks.yaml", "demo.yaml"))
+                  if p.name not in ("local.yaml", "cluster.yaml", "databricks.yaml", "demo.yaml", "cluster_demo.yaml"))
 
 
 @pytest.mark.parametrize("name", MEASURED)
@@ -201,3 +201,50 @@ def test_the_documented_causal_alternative_loads(name, monkeypatch):
     cfg = load_config(REPO / "conf" / name, [override.group(1)])
     assert cfg.cga.model.causal and cfg.cga.model.name_or_path == "HuggingFaceTB/SmolLM2-360M-Instruct"
     assert cfg.cga.model.prompt.startswith("Product title: {source}") and cfg.cga.model.lora_r == 16
+
+
+def test_a_config_extends_others_mapping_by_mapping(tmp_path):
+    """``extends`` lays a file over the files it names (in order, relative to its folder): mappings merge key by key,
+    scalars and lists replace; a cycle and a bad value fail naming the file."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "a.yaml").write_text("name: a\nseed: 1\nspark: {mode: local, shuffle_partitions: 2}\n"
+                                             "consistency: {methods: [baseline, cs_blind], repeats: 3}\n")
+    (tmp_path / "b.yaml").write_text("seed: 2\nspark: {master: 'local[1]'}\n")
+    (tmp_path / "c.yaml").write_text("extends: [base/a.yaml, b.yaml]\nname: c\nconsistency: {methods: [baseline]}\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert (cfg.name, cfg.seed) == ("c", 2)
+    assert (cfg.spark.mode, cfg.spark.shuffle_partitions, cfg.spark.master) == ("local", 2, "local[1]")
+    assert cfg.consistency.methods == ["baseline"] and cfg.consistency.repeats == 3
+    assert load_config(tmp_path / "c.yaml", ["seed=5"]).seed == 5  # --set still comes last
+    (tmp_path / "d.yaml").write_text("extends: e.yaml\n")
+    (tmp_path / "e.yaml").write_text("extends: d.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "d.yaml")
+    (tmp_path / "f.yaml").write_text("extends: {a: 1}\n")
+    with pytest.raises(ConfigError, match="f.yaml: extends must be"):
+        load_config(tmp_path / "f.yaml")
+    (tmp_path / "g.yaml").write_text("extends: missing.yaml\n")
+    with pytest.raises(ConfigError, match="config file not found: .*missing.yaml"):
+        load_config(tmp_path / "g.yaml")
+
+
+def test_the_cluster_demo_is_the_demo_world_on_a_clusters_platform(monkeypatch):
+    """conf/cluster_demo.yaml (make cluster-demo) keeps every section of conf/demo.yaml but the platform's (the
+    session spark-submit made, Ray at RAY_ADDRESS, the lakehouse in the bucket, MLflow's server) and reads demo.yaml's
+    two input files from the bucket: so its jobs' config hashes, and the tables they write, are the local demo's."""
+    monkeypatch.setenv("AUGMENT_BUCKET", "s3a://augment")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    demo, cluster = load_config(REPO / "conf" / "demo.yaml"), load_config(REPO / "conf" / "cluster_demo.yaml")
+    platform = {"name", "spark", "ray", "lakehouse", "tracking", "inputs"}
+    same = {k: v for k, v in demo.to_dict().items() if k not in platform}
+    assert same == {k: v for k, v in cluster.to_dict().items() if k not in platform}
+    assert (cluster.spark.mode, cluster.spark.delta, cluster.ray.mode, cluster.ray.address) == \
+        ("cluster", "native", "address", "127.0.0.1:6379")
+    assert (cluster.lakehouse.root, cluster.tracking_uri) == ("s3a://augment/lakehouse", "http://127.0.0.1:5000")
+    assert cluster.spark.shuffle_partitions == demo.spark.shuffle_partitions
+    assert cluster.inputs.documents.path == "s3a://augment/raw/brown/documents.csv"
+    assert cluster.inputs.documents.options == demo.inputs.documents.options
+    assert cluster.inputs.multilabel.path.endswith("/raw/semeval2018_ec/2018-E-c-En-dev.txt")
+    assert (cluster.inputs.multilabel.label_columns, cluster.inputs.multilabel.rename) == \
+        (demo.inputs.multilabel.label_columns, demo.inputs.multilabel.rename)

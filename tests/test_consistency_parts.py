@@ -67,8 +67,8 @@ def test_lifts_are_relative_to_the_baseline_mean():
 
 
 def test_cs_blind_replaces_colours_and_sizes(spark):
-    colours = load_dictionary("conf/dictionaries/colours.txt")
-    sizes = load_dictionary("conf/dictionaries/sizes.txt")
+    colours = load_dictionary(None, "colours")
+    sizes = load_dictionary(None, "sizes")
     df = spark.createDataFrame([("Acme T-Shirt Navy Blue, XL",), ("Mug 350ml light blue",),
                                 ("Kettle UK 8 steel",), ("Redwood table small double",), ("Blocks Ages 3+ red",)],
                                "title string")

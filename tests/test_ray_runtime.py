@@ -216,3 +216,51 @@ def test_release_free_heap_hands_freed_heap_pages_back():
     assert trimmed == "True"
     assert int(freed) > int(before) - 20  # 199 MiB freed, still resident
     assert int(after) < int(freed) - 150  # trimmed: given back
+
+
+def test_a_stage_lost_to_the_cluster_runs_again_and_a_failing_one_does_not():
+    """A node that dies mid-batch reaches Ray Data as ActorUnavailableError, which its actor pool does not retry (the
+    cluster tier found it): the stage runs again from its inputs, up to ray.stage_retries times. A failure of the
+    code, or an actor that died of itself past its restarts, fails at once."""
+    from ray import exceptions as ray_errors
+
+    from common.platform.ray_runtime import lost_to_the_cluster, run_stage
+
+    unavailable = ray_errors.ActorUnavailableError("RpcError: failed to connect to all addresses", None)
+    assert lost_to_the_cluster(unavailable)
+    try:
+        raise RuntimeError("Dataset execution failed") from unavailable
+    except RuntimeError as wrapped:
+        assert lost_to_the_cluster(wrapped)
+    assert lost_to_the_cluster(ray_errors.NodeDiedError("node 1a2b died"))
+    assert not lost_to_the_cluster(ray_errors.ActorDiedError())  # killed, crashed, out of restarts
+    assert not lost_to_the_cluster(ValueError("source_id s05 fails on every attempt"))
+
+    calls, cleanups = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("write failed") from unavailable
+        return "written"
+
+    assert run_stage(flaky, "a stage", lambda: cleanups.append(1)) == "written"
+    assert (len(calls), len(cleanups)) == (3, 2)  # ray.stage_retries = 2 by default
+
+    def always_lost():
+        calls.append(1)
+        raise unavailable
+
+    calls.clear()
+    with pytest.raises(ray_errors.ActorUnavailableError):
+        run_stage(always_lost, "a stage")
+    assert len(calls) == 3
+
+    def broken():
+        calls.append(1)
+        raise ValueError("a bug")
+
+    calls.clear()
+    with pytest.raises(ValueError):
+        run_stage(broken, "a stage")
+    assert len(calls) == 1

@@ -3,35 +3,39 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
 COLOUR_TOKEN = "__colour__"
 SIZE_TOKEN = "__size__"
-# The repository root: config-relative dictionaries (conf/dictionaries/...) resolve against it too.
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The dictionaries shipped with the suite: package data, so they travel inside `make dist`'s archive too.
+SHIPPED = ("colours", "sizes")
 
 
-def resolve_resource(path: str) -> Path:
-    """A config-relative resource (e.g. ``conf/dictionaries/colours.txt``): as given, else under the repo."""
+def dictionary_text(path: Optional[str], shipped: str) -> str:
+    """The text of the dictionary file ``path`` (on the driver's disk), or of the suite's own ``shipped`` one
+    (``colours`` or ``sizes``, read from the package: from a checkout, an install or a zip on ``--py-files``) when
+    ``path`` is None."""
+    if path is None:
+        if shipped not in SHIPPED:
+            raise ValueError(f"no shipped dictionary {shipped!r}; shipped: {', '.join(SHIPPED)}")
+        from importlib.resources import files
+
+        return files("common.catalog").joinpath("dictionaries", f"{shipped}.txt").read_text(encoding="utf-8")
     candidate = Path(path)
-    if candidate.is_file():
-        return candidate
-    bundled = REPO_ROOT / path
-    if bundled.is_file():
-        return bundled
-    raise FileNotFoundError(f"dictionary not found: {path} (looked in the working directory and {REPO_ROOT})")
+    if not candidate.is_file():
+        raise FileNotFoundError(f"dictionary not found: {path} (set it to a file on the driver, or to null for the "
+                                f"suite's own {shipped} list)")
+    return candidate.read_text(encoding="utf-8")
 
 
-def load_dictionary(path: str) -> list[str]:
-    """Regex alternatives from a dictionary file: plain lines are literal words, ``re:`` lines regexes.
-
-    Longer entries come first, so "super king" wins over "king".
-    """
+def load_dictionary(path: Optional[str], shipped: str) -> list[str]:
+    """Regex alternatives from a dictionary (:func:`dictionary_text`): plain lines are literal words, ``re:`` lines
+    regexes. Longer entries come first, so "super king" wins over "king"."""
     entries = []
-    for line in resolve_resource(path).read_text(encoding="utf-8").splitlines():
+    for line in dictionary_text(path, shipped).splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue

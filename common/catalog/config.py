@@ -52,10 +52,11 @@ class ConsistencyConfig:
     match_level: int = 1
     # Classifier trainings per method, each with its own seed (mean and std are reported).
     repeats: int = 5
-    # cs_blind's colour words, one per line.
-    colours: str = "conf/dictionaries/colours.txt"
-    # cs_blind's size words, one per line.
-    sizes: str = "conf/dictionaries/sizes.txt"
+    # cs_blind's colour words: a file on the driver, one per line (``re:`` lines are regexes); null: the suite's own
+    # list (common/catalog/dictionaries/colours.txt, shipped inside the package and `make dist`'s archive).
+    colours: Optional[str] = None
+    # cs_blind's size words, likewise; null: the suite's own (common/catalog/dictionaries/sizes.txt).
+    sizes: Optional[str] = None
     fasttext: FastTextConfig = field(default_factory=FastTextConfig)
 
     def __post_init__(self) -> None:

@@ -92,7 +92,7 @@ def resolve_format(spec: InputSpec) -> str:
     if "://" in spec.path:
         if spec.path.rstrip("/").endswith(tuple(FILE_FORMATS)):
             return FILE_FORMATS[Path(spec.path).suffix.lower()]
-        return "delta"  # object-store folders are Delta tables unless a format is given
+        return _folder_format(spec.path)
     if any(ch in spec.path for ch in "*?["):
         matches = sorted(glob.glob(spec.path))
         if not matches:
@@ -105,18 +105,32 @@ def resolve_format(spec: InputSpec) -> str:
     if not path.exists():
         raise InputSchemaError(f"input not found: {spec.path}")
     if path.is_dir():
-        if (path / "_delta_log").is_dir():
-            return "delta"
-        suffixes = {p.suffix.lower() for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))}
-        formats = {FILE_FORMATS[s] for s in suffixes if s in FILE_FORMATS}
-        if len(formats) == 1:
-            return formats.pop()
-        raise InputSchemaError(f"{spec.path}: cannot tell the format of this folder (found {sorted(suffixes)}); "
-                               "set format: csv|parquet|json|delta")
+        return _folder_format(spec.path)
     fmt = FILE_FORMATS.get(path.suffix.lower())
     if not fmt:
         raise InputSchemaError(f"{spec.path}: unknown file suffix {path.suffix!r}; set format: csv|parquet|json|delta")
     return fmt
+
+
+def _folder_format(folder: str) -> str:
+    """The format of a folder of input files, on a local disk or an object store: ``delta`` when it holds a Delta
+    log, else the one format its files' suffixes name (hidden and ``_`` files aside, as Spark skips them). Raises
+    :class:`InputSchemaError` when it holds no file, or files of no or several known formats."""
+    from common.platform.storage import filesystem, list_files
+
+    base = filesystem(folder)[1].rstrip("/") + "/"
+    names = [info.path[len(base):] if info.path.startswith(base) else info.base_name for info in list_files(folder)]
+    if not names:
+        raise InputSchemaError(f"input not found: {folder} (no files)")
+    if any(name.startswith("_delta_log/") for name in names):
+        return "delta"
+    suffixes = {Path(name).suffix.lower() for name in names
+                if not any(part.startswith((".", "_")) for part in name.split("/"))}
+    formats = {FILE_FORMATS[s] for s in suffixes if s in FILE_FORMATS}
+    if len(formats) == 1:
+        return formats.pop()
+    raise InputSchemaError(f"{folder}: cannot tell the format of this folder (found {sorted(suffixes)}); "
+                           "set format: csv|parquet|json|delta")
 
 
 def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, native_delta: bool = False,

@@ -72,23 +72,24 @@ class Taxonomy:
         Raises :class:`TaxonomyError` naming the file and line of the first malformed entry, or of a
         category whose parent is missing.
         """
-        path = Path(path)
+        from common.platform.storage import read_text
+
         ids: dict[str, int] = {}
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip() or line.lstrip().startswith("#"):
-                    continue
-                match = _LINE.match(line)
-                if not match:
-                    raise TaxonomyError(f"{path}:{lineno}: expected 'ID - A > B > C', got {line.strip()!r}")
-                try:
-                    parts = split_path(match.group(2))
-                except TaxonomyError as exc:
-                    raise TaxonomyError(f"{path}:{lineno}: {exc}") from exc
-                label = join_path(parts)
-                if len(parts) > 1 and join_path(parts[:-1]) not in ids:
-                    raise TaxonomyError(f"{path}:{lineno}: parent of {label!r} is not defined above it")
-                ids[label] = int(match.group(1))
+        # The file may sit on an object store: read whole (a taxonomy is a few hundred KB).
+        for lineno, line in enumerate(read_text(str(path)).splitlines(), start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            match = _LINE.match(line)
+            if not match:
+                raise TaxonomyError(f"{path}:{lineno}: expected 'ID - A > B > C', got {line.strip()!r}")
+            try:
+                parts = split_path(match.group(2))
+            except TaxonomyError as exc:
+                raise TaxonomyError(f"{path}:{lineno}: {exc}") from exc
+            label = join_path(parts)
+            if len(parts) > 1 and join_path(parts[:-1]) not in ids:
+                raise TaxonomyError(f"{path}:{lineno}: parent of {label!r} is not defined above it")
+            ids[label] = int(match.group(1))
         if not ids:
             raise TaxonomyError(f"{path}: no categories found")
         return cls(frozenset(ids), ids)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
-    from common.platform.job import add_common_args
+    from common.platform.entry import add_common_args
 
     jobs, pipelines = registry.jobs, registry.pipelines
 
@@ -63,7 +63,7 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
     lines, each a function of the config returning a :class:`common.platform.doctor.Check` (the layers above
     the platform know what their models need); ``table_reports`` more ``augment tables`` lines, each a
     function of the lakehouse and its table infos returning lines (the ingest's dedup report)."""
-    from common.platform.job import override_list, setup_logging
+    from common.platform.entry import override_list, setup_logging
 
     args = _parser(registry).parse_args(argv)
     if args.command == "jobs":
@@ -123,7 +123,10 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
     except ConfigError as exc:
         print(f"augment: config error: {one_line(exc)}", file=sys.stderr)
         return 2
-    ctx = build_context(cfg, force=force)
+    try:
+        ctx = build_context(cfg, force=force)
+    except USER_ERRORS_TYPES as exc:  # the lakehouse's object store does not answer
+        return _user_error(exc)
     try:
         if name in registry.pipelines:
             results = run_pipeline(ctx, name, registry.pipelines[name], registry.runner)
@@ -136,12 +139,17 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
     except USER_ERRORS_TYPES as exc:
         # A bad config or input is the user's to fix: one line naming the file/key, column and row (the
         # job's MLflow run has already ended FAILED); a bug keeps its traceback.
-        code, kind = next((code, kind) for cls, code, kind in USER_ERRORS if isinstance(exc, cls))
-        print(f"augment: {kind}: {one_line(exc)}", file=sys.stderr)
-        return code
+        return _user_error(exc)
     finally:
         ctx.close()
     return 0
+
+
+def _user_error(exc: BaseException) -> int:
+    """Print a user error (:data:`USER_ERRORS`) as one line; returns its exit code."""
+    code, kind = next((code, kind) for cls, code, kind in USER_ERRORS if isinstance(exc, cls))
+    print(f"augment: {kind}: {one_line(exc)}", file=sys.stderr)
+    return code
 
 
 def _metadata_lakehouse(cfg):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
 
-from common.platform.config_loader import (ConfigError, apply_overrides, flatten, from_mapping, load_yaml, mask_secrets,
+from common.platform.config_loader import (ConfigError, apply_overrides, flatten, from_mapping, load_tree, mask_secrets,
                                           to_mapping)
 
 DEFAULT_CONF_ENV = "AUGMENT_CONF"
@@ -102,6 +102,11 @@ class RayConfig:
     num_gpus: Optional[int] = None
     # Local Ray: object-store size in MB (null: Ray's default, 30% of memory).
     object_store_memory_mb: Optional[int] = None
+    # address and spark modes: ship these packages to the Ray nodes in the job's runtime environment (Ray's
+    # py_modules: uploaded once per driver, cached by content on each node), so the nodes need the dependencies,
+    # not the project, and always run the driver's version of it. From a zip on spark-submit's --py-files they are
+    # unpacked first. Empty: the nodes import the project themselves (installed in their image).
+    code_packages: list[str] = field(default_factory=lambda: ["common", "jobs"])
     # Ray on Spark (ray.util.spark.setup_ray_cluster): the most Ray worker nodes it starts.
     spark_max_worker_nodes: int = 2
     # Ray on Spark: CPUs per Ray worker node (null: Ray's default, a whole Spark worker's).
@@ -119,6 +124,11 @@ class RayConfig:
     # Also retry a batch whose code raised (a transient CUDA OOM, a flaky object-store read), up to
     # actor_task_retries times; a deterministic error then fails the stage, and no version is written.
     retry_exceptions: bool = True
+    # A Ray Data stage (generation, scoring) that failed because the cluster lost a node, or an actor for a moment
+    # (a node's death mid-batch reaches Ray Data as ActorUnavailableError, which its actor pool does not retry), is
+    # run again from its inputs, up to this many times; its output is written once (the stages are deterministic).
+    # A stage whose code failed, or whose actors died of themselves past their restarts, is not.
+    stage_retries: int = 2
     # Local mode: how many worker processes Ray keeps (idle ones included) before it ends idle ones (Ray's
     # num_workers_soft_limit; None: Ray's own, num_cpus). A worker that ran a fine-tune or a conversion has
     # torch imported; kept, the next stage's task starts at once instead of paying ~2.5 s for a process and
@@ -143,6 +153,7 @@ class RayConfig:
         check(self.max_workers is None or self.max_workers >= 1, "ray.max_workers", "must be >= 1")
         check(self.warm_task_rows >= 0, "ray.warm_task_rows", "must be >= 0")
         check(self.parquet_datasource in ("v1", "v2"), "ray.parquet_datasource", "must be v1 or v2")
+        check(self.stage_retries >= 0, "ray.stage_retries", "must be >= 0")
         for name in ("actor_max_restarts", "actor_task_retries"):
             check(getattr(self, name) >= -1, f"ray.{name}", "must be >= -1 (-1: no limit)")
         if self.mode == "address":
@@ -163,10 +174,25 @@ class LakehouseConfig:
     catalog: Optional[str] = None
     # delta-rs storage options for object stores (credentials as ${ENV_VAR} references, never literal).
     storage_options: dict[str, str] = field(default_factory=dict)
+    # S3 tables written with Spark's Delta writer: its log store is safe for one writing driver at a time, so each
+    # write holds the table's commit lease (common/platform/commit_lease.py). A lease not renewed for this many
+    # seconds (its writer died) is broken by the next writer.
+    commit_lease_s: float = 60.0
+    # How long a writer waits for another driver's commit lease on the same table before it fails, naming it.
+    commit_wait_s: float = 600.0
 
     def __post_init__(self) -> None:
         check(bool(self.root), "lakehouse.root", "must not be empty")
+        check(self.commit_lease_s >= 3, "lakehouse.commit_lease_s", "must be >= 3 (renewed every third of it)")
+        check(self.commit_wait_s >= 0, "lakehouse.commit_wait_s", "must be >= 0")
         self.root = absolute(self.root)
+
+    @property
+    def lease(self):
+        """The commit lease settings (:class:`common.platform.commit_lease.LeaseSettings`) of this lakehouse."""
+        from common.platform.commit_lease import LeaseSettings
+
+        return LeaseSettings(ttl_s=self.commit_lease_s, wait_s=self.commit_wait_s)
 
 
 @dataclass
@@ -274,6 +300,6 @@ def load(cls: type[C], path: str | Path | None = None, overrides: list[str] | No
     """Load ``path`` (default: :func:`default_conf_path`) into config class ``cls``, apply ``a.b=value``
     overrides, validate. Raises :class:`ConfigError` naming the first bad key."""
     conf_path = Path(path) if path else default_conf_path()
-    tree = load_yaml(conf_path) if conf_path else {}
+    tree = load_tree(conf_path) if conf_path else {}
     tree = apply_overrides(tree, list(overrides or []))
     return from_mapping(cls, tree)

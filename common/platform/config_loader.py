@@ -74,6 +74,29 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+EXTENDS = "extends"
+
+
+def load_tree(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Read a config file with what it ``extends``: a file may name other config files (a path or a list of
+    paths, relative to its own folder) whose trees it is laid over, in order, mapping by mapping (a later file's
+    scalar or list replaces an earlier one's). ``conf/cluster_demo.yaml`` is the demo's world with a cluster's
+    platform settings, without copying either. Raises :class:`ConfigError` for a cycle or a bad ``extends``."""
+    path = Path(path).resolve()
+    if path in _seen:
+        raise ConfigError(f"{path}: {EXTENDS} makes a cycle ({' -> '.join(p.name for p in _seen + (path,))})")
+    tree = load_yaml(path)
+    bases = tree.pop(EXTENDS, None) or []
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise ConfigError(f"{path}: {EXTENDS} must be a file name or a list of file names, got {bases!r}")
+    merged: dict = {}
+    for base in bases:  # each a freshly read tree: nothing below is shared with another caller
+        merged = _merge(merged, load_tree(path.parent / base, _seen + (path,)))
+    return _merge(merged, tree)
+
+
 def from_mapping(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") -> T:
     """Build dataclass ``cls`` from ``data``, checking every key and value against the type hints.
 

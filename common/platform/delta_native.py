@@ -8,7 +8,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Optional
 
-from common.platform.storage import local_commit_lock
+from common.platform.commit_lease import LeaseSettings, commit_lock
 from common.platform.tables import (RECENT_COMMITS, Commit, LakehouseError, WriteMode, WriteResult,
                                     check_same_schema, parse_lineage)
 
@@ -49,14 +49,15 @@ def history(spark: "SparkSession", ident: str, limit: Optional[int] = None) -> l
 
 def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ident: str, as_catalog_table: bool,
           mode: WriteMode, metadata: Optional[str], txn_app_id: Optional[str] = None,
-          storage: Optional[dict[str, str]] = None) -> WriteResult:
+          storage: Optional[dict[str, str]] = None, lease: LeaseSettings = LeaseSettings()) -> WriteResult:
     """Write ``df`` with Spark's Delta writer as one new version (``overwrite`` replaces the schema too).
 
     With ``txn_app_id``, the write is one of Delta's idempotent writes (``txnAppId``/``txnVersion`` 0): Delta
     skips it when the table has already seen that app id, even when a concurrent writer committed it a moment
     ago. Returns the version this write committed, or, when Delta skipped it, the version holding the same
     ``metadata``'s lineage with ``skipped=True``. Path tables' logs are read with delta-rs (no Spark job per
-    look-up); catalog tables' with ``DESCRIBE HISTORY``.
+    look-up); catalog tables' with ``DESCRIBE HISTORY``. A path table's write holds its commit lock (a local
+    table's flock, an S3 table's commit lease with ``lease``'s timings: :func:`commit_lease.commit_lock`).
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -73,8 +74,9 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
     if txn_app_id:
         writer = writer.option("txnAppId", txn_app_id).option("txnVersion", 0)
     key = (parse_lineage(metadata) or {}).get("key")
-    # Spark's log store has no atomic put-if-absent on a local file system: see local_commit_lock.
-    with contextlib.nullcontext() if as_catalog_table else local_commit_lock(location):
+    # Spark's log store has no atomic put-if-absent on a local file system, nor across drivers on S3: see
+    # commit_lease.commit_lock.
+    with contextlib.nullcontext() if as_catalog_table else commit_lock(location, table, lease):
         for attempt in range(COMMIT_RETRIES + 1):
             if mode == "append":
                 # Checked under the lock and before every attempt: a concurrent overwrite that changed the

@@ -1,8 +1,11 @@
 """The errors a job reports as one line, without a traceback: a bad config (:class:`ConfigError`, exit code
-2) and a bad input (:class:`InputError`, exit code 3). Anything else is a bug and keeps its traceback."""
+2), a bad input (:class:`InputError`, exit code 3) and an object store that does not answer
+(:class:`~common.platform.storage.StorageUnreachable`, exit code 4). Anything else is a bug and keeps its
+traceback."""
 from __future__ import annotations
 
 from common.platform.config_loader import ConfigError
+from common.platform.storage import StorageUnreachable
 
 
 class InputError(ValueError):
@@ -10,8 +13,10 @@ class InputError(ValueError):
     is one, the row. Domain packages subclass it for their own input checks."""
 
 
-# (error class, exit code, what the CLI calls it), most specific first.
-USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"))
+# (error class, exit code, what the CLI calls it), most specific first. An unreachable object store is the
+# operator's to fix (an endpoint, a credential, an outage), not a bug: one line naming the path and the endpoint.
+USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"),
+               (StorageUnreachable, 4, "storage unreachable"))
 
 
 def one_line(text: object, limit: int = 600) -> str:

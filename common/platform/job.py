@@ -4,14 +4,13 @@ the one place that does what every job repeats.
 A job is a function ``body(ctx, run)`` decorated with :func:`job`: the decorator opens the tracked MLflow
 run, hands the body a :class:`JobRun` (reads record their table versions as the run's inputs; writes carry
 them as lineage, skip when the same lineage is already written, and land in the result), logs the metrics
-the body returns, and gives back a :class:`JobResult`. ``main = entry_point(...)`` makes the module's
-``main(argv)`` (parse args, build the context, run, close), so the same function serves the CLI,
+the body returns, and gives back a :class:`JobResult`. ``main = entry_point(...)`` (:mod:`common.platform.entry`)
+makes the module's ``main(argv)`` (parse args, build the context, run, close), so the same function serves the CLI,
 ``spark-submit jobs/<name>.py`` and a notebook (``jobs.ingest.main(["--set", "..."])`` or
 ``jobs.ingest.run(build_context(cfg))``).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import hashlib
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 
 from common.platform.config import BaseConfig
 from common.platform.lakehouse import Lakehouse, Lineage, WriteMode, WriteResult
+from common.platform.reports import Reports
 from common.platform.session import SparkCapabilities, detect_capabilities, get_spark
 from common.platform.tracking import TrackedRun, Tracker
 
@@ -69,6 +69,12 @@ class JobContext:
     # after it.
     chosen: dict[str, int] = field(default_factory=dict)
     _ray: Optional["RayRuntime"] = None
+    # The report folders under <lakehouse.root>/reports (built from the config when not given).
+    reports: Optional[Reports] = None
+
+    def __post_init__(self) -> None:
+        if self.reports is None:
+            self.reports = Reports(self.cfg.lakehouse.root)
 
     def ray(self) -> "RayRuntime":
         """The Ray runtime, started on first use (jobs that need no Ray never start it)."""
@@ -118,12 +124,9 @@ class JobContext:
         return f"{self.cfg.lakehouse.root.rstrip('/')}/models/{name}-{key}"
 
     def reports_dir(self, name: str) -> str:
-        """A local folder for a job's report files: ``<root>/reports/<name>``."""
-        from pathlib import Path
-
-        path = Path(self.cfg.lakehouse.root) / "reports" / name
-        path.mkdir(parents=True, exist_ok=True)
-        return str(path)
+        """A local folder for report ``name``'s files (:meth:`Reports.folder`: on an object-store lakehouse a
+        scratch folder that goes to the store when the job ends)."""
+        return self.reports.folder(name)
 
     def read_table(self, run: TrackedRun, table: str, version: Optional[int] = None) -> tuple["DataFrame", int]:
         """Read a lakehouse table version (by default the latest, or the one :attr:`chosen` for the table where
@@ -157,7 +160,14 @@ def unchanged(table: str, version: int) -> WriteResult:
 def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSession"] = None,
                   capabilities: Optional[SparkCapabilities] = None) -> JobContext:
     """Create the session (or use ``spark``), probe its capabilities (unless given) and wire the
-    lakehouse and tracker."""
+    lakehouse and tracker. Raises :class:`~common.platform.storage.StorageUnreachable` first when the lakehouse's
+    object store does not answer."""
+    if not cfg.lakehouse.catalog:
+        from common.platform.storage import check_reachable
+
+        # An object store that is down fails the job here, naming its endpoint, before anything starts or is
+        # written (Hadoop and delta-rs would retry for minutes inside the first read).
+        check_reachable(cfg.lakehouse.root)
     tracker = Tracker(cfg)
     if spark is None:
         from concurrent.futures import ThreadPoolExecutor
@@ -188,71 +198,6 @@ def run_jobs(ctx: JobContext, name: str, jobs: Sequence[Callable[[JobContext], J
         merged.outputs.update(part.outputs)
         merged.metrics.update({f"{part.job}.{k}": v for k, v in part.metrics.items()})
     return merged
-
-
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """The options every job and the CLI accept: --conf, --set (repeatable), --force, --log-level."""
-    parser.add_argument("--conf", help="YAML config (default: $AUGMENT_CONF or conf/local.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        nargs="+", help="override a config value, e.g. --set demo.scale=2 spark.master=local[2]")
-    parser.add_argument("--overrides", dest="set_string", default="", metavar="'KEY=VALUE ...'",
-                        help="overrides in one argument, separated by spaces (may be empty): what scheduled jobs pass "
-                             "from a job parameter, e.g. --overrides 'cga.threshold=0.8 demo.scale=2'")
-    parser.add_argument("--force", action="store_true",
-                        help="write new table versions even when the same config and inputs were written before")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-
-
-def config_from_args(args: argparse.Namespace, load: Callable[..., BaseConfig]) -> BaseConfig:
-    """The config that ``load(path, overrides)`` builds from parsed ``--conf``/``--set`` arguments."""
-    return load(args.conf, override_list(args))
-
-
-def override_list(args: argparse.Namespace) -> list[str]:
-    """The ``KEY=VALUE`` overrides of parsed arguments: every ``--set`` item, then ``--overrides`` split with
-    shell quoting rules (so a value may contain spaces when quoted)."""
-    import shlex
-
-    return [item for group in args.overrides for item in group] + shlex.split(args.set_string or "")
-
-
-def setup_logging(level: str) -> None:
-    """Plain timestamped logs on stderr; py4j's chatter is kept at WARNING."""
-    logging.basicConfig(level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "urllib3", "alembic", "filelock"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def job_main(name: str, run: Callable[[JobContext], JobResult], argv: Optional[Sequence[str]] = None,
-             description: str = "", load: Optional[Callable[..., BaseConfig]] = None) -> JobResult:
-    """Entry point shared by every job module: parse args, load the config with ``load(path, overrides)``,
-    build the context, run, print, close."""
-    if load is None:
-        raise TypeError("job_main needs the application's config loader (load=...)")
-    parser = argparse.ArgumentParser(prog=f"augment run {name}", description=description)
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    setup_logging(args.log_level)
-    ctx = build_context(config_from_args(args, load), force=args.force)
-    try:
-        result = run(ctx)
-    finally:
-        ctx.close()
-    print(result.summary())
-    return result
-
-
-def entry_point(name: str, run: Callable[[JobContext], JobResult], doc: Optional[str],
-                load: Callable[..., BaseConfig]) -> Callable[[Optional[Sequence[str]]], JobResult]:
-    """``main(argv=None)`` for a job module: the CLI / spark-submit entry of ``run``, described by the first
-    line of ``doc``."""
-    description = (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
-
-    def main(argv: Optional[Sequence[str]] = None) -> JobResult:
-        return job_main(name, run, argv, description=description, load=load)
-
-    main.__doc__ = f"CLI / spark-submit entry: ``augment run {name} [--conf FILE] [--set k=v ...] [--force]``."
-    return main
 
 
 class JobRun:
@@ -386,12 +331,16 @@ def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callabl
             if preflight is not None:
                 preflight(ctx.cfg)
             result = JobResult(job=name)
-            with ctx.tracked(name) as tracked:
-                result.run_id = tracked.run_id
-                metrics = body(ctx, JobRun(ctx, tracked, result))
-                if metrics:
-                    result.metrics.update({k: float(v) for k, v in metrics.items()})
-                    tracked.log_metrics(result.metrics)
+            try:
+                with ctx.tracked(name) as tracked:
+                    result.run_id = tracked.run_id
+                    metrics = body(ctx, JobRun(ctx, tracked, result))
+                    if metrics:
+                        result.metrics.update({k: float(v) for k, v in metrics.items()})
+                        tracked.log_metrics(result.metrics)
+                    ctx.reports.publish()  # an object-store lakehouse's reports leave the driver's disk
+            finally:
+                ctx.reports.discard()
             return result
 
         run.job_name, run.preflight = name, preflight  # type: ignore[attr-defined]

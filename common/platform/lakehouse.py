@@ -17,13 +17,14 @@ import contextlib
 import hashlib
 import logging
 import os
+import time
 import uuid
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from common.platform import delta_native, delta_rs
 from common.platform.config import LakehouseConfig
 from common.platform.delta_rs import read_delta_rs
-from common.platform.storage import remove_tree
+from common.platform.storage import arrow_uri, remove_tree
 from common.platform.tables import (LINEAGE_MARK, Commit, LakehouseError, Lineage, TableInfo, WriteMode, WriteResult,
                                     parse_lineage)
 
@@ -197,15 +198,17 @@ class Lakehouse:
         return delta_rs.read_delta_rs(spark, self.location(table), version, self.cfg.storage_options, name=table)
 
     def file_uris(self, table: str, version: Optional[int] = None) -> list[str]:
-        """The data files of a table version, for readers outside Spark (Ray actors read them directly).
-        Path tables are resolved by delta-rs whichever path wrote them; catalog tables by Spark."""
+        """The data files of a table version, for readers outside Spark (Ray actors read them directly), named as
+        pyarrow names them (:func:`~common.platform.storage.arrow_uri`: a table Spark wrote through s3a:// is read
+        from s3://). Path tables are resolved by delta-rs whichever path wrote them; catalog tables by Spark."""
         if self.cfg.catalog:
-            return sorted(_local_path(uri) for uri in self.read(table, version).inputFiles())
+            return sorted(arrow_uri(_local_path(uri)) for uri in self.read(table, version).inputFiles())
         from deltalake import DeltaTable
 
         location = self.location(table)
         self._delta_rs_table(table)  # clear error when missing
-        return sorted(DeltaTable(location, version=version, storage_options=self.cfg.storage_options or None)
+        return sorted(arrow_uri(uri) for uri in DeltaTable(location, version=version,
+                                                           storage_options=self.cfg.storage_options or None)
                       .file_uris())
 
     # ------------------------------------------------------------------ write
@@ -249,10 +252,14 @@ class Lakehouse:
                       app_id: Optional[str] = None) -> WriteResult:
         if self.cfg.catalog:
             self._require_spark().sql(f"CREATE SCHEMA IF NOT EXISTS {self.cfg.catalog}")
+        started = time.monotonic()
         result = delta_native.write(self._require_spark(), df, table, self.location(table), self._ident(table),
-                                    bool(self.cfg.catalog), mode, metadata, app_id, self.cfg.storage_options or None)
-        log.info("committed %s version %s with Spark's Delta writer (%s rows)%s", table, result.version,
-                 result.num_rows, " - already written by a concurrent run" if result.skipped else "")
+                                    bool(self.cfg.catalog), mode, metadata, app_id, self.cfg.storage_options or None,
+                                    self.cfg.lease)
+        # The time covers computing the frame and writing its files as well as the commit.
+        log.info("committed %s version %s with Spark's Delta writer (%s rows) in %.1f s%s", table, result.version,
+                 result.num_rows, time.monotonic() - started,
+                 " - already written by a concurrent run" if result.skipped else "")
         return result
 
     def _write_delta_rs(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str],
@@ -296,7 +303,7 @@ class Lakehouse:
             self.read(table, version).select(*columns).orderBy(*order_by).write.parquet(staging)
             # Spark's part files hold consecutive ranges of the sort, numbered in order.
             names = sorted(os.path.basename(f.path) for f in list_files(staging) if f.path.endswith(".parquet"))
-            ds = ray.data.read_parquet([f"{staging}/{name}" for name in names])  # holds ``columns`` only
+            ds = ray.data.read_parquet([arrow_uri(f"{staging}/{name}") for name in names])  # ``columns`` only
             ds.context.execution_options.preserve_order = True  # this dataset's context, a copy made at read
             yield ds
         finally:
@@ -308,7 +315,9 @@ class Lakehouse:
 
         Ray's workers write the Parquet files. delta-rs path: the driver commits them in place. Native path
         (and catalog tables): they land in a staging folder that Spark's executors read and commit with
-        Spark's Delta writer, so the table's every commit is Spark's; the staging folder is then removed."""
+        Spark's Delta writer, so the table's every commit is Spark's; the staging folder is then removed. A stage
+        that fails because the cluster lost a node runs again from its inputs (``ray.stage_retries``,
+        :func:`~common.platform.ray_runtime.run_stage`): the files of the failed attempt are removed first."""
         _check_name(table)
         done = self.already_written(table, lineage, force)
         if done is not None:
@@ -316,15 +325,23 @@ class Lakehouse:
         # Batches read from Spark-written files carry Spark's schema in their metadata (Ray Data's V1 Parquet
         # reader keeps it), stale once a stage adds columns; Spark would read the written files back with it.
         ds = ds.map_batches(_without_spark_schema, batch_format="pyarrow", zero_copy_batch=True)
+
+        def run(staging: str) -> None:
+            # The stage runs here, lazily; a node lost on the way runs it again (ray.stage_retries). Ray's writers
+            # name S3 as pyarrow does; Spark reads the folder as given.
+            from common.platform.ray_runtime import run_stage
+
+            run_stage(lambda: ds.write_parquet(arrow_uri(staging)), f"the stage writing {table}",
+                      lambda: remove_tree(staging))
+
         if not self.native_delta:
             if self.cfg.catalog:
                 raise LakehouseError("catalog tables are written with Spark's Delta writer (spark.delta: native)")
             metadata = lineage.to_metadata(table) if lineage else None
-            return self._commit_written(table, mode, metadata, lambda staging: ds.write_parquet(staging), None,
-                                        _app_id(table, lineage, force))
+            return self._commit_written(table, mode, metadata, run, None, _app_id(table, lineage, force))
         staging = f"{self.cfg.root.rstrip('/')}/_staging/{table}-{uuid.uuid4().hex[:12]}"
         try:
-            ds.write_parquet(staging)
+            run(staging)
             # ds.schema, not ds.schema(): the dataset is lazy, and its schema would run it (the model) again.
             return self.write(delta_rs.read_parquet_folder(self._require_spark(), staging, ds.schema), table,
                               mode, lineage, force)

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from common.platform.config import DELTA_SAFE_RETENTION_HOURS, MaintenanceConfig
-from common.platform.storage import list_files, local_commit_lock, remove_tree
+from common.platform.commit_lease import commit_lock
+from common.platform.storage import list_files, remove_tree
 
 if TYPE_CHECKING:
     from common.platform.lakehouse import Lakehouse
@@ -171,9 +172,12 @@ def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> None:
 
 
 def _commit_lock(lakehouse: "Lakehouse", table: str):
-    """The lock Spark's Delta commits to a local path table take (storage.local_commit_lock); none for catalog
-    tables (a local catalog is Spark's embedded Derby metastore, which one process holds at a time)."""
-    return contextlib.nullcontext() if lakehouse.cfg.catalog else local_commit_lock(lakehouse.location(table))
+    """The lock Spark's Delta commits to a path table take (commit_lease.commit_lock: a local table's flock, an S3
+    table's commit lease); none for catalog tables (a local catalog is Spark's embedded Derby metastore, which one
+    process holds at a time; a cluster's catalog coordinates its own commits)."""
+    if lakehouse.cfg.catalog:
+        return contextlib.nullcontext()
+    return commit_lock(lakehouse.location(table), table, lakehouse.cfg.lease)
 
 
 @contextlib.contextmanager

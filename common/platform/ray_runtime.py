@@ -8,14 +8,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from common.platform.config import RayConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-# The key under which the runtime leaves its actor restart/retry limits in Ray Data's DataContext.
+# The keys under which the runtime leaves its actor restart/retry limits and its stage retries in Ray Data's
+# DataContext.
 FAULT_TOLERANCE_KEY = "catalog_augment.actor_fault_tolerance"
+STAGE_RETRIES_KEY = "catalog_augment.stage_retries"
 
 # Every Ray task that imports torch (fine-tuning, CTranslate2 conversion, encoder classifiers and surrogates)
 # runs in this one runtime environment. Ray keeps one pool of workers per runtime environment, so:
@@ -102,7 +105,7 @@ class RayRuntime:
                 kwargs["object_store_memory"] = self.cfg.object_store_memory_mb * 1024 * 1024
             ray.init(**{k: v for k, v in kwargs.items() if v is not None})
         elif self.cfg.mode == "address":
-            ray.init(address=self.cfg.address)
+            ray.init(address=self.cfg.address, runtime_env=self.runtime_env())
         else:
             from ray.util.spark import setup_ray_cluster
 
@@ -112,11 +115,19 @@ class RayRuntime:
                 num_gpus_worker_node=self.cfg.spark_num_gpus_per_node,
             )
             self._spark_cluster = True
-            ray.init()
+            ray.init(runtime_env=self.runtime_env())
         self._started_here = True
         self._configure_data_context()
         log.info("ray runtime up (%s): %s", self.cfg.mode, ray.cluster_resources())
         return self
+
+    def runtime_env(self) -> Optional[dict[str, Any]]:
+        """The job-level runtime environment of a driver that joins a cluster: the packages of
+        ``ray.code_packages`` as ``py_modules`` (tasks' own runtime environments add to it: Ray merges them), or
+        None when there are none to ship."""
+        if not self.cfg.code_packages:
+            return None
+        return {"py_modules": package_folders(tuple(self.cfg.code_packages)), "excludes": ["__pycache__", "*.pyc"]}
 
     def _configure_data_context(self) -> None:
         """Set this driver's Ray Data context from the config: which batch errors are retried, the
@@ -127,6 +138,7 @@ class RayRuntime:
         data_context = DataContext.get_current()
         data_context.actor_task_retry_on_errors = bool(self.cfg.retry_exceptions)
         data_context.set_config(FAULT_TOLERANCE_KEY, self.fault_tolerance())
+        data_context.set_config(STAGE_RETRIES_KEY, self.cfg.stage_retries)
         data_context.use_datasource_v2 = self.cfg.parquet_datasource == "v2"
 
     def fault_tolerance(self) -> dict[str, int]:
@@ -163,6 +175,34 @@ class RayRuntime:
         self.stop()
 
 
+@functools.lru_cache(maxsize=None)
+def package_folders(packages: tuple[str, ...]) -> list[str]:
+    """Local folders holding the importable ``packages`` (each a folder named after its package), for Ray's
+    ``py_modules``: a package imported from files is its own folder; one imported from a zip archive (``spark-submit
+    --py-files dist/augment.zip``) is unpacked into a temporary folder once per process. Raises ImportError naming
+    a package that cannot be found."""
+    import importlib.util
+    import tempfile
+    import zipfile
+
+    folders, unpacked = [], None
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError(f"ray.code_packages names {name!r}, which is not an importable package here")
+        location = list(spec.submodule_search_locations)[0]
+        if os.path.isdir(location):
+            folders.append(location)
+            continue
+        # Inside a zip: <archive>.zip/<name>. Unpack the package's members (not the whole archive).
+        archive = location[:location.rindex(f"{os.sep}{name}")]
+        unpacked = unpacked or tempfile.mkdtemp(prefix="augment-code-")
+        with zipfile.ZipFile(archive) as zipped:
+            zipped.extractall(unpacked, [m for m in zipped.namelist() if m.startswith(f"{name}/")])
+        folders.append(os.path.join(unpacked, name))
+    return folders
+
+
 def actor_fault_tolerance() -> dict[str, int]:
     """``max_restarts``/``max_task_retries`` for the suite's Ray actors, as the started :class:`RayRuntime`
     set them; Ray Data's own default (unlimited) would retry a batch that kills its actor forever, so
@@ -170,6 +210,47 @@ def actor_fault_tolerance() -> dict[str, int]:
     from ray.data import DataContext
 
     return dict(DataContext.get_current().get_config(FAULT_TOLERANCE_KEY, RayRuntime(RayConfig()).fault_tolerance()))
+
+
+def lost_to_the_cluster(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps) says the Ray cluster lost something, not that the code failed: a node
+    (``NodeDiedError``, an actor that died with its node), an actor for the moment (``ActorUnavailableError``), an
+    object or its owner. An actor that died of itself (killed, crashed, past its restarts) is not such a loss."""
+    import re
+
+    from ray import exceptions as ray_errors
+
+    lost = (ray_errors.ActorUnavailableError, ray_errors.NodeDiedError, ray_errors.ObjectLostError,
+            ray_errors.OwnerDiedError, ray_errors.LocalRayletDiedError)
+    for _ in range(10):  # the chain of causes, bounded
+        if exc is None:
+            return False
+        if isinstance(exc, lost):
+            return True
+        if isinstance(exc, ray_errors.ActorDiedError) and re.search(r"node (has )?died|node\S* .*(dead|removed)",
+                                                                     str(exc), re.IGNORECASE):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def run_stage(run: Callable[[], T], stage: str, before_retry: Callable[[], None] = lambda: None) -> T:
+    """``run()`` (a Ray Data stage's execution), run again up to ``ray.stage_retries`` times (as the started runtime
+    set it) when it fails because the cluster lost a node or an actor (:func:`lost_to_the_cluster`), calling
+    ``before_retry()`` first (to remove what the failed attempt wrote). Any other failure is raised at once."""
+    from ray.data import DataContext
+
+    retries = int(DataContext.get_current().get_config(STAGE_RETRIES_KEY, RayConfig().stage_retries))
+    for attempt in range(retries + 1):
+        try:
+            return run()
+        except Exception as exc:
+            if attempt == retries or not lost_to_the_cluster(exc):
+                raise
+            log.warning("%s lost a node or an actor of the Ray cluster (%s): running it again from its inputs "
+                        "(%d/%d)", stage, str(exc).splitlines()[0][:200], attempt + 1, retries)
+            before_retry()
+    raise AssertionError("unreachable")
 
 
 def map_batches_on_actors(ds, fn, **kwargs):

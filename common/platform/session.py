@@ -34,6 +34,17 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
+# Runtime SQL settings the suite's jobs rely on, set on every session (local ones at build, a cluster's or a
+# notebook's when the job takes it; ``spark.conf`` may still override them): UTC for dates and windows, Arrow for
+# pandas conversions, and INT64 microsecond timestamps in Parquet, which Delta and delta-rs expect (not Spark's
+# legacy INT96).
+SESSION_SQL_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+
+
 class DeltaJarsMissing(RuntimeError):
     """``spark.delta: native`` on a local session, but Spark's Delta jars were never resolved."""
 
@@ -152,6 +163,9 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
     _keep_py4j_sockets_in_forked_children()
     if cfg.mode != "local":
         spark = SparkSession.builder.getOrCreate()
+        # What the suite's code relies on, whatever the cluster's defaults (runtime SQL settings: this job only).
+        for key, value in SESSION_SQL_CONF.items():
+            spark.conf.set(key, value)
         # A runtime SQL setting: the config's value replaces the cluster's default (Spark's is 200) for this job.
         if cfg.shuffle_partitions is not None:
             spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
@@ -182,12 +196,10 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
         # Delta's VACUUM lists a table's folders with this many tasks (default 10,000: ~40 s per tiny table on
         # 2 cores, 4 s with this).
         .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(max(2, partitions)))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # Delta and delta-rs expect INT64 microsecond timestamps, not Spark's legacy INT96.
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.warehouse.dir", os.path.join(checkpoint_dir, "warehouse"))
     )
+    for key, value in SESSION_SQL_CONF.items():
+        builder = builder.config(key, value)
     if _uses_native_jars(cfg):
         # The same settings as delta-spark's configure_spark_with_delta_pip, with jars Maven resolved at
         # install time instead of Ivy at every session start.

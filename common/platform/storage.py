@@ -10,9 +10,18 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional, Sequence
 
 log = logging.getLogger(__name__)
+
+
+# Hadoop's S3 connectors (s3a, the current one; s3n, its predecessor) name the same objects as s3://.
+S3_SCHEMES = ("s3", "s3a", "s3n")
+
+
+class StorageUnreachable(OSError):
+    """The object store behind a path cannot be reached (down, wrong endpoint, refused credentials); the message
+    names the path and the endpoint."""
 
 
 def is_local(uri: str) -> bool:
@@ -20,13 +29,73 @@ def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
 
+def scheme(uri: str) -> str:
+    """The URI's scheme (``s3a``, ``abfss``...), ``file`` for a plain path."""
+    return uri.split("://", 1)[0].lower() if "://" in uri else "file"
+
+
+def is_s3(uri: str) -> bool:
+    """True for ``s3://``, ``s3a://`` and ``s3n://`` URIs."""
+    return scheme(uri) in S3_SCHEMES
+
+
+def arrow_uri(uri: str) -> str:
+    """``uri`` as pyarrow (and so Ray Data) names it: Hadoop's ``s3a://`` / ``s3n://`` become ``s3://`` (the same
+    objects: Spark writes a lakehouse on S3 through s3a, delta-rs reads both spellings, pyarrow only s3://)."""
+    return "s3://" + uri.split("://", 1)[1] if scheme(uri) in ("s3a", "s3n") else uri
+
+
 def filesystem(uri: str):
-    """``(pyarrow FileSystem, path inside it)`` for a path or URI."""
+    """``(pyarrow FileSystem, path inside it)`` for a path or URI (s3a:// and s3n:// read as s3://). An S3
+    endpoint other than AWS comes from ``AWS_ENDPOINT_URL`` (pyarrow reads it, as delta-rs and boto3 do)."""
     import pyarrow.fs as pafs
 
     if is_local(uri):
         return pafs.LocalFileSystem(), uri.removeprefix("file://")
-    return pafs.FileSystem.from_uri(uri)
+    return pafs.FileSystem.from_uri(arrow_uri(uri))
+
+
+def endpoint(uri: str) -> str:
+    """Where the store behind ``uri`` answers, for messages: S3's ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``
+    (or AWS itself), the host of other URIs, ``local disk`` for paths."""
+    import os
+
+    if is_local(uri):
+        return "local disk"
+    if is_s3(uri):
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "the default region"
+        return (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+                or f"AWS S3 ({region})")
+    return f"{scheme(uri)}://{uri.split('://', 1)[1].split('/', 1)[0]}"
+
+
+def check_reachable(uri: str, timeout_s: float = 10.0) -> None:
+    """Raise :class:`StorageUnreachable` naming ``uri`` and its endpoint unless the store behind it answers a
+    metadata request within about ``timeout_s`` (a missing path is fine: the store answered). Local paths are
+    not checked. Why: with the store down, Hadoop's s3a and delta-rs retry for minutes before they fail, deep
+    inside the first read or write; a job checks its lakehouse first and fails at once, before it writes."""
+    if is_local(uri):
+        return
+    import os
+
+    import pyarrow.fs as pafs
+
+    try:
+        if is_s3(uri):
+            # One attempt with short timeouts; region and credentials come from the environment (the endpoint too,
+            # but pyarrow's constructor reads only what FileSystem.from_uri does not: it is passed here).
+            override = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            fs = pafs.S3FileSystem(connect_timeout=min(timeout_s, 5.0), request_timeout=timeout_s,
+                                   endpoint_override=override or None,
+                                   retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+            path = arrow_uri(uri).split("://", 1)[1]
+        else:
+            fs, path = filesystem(uri)
+        fs.get_file_info(path.rstrip("/"))
+    except (OSError, ValueError) as exc:
+        reason = " ".join(str(exc).split())
+        raise StorageUnreachable(f"{uri}: the object store at {endpoint(uri)} did not answer: {reason[:300]}") \
+            from exc
 
 
 def list_files(uri: str) -> list:
@@ -61,6 +130,40 @@ def put_folder(local_dir: str, uri: str) -> None:
     for path in sorted(root.rglob("*")):
         if path.is_file():
             put_file(str(path), f"{uri.rstrip('/')}/{path.relative_to(root).as_posix()}")
+
+
+def read_parquet_files(files: Sequence[str], columns: Sequence[str], filters: Optional[list] = None):
+    """A pyarrow Table of ``columns`` of the Parquet ``files`` (paths, or URIs of one store: a table version's file
+    list), the rows matching pyarrow ``filters`` when given. pyarrow's dataset takes a list of URIs only with their
+    file system named, so it is resolved here from the first file."""
+    import pyarrow.parquet as pq
+
+    files = list(files)
+    if files and not is_local(files[0]):
+        fs, _ = filesystem(files[0])
+        paths = [filesystem(f)[1] for f in files]
+        return pq.ParquetDataset(paths, filesystem=fs, filters=filters or None).read(columns=list(columns))
+    return pq.ParquetDataset([f.removeprefix("file://") for f in files], filters=filters or None) \
+        .read(columns=list(columns))
+
+
+def read_text(uri: str) -> str:
+    """The UTF-8 text of the file ``uri`` (a path or an object-store URI)."""
+    fs, path = filesystem(uri)
+    with fs.open_input_stream(path) as handle:
+        return handle.read().decode("utf-8")
+
+
+def write_text(uri: str, text: str) -> None:
+    """Write ``text`` (UTF-8) to the file ``uri``, replacing it (local parent folders are created)."""
+    if is_local(uri):
+        target = Path(uri.removeprefix("file://"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        return
+    fs, path = filesystem(uri)
+    with fs.open_output_stream(path) as handle:
+        handle.write(text.encode("utf-8"))
 
 
 def exists(uri: str) -> bool:
@@ -121,9 +224,9 @@ def local_commit_lock(location: str) -> Iterator[None]:
     Why: on a local file system Spark's Delta log store commits version N by checking that N's file is absent
     and then renaming onto it, and a POSIX rename replaces: two processes committing one version at once can
     both "succeed", the later silently replacing the earlier (and Hadoop's checksum sidecar of the one no
-    longer matching the other's file). Object stores get put-if-absent from their log stores, and delta-rs
-    commits locally with an atomic no-replace rename; this lock gives Spark's writer the same guarantee on a
-    local lakehouse. It is a ``flock`` on ``.<folder>.commit-lock`` beside the table folder, taken on a
+    longer matching the other's file). delta-rs commits locally with an atomic no-replace rename; this lock
+    gives Spark's writer the same guarantee on a local lakehouse (on S3 the commit lease does:
+    :mod:`common.platform.commit_lease`). It is a ``flock`` on ``.<folder>.commit-lock`` beside the table folder, taken on a
     descriptor of its own per call, so it serializes writers in other processes and in other threads alike;
     the kernel releases it when a holder dies.
     """

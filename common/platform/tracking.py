@@ -91,6 +91,23 @@ class TrackedRun:
 
         mlflow.log_artifacts(folder, artifact_path)
 
+    def log_model_folder(self, uri: str, artifact_path: str) -> None:
+        """Store a model folder (a local path or an object-store URI: copied through a scratch folder, removed
+        after) as artifacts under ``artifact_path/<folder name>``, as ``log_artifact`` stores a local folder."""
+        import shutil
+
+        from common.platform.storage import is_local, local_copy
+
+        name = uri.rstrip("/").rsplit("/", 1)[-1]
+        if is_local(uri):
+            self.log_artifacts(uri.removeprefix("file://"), f"{artifact_path}/{name}")
+            return
+        folder = local_copy(uri)
+        try:
+            self.log_artifacts(folder, f"{artifact_path}/{name}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set string tags on the run."""
         import mlflow

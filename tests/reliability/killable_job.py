@@ -144,7 +144,8 @@ def start_session(argv: list[str]) -> None:
     import argparse
 
     from common.config import load_config
-    from common.platform.job import add_common_args, build_context, config_from_args
+    from common.platform.entry import add_common_args, config_from_args
+    from common.platform.job import build_context
 
     parser = argparse.ArgumentParser()
     parser.add_argument("command")

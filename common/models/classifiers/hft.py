@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 from common.models.config import FastTextConfig
 from common.platform.errors import InputError
 from common.platform.ray_runtime import glibc
-from common.platform.storage import local_copy, put_file, worker_scratch
+from common.platform.storage import local_copy, put_file, read_parquet_files, worker_scratch
 from common.data.taxonomy import SEPARATOR
 from common.data.text import normalize_title
 
@@ -125,13 +125,11 @@ Source = tuple[Sequence[str], Optional[list]]
 
 def read_rows(sources: Sequence[Source], text_col: str, label_col: str) -> list[tuple[str, str]]:
     """(text, label) rows of every source, sorted, so their order never depends on the files' order."""
-    import pyarrow.parquet as pq
-
     rows: list[tuple[str, str]] = []
     for files, filters in sources:
         if not files:
             continue
-        table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=[text_col, label_col])
+        table = read_parquet_files(files, [text_col, label_col], filters)
         rows += zip(table.column(text_col).to_pylist(), table.column(label_col).to_pylist())
     return sorted(rows, key=lambda r: (r[0] or "", r[1] or ""))
 

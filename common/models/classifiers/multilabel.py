@@ -16,20 +16,18 @@ from typing import Any, Optional, Sequence
 from common.data.text import normalize_title
 from common.models.classifiers.label_metrics import best_threshold, decide
 from common.models.classifiers.hft import LABEL_PREFIX, Source, _fasttext, train_file_to_model
-from common.platform.storage import worker_scratch
+from common.platform.storage import read_parquet_files, worker_scratch
 
 def read_examples(sources: Sequence[Source], id_col: str = "example_id", text_col: str = "text",
                   labels_col: Optional[str] = "labels") -> list[tuple[str, str, list[str]]]:
     """(id, text, labels) of every source, sorted by id (so a model never depends on the files' order);
     ``labels_col`` None gives empty label lists."""
-    import pyarrow.parquet as pq
-
     rows: list[tuple[str, str, list[str]]] = []
     for files, filters in sources:
         if not files:
             continue
         columns = [id_col, text_col] + ([labels_col] if labels_col else [])
-        table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=columns)
+        table = read_parquet_files(files, columns, filters)
         labels = table.column(labels_col).to_pylist() if labels_col else [[]] * table.num_rows
         rows += zip(table.column(id_col).to_pylist(), table.column(text_col).to_pylist(), labels)
     return sorted(((str(i), t or "", list(ls or [])) for i, t, ls in rows), key=lambda r: r[0])

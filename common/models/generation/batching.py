@@ -49,8 +49,8 @@ def read_pairs(files: Sequence[str], source_col: str, target_col: str,
                filters: Optional[list] = None) -> list[tuple[str, str]]:
     """(source, target) pairs from Parquet ``files`` (the rows matching pyarrow ``filters``, when given),
     sorted (file row order follows the writer's partitioning; the model must not); rows with an empty side skipped."""
-    import pyarrow.parquet as pq
+    from common.platform.storage import read_parquet_files
 
-    table = pq.ParquetDataset(list(files), filters=filters or None).read(columns=[source_col, target_col])
+    table = read_parquet_files(files, [source_col, target_col], filters)
     return sorted((s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
                   if s and t and s.strip() and t.strip())

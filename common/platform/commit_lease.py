@@ -1,0 +1,187 @@
+"""A table's commit lease on S3: one writing driver at a time, where Spark's Delta log store cannot promise it.
+
+Spark's Delta writer commits version N of a table on S3 through ``S3SingleDriverLogStore``: it checks that N's
+log file is absent and then writes it, which is safe for the writers of ONE driver JVM (they share an in-memory
+lock) and unsafe across drivers: two drivers that both see N absent both write it, and the later silently
+replaces the earlier (a lost commit, its data files orphaned). The multi-writer answers are a DynamoDB log store
+(``S3DynamoDBLogStore``) or a catalog that coordinates commits (Unity Catalog): see the operations page
+"Running on a cluster". This lease is the suite's guard without them: before a native write to a table on S3, the
+driver creates a lease object beside the table with S3's conditional put (``If-None-Match: *``, atomic on AWS S3
+since 2024), keeps it alive while the write runs, and deletes it after. A second driver writing the same table
+waits for it, and fails with a clear error naming the holder when it waits longer than ``wait_s``. A holder
+killed mid-write stops renewing: its lease is broken ``ttl_s`` after its last renewal (measured on the store's
+own clock, so the drivers' clocks need not agree). Writers outside the suite are not guarded.
+
+delta-rs needs no lease: it commits on S3 with conditional put itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Iterator, Optional
+
+from common.platform.storage import arrow_uri
+from common.platform.tables import LakehouseError
+
+log = logging.getLogger(__name__)
+
+
+class CommitLeaseTimeout(LakehouseError):
+    """Another driver held a table's commit lease for longer than this writer would wait."""
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """How long a lease lives without renewal (``ttl_s``; renewed every third of it) and how long a writer waits
+    for another's (``wait_s``)."""
+
+    ttl_s: float = 60.0
+    wait_s: float = 600.0
+    poll_s: float = 2.0
+
+
+def lease_key(location: str) -> tuple[str, str]:
+    """(bucket, key) of the lease object of the table at ``location``: ``.<table>.commit-lock`` beside the table's
+    folder, the name the local flock takes (:func:`common.platform.storage.local_commit_lock`)."""
+    path = arrow_uri(location).split("://", 1)[1].rstrip("/")
+    bucket, _, key = path.partition("/")
+    parent, _, name = key.rpartition("/")
+    return bucket, f"{parent}/.{name}.commit-lock" if parent else f".{name}.commit-lock"
+
+
+@functools.lru_cache(maxsize=1)
+def _client():
+    import boto3
+
+    # boto3 takes the endpoint (AWS_ENDPOINT_URL), region and credentials from the environment, as delta-rs and
+    # pyarrow do; one client per process (a client is thread-safe, and costs a few ms to build).
+    return boto3.client("s3")
+
+
+def _code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def _conditional_failed(exc: Exception) -> bool:
+    # 412: the condition did not hold; 409 ConditionalRequestConflict: a concurrent conditional write won.
+    return _code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
+
+
+@contextlib.contextmanager
+def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSettings()) -> Iterator[None]:
+    """Hold the commit lease of the table at ``location`` (``s3://`` / ``s3a://``) for the body. Waits while another
+    driver holds it; raises :class:`CommitLeaseTimeout` naming the holder after ``settings.wait_s``. Breaks a lease
+    not renewed for ``settings.ttl_s`` (its holder died)."""
+    from botocore.exceptions import ClientError
+
+    client = _client()
+    bucket, key = lease_key(location)
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    body = json.dumps({"owner": owner, "table": table, "location": location,
+                       "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
+    started, announced = time.monotonic(), False
+    while True:
+        try:
+            etag = client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")["ETag"]
+            break
+        except ClientError as exc:
+            if not _conditional_failed(exc):
+                raise
+        holder = _holder(client, bucket, key)
+        if holder is None:
+            continue  # released between our put and our look: try again at once
+        if holder["age_s"] > settings.ttl_s:
+            log.warning("breaking the commit lease of %s held by %s: not renewed for %.0f s (its writer died?)",
+                        table, holder["owner"], holder["age_s"])
+            with contextlib.suppress(ClientError):  # another waiter broke it first: its etag no longer matches
+                client.delete_object(Bucket=bucket, Key=key, IfMatch=holder["etag"])
+            continue
+        waited = time.monotonic() - started
+        if waited > settings.wait_s:
+            raise CommitLeaseTimeout(
+                f"write to {table!r} ({location}) waited {waited:.0f} s for another writer's commit lease "
+                f"(s3://{bucket}/{key}, held by {holder['owner']} since {holder['since']}). Spark's Delta log store on "
+                f"S3 is safe for one writing driver at a time: run the writers one after the other, raise "
+                f"lakehouse.commit_wait_s, or configure a multi-writer log store (docs: Running on a cluster)")
+        if not announced:
+            log.info("waiting for the commit lease of %s, held by %s since %s", table, holder["owner"], holder["since"])
+            announced = True
+        time.sleep(settings.poll_s)
+    renewer = _Renewer(client, bucket, key, body, etag, settings.ttl_s / 3, table)
+    renewer.start()
+    try:
+        yield
+    finally:
+        renewer.stop()
+        if renewer.lost:
+            log.error("the commit lease of %s was lost while writing (%s): another writer may have committed "
+                      "concurrently; check the table's history", table, renewer.lost)
+        with contextlib.suppress(ClientError):
+            client.delete_object(Bucket=bucket, Key=key, IfMatch=renewer.etag)
+
+
+def _holder(client, bucket: str, key: str) -> Optional[dict]:
+    """The lease object's owner, start, ETag and age on the store's clock (its ``Date`` header against the object's
+    ``LastModified``), or None when there is none."""
+    from botocore.exceptions import ClientError
+
+    try:
+        response = client.get_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if _code(exc) in ("NoSuchKey", "404"):
+            return None
+        raise
+    info = json.loads(response["Body"].read() or b"{}")
+    now = parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
+    return {"owner": info.get("owner", "?"), "since": info.get("since", "?"), "etag": response["ETag"],
+            "age_s": (now - response["LastModified"]).total_seconds()}
+
+
+class _Renewer(threading.Thread):
+    """Rewrites the lease object (``If-Match`` its last ETag) every ``every_s`` seconds until stopped; records in
+    ``lost`` why a renewal failed (another writer broke the lease)."""
+
+    def __init__(self, client, bucket: str, key: str, body: bytes, etag: str, every_s: float, table: str):
+        super().__init__(name=f"commit-lease-{table}", daemon=True)
+        self.client, self.bucket, self.key, self.body, self.etag = client, bucket, key, body, etag
+        self.every_s, self.lost = every_s, ""
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        from botocore.exceptions import ClientError
+
+        while not self._halt.wait(self.every_s):
+            try:
+                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self.body,
+                                                   IfMatch=self.etag)["ETag"]
+            except ClientError as exc:
+                self.lost = str(exc)
+                return
+            except Exception as exc:  # a network blip: the next renewal may succeed within the TTL
+                log.warning("commit lease renewal of s3://%s/%s failed: %s", self.bucket, self.key, exc)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+
+
+def commit_lock(location: str, table: str, settings: LeaseSettings = LeaseSettings()):
+    """The guard around a native Delta write to the path table at ``location``: the local table's flock
+    (:func:`~common.platform.storage.local_commit_lock`), the S3 commit lease, or nothing on stores whose Delta
+    log stores are multi-writer safe (GCS and Azure commit with put-if-absent or an atomic rename)."""
+    from common.platform.storage import is_local, is_s3, local_commit_lock
+
+    if is_local(location):
+        return local_commit_lock(location)
+    if is_s3(location):
+        return s3_commit_lease(location, table, settings)
+    return contextlib.nullcontext()
