@@ -774,6 +774,12 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN) -> int:
     print(f"[cluster-demo] local demo {_clock(timings['local demo (augment run demo, conf/demo.yaml)'])}; on the "
           f"cluster: up {_clock(timings.get('cluster up', 0))}, the chain {_clock(chain_time)}, again "
           f"{_clock(sum(v for k, v in timings.items() if k.startswith('round 2')))}", flush=True)
+    # Where the time went: the Delta writes (each write's compute, its files and its commit), both sides.
+    round1 = "".join(cluster.log(f"submit-{name}-1").read_text(errors="replace") for name in chain
+                     if cluster.log(f"submit-{name}-1").exists())
+    for label, text in (("local demo", (root / "local-demo.log").read_text()), ("cluster round 1", round1)):
+        seconds = [float(s) for s in re.findall(r"committed \S+ version \d+ with .* in ([\d.]+) s", text)]
+        print(f"[cluster-demo] {label}: {len(seconds)} Delta writes, {sum(seconds):.0f} s in all", flush=True)
     for failure in failures:
         print(f"[cluster-demo] FAILED: {failure}")
     return 1 if failures else 0
