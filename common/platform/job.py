@@ -172,6 +172,12 @@ def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSe
     if spark is None:
         from concurrent.futures import ThreadPoolExecutor
 
+        # pyspark is imported before the MLflow thread starts: two threads importing at once can deadlock on a
+        # module both import (the cluster rehearsal's genre-transfer driver died of _DeadlockError on
+        # importlib.resources.abc, pyspark.errors against MLflow's imports). What overlaps is the JVM's start.
+        import importlib.resources  # noqa: F401
+        import pyspark.sql  # noqa: F401
+
         # A fresh process (every `augment run`, spark-submit job and scheduled task) spends 3-4 s importing
         # MLflow and opening its store, and as long waiting for the JVM to start: the two overlap.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-setup") as pool:

@@ -115,7 +115,8 @@ def pipeline_run(cluster, cluster_conf):
         for name in (SPARK_WORKERS[1], "ray-node-2"):  # whatever happened, the next tests get the whole cluster
             if name not in cluster.state["pids"]:
                 cluster.restart(name)
-    print(f"{PIPELINE} on the cluster: {record['seconds']:.0f} s; Spark worker killed at "
+    print(f"with the store down refused in {record['refused_seconds']:.0f} s; "
+          f"{PIPELINE} on the cluster: {record['seconds']:.0f} s; Spark worker killed at "
           f"{record.get('spark_kill_at', -1):.0f} s, Ray node at {record.get('ray_kill_at', -1):.0f} s")
     return record
 
