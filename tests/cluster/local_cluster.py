@@ -334,18 +334,7 @@ class LocalCluster:
 
     def _alive(self, name: str) -> bool:
         pid = self.state["pids"].get(name)
-        if not pid:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        # A zombie child (exited, not reaped) is not alive.
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                return handle.read().split(") ", 1)[1][0] != "Z"
-        except OSError:
-            return True
+        return bool(pid) and _exists(pid)
 
     def _wait(self, name: str, ready, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -669,6 +658,7 @@ def _descendants(pid: int) -> set[int]:
 
 
 def _exists(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited and not reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
