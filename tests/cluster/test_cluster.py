@@ -254,9 +254,10 @@ def test_the_doctor_reaches_the_cluster_and_ray_refuses_a_driver_without_its_tok
     assert lakehouse.ok and lakehouse.detail.startswith(
         f"s3a://{BUCKET}/lakehouse answers at http://127.0.0.1:{cluster.port('s3')}"), lakehouse
     started = time.monotonic()
+    # Ray retries a refused GCS handshake once a second, 20 times by default: two tries show the refusal as well.
     refused = subprocess.run([str(cluster.node_python), "-c", "import ray; ray.init(address='auto')"],
-                             env={**cluster.env("driver"), "RAY_AUTH_MODE": "disabled"}, capture_output=True,
-                             text=True, timeout=120)
+                             env={**cluster.env("driver"), "RAY_AUTH_MODE": "disabled",
+                                  "RAY_NUM_REDIS_GET_RETRIES": "2"}, capture_output=True, text=True, timeout=120)
     print(f"a driver without the token refused in {time.monotonic() - started:.0f} s")
     assert refused.returncode != 0 and "InvalidAuthToken" in refused.stderr
 
