@@ -1,6 +1,9 @@
 """The shared Ray runtime: loopback-only, started once, actors load their state once."""
 from __future__ import annotations
 
+import contextlib
+import os
+
 import psutil
 import pytest
 import ray
@@ -164,7 +167,8 @@ def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
     pid = lambda: __import__("os").getpid()  # noqa: E731  (a lambda travels to Ray by value)
 
     assert torch_task_options(0.0) == {"runtime_env": TORCH_TASK_ENV}
-    assert torch_task_options(1.0) == {"runtime_env": TORCH_TASK_ENV, "max_calls": 1}
+    with _capacity({"CPU": 2.0, "GPU": 1.0}):  # as a runtime with a GPU records it
+        assert torch_task_options(1.0) == {"runtime_env": TORCH_TASK_ENV, "max_calls": 1}
     # Two CPUs each on the session's 2-CPU runtime: the tasks run one at a time. Ray hands each the idle torch
     # worker used last; earlier tests may have left more than one idle, so the claim is that workers are shared
     # (with a worker per task there would be four).
@@ -182,7 +186,39 @@ def test_cpu_actor_pools_leave_a_cpu_to_ray_data(ray_runtime):
     assert actor_pool_size(3, 0.0, 1, stage="test pool") == 1
     with pytest.raises(ValueError, match="test pool: a CPU actor of 2 CPUs .* at most 1 CPU"):
         actor_pool_size(1, 0.0, 2, stage="test pool")
-    assert actor_pool_size(4, 1.0, 2) == 4  # GPU actors hold no CPU the other tasks need
+    with _capacity({"CPU": 2.0, "GPU": 4.0}):
+        assert actor_pool_size(4, 1.0, 2) == 4  # GPU actors hold no CPU the other tasks need
+
+
+def test_a_stage_that_asks_for_a_gpu_the_cluster_cannot_have_fails_before_it_starts(ray_runtime):
+    """Ray would wait forever for a GPU no node has: the stage is refused with the settings to change, on the
+    session's CPU-only runtime and on a Ray on Spark plan without GPUs; a cluster joined by address (whose autoscaler
+    may add GPU nodes) is not second-guessed."""
+    from common.platform.config_loader import ConfigError
+    from common.platform.ray_runtime import actor_pool_size, torch_task_options
+
+    with pytest.raises(ConfigError, match=r"generation asks for 1 GPU\(s\) and this Ray cluster has 0: .*ray.num_gpus"):
+        actor_pool_size(2, 1.0, stage="generation")
+    with _capacity({"CPU": 4.0, "GPU": 0.0}), pytest.raises(ConfigError, match="ray.spark_num_gpus_per_node"):
+        torch_task_options(1.0, stage="fine-tune")
+    with _capacity(None):
+        assert torch_task_options(1.0)["max_calls"] == 1
+
+
+@contextlib.contextmanager
+def _capacity(capacity):
+    """The driver's recorded Ray capacity set to ``capacity`` for the block (as RayRuntime.start records it)."""
+    from ray.data import DataContext
+
+    from common.platform.ray_runtime import CAPACITY_KEY
+
+    context = DataContext.get_current()
+    before = context.get_config(CAPACITY_KEY, None)
+    context.set_config(CAPACITY_KEY, capacity)
+    try:
+        yield
+    finally:
+        context.set_config(CAPACITY_KEY, before)
 
 
 _HEAP_SCRIPT = """
@@ -264,3 +300,50 @@ def test_a_stage_lost_to_the_cluster_runs_again_and_a_failing_one_does_not():
     with pytest.raises(ValueError):
         run_stage(broken, "a stage")
     assert len(calls) == 1
+
+
+def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where_ray_is(spark, monkeypatch):
+    """Ray on Spark's plan on this application (local[2]: one 'executor' of 2 cores): worker nodes of one executor's
+    cores by default (Ray's own default, the machine's CPUs, never fits a smaller executor), autoscaling from zero;
+    sizes that cannot work are refused naming the key. Before the start, the driver's ``ray`` folder goes first on
+    its PATH (Ray's head starter looks the command up there), and the start hook hands the worker nodes the
+    executors' ``ray`` folder and the driver's Ray auth mode; the doctor says what it found."""
+    import sys
+    from pathlib import Path
+
+    from common.platform import ray_on_spark
+    from common.platform.config_loader import ConfigError
+    from common.platform.doctor import cluster_checks
+    from common.platform.config import BaseConfig
+    from common.platform.config_loader import from_mapping
+
+    chosen = ray_on_spark.plan(RayConfig(mode="spark"), spark)
+    assert (chosen.min_nodes, chosen.max_nodes, chosen.cpus, chosen.gpus) == (0, 2, 2, 0)
+    assert chosen.capacity() == {"CPU": 4.0, "GPU": 0.0}
+    assert ray_on_spark.plan(RayConfig(mode="spark", spark_num_cpus_per_node=1, spark_num_gpus_per_node=1),
+                             spark).capacity() == {"CPU": 2.0, "GPU": 2.0}
+    with pytest.raises(ConfigError, match="ray.spark_min_worker_nodes .3. must be between 0 and"):
+        ray_on_spark.plan(RayConfig(mode="spark", spark_min_worker_nodes=3), spark)
+
+    for key in ("PATH", ray_on_spark.NODE_PATH_ENV, ray_on_spark.HOOK_ENV, "RAY_AUTH_MODE", "RAY_ADDRESS",
+                "PYSPARK_PYTHON"):
+        monkeypatch.setenv(key, os.environ.get(key, ""))  # restored after the test
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("PYSPARK_PYTHON", "/nodes/env/bin/python")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    for key in (ray_on_spark.HOOK_ENV, "RAY_AUTH_MODE"):
+        monkeypatch.delenv(key)
+    ray_on_spark.prepare_environment(spark)
+    bin_folder = str(Path(sys.executable).parent)
+    assert os.environ["PATH"] == f"{bin_folder}:/usr/bin:/bin" and "RAY_ADDRESS" not in os.environ
+    hook = ray_on_spark.SuiteStartHook()
+    assert os.environ[ray_on_spark.HOOK_ENV] == ray_on_spark.HOOK
+    env = hook.custom_environment_variables()
+    assert env["PATH"] == "/nodes/env/bin:/usr/bin:/bin" and env["RAY_AUTH_MODE"] == "disabled"
+
+    cfg = from_mapping(BaseConfig, {"ray": {"mode": "spark"}})
+    (check,) = cluster_checks(cfg)
+    assert check.ok and check.detail.startswith(f"{bin_folder}/ray; 0-2 worker nodes"), check
+    fixed = from_mapping(BaseConfig, {"ray": {"mode": "spark", "spark_min_worker_nodes": 2}})
+    (check,) = cluster_checks(fixed)
+    assert not check.ok and "holds its Spark slots" in check.detail and "spark_min_worker_nodes: 0" in check.fix

@@ -107,11 +107,20 @@ class RayConfig:
     # not the project, and always run the driver's version of it. From a zip on spark-submit's --py-files they are
     # unpacked first. Empty: the nodes import the project themselves (installed in their image).
     code_packages: list[str] = field(default_factory=lambda: ["common", "jobs"])
-    # Ray on Spark (ray.util.spark.setup_ray_cluster): the most Ray worker nodes it starts.
+    # Ray on Spark (ray.util.spark.setup_ray_cluster): the most Ray worker nodes it starts, each one a Spark task
+    # holding spark_num_cpus_per_node cores while it lives.
     spark_max_worker_nodes: int = 2
-    # Ray on Spark: CPUs per Ray worker node (null: Ray's default, a whole Spark worker's).
+    # Ray on Spark: the fewest worker nodes. 0 (autoscaling from zero): nodes start when a Ray stage asks for
+    # resources and end after spark_idle_timeout_minutes idle, giving their Spark slots back to the next Spark stage;
+    # equal to spark_max_worker_nodes: a fixed cluster that holds its slots until the job ends.
+    spark_min_worker_nodes: int = 0
+    # Ray on Spark: minutes a worker node may stay idle before it ends and frees its Spark slots.
+    spark_idle_timeout_minutes: float = 0.5
+    # Ray on Spark: CPUs per Ray worker node (null: one executor's cores, spark.executor.cores or the application's
+    # parallelism over its executors; Ray's own default, a whole worker machine's CPUs, never fits a smaller executor).
     spark_num_cpus_per_node: Optional[int] = None
-    # Ray on Spark: GPUs per Ray worker node (null: Ray's default).
+    # Ray on Spark: GPUs per Ray worker node (null: none). A stage that asks for a GPU on a Ray cluster without one
+    # fails before it starts, naming this key.
     spark_num_gpus_per_node: Optional[int] = None
     # Fault tolerance of the suite's Ray actors (generation and scoring pools): a killed actor (OOM,
     # preempted node, ray.kill) is restarted up to actor_max_restarts times (-1: no limit) and its in-flight

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import platform
 import shutil
@@ -191,6 +192,8 @@ def cluster_checks(cfg: BaseConfig) -> list[Check]:
             checks.append(Check("ray head", error is None, f"{cfg.ray.address}" + (f": {error}" if error else
                                 " answers"), "start the head (ray start --head), or set RAY_ADDRESS", required=True))
         checks.append(_ray_token())
+    elif cfg.ray.mode == "spark":
+        checks.append(_ray_on_spark(cfg))
     uri = cfg.tracking.uri or ""
     if uri.startswith(("http://", "https://")):
         import urllib.request
@@ -203,6 +206,29 @@ def cluster_checks(cfg: BaseConfig) -> list[Check]:
         checks.append(Check("mlflow server", ok, detail, "start it (mlflow server ...), or set MLFLOW_TRACKING_URI",
                             required=True))
     return checks
+
+
+def _ray_on_spark(cfg: BaseConfig) -> Check:
+    """What Ray on Spark needs of this driver's Python before it starts: the ``ray`` command beside it (Ray's node
+    starter runs it; executors need the same in their Python) and ``grpcio`` (every head start opens a Ray Client
+    port), and worker node sizes that can work."""
+    from common.platform.ray_on_spark import ray_command_folder
+
+    fix = "pip install 'ray[default]' into the driver's and the executors' Python (make install does)"
+    folder = ray_command_folder(sys.executable)
+    if folder is None:
+        return Check("ray on spark", False, f"no `ray` command beside {sys.executable}", fix, required=True)
+    if importlib.util.find_spec("grpc") is None:
+        return Check("ray on spark", False, "grpcio missing (Ray Client, which every head start opens)", fix,
+                     required=True)
+    ray = cfg.ray
+    sizes = (f"{ray.spark_min_worker_nodes}-{ray.spark_max_worker_nodes} worker nodes of "
+             f"{ray.spark_num_cpus_per_node or 'an executor'}'s CPUs, {ray.spark_num_gpus_per_node or 0} GPU, idle "
+             f"ones end after {ray.spark_idle_timeout_minutes:g} min")
+    fixed = ray.spark_min_worker_nodes >= ray.spark_max_worker_nodes
+    return Check("ray on spark", not fixed, f"{folder}/ray; {sizes}" + (
+        ": a fixed cluster holds its Spark slots until the job ends" if fixed else ""),
+        "ray.spark_min_worker_nodes: 0 lets idle Ray nodes give their slots back to Spark stages")
 
 
 def _ray_token() -> Check:

@@ -81,7 +81,7 @@ class JobContext:
         if self._ray is None:
             from common.platform.ray_runtime import RayRuntime
 
-            self._ray = RayRuntime(self.cfg.ray).start()
+            self._ray = RayRuntime(self.cfg.ray, spark=self.spark).start()
         return self._ray
 
     @contextlib.contextmanager

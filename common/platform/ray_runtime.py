@@ -19,6 +19,9 @@ T = TypeVar("T")
 # DataContext.
 FAULT_TOLERANCE_KEY = "catalog_augment.actor_fault_tolerance"
 STAGE_RETRIES_KEY = "catalog_augment.stage_retries"
+# The most CPUs and GPUs the Ray cluster reaches, where that is more than it has now: an autoscaling Ray on Spark
+# cluster has no worker node (and so no CPU) until a stage asks for one.
+CAPACITY_KEY = "catalog_augment.capacity"
 
 # Every Ray task that imports torch (fine-tuning, CTranslate2 conversion, encoder classifiers and surrogates)
 # runs in this one runtime environment. Ray keeps one pool of workers per runtime environment, so:
@@ -57,19 +60,27 @@ def release_free_heap() -> bool:
     return True
 
 
-def torch_task_options(num_gpus: float = 0.0) -> dict[str, Any]:
+def torch_task_options(num_gpus: float = 0.0, stage: str = "torch task") -> dict[str, Any]:
     """Ray task options for torch work: :data:`TORCH_TASK_ENV`, and with a GPU a worker that exits after its
-    task (``max_calls`` 1), so that the device's memory goes back at once."""
+    task (``max_calls`` 1), so that the device's memory goes back at once. Raises ConfigError (see
+    :func:`require_gpus`) when it asks for a GPU the cluster cannot have."""
+    require_gpus(num_gpus, stage)
     return {"runtime_env": TORCH_TASK_ENV, **({"max_calls": 1} if num_gpus else {})}
 
 
 class RayRuntime:
     """Owns the process's Ray connection. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, cfg: RayConfig):
+    def __init__(self, cfg: RayConfig, spark: Any = None):
+        """``spark``: the job's SparkSession, which Ray on Spark (``mode: spark``) runs inside (default: the active
+        one)."""
         self.cfg = cfg
+        self.spark = spark
         self._started_here = False
         self._spark_cluster = False
+        # The most CPUs and GPUs of a Ray cluster whose size this runtime knows (a local runtime; Ray on Spark, which
+        # grows on demand up to its plan); None for ray.mode address (an autoscaler there may add nodes).
+        self._capacity: Optional[dict[str, float]] = None
 
     def start(self) -> "RayRuntime":
         """Connect to (or start) Ray according to the config; a no-op when Ray is already up."""
@@ -104,18 +115,25 @@ class RayRuntime:
             if self.cfg.object_store_memory_mb:
                 kwargs["object_store_memory"] = self.cfg.object_store_memory_mb * 1024 * 1024
             ray.init(**{k: v for k, v in kwargs.items() if v is not None})
+            self._capacity = {key: float(ray.cluster_resources().get(key, 0.0)) for key in ("CPU", "GPU")}
         elif self.cfg.mode == "address":
             ray.init(address=self.cfg.address, runtime_env=self.runtime_env())
         else:
-            from ray.util.spark import setup_ray_cluster
+            from pyspark.sql import SparkSession
 
-            setup_ray_cluster(
-                max_worker_nodes=self.cfg.spark_max_worker_nodes,
-                num_cpus_worker_node=self.cfg.spark_num_cpus_per_node,
-                num_gpus_worker_node=self.cfg.spark_num_gpus_per_node,
-            )
+            from common.platform import ray_on_spark
+
+            spark = self.spark or SparkSession.getActiveSession()
+            if spark is None:
+                raise RuntimeError("ray.mode spark starts Ray inside the Spark application: build the SparkSession "
+                                   "first")
+            self._capacity = ray_on_spark.start(self.cfg, spark).capacity()
             self._spark_cluster = True
-            ray.init(runtime_env=self.runtime_env())
+            try:
+                ray.init(runtime_env=self.runtime_env())
+            except BaseException:
+                self.stop()
+                raise
         self._started_here = True
         self._configure_data_context()
         log.info("ray runtime up (%s): %s", self.cfg.mode, ray.cluster_resources())
@@ -139,6 +157,8 @@ class RayRuntime:
         data_context.actor_task_retry_on_errors = bool(self.cfg.retry_exceptions)
         data_context.set_config(FAULT_TOLERANCE_KEY, self.fault_tolerance())
         data_context.set_config(STAGE_RETRIES_KEY, self.cfg.stage_retries)
+        if self._capacity is not None:  # (a runtime that joined a Ray already up keeps its starter's)
+            data_context.set_config(CAPACITY_KEY, self._capacity)
         data_context.use_datasource_v2 = self.cfg.parquet_datasource == "v2"
 
     def fault_tolerance(self) -> dict[str, int]:
@@ -146,23 +166,38 @@ class RayRuntime:
         return {"max_restarts": self.cfg.actor_max_restarts, "max_task_retries": self.cfg.actor_task_retries}
 
     def stop(self) -> None:
-        """Disconnect, and tear down a Ray-on-Spark cluster this runtime started."""
+        """Disconnect, and tear down a Ray-on-Spark cluster this runtime started (its worker nodes' Spark tasks end
+        and free their slots). Called by the job context on success, error and Ctrl-C alike."""
         import ray
 
-        if self._started_here and ray.is_initialized():
-            ray.shutdown()
-        if self._spark_cluster:
-            from ray.util.spark import shutdown_ray_cluster
+        if self._spark_cluster and ray.is_initialized():
+            from common.platform import ray_on_spark
 
-            shutdown_ray_cluster()
-        self._started_here = False
-        self._spark_cluster = False
+            try:  # where the model stages ran, while the cluster still answers (it ends with the job)
+                log.info("ray on spark: tasks by node %s", ray_on_spark.work_by_node())
+            except Exception as exc:  # the state API is a report, never a reason for the job to fail
+                log.warning("ray on spark: no task report (%s)", exc)
+        try:
+            if self._started_here and ray.is_initialized():
+                ray.shutdown()
+                from ray.data import DataContext
+
+                DataContext.get_current().set_config(CAPACITY_KEY, None)
+        finally:
+            if self._spark_cluster:
+                from common.platform import ray_on_spark
+
+                ray_on_spark.stop()
+            self._started_here = False
+            self._spark_cluster = False
+            self._capacity = None
 
     def resources(self) -> dict[str, float]:
-        """The cluster's total resources (CPU, GPU, memory) as Ray reports them."""
+        """The cluster's total resources (CPU, GPU, memory) as Ray reports them; on an autoscaling cluster the CPUs
+        and GPUs it reaches with every worker node up."""
         import ray
 
-        return dict(ray.cluster_resources())
+        return {**ray.cluster_resources(), **(self._capacity or {})}
 
     def gpus(self) -> float:
         """How many GPUs the Ray cluster has (0 on CPU-only machines)."""
@@ -271,10 +306,9 @@ def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, 
     forever for a free CPU. Logs a warning when it cuts; raises ValueError when not even one actor leaves a
     CPU free (the stage would never start)."""
     if num_gpus:
+        require_gpus(num_gpus, stage)
         return concurrency
-    import ray
-
-    cpus = int(ray.cluster_resources().get("CPU", 1))
+    cpus = int(cluster_capacity().get("CPU", 1))
     if cpus > 1 and num_cpus > cpus - 1:
         raise ValueError(f"{stage}: a CPU actor of {num_cpus} CPUs leaves none of this {cpus}-CPU cluster's CPUs "
                          f"for Ray Data's read and write tasks, so the stage would wait forever; give the actor at "
@@ -285,3 +319,40 @@ def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, 
                     "using %d CPU actors", stage, concurrency, num_cpus, cpus, fits)
         return fits
     return concurrency
+
+
+def known_capacity() -> Optional[dict[str, float]]:
+    """The most CPUs and GPUs of this driver's Ray cluster where the runtime knows them (a local runtime; Ray on
+    Spark with every worker node up), else None (a cluster joined by address, whose autoscaler may add nodes)."""
+    from ray.data import DataContext
+
+    capacity = DataContext.get_current().get_config(CAPACITY_KEY, None)
+    return dict(capacity) if capacity else None
+
+
+def cluster_capacity() -> dict[str, float]:
+    """The most CPUs and GPUs this driver's Ray cluster has or reaches: :func:`known_capacity`, else Ray's
+    ``cluster_resources()`` now."""
+    import ray
+
+    return known_capacity() or dict(ray.cluster_resources())
+
+
+def require_gpus(num_gpus: float, stage: str) -> None:
+    """Raises ConfigError before a stage that asks for ``num_gpus`` GPUs starts on a Ray cluster that has none and
+    cannot get one (Ray would wait for it forever), naming the settings to change. A no-op without a GPU request or
+    before Ray is up."""
+    if not num_gpus:
+        return
+    import ray
+
+    capacity = known_capacity() if ray.is_initialized() else None
+    if capacity is None:
+        return
+    have = capacity.get("GPU", 0.0)
+    if have < num_gpus:
+        from common.platform.config_loader import ConfigError
+
+        raise ConfigError(f"{stage} asks for {num_gpus:g} GPU(s) and this Ray cluster has {have:g}: give the stage "
+                          f"num_gpus 0, or GPUs to Ray (ray.num_gpus for a local runtime, "
+                          f"ray.spark_num_gpus_per_node for Ray on Spark, GPU nodes for ray.mode address)")

@@ -29,6 +29,7 @@ Only the standard library is imported at module level: the S3 gateway runs this 
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import json
 import os
@@ -216,6 +217,12 @@ class LocalCluster:
             subprocess.run([str(self.venv / "bin" / "python"), "-m", "venv", "--without-pip", str(env_dir)],
                            check=True, capture_output=True, timeout=120)
         (_site_packages(env_dir) / "augment-dependencies.pth").write_text(f"{_site_packages(self.venv)}\n")
+        # The console scripts a node image with Ray installed has beside its Python (Ray on Spark's node starter
+        # runs `python $(which ray) start`).
+        ray_command = env_dir / "bin" / "ray"
+        ray_command.write_text(f"#!{self.node_python}\nimport sys\nfrom ray.scripts.scripts import main\n"
+                               f"sys.exit(main())\n")
+        ray_command.chmod(0o755)
         # Checked while the processes start (the imports take seconds); up() reads the answer.
         self._node_check = subprocess.Popen(
             [str(self.node_python), "-c", "import ray, pyspark, deltalake, mlflow, torch\n"
@@ -511,6 +518,18 @@ class LocalCluster:
             command += ["--conf", f"spark.ui.port={ui_port}"]
         return command + [str(REPO / "jobs" / "cli.py"), *args, "--conf", str(conf)]
 
+    def submit_script(self, script: Path, args: Sequence[str], name: str, timeout: float = 900,
+                      env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
+        """Run a driver script through spark-submit with the code shipped (``--py-files dist/augment.zip``), from the
+        driver's folder, in ``env`` (default the driver's); output in ``logs/submit-<name>.log`` and returned."""
+        log = self.log(f"submit-{name}")
+        command = [str(self.spark_home / "bin" / "spark-submit"), "--name", name, "--py-files", str(self.dist),
+                   str(script), *args]
+        with open(log, "w") as handle:
+            done = subprocess.run(command, cwd=self.driver_dir, env=env or self.env("driver"), stdout=handle,
+                                  stderr=subprocess.STDOUT, timeout=timeout)
+        return subprocess.CompletedProcess(done.args, done.returncode, log.read_text(errors="replace"), "")
+
     def submit(self, args: Sequence[str], name: str, timeout: float = 3600, log: Optional[Path] = None,
                ui_port: Optional[int] = None, conf: Path = CONF) -> subprocess.CompletedProcess:
         """Run ``augment ARGS`` through spark-submit from the driver's folder; its output goes to ``log`` (default
@@ -703,7 +722,7 @@ async def _gateway(listen: int, target: int) -> None:
 
 
 # ---------------------------------------------------------------------- the rehearsal
-def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN) -> int:
+def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address") -> int:
     """``make cluster-demo``: the local demo for comparison, then the cluster, every pipeline through spark-submit,
     where the work ran, the checks, the same chain again (no new versions), and the cluster down. Returns 0 when
     every check held."""
@@ -740,7 +759,7 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN) -> int:
         for round_ in (1, 2):
             before = cluster.tables() if round_ == 2 else {}
             for name in chain:
-                args = ["run", name]
+                args = ["run", name] + (["--set", f"ray.mode={ray_mode}"] if ray_mode != "address" else [])
                 result = timed(f"round {round_}: spark-submit {name}", cluster.submit, args, f"{name}-{round_}")
                 if result.returncode != 0:
                     print(result.stdout[-4000:])
@@ -748,7 +767,7 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN) -> int:
                     raise ClusterError(failures[-1])
             if round_ == 1:
                 print(cluster.where(), flush=True)
-                failures += _checks(cluster, local)
+                failures += _checks(cluster, local, ray_mode)
             else:
                 after = cluster.tables()
                 moved = {t: (before.get(t), v) for t, v in after.items() if before.get(t) != v}
@@ -775,7 +794,7 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN) -> int:
     return 1 if failures else 0
 
 
-def _checks(cluster: LocalCluster, local: Path) -> list[str]:
+def _checks(cluster: LocalCluster, local: Path, ray_mode: str = "address") -> list[str]:
     """The rehearsal's checks after the first chain; returns what failed (and prints what held)."""
     failures = []
     mine, theirs = cluster.tables(), _tables(str(local))
@@ -793,9 +812,15 @@ def _checks(cluster: LocalCluster, local: Path) -> list[str]:
     workers = {w for counts in spark.values() for w, n in counts.items() if n}
     if not set(SPARK_WORKERS) <= workers:
         failures.append(f"Spark tasks ran on {sorted(workers)}, not on both workers")
-    ray = cluster.ray_work()
-    if not {"head", "node-2"} <= set(ray):
-        failures.append(f"Ray work ran on {sorted(ray)}, not on both nodes")
+    if ray_mode == "spark":  # each job's Ray on Spark cluster reported where its tasks ran before it ended
+        reports = _ray_on_spark_reports(cluster)
+        print(f"[cluster-demo] Ray on Spark, tasks by node per job: {reports}", flush=True)
+        if not any(n for report in reports for where, n in report.items() if where.startswith("worker")):
+            failures.append(f"no Ray task ran on a Ray-on-Spark worker node: {reports}")
+    else:
+        ray = cluster.ray_work()
+        if not {"head", "node-2"} <= set(ray):
+            failures.append(f"Ray work ran on {sorted(ray)}, not on both nodes")
     artifacts = cluster.bucket_keys("mlflow/")
     runs = _mlflow_runs(cluster)
     print(f"[cluster-demo] MLflow: {runs} runs on the server, {len(artifacts)} artifact files in "
@@ -803,6 +828,15 @@ def _checks(cluster: LocalCluster, local: Path) -> list[str]:
     if not runs or not artifacts:
         failures.append("no MLflow runs or artifacts on the tracking server")
     return failures
+
+
+def _ray_on_spark_reports(cluster: LocalCluster) -> list[dict[str, int]]:
+    """The "ray on spark: tasks by node {...}" lines of the first round's submit logs, parsed."""
+    reports = []
+    for log in sorted((cluster.root / "logs").glob("submit-*-1.log")):
+        for found in re.finditer(r"ray on spark: tasks by node (\{[^}]*\})", log.read_text(errors="replace")):
+            reports.append(ast.literal_eval(found.group(1)))
+    return reports
 
 
 def _mlflow_runs(cluster: LocalCluster) -> int:
@@ -838,12 +872,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--listen", type=int)
     parser.add_argument("--to", type=int)
+    parser.add_argument("--ray-mode", choices=["address", "spark"], default="address",
+                        help="demo: the model stages on the Ray cluster (address) or on Ray on Spark (spark)")
     args, rest = parser.parse_known_args(argv)  # submit's own arguments: after --
     if args.command == "gateway":
         asyncio.run(_gateway(args.listen, args.to))
         return 0
     if args.command == "demo":
-        return demo(Path(args.root))
+        return demo(Path(args.root), ray_mode=args.ray_mode)
     if args.command == "up":
         cluster = LocalCluster(args.root).up()
         print(cluster.status())

@@ -262,6 +262,44 @@ def test_the_doctor_reaches_the_cluster_and_ray_refuses_a_driver_without_its_tok
     assert refused.returncode != 0 and "InvalidAuthToken" in refused.stderr
 
 
+def test_ray_on_spark_shares_the_slots_and_gives_them_back(cluster, cluster_conf, tmp_path):
+    """``ray.mode: spark`` (the Databricks path) on the standalone master, from spark-submit with the code shipped
+    and no venv on any PATH: Ray on Spark starts, its worker nodes (Spark tasks on the two one-core workers) run the
+    Ray stage, and the Spark stage after it gets every slot back, both when the Ray nodes go idle in a running job
+    (autoscaling from zero) and when a job raised (the context shuts Ray on Spark down). A fixed Ray cluster would
+    hold both slots and the barrier stage after the Ray stage would never run."""
+    tree = yaml.safe_load(cluster_conf.read_text())
+    tree["ray"] = {"mode": "spark", "spark_max_worker_nodes": 2, "spark_idle_timeout_minutes": 0.25}
+    conf = tmp_path / "ray_on_spark.yaml"
+    conf.write_text(yaml.safe_dump(tree, sort_keys=False))
+    env = cluster.env("driver")
+    # as from a shell without an activated venv; and RAY_ADDRESS names the other Ray cluster, which must go unused
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep)
+                                  if p and not Path(p).resolve().is_relative_to(VENV.resolve()))
+    assert "RAY_ADDRESS" in env
+    slot_wait = 120
+    started = time.monotonic()
+    done = cluster.submit_script(Path(__file__).with_name("ray_on_spark_probe.py"), [str(conf), str(slot_wait)],
+                                 "ray-on-spark", env=env)
+    seconds = time.monotonic() - started
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-4000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    print(f"ray on spark: {seconds:.0f} s in all; {json.dumps(result)}")
+    assert result["slots"] == len(SPARK_WORKERS)
+    for key in ("failing_job_ray", "pipeline_ray"):
+        ray_stage = result[key]
+        assert sum(ray_stage["rows_by_node"].values()) == 64 and ray_stage["head"] not in ray_stage["rows_by_node"]
+        assert ray_stage["worker_nodes"], ray_stage  # the work ran on Ray-on-Spark worker nodes, not the head
+    assert result["raised"] == "the job's own error, after its Ray stage"
+    assert result["jobs_after_error"] == [] and result["jobs_at_end"] == []
+    for key in ("slots_after_error", "slots_after_ray_stage"):
+        assert result[key]["ok"] and len(result[key]["executors"]) == len(SPARK_WORKERS), result[key]
+    assert result["slots_after_error"]["seconds"] < 30  # shut down, not waiting for the idle timeout
+    # idle nodes end 15 s after their last task (ray.spark_idle_timeout_minutes 0.25) plus the autoscaler's round
+    assert result["slots_after_ray_stage"]["seconds"] < slot_wait
+
+
 # ---------------------------------------------------------------------- helpers
 def _when_busy(job: subprocess.Popen, busy, timeout: float) -> bool:
     """Poll ``busy()`` until it holds (True), the job ends or ``timeout`` passes (False)."""
