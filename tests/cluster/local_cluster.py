@@ -217,11 +217,14 @@ class LocalCluster:
             subprocess.run([str(self.venv / "bin" / "python"), "-m", "venv", "--without-pip", str(env_dir)],
                            check=True, capture_output=True, timeout=120)
         (_site_packages(env_dir) / "augment-dependencies.pth").write_text(f"{_site_packages(self.venv)}\n")
-        # The console scripts a node image with Ray installed has beside its Python (Ray on Spark's node starter
-        # runs `python $(which ray) start`).
+        # The `ray` command a node image with Ray installed has beside its Python (Ray on Spark's node starter runs
+        # `python $(which ray) start ...` on the driver and in the executors). This machine's nodes keep to
+        # loopback (tests/cluster/ray_node.py says why), also where Ray on Spark starts them with
+        # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1, which would advertise the machine's outward address instead.
         ray_command = env_dir / "bin" / "ray"
-        ray_command.write_text(f"#!{self.node_python}\nimport sys\nfrom ray.scripts.scripts import main\n"
-                               f"sys.exit(main())\n")
+        ray_command.write_text(f"#!{self.node_python}\nimport os\nimport runpy\n"
+                               f"os.environ['RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'] = '0'\n"
+                               f"runpy.run_path({str(HERE / 'ray_node.py')!r}, run_name='__main__')\n")
         ray_command.chmod(0o755)
         # Checked while the processes start (the imports take seconds); up() reads the answer.
         self._node_check = subprocess.Popen(
@@ -526,9 +529,20 @@ class LocalCluster:
         command = [str(self.spark_home / "bin" / "spark-submit"), "--name", name, "--py-files", str(self.dist),
                    str(script), *args]
         with open(log, "w") as handle:
-            done = subprocess.run(command, cwd=self.driver_dir, env=env or self.env("driver"), stdout=handle,
-                                  stderr=subprocess.STDOUT, timeout=timeout)
-        return subprocess.CompletedProcess(done.args, done.returncode, log.read_text(errors="replace"), "")
+            # its own process group: on a timeout the driver (a child of spark-submit's JVM launcher) goes too
+            job = subprocess.Popen(command, cwd=self.driver_dir, env=env or self.env("driver"), stdout=handle,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                returncode = job.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGTERM)  # the driver's SIGTERM handler shuts Ray on Spark down
+                try:
+                    job.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(job.pid, signal.SIGKILL)
+                    job.wait()
+                returncode = -signal.SIGTERM
+        return subprocess.CompletedProcess(command, returncode, log.read_text(errors="replace"), "")
 
     def submit(self, args: Sequence[str], name: str, timeout: float = 3600, log: Optional[Path] = None,
                ui_port: Optional[int] = None, conf: Path = CONF) -> subprocess.CompletedProcess:

