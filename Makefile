@@ -105,9 +105,12 @@ cluster-down:
 # The rehearsal: the local demo, then every pipeline through spark-submit on the local cluster (twice: the second
 # writes nothing), where the work ran, the checks, and the cluster down again.
 # RAY_MODE=spark: the model stages on Ray on Spark (the Databricks path) instead of the cluster's Ray.
+# NOTEBOOK=boostaug: that pipeline's first run is its notebook, run as a scheduled Databricks job runs it.
 RAY_MODE ?= address
+NOTEBOOK ?=
 cluster-demo: $(STAMP)
-	$(BIN)/python tests/cluster/local_cluster.py demo --root build/cluster-demo --ray-mode $(RAY_MODE)
+	$(BIN)/python tests/cluster/local_cluster.py demo --root build/cluster-demo --ray-mode $(RAY_MODE) \
+		$(if $(NOTEBOOK),--notebook $(NOTEBOOK))
 
 # A zip of the packages for `spark-submit --py-files dist/augment.zip jobs/<name>.py ...`.
 dist:

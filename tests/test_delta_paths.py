@@ -165,18 +165,25 @@ def test_a_context_that_starts_its_session_opens_mlflow_beside_it(spark, capabil
     from common.config import load_config
     from common.platform.job import build_context
 
-    cfg = load_config(None, ["spark.mode=cluster", f"lakehouse.root={tmp_path / 'lh'}",
+    cfg = load_config(None, ["spark.mode=cluster", f"lakehouse.root={tmp_path / 'lh'}", "spark.shuffle_partitions=3",
                              f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "tracking.experiment=beside-jvm"])
-    given = build_context(cfg, spark=spark, capabilities=capabilities)
-    assert given.tracker._experiment_id is None
-    started = build_context(cfg)  # cluster mode: the session is the running one, got with getOrCreate
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "200")
+    given = started = None
     try:
+        # a notebook's (or a Databricks job's) own session still gets the suite's settings on a cluster
+        given = build_context(cfg, spark=spark, capabilities=capabilities)
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert given.tracker._experiment_id is None
+        started = build_context(cfg)  # cluster mode: the session is the running one, got with getOrCreate
         assert started.spark is spark and started.tracker._experiment_id is not None
         assert mlflow.MlflowClient(cfg.tracking_uri).get_experiment_by_name("beside-jvm").experiment_id == \
             started.tracker._experiment_id
     finally:
-        started.close()
-        given.close()
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+        for context in (started, given):
+            if context is not None:
+                context.close()
 
 
 def test_doctor_reports_and_fails_on_what_the_config_needs(capabilities, tmp_path):

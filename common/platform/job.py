@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 from common.platform.config import BaseConfig
 from common.platform.lakehouse import Lakehouse, Lineage, WriteMode, WriteResult
 from common.platform.reports import Reports
-from common.platform.session import SparkCapabilities, detect_capabilities, get_spark
+from common.platform.session import SparkCapabilities, configure_session, detect_capabilities, get_spark
 from common.platform.tracking import TrackedRun, Tracker
 
 if TYPE_CHECKING:
@@ -184,6 +184,9 @@ def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSe
             tracked = pool.submit(tracker.setup)
             spark = get_spark(cfg.spark)
             tracked.result()  # a tracking error is raised here, as it would be at the first run
+    elif cfg.spark.mode != "local":
+        # A notebook's or a Databricks job's session (the caller's ``spark``): the suite's settings still apply.
+        configure_session(spark, cfg.spark)
     caps = capabilities or detect_capabilities(spark, cfg.spark)
     lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=caps.native_delta)
     return JobContext(cfg=cfg, spark=spark, lakehouse=lakehouse, tracker=tracker, capabilities=caps, force=force)

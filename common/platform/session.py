@@ -149,6 +149,23 @@ def _no_shutdown(_socket) -> None:
     """py4j's ``quiet_shutdown`` in a forked child: nothing (the descriptor is still closed)."""
 
 
+def configure_session(spark: "SparkSession", cfg: SparkConfig) -> "SparkSession":
+    """Apply what the suite's code relies on to a cluster's session (``spark.mode`` cluster/databricks): the
+    suite's runtime SQL settings, ``spark.shuffle_partitions`` (when set), then ``cfg.conf``, and the checkpoint
+    folder. Runtime SQL settings hold for this session only. Returns ``spark``."""
+    # What the suite's code relies on, whatever the cluster's defaults.
+    for key, value in SESSION_SQL_CONF.items():
+        spark.conf.set(key, value)
+    # The config's value replaces the cluster's default (Spark's is 200) for this job.
+    if cfg.shuffle_partitions is not None:
+        spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
+    for key, value in cfg.conf.items():
+        spark.conf.set(key, value)
+    if cfg.checkpoint_dir:
+        spark.sparkContext.setCheckpointDir(cfg.checkpoint_dir)
+    return spark
+
+
 def get_spark(cfg: SparkConfig) -> "SparkSession":
     """Return the SparkSession for ``cfg``.
 
@@ -162,18 +179,7 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
 
     _keep_py4j_sockets_in_forked_children()
     if cfg.mode != "local":
-        spark = SparkSession.builder.getOrCreate()
-        # What the suite's code relies on, whatever the cluster's defaults (runtime SQL settings: this job only).
-        for key, value in SESSION_SQL_CONF.items():
-            spark.conf.set(key, value)
-        # A runtime SQL setting: the config's value replaces the cluster's default (Spark's is 200) for this job.
-        if cfg.shuffle_partitions is not None:
-            spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
-        for key, value in cfg.conf.items():
-            spark.conf.set(key, value)
-        if cfg.checkpoint_dir:
-            spark.sparkContext.setCheckpointDir(cfg.checkpoint_dir)
-        return spark
+        return configure_session(SparkSession.builder.getOrCreate(), cfg)
 
     # pandas UDF workers must run this interpreter (the venv's), not whatever python is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

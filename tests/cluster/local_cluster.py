@@ -736,10 +736,13 @@ async def _gateway(listen: int, target: int) -> None:
 
 
 # ---------------------------------------------------------------------- the rehearsal
-def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address") -> int:
+def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address",
+         notebook: Optional[str] = None) -> int:
     """``make cluster-demo``: the local demo for comparison, then the cluster, every pipeline through spark-submit,
-    where the work ran, the checks, the same chain again (no new versions), and the cluster down. Returns 0 when
-    every check held."""
+    where the work ran, the checks, the same chain again (no new versions), and the cluster down. ``notebook``
+    names a pipeline of the chain whose first run is its notebook run as a scheduled Databricks job runs it
+    (tests/cluster/notebook_job.py) instead of ``augment run``: the second round's CLI run then writes nothing new
+    only if the notebook wrote what the CLI would. Returns 0 when every check held."""
     timings: dict[str, float] = {}
     failures: list[str] = []
 
@@ -773,8 +776,13 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address
         for round_ in (1, 2):
             before = cluster.tables() if round_ == 2 else {}
             for name in chain:
-                args = ["run", name] + (["--set", f"ray.mode={ray_mode}"] if ray_mode != "address" else [])
-                result = timed(f"round {round_}: spark-submit {name}", cluster.submit, args, f"{name}-{round_}")
+                overrides = [f"ray.mode={ray_mode}"] if ray_mode != "address" else []
+                if round_ == 1 and name == notebook:
+                    result = timed(f"round {round_}: spark-submit notebooks/{name.replace('-', '_')}.py as a job",
+                                   _notebook_job, cluster, name, overrides, f"{name}-{round_}")
+                else:
+                    args = ["run", name] + [a for o in overrides for a in ("--set", o)]
+                    result = timed(f"round {round_}: spark-submit {name}", cluster.submit, args, f"{name}-{round_}")
                 if result.returncode != 0:
                     print(result.stdout[-4000:])
                     failures.append(f"round {round_}: {name} exited {result.returncode}")
@@ -806,6 +814,15 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address
     for failure in failures:
         print(f"[cluster-demo] FAILED: {failure}")
     return 1 if failures else 0
+
+
+def _notebook_job(cluster: LocalCluster, pipeline: str, overrides: Sequence[str],
+                  name: str) -> subprocess.CompletedProcess:
+    """Pipeline ``pipeline``'s notebook through spark-submit as a scheduled Databricks job runs it (its
+    parameters in ``$AUGMENT_CONF``/``$AUGMENT_OVERRIDES``, the session made before the notebook starts)."""
+    env = {**cluster.env("driver"), "AUGMENT_CONF": str(CONF), "AUGMENT_OVERRIDES": " ".join(overrides)}
+    notebook = REPO / "notebooks" / f"{pipeline.replace('-', '_')}.py"
+    return cluster.submit_script(HERE / "notebook_job.py", [str(notebook)], name, timeout=3600, env=env)
 
 
 def _checks(cluster: LocalCluster, local: Path, ray_mode: str = "address") -> list[str]:
@@ -888,12 +905,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--to", type=int)
     parser.add_argument("--ray-mode", choices=["address", "spark"], default="address",
                         help="demo: the model stages on the Ray cluster (address) or on Ray on Spark (spark)")
+    parser.add_argument("--notebook", choices=DEMO_CHAIN[:-1],
+                        help="demo: run this pipeline's notebook as a scheduled Databricks job would, not augment run")
     args, rest = parser.parse_known_args(argv)  # submit's own arguments: after --
     if args.command == "gateway":
         asyncio.run(_gateway(args.listen, args.to))
         return 0
     if args.command == "demo":
-        return demo(Path(args.root), ray_mode=args.ray_mode)
+        return demo(Path(args.root), ray_mode=args.ray_mode, notebook=args.notebook)
     if args.command == "up":
         cluster = LocalCluster(args.root).up()
         print(cluster.status())
