@@ -205,6 +205,21 @@ def test_a_stage_that_asks_for_a_gpu_the_cluster_cannot_have_fails_before_it_sta
         assert torch_task_options(1.0)["max_calls"] == 1
 
 
+def test_a_task_asking_for_more_cpus_than_any_node_has_gets_the_largest_node(ray_runtime, caplog):
+    """Ray would wait forever for a task of 2 CPUs on Ray on Spark's 1-core nodes: the request is cut to the
+    largest node, with a warning naming the setting; a cluster joined by address is not second-guessed."""
+    from common.platform.ray_runtime import actor_pool_size, fit_cpus
+
+    assert fit_cpus(3, "fine-tune") == 2  # the session's local runtime: one node of 2 CPUs
+    with _capacity({"CPU": 2.0, "GPU": 0.0, "node_CPU": 1.0}):  # Ray on Spark: two nodes of one executor core
+        assert fit_cpus(2, "fine-tune") == 1 and fit_cpus(1, "fine-tune") == 1
+        assert actor_pool_size(2, 0.0, 2, stage="scoring") == 1  # one actor of 1 CPU, the other CPU for Ray Data
+    assert "fine-tune asks for 2 CPUs per task and the largest node of this Ray cluster has 1" in caplog.text
+    assert "ray.spark_num_cpus_per_node" in caplog.text
+    with _capacity(None):
+        assert fit_cpus(8, "fine-tune") == 8
+
+
 @contextlib.contextmanager
 def _capacity(capacity):
     """The driver's recorded Ray capacity set to ``capacity`` for the block (as RayRuntime.start records it)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
@@ -231,9 +232,10 @@ def embed_on_ray(ds, spec: "FeatureSurrogateConfig"):
     """``ds`` (Ray Dataset of candidates) with an ``embedding`` column, from :class:`CandidateEmbedder` on
     ``spec.concurrency`` actors of ``spec.num_cpus`` CPUs (``spec.num_gpus`` GPUs) each, in blocks of
     ``spec.batch_size`` rows so the pool starts at once and the write streams."""
-    from common.platform.ray_runtime import actor_pool_size, map_batches_on_actors
+    from common.platform.ray_runtime import actor_pool_size, fit_cpus, map_batches_on_actors
 
     concurrency = actor_pool_size(spec.concurrency, spec.num_gpus, spec.num_cpus, stage="boostaug candidate embedding")
+    spec = replace(spec, num_cpus=fit_cpus(spec.num_cpus, "boostaug candidate embedding"))
     return map_batches_on_actors(
         ds.repartition(target_num_rows_per_block=spec.batch_size), CandidateEmbedder, batch_format="pyarrow",
         batch_size=spec.batch_size, concurrency=concurrency, num_cpus=spec.num_cpus, num_gpus=spec.num_gpus or None,

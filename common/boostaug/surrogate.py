@@ -144,11 +144,12 @@ def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], cfg: "Enco
     """``ds`` (Ray Dataset of candidates) scored by :class:`EncoderPoolScorer` on a pool of
     ``cfg.concurrency`` actors with ``cfg.num_cpus`` CPUs and ``cfg.num_gpus`` GPUs each. The input is cut
     into blocks of ``cfg.score_batch_size`` rows so the pool starts at once and the write streams."""
-    from common.platform.ray_runtime import actor_pool_size, map_batches_on_actors
+    from common.platform.ray_runtime import actor_pool_size, fit_cpus, map_batches_on_actors
 
     concurrency = actor_pool_size(cfg.concurrency, cfg.num_gpus, cfg.num_cpus, stage="boostaug scoring")
+    cpus = fit_cpus(cfg.num_cpus, "boostaug scoring")
     return map_batches_on_actors(
         ds.repartition(target_num_rows_per_block=cfg.score_batch_size), EncoderPoolScorer, batch_format="pyarrow",
-        batch_size=cfg.score_batch_size, concurrency=concurrency, num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus or None,
+        batch_size=cfg.score_batch_size, concurrency=concurrency, num_cpus=cpus, num_gpus=cfg.num_gpus or None,
         fn_constructor_kwargs={"surrogates": surrogates, "mono": mono, "perplexity": perplexity,
-                               "quantile": quantile, "threads": cfg.num_cpus})
+                               "quantile": quantile, "threads": cpus})

@@ -61,8 +61,10 @@ class RayOnSparkPlan:
     idle_minutes: float
 
     def capacity(self) -> dict[str, float]:
-        """The most CPUs and GPUs the Ray cluster reaches (all worker nodes up; the head holds none)."""
-        return {"CPU": float(self.max_nodes * self.cpus), "GPU": float(self.max_nodes * self.gpus)}
+        """The most CPUs and GPUs the Ray cluster reaches (all worker nodes up; the head holds none), and
+        ``node_CPU``, one node's CPUs."""
+        return {"CPU": float(self.max_nodes * self.cpus), "GPU": float(self.max_nodes * self.gpus),
+                "node_CPU": float(self.cpus)}
 
 
 def executor_cores(spark: "SparkSession") -> int:

@@ -116,6 +116,7 @@ class RayRuntime:
                 kwargs["object_store_memory"] = self.cfg.object_store_memory_mb * 1024 * 1024
             ray.init(**{k: v for k, v in kwargs.items() if v is not None})
             self._capacity = {key: float(ray.cluster_resources().get(key, 0.0)) for key in ("CPU", "GPU")}
+            self._capacity["node_CPU"] = self._capacity["CPU"]  # one node
         elif self.cfg.mode == "address":
             ray.init(address=self.cfg.address, runtime_env=self.runtime_env())
         else:
@@ -308,6 +309,7 @@ def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, 
     if num_gpus:
         require_gpus(num_gpus, stage)
         return concurrency
+    num_cpus = fit_cpus(num_cpus, stage)
     cpus = int(cluster_capacity().get("CPU", 1))
     if cpus > 1 and num_cpus > cpus - 1:
         raise ValueError(f"{stage}: a CPU actor of {num_cpus} CPUs leaves none of this {cpus}-CPU cluster's CPUs "
@@ -323,7 +325,8 @@ def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, 
 
 def known_capacity() -> Optional[dict[str, float]]:
     """The most CPUs and GPUs of this driver's Ray cluster where the runtime knows them (a local runtime; Ray on
-    Spark with every worker node up), else None (a cluster joined by address, whose autoscaler may add nodes)."""
+    Spark with every worker node up), with ``node_CPU`` the CPUs of its largest node; else None (a cluster joined by
+    address, whose autoscaler may add nodes)."""
     from ray.data import DataContext
 
     capacity = DataContext.get_current().get_config(CAPACITY_KEY, None)
@@ -336,6 +339,24 @@ def cluster_capacity() -> dict[str, float]:
     import ray
 
     return known_capacity() or dict(ray.cluster_resources())
+
+
+def fit_cpus(num_cpus: int, stage: str) -> int:
+    """The CPUs one Ray task or actor of ``stage`` asks for: ``num_cpus``, cut to the largest node of a Ray cluster
+    whose size this runtime knows (a local runtime: its CPUs; Ray on Spark: ``ray.spark_num_cpus_per_node``, one
+    executor's cores by default). Ray would wait forever for a task no node can hold, and a config written for
+    4-core nodes should run on 1-core executors as it does on them, slower. Logs a warning when it cuts; unchanged
+    for ``ray.mode: address`` (an autoscaler there may add bigger nodes) or before Ray is up."""
+    import ray
+
+    capacity = known_capacity() if ray.is_initialized() else None
+    node = int((capacity or {}).get("node_CPU", 0))
+    if node and num_cpus > node:
+        log.warning("%s asks for %d CPUs per task and the largest node of this Ray cluster has %d: it gets %d "
+                    "(ray.spark_num_cpus_per_node sizes Ray-on-Spark nodes; ray.num_cpus a local runtime)",
+                    stage, num_cpus, node, node)
+        return node
+    return num_cpus
 
 
 def require_gpus(num_gpus: float, stage: str) -> None:

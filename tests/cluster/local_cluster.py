@@ -811,9 +811,34 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address
     for label, text in (("local demo", (root / "local-demo.log").read_text()), ("cluster round 1", round1)):
         seconds = [float(s) for s in re.findall(r"committed \S+ version \d+ with .* in ([\d.]+) s", text)]
         print(f"[cluster-demo] {label}: {len(seconds)} Delta writes, {sum(seconds):.0f} s in all", flush=True)
+    print(job_table(root), flush=True)
     for failure in failures:
         print(f"[cluster-demo] FAILED: {failure}")
     return 1 if failures else 0
+
+
+def job_times(text: str) -> dict[str, float]:
+    """{job: seconds} from a run's progress lines (``[pipeline i/n] job done in m:ss: ...``). A job that several
+    pipelines share runs once and is skipped after: its longest line is the run that did the work."""
+    times: dict[str, float] = {}
+    for job, minutes, seconds in re.findall(r"^\[\S+ \d+/\d+\] (\S+) done in (\d+):(\d+):", text, re.M):
+        times[job] = max(times.get(job, 0.0), 60 * int(minutes) + int(seconds))
+    return times
+
+
+def job_table(root: Path, chain: Iterable[str] = DEMO_CHAIN) -> str:
+    """Each job's time in a ``make cluster-demo`` folder ``root``: the local demo's against the cluster's first
+    round, with the totals, as a text table."""
+    local = job_times((root / "local-demo.log").read_text(errors="replace"))
+    logs = [root / "cluster" / "logs" / f"submit-{name}-1.log" for name in chain]
+    remote = job_times("".join(log.read_text(errors="replace") for log in logs if log.exists()))
+    lines = [f"{'job':<24} {'local':>6} {'cluster':>8}"]
+    lines += [f"{job:<24} {_clock(local[job]):>6} {_clock(remote[job]) if job in remote else '-':>8}"
+              for job in local]
+    both = [job for job in local if job in remote]  # a single job's run (results-summary) prints no progress line
+    lines.append(f"{'jobs in both':<24} {_clock(sum(local[j] for j in both)):>6} "
+                 f"{_clock(sum(remote[j] for j in both)):>8}")
+    return "\n".join(lines)
 
 
 def _notebook_job(cluster: LocalCluster, pipeline: str, overrides: Sequence[str],
@@ -899,7 +924,8 @@ def _clock(seconds: float) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="local_cluster.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["up", "down", "status", "env", "submit", "where", "demo", "gateway"])
+    parser.add_argument("command", choices=["up", "down", "status", "env", "submit", "where", "demo", "times",
+                                            "gateway"])
     parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--listen", type=int)
     parser.add_argument("--to", type=int)
@@ -913,6 +939,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if args.command == "demo":
         return demo(Path(args.root), ray_mode=args.ray_mode, notebook=args.notebook)
+    if args.command == "times":  # of a finished `make cluster-demo`: --root build/cluster-demo
+        print(job_table(Path(args.root)))
+        return 0
     if args.command == "up":
         cluster = LocalCluster(args.root).up()
         print(cluster.status())

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from common.models.generation.batching import read_pairs  # noqa: F401  (the fine-tune task reads with it; tests import it here)
-from common.platform.ray_runtime import TORCH_TASK_ENV
+from common.platform.ray_runtime import TORCH_TASK_ENV, fit_cpus
 
 if TYPE_CHECKING:
     from common.models.config import FineTuneConfig, T5ModelConfig
@@ -368,19 +368,20 @@ def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, 
     """
     import ray
 
-    task = _fine_tune_remote(runtime, num_cpus, num_gpus)
+    task, num_cpus = _fine_tune_remote(runtime, num_cpus, num_gpus)
     return ray.get(task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri,
                                run_id, checkpoint_every))
 
 
 def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **options):
-    """:func:`_fine_tune_task` as a Ray remote function of ``num_cpus``/``num_gpus`` (plus Ray ``options``),
-    the runtime started."""
+    """(:func:`_fine_tune_task` as a Ray remote function of ``num_cpus``/``num_gpus`` (plus Ray ``options``), the
+    CPUs it got), the runtime started: ``num_cpus`` fitted to the largest node (the task's torch threads too)."""
     import ray
 
     runtime.start()
+    num_cpus = fit_cpus(num_cpus, "fine-tune")
     return ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0,
-                                               runtime_env=TORCH_TASK_ENV, **options)
+                                               runtime_env=TORCH_TASK_ENV, **options), num_cpus
 
 
 def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: Sequence[tuple[list, str]],
@@ -394,7 +395,7 @@ def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: S
     import ray
 
     specs = [model] * len(models) if isinstance(model, ModelSpec) else list(model)
-    task = _fine_tune_remote(runtime, num_cpus, num_gpus, max_retries=1)
+    task, num_cpus = _fine_tune_remote(runtime, num_cpus, num_gpus, max_retries=1)
     refs = [task.remote(list(files), source_col, target_col, out_uri, spec, train, num_cpus, None, None, 0, filters)
             for (filters, out_uri), spec in zip(models, specs)]
     return ray.get(refs)
