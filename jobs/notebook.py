@@ -98,5 +98,7 @@ class Notebook:
         return path
 
     def close(self) -> None:
-        """Stop what the context started (Ray); the SparkSession is left to its owner."""
+        """Stop what the context started (Ray) and remove the charts' local copies (an object-store lakehouse's
+        reports stay in the lakehouse); the SparkSession is left to its owner."""
+        self.ctx.reports.discard()
         self.ctx.close()

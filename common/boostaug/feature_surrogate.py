@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
@@ -235,10 +234,11 @@ def embed_on_ray(ds, spec: "FeatureSurrogateConfig"):
     from common.platform.ray_runtime import actor_pool_size, fit_cpus, map_batches_on_actors
 
     concurrency = actor_pool_size(spec.concurrency, spec.num_gpus, spec.num_cpus, stage="boostaug candidate embedding")
-    spec = replace(spec, num_cpus=fit_cpus(spec.num_cpus, "boostaug candidate embedding"))
+    # the actors' threads stay spec's (the embeddings depend on them); the request fits the largest node
+    cpus = fit_cpus(spec.num_cpus, "boostaug candidate embedding")
     return map_batches_on_actors(
         ds.repartition(target_num_rows_per_block=spec.batch_size), CandidateEmbedder, batch_format="pyarrow",
-        batch_size=spec.batch_size, concurrency=concurrency, num_cpus=spec.num_cpus, num_gpus=spec.num_gpus or None,
+        batch_size=spec.batch_size, concurrency=concurrency, num_cpus=cpus, num_gpus=spec.num_gpus or None,
         fn_constructor_kwargs={"spec": spec})
 
 

@@ -152,4 +152,4 @@ def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], cfg: "Enco
         ds.repartition(target_num_rows_per_block=cfg.score_batch_size), EncoderPoolScorer, batch_format="pyarrow",
         batch_size=cfg.score_batch_size, concurrency=concurrency, num_cpus=cpus, num_gpus=cfg.num_gpus or None,
         fn_constructor_kwargs={"surrogates": surrogates, "mono": mono, "perplexity": perplexity,
-                               "quantile": quantile, "threads": cpus})
+                               "quantile": quantile, "threads": cfg.num_cpus})

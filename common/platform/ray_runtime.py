@@ -345,7 +345,8 @@ def fit_cpus(num_cpus: int, stage: str) -> int:
     """The CPUs one Ray task or actor of ``stage`` asks for: ``num_cpus``, cut to the largest node of a Ray cluster
     whose size this runtime knows (a local runtime: its CPUs; Ray on Spark: ``ray.spark_num_cpus_per_node``, one
     executor's cores by default). Ray would wait forever for a task no node can hold, and a config written for
-    4-core nodes should run on 1-core executors as it does on them, slower. Logs a warning when it cuts; unchanged
+    4-core nodes should run on 1-core executors as it does on them, slower. Only the request is cut: callers keep
+    their threads at the configured count, on which the numbers depend. Logs a warning when it cuts; unchanged
     for ``ray.mode: address`` (an autoscaler there may add bigger nodes) or before Ray is up."""
     import ray
 

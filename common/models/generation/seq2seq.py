@@ -368,20 +368,20 @@ def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, 
     """
     import ray
 
-    task, num_cpus = _fine_tune_remote(runtime, num_cpus, num_gpus)
+    task = _fine_tune_remote(runtime, num_cpus, num_gpus)
     return ray.get(task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri,
                                run_id, checkpoint_every))
 
 
 def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **options):
-    """(:func:`_fine_tune_task` as a Ray remote function of ``num_cpus``/``num_gpus`` (plus Ray ``options``), the
-    CPUs it got), the runtime started: ``num_cpus`` fitted to the largest node (the task's torch threads too)."""
+    """:func:`_fine_tune_task` as a Ray remote function of ``num_cpus``/``num_gpus`` (plus Ray ``options``), the
+    runtime started. The request is fitted to the largest node (:func:`fit_cpus`); the task's torch threads stay
+    ``num_cpus``, because the trained weights depend on the thread count (float sums in another order)."""
     import ray
 
     runtime.start()
-    num_cpus = fit_cpus(num_cpus, "fine-tune")
-    return ray.remote(_fine_tune_task).options(num_cpus=num_cpus, num_gpus=num_gpus or 0,
-                                               runtime_env=TORCH_TASK_ENV, **options), num_cpus
+    return ray.remote(_fine_tune_task).options(num_cpus=fit_cpus(num_cpus, "fine-tune"), num_gpus=num_gpus or 0,
+                                               runtime_env=TORCH_TASK_ENV, **options)
 
 
 def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: Sequence[tuple[list, str]],
@@ -395,7 +395,7 @@ def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: S
     import ray
 
     specs = [model] * len(models) if isinstance(model, ModelSpec) else list(model)
-    task, num_cpus = _fine_tune_remote(runtime, num_cpus, num_gpus, max_retries=1)
+    task = _fine_tune_remote(runtime, num_cpus, num_gpus, max_retries=1)
     refs = [task.remote(list(files), source_col, target_col, out_uri, spec, train, num_cpus, None, None, 0, filters)
             for (filters, out_uri), spec in zip(models, specs)]
     return ray.get(refs)
