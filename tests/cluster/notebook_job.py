@@ -13,7 +13,13 @@ import sys
 
 
 def main(notebook: str) -> None:
+    import logging
+
     from pyspark.sql import SparkSession
+
+    # The job's Python log at INFO, as a job cluster configured for it shows (the suite's progress and the Ray on
+    # Spark task report are INFO lines); a notebook configures no logging itself.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     spark = SparkSession.builder.getOrCreate()
 
