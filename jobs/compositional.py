@@ -230,13 +230,11 @@ def _run_classifiers(ctx: JobContext, jobs: list[dict], encoder: EncoderConfig):
 
     from common.models.classifiers.hft import task_options
     from common.models.classifiers.multilabel import fit_and_predict
-    from common.platform.ray_runtime import fit_cpus
 
     ctx.ray().start()
-    cpus = fit_cpus(encoder.num_cpus, "compositional encoder")
     remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, **task_options(False))(fit_and_predict),
-               "encoder": ray.remote(num_cpus=cpus, num_gpus=encoder.num_gpus or None, max_retries=2,
-                                     **task_options(True, encoder.num_gpus))(fit_and_predict)}
+               "encoder": ray.remote(num_gpus=encoder.num_gpus or None, max_retries=2,
+                                     **task_options(True, encoder.num_gpus, encoder.num_cpus))(fit_and_predict)}
     return ray.data.from_arrow_refs([remotes[job["kind"]].remote(**job) for job in jobs])
 
 

@@ -51,12 +51,14 @@ SAFE_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 FASTTEXT_TASK_ENV = {"env_vars": SAFE_MALLOC_ENV}
 
 
-def task_options(torch: bool, num_gpus: float = 0.0) -> dict[str, Any]:
+def task_options(torch: bool, num_gpus: float = 0.0, num_cpus: Optional[int] = None) -> dict[str, Any]:
     """Ray options of a classifier task: torch's workers (``torch_task_options``: one that imported torch serves
-    the next; with a GPU each exits after its task) when ``torch``, else fastText's (:data:`FASTTEXT_TASK_ENV`)."""
-    from common.platform.ray_runtime import torch_task_options
+    the next; with a GPU each exits after its task) when ``torch``, else fastText's (:data:`FASTTEXT_TASK_ENV`);
+    with ``num_cpus``, that request fitted to the largest node (``fit_cpus``)."""
+    from common.platform.ray_runtime import fit_cpus, torch_task_options
 
-    return torch_task_options(num_gpus) if torch else {"runtime_env": FASTTEXT_TASK_ENV}
+    options = torch_task_options(num_gpus) if torch else {"runtime_env": FASTTEXT_TASK_ENV}
+    return options if num_cpus is None else {**options, "num_cpus": fit_cpus(num_cpus, "classifier training")}
 
 
 class TrainingDataError(InputError):

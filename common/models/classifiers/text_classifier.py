@@ -55,11 +55,8 @@ def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], n
     could differ from a clean process's, or hit NaN."""
     import ray
 
-    from common.platform.ray_runtime import fit_cpus
-
     runtime.start()
-    remote = ray.remote(num_cpus=fit_cpus(num_cpus, "classifier training"), num_gpus=num_gpus or None, max_retries=2,
-                        **task_options(torch, num_gpus))(function)
+    remote = ray.remote(num_gpus=num_gpus or None, max_retries=2, **task_options(torch, num_gpus, num_cpus))(function)
     return ray.get([remote.remote(**job) for job in jobs])
 
 

@@ -374,9 +374,8 @@ def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, 
 
 
 def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **options):
-    """:func:`_fine_tune_task` as a Ray remote function of ``num_cpus``/``num_gpus`` (plus Ray ``options``), the
-    runtime started. The request is fitted to the largest node (:func:`fit_cpus`); the task's torch threads stay
-    ``num_cpus``, because the trained weights depend on the thread count (float sums in another order)."""
+    """:func:`_fine_tune_task` as a Ray remote function of ``num_cpus`` (fitted to the largest node; the task's
+    threads stay ``num_cpus``: the weights depend on them) and ``num_gpus`` (plus Ray ``options``), Ray started."""
     import ray
 
     runtime.start()
