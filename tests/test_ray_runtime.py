@@ -334,9 +334,9 @@ def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where
 
     chosen = ray_on_spark.plan(RayConfig(mode="spark"), spark)
     assert (chosen.min_nodes, chosen.max_nodes, chosen.cpus, chosen.gpus) == (0, 2, 2, 0)
-    assert chosen.capacity() == {"CPU": 4.0, "GPU": 0.0}
+    assert chosen.capacity() == {"CPU": 4.0, "GPU": 0.0, "node_CPU": 2.0}
     assert ray_on_spark.plan(RayConfig(mode="spark", spark_num_cpus_per_node=1, spark_num_gpus_per_node=1),
-                             spark).capacity() == {"CPU": 2.0, "GPU": 2.0}
+                             spark).capacity() == {"CPU": 2.0, "GPU": 2.0, "node_CPU": 1.0}
     with pytest.raises(ConfigError, match="ray.spark_min_worker_nodes .3. must be between 0 and"):
         ray_on_spark.plan(RayConfig(mode="spark", spark_min_worker_nodes=3), spark)
 
