@@ -3,8 +3,9 @@
 * ``cga-pairs`` reads ``unlabeled_pool`` (D_U: the catalog groups outside the consistency test); writes
   ``cga_pairs`` (D_pairs: ordered pairs of different versions within a group).
 * ``cga-generate`` reads ``cga_pairs``, ``labeled_train``; fine-tunes the generator (``cga.model``) in a Ray
-  task (checkpoints and model to MLflow), generates ``cga.generation.n_samples`` samples per D_L title on a
-  Ray Data actor pool, scores each against its source (BLEU or MiniLM cosine); writes ``cga_generated``
+  task (checkpoints and model to MLflow), generates ``cga.generation.n_samples`` samples per D_L title (or
+  per title of ``cga_sources``, a seeded sample of ``cga.sources`` of them) on a Ray Data actor pool, scores
+  each against its source (BLEU or MiniLM cosine); writes ``cga_generated``
   (every sample with ``score`` and, for empty outputs and copies, ``reason``) and ``cga_generated_quarantine``
   (bad inputs).
 * ``cga-train`` reads ``cga_generated``, ``labeled_train``, ``accuracy_test``, ``consistency_test``,
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 RESULTS = "consistency_results"
 TEST_COPIES = "cga_test_copies"
+SOURCES = "cga_sources"  # the D_L titles generated from, with cga.sources set
 SWEEP_RESULTS = "cga_sweep_results"
 SWEEP_SCHEMA = ("run_id string, point string, threshold double, n long, experiments string, repeat int, seed long, "
                 "f1_weighted double, consistency_rate double, n_train long, n_augmented long")
@@ -44,7 +46,8 @@ def _generation_hash(ctx: JobContext) -> str:
     cfg = ctx.cfg.cga
     # The encoder engine only changes minilm scores (bleu's hash stays as it was).
     scorer = [cfg.scorer, cfg.scorer_engine] if cfg.scorer == "minilm" else [cfg.scorer]
-    return hash_of(_model_hash(ctx), asdict(cfg.generation), *scorer)
+    sources = [] if cfg.sources is None else [cfg.sources]  # hashes without a sample stay as they were
+    return hash_of(_model_hash(ctx), asdict(cfg.generation), *scorer, *sources)
 
 
 @job("cga-pairs")
@@ -73,7 +76,14 @@ def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
                             {"cga_pairs": tr.inputs["cga_pairs"]})
     scorer = FilterSpec(scorer=cfg.scorer, threshold=None, encoder_engine=cfg.scorer_engine)
-    written, stats = generate_stage(ctx, tr, "labeled_train", v_train, "item_id", "title", model, cfg.generation,
+    source, v_source = "labeled_train", v_train
+    if cfg.sources is not None:
+        from common.catalog.cga import source_sample
+
+        sample = source_sample(tr.read("labeled_train"), cfg.sources, ctx.cfg.seed)
+        source, v_source = SOURCES, tr.write(sample, SOURCES, hash_of(cfg.sources, ctx.cfg.seed),
+                                              {"labeled_train": tr.inputs["labeled_train"]}).version
+    written, stats = generate_stage(ctx, tr, source, v_source, "item_id", "title", model, cfg.generation,
                                     scorer, "cga_generated", _generation_hash(ctx), dict(tr.inputs))
     tr.result.outputs["cga_generated"] = written
     return stats.metrics()

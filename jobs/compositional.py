@@ -163,8 +163,8 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int, metho
                                         TrainSpec.from_config(gen.fine_tune, ctx.cfg.seed),
                                         num_cpus=gen.fine_tune.num_cpus, num_gpus=gen.fine_tune.num_gpus)
         for (method, _, _), result in zip(todo, results):
-            tr.log_metrics({f"fine_tune.{method}.final_loss": result.step_losses[-1],
-                            f"fine_tune.{method}.seconds": result.seconds})
+            loss = {f"fine_tune.{method}.final_loss": result.step_losses[-1]} if result.step_losses else {}
+            tr.log_metrics({**loss, f"fine_tune.{method}.seconds": result.seconds})
     return out
 
 

@@ -17,7 +17,7 @@ import logging
 from typing import Optional
 
 from common.config import AppConfig
-from common.data.schemas import DEMO_KINDS
+from common.data.schemas import CATALOG_KINDS, DEMO_KINDS
 from common.platform.job import JobContext, JobRun, job
 from common.platform.storage import exists, read_text, write_text
 from jobs import entry_point
@@ -38,13 +38,23 @@ def landing_dir(cfg: AppConfig) -> str:
     return f"{cfg.lakehouse.root.rstrip('/')}/landing"
 
 
+def world_hash(cfg) -> str:
+    """The demo world's hash: ``section_hash("demo")`` of the section less ``generate``, which says when the
+    world is written, not what it holds (worlds written before the key existed keep their hash)."""
+    import hashlib
+
+    tree = {k: v for k, v in cfg.to_dict()["demo"].items() if k != "generate"}
+    return hashlib.sha256(json.dumps({"demo": tree}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 @job(NAME)
 def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Generate the demo landing files; returns the row counts written (good + planted bad rows)."""
     landing = landing_dir(ctx.cfg)
-    config_hash = ctx.cfg.section_hash("demo")
+    config_hash = world_hash(ctx.cfg)
     marker = f"{landing}/{MARKER}"
-    configured = [k for k in DEMO_KINDS if getattr(ctx.cfg.inputs, k)]
+    kinds = CATALOG_KINDS if ctx.cfg.demo.generate == "catalog" else DEMO_KINDS
+    configured = [k for k in kinds if getattr(ctx.cfg.inputs, k)]
     if configured:
         # Pipelines start with this job; on the user's own inputs there is nothing to generate.
         log.info("inputs configured (%s): demo generation skipped", ", ".join(configured))

@@ -223,10 +223,10 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int):
                                         ModelSpec.from_config(gen.model), TrainSpec.from_config(gen.fine_tune,
                                                                                                 ctx.cfg.seed),
                                         num_cpus=gen.fine_tune.num_cpus, num_gpus=gen.fine_tune.num_gpus)
-        losses = [r.step_losses[-1] for r in results]
+        losses = [r.step_losses[-1] for r in results if r.step_losses]  # none for in-context generators
         tr.log_metrics({"fine_tune.generators": float(len(results)),
                         "fine_tune.seconds": float(sum(r.seconds for r in results)),
-                        "fine_tune.mean_final_loss": float(sum(losses) / len(losses))})
+                        **({"fine_tune.mean_final_loss": float(sum(losses) / len(losses))} if losses else {})})
     return ctx.spark.createDataFrame(rows, "topic int, n int, genre string, pairs long, model_path string, "
                                            "model_version string, reused boolean")
 

@@ -153,6 +153,56 @@ def test_ctranslate2_greedy_output_equals_hf(trained):
     assert [len(s) for s in sampled._generate(texts)] == [3, 3, 3, 3]
 
 
+def test_an_in_context_generator_trains_nothing_and_runs_on_its_base(tiny_llama, tmp_path):
+    """fine_tune.epochs 0: k of the pairs (the same k whatever order they came in) written ahead of the
+    prompt, no weights in the folder, the base's weights on both engines, converted once beside the base."""
+    from common.models.generation.causal_lm import generator_settings
+    from common.models.generation.ct2 import CT2Generator
+    from common.models.generation.in_context import weights_folder
+
+    spec = ModelSpec(**{**_spec(tiny_llama).__dict__, "in_context": 2})
+    out, again = str(tmp_path / "icl"), str(tmp_path / "icl-reversed")
+    result = fine_tune(PAIRS, out, spec, TrainSpec(epochs=0))
+    fine_tune(PAIRS[::-1], again, spec, TrainSpec(epochs=0))
+    settings = generator_settings(out)
+    assert result.step_losses == [] and settings["prompt"] == generator_settings(again)["prompt"]
+    assert settings["in_context"] == 2 and settings["weights"] == "base" and settings["stop"] == "\n"
+    blocks = settings["prompt"].split("\n\n")
+    assert len(blocks) == 3 and blocks[-1] == PROMPT and all(b.startswith("Title: ") for b in blocks)
+    assert weights_folder(out) == tiny_llama and not any(f.endswith(".safetensors") for f in os.listdir(out))
+    texts = ["acme mug", "zeta pan"]
+    greedy = GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=8, compute_type="float32",
+                            engine="ctranslate2")
+    ct2 = CT2Generator(out, "v", greedy)
+    assert ct2._ct2 is not None and os.path.isdir(os.path.join(tiny_llama, "ct2-float32"))
+    assert not any(name.startswith("ct2-") for name in os.listdir(out))  # the base's conversion, shared
+    samples = ct2._generate(texts)
+    assert samples == T5Generator(out, "v", greedy)._generate(texts)
+    assert all("\n" not in text for row in samples for text, _ in row)
+    with pytest.raises(ValueError, match=r"in-context generation\) needs a causal model kind"):
+        fine_tune(PAIRS, str(tmp_path / "t5"), ModelSpec(kind="scratch_t5"), TrainSpec(epochs=0))
+
+
+def test_in_context_needs_a_causal_kind_in_the_config():
+    from common.catalog.config import CGAConfig
+    from common.models.config import FineTuneConfig, T5ModelConfig, describe_generator, generator_facts
+    from common.platform.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cga.fine_tune.epochs"):
+        CGAConfig(model=T5ModelConfig(kind="scratch_t5"), fine_tune=FineTuneConfig(epochs=0))
+    cga = CGAConfig(model=T5ModelConfig(kind="smollm2", in_context_examples=3), fine_tune=FineTuneConfig(epochs=0))
+    assert generator_facts(cga.model, cga.fine_tune, cga.generation)["fine_tune"] == \
+        "none: in-context, 3 training pairs in the prompt"
+    assert describe_generator(cga.model, cga.fine_tune) == \
+        "SmolLM2-135M-Instruct, prompted with 3 of its training pairs (no fine-tune)"
+    assert describe_generator(T5ModelConfig(kind="smollm2", lora_r=8), FineTuneConfig(epochs=2)) == \
+        "SmolLM2-135M-Instruct, fine-tuned (LoRA r 8) 2 epochs"
+    assert describe_generator(T5ModelConfig(name_or_path="t5-base"), FineTuneConfig(max_steps=50)) == \
+        "t5-base, fine-tuned 50 steps"
+    assert describe_generator(T5ModelConfig(kind="scratch_t5"), FineTuneConfig(epochs=1)).startswith(
+        "a tiny T5 trained from scratch (plumbing: not meant to read), trained 1 epoch")
+
+
 def test_a_missing_wheel_names_the_fix(monkeypatch):
     from importlib import metadata
 
@@ -202,6 +252,13 @@ def test_packaged_smollm2_materialises_fine_tunes_and_generates(tmp_path, monkey
         samples = generator._generate(["Playmobil fire station 9462"])[0]
         words = " ".join(text for text, _ in samples).split()
         assert len(samples) == 2 and len(words) >= 2 and all(n <= 16 for _, n in samples)
+    # In-context (no fine-tune): every sample one line, ended by one of the line-break tokens.
+    icl = str(tmp_path / "smollm2-icl")
+    fine_tune(pairs, icl, ModelSpec(**{**spec.__dict__, "in_context": 2}), TrainSpec(epochs=0))
+    assert len(json.load(open(os.path.join(icl, GENERATOR_FILE)))["stop_ids"]) > 10
+    samples = CT2Generator(icl, "v", GenerationSpec(n_samples=4, max_new_tokens=32, seed=1,
+                                                     engine="ctranslate2"))._generate(["Playmobil fire station 9462"])[0]
+    assert all(text and "\n" not in text and n < 32 for text, n in samples), samples
 
 
 @pytest.mark.parametrize("engine", ["hf", "ctranslate2"])

@@ -231,7 +231,7 @@ def test_a_config_extends_others_mapping_by_mapping(tmp_path):
 def test_the_cluster_demo_is_the_demo_world_on_a_clusters_platform(monkeypatch):
     """conf/cluster_demo.yaml (make cluster-demo) keeps every section of conf/demo.yaml but the platform's (the
     session spark-submit made, Ray at RAY_ADDRESS, the lakehouse in the bucket, MLflow's server) and reads demo.yaml's
-    two input files from the bucket: so its jobs' config hashes, and the tables they write, are the local demo's."""
+    three input files from the bucket: so its jobs' config hashes, and the tables they write, are the local demo's."""
     monkeypatch.setenv("AUGMENT_BUCKET", "s3a://augment")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
@@ -248,3 +248,5 @@ def test_the_cluster_demo_is_the_demo_world_on_a_clusters_platform(monkeypatch):
     assert cluster.inputs.multilabel.path.endswith("/raw/semeval2018_ec/2018-E-c-En-dev.txt")
     assert (cluster.inputs.multilabel.label_columns, cluster.inputs.multilabel.rename) == \
         (demo.inputs.multilabel.label_columns, demo.inputs.multilabel.rename)
+    assert cluster.inputs.texts.path == "s3a://augment/raw/sst2/dev.csv"
+    assert cluster.inputs.texts.rename == demo.inputs.texts.rename

@@ -116,6 +116,11 @@ def test_demo_generation_runs_beside_configured_documents_but_not_beside_catalog
     ctx.cfg.inputs.multilabel = InputSpec(path=str(tmp_path / "multilabel.csv"))
     generated = generate_demo(ctx)
     assert generated.metrics and all(v > 0 for v in generated.metrics.values())
+    # configured texts (BoostAug's own data) stop it by default, not with demo.generate: catalog (conf/demo.yaml)
+    ctx.cfg.inputs.texts = InputSpec(path=str(tmp_path / "texts.csv"))
+    assert not generate_demo(ctx).metrics
+    ctx.cfg.demo.generate = "catalog"
+    assert generate_demo(ctx).metrics == generated.metrics  # the same world, already written: not written again
     # a catalog input of the user's own replaces the demo world: nothing is generated
     ctx.cfg.inputs.labeled = InputSpec(path=str(tmp_path / "labeled.csv"))
     assert not generate_demo(ctx).metrics
@@ -126,8 +131,9 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
 
     from pyspark.sql import functions as F
 
+    from common.models.config import describe_generator
     from jobs import run_pipeline
-    from jobs.summary import PAGES
+    from jobs.summary import GENERATED, PAGES
 
     small_world.run_every_pipeline()
     lake = small_world.lakehouse
@@ -139,12 +145,25 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     for heading in ("Consistency paper", "Query reformulation paper", "BoostAug paper", "Genre transfer paper",
                     "Compositional paper", "Generated samples"):
         assert heading in text, heading
+    # Every results section gives its figures as mean ± std with the number of runs (R or seeds) they rest on.
+    blocks = text.split("```\n")[1].split("\n\n")
+    for heading in ("Consistency paper", "Query reformulation paper", "BoostAug paper", "Genre transfer paper",
+                    "Compositional paper"):
+        block = next(b for b in blocks if heading in b)
+        assert " ± " in block and block.splitlines()[1].split()[-1] in ("R", "seeds"), heading
+        assert "\n  for comparison, the paper (" in block, heading  # what the paper reports, to place the figure
     samples = text.split("Generated samples")[1]
-    for table, method in (("cga_generated", "CGA"), ("query_reformulations", "query reformulation"),
-                          ("genre_generated", "genre transfer"), ("cg_generated", "compositional")):
+    for table, method, _, _, section in GENERATED:
+        if table == "boostaug_infill_generated":
+            continue
         written = lake.read(table).filter("sample_idx >= 0 AND reason IS NULL AND length(trim(generated_text)) > 0")
-        generators = written.select("model_version").distinct().count()
-        assert generators > 0 and samples.count(f"  {method} (") == min(generators, 6), method
+        versions = {r[0] for r in written.select("model_version").distinct().collect()}
+        lines = [line for line in samples.splitlines() if line.startswith(f"  {method} (")]
+        assert versions and len(lines) == min(len(versions), 6), method
+        # each sample names the generator that wrote it: the model, how it learned, its version
+        named = describe_generator(section(small_world.cfg).model, section(small_world.cfg).fine_tune)
+        assert all(f"written by {named} [" in line and line.split("[")[-1].rstrip("]:") in versions
+                   for line in lines), (method, lines)
         # the sample is the generator's first row by source id: the same one in every run
         first = written.orderBy("model_version", "source_id", "sample_idx").first()
         assert " ".join(first["generated_text"].split())[:100] in samples, method

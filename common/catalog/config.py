@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from common.models.config import FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig, ctranslate2_generation
+from common.models.config import check_generator, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig, ctranslate2_generation
 from common.platform.config import check
 
 
@@ -114,10 +114,15 @@ class CGAConfig:
     threshold: float = 0.7
     # Optional sub-sample of the filtered samples into D_aug (None: all of them, the paper's main result).
     n: Optional[int] = None
+    # The D_L titles the generator writes variants of: all of them (None, the paper), or a seeded sample of
+    # this many (table cga_sources): a generation budget, for a prompted generator on CPU or a huge D_L.
+    sources: Optional[int] = None
     sweep: CGASweepConfig = field(default_factory=CGASweepConfig)
 
     def __post_init__(self) -> None:
         check(0 <= self.threshold <= 1, "cga.threshold", "must be in [0, 1]")
+        check_generator(self.model, self.fine_tune, "cga")
         check(self.n is None or self.n >= 1, "cga.n", "must be >= 1 (or null for no sub-sampling)")
+        check(self.sources is None or self.sources >= 1, "cga.sources", "must be >= 1 (or null for every D_L title)")
         check(self.max_pairs_per_group is None or self.max_pairs_per_group >= 1, "cga.max_pairs_per_group",
                "must be >= 1 (or null)")

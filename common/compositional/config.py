@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
+from common.models.config import (check_generator, EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
                                   generator_facts)
 from common.platform.config import check
 
@@ -98,6 +98,7 @@ class TextGeneratorConfig:
     def __post_init__(self) -> None:
         check(bool(self.methods), "compositional.generator.methods", "must name at least one generator")
         check(self.prefix_length >= 1, "compositional.generator.prefix_length", "must be >= 1")
+        check_generator(self.model, self.fine_tune, "compositional.generator")
 
 
 @dataclass

@@ -178,6 +178,10 @@ class DemoConfig:
     bad_row_fraction: float = 0.01
     # Spark partitions the generator writes each table in.
     partitions: int = 4
+    # When generate-demo writes the world: auto (only when no input is configured: a run on the user's own
+    # data generates nothing) or catalog (the catalog world whenever no catalog input is configured, beside
+    # configured texts, documents or multi-label inputs: conf/demo.yaml's BoostAug on SST-2).
+    generate: Literal["auto", "catalog"] = "auto"
 
     def __post_init__(self) -> None:
         check(self.scale > 0, "demo.scale", "must be > 0")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from common.models.config import EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig
+from common.models.config import check_generator, EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig
 from common.platform.config import check
 
 
@@ -141,6 +141,7 @@ class GeneratorConfig:
         check(self.synthetic_ratio is None or self.synthetic_ratio > 0, "genre.generator.synthetic_ratio",
               "must be > 0, or null for one synthetic document per test document and genre")
         check(self.cache_models >= 1, "genre.generator.cache_models", "must be >= 1")
+        check_generator(self.model, self.fine_tune, "genre.generator")
 
 
 @dataclass

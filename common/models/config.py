@@ -163,6 +163,9 @@ class T5ModelConfig:
     lora_r: int = 16
     # LoRA scaling (with lora_r > 0).
     lora_alpha: int = 32
+    # Causal kinds with fine_tune.epochs 0 (in-context, common.models.generation.in_context): how many of the
+    # method's own training pairs are written ahead of the prompt.
+    in_context_examples: int = 4
 
     def __post_init__(self) -> None:
         if self.kind is None:
@@ -180,6 +183,7 @@ class T5ModelConfig:
               "*.max_source_length", "warm_minilm has 512 positions")
         check("{source}" in self.prompt, "*.prompt", "must contain {source}, where the input text goes")
         check(self.lora_r >= 0 and self.lora_alpha >= 1, "*.lora_r", "lora_r must be >= 0, lora_alpha >= 1")
+        check(self.in_context_examples >= 1, "*.in_context_examples", "must be >= 1")
 
     @property
     def causal(self) -> bool:
@@ -192,7 +196,8 @@ class FineTuneConfig:
     """Seq2seq optimisation. Effective batch = ``batch_size * grad_accumulation``. The run is one Ray task
     with ``num_cpus`` CPUs and ``num_gpus`` GPUs (bf16/fp16 autocast when a GPU is visible)."""
 
-    # Passes over the pairs (max_steps, when set, stops sooner).
+    # Passes over the pairs (max_steps, when set, stops sooner). 0 with a causal model kind and no max_steps:
+    # no training, the model prompted with model.in_context_examples of the pairs (in-context generation).
     epochs: int = 3
     # AdamW's learning rate, constant.
     learning_rate: float = 3e-4
@@ -216,8 +221,9 @@ class FineTuneConfig:
     checkpoint_every: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "grad_accumulation", "num_cpus"):
+        for name in ("batch_size", "grad_accumulation", "num_cpus"):
             check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
+        check(self.epochs >= 0, "*.epochs", "must be >= 0 (0: in-context generation, causal kinds only)")
         check(self.checkpoint_every >= 0, "*.checkpoint_every", "must be >= 0 (0: no checkpoints)")
         check(self.max_steps >= 0, "*.max_steps", "must be >= 0 (0: epochs decide)")
         check(self.learning_rate > 0, "*.learning_rate", "must be > 0")
@@ -283,6 +289,38 @@ def ctranslate2_generation() -> GenerationConfig:
     return GenerationConfig(engine="ctranslate2")
 
 
+def in_context(model: T5ModelConfig, fine_tune: FineTuneConfig) -> bool:
+    """True when a generator is prompted with examples instead of trained (``fine_tune.epochs`` 0, no
+    ``max_steps``, a causal kind)."""
+    return fine_tune.epochs == 0 and not fine_tune.max_steps and model.causal
+
+
+def check_generator(model: T5ModelConfig, fine_tune: FineTuneConfig, section: str) -> None:
+    """Raise ConfigError when ``section``'s fine-tune asks for in-context generation (epochs 0) of a model
+    kind that cannot be prompted (a seq2seq model must be trained)."""
+    check(fine_tune.epochs >= 1 or fine_tune.max_steps > 0 or model.causal, f"{section}.fine_tune.epochs",
+          f"0 means in-context generation, which needs a causal model kind (smollm2, causal_checkpoint), "
+          f"not {model.kind!r}")
+
+
+# What a reader is told wrote a sample: the model by kind (a checkpoint by its name).
+_GENERATOR_NAMES = {"smollm2": "SmolLM2-135M-Instruct", "warm_minilm": "a BART warm-started from MiniLM",
+                    "scratch_t5": "a tiny T5 trained from scratch (plumbing: not meant to read)"}
+
+
+def describe_generator(model: T5ModelConfig, fine_tune: FineTuneConfig) -> str:
+    """One phrase naming a generator as a summary shows it: the model, and how it learned the task (prompted
+    with k training pairs, or fine-tuned for a budget, LoRA or every weight)."""
+    name = model.name_or_path or _GENERATOR_NAMES.get(model.kind, model.kind)
+    if in_context(model, fine_tune):
+        return f"{name}, prompted with {model.in_context_examples} of its training pairs (no fine-tune)"
+    budget = f"{fine_tune.max_steps} steps" if fine_tune.max_steps else \
+        f"{fine_tune.epochs} epoch{'s' if fine_tune.epochs != 1 else ''}"
+    how = "trained" if model.kind == "scratch_t5" else \
+        f"fine-tuned (LoRA r {model.lora_r})" if model.causal and model.lora_r else "fine-tuned"
+    return f"{name}, {how} {budget}"
+
+
 def generator_facts(model: T5ModelConfig, fine_tune: FineTuneConfig, generation: Decoding) -> dict[str, Any]:
     """A generator's settings as a dataset card shows them: the model, its adapters, the fine-tune budget
     and the decoding."""
@@ -290,8 +328,9 @@ def generator_facts(model: T5ModelConfig, fine_tune: FineTuneConfig, generation:
     facts: dict[str, Any] = {"model": model.name_or_path or model.kind, "kind": model.kind}
     if model.causal:
         facts.update({"lora_r": model.lora_r, "prompt": model.prompt})
-    facts.update({"fine_tune": f"{budget} of {fine_tune.batch_size * fine_tune.grad_accumulation}, lr "
-                               f"{fine_tune.learning_rate:g}",
+    trained = f"{budget} of {fine_tune.batch_size * fine_tune.grad_accumulation}, lr {fine_tune.learning_rate:g}"
+    facts.update({"fine_tune": trained if not in_context(model, fine_tune) else
+                  f"none: in-context, {model.in_context_examples} training pairs in the prompt",
                   "decoding": f"{generation.mode}, {generation.n_samples} per input, top-k {generation.top_k}, "
                               f"top-p {generation.top_p:g}, at most {generation.max_new_tokens} new tokens",
                   "engine": generation.engine})

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig, ctranslate2_generation
+from common.models.config import check_generator, FineTuneConfig, GenerationConfig, T5ModelConfig, ctranslate2_generation
 from common.platform.config import check
 
 
@@ -107,3 +107,6 @@ class QueryReformulationConfig:
     # The paper does not say how many reformulations per tuple; 8 samples (as in CGA) by default.
     generation: GenerationConfig = field(default_factory=ctranslate2_generation)
     matcher: MatcherConfig = field(default_factory=MatcherConfig)
+
+    def __post_init__(self) -> None:
+        check_generator(self.model, self.fine_tune, "query_reformulation")

@@ -58,7 +58,8 @@ DEMO_CHAIN = ("cga", "query-reformulation", "boostaug", "genre-transfer", "compo
 SHARED = REPO.parent / "shared" / "data"
 # conf/demo.yaml's own input files, and where conf/cluster_demo.yaml reads them in the bucket.
 DEMO_INPUTS = {"raw/brown/documents.csv": SHARED / "brown" / "documents.csv",
-               "raw/semeval2018_ec/2018-E-c-En-dev.txt": SHARED / "semeval2018_ec" / "2018-E-c-En-dev.txt"}
+               "raw/semeval2018_ec/2018-E-c-En-dev.txt": SHARED / "semeval2018_ec" / "2018-E-c-En-dev.txt",
+               "raw/sst2/dev.csv": SHARED / "sst2" / "dev.csv"}
 SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
 # The rehearsal's driver and executor JVMs (see spark-defaults.conf below): a 2-core machine's, not a cluster's.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"

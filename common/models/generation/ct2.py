@@ -171,11 +171,12 @@ def _convert_once(model_uri: str, quantization: str, target: str) -> Optional[st
     copied up to an object store when the model lives in one), or None when hf must serve it."""
     from common.platform.storage import is_local, local_copy, put_folder
 
-    folder, reason = converted(local_copy(model_uri), quantization)
+    local_copy_root = local_copy(model_uri)
+    folder, reason = converted(local_copy_root, quantization)
     if folder is None:  # the actors fall back to hf and log why
         log.warning("no CTranslate2 conversion of %s: %s", model_uri, reason)
         return None
-    if not is_local(model_uri):
+    if not is_local(model_uri) and folder.startswith(local_copy_root):  # not a base model's shared conversion
         put_folder(folder, target)
     return target
 
@@ -183,11 +184,16 @@ def _convert_once(model_uri: str, quantization: str, target: str) -> Optional[st
 def converted(model_path: str, quantization: str) -> tuple[Optional[str], Optional[str]]:
     """(the CTranslate2 folder of the local model ``model_path``, converted once by :func:`convert`, None) or
     (None, why hf must serve it instead: :func:`hf_reason`, or the converter's failure)."""
+    from common.models.generation.in_context import weights_folder
+
     reason = hf_reason(model_path)
     if reason:
         return None, reason
+    weights = weights_folder(model_path)
+    # An in-context generator runs on its base model's weights: converted once per machine, beside them.
+    target = None if weights == model_path else os.path.join(weights, f"ct2-{quantization}")
     try:
-        return convert(model_path, quantization), None
+        return convert(weights, quantization, target), None
     except Exception as exc:  # noqa: BLE001  (a model kind the converter does not take: served by hf)
         return None, f"CTranslate2's converter failed: {type(exc).__name__}: {exc}"
 
@@ -322,7 +328,12 @@ class CT2Generator(T5Generator):
         self._engine = ctranslate2.Generator if self.prompt is not None else ctranslate2.Translator
         self.translator = self._engine(**self._load)
         if self.prompt is not None:
-            self.end_token = read_json_file(os.path.join(folder, "config.json")).get("eos_token")
+            from common.models.generation.in_context import stops
+
+            # The end token, and for an in-context generator every token holding its stop text.
+            self.stop, stop_ids = stops(local)
+            self.end_token = [read_json_file(os.path.join(folder, "config.json")).get("eos_token")] + \
+                self.tokenizer.convert_ids_to_tokens(stop_ids)
         # CTranslate2 refuses a top-k above the vocabulary (transformers clamps it): clamp as transformers does.
         self.top_k = min(spec.top_k, len(_vocabulary(folder)))
         self._ct2, self._seed_value, self._drawn = ctranslate2, spec.seed, False
@@ -373,12 +384,14 @@ class CT2Generator(T5Generator):
             kwargs.update(beam_size=1, sampling_topk=self.top_k, sampling_topp=spec.top_p)
             translator = self._seeded_translator()
         run = translator.generate_batch if self.prompt is not None else translator.translate_batch
+        from common.models.generation.in_context import cut_at_stop
+
         out = []
         for result in run(sources, **kwargs):
             samples = []
             for tokens in (result.sequences if self.prompt is not None else result.hypotheses):
                 text = self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
-                samples.append((text.strip() if self.prompt is not None else text, len(tokens)))
+                samples.append((cut_at_stop(text, self.stop) if self.prompt is not None else text, len(tokens)))
             out.append(samples)
         # Each sampled bucket rebuilt the translator (new weights, new threads): hand the freed heap back, or
         # the worker's arenas grow by about a model copy per bucket (ray_runtime.release_free_heap).

@@ -73,12 +73,17 @@ class T5Generator:
         model_dtype = dtype if self.device == "cuda" else torch.float32
         settings = generator_settings(model_path)
         self.prompt = settings["prompt"] if settings else None
+        self.stop, self.stop_ids = None, []
         if self.prompt is not None:
+            from common.models.generation.in_context import stops, weights_folder
+
             # A causal LM, its tokenizer padded as in training; prompts are left-padded, so every row's
             # continuation starts at the same column.
             self.tokenizer = load_tokenizer(model_path)
             self.tokenizer.padding_side = "left"
-            self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype,
+            # An in-context generator: its base model's weights, its samples cut at a line break.
+            self.stop, self.stop_ids = stops(model_path)
+            self.model = AutoModelForCausalLM.from_pretrained(weights_folder(model_path), dtype=model_dtype,
                                                               use_safetensors=True).to(self.device).eval()
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -122,7 +127,8 @@ class T5Generator:
             enc = model_inputs(self.tokenizer(texts, padding=True, return_tensors="pt"), self.device)
         kwargs: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens}
         if self.prompt is not None:
-            kwargs.update(pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id)
+            kwargs.update(pad_token_id=self.tokenizer.pad_token_id,
+                          eos_token_id=[self.tokenizer.eos_token_id] + self.stop_ids)
         if spec.mode == "beam":
             kwargs.update(num_beams=max(spec.num_beams, spec.n_samples), do_sample=False,
                           num_return_sequences=spec.n_samples)
@@ -139,8 +145,11 @@ class T5Generator:
         # A seq2seq output opens with the decoder start token; a causal one with the prompt.
         body = out[:, width:] if self.prompt is not None else out[:, 1:]
         if self.prompt is not None:
-            decoded = [text.strip() for text in self.tokenizer.batch_decode(body, skip_special_tokens=True)]
-            eos = self.tokenizer.eos_token_id  # the end token the fine-tune appended to every target
+            from common.models.generation.in_context import cut_at_stop
+
+            decoded = [cut_at_stop(text, self.stop)
+                       for text in self.tokenizer.batch_decode(body, skip_special_tokens=True)]
+            eos = [self.tokenizer.eos_token_id] + self.stop_ids  # the fine-tune's end token; in-context stops
         else:
             decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
             eos = self.model.generation_config.eos_token_id  # BART warm-started from MiniLM: BERT's [SEP]

@@ -5,18 +5,15 @@ scratch, and fine-tune it.
   BART, or a local path); its tokenizer and weights are loaded as they are.
 * ``warm_minilm`` (the local default): a BART-shaped encoder-decoder warm-started from all-MiniLM-L6-v2,
   the one pretrained transformer available offline (:mod:`common.models.generation.warm_start`).
-* ``scratch_t5`` (plumbing tests): a Unigram tokenizer trained on the pairs themselves, wrapped as a fast
-  tokenizer, and a small ``T5Config`` model.
-* ``smollm2`` / ``causal_checkpoint``: a causal LM (:mod:`common.models.generation.causal_lm`) trained by the same loop
-  on prompt + target sequences, the loss on the target only; saved with its prompt for generation.
+* ``scratch_t5`` (plumbing tests): a small ``T5Config`` model, a Unigram tokenizer trained on the pairs.
+* ``smollm2`` / ``causal_checkpoint``: a causal LM (:mod:`common.models.generation.causal_lm`), same loop.
 
 Fine-tuning is a plain PyTorch loop (AdamW, gradient accumulation, bf16 autocast on a GPU that supports it,
-fp16 with a scaler otherwise, fp32 on CPU); the model and tokenizer are saved with ``save_pretrained``.
-With ``ModelSpec.prefix_labels`` the sources are label sets and a per-label prefix table
-(:mod:`common.models.generation.label_prefix`) is trained with the model and saved beside it.
-:func:`fine_tune_on_ray` runs it as one Ray task (``num_gpus`` from config, so it lands on a GPU node):
-the task reads the pairs table's Parquet files itself, logs the loss, a checkpoint per epoch and the
-final model to the MLflow run, and copies the final model to the lakehouse's models folder.
+fp16 with a scaler otherwise, fp32 on CPU), saved with ``save_pretrained``; with ``ModelSpec.prefix_labels``
+a per-label prefix table (:mod:`common.models.generation.label_prefix`) trains with the model. Zero epochs
+of a causal kind: no training (:mod:`common.models.generation.in_context`). :func:`fine_tune_on_ray` runs
+it as one Ray task (``num_gpus`` from config) that reads the pairs' Parquet files, logs the loss, a
+checkpoint per epoch and the final model to the MLflow run, and copies the model to the models folder.
 """
 from __future__ import annotations
 
@@ -55,11 +52,12 @@ class ModelSpec:
     prefix_labels: tuple[str, ...] = ()
     prefix_length: int = 0
     prefix_separator: str = ","
-    # Causal kinds (common.models.generation.causal_lm): the prompt template ({source} is filled in) and LoRA's rank
-    # (0: every weight trains).
+    # Causal kinds (common.models.generation.causal_lm): the prompt template ({source} is filled in), LoRA's rank
+    # (0: every weight trains), and the examples an in-context generator's prompt holds.
     prompt: str = "{source}\n"
     lora_r: int = 16
     lora_alpha: int = 32
+    in_context: int = 4
 
     @classmethod
     def from_config(cls, cfg: "T5ModelConfig") -> "ModelSpec":
@@ -69,7 +67,7 @@ class ModelSpec:
             "num_layers": cfg.scratch.num_layers, "num_heads": cfg.scratch.num_heads}
         return cls(kind=cfg.kind, model_name_or_path=cfg.name_or_path, max_source_length=cfg.max_source_length,
                    max_target_length=cfg.max_target_length, prompt=cfg.prompt, lora_r=cfg.lora_r,
-                   lora_alpha=cfg.lora_alpha, **shape)
+                   lora_alpha=cfg.lora_alpha, in_context=cfg.in_context_examples, **shape)
 
     @property
     def causal(self) -> bool:
@@ -128,8 +126,7 @@ class FineTuneResult:
 
 
 def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]], seed: int = 0):
-    """(tokenizer, model): the named checkpoint, the MiniLM warm start, or a scratch T5 with a tokenizer
-    trained on ``pairs``."""
+    """(tokenizer, model): the named checkpoint, the MiniLM warm start, or a scratch T5 (tokenizer from ``pairs``)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, T5Config, T5ForConditionalGeneration
 
     if spec.kind == "checkpoint" or (spec.model_name_or_path and spec.kind != "warm_minilm"):
@@ -179,6 +176,9 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
 
     if not pairs:
         raise ValueError("no (source, target) pairs to fine-tune on")
+    if train.epochs == 0 and not train.max_steps:
+        from common.models.generation.in_context import in_context_generator
+        return FineTuneResult(path=out_dir, seconds=in_context_generator(pairs, out_dir, model, train.seed))
     random.seed(train.seed)
     torch.manual_seed(train.seed)
     device, dtype = device_and_dtype()

@@ -65,10 +65,11 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
                               tracking_uri=ctx.cfg.tracking_uri, run_id=tr.run_id,
                               checkpoint_every=ft_cfg.checkpoint_every)
     tr.set_tags({"model.device": result.device, "model.dtype": result.dtype})
+    losses = {"fine_tune.first_loss": result.step_losses[0], "fine_tune.final_loss": result.step_losses[-1]} \
+        if result.step_losses else {}  # an in-context generator trains no step
     tr.log_metrics({"fine_tune.pairs": n_pairs, "fine_tune.steps": len(result.step_losses),
                     "fine_tune.seconds": result.seconds,
-                    "fine_tune.examples_per_second": result.examples / max(result.seconds, 1e-9),
-                    "fine_tune.first_loss": result.step_losses[0], "fine_tune.final_loss": result.step_losses[-1]})
+                    "fine_tune.examples_per_second": result.examples / max(result.seconds, 1e-9), **losses})
     return TrainedModel(uri, model_version, reused=False)
 
 
