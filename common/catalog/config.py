@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from common.models.config import check_generator, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig, ctranslate2_generation
+from common.models.config import (FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig, check_generator,
+                                  ctranslate2_generation)
 from common.platform.config import check
 
 

@@ -331,7 +331,7 @@ class CT2Generator(T5Generator):
             from common.models.generation.in_context import stops
 
             # The end token, and for an in-context generator every token holding its stop text.
-            self.stop, stop_ids = stops(local)
+            self.stop, stop_ids = stops(settings)
             self.end_token = [read_json_file(os.path.join(folder, "config.json")).get("eos_token")] + \
                 self.tokenizer.convert_ids_to_tokens(stop_ids)
         # CTranslate2 refuses a top-k above the vocabulary (transformers clamps it): clamp as transformers does.

@@ -82,7 +82,7 @@ class T5Generator:
             self.tokenizer = load_tokenizer(model_path)
             self.tokenizer.padding_side = "left"
             # An in-context generator: its base model's weights, its samples cut at a line break.
-            self.stop, self.stop_ids = stops(model_path)
+            self.stop, self.stop_ids = stops(settings)
             self.model = AutoModelForCausalLM.from_pretrained(weights_folder(model_path), dtype=model_dtype,
                                                               use_safetensors=True).to(self.device).eval()
         else:

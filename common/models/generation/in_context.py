@@ -125,12 +125,10 @@ def weights_folder(folder: str) -> str:
     return base_folder(kind, None if kind == "smollm2" else settings["base"])
 
 
-def stops(folder: str) -> tuple[Optional[str], list[int]]:
+def stops(settings: dict[str, Any]) -> tuple[Optional[str], list[int]]:
     """(the text a saved generator's samples end at besides the end token, the ids of the tokens holding
-    it): a line break and its tokens for an in-context generator, (None, []) for a fine-tuned one."""
-    from common.models.generation.causal_lm import generator_settings
-
-    settings = generator_settings(folder) or {}
+    it), from its ``generator.json`` ``settings``: a line break and its tokens for an in-context generator,
+    (None, []) for a fine-tuned one."""
     return settings.get("stop"), list(settings.get("stop_ids", []))
 
 
