@@ -78,9 +78,9 @@ def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     scorer = FilterSpec(scorer=cfg.scorer, threshold=None, encoder_engine=cfg.scorer_engine)
     source, v_source = "labeled_train", v_train
     if cfg.sources is not None:
-        from common.catalog.cga import source_sample
+        from common.data.sampling import seeded_first
 
-        sample = source_sample(tr.read("labeled_train"), cfg.sources, ctx.cfg.seed)
+        sample = seeded_first(tr.read("labeled_train"), cfg.sources, ctx.cfg.seed, ["item_id"])
         source, v_source = SOURCES, tr.write(sample, SOURCES, hash_of(cfg.sources, ctx.cfg.seed),
                                               {"labeled_train": tr.inputs["labeled_train"]}).version
     written, stats = generate_stage(ctx, tr, source, v_source, "item_id", "title", model, cfg.generation,

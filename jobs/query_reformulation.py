@@ -2,7 +2,8 @@
 
 * ``query-reformulate`` reads ``reformulation_pairs``, ``query_interactions`` and
   ``query_interactions_quarantine``; fine-tunes T5 on the pairs in a Ray task (checkpoints and model to
-  MLflow); writes ``reformulation_inputs`` (every distinct collected query) and ``query_reformulations``
+  MLflow); writes ``reformulation_inputs`` (every distinct collected query, or a seeded sample of
+  ``query_reformulation.sources`` of them) and ``query_reformulations``
   (``query_reformulation.generation.n_samples`` per query, scored by BLEU against the query; empty outputs
   and copies carry a ``reason``) with ``query_reformulations_quarantine`` (bad inputs).
 * ``query-augment`` reads the interaction tables and ``query_reformulations``; attaches every
@@ -11,7 +12,7 @@
   growth factor (augmented tuples / original tuples over the threshold).
 * ``query-matcher`` (downstream check) splits the queries (seeded hash, ``matcher.holdout_fraction``),
   fine-tunes a second T5 on the pairs whose queries are both outside the hold-out and augments the training
-  queries only (so nothing about a held-out query reaches training), trains fastText matchers over product
+  queries only (all, or a seeded ``sources`` of them; so nothing about a held-out query reaches training), trains fastText matchers over product
   ids on the original and on the augmented training log (``matcher.repeats`` seeds each), and writes
   ``matcher_results`` (precision/recall/hit @k on the held-out queries, one row per variant, k and seed) and
   ``matcher_test_copies`` (reformulations that are a held-out query, with their reason: never trained on).
@@ -41,7 +42,19 @@ def _model_hash(ctx: JobContext) -> str:
 
 
 def _generation_hash(ctx: JobContext) -> str:
-    return hash_of(_model_hash(ctx), asdict(ctx.cfg.query_reformulation.generation))
+    cfg = ctx.cfg.query_reformulation
+    sources = [] if cfg.sources is None else [cfg.sources]  # hashes without a budget stay as they were
+    return hash_of(_model_hash(ctx), asdict(cfg.generation), *sources)
+
+
+def _inputs(ctx: JobContext, tuples):
+    """The distinct queries of ``tuples`` to reformulate: all of them, or ``query_reformulation.sources`` of them
+    (a seeded sample, the same on every run)."""
+    from common.data.sampling import seeded_first
+    from common.querygraph.reformulation import distinct_queries
+
+    queries, n = distinct_queries(tuples), ctx.cfg.query_reformulation.sources
+    return queries if n is None else seeded_first(queries, n, ctx.cfg.seed, ["query"])
 
 
 def _interaction_tables(tr: JobRun):
@@ -57,7 +70,6 @@ def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``query-reformulate``: fine-tune the reformulation T5 and reformulate every collected query."""
     from common.models.generation.filtering import FilterSpec
     from common.models.generation.stages import fine_tune_stage, generate_stage
-    from common.querygraph.reformulation import distinct_queries
 
     cfg = ctx.cfg.query_reformulation
     tr.read("reformulation_pairs", as_input=False)
@@ -67,7 +79,7 @@ def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     config_hash = _generation_hash(ctx)
     model = fine_tune_stage(ctx, tr, "reformulation_pairs", v_pairs, "qr", cfg.model, cfg.fine_tune,
                             _model_hash(ctx), pairs_lineage, "source_query", "target_query")
-    inputs = tr.write(distinct_queries(tuples), "reformulation_inputs", config_hash)
+    inputs = tr.write(_inputs(ctx, tuples), "reformulation_inputs", config_hash)
     tr.result.outputs["query_reformulations"], stats = generate_stage(
         ctx, tr, "reformulation_inputs", inputs.version, "query", "query", model, cfg.generation,
         FilterSpec(scorer="bleu", threshold=None), "query_reformulations", config_hash,
@@ -141,7 +153,7 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.models.classifiers.hft import HFTModel, HFTTrainerPool, level_jobs
     from common.models.generation.stages import fine_tune_stage, generate_stage
     from common.querygraph.matcher import evaluate, fasttext_config, is_holdout, relevant_products
-    from common.querygraph.reformulation import augment_interactions, distinct_queries, usable_reformulations
+    from common.querygraph.reformulation import augment_interactions, usable_reformulations
 
     cfg = ctx.cfg.query_reformulation
     m = cfg.matcher
@@ -165,7 +177,8 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     model = fine_tune_stage(ctx, tr, "matcher_pairs", out["matcher_pairs"].version, "qr_matcher", cfg.model,
                             cfg.fine_tune, _model_hash(ctx), {"matcher_pairs": str(out["matcher_pairs"].version)},
                             "source_query", "target_query")
-    tr.write(distinct_queries(train_tuples), "matcher_inputs", split_hash)
+    budget = [] if cfg.sources is None else [cfg.sources]
+    tr.write(_inputs(ctx, train_tuples), "matcher_inputs", hash_of(split_hash, *budget))
     out["matcher_reformulations"], _ = generate_stage(
         ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
         FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", generation_hash,

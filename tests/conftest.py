@@ -78,13 +78,35 @@ def capabilities(spark):
 
 
 @pytest.fixture(scope="session")
-def ray_runtime():
+def ray_runtime(request):
+    import ray
+
     from common.platform.config import RayConfig
     from common.platform.ray_runtime import RayRuntime
 
     runtime = RayRuntime(RayConfig(num_cpus=2)).start()
+    node = ray._private.worker._global_node  # the local head this runtime started
+    session_dir = node.get_session_dir_path() if node is not None else None
     yield runtime
     runtime.stop()
+    # Ray keeps every session's folder (logs, spilled objects) under /tmp/ray for good; a green session's goes
+    # with it, as its tmp_path folders do (pytest.ini), a failing one's stays for the post-mortem.
+    _remove_when_green(request.session, session_dir)
+
+
+def _remove_when_green(session, folder) -> None:
+    """Remove ``folder`` (a path or None) when no test of ``session`` has failed so far."""
+    import shutil
+
+    if folder and session.testsfailed == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def remove_when_green(request):
+    """A function of one folder: removes it when no test of the session has failed so far (a failing session
+    keeps it for the post-mortem). For folders outside pytest's base folder, which pytest.ini's policy misses."""
+    return lambda folder: _remove_when_green(request.session, folder)
 
 
 @pytest.fixture(scope="session")

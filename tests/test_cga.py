@@ -6,7 +6,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from common.catalog.cga import augmentation_set, group_version_pairs, source_sample, sweep_points
+from common.catalog.cga import augmentation_set, group_version_pairs, sweep_points
 from common.catalog.config import CGASweepConfig
 from jobs import REGISTRY
 from worlds import check_card
@@ -42,15 +42,11 @@ def test_augmentation_set_keeps_scores_at_t_with_labels_and_draws_n(spark):
     assert augmentation_set(generated, labeled, 0.5, 10, 7).count() == 3  # N above what passed T: all of it
 
 
-def test_the_source_sample_is_seeded_exact_and_layout_free(spark):
+def test_sources_is_a_positive_count_or_none():
     from common.catalog.config import CGAConfig
     from common.platform.errors import ConfigError
 
-    labeled = spark.createDataFrame([(f"i{k:03d}", f"title {k}") for k in range(100)], "item_id string, title string")
-    ids = {r.item_id for r in source_sample(labeled, 10, 42).collect()}
-    assert len(ids) == 10 and ids == {r.item_id for r in source_sample(labeled.repartition(7), 10, 42).collect()}
-    assert ids != {r.item_id for r in source_sample(labeled, 10, 43).collect()}  # another seed, other titles
-    assert source_sample(labeled, 500, 42).count() == 100
+    assert CGAConfig(sources=None).sources is None and CGAConfig(sources=1).sources == 1
     with pytest.raises(ConfigError, match="cga.sources"):
         CGAConfig(sources=0)
 

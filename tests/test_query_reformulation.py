@@ -6,8 +6,9 @@ from pyspark.sql import functions as F
 
 from common.querygraph.config import QueryGraphConfig
 from common.querygraph.matcher import is_holdout, ranking_metrics
-from common.querygraph.reformulation import augment_interactions, collected_tuples, usable_reformulations
-from worlds import check_card
+from common.querygraph.reformulation import (augment_interactions, collected_tuples, distinct_queries,
+                                             usable_reformulations)
+from worlds import QR_SOURCES, check_card
 
 TUPLES = "query string, product_id string, interaction string, count long"
 
@@ -91,6 +92,11 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     assert growth["augmented_original"] + growth["augmented_lifted"] + growth["augmented_new"] == augmented.count()
     queries = lh.read("reformulation_inputs").count()
     assert results["query-reformulate"].metrics["generation.inputs"] == queries
+    # query_reformulation.sources: a seeded sample of that many of the collected queries, in both jobs.
+    collected = distinct_queries(collected_tuples(lh.read("query_interactions"),
+                                                  lh.read("query_interactions_quarantine")))
+    assert collected.count() > QR_SOURCES == queries == lh.read("matcher_inputs").count()
+    assert lh.read("reformulation_inputs").subtract(collected).count() == 0
     assert lh.read("query_reformulations").filter("sample_idx >= 0").count() == 2 * queries
     versions = {r[0] for r in lh.read("query_reformulations").select("model_version").distinct().collect()}
     assert {v.split("-")[0] for v in versions if v} == {"scratch_t5_qr"}

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.data.sampling import SamplingError, draw, plan_sample, subsample, total_variation
+from common.data.sampling import SamplingError, draw, plan_sample, seeded_first, subsample, total_variation
 
 
 def test_largest_sample_matching_the_target_by_hand():
@@ -78,6 +78,14 @@ def test_draw_is_exact_and_deterministic(spark):
     assert sorted(r.item_id for r in first) != sorted(r.item_id for r in other)
     assert {k: sum(1 for r in first if r.label == k) for k in quotas} == quotas
     assert first[0].asDict().keys() == {"item_id", "label"}
+
+
+def test_seeded_first_is_seeded_exact_and_layout_free(spark):
+    rows = spark.createDataFrame([(f"i{k:03d}", f"title {k}") for k in range(100)], "item_id string, title string")
+    ids = {r.item_id for r in seeded_first(rows, 10, 42, ["item_id"]).collect()}
+    assert len(ids) == 10 and ids == {r.item_id for r in seeded_first(rows.repartition(7), 10, 42, ["item_id"]).collect()}
+    assert ids != {r.item_id for r in seeded_first(rows, 10, 43, ["item_id"]).collect()}  # another seed, other rows
+    assert seeded_first(rows, 500, 42, ["item_id"]).count() == 100
 
 
 def test_subsample_matches_a_skewed_target_exactly(spark):

@@ -154,6 +154,10 @@ def write_reviews_csv(path: Path, per_label: int, n_train: int) -> None:
     pd.DataFrame(rows, columns=["text", "label", "split"]).to_csv(path, index=False)
 
 
+# The queries the world's reformulators rewrite (query_reformulation.sources): fewer than it collects.
+QR_SOURCES = 60
+
+
 def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
     """Every pipeline's end-to-end settings in one config, its lakehouse in ``folder / "lakehouse"`` and its
     synthetic inputs in ``folder`` (written by :class:`SmallWorld`)."""
@@ -188,7 +192,7 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
         fine_tune=FineTuneConfig(epochs=2, learning_rate=1e-3, batch_size=32, grad_accumulation=2, num_cpus=2,
                                  checkpoint_every=0),
         generation=GenerationConfig(n_samples=2, max_new_tokens=10, concurrency=1),
-        matcher=MatcherConfig(epoch=5, ks=[1, 5], repeats=2))
+        matcher=MatcherConfig(epoch=5, ks=[1, 5], repeats=2), sources=QR_SOURCES)
     # A fold surrogate learns from one fold of ~90 titles here: fastText (the features kind has its own tests),
     # 50 epochs, and a 0.6 confidence threshold (fastText is rarely 0.99 sure on so little; the paper's
     # DeBERTa is), leave candidates on both sides of every filter.

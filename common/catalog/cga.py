@@ -45,14 +45,6 @@ def generation_inputs(labeled: "DataFrame") -> "DataFrame":
     return labeled.select(F.col("item_id").cast("string").alias("source_id"), F.col("title").alias("source_text"))
 
 
-def source_sample(labeled: "DataFrame", n: int, seed: int) -> "DataFrame":
-    """``n`` rows of ``labeled`` (all of them when it has fewer): the first by a seeded hash of ``item_id``,
-    so the same titles on every run, partitioning and cluster (``cga.sources``)."""
-    from pyspark.sql import functions as F
-
-    return labeled.orderBy(F.xxhash64("item_id", F.lit(seed)), "item_id").limit(n)
-
-
 def augmentation_set(generated: "DataFrame", labeled: "DataFrame", threshold: float, n: Optional[int],
                      seed: int) -> "DataFrame":
     """D_aug: ``item_id, title, category, source_title, score, sample_idx``.

@@ -94,6 +94,15 @@ def histogram(df: "DataFrame", label_col: str) -> dict[str, int]:
     return {r[label_col]: int(r["count"]) for r in rows}
 
 
+def seeded_first(df: "DataFrame", n: int, seed: int, key_cols: Sequence[str]) -> "DataFrame":
+    """``n`` rows of ``df`` (all of them when it has fewer): the first by a seeded hash of ``key_cols`` (ties by
+    the keys), so the same rows on every run, partitioning and cluster. A generation budget's sample
+    (``cga.sources``, ``query_reformulation.sources``)."""
+    from pyspark.sql import functions as F
+
+    return df.orderBy(F.xxhash64(*[F.col(c) for c in key_cols], F.lit(seed)), *key_cols).limit(n)
+
+
 def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, key_cols: Sequence[str],
          counts: Optional[Mapping[str, int]] = None) -> "DataFrame":
     """Exactly ``quotas[label]`` rows of each label, the same rows for the same seed and data.

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Optional
 
 from common.models.config import (FineTuneConfig, GenerationConfig, T5ModelConfig, check_generator,
                                   ctranslate2_generation)
@@ -108,6 +108,12 @@ class QueryReformulationConfig:
     # The paper does not say how many reformulations per tuple; 8 samples (as in CGA) by default.
     generation: GenerationConfig = field(default_factory=ctranslate2_generation)
     matcher: MatcherConfig = field(default_factory=MatcherConfig)
+    # The queries reformulated: every distinct collected one (None, the paper), or a seeded sample of this many
+    # (reformulation_inputs; matcher_inputs draws its own from the training queries): a generation budget, for
+    # a causal generator on CPU or a huge log.
+    sources: Optional[int] = None
 
     def __post_init__(self) -> None:
         check_generator(self.model, self.fine_tune, "query_reformulation")
+        check(self.sources is None or self.sources >= 1, "query_reformulation.sources",
+              "must be >= 1 (or null for every collected query)")

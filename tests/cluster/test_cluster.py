@@ -30,7 +30,7 @@ PIPELINE = "genre-transfer"
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, remove_when_green):
     """The cluster, up for the session (a head of 3 logical CPUs: when the second node dies mid-stage, the head
     holds both generation actors and a CPU for Ray Data's own tasks)."""
     started = time.monotonic()
@@ -44,6 +44,8 @@ def cluster(tmp_path_factory):
         down = time.monotonic()
         cluster.down(grace=5.0)
         print(f"cluster down in {time.monotonic() - down:.0f} s")
+        # The Ray nodes' folder lies outside pytest's base folder (a socket path's length): removed here when green.
+        remove_when_green(cluster.ray_temp)
 
 
 @pytest.fixture(scope="session")
