@@ -177,8 +177,8 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     model = fine_tune_stage(ctx, tr, "matcher_pairs", out["matcher_pairs"].version, "qr_matcher", cfg.model,
                             cfg.fine_tune, _model_hash(ctx), {"matcher_pairs": str(out["matcher_pairs"].version)},
                             "source_query", "target_query")
-    budget = [] if cfg.sources is None else [cfg.sources]
-    tr.write(_inputs(ctx, train_tuples), "matcher_inputs", hash_of(split_hash, *budget))
+    inputs_hash = split_hash if cfg.sources is None else hash_of(split_hash, cfg.sources)  # unbudgeted: as before
+    tr.write(_inputs(ctx, train_tuples), "matcher_inputs", inputs_hash)
     out["matcher_reformulations"], _ = generate_stage(
         ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
         FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", generation_hash,
