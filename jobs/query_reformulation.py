@@ -12,8 +12,9 @@
   growth factor (augmented tuples / original tuples over the threshold).
 * ``query-matcher`` (downstream check) splits the queries (seeded hash, ``matcher.holdout_fraction``),
   fine-tunes a second T5 on the pairs whose queries are both outside the hold-out and augments the training
-  queries only (all, or a seeded ``sources`` of them; so nothing about a held-out query reaches training), trains fastText matchers over product
-  ids on the original and on the augmented training log (``matcher.repeats`` seeds each), and writes
+  queries only (all, or a seeded ``sources`` of them; so nothing about a held-out query reaches training),
+  trains fastText matchers over product ids on the original and on the augmented training log
+  (``matcher.repeats`` seeds each), and writes
   ``matcher_results`` (precision/recall/hit @k on the held-out queries, one row per variant, k and seed) and
   ``matcher_test_copies`` (reformulations that are a held-out query, with their reason: never trained on).
 """
@@ -67,7 +68,8 @@ def _interaction_tables(tr: JobRun):
 
 @job("query-reformulate")
 def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
-    """``query-reformulate``: fine-tune the reformulation T5 and reformulate every collected query."""
+    """``query-reformulate``: fine-tune the reformulation T5 and reformulate the collected queries (all, or a
+    seeded ``sources`` of them)."""
     from common.models.generation.filtering import FilterSpec
     from common.models.generation.stages import fine_tune_stage, generate_stage
 
