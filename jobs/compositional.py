@@ -175,7 +175,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.compositional.generation import candidates, concat_texts, generator_pairs, prompts
     from common.compositional.split import label_vocabulary
-    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, warm_tasks_for
+    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
 
     cfg = ctx.cfg.compositional
     gen = cfg.generator
@@ -205,7 +205,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                             order_by=["model_path", "source_id"]) as ds:
             out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
                                   num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=len(models),
-                                  warm_tasks=warm_tasks_for(tr.written_rows(f"{PROMPTS}_routed"), g, ctx.cfg.ray))
+                                  **pool_options(tr.written_rows(f"{PROMPTS}_routed"), g, ctx.cfg.ray))
             generated = ctx.lakehouse.read(GENERATED, tr.write_ray(out, GENERATED, config_hash).version)
     else:
         generated = ctx.spark.createDataFrame([], "source_id string, generated_text string, generated_tokens long, "

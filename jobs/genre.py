@@ -238,7 +238,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.genre.generation import generator_pairs, prompts, synthetic
     from common.models.config import generator_facts
-    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, warm_tasks_for
+    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
 
     cfg = ctx.cfg.genre
     gen = cfg.generator
@@ -259,7 +259,7 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                         order_by=["model_path", "source_id"]) as ds:
         out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
                               num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=gen.cache_models,
-                              warm_tasks=warm_tasks_for(tr.written_rows(PROMPTS), g, ctx.cfg.ray))
+                              **pool_options(tr.written_rows(PROMPTS), g, ctx.cfg.ray))
         generated = tr.write_ray(out, GENERATED, config_hash)
     rows = synthetic(ctx.lakehouse.read(GENERATED, generated.version),
                      ctx.lakehouse.read(PROMPTS, prompt_rows.version))

@@ -176,6 +176,11 @@ def test_an_in_context_generator_trains_nothing_and_runs_on_its_base(tiny_llama,
     ct2 = CT2Generator(out, "v", greedy)
     assert ct2._ct2 is not None and os.path.isdir(os.path.join(tiny_llama, "ct2-float32"))
     assert not any(name.startswith("ct2-") for name in os.listdir(out))  # the base's conversion, shared
+    # CTranslate2 reads the examples as a static prompt (computed once per batch): the rows' tokens start with
+    # them, and its greedy samples equal hf's from the whole prompt
+    whole = ct2.tokenizer([settings["prompt"].replace("{source}", t) for t in texts], add_special_tokens=False)
+    assert ct2.static and all(ct2.tokenizer.convert_ids_to_tokens(ids)[:len(ct2.static)] == ct2.static
+                              for ids in whole.input_ids)
     samples = ct2._generate(texts)
     assert samples == T5Generator(out, "v", greedy)._generate(texts)
     assert all("\n" not in text for row in samples for text, _ in row)

@@ -115,10 +115,10 @@ def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(t
 
     from transformers import AutoTokenizer
 
-    from common.models.generation.ct2 import _Tokenizer
+    from common.models.generation.fast_tokenizer import FastTokenizer
 
     assert json.load(open(f"{tiny_model}/tokenizer.json"))["truncation"] is not None  # the trap is there
-    hf, fast = AutoTokenizer.from_pretrained(tiny_model), _Tokenizer.load(tiny_model)
+    hf, fast = AutoTokenizer.from_pretrained(tiny_model), FastTokenizer.load(tiny_model)
     texts = ["acme mug", "", "  Ünïcödé ½ 10\"x12\" ", "<pad> x </s>", "zeta lamp " * 40]
     assert fast(texts).input_ids == hf(texts).input_ids and len(fast(texts[-1]).input_ids) > 80
     ids = [3, 5, 0, 1, 2, 9, 1, 0]

@@ -190,6 +190,29 @@ def test_cpu_actor_pools_leave_a_cpu_to_ray_data(ray_runtime):
         assert actor_pool_size(4, 1.0, 2) == 4  # GPU actors hold no CPU the other tasks need
 
 
+def test_a_cpu_generation_task_runs_the_threads_it_is_given(ray_runtime):
+    """Ray sets OMP_NUM_THREADS to a worker's CPUs, and CTranslate2's OpenMP never runs more threads than that
+    says: a CPU generation actor or task of 1 CPU asked for 2 threads gets the variable at 2 in its runtime
+    environment, and the CTranslate2 engine reads its thread count from it. 0 threads: the node's CPUs shared
+    among the pool's actors; 1 keeps the warm torch workers' environment as it is."""
+    from common.platform.ray_runtime import TORCH_TASK_ENV, cpu_threads, threads_env, torch_task_options
+
+    assert threads_env(1) is TORCH_TASK_ENV and threads_env(2)["env_vars"]["OMP_NUM_THREADS"] == "2"
+    assert threads_env(2)["env_vars"]["TOKENIZERS_PARALLELISM"] == TORCH_TASK_ENV["env_vars"]["TOKENIZERS_PARALLELISM"]
+    assert (cpu_threads(3, 1), cpu_threads(0, 1), cpu_threads(0, 2), cpu_threads(0, 3)) == (3, 2, 1, 1)  # 2 CPUs
+    with _capacity(None):  # a cluster joined by address: its nodes unknown
+        assert cpu_threads(0, 1) == 1
+
+    @ray.remote(num_cpus=1)
+    def threads_seen():
+        from common.models.generation.ct2 import _actor_threads
+
+        return os.environ.get("OMP_NUM_THREADS"), _actor_threads()
+
+    assert ray.get(threads_seen.options(**torch_task_options(threads=2)).remote()) == ("2", 2)
+    assert ray.get(threads_seen.options(**torch_task_options(threads=1)).remote()) == ("1", 1)
+
+
 def test_a_stage_that_asks_for_a_gpu_the_cluster_cannot_have_fails_before_it_starts(ray_runtime):
     """Ray would wait forever for a GPU no node has: the stage is refused with the settings to change, on the
     session's CPU-only runtime and on a Ray on Spark plan without GPUs; a cluster joined by address (whose autoscaler

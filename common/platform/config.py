@@ -157,10 +157,17 @@ class RayConfig:
     # inputs and GPU stages keep the actor pool (its actors hold their device for the whole stage). 0: always
     # the actor pool.
     warm_task_rows: int = 10000
+    # Threads of each CPU generation actor or task (CTranslate2's intra-op threads; torch's on the hf engine).
+    # 0: the largest node's CPUs shared among the stage's actors. A CPU pool leaves one CPU to Ray Data's read
+    # and write tasks, which idle while the model generates: on 2 cores the one actor then runs 2 threads.
+    # A deployment setting, not a method's: CTranslate2 int8's samples are the same at 1 and 2 threads (measured
+    # on SmolLM2), so it is in no table's lineage key.
+    generation_threads: int = 0
 
     def __post_init__(self) -> None:
         check(self.max_workers is None or self.max_workers >= 1, "ray.max_workers", "must be >= 1")
         check(self.warm_task_rows >= 0, "ray.warm_task_rows", "must be >= 0")
+        check(self.generation_threads >= 0, "ray.generation_threads", "must be >= 0 (0: the node's CPUs shared)")
         check(self.parquet_datasource in ("v1", "v2"), "ray.parquet_datasource", "must be v1 or v2")
         check(self.stage_retries >= 0, "ray.stage_retries", "must be >= 0")
         for name in ("actor_max_restarts", "actor_task_retries"):

@@ -60,12 +60,32 @@ def release_free_heap() -> bool:
     return True
 
 
-def torch_task_options(num_gpus: float = 0.0, stage: str = "torch task") -> dict[str, Any]:
-    """Ray task options for torch work: :data:`TORCH_TASK_ENV`, and with a GPU a worker that exits after its
-    task (``max_calls`` 1), so that the device's memory goes back at once. Raises ConfigError (see
-    :func:`require_gpus`) when it asks for a GPU the cluster cannot have."""
+def threads_env(threads: int) -> dict[str, Any]:
+    """The runtime environment of torch work that runs ``threads`` threads: :data:`TORCH_TASK_ENV`, with
+    ``OMP_NUM_THREADS`` at ``threads`` above 1. Ray sets it to a worker's CPU request (1 where a pool leaves a
+    CPU to Ray Data), and CTranslate2's bundled OpenMP reads it when it loads: a Generator's decoding then gained
+    nothing from a larger ``intra_threads`` (docs/concepts/model-stages.md, Threads). 1 keeps the warm workers'."""
+    if threads <= 1:
+        return TORCH_TASK_ENV
+    return {"env_vars": {**TORCH_TASK_ENV["env_vars"], "OMP_NUM_THREADS": str(threads)}}
+
+
+def cpu_threads(threads: int, concurrency: int) -> int:
+    """Threads for each of a stage's ``concurrency`` CPU actors or tasks: ``threads`` when set; for 0 the
+    largest node's CPUs shared among them (Ray Data's tasks idle while a model runs), or 1 where the runtime
+    does not know its nodes (``ray.mode: address``)."""
+    if threads:
+        return threads
+    node = (known_capacity() or {}).get("node_CPU")
+    return max(1, int(node) // max(1, concurrency)) if node else 1
+
+
+def torch_task_options(num_gpus: float = 0.0, stage: str = "torch task", threads: int = 1) -> dict[str, Any]:
+    """Ray task options for torch work: its runtime environment (:func:`threads_env` of ``threads``), and with
+    a GPU a worker that exits after its task (``max_calls`` 1), so that the device's memory goes back at once.
+    Raises ConfigError (see :func:`require_gpus`) when it asks for a GPU the cluster cannot have."""
     require_gpus(num_gpus, stage)
-    return {"runtime_env": TORCH_TASK_ENV, **({"max_calls": 1} if num_gpus else {})}
+    return {"runtime_env": threads_env(1 if num_gpus else threads), **({"max_calls": 1} if num_gpus else {})}
 
 
 class RayRuntime:

@@ -22,9 +22,9 @@ import logging
 import os
 import shutil
 import tempfile
-from types import SimpleNamespace
 from typing import Any, Optional
 
+from common.models.generation.fast_tokenizer import FastTokenizer
 from common.models.generation.hf_engine import GenerationSpec, T5Generator
 from common.platform.ray_runtime import release_free_heap
 from common.platform.storage import read_json as read_json_file
@@ -229,7 +229,11 @@ def _vocabulary(folder: str) -> list[str]:
 
 
 def _actor_threads() -> int:
-    """The CPUs Ray gave this actor (1 outside Ray): CTranslate2's intra-op threads."""
+    """CTranslate2's intra-op threads: ``OMP_NUM_THREADS``, which bounds them (the pool sets it,
+    :func:`common.platform.ray_runtime.threads_env`; Ray otherwise sets it to the worker's CPUs), else the CPUs Ray
+    gave this actor (1 outside Ray)."""
+    if (os.environ.get("OMP_NUM_THREADS") or "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) >= 1:
+        return int(os.environ["OMP_NUM_THREADS"])
     try:
         import ray
 
@@ -238,59 +242,6 @@ def _actor_threads() -> int:
     except Exception:  # noqa: BLE001  (outside an actor there is no assignment)
         pass
     return 1
-
-
-class _Tokenizer:
-    """The transformers tokenizer calls :class:`CT2Generator` makes, answered by the ``tokenizers`` library
-    from the model's ``tokenizer.json``: importing transformers (and torch with it) costs an actor about
-    3 s of its start, and CTranslate2 needs neither."""
-
-    def __init__(self, tokenizer, unk_token: Optional[str] = None):
-        self._tokenizer = tokenizer
-        self._unk_id = tokenizer.token_to_id(unk_token) if unk_token else None
-
-    @classmethod
-    def load(cls, folder: str) -> Optional["_Tokenizer"]:
-        """The model's fast tokenizer, or None when there is no ``tokenizer.json`` or transformers would
-        post-process its decoding (``clean_up_tokenization_spaces``): then transformers must serve it."""
-        from tokenizers import Tokenizer
-
-        from common.platform.storage import read_json
-
-        path = os.path.join(folder, "tokenizer.json")
-        if not os.path.isfile(path):
-            return None
-        settings = read_json(os.path.join(folder, "tokenizer_config.json"))
-        if settings.get("clean_up_tokenization_spaces"):
-            return None
-        unk = settings.get("unk_token")
-        tokenizer = Tokenizer.from_file(path)
-        # A tokenizer saved after a padded, truncated training call keeps those settings in its file;
-        # transformers resets them on each call, and so must this (a truncated input would pass the length check).
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-        return cls(tokenizer, unk.get("content") if isinstance(unk, dict) else unk)
-
-    def __call__(self, text, add_special_tokens: bool = True):
-        """``input_ids`` of one text or a list of texts, special tokens (the end token) added unless
-        ``add_special_tokens`` is False."""
-        if isinstance(text, str):
-            return SimpleNamespace(input_ids=self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
-        return SimpleNamespace(input_ids=[e.ids for e in self._tokenizer.encode_batch(
-            list(text), add_special_tokens=add_special_tokens)])
-
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
-        return [self._tokenizer.id_to_token(i) for i in ids]
-
-    def convert_tokens_to_ids(self, tokens: list[str]) -> list[int]:
-        """Ids of ``tokens``; one outside the vocabulary gets the unknown token's id, as in transformers (a
-        model whose embedding is wider than its tokenizer, t5-small's 32,128 rows for 32,100 tokens, can
-        sample ids that CTranslate2 names by placeholder tokens)."""
-        ids = [self._tokenizer.token_to_id(t) for t in tokens]
-        return [self._unk_id if i is None else i for i in ids]
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
 class CT2Generator(T5Generator):
@@ -317,7 +268,7 @@ class CT2Generator(T5Generator):
         self.spec, self.model_version, self.prefix = spec, model_version, None
         settings = generator_settings(local)
         self.prompt = settings["prompt"] if settings else None
-        self.tokenizer = _Tokenizer.load(local)
+        self.tokenizer = FastTokenizer.load(local)
         if self.tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -334,6 +285,9 @@ class CT2Generator(T5Generator):
             self.stop, stop_ids = stops(settings)
             self.end_token = [read_json_file(os.path.join(folder, "config.json")).get("eos_token")] + \
                 self.tokenizer.convert_ids_to_tokens(stop_ids)
+            from common.models.generation.in_context import static_tokens
+
+            self.static = static_tokens(self.prompt, self.tokenizer) if settings.get("in_context") else None
         # CTranslate2 refuses a top-k above the vocabulary (transformers clamps it): clamp as transformers does.
         self.top_k = min(spec.top_k, len(_vocabulary(folder)))
         self._ct2, self._seed_value, self._drawn = ctranslate2, spec.seed, False
@@ -372,6 +326,11 @@ class CT2Generator(T5Generator):
             prompts = [prompt_text(self.prompt, t) for t in texts]
             sources = [self.tokenizer.convert_ids_to_tokens(ids)
                        for ids in self.tokenizer(prompts, add_special_tokens=False).input_ids]
+            static = self.static
+            if static and all(row[:len(static)] == static for row in sources):
+                # every row starts with the examples' tokens: their state is computed once for the batch
+                kwargs.update(static_prompt=static)
+                sources = [row[len(static):] for row in sources]
             # The prompt initialises the decoder state at once; max_length bounds the tokens after it.
             kwargs.update(max_length=spec.max_new_tokens, include_prompt_in_result=False, end_token=self.end_token)
         else:

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, concurrency: int = 1,
-             num_gpus: float = 0.0, batch_size: int = 256, warm_tasks: bool = False):
+             num_gpus: float = 0.0, batch_size: int = 256, warm_tasks: bool = False, threads: int = 0):
     """``ds`` (source_id, source_text) -> generated rows (OUTPUT_COLUMNS), over an actor pool.
 
     The input is cut into blocks of exactly ``batch_size`` rows first, in the order it comes (a strict
@@ -47,12 +47,13 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     seeds per length bucket; the hf engine's samples depend on each row alone. On the ctranslate2 engine the model
     is converted first, once, in a Ray task (:func:`common.models.generation.ct2.prepare`), not by each actor.
     With ``warm_tasks`` (a small CPU stage: :func:`warm_tasks_for`), the batches run as torch tasks instead
-    (:func:`on_warm_tasks`).
+    (:func:`on_warm_tasks`). A CPU actor or task runs ``threads`` threads
+    (:func:`common.platform.ray_runtime.cpu_threads`; 0: the node's CPUs shared among the pool).
     """
     if spec.engine == "ctranslate2":
         prepare(model_path, spec, num_gpus)
     return _on_pool(ds, engine_class(spec), {"model_path": model_path, "model_version": model_version, "spec": spec},
-                    concurrency, num_gpus, batch_size, warm_tasks)
+                    concurrency, num_gpus, batch_size, warm_tasks, threads)
 
 
 def engine_class(spec: GenerationSpec) -> type:
@@ -61,32 +62,42 @@ def engine_class(spec: GenerationSpec) -> type:
     return CT2Generator if spec.engine == "ctranslate2" else T5Generator
 
 
-def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int):
+def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int,
+                  threads: int = 1):
     """``ds`` mapped in batches of ``batch_size`` over a pool of ``concurrency`` ``generator_class`` actors
-    (:class:`T5Generator`, :class:`ModelRoutedGenerator` or a subclass) built with ``constructor_kwargs``."""
-    from common.platform.ray_runtime import actor_pool_size, map_batches_on_actors
+    (:class:`T5Generator`, :class:`ModelRoutedGenerator` or a subclass) built with ``constructor_kwargs``; a CPU
+    actor runs :func:`common.platform.ray_runtime.cpu_threads` of ``threads`` threads (0: the node's CPUs shared)."""
+    from common.platform.ray_runtime import actor_pool_size, cpu_threads, map_batches_on_actors, threads_env
 
     concurrency = actor_pool_size(concurrency, num_gpus, stage="generation")
+    env = {} if num_gpus else {"runtime_env": threads_env(cpu_threads(threads, concurrency))}
     # A killed actor restarts and its batch is retried (ray.actor_max_restarts / actor_task_retries): the
     # batch's rows are produced once, by the retry, as the killed attempt's output never left the actor.
     return map_batches_on_actors(
         ds.repartition(target_num_rows_per_block=batch_size, strict=True), generator_class,
         fn_constructor_kwargs=constructor_kwargs, concurrency=concurrency, num_gpus=num_gpus or None,
-        batch_size=batch_size, batch_format="numpy")
+        batch_size=batch_size, batch_format="numpy", **env)
 
 
 def _on_pool(ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int,
-             warm_tasks: bool):
+             warm_tasks: bool, threads: int):
     """:func:`on_warm_tasks` for a CPU stage that asked for them, else :func:`on_actor_pool`."""
     if warm_tasks and not num_gpus:
-        return on_warm_tasks(ds, generator_class, constructor_kwargs, concurrency, batch_size)
-    return on_actor_pool(ds, generator_class, constructor_kwargs, concurrency, num_gpus, batch_size)
+        return on_warm_tasks(ds, generator_class, constructor_kwargs, concurrency, batch_size, threads)
+    return on_actor_pool(ds, generator_class, constructor_kwargs, concurrency, num_gpus, batch_size, threads)
 
 
 def warm_tasks_for(rows: int, generation: "GenerationConfig", ray: "RayConfig") -> bool:
     """Whether a generation stage of ``rows`` inputs with the ``generation`` section's pool settings runs on
     warm torch tasks rather than an actor pool: a CPU stage of at most ``ray.warm_task_rows`` rows."""
     return not generation.num_gpus and 0 < rows <= ray.warm_task_rows
+
+
+def pool_options(rows: int, generation: "GenerationConfig", ray: "RayConfig") -> dict[str, Any]:
+    """:func:`generate`'s (and :func:`generate_routed`'s) pool keywords for a stage of ``rows`` inputs with the
+    ``generation`` section's settings: ``warm_tasks`` (:func:`warm_tasks_for`) and ``threads``
+    (``ray.generation_threads``)."""
+    return {"warm_tasks": warm_tasks_for(rows, generation, ray), "threads": ray.generation_threads}
 
 
 # The generators a worker process loaded for earlier batches of warm torch tasks (on_warm_tasks), the most
@@ -131,19 +142,23 @@ def _generate_batch(batch, generator_class: type, constructor_kwargs: dict):
     return _warm_generator(generator_class, constructor_kwargs)(batch)
 
 
-def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: int, batch_size: int):
+def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: int, batch_size: int,
+                  threads: int = 1):
     """``ds`` mapped in batches of ``batch_size`` (the same batches as :func:`on_actor_pool`) by Ray tasks in
     the torch runtime environment (:data:`common.platform.ray_runtime.TORCH_TASK_ENV`), at most ``concurrency``
     at a time. Ray hands them the workers that already imported torch for the run's fine-tunes and
     conversions, and each worker keeps the generator it built (:func:`_warm_generator`), so a small stage
     pays neither a process start nor a second model load. Retries are bounded as the actor pool's are: a batch
     whose worker died, or whose code raised (``ray.retry_exceptions``), runs again at most
-    ``ray.actor_task_retries`` times, then fails the stage (Ray Data's tasks would otherwise retry forever)."""
+    ``ray.actor_task_retries`` times, then fails the stage (Ray Data's tasks would otherwise retry forever).
+    Each task runs :func:`common.platform.ray_runtime.cpu_threads` of ``threads`` threads: above 1 that is
+    another runtime environment, so the stage's first task starts a worker of its own (kept for the next
+    stages that run as many threads)."""
     import warnings
 
     from ray.data import DataContext
 
-    from common.platform.ray_runtime import actor_fault_tolerance, torch_task_options
+    from common.platform.ray_runtime import actor_fault_tolerance, cpu_threads, torch_task_options
 
     retries = {"max_retries": actor_fault_tolerance()["max_task_retries"],
                "retry_exceptions": bool(DataContext.get_current().actor_task_retry_on_errors)}
@@ -151,7 +166,8 @@ def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: in
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
         return ds.repartition(target_num_rows_per_block=batch_size, strict=True).map_batches(
             _generate_batch, fn_kwargs={"generator_class": generator_class, "constructor_kwargs": constructor_kwargs},
-            concurrency=concurrency, batch_size=batch_size, batch_format="numpy", **torch_task_options(), **retries)
+            concurrency=concurrency, batch_size=batch_size, batch_format="numpy",
+            **torch_task_options(threads=cpu_threads(threads, concurrency)), **retries)
 
 
 class ModelRoutedGenerator:
@@ -186,12 +202,12 @@ ROUTED_COLUMNS = ("source_id", "source_text", "model_path", "model_version")
 
 
 def generate_routed(ds, spec: GenerationSpec, concurrency: int = 1, num_gpus: float = 0.0, batch_size: int = 256,
-                    cache_models: int = 4, warm_tasks: bool = False):
+                    cache_models: int = 4, warm_tasks: bool = False, threads: int = 0):
     """``ds`` (source_id, source_text, model_path, model_version) -> generated rows (OUTPUT_COLUMNS), each
     input generated by the model its row names, over one actor pool (:class:`ModelRoutedGenerator`), or with
-    ``warm_tasks`` on warm torch tasks (:func:`on_warm_tasks`)."""
+    ``warm_tasks`` on warm torch tasks (:func:`on_warm_tasks`), each of ``threads`` threads (see :func:`generate`)."""
     return _on_pool(ds, ModelRoutedGenerator, {"spec": spec, "cache_models": cache_models}, concurrency, num_gpus,
-                    batch_size, warm_tasks)
+                    batch_size, warm_tasks, threads)
 
 
 def rows_by_reason(table, quarantined: bool):

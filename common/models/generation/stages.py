@@ -114,7 +114,7 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     from pyspark.sql import functions as F
 
     from common.models.generation.filtering import score_generated
-    from common.models.generation.pool import GenerationSpec, generate, warm_tasks_for
+    from common.models.generation.pool import GenerationSpec, generate, pool_options
 
     columns = list(dict.fromkeys([id_col, text_col]))
     spec = GenerationSpec.from_config(gen_cfg, ctx.cfg.seed)
@@ -130,7 +130,7 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
                                 fn_kwargs={"id_col": id_col, "text_col": text_col})
             out = generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
                            num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size,
-                           warm_tasks=warm_tasks_for(n_in, gen_cfg, ctx.cfg.ray))
+                           **pool_options(n_in, gen_cfg, ctx.cfg.ray))
             if scoring is not None:
                 out = score_generated(out, scoring)
             written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force)
