@@ -70,7 +70,9 @@ def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: in
     from common.platform.ray_runtime import actor_pool_size, cpu_threads, map_batches_on_actors, threads_env
 
     concurrency = actor_pool_size(concurrency, num_gpus, stage="generation")
-    env = {} if num_gpus else {"runtime_env": threads_env(cpu_threads(threads, concurrency))}
+    threads = 1 if num_gpus else cpu_threads(threads, concurrency)
+    # one thread: the pool's actors in the job's own environment, as before there was a thread setting
+    env = {"runtime_env": threads_env(threads)} if threads > 1 else {}
     # A killed actor restarts and its batch is retried (ray.actor_max_restarts / actor_task_retries): the
     # batch's rows are produced once, by the retry, as the killed attempt's output never left the actor.
     return map_batches_on_actors(
