@@ -232,8 +232,9 @@ def _actor_threads() -> int:
     """CTranslate2's intra-op threads: ``OMP_NUM_THREADS``, which bounds them (the pool sets it,
     :func:`common.platform.ray_runtime.threads_env`; Ray otherwise sets it to the worker's CPUs), else the CPUs Ray
     gave this actor (1 outside Ray)."""
-    if (os.environ.get("OMP_NUM_THREADS") or "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) >= 1:
-        return int(os.environ["OMP_NUM_THREADS"])
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) >= 1:
+        return int(omp)
     try:
         import ray
 
