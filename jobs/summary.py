@@ -327,9 +327,11 @@ def _compositional(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Re
 
 
 def _samples(ctx: JobContext, tr: JobRun) -> Optional[str]:
-    """One generated sample per generator of each generative method whose table exists (the first by source
-    id: the same rows from run to run), source and output side by side under the generator that wrote them
-    (the model, how it learned the task, its version); None when no method generated."""
+    """One generated sample per generator of each generative method whose table exists: the row whose source
+    is of median length among that generator's (ties: by source id, then sample), so a reader sees the typical
+    input rather than the shortest (a model number among queries) and the same row from run to run; source and
+    output side by side under the generator that wrote them (the model, how it learned the task, its version);
+    None when no method generated."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -342,9 +344,11 @@ def _samples(ctx: JobContext, tr: JobRun) -> Optional[str]:
         generator = describe_generator(section(ctx.cfg).model, section(ctx.cfg).fine_tune)
         written = tr.read(table).filter((F.col("sample_idx") >= 0) & F.col("reason").isNull()
                                         & (F.length(F.trim("generated_text")) > 0))
-        first = Window.partitionBy("model_version").orderBy("source_id", "sample_idx")
+        by_length = Window.partitionBy("model_version").orderBy(F.length("source_text"), "source_id", "sample_idx")
+        rows_of = Window.partitionBy("model_version")
         # One row per generator reaches the driver (a few per method).
-        rows = (written.withColumn("rank", F.row_number().over(first)).filter("rank = 1").orderBy("model_version")
+        rows = (written.withColumn("rank", F.row_number().over(by_length)).withColumn("n", F.count("*").over(rows_of))
+                .filter("rank = floor((n + 1) / 2)").orderBy("model_version")
                 .select("source_text", "generated_text", "model_version").limit(6).collect())
         for r in rows:
             lines.append(f"  {method} ({source} -> {output}), written by {generator} [{r['model_version']}]:\n"

@@ -117,7 +117,7 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
     import numpy as np
 
     from common.models.generation.scoring import _encoder, minilm_path
-    from common.models.generation.sentence_encoder import CT2SentenceEncoder, ct2_reason
+    from common.models.generation.sentence_encoder import CT2SentenceEncoder, ct2_reason, token_batches
 
     monkeypatch.setenv("AUGMENT_CACHE", str(tmp_path / "cache"))
     texts = ["red cotton t-shirt size XL", "crimson cotton tee, extra large", "stainless steel frying pan 28cm",
@@ -132,6 +132,10 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
     exact = _encoder(path, None, "torch").encode(texts, normalize_embeddings=True, convert_to_numpy=True)
     float32 = fast.encode(texts, batch_size=2)  # batches of 2: padding inside a batch must not move a vector
     assert float32.shape == exact.shape and np.allclose(float32, exact, atol=2e-4)
+    # Batches cut by a token budget (rows x longest) hold the same vectors as one batch of every text.
+    assert np.allclose(fast.encode(texts, max_batch_tokens=16), fast.encode(texts, max_batch_tokens=0), atol=1e-5)
+    assert token_batches([5, 1, 9, 3, 3], max_rows=2) == [[1, 3], [4, 0], [2]]
+    assert token_batches([5, 1, 9, 3, 3], max_rows=8, max_tokens=9) == [[1, 3, 4], [0], [2]]
     int8 = CT2SentenceEncoder(path, device="cpu", compute_type="int8").encode(texts)
     assert np.allclose(np.linalg.norm(int8, axis=1), 1.0, atol=1e-5) and (np.sum(int8 * exact, axis=1) > 0.99).all()
     # A model of another layout (CLS pooling here) is left to sentence-transformers, saying why when asked.

@@ -96,8 +96,18 @@ class FeatureSurrogateConfig:
     hidden: int = 256
     # Most training epochs of an mlp head (it stops earlier when its training loss stops falling).
     max_iter: int = 200
-    # Texts per encoder batch, and candidates per embedding and scoring block.
+    # Candidates per embedding and scoring block, and most texts per encoder batch.
     batch_size: int = 512
+    # Word pieces a text is cut at, training texts and candidates alike (0: the encoder's max_seq_length, 256 for
+    # MiniLM). 128: the length all-MiniLM-L6-v2 was trained at (its model card); SST-2's sentences are shorter, a
+    # 160-word passage (~205 word pieces) is cut, and embeds at 1.7x the rate (encoder alone: 79 against 46 a
+    # second).
+    max_tokens: int = 128
+    # Most tokens (rows x the batch's longest text) per CTranslate2 encoder batch, texts sorted by token count.
+    # None: 512 on CPU, no limit on GPU; 0: one batch per block (the stage before 2026-12-02). In the pipeline's
+    # pool on 2 cores the default ran 1.6-2.7x the candidates a second of 0 at 20-160 words
+    # (benchmarks/candidate_embedding.py). Embeddings do not depend on it beyond float rounding.
+    batch_tokens: Optional[int] = None
     # Ray CPUs per head-fitting task and embedding actor. A CPU actor must leave one of the cluster's CPUs to Ray Data's read
     # and write tasks, so on 2 cores the actor holds 1 CPU and its encoder runs ``threads`` threads.
     num_cpus: int = 1
@@ -112,7 +122,10 @@ class FeatureSurrogateConfig:
         check(bool(self.c_grid) and all(c > 0 for c in self.c_grid), "boostaug.surrogate.features.c_grid",
               "must name at least one C > 0")
         check(self.batch_size >= 1, "boostaug.surrogate.features.batch_size", "must be >= 1")
+        check(self.batch_tokens is None or self.batch_tokens >= 0, "boostaug.surrogate.features.batch_tokens",
+              "must be >= 0 (0: no limit) or unset")
         check(self.hidden >= 1, "boostaug.surrogate.features.hidden", "must be >= 1")
+        check(self.max_tokens >= 0, "boostaug.surrogate.features.max_tokens", "must be >= 0 (0: the encoder's own)")
         check(self.max_iter >= 1, "boostaug.surrogate.features.max_iter", "must be >= 1")
         check(self.num_cpus >= 1, "boostaug.surrogate.features.num_cpus", "must be >= 1")
         check(self.threads >= 0, "boostaug.surrogate.features.threads", "must be >= 0 (0: num_cpus)")
@@ -120,7 +133,9 @@ class FeatureSurrogateConfig:
 
     def encoder_settings(self) -> dict[str, Any]:
         """What a candidate's embedding depends on (the embeddings table's config hash)."""
-        return {"encoder": self.encoder, "engine": self.engine, "compute_type": self.compute_type}
+        settings = {"encoder": self.encoder, "engine": self.engine, "compute_type": self.compute_type}
+        # Embeddings before the max_tokens setting were cut at the model's own limit: same key, same rows.
+        return {**settings, "max_tokens": self.max_tokens} if self.max_tokens else settings
 
 
 @dataclass

@@ -36,17 +36,22 @@ REPORT_FILE = "surrogate.json"
 def sentence_encoder(spec: "FeatureSurrogateConfig"):
     """The frozen sentence encoder of ``spec`` (``encoder``: a sentence-transformers folder, None: the packaged
     all-MiniLM-L6-v2) on ``spec.engine``, with ``spec.compute_type`` where it runs on CTranslate2, on
-    ``spec.threads`` threads (0: ``spec.num_cpus``)."""
+    ``spec.threads`` threads (0: ``spec.num_cpus``), truncating at ``spec.max_tokens`` word pieces (0: the
+    model's own limit)."""
     from common.models.generation.scoring import _encoder, minilm_path
 
     return _encoder(spec.encoder or minilm_path(), None, spec.engine, spec.compute_type,
-                    spec.threads or spec.num_cpus)
+                    spec.threads or spec.num_cpus, spec.max_tokens or None)
 
 
-def embed(encoder, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-    """(len(texts), dim) unit-length float32 embeddings of ``texts`` (None as the empty text)."""
+def embed(encoder, texts: Sequence[str], batch_size: int = 256, batch_tokens: Optional[int] = None) -> np.ndarray:
+    """(len(texts), dim) unit-length float32 embeddings of ``texts`` (None as the empty text), in encoder batches
+    of at most ``batch_size`` texts and, on CTranslate2, ``batch_tokens`` tokens (None: the device's default)."""
+    from common.models.generation.sentence_encoder import CT2SentenceEncoder
+
+    budget = {"max_batch_tokens": batch_tokens} if isinstance(encoder, CT2SentenceEncoder) else {}
     return encoder.encode([t or "" for t in texts], batch_size=batch_size, normalize_embeddings=True,
-                          convert_to_numpy=True)
+                          convert_to_numpy=True, **budget)
 
 
 def fit_head(x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence[str], c_grid: Sequence[float],
@@ -127,7 +132,7 @@ def fit_surrogates(plans: Sequence[dict[str, Any]], spec: "FeatureSurrogateConfi
     rows = [(read_rows(p["train"], TEXT, LABEL), read_rows(p["validation"], TEXT, LABEL)) for p in plans]
     texts = sorted({t or "" for train, val in rows for t, _ in [*train, *val]})
     encoder = sentence_encoder(spec)
-    vectors = embed(encoder, texts, spec.batch_size)
+    vectors = embed(encoder, texts, spec.batch_size, spec.batch_tokens)
     index = {t: i for i, t in enumerate(texts)}
     embed_seconds = time.perf_counter() - start
     out = []
@@ -176,7 +181,7 @@ class CandidateEmbedder:
 
     def __init__(self, spec: "FeatureSurrogateConfig"):
         self.encoder = sentence_encoder(spec)
-        self.batch_size = spec.batch_size
+        self.batch_size, self.batch_tokens = spec.batch_size, spec.batch_tokens
 
     def __call__(self, batch):
         import pyarrow as pa
@@ -184,7 +189,7 @@ class CandidateEmbedder:
         texts = [t or "" for t in batch.column("text").to_pylist()]
         distinct = sorted(set(texts))  # augmentations repeat: each text is encoded once per batch
         index = {t: i for i, t in enumerate(distinct)}
-        x = embed(self.encoder, distinct, self.batch_size)[[index[t] for t in texts]]
+        x = embed(self.encoder, distinct, self.batch_size, self.batch_tokens)[[index[t] for t in texts]]
         dim = x.shape[1] if x.size else 0
         offsets = pa.array(np.arange(0, len(texts) * dim + 1, max(dim, 1))[:len(texts) + 1], pa.int32())
         return batch.append_column(EMBEDDING, pa.ListArray.from_arrays(offsets, pa.array(x.ravel(), pa.float32())))

@@ -38,10 +38,11 @@ def minilm_path() -> str:
 
 @lru_cache(maxsize=2)
 def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_type: str = "auto",
-             threads: Optional[int] = None):
+             threads: Optional[int] = None, max_length: Optional[int] = None):
     """The sentence encoder of ``path`` on ``engine``: ``ctranslate2`` (:mod:`common.models.generation.sentence_encoder`,
     with ``compute_type`` and ``threads``), ``torch`` (sentence-transformers), or ``auto``: ctranslate2 where it
-    can run the model, else torch. Asked for by name, ctranslate2 falls back to torch with a warning saying why."""
+    can run the model, else torch. Asked for by name, ctranslate2 falls back to torch with a warning saying why.
+    Texts are truncated at ``max_length`` word pieces (None: the model's ``max_seq_length``)."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are local; never reach for a hub
@@ -53,14 +54,17 @@ def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_typ
         reason = ct2_reason(path)
         if reason is None:
             try:
-                return CT2SentenceEncoder(path, device, compute_type, threads)
+                return CT2SentenceEncoder(path, device, compute_type, threads, max_length)
             except Exception as exc:  # noqa: BLE001  (a model the converter does not take: torch serves it)
                 reason = f"CTranslate2 could not load it: {type(exc).__name__}: {exc}"
         (log.warning if engine == "ctranslate2" else log.info)("encoding with torch, not ctranslate2, %s: %s",
                                                                path, reason)
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(path, device=device)
+    model = SentenceTransformer(path, device=device)
+    if max_length:
+        model.max_seq_length = max_length
+    return model
 
 
 def cosine_scores(texts: Sequence[str], references: Sequence[str], model_path: Optional[str] = None,

@@ -17,6 +17,12 @@ import numpy as np
 
 from common.platform.storage import cache_root, read_json
 
+# Tokens (rows x longest) per encoder batch on CPU. MiniLM int8 on 2 cores, Brown windows of 20/40/80/160 words:
+# the encoder alone runs 407/204/100/47 texts a second at a budget of 512 (1024: the same; 4096: 2/3 of it), and
+# 167/76/35/18 in batches of 512 rows, whose activations leave the cache (benchmarks/candidate_embedding.py
+# measures the pipeline's pool). A GPU wants large batches: there the default is no limit.
+CPU_BATCH_TOKENS = 512
+
 TRANSFORMER, POOLING, NORMALIZE = (f"sentence_transformers.models.{name}"
                                    for name in ("Transformer", "Pooling", "Normalize"))
 
@@ -61,10 +67,11 @@ def converted_folder(path: str, quantization: str) -> str:
 class CT2SentenceEncoder:
     """A sentence-transformers mean-pooling model on CTranslate2; ``device`` None: GPU when CTranslate2 sees
     one. ``compute_type`` auto: float32 on CPU, float16 on GPU. Threads: ``threads`` when given, else
-    ``OMP_NUM_THREADS`` (Ray sets it to a task's CPUs), else CTranslate2's default."""
+    ``OMP_NUM_THREADS`` (Ray sets it to a task's CPUs), else CTranslate2's default. Texts are truncated at
+    ``max_length`` word pieces (None: the model's ``max_seq_length``)."""
 
     def __init__(self, path: str, device: Optional[str] = None, compute_type: str = "auto",
-                 threads: Optional[int] = None):
+                 threads: Optional[int] = None, max_length: Optional[int] = None):
         import ctranslate2
         from tokenizers import Tokenizer
 
@@ -83,24 +90,27 @@ class CT2SentenceEncoder:
         self.lower_case = bool(settings.get("do_lower_case"))
         self.tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(int(settings.get("max_seq_length") or 512))
+        self.tokenizer.enable_truncation(int(max_length or settings.get("max_seq_length") or 512))
 
     def encode(self, texts: Sequence[str], batch_size: int = 256, normalize_embeddings: bool = True,
-               convert_to_numpy: bool = True) -> np.ndarray:
+               convert_to_numpy: bool = True, max_batch_tokens: Optional[int] = None) -> np.ndarray:
         """(len(texts), dim) float32 mean-pooled embeddings, unit length unless ``normalize_embeddings`` is
-        False. Texts are encoded in batches of similar length, as sentence-transformers does."""
+        False. Texts are sorted by token count and encoded in batches of at most ``batch_size`` rows and
+        ``max_batch_tokens`` tokens (rows x the batch's longest text; None: :data:`CPU_BATCH_TOKENS` on CPU, no
+        limit on GPU; 0: no limit), so a batch carries little padding and, on CPU, stays in cache."""
         texts = [t.lower() if self.lower_case else t for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        tokens = [e.tokens for e in self.tokenizer.encode_batch(texts)] if texts else []
+        if max_batch_tokens is None:
+            max_batch_tokens = CPU_BATCH_TOKENS if self.device == "cpu" else 0
         out: Optional[np.ndarray] = None
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            tokens = [e.tokens for e in self.tokenizer.encode_batch([texts[i] for i in rows])]
-            hidden = self.encoder.forward_batch(tokens).last_hidden_state
+        for rows in token_batches([len(t) for t in tokens], batch_size, max_batch_tokens):
+            batch = [tokens[i] for i in rows]
+            hidden = self.encoder.forward_batch(batch).last_hidden_state
             if self.device == "cuda":
                 hidden = hidden.to_device(self._ct2.Device.cpu)
             hidden = np.asarray(hidden).astype(np.float32, copy=False)
             mask = np.zeros(hidden.shape[:2], dtype=np.float32)
-            for j, t in enumerate(tokens):
+            for j, t in enumerate(batch):
                 mask[j, :len(t)] = 1.0  # padding positions stay out of the mean
             pooled = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
             if out is None:
@@ -111,3 +121,17 @@ class CT2SentenceEncoder:
         if normalize_embeddings:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
+
+
+def token_batches(lengths: Sequence[int], max_rows: int, max_tokens: int = 0) -> list[list[int]]:
+    """Indexes of ``lengths`` (token counts) in ascending length, cut into batches of at most ``max_rows`` rows
+    whose rows x longest length stays within ``max_tokens`` (0: no limit; a longer text is a batch alone)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for i in order:  # ascending, so lengths[i] is the longest of the batch it joins
+        if batch and (len(batch) >= max_rows or max_tokens and (len(batch) + 1) * lengths[i] > max_tokens):
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+    return batches + [batch] if batch else batches

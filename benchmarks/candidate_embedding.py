@@ -1,0 +1,90 @@
+"""BoostAug's candidate embedding stage (the ``features`` surrogate's pool,
+:func:`common.boostaug.feature_surrogate.embed_on_ray`, as the pipeline runs it) in candidates per second
+against text length: the path before beside the path now, in one run.
+
+Candidates are Brown word windows of 20, 40, 80 and 160 words (``../shared/data/brown/documents.csv``), distinct
+and seeded, embedded by the pipeline's pool on a local Ray runtime of ``--cpus`` CPUs with the default
+``FeatureSurrogateConfig`` (MiniLM on CTranslate2 int8, one actor). The steady rate excludes the pool's start and
+the encoder's load: each variant embeds one text, then n others (n = ``--rows`` x 40 / words, at least 3 blocks),
+each in a fresh pool, and the rate is the extra rows over the extra seconds. Variants:
+- ``before``: one encoder batch per 512-row block (``batch_tokens: 0``), texts cut at MiniLM's 256 word pieces
+  (``max_tokens: 0``): the pipeline before 2026-12-02;
+- ``batched``: texts sorted by token count in batches of at most 512 tokens (``batch_tokens`` unset on CPU);
+- ``now``: the defaults: batched, and texts cut at 128 word pieces (``max_tokens: 128``).
+
+Run: ``.venv/bin/python benchmarks/candidate_embedding.py [--rows 3072] [--words 20 40 80 160]``
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# FeatureSurrogateConfig overrides per variant
+VARIANTS = {"before": {"batch_tokens": 0, "max_tokens": 0}, "batched": {"max_tokens": 0}, "now": {}}
+
+
+def windows(n_words: int, rows: int, seed: int = 0) -> list[str]:
+    """``rows`` distinct windows of ``n_words`` words drawn (seeded) from Brown's documents, in drawn order."""
+    csv.field_size_limit(sys.maxsize)
+    with open(REPO.parent / "shared" / "data" / "brown" / "documents.csv", newline="", encoding="utf-8") as handle:
+        words = [w for row in csv.DictReader(handle) for w in row["text"].split()]
+    rnd, out = random.Random(seed), {}
+    while len(out) < rows:
+        start = rnd.randrange(len(words) - n_words)
+        out.setdefault(" ".join(words[start:start + n_words]), None)
+    return list(out)
+
+
+def seconds(texts: list[str], spec) -> float:
+    """Wall seconds of the pipeline's embedding pool over ``texts`` (a fresh pool: its start is included)."""
+    import ray
+
+    from common.boostaug.feature_surrogate import embed_on_ray
+
+    start = time.perf_counter()
+    rows = embed_on_ray(ray.data.from_items([{"text": t} for t in texts]), spec).materialize().count()
+    assert rows == len(texts)
+    return time.perf_counter() - start
+
+
+def steady_rate(texts: list[str], spec) -> float:
+    """Candidates per second of the pipeline's embedding pool over ``texts`` without its start: the extra rows
+    over the extra seconds of a pass over all of ``texts`` against a pass over one of them."""
+    started = seconds(texts[:1], spec)
+    return (len(texts) - 1) / max(seconds(texts, spec) - started, 1e-9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=3072)
+    parser.add_argument("--words", type=int, nargs="+", default=[20, 40, 80, 160])
+    parser.add_argument("--cpus", type=int, default=2)
+    args = parser.parse_args()
+
+    from common.boostaug.config import FeatureSurrogateConfig
+    from common.platform.config import RayConfig
+    from common.platform.ray_runtime import RayRuntime
+
+    base = FeatureSurrogateConfig()
+    RayRuntime(RayConfig(num_cpus=args.cpus)).start()
+    print(f"encoder: packaged all-MiniLM-L6-v2, {base.engine} {base.compute_type}, {base.concurrency} actor of "
+          f"{base.num_cpus} CPU, {base.threads} threads, blocks of {base.batch_size}; {args.cpus} Ray CPUs; steady "
+          f"rate over n distinct candidates per length and variant (n = {args.rows} x 40 / words, >= 3 blocks)")
+    print("| words | " + " | ".join(f"{v} cand/s" for v in VARIANTS) + " | speed-up |")
+    print("|---|" + "---|" * (len(VARIANTS) + 1))
+    for n in args.words:
+        texts = windows(n, max(3 * base.batch_size, args.rows * 40 // n))
+        rates = [steady_rate(texts, dataclasses.replace(base, **overrides)) for overrides in VARIANTS.values()]
+        print(f"| {n} | " + " | ".join(f"{r:.0f}" for r in rates) + f" | {rates[-1] / rates[0]:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
