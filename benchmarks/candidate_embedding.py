@@ -7,10 +7,12 @@ and seeded, embedded by the pipeline's pool on a local Ray runtime of ``--cpus``
 ``FeatureSurrogateConfig`` (MiniLM on CTranslate2 int8, one actor). The steady rate excludes the pool's start and
 the encoder's load: each variant embeds one text, then n others (n = ``--rows`` x 40 / words, at least 3 blocks),
 each in a fresh pool, and the rate is the extra rows over the extra seconds. Variants:
-- ``before``: one encoder batch per 512-row block (``batch_tokens: 0``), texts cut at MiniLM's 256 word pieces
-  (``max_tokens: 0``): the pipeline before 2026-12-02;
-- ``batched``: texts sorted by token count in batches of at most 512 tokens (``batch_tokens`` unset on CPU);
-- ``now``: the defaults: batched, and texts cut at 128 word pieces (``max_tokens: 128``).
+- ``before``: one encoder batch per 512-row block (``batch_tokens: 0``) on every thread, texts cut at MiniLM's 256
+  word pieces (``max_tokens: 0``): the pipeline before 2026-12-02;
+- ``batched``: texts sorted by token count in batches of at most 512 tokens (``batch_tokens`` unset on CPU), cut
+  at 128 word pieces (``max_tokens: 128``), one batch at a time on every thread (``parallel_batches: false``):
+  the pipeline of 2026-12-02;
+- ``now``: the defaults: batched, cut at 128, and as many batches at once as threads, one thread each.
 
 Run: ``.venv/bin/python benchmarks/candidate_embedding.py [--rows 3072] [--words 20 40 80 160]``
 """
@@ -28,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # FeatureSurrogateConfig overrides per variant
-VARIANTS = {"before": {"batch_tokens": 0, "max_tokens": 0}, "batched": {"max_tokens": 0}, "now": {}}
+VARIANTS = {"before": {"batch_tokens": 0, "max_tokens": 0, "parallel_batches": False},
+            "batched": {"parallel_batches": False}, "now": {}}
 
 
 def windows(n_words: int, rows: int, seed: int = 0) -> list[str]:

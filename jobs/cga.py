@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
+from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs, when_set
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,7 @@ def _generation_hash(ctx: JobContext) -> str:
     cfg = ctx.cfg.cga
     # The encoder engine only changes minilm scores (bleu's hash stays as it was).
     scorer = [cfg.scorer, cfg.scorer_engine] if cfg.scorer == "minilm" else [cfg.scorer]
-    sources = [] if cfg.sources is None else [cfg.sources]  # hashes without a sample stay as they were
-    return hash_of(_model_hash(ctx), asdict(cfg.generation), *scorer, *sources)
+    return hash_of(_model_hash(ctx), asdict(cfg.generation), *scorer, *when_set(cfg.sources))
 
 
 @job("cga-pairs")

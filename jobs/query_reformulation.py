@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
+from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs, when_set
 from common.platform.results_pages import fmt_mean
 from jobs import entry_point
 
@@ -44,8 +44,7 @@ def _model_hash(ctx: JobContext) -> str:
 
 def _generation_hash(ctx: JobContext) -> str:
     cfg = ctx.cfg.query_reformulation
-    sources = [] if cfg.sources is None else [cfg.sources]  # hashes without a budget stay as they were
-    return hash_of(_model_hash(ctx), asdict(cfg.generation), *sources)
+    return hash_of(_model_hash(ctx), asdict(cfg.generation), *when_set(cfg.sources))
 
 
 def _inputs(ctx: JobContext, tuples):

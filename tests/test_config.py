@@ -59,7 +59,8 @@ def test_shipped_configs_load(name, monkeypatch):
 
 
 MEASURED = sorted(p.name for p in (REPO / "conf").glob("*.yaml")
-                  if p.name not in ("local.yaml", "cluster.yaml", "databricks.yaml", "demo.yaml", "cluster_demo.yaml"))
+                  if p.name not in ("local.yaml", "cluster.yaml", "databricks.yaml", "demo.yaml", "cluster_demo.yaml",
+                                    "boostaug_brown.yaml"))
 
 
 @pytest.mark.parametrize("name", MEASURED)
@@ -72,6 +73,33 @@ def test_measured_configs_load_with_their_own_lakehouse_and_real_inputs(name):
     assert given, f"{name} names no input"
     for spec in given:
         assert "/shared/data/" in spec.path and glob.glob(spec.path), spec.path
+
+
+def test_long_text_config_reads_what_its_script_cuts_from_brown(tmp_path, monkeypatch):
+    """conf/boostaug_brown.yaml reads the passages benchmarks/long_texts.py cuts from ../shared/data/brown: its
+    input glob is the script's output folder, which holds three splits of 40-60-word passages, every genre in
+    each, about 7,000 of them for training, and no passage on two sides."""
+    import csv
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("long_texts", REPO / "benchmarks" / "long_texts.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cfg = load_config(REPO / "conf" / "boostaug_brown.yaml")
+    assert cfg.inputs.texts.path == str(REPO / "lakehouse-inputs" / "brown-passages" / "*.csv")
+    assert cfg.lakehouse.root != load_config(REPO / "conf" / "local.yaml").lakehouse.root
+    monkeypatch.setattr(sys, "argv", ["long_texts.py", "--out", str(tmp_path)])
+    script.main()
+    splits = {}
+    for path in sorted(glob.glob(str(tmp_path / "*.csv"))):
+        with open(path, newline="", encoding="utf-8") as handle:
+            splits[Path(path).stem] = list(csv.DictReader(handle))
+    assert sorted(splits) == ["dev", "test", "train"] and 6500 <= len(splits["train"]) <= 7500
+    for rows in splits.values():
+        assert all(40 <= len(r["text"].split()) <= 60 for r in rows) and len({r["label"] for r in rows}) == 15
+    texts = [{r["text"] for r in rows} for rows in splits.values()]
+    assert sum(map(len, texts)) == len(set().union(*texts))
 
 
 def test_the_best_buy_config_reformulates_with_the_causal_lm():

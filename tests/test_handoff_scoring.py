@@ -136,8 +136,12 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
     assert np.allclose(fast.encode(texts, max_batch_tokens=16), fast.encode(texts, max_batch_tokens=0), atol=1e-5)
     assert token_batches([5, 1, 9, 3, 3], max_rows=2) == [[1, 3], [4, 0], [2]]
     assert token_batches([5, 1, 9, 3, 3], max_rows=8, max_tokens=9) == [[1, 3, 4], [0], [2]]
-    int8 = CT2SentenceEncoder(path, device="cpu", compute_type="int8").encode(texts)
+    int8 = CT2SentenceEncoder(path, device="cpu", compute_type="int8", threads=1).encode(texts)
     assert np.allclose(np.linalg.norm(int8, axis=1), 1.0, atol=1e-5) and (np.sum(int8 * exact, axis=1) > 0.99).all()
+    # Two threads on CPU encode two batches at once, one thread each: the same vectors, in the texts' order.
+    two = CT2SentenceEncoder(path, device="cpu", compute_type="int8", threads=2)
+    assert two.workers == 2 and np.allclose(two.encode(texts, max_batch_tokens=16), int8, atol=1e-6)
+    assert CT2SentenceEncoder(path, device="cpu", compute_type="int8", threads=2, parallel=False).workers == 1
     # A model of another layout (CLS pooling here) is left to sentence-transformers, saying why when asked.
     other = tmp_path / "cls-model"
     shutil.copytree(path, other)

@@ -108,6 +108,10 @@ class FeatureSurrogateConfig:
     # pool on 2 cores the default ran 1.6-2.7x the candidates a second of 0 at 20-160 words
     # (benchmarks/candidate_embedding.py). Embeddings do not depend on it beyond float rounding.
     batch_tokens: Optional[int] = None
+    # On CPU, CTranslate2 encodes `threads` batches at once, one thread each: 1.5-1.8x the texts a second of one batch
+    # at a time on every thread (the encoder alone, 2 cores, 20-80 words), the same embeddings to the bit. False:
+    # one batch at a time on every thread, as before this setting (2026-12-02).
+    parallel_batches: bool = True
     # Ray CPUs per head-fitting task and embedding actor. A CPU actor must leave one of the cluster's CPUs to Ray Data's read
     # and write tasks, so on 2 cores the actor holds 1 CPU and its encoder runs ``threads`` threads.
     num_cpus: int = 1

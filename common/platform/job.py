@@ -198,6 +198,12 @@ def hash_of(*parts: Any) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def when_set(*values: Any) -> list:
+    """``values`` without the Nones, as a hash's optional parts: a setting added to a config leaves the hashes
+    of runs that do not set it as they were, so the versions written before it existed stay current."""
+    return [v for v in values if v is not None]
+
+
 def run_jobs(ctx: JobContext, name: str, jobs: Sequence[Callable[[JobContext], JobResult]]) -> JobResult:
     """Run job functions in order (a module's jobs for ``spark-submit jobs/<module>.py``); one merged result
     whose metrics are prefixed by job name."""

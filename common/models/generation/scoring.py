@@ -38,11 +38,12 @@ def minilm_path() -> str:
 
 @lru_cache(maxsize=2)
 def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_type: str = "auto",
-             threads: Optional[int] = None, max_length: Optional[int] = None):
+             threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True):
     """The sentence encoder of ``path`` on ``engine``: ``ctranslate2`` (:mod:`common.models.generation.sentence_encoder`,
     with ``compute_type`` and ``threads``), ``torch`` (sentence-transformers), or ``auto``: ctranslate2 where it
     can run the model, else torch. Asked for by name, ctranslate2 falls back to torch with a warning saying why.
-    Texts are truncated at ``max_length`` word pieces (None: the model's ``max_seq_length``)."""
+    Texts are truncated at ``max_length`` word pieces (None: the model's ``max_seq_length``); ``parallel``: see
+    :class:`~common.models.generation.sentence_encoder.CT2SentenceEncoder`."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are local; never reach for a hub
@@ -54,7 +55,7 @@ def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_typ
         reason = ct2_reason(path)
         if reason is None:
             try:
-                return CT2SentenceEncoder(path, device, compute_type, threads, max_length)
+                return CT2SentenceEncoder(path, device, compute_type, threads, max_length, parallel)
             except Exception as exc:  # noqa: BLE001  (a model the converter does not take: torch serves it)
                 reason = f"CTranslate2 could not load it: {type(exc).__name__}: {exc}"
         (log.warning if engine == "ctranslate2" else log.info)("encoding with torch, not ctranslate2, %s: %s",
