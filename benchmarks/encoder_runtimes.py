@@ -83,7 +83,7 @@ class OrtEncoder:
 
     def encode(self, texts: list[str], max_batch_tokens: int = 512) -> np.ndarray:
         """Normalized mean-pooled embeddings of ``texts``, in their order."""
-        from common.models.generation.sentence_encoder import token_batches
+        from common.models.generation.sentence_encoder import mean_pool, token_batches
 
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         out = np.zeros((len(texts), 384), dtype=np.float32)
@@ -95,7 +95,7 @@ class OrtEncoder:
                 input_ids[row, :len(ids[i])], mask[row, :len(ids[i])] = ids[i], 1
             hidden = self.session.run(None, {"input_ids": input_ids, "attention_mask": mask,
                                              "token_type_ids": np.zeros_like(input_ids)})[0]
-            vectors = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+            vectors = mean_pool(hidden, [len(ids[i]) for i in batch])
             return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
         batches = token_batches([len(i) for i in ids], 512, max_batch_tokens)

@@ -69,8 +69,8 @@ class CT2SentenceEncoder:
     """A sentence-transformers mean-pooling model on CTranslate2; ``device`` None: GPU when CTranslate2 sees
     one. ``compute_type`` auto: float32 on CPU, float16 on GPU. Threads: ``threads`` when given, else
     ``OMP_NUM_THREADS`` (Ray sets it to a task's CPUs), else CTranslate2's default; on CPU, n > 1 threads encode
-    n batches at once, one thread each (``parallel`` False: one batch at a time on n threads). Texts are truncated at ``max_length`` word pieces (None: the model's
-    ``max_seq_length``)."""
+    n batches at once, one thread each (``parallel`` False: one batch at a time on n threads). Texts are truncated
+    at ``max_length`` word pieces (None: the model's ``max_seq_length``)."""
 
     def __init__(self, path: str, device: Optional[str] = None, compute_type: str = "auto",
                  threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True):
@@ -129,11 +129,16 @@ class CT2SentenceEncoder:
         hidden = self.encoder.forward_batch(batch).last_hidden_state
         if self.device == "cuda":
             hidden = hidden.to_device(self._ct2.Device.cpu)
-        hidden = np.asarray(hidden).astype(np.float32, copy=False)
-        mask = np.zeros(hidden.shape[:2], dtype=np.float32)
-        for j, t in enumerate(batch):
-            mask[j, :len(t)] = 1.0  # padding positions stay out of the mean
-        return (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
+        return mean_pool(np.asarray(hidden).astype(np.float32, copy=False), [len(t) for t in batch])
+
+
+def mean_pool(hidden: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
+    """(rows, dim) mean of ``hidden`` (rows, width, dim) over each row's first ``lengths[row]`` positions: the
+    padding after them stays out of the mean."""
+    mask = np.zeros(hidden.shape[:2], dtype=np.float32)
+    for j, n in enumerate(lengths):
+        mask[j, :n] = 1.0
+    return (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
 
 
 def token_batches(lengths: Sequence[int], max_rows: int, max_tokens: int = 0) -> list[list[int]]:
