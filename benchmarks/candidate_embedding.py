@@ -11,8 +11,10 @@ each in a fresh pool, and the rate is the extra rows over the extra seconds. Var
   word pieces (``max_tokens: 0``): the pipeline before 2026-12-02;
 - ``batched``: texts sorted by token count in batches of at most 512 tokens (``batch_tokens`` unset on CPU), cut
   at 128 word pieces (``max_tokens: 128``), one batch at a time on every thread (``parallel_batches: false``):
-  the pipeline of 2026-12-02;
-- ``now``: the defaults: batched, cut at 128, and as many batches at once as threads, one thread each.
+  the pipeline of 2026-12-02's first change;
+- ``parallel``: batched, cut at 128, and as many batches at once as threads, one thread each: the pipeline of
+  2026-12-02's second change;
+- ``now``: the defaults: as ``parallel``, with the actor's C heap held for reuse (``hold_heap``).
 
 Run: ``.venv/bin/python benchmarks/candidate_embedding.py [--rows 3072] [--words 20 40 80 160]``
 """
@@ -30,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # FeatureSurrogateConfig overrides per variant
-VARIANTS = {"before": {"batch_tokens": 0, "max_tokens": 0, "parallel_batches": False},
-            "batched": {"parallel_batches": False}, "now": {}}
+VARIANTS = {"before": {"batch_tokens": 0, "max_tokens": 0, "parallel_batches": False, "hold_heap": False},
+            "batched": {"parallel_batches": False, "hold_heap": False}, "parallel": {"hold_heap": False}, "now": {}}
 
 
 def windows(n_words: int, rows: int, seed: int = 0) -> list[str]:

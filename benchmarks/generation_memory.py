@@ -2,7 +2,7 @@
 
 A worker serving CGA-shaped calls (titles x 8 samples, sampled, so the translator is rebuilt per call: see
 :meth:`common.models.generation.ct2.CT2Generator._seeded_translator`) builds and frees a model copy and a
-large decoding state each call. Without :func:`common.platform.ray_runtime.release_free_heap` glibc keeps the
+large decoding state each call. Without :func:`common.platform.native_heap.release_free_heap` glibc keeps the
 freed memory in its arenas and the process grows call after call (the CGA run's Ray task worker reached
 19 GiB); with it, the process returns to its resting size after every call. Prints, per call: rows,
 sequences/s, RSS after the call and peak RSS during it (sampled every 0.2 s).

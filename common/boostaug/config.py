@@ -112,6 +112,10 @@ class FeatureSurrogateConfig:
     # at a time on every thread (the encoder alone, 2 cores, 20-80 words), the same embeddings to the bit. False:
     # one batch at a time on every thread, as before this setting (2026-12-02).
     parallel_batches: bool = True
+    # The embedding actor keeps its freed C heap for reuse (native_heap.hold_native_heap): without it glibc handed
+    # each batch's activations back to the OS and a fifth of the actor's CPU went to faulting them in again (in the
+    # pool on 2 cores, 1.16x the candidates a second at 40 words, 1.29x at 80). False: as before (2026-12-03).
+    hold_heap: bool = True
     # Ray CPUs per head-fitting task and embedding actor. A CPU actor must leave one of the cluster's CPUs to Ray Data's read
     # and write tasks, so on 2 cores the actor holds 1 CPU and its encoder runs ``threads`` threads.
     num_cpus: int = 1

@@ -180,6 +180,10 @@ class CandidateEmbedder:
     candidates an ``embedding`` column (list<float>, unit length), one encoder pass per distinct text."""
 
     def __init__(self, spec: "FeatureSurrogateConfig"):
+        from common.platform.native_heap import hold_native_heap
+
+        if spec.hold_heap:
+            hold_native_heap()  # else each encoder batch's activations go back to the OS and fault in anew
         self.encoder = sentence_encoder(spec)
         self.batch_size, self.batch_tokens = spec.batch_size, spec.batch_tokens
 

@@ -32,34 +32,6 @@ CAPACITY_KEY = "catalog_augment.capacity"
 TORCH_TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
 
 
-@functools.lru_cache(maxsize=1)
-def glibc() -> Optional[Any]:
-    """This process's C library through ctypes when it is glibc (it has ``mallopt`` and ``malloc_trim``), else
-    None. Loaded once, from the process's own symbols (no ``ldconfig`` call)."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-    except OSError:
-        return None
-    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-
-
-def release_free_heap() -> bool:
-    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``): True when done, False where
-    the C library is not glibc. A long-lived worker that builds and frees large native buffers again and again
-    (CTranslate2 reloading its weights per sampled bucket) otherwise keeps them: glibc raises its mmap threshold
-    to the largest block freed, so later blocks come from per-thread arenas that it seldom shrinks. Measured
-    on a fine-tuned SmolLM2-135M, int8, 64 titles x 8 samples a call: the process held 1.4 GiB after the
-    first call and 5.6 GiB after the sixth (in a Ray task worker of the CGA run, 19 GiB, when Ray's memory
-    monitor killed it); trimmed after each call, 0.35 GiB after every one, at the same speed."""
-    libc = glibc()
-    if libc is None:
-        return False
-    libc.malloc_trim(0)
-    return True
-
-
 def threads_env(threads: int) -> dict[str, Any]:
     """The runtime environment of torch work that runs ``threads`` threads: :data:`TORCH_TASK_ENV`, with
     ``OMP_NUM_THREADS`` at ``threads`` above 1. Ray sets it to a worker's CPU request (1 where a pool leaves a

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from common.models.config import FastTextConfig
 from common.platform.errors import InputError
-from common.platform.ray_runtime import glibc
+from common.platform.native_heap import glibc
 from common.platform.storage import local_copy, put_file, read_parquet_files, worker_scratch
 from common.data.taxonomy import SEPARATOR
 from common.data.text import normalize_title

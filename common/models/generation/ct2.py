@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from common.models.generation.fast_tokenizer import FastTokenizer
 from common.models.generation.hf_engine import GenerationSpec, T5Generator
-from common.platform.ray_runtime import release_free_heap
+from common.platform.native_heap import release_free_heap
 from common.platform.storage import read_json as read_json_file
 
 log = logging.getLogger(__name__)
@@ -354,6 +354,6 @@ class CT2Generator(T5Generator):
                 samples.append((cut_at_stop(text, self.stop) if self.prompt is not None else text, len(tokens)))
             out.append(samples)
         # Each sampled bucket rebuilt the translator (new weights, new threads): hand the freed heap back, or
-        # the worker's arenas grow by about a model copy per bucket (ray_runtime.release_free_heap).
+        # the worker's arenas grow by about a model copy per bucket (native_heap.release_free_heap).
         release_free_heap()
         return out
