@@ -151,7 +151,7 @@ class SurrogateConfig:
     """The surrogate language model that judges augmentations (one per boosting fold)."""
 
     # features (the default): a head per fold on frozen MiniLM sentence embeddings (confidence and label, no
-    # perplexity; one encoder pass per candidate text, stored: SST-2's 332k candidates in 28 minutes on 2
+    # perplexity; one encoder pass per candidate text, stored: SST-2's 332k candidates in 13 minutes on 2
     # cores). fasttext: a fastText classifier per fold (seconds; confidence and label, no perplexity; its
     # filter removed unfiltered augmentation's gain on SST-2). encoder: the paper's surrogate, a pretrained
     # encoder fine-tuned with a masked-LM head alongside (confidence, label and pseudo-perplexity; a GPU makes
