@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 from common.catalog.metrics import by_method
 from common.platform.job import JobContext, JobRun, job
-from common.platform.results_pages import ResultsTable, fmt_mean, lift, page, text_block
+from common.platform.results_pages import ResultsTable, beyond_std, fmt_mean, lift, page, text_block
 from jobs import entry_point
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+from jobs.summary_facts import cga_facts, cut, matcher_facts, test_facts
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +55,6 @@ PAPER = {
     COMPOSITIONAL: "the paper (SemEval CG split, BERT): exact-set accuracy 2.85 with no augmentation, 8.29 with "
                    "LS-PT's and 8.01 with Flan-T5's quality-controlled synthetic texts",
 }
-SAMPLE_CHARS = 160  # one screen: longer texts are cut with an ellipsis
 # Each results table's page, and the report folders (<root>/reports/<name>) whose charts it shows.
 PAGES = {CONSISTENCY: ("consistency", ("consistency", "cga")), MATCHER: ("query-reformulation", ("query_reformulation",)),
          BOOSTAUG: ("boostaug", ("boostaug",)), GENRE: ("genre-transfer", ("genre",)),
@@ -126,51 +123,19 @@ def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Resu
     rows = []
     for method in sorted(by, key=lambda m: (m != "baseline", m)):
         r = by[method]
+        other = base if base is not None and method != "baseline" else None
         rows.append([method, fmt_mean(r["f1"], r["f1_std"]), lift(r["f1"], base["f1"] if base else None),
-                     fmt_mean(r["consistency"], r["consistency_std"]),
-                     lift(r["consistency"], base["consistency"] if base else None), str(r["runs"])])
+                     _beyond(r, other, "f1", "f1_std"), fmt_mean(r["consistency"], r["consistency_std"]),
+                     lift(r["consistency"], base["consistency"] if base else None),
+                     _beyond(r, other, "consistency", "consistency_std"), str(r["runs"])])
         metrics[f"{method}.f1_weighted"] = r["f1"]
         metrics[f"{method}.consistency_rate"] = r["consistency"]
     return _section(tr, CONSISTENCY, "Consistency paper (weighted F1 on the accuracy test, consistency rate on "
-                    "the consistency test; mean ± std over R runs, lift vs the baseline):",
-                    ["method", "F1", "lift", "consistency", "lift", "R"], rows,
-                    _cga_facts(ctx, results, tr.versions[CONSISTENCY]) if "cga" in by else ())
-
-
-def _cga_facts(ctx: JobContext, results: DataFrame, version: int) -> list[tuple[str, str, str]]:
-    """Figures of the CGA run behind the ``cga`` rows: D_aug and the training set's size (``results``, the
-    ``consistency_results`` version ``version`` the rows were read from), then the generator's samples, those
-    neither empty nor a copy of their source (the candidates its threshold T chooses from) and its model
-    version, counted from the ``cga_generated`` version that version's commit names (none when its lineage
-    lacks it)."""
-    from pyspark.sql import functions as F
-
-    source = f"`{CONSISTENCY}` v{version}"
-    sizes = (results.filter(F.col("method") == "cga")
-             .agg(F.max("n_augmented").alias("aug"), F.max("n_train").alias("train")).first())
-    facts = [("CGA titles added to D_L (D_aug)", f"{sizes['aug']:,}", source),
-             ("CGA training rows (D_L and D_aug)", f"{sizes['train']:,}", source)]
-    inputs = _commit_inputs(ctx, CONSISTENCY, version)
-    if "cga_generated" in inputs:
-        at = int(inputs["cga_generated"])
-        samples = ctx.lakehouse.read("cga_generated", at).filter(F.col("sample_idx") >= 0)
-        counts = samples.agg(F.count(F.lit(1)).alias("n"),
-                             F.count(F.when(F.col("reason").isNull(), 1)).alias("scored")).first()
-        # One row per generator reaches the driver (one per run; the limit bounds a table of many).
-        models = [r[0] for r in
-                  samples.select("model_version").distinct().orderBy("model_version").limit(3).collect()]
-        where = f"`cga_generated` v{at}"
-        facts += [("CGA samples written by the generator", f"{counts['n']:,}", where),
-                  ("of which candidates for D_aug (not empty, not a copy of the source)", f"{counts['scored']:,}",
-                   where),
-                  ("CGA generator (model version)", ", ".join(f"`{m}`" for m in models if m) or "-", where)]
-    return facts
-
-
-def _commit_inputs(ctx: JobContext, table: str, version: int) -> dict[str, str]:
-    """The input tables and versions that ``table`` version ``version``'s commit names (empty when unknown)."""
-    commit = ctx.lakehouse.data_commit(table, version)
-    return dict((commit.lineage or {}).get("inputs", {})) if commit is not None else {}
+                    "the consistency test; mean ± std over R runs, lift vs the baseline; > std: the difference to the "
+                    "baseline exceeds both rows' std):",
+                    ["method", "F1", "lift", "> std", "consistency", "lift", "> std", "R"], rows,
+                    [*test_facts(ctx, CONSISTENCY, tr.versions[CONSISTENCY]),
+                     *(cga_facts(ctx, results, tr.versions[CONSISTENCY]) if "cga" in by else ())])
 
 
 def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -210,36 +175,7 @@ def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsT
                     "trained on the original vs the augmented interaction log; mean ± std over the matcher's seeds; "
                     "gain: augmented - original P@k in points, paired by seed, mean ± std (seeds up, seeds down)):",
                     ["k", "P@k original", "P@k augmented", "lift", "gain (points)", "R@k original", "R@k augmented",
-                     "lift", "seeds"], rows, _matcher_facts(ctx, tr.versions[MATCHER], by))
-
-
-def _matcher_facts(ctx: JobContext, version: int, by: dict) -> list[tuple[str, str, str]]:
-    """Figures of the matcher's run: held-out queries and each variant's training tuples (``matcher_results``
-    version ``version``), then the click log's tuples and queries and the query graph's reformulation pairs,
-    counted from the versions of ``query_interactions`` and ``reformulation_pairs`` that version's commit
-    names as its inputs (none when its lineage lacks them)."""
-    from pyspark.sql import functions as F
-
-    source = f"`{MATCHER}` v{version}"
-    variants = {variant: r for (variant, _), r in by.items()}
-    facts = []
-    if "original" in variants:
-        facts.append(("held-out queries", f"{variants['original']['queries']:,}", source))
-    for variant in ("original", "augmented"):
-        if variant in variants:
-            facts.append((f"matcher training tuples, {variant}", f"{variants[variant]['tuples']:,}", source))
-    inputs = _commit_inputs(ctx, MATCHER, version)
-    counted = (("query_interactions", "query", "click-log tuples (query, product)", "distinct queries"),
-               ("reformulation_pairs", "source_query", "reformulation pairs (query graph)",
-                "queries with a reformulation"))
-    for table, column, rows_name, distinct_name in counted:
-        if table in inputs:
-            at = int(inputs[table])
-            row = ctx.lakehouse.read(table, at).agg(F.count(F.lit(1)).alias("n"),
-                                                    F.countDistinct(column).alias("d")).first()
-            facts += [(rows_name, f"{row['n']:,}", f"`{table}` v{at}"),
-                      (distinct_name, f"{row['d']:,}", f"`{table}` v{at}")]
-    return facts
+                     "lift", "seeds"], rows, matcher_facts(ctx, tr.versions[MATCHER], by))
 
 
 def _boostaug(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -256,11 +192,13 @@ def _boostaug(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Results
     for method in sorted(by, key=lambda m: (m != "none", m)):
         r = by[method]
         rows.append([method, fmt_mean(r["acc"], r["std"]), lift(r["acc"], base["acc"] if base else None),
-                     f"{r['f1']:.4f}", str(r["runs"])])
+                     _beyond(r, base if method != "none" else None, "acc", "std"), f"{r['f1']:.4f}", str(r["runs"])])
         metrics[f"boostaug.{method.replace('+', '_')}.accuracy"] = r["acc"]
     return _section(tr, BOOSTAUG, f"BoostAug paper (test accuracy and macro-F1 of fastText trained with {n_aug} "
                     "augmentations per text, unfiltered vs BoostAug-filtered; mean ± std over R seeds, lift vs no "
-                    "augmentation):", ["method", "accuracy", "lift", "macro-F1", "R"], rows)
+                    "augmentation; > std: the difference to none exceeds both rows' std):",
+                    ["method", "accuracy", "lift", "> std", "macro-F1", "R"], rows,
+                    test_facts(ctx, BOOSTAUG, tr.versions[BOOSTAUG]))
 
 
 def _genre(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -300,7 +238,8 @@ def _genre(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTab
                     "seed's mean over topics and N, then mean ± std over the seeds; per topic: over seeds (and N); "
                     "lift vs off-topic training on the same topics; gain: the method - off_topic in points, paired "
                     "by seed, mean ± std (seeds above off_topic / seeds)):",
-                    ["model", "topic", "method", "macro-F1", "lift", "gain (points)", "seeds"], rows)
+                    ["model", "topic", "method", "macro-F1", "lift", "gain (points)", "seeds"], rows,
+                    test_facts(ctx, GENRE, tr.versions[GENRE]))
 
 
 def _compositional(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -318,12 +257,19 @@ def _compositional(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Re
     for model, kind, method in sorted(by, key=lambda k: (k[0], k[1], k[2] != "no_aug", k[2])):
         r, base = by[(model, kind, method)], by.get((model, kind, "no_aug"))
         rows.append([model, kind, method, fmt_mean(r["acc"], r["std"]), lift(r["acc"], base["acc"] if base else None),
-                     f"{r['jac']:.4f}", str(r["n_aug"]), str(r["runs"])])
+                     _beyond(r, base if method != "no_aug" else None, "acc", "std"), f"{r['jac']:.4f}",
+                     str(r["n_aug"]), str(r["runs"])])
         metrics[f"compositional.{model}.{kind}.{method}.accuracy"] = r["acc"]
     return _section(tr, COMPOSITIONAL, "Compositional paper (multi-label exact-set accuracy and Jaccard on test "
                     "label sets never seen in training (cg) and on a random split (iid); mean ± std over R seeds, "
-                    "lift vs no_aug):", ["model", "split", "method", "accuracy", "lift", "Jaccard", "synthetic", "R"],
-                    rows)
+                    "lift vs no_aug; > std: the difference to no_aug exceeds both rows' std):",
+                    ["model", "split", "method", "accuracy", "lift", "> std", "Jaccard", "synthetic", "R"], rows,
+                    test_facts(ctx, COMPOSITIONAL, tr.versions[COMPOSITIONAL]))
+
+
+def _beyond(row, base, mean: str, std: str) -> str:
+    """:func:`beyond_std` of aggregated ``row`` against ``base`` (None: the base row itself), by column name."""
+    return beyond_std(row[mean], row[std], base[mean], base[std]) if base is not None else "-"
 
 
 def _samples(ctx: JobContext, tr: JobRun) -> Optional[str]:
@@ -352,17 +298,11 @@ def _samples(ctx: JobContext, tr: JobRun) -> Optional[str]:
                 .select("source_text", "generated_text", "model_version").limit(6).collect())
         for r in rows:
             lines.append(f"  {method} ({source} -> {output}), written by {generator} [{r['model_version']}]:\n"
-                         f"    {_cut(r['source_text'])}\n    -> {_cut(r['generated_text'])}")
+                         f"    {cut(r['source_text'])}\n    -> {cut(r['generated_text'])}")
     if not lines:
         return None
     return "\n".join(["Generated samples (one per generator; what the method's generator wrote, before its filter):",
                       *lines])
-
-
-def _cut(text: str) -> str:
-    """``text`` on one line, at most SAMPLE_CHARS characters."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= SAMPLE_CHARS else flat[:SAMPLE_CHARS - 1] + "…"
 
 
 main = entry_point(NAME, run, __doc__)

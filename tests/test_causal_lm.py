@@ -196,6 +196,12 @@ def test_in_context_needs_a_causal_kind_in_the_config():
     with pytest.raises(ConfigError, match="cga.fine_tune.epochs"):
         CGAConfig(model=T5ModelConfig(kind="scratch_t5"), fine_tune=FineTuneConfig(epochs=0))
     cga = CGAConfig(model=T5ModelConfig(kind="smollm2", in_context_examples=3), fine_tune=FineTuneConfig(epochs=0))
+    # LS-PT's label prefixes are learned weights: in-context generation serves t5_labels, and refuses label_prefix
+    from common.compositional.config import TextGeneratorConfig
+    prompted = {"model": T5ModelConfig(kind="smollm2"), "fine_tune": FineTuneConfig(epochs=0)}
+    assert TextGeneratorConfig(methods=["concat", "t5_labels"], **prompted).methods == ["concat", "t5_labels"]
+    with pytest.raises(ConfigError, match="compositional.generator.methods: label_prefix"):
+        TextGeneratorConfig(methods=["t5_labels", "label_prefix"], **prompted)
     assert generator_facts(cga.model, cga.fine_tune, cga.generation)["fine_tune"] == \
         "none: in-context, 3 training pairs in the prompt"
     assert describe_generator(cga.model, cga.fine_tune) == \

@@ -152,6 +152,9 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
         block = next(b for b in blocks if heading in b)
         assert " ± " in block and block.splitlines()[1].split()[-1] in ("R", "seeds"), heading
         assert "\n  for comparison, the paper (" in block, heading  # what the paper reports, to place the figure
+        # whether each difference clears the seed std (a column, or the gain paired by seed), and the test size
+        assert "> std" in block.splitlines()[1] or "gain (points)" in block.splitlines()[1], heading
+        assert "\n  test examples per figure" in block or "\n  held-out queries: " in block, heading
     samples = text.split("Generated samples")[1]
     for table, method, _, _, section in GENERATED:
         if table == "boostaug_infill_generated":
@@ -190,6 +193,10 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     results_at = lake.version("consistency_results")
     aug = int(cga.toPandas().n_augmented.max())
     assert f"| CGA titles added to D_L (D_aug) | {aug:,} | `consistency_results` v{results_at} |" in consistency
+    # two of D_aug's titles beside the titles they were written from, from the same run's cga_augmented version
+    added = [line for line in consistency.splitlines()
+             if line.startswith("| a title added to D_aug, beside its source")]
+    assert len(added) == min(2, aug) and all(" -> " in line and "| `cga_augmented` v" in line for line in added)
     generated_at = int(lake.data_commit("consistency_results", results_at).lineage["inputs"]["cga_generated"])
     samples = lake.read("cga_generated", generated_at).filter("sample_idx >= 0")
     where = f"`cga_generated` v{generated_at}"

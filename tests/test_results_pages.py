@@ -3,7 +3,7 @@ page naming the results-table version its numbers come from. The end-to-end summ
 job writes for every pipeline against their tables."""
 from __future__ import annotations
 
-from common.platform.results_pages import ResultsTable, fmt_mean, lift, page, text_block
+from common.platform.results_pages import ResultsTable, beyond_std, fmt_mean, lift, page, text_block
 from common.platform.tables import Commit
 
 SECTION = ResultsTable(pipeline="consistency", title="Consistency paper (...):", table="consistency_results",
@@ -19,6 +19,9 @@ def test_a_section_prints_aligned_and_formats_means_and_lifts():
     assert text[2] == "  baseline 0.6901 ± 0.0008 +0.00% 3"
     assert text[3] == "  cst_full 0.6858 ± 0.0000 -0.63% 1"
     assert fmt_mean(None, 0.1) == "-" and lift(0.5, None) == "-" and lift(None, 0.5) == "-"
+    # beyond the std: the difference must clear the larger of the two rows' std (one run's, missing, as 0)
+    assert beyond_std(0.70, 0.01, 0.68, 0.015) == "yes" and beyond_std(0.70, 0.01, 0.68, 0.025) == "no"
+    assert beyond_std(0.66, None, 0.68, None) == "yes" and beyond_std(0.70, 0.01, None, None) == "-"
 
 
 def test_a_page_names_its_table_version_and_provenance_and_shows_the_rows_and_charts():
@@ -42,13 +45,16 @@ def test_a_sections_facts_follow_its_rows_with_the_table_version_each_was_counte
     from dataclasses import replace
 
     section = replace(SECTION, facts=[("held-out queries", "131", "`matcher_results` v0"),
-                                      ("reformulation pairs (query graph)", "3,490", "`reformulation_pairs` v2")])
+                                      ("reformulation pairs (query graph)", "3,490", "`reformulation_pairs` v2"),
+                                      ("a title added", "Toy | Ages 6+ -> Toy | Ages 4+", "`cga_augmented` v0")])
     text = text_block(section).splitlines()
-    assert text[-2:] == ["  held-out queries: 131 (`matcher_results` v0)",
-                         "  reformulation pairs (query graph): 3,490 (`reformulation_pairs` v2)"]
+    assert text[-3:-1] == ["  held-out queries: 131 (`matcher_results` v0)",
+                           "  reformulation pairs (query graph): 3,490 (`reformulation_pairs` v2)"]
     lines = page(section, None, "demo").splitlines()
     table = lines.index("| figure | value | counted from |")
     assert lines[table + 1:table + 4] == ["|---|---:|---|", "| held-out queries | 131 | `matcher_results` v0 |",
                                           "| reformulation pairs (query graph) | 3,490 | `reformulation_pairs` v2 |"]
+    # a title's pipes would split the Markdown row: escaped
+    assert lines[table + 4] == "| a title added | Toy \\| Ages 6+ -> Toy \\| Ages 4+ | `cga_augmented` v0 |"
     assert lines.index("| cst_full | 0.6858 ± 0.0000 | -0.63% | 1 |") < table
     assert "| figure | value | counted from |" not in page(SECTION, None, "demo")

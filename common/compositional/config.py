@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
-                                  check_generator, generator_facts)
+                                  check_generator, generator_facts, in_context)
 from common.platform.config import check
 
 GENERATORS = ("concat", "t5_labels", "label_prefix")
@@ -99,6 +99,10 @@ class TextGeneratorConfig:
         check(bool(self.methods), "compositional.generator.methods", "must name at least one generator")
         check(self.prefix_length >= 1, "compositional.generator.prefix_length", "must be >= 1")
         check_generator(self.model, self.fine_tune, "compositional.generator")
+        # In-context generation trains nothing, and LS-PT's label prefixes are weights that must be learned.
+        check("label_prefix" not in self.methods or not in_context(self.model, self.fine_tune),
+              "compositional.generator.methods", "label_prefix (LS-PT) learns a prefix per label, so it needs a "
+              "fine-tune (fine_tune.epochs >= 1 or max_steps); in-context generation (epochs 0) serves t5_labels only")
 
 
 @dataclass

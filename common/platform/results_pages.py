@@ -71,14 +71,27 @@ def page(section: ResultsTable, commit: Any, config_name: str, charts: Sequence[
     if section.facts:
         lines += ["", "The run behind these results, each figure counted from the table version beside it:", "",
                   "| figure | value | counted from |", "|---|---:|---|"]
-        lines += [f"| {figure} | {value} | {source} |" for figure, value, source in section.facts]
+        lines += [f"| {_cell(figure)} | {_cell(value)} | {source} |" for figure, value, source in section.facts]
     lines += [""] + [f"![{name}]({name})" for name in charts]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _cell(text: str) -> str:
+    """``text`` as one Markdown table cell: its pipes escaped (a catalog title holds `| Ages 6+ |`)."""
+    return str(text).replace("|", "\\|")
 
 
 def fmt_mean(mean: Optional[float], std: Optional[float]) -> str:
     """``0.6901 ± 0.0008`` (a missing std, one run's, as 0); ``-`` when there is no mean."""
     return "-" if mean is None else f"{mean:.4f} ± {std or 0.0:.4f}"
+
+
+def beyond_std(mean: Optional[float], std: Optional[float], base: Optional[float], base_std: Optional[float]) -> str:
+    """``yes`` when ``mean`` differs from ``base`` by more than both rows' seed std (a missing std, one run's, as
+    0), else ``no``; ``-`` when there is no base (or the row is the base: pass None)."""
+    if mean is None or base is None:
+        return "-"
+    return "yes" if abs(mean - base) > max(std or 0.0, base_std or 0.0) else "no"
 
 
 def lift(value: Optional[float], base: Optional[float]) -> str:
