@@ -56,8 +56,9 @@ PAPER = {
                    "LS-PT's and 8.01 with Flan-T5's quality-controlled synthetic texts",
 }
 # Each results table's page, and the report folders (<root>/reports/<name>) whose charts it shows.
-PAGES = {CONSISTENCY: ("consistency", ("consistency", "cga")), MATCHER: ("query-reformulation", ("query_reformulation",)),
-         BOOSTAUG: ("boostaug", ("boostaug",)), GENRE: ("genre-transfer", ("genre",)),
+PAGES = {CONSISTENCY: ("consistency", ("consistency", "cga")),
+         MATCHER: ("query-reformulation", ("query_reformulation",)), BOOSTAUG: ("boostaug", ("boostaug",)),
+         GENRE: ("genre-transfer", ("genre",)),
          COMPOSITIONAL: ("compositional", ("compositional",))}
 
 
@@ -117,13 +118,15 @@ def _section(tr: JobRun, table: str, title: str, columns: list[str], rows: list[
 
 def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
     """Weighted F1 and consistency rate per method, mean ± std over the repeats, lift vs the baseline."""
-    results = tr.read(CONSISTENCY)
+    results, version = tr.read(CONSISTENCY), tr.versions[CONSISTENCY]
+    # One read of the version's commit: its test inputs, and CGA's run and generated samples.
+    commit = ctx.lakehouse.data_commit(CONSISTENCY, version)
     by = {r["method"]: r for r in by_method(results).collect()}
     base = by.get("baseline")
     rows = []
     for method in sorted(by, key=lambda m: (m != "baseline", m)):
         r = by[method]
-        other = base if base is not None and method != "baseline" else None
+        other = base if method != "baseline" else None
         rows.append([method, fmt_mean(r["f1"], r["f1_std"]), lift(r["f1"], base["f1"] if base else None),
                      _beyond(r, other, "f1", "f1_std"), fmt_mean(r["consistency"], r["consistency_std"]),
                      lift(r["consistency"], base["consistency"] if base else None),
@@ -134,8 +137,8 @@ def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Resu
                     "the consistency test; mean ± std over R runs, lift vs the baseline; > std: the difference to the "
                     "baseline exceeds both rows' std):",
                     ["method", "F1", "lift", "> std", "consistency", "lift", "> std", "R"], rows,
-                    [*test_facts(ctx, CONSISTENCY, tr.versions[CONSISTENCY]),
-                     *(cga_facts(ctx, results, tr.versions[CONSISTENCY]) if "cga" in by else ())])
+                    [*test_facts(ctx, CONSISTENCY, version, results, commit),
+                     *(cga_facts(ctx, results, version, commit) if "cga" in by else ())])
 
 
 def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -198,7 +201,8 @@ def _boostaug(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Results
                     "augmentations per text, unfiltered vs BoostAug-filtered; mean ± std over R seeds, lift vs no "
                     "augmentation; > std: the difference to none exceeds both rows' std):",
                     ["method", "accuracy", "lift", "> std", "macro-F1", "R"], rows,
-                    test_facts(ctx, BOOSTAUG, tr.versions[BOOSTAUG]))
+                    test_facts(ctx, BOOSTAUG, tr.versions[BOOSTAUG], results,
+                               ctx.lakehouse.data_commit(BOOSTAUG, tr.versions[BOOSTAUG])))
 
 
 def _genre(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -239,7 +243,7 @@ def _genre(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTab
                     "lift vs off-topic training on the same topics; gain: the method - off_topic in points, paired "
                     "by seed, mean ± std (seeds above off_topic / seeds)):",
                     ["model", "topic", "method", "macro-F1", "lift", "gain (points)", "seeds"], rows,
-                    test_facts(ctx, GENRE, tr.versions[GENRE]))
+                    test_facts(ctx, GENRE, tr.versions[GENRE], results))
 
 
 def _compositional(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -264,7 +268,7 @@ def _compositional(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Re
                     "label sets never seen in training (cg) and on a random split (iid); mean ± std over R seeds, "
                     "lift vs no_aug; > std: the difference to no_aug exceeds both rows' std):",
                     ["model", "split", "method", "accuracy", "lift", "> std", "Jaccard", "synthetic", "R"], rows,
-                    test_facts(ctx, COMPOSITIONAL, tr.versions[COMPOSITIONAL]))
+                    test_facts(ctx, COMPOSITIONAL, tr.versions[COMPOSITIONAL], res))
 
 
 def _beyond(row, base, mean: str, std: str) -> str:

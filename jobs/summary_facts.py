@@ -3,9 +3,10 @@ its titles beside their sources, the matcher's queries and click log) and how ma
 rests on, each counted from the table version beside it (the results table, or an input its commit names)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from common.platform.job import JobContext
+from common.platform.tables import Commit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -20,13 +21,14 @@ TEST_SETS = {"consistency_results": (("accuracy_test", None, "titles (F1)"),
              "boostaug_results": (("boostaug_texts", "split = 'test'", "texts"),)}
 
 
-def test_facts(ctx: JobContext, table: str, version: int) -> list[Fact]:
-    """How many test examples ``table`` version ``version``'s figures rest on, counted from the test tables its
-    commit names (:data:`TEST_SETS`), or from its own ``n_test`` column per split when it has one."""
+def test_facts(ctx: JobContext, table: str, version: int, results: "DataFrame",
+               commit: Optional[Commit] = None) -> list[Fact]:
+    """How many test examples ``table`` version ``version``'s figures rest on: for a table of :data:`TEST_SETS`,
+    counted from the test tables its data ``commit`` names (none when None); else from ``results`` (the
+    version's rows) and their ``n_test`` column per split, when they have one."""
     from pyspark.sql import functions as F
 
     if table not in TEST_SETS:
-        results = ctx.lakehouse.read(table, version)
         if "n_test" not in results.columns:
             return []
         split = "split_kind" if "split_kind" in results.columns else None
@@ -34,7 +36,7 @@ def test_facts(ctx: JobContext, table: str, version: int) -> list[Fact]:
         rows = results.groupBy(*([split] if split else [])).agg(F.max("n_test").alias("n")).collect()
         return [(f"test examples per figure{f' ({r[split]} split)' if split else ''}", f"{r['n']:,}",
                  f"`{table}` v{version}") for r in sorted(rows, key=lambda r: str(r[split]) if split else "")]
-    inputs, facts = commit_inputs(ctx, table, version), []
+    inputs, facts = commit_inputs(commit), []
     for test, where, what in TEST_SETS[table]:
         if test in inputs:
             rows = ctx.lakehouse.read(test, int(inputs[test]))
@@ -43,12 +45,12 @@ def test_facts(ctx: JobContext, table: str, version: int) -> list[Fact]:
     return facts
 
 
-def cga_facts(ctx: JobContext, results: "DataFrame", version: int) -> list[Fact]:
+def cga_facts(ctx: JobContext, results: "DataFrame", version: int, commit: Optional[Commit]) -> list[Fact]:
     """Figures of the CGA run behind the ``cga`` rows: D_aug and the training set's size (``results``, the
     ``consistency_results`` version ``version`` the rows were read from), then the generator's samples, those
     neither empty nor a copy of their source (the candidates its threshold T chooses from) and its model
-    version, counted from the ``cga_generated`` version that version's commit names (none when its lineage
-    lacks it)."""
+    version, counted from the ``cga_generated`` version that version's data ``commit`` names (none when its
+    lineage lacks it or ``commit`` is None)."""
     from pyspark.sql import functions as F
 
     source = f"`consistency_results` v{version}"
@@ -56,8 +58,8 @@ def cga_facts(ctx: JobContext, results: "DataFrame", version: int) -> list[Fact]
              .agg(F.max("n_augmented").alias("aug"), F.max("n_train").alias("train")).first())
     facts = [("CGA titles added to D_L (D_aug)", f"{sizes['aug']:,}", source),
              ("CGA training rows (D_L and D_aug)", f"{sizes['train']:,}", source)]
-    facts += cga_added(ctx, version)
-    inputs = commit_inputs(ctx, "consistency_results", version)
+    facts += cga_added(ctx, commit)
+    inputs = commit_inputs(commit)
     if "cga_generated" in inputs:
         at = int(inputs["cga_generated"])
         samples = ctx.lakehouse.read("cga_generated", at).filter(F.col("sample_idx") >= 0)
@@ -74,13 +76,13 @@ def cga_facts(ctx: JobContext, results: "DataFrame", version: int) -> list[Fact]
     return facts
 
 
-def cga_added(ctx: JobContext, version: int) -> list[Fact]:
+def cga_added(ctx: JobContext, commit: Optional[Commit]) -> list[Fact]:
     """Two titles CGA added to D_L beside the titles they were written from: from the ``cga_augmented`` version
-    written by the same run as ``consistency_results`` version ``version``, the two lowest-scored at or above
-    the median score (a typical kept variant, not the near copies at the top); empty when no such version."""
+    written by the same run as ``commit`` (a ``consistency_results`` data commit), the two lowest-scored at or
+    above the median score (a typical kept variant, not the near copies at the top); empty when no such
+    version."""
     from pyspark.sql import functions as F
 
-    commit = ctx.lakehouse.data_commit("consistency_results", version)
     run = (commit.lineage or {}).get("run_id") if commit is not None else None
     if not run or not ctx.lakehouse.exists(AUGMENTED):
         return []
@@ -98,9 +100,8 @@ def cga_added(ctx: JobContext, version: int) -> list[Fact]:
             for r in rows]
 
 
-def commit_inputs(ctx: JobContext, table: str, version: int) -> dict[str, str]:
-    """The input tables and versions that ``table`` version ``version``'s commit names (empty when unknown)."""
-    commit = ctx.lakehouse.data_commit(table, version)
+def commit_inputs(commit: Optional[Commit]) -> dict[str, str]:
+    """The input tables and versions that ``commit``'s lineage names (empty when None or unknown)."""
     return dict((commit.lineage or {}).get("inputs", {})) if commit is not None else {}
 
 
@@ -119,7 +120,7 @@ def matcher_facts(ctx: JobContext, version: int, by: dict) -> list[Fact]:
     for variant in ("original", "augmented"):
         if variant in variants:
             facts.append((f"matcher training tuples, {variant}", f"{variants[variant]['tuples']:,}", source))
-    inputs = commit_inputs(ctx, "matcher_results", version)
+    inputs = commit_inputs(ctx.lakehouse.data_commit("matcher_results", version))
     counted = (("query_interactions", "query", "click-log tuples (query, product)", "distinct queries"),
                ("reformulation_pairs", "source_query", "reformulation pairs (query graph)",
                 "queries with a reformulation"))
