@@ -93,6 +93,11 @@ def test_config_checks():
     base = FeatureSurrogateConfig()
     assert FeatureSurrogateConfig(head="mlp", concurrency=2).encoder_settings() == base.encoder_settings()
     assert FeatureSurrogateConfig(compute_type="float32").encoder_settings() != base.encoder_settings()
+    # the layer the embedding is read from is the encoder's; all layers (the default) keep the key of before it
+    assert FeatureSurrogateConfig(layers=3).encoder_settings() != base.encoder_settings()
+    assert "layers" not in base.encoder_settings()
+    with pytest.raises(ValueError, match="layers"):
+        FeatureSurrogateConfig(layers=-1)
     assert SurrogateConfig(kind="features", features=FeatureSurrogateConfig(concurrency=2)).scoring_settings() == \
         SurrogateConfig(kind="features").scoring_settings() != \
         SurrogateConfig(kind="features", features=FeatureSurrogateConfig(head="logistic")).scoring_settings()

@@ -142,6 +142,14 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
     two = CT2SentenceEncoder(path, device="cpu", compute_type="int8", threads=2)
     assert two.workers == 2 and np.allclose(two.encode(texts, max_batch_tokens=16), int8, atol=1e-6)
     assert CT2SentenceEncoder(path, device="cpu", compute_type="int8", threads=2, parallel=False).workers == 1
+    # The first 3 of MiniLM's 6 layers, converted into a folder of their own: torch's model cut the same way gives
+    # the same vectors, and they are not the full model's.
+    shallow = CT2SentenceEncoder(path, device="cpu", layers=3).encode(texts)
+    assert any(name.endswith("-L3-float32") for name in os.listdir(tmp_path / "cache" / "ct2-encoders"))
+    cut = _encoder(path, None, "torch", layers=3).encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    assert np.allclose(shallow, cut, atol=2e-4) and (np.sum(shallow * exact, axis=1) < 0.98).all()
+    with pytest.raises(ValueError, match="cannot keep 7 layers of a model of 6"):
+        _encoder(path, None, "torch", layers=7)
     # A model of another layout (CLS pooling here) is left to sentence-transformers, saying why when asked.
     other = tmp_path / "cls-model"
     shutil.copytree(path, other)

@@ -103,6 +103,15 @@ class FeatureSurrogateConfig:
     # 160-word passage (~205 word pieces) is cut, and embeds at 1.7x the rate (encoder alone: 79 against 46 a
     # second).
     max_tokens: int = 128
+    # How many of the encoder's transformer layers run: the embedding is the mean over a text's tokens of the
+    # states the `layers`-th layer puts out; the later layers never run (0: all; all-MiniLM-L6-v2 has 6). 3 halves
+    # the encoder's work (4.5x the stage's rate of 2026-12-01 at 40 words against 3.5x with all six,
+    # benchmarks/candidate_embedding.py), and a head reads layer 3 as well as layer 6 on SST-2 and better on Brown's
+    # genres (benchmarks/surrogate_layers.py), but its heads are less sure, so fewer candidates pass the 0.99
+    # threshold: on SST-2 the filter's figures held (within the std of all six), on Brown passages it kept 5% of
+    # the candidates where six layers kept 15%, and every filtered row fell below its unfiltered one
+    # (docs/pipelines/boostaug.md). So 0 stays the default; 3 is for texts where it is checked.
+    layers: int = 0
     # Most tokens (rows x the batch's longest text) per CTranslate2 encoder batch, texts sorted by token count.
     # None: 512 on CPU, no limit on GPU; 0: one batch per block (the stage before 2026-12-02). In the pipeline's
     # pool on 2 cores the default ran 1.6-2.7x the candidates a second of 0 at 20-160 words
@@ -134,6 +143,7 @@ class FeatureSurrogateConfig:
               "must be >= 0 (0: no limit) or unset")
         check(self.hidden >= 1, "boostaug.surrogate.features.hidden", "must be >= 1")
         check(self.max_tokens >= 0, "boostaug.surrogate.features.max_tokens", "must be >= 0 (0: the encoder's own)")
+        check(self.layers >= 0, "boostaug.surrogate.features.layers", "must be >= 0 (0: all the encoder's layers)")
         check(self.max_iter >= 1, "boostaug.surrogate.features.max_iter", "must be >= 1")
         check(self.num_cpus >= 1, "boostaug.surrogate.features.num_cpus", "must be >= 1")
         check(self.threads >= 0, "boostaug.surrogate.features.threads", "must be >= 0 (0: num_cpus)")
@@ -142,8 +152,11 @@ class FeatureSurrogateConfig:
     def encoder_settings(self) -> dict[str, Any]:
         """What a candidate's embedding depends on (the embeddings table's config hash)."""
         settings = {"encoder": self.encoder, "engine": self.engine, "compute_type": self.compute_type}
-        # Embeddings before the max_tokens setting were cut at the model's own limit: same key, same rows.
-        return {**settings, "max_tokens": self.max_tokens} if self.max_tokens else settings
+        # Embeddings before the max_tokens and layers settings were cut at the model's own limit and taken from
+        # its last layer: same key, same rows.
+        if self.max_tokens:
+            settings["max_tokens"] = self.max_tokens
+        return {**settings, "layers": self.layers} if self.layers else settings
 
 
 @dataclass

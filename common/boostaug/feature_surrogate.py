@@ -37,11 +37,12 @@ def sentence_encoder(spec: "FeatureSurrogateConfig"):
     """The frozen sentence encoder of ``spec`` (``encoder``: a sentence-transformers folder, None: the packaged
     all-MiniLM-L6-v2) on ``spec.engine``, with ``spec.compute_type`` where it runs on CTranslate2, on
     ``spec.threads`` threads (0: ``spec.num_cpus``), truncating at ``spec.max_tokens`` word pieces (0: the
-    model's own limit), its batches in parallel on CPU unless ``spec.parallel_batches`` is False."""
+    model's own limit), its first ``spec.layers`` layers (0: all), its batches in parallel on CPU unless
+    ``spec.parallel_batches`` is False."""
     from common.models.generation.scoring import _encoder, minilm_path
 
     return _encoder(spec.encoder or minilm_path(), None, spec.engine, spec.compute_type,
-                    spec.threads or spec.num_cpus, spec.max_tokens or None, spec.parallel_batches)
+                    spec.threads or spec.num_cpus, spec.max_tokens or None, spec.parallel_batches, spec.layers or None)
 
 
 def embed(encoder, texts: Sequence[str], batch_size: int = 256, batch_tokens: Optional[int] = None) -> np.ndarray:

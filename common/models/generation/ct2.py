@@ -55,9 +55,10 @@ def stored_type(kind: str, device: str) -> str:
     return "int8" if kind.startswith("int8") else "float16" if device == "cuda" else "float32"
 
 
-def convert(model_path: str, quantization: str, target: Optional[str] = None) -> str:
+def convert(model_path: str, quantization: str, target: Optional[str] = None, layers: Optional[int] = None) -> str:
     """The CTranslate2 conversion of the local HF model folder ``model_path``, made once: returns ``target``
-    (default ``<model_path>/ct2-<quantization>``). Converted into a temporary folder beside ``target`` and
+    (default ``<model_path>/ct2-<quantization>``); ``layers``: only the encoder's first that many layers (a
+    BERT-style ``num_hidden_layers`` config; None: all). Converted into a temporary folder beside ``target`` and
     renamed into place, so two actors converting at once leave one complete folder (the loser's rename fails
     and it uses the winner's). A failure is remembered beside ``target`` (``<target>.failed``, with the
     ctranslate2 version) and raised again at once by later calls of that version, instead of each actor of
@@ -82,7 +83,7 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None) ->
         out = os.path.join(scratch, "model")
         try:
             config = read_json(os.path.join(model_path, "config.json"))
-            source = _converter_source(model_path, config, scratch)
+            source = _converter_source(model_path, config, scratch, layers)
             ctranslate2.converters.TransformersConverter(source).convert(out, quantization=quantization)
             _name_special_tokens(out, model_path, config)
         except Exception as exc:
@@ -99,15 +100,24 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None) ->
     return target
 
 
-def _converter_source(model_path: str, config: dict, scratch: str) -> str:
+def _converter_source(model_path: str, config: dict, scratch: str, layers: Optional[int] = None) -> str:
     """The folder CTranslate2's converter reads for ``model_path`` (whose ``config.json`` holds ``config``): the
-    model itself, or for a BART config without ``normalize_before`` (transformers 5 dropped the key;
-    CTranslate2 4.8's BART loader reads it) a folder in ``scratch`` of links to the model's files and a config
-    that says ``false`` (BART's post-norm layers; the MiniLM warm start has BERT's). The model's own folder is
-    never written."""
+    model itself, or a folder in ``scratch`` of links to the model's files and a config that differs in what the
+    converter must read otherwise: ``normalize_before: false`` for a BART config without the key (transformers 5
+    dropped it; CTranslate2 4.8's BART loader reads it; BART's post-norm layers, the MiniLM warm start's BERT
+    ones), ``num_hidden_layers: layers`` when ``layers`` is given (the loader builds that many layers and takes
+    their weights; the later layers' are left unread). The model's own folder is never written."""
     import json
 
-    if config.get("model_type") != "bart" or "normalize_before" in config:
+    overrides: dict = {}
+    if config.get("model_type") == "bart" and "normalize_before" not in config:
+        overrides["normalize_before"] = False
+    if layers is not None:
+        if not 1 <= layers <= int(config.get("num_hidden_layers") or 0):
+            raise ValueError(f"{model_path}: cannot keep {layers} layers of a model of "
+                             f"{config.get('num_hidden_layers')} (num_hidden_layers in its config.json)")
+        overrides["num_hidden_layers"] = layers
+    if not overrides:
         return model_path
     source = os.path.join(scratch, "source")
     os.makedirs(source)
@@ -115,7 +125,7 @@ def _converter_source(model_path: str, config: dict, scratch: str) -> str:
         if name != "config.json" and not name.startswith(("ct2-", ".ct2-")):
             os.symlink(os.path.abspath(os.path.join(model_path, name)), os.path.join(source, name))
     with open(os.path.join(source, "config.json"), "w", encoding="utf-8") as handle:
-        json.dump({**config, "normalize_before": False}, handle, indent=2)
+        json.dump({**config, **overrides}, handle, indent=2)
     return source
 
 

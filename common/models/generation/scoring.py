@@ -38,11 +38,13 @@ def minilm_path() -> str:
 
 @lru_cache(maxsize=2)
 def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_type: str = "auto",
-             threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True):
+             threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True,
+             layers: Optional[int] = None):
     """The sentence encoder of ``path`` on ``engine``: ``ctranslate2`` (:mod:`common.models.generation.sentence_encoder`,
     with ``compute_type`` and ``threads``), ``torch`` (sentence-transformers), or ``auto``: ctranslate2 where it
     can run the model, else torch. Asked for by name, ctranslate2 falls back to torch with a warning saying why.
-    Texts are truncated at ``max_length`` word pieces (None: the model's ``max_seq_length``); ``parallel``: see
+    Texts are truncated at ``max_length`` word pieces (None: the model's ``max_seq_length``); ``parallel`` and
+    ``layers`` (the first that many transformer layers; None: all): see
     :class:`~common.models.generation.sentence_encoder.CT2SentenceEncoder`."""
     import os
 
@@ -55,7 +57,7 @@ def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_typ
         reason = ct2_reason(path)
         if reason is None:
             try:
-                return CT2SentenceEncoder(path, device, compute_type, threads, max_length, parallel)
+                return CT2SentenceEncoder(path, device, compute_type, threads, max_length, parallel, layers)
             except Exception as exc:  # noqa: BLE001  (a model the converter does not take: torch serves it)
                 reason = f"CTranslate2 could not load it: {type(exc).__name__}: {exc}"
         (log.warning if engine == "ctranslate2" else log.info)("encoding with torch, not ctranslate2, %s: %s",
@@ -65,7 +67,19 @@ def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_typ
     model = SentenceTransformer(path, device=device)
     if max_length:
         model.max_seq_length = max_length
+    if layers:
+        keep_layers(model[0].auto_model, layers, path)
     return model
+
+
+def keep_layers(bert, layers: int, path: str) -> None:
+    """Drop the BERT-style encoder ``bert``'s layers after its first ``layers`` (the model of ``path``, named in
+    the error when it has fewer)."""
+    stack = bert.encoder.layer
+    if not 1 <= layers <= len(stack):
+        raise ValueError(f"{path}: cannot keep {layers} layers of a model of {len(stack)}")
+    bert.encoder.layer = stack[:layers]
+    bert.config.num_hidden_layers = layers
 
 
 def cosine_scores(texts: Sequence[str], references: Sequence[str], model_path: Optional[str] = None,

@@ -49,10 +49,11 @@ def ct2_reason(path: str) -> Optional[str]:
     return None
 
 
-def converted_folder(path: str, quantization: str) -> str:
-    """The CTranslate2 conversion of the encoder in ``path``, made once per model file and quantization in
-    the suite's cache (:func:`~common.platform.storage.cache_root`: the packaged model lives in site-packages,
-    which need not be writable), keyed by the folder, the weights' size and time, so new weights convert anew."""
+def converted_folder(path: str, quantization: str, layers: Optional[int] = None) -> str:
+    """The CTranslate2 conversion of the encoder in ``path`` (its first ``layers`` layers; None: all), made once
+    per model file, quantization and layer count in the suite's cache
+    (:func:`~common.platform.storage.cache_root`: the packaged model lives in site-packages, which need not be
+    writable), keyed by the folder, the weights' size and time, so new weights convert anew."""
     from common.models.generation.ct2 import convert
 
     weights = next((os.path.join(path, name) for name in ("model.safetensors", "pytorch_model.bin")
@@ -60,9 +61,10 @@ def converted_folder(path: str, quantization: str) -> str:
     stat = os.stat(weights)
     key = hashlib.sha256(f"{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     name = os.path.basename(os.path.normpath(path)) or "encoder"
-    target = os.path.join(cache_root(), "ct2-encoders", f"{name}-{key}-{quantization}")
+    depth = f"-L{layers}" if layers else ""
+    target = os.path.join(cache_root(), "ct2-encoders", f"{name}-{key}{depth}-{quantization}")
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    return convert(path, quantization, target)
+    return convert(path, quantization, target, layers)
 
 
 class CT2SentenceEncoder:
@@ -70,10 +72,12 @@ class CT2SentenceEncoder:
     one. ``compute_type`` auto: float32 on CPU, float16 on GPU. Threads: ``threads`` when given, else
     ``OMP_NUM_THREADS`` (Ray sets it to a task's CPUs), else CTranslate2's default; on CPU, n > 1 threads encode
     n batches at once, one thread each (``parallel`` False: one batch at a time on n threads). Texts are truncated
-    at ``max_length`` word pieces (None: the model's ``max_seq_length``)."""
+    at ``max_length`` word pieces (None: the model's ``max_seq_length``). ``layers``: embeddings are the mean of
+    the encoder's ``layers``-th layer's states, the later layers dropped (None: all layers)."""
 
     def __init__(self, path: str, device: Optional[str] = None, compute_type: str = "auto",
-                 threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True):
+                 threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True,
+                 layers: Optional[int] = None):
         import ctranslate2
         from tokenizers import Tokenizer
 
@@ -84,7 +88,7 @@ class CT2SentenceEncoder:
         # float32 on CPU: 1.8x sentence-transformers' speed with the same scores, where int8 (2.4x) moved 1%
         # of the CGA filter's keep decisions at T = 0.7 on WDC title pairs (benchmarks/scorer_throughput.py).
         kind = compute_type if compute_type != "auto" else "float16" if device == "cuda" else "float32"
-        folder = converted_folder(path, stored_type(kind, device))
+        folder = converted_folder(path, stored_type(kind, device), layers)
         self.device, self._ct2 = device, ctranslate2
         n = threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
         # On CPU, n batches at once on one thread each (CTranslate2's inter_threads, fed by n Python threads):
