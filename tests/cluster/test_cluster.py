@@ -51,7 +51,10 @@ def cluster(tmp_path_factory, remove_when_green):
 @pytest.fixture(scope="session")
 def cluster_conf(cluster, tmp_path_factory) -> Path:
     """The small world's config (tests/worlds.py) on the cluster's platform, its documents in the bucket. Generation
-    runs on a pool of two actors (``ray.warm_task_rows: 0``: no warm tasks), so that one lives on the second node."""
+    runs on a pool of two actors (``ray.warm_task_rows: 0``: no warm tasks), so that one lives on the second node,
+    in batches of 9 rows: the world's 18 prompts make two blocks, one an actor, where its batches of 32 made one
+    block, which the head's actor could take while the second node's idled (then its kill left nothing to
+    recover: a CI run of 2026-12-03). The hf engine's samples depend on each row alone, not on its batch."""
     from worlds import world_config, write_documents
 
     folder = tmp_path_factory.mktemp("cluster_world")
@@ -64,7 +67,7 @@ def cluster_conf(cluster, tmp_path_factory) -> Path:
                 lakehouse={"root": "${AUGMENT_BUCKET}/lakehouse", "commit_lease_s": 30},
                 tracking={"uri": "${MLFLOW_TRACKING_URI}", "experiment": "cluster-tier"})
     tree["inputs"]["documents"] = {**tree["inputs"]["documents"], "path": "${AUGMENT_BUCKET}/raw/documents.csv"}
-    tree["genre"]["generator"]["generation"]["concurrency"] = 2
+    tree["genre"]["generator"]["generation"].update(concurrency=2, batch_size=9)
     path = folder / "cluster_world.yaml"
     path.write_text(yaml.safe_dump(tree, sort_keys=False))
     return path
