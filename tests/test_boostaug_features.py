@@ -91,13 +91,16 @@ def test_config_checks():
         FeatureSurrogateConfig(hidden=0)
     # the head and its pool's resources do not change a candidate's embedding; the encoder does
     base = FeatureSurrogateConfig()
-    assert FeatureSurrogateConfig(head="mlp", concurrency=2).encoder_settings() == base.encoder_settings()
+    assert FeatureSurrogateConfig(head="mlp", concurrency=2, calls_per_actor=1).encoder_settings() == \
+        base.encoder_settings()
     assert FeatureSurrogateConfig(compute_type="float32").encoder_settings() != base.encoder_settings()
     # the layer the embedding is read from is the encoder's; all layers (the default) keep the key of before it
     assert FeatureSurrogateConfig(layers=3).encoder_settings() != base.encoder_settings()
     assert "layers" not in base.encoder_settings()
     with pytest.raises(ValueError, match="layers"):
         FeatureSurrogateConfig(layers=-1)
+    with pytest.raises(ValueError, match="calls_per_actor"):
+        FeatureSurrogateConfig(calls_per_actor=0)
     assert SurrogateConfig(kind="features", features=FeatureSurrogateConfig(concurrency=2)).scoring_settings() == \
         SurrogateConfig(kind="features").scoring_settings() != \
         SurrogateConfig(kind="features", features=FeatureSurrogateConfig(head="logistic")).scoring_settings()
@@ -174,8 +177,20 @@ def test_fold_heads_fit_in_one_pass_and_judge_candidates(ray_runtime, tmp_path, 
     assert judged["perplexity"] == [None] * 5 and judged["mono_perplexity_limit"] == [None] * 5
 
 
+def _embed_alone(texts: list, spec: FeatureSurrogateConfig) -> np.ndarray:
+    """``texts``' embeddings by ``spec``'s encoder in one call, outside any pool."""
+    from common.boostaug.feature_surrogate import embed, sentence_encoder
+
+    return embed(sentence_encoder(spec), texts, spec.batch_size)
+
+
 def test_filter_job_scores_on_the_feature_pool_and_refilters_without_rescoring(ctx, tmp_path):
+    import sys
+
     from pyspark.sql import functions as F
+    from ray import cloudpickle
+
+    from common.models.classifiers.text_classifier import run_tasks
 
     from common.boostaug.config import BoostAugConfig, EvalConfig, FilterConfig
     from common.data.config import InputSpec
@@ -204,6 +219,13 @@ def test_filter_job_scores_on_the_feature_pool_and_refilters_without_rescoring(c
     # every candidate embedded once, with its candidate's columns; the scored rows drop the vectors
     embedded = lake.read("boostaug_candidate_embeddings")
     assert embedded.count() == 28 and embedded.filter(F.size("embedding") != 384).count() == 0
+    # 4 blocks of 8, two at once on the actor (calls_per_actor): each row holds its own text's vector
+    spec = ctx.cfg.boostaug.surrogate.features
+    assert spec.calls_per_actor == 2
+    rows = embedded.select("text", "embedding").toPandas()
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import a test module
+    alone = run_tasks(ctx.ray(), _embed_alone, [{"texts": list(rows["text"]), "spec": spec}], torch=True)[0]
+    np.testing.assert_allclose(np.stack(rows["embedding"]), alone, atol=1e-5)
     assert "embedding" not in scored.columns
 
     # a new confidence threshold re-filters the scored version: no head is fitted or candidate embedded again

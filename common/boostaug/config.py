@@ -109,8 +109,8 @@ class FeatureSurrogateConfig:
     # benchmarks/candidate_embedding.py), and a head reads layer 3 as well as layer 6 on SST-2 and better on Brown's
     # genres (benchmarks/surrogate_layers.py), but its heads are less sure, so fewer candidates pass the 0.99
     # threshold: on SST-2 the filter's figures held (within the std of all six), on Brown passages it kept 5% of
-    # the candidates where six layers kept 15%, and every filtered row fell below its unfiltered one
-    # (docs/pipelines/boostaug.md). So 0 stays the default; 3 is for texts where it is checked.
+    # the candidates where six layers kept 15%, and every filtered row fell below its unfiltered one; layer 5 did
+    # the same on Brown (docs/pipelines/boostaug.md). So 0 stays the default; 3 is for texts where it is checked.
     layers: int = 0
     # Most tokens (rows x the batch's longest text) per CTranslate2 encoder batch, texts sorted by token count.
     # None: 512 on CPU, no limit on GPU; 0: one batch per block (the stage before 2026-12-02). In the pipeline's
@@ -134,6 +134,10 @@ class FeatureSurrogateConfig:
     num_gpus: float = 0.0
     # Embedding actors (each candidate text is encoded once per candidates version).
     concurrency: int = 1
+    # Blocks an embedding actor works on at once (Ray Data's max_concurrent_calls_per_actor, with true
+    # multi-threading): while one block is tokenized, turned into Arrow or waited for, the other's batches keep the
+    # encoder's threads busy. 1: one block at a time, as before (2026-12-03).
+    calls_per_actor: int = 2
 
     def __post_init__(self) -> None:
         check(bool(self.c_grid) and all(c > 0 for c in self.c_grid), "boostaug.surrogate.features.c_grid",
@@ -148,6 +152,7 @@ class FeatureSurrogateConfig:
         check(self.num_cpus >= 1, "boostaug.surrogate.features.num_cpus", "must be >= 1")
         check(self.threads >= 0, "boostaug.surrogate.features.threads", "must be >= 0 (0: num_cpus)")
         check(self.concurrency >= 1, "boostaug.surrogate.features.concurrency", "must be >= 1")
+        check(self.calls_per_actor >= 1, "boostaug.surrogate.features.calls_per_actor", "must be >= 1")
 
     def encoder_settings(self) -> dict[str, Any]:
         """What a candidate's embedding depends on (the embeddings table's config hash)."""

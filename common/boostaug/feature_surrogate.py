@@ -240,15 +240,21 @@ class FeatureHeadScorer:
 def embed_on_ray(ds, spec: "FeatureSurrogateConfig"):
     """``ds`` (Ray Dataset of candidates) with an ``embedding`` column, from :class:`CandidateEmbedder` on
     ``spec.concurrency`` actors of ``spec.num_cpus`` CPUs (``spec.num_gpus`` GPUs) each, in blocks of
-    ``spec.batch_size`` rows so the pool starts at once and the write streams."""
+    ``spec.batch_size`` rows so the pool starts at once and the write streams, ``spec.calls_per_actor`` blocks
+    at once on each actor."""
+    import ray
+
     from common.platform.ray_runtime import actor_pool_size, fit_cpus, map_batches_on_actors
 
     concurrency = actor_pool_size(spec.concurrency, spec.num_gpus, spec.num_cpus, stage="boostaug candidate embedding")
     # the actors' threads stay spec's (the embeddings depend on them); the request fits the largest node
     cpus = fit_cpus(spec.num_cpus, "boostaug candidate embedding")
+    # An actor's calls share its encoder (CTranslate2 takes concurrent batches) and its thread pool.
+    pool = ray.data.ActorPoolStrategy(size=concurrency, max_concurrent_calls_per_actor=spec.calls_per_actor,
+                                      enable_true_multi_threading=spec.calls_per_actor > 1)
     return map_batches_on_actors(
         ds.repartition(target_num_rows_per_block=spec.batch_size), CandidateEmbedder, batch_format="pyarrow",
-        batch_size=spec.batch_size, concurrency=concurrency, num_cpus=cpus, num_gpus=spec.num_gpus or None,
+        batch_size=spec.batch_size, compute=pool, num_cpus=cpus, num_gpus=spec.num_gpus or None,
         fn_constructor_kwargs={"spec": spec})
 
 
