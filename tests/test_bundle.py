@@ -15,8 +15,9 @@ from common.platform.entry import override_list
 from jobs import PIPELINES, REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
-BUNDLED = ["consistency", "cga", "query-graph", "query-reformulation", "boostaug", "genre-transfer", "compositional",
-           "maintenance"]
+# Every pipeline has a scheduled job but these, each for its reason: a pipeline added without a job fails the test.
+UNSCHEDULED = {"foundation": "the first jobs of every pipeline, which run them", "demo": "the generated demo world"}
+BUNDLED = [name for name in PIPELINES if name not in UNSCHEDULED]
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,13 @@ def test_shipped_configs_load(name, monkeypatch):
         assert cfg.cga.model.kind == cfg.query_reformulation.model.kind == "warm_minilm"
         assert cfg.cga.fine_tune.max_steps == 500
     if name == "databricks.yaml":
+        # One source for the method settings: Databricks extends the cluster config and changes the platform, the
+        # tables and the GPU work; the papers' generator settings are the cluster's.
+        from common.platform.config_loader import load_tree
+
+        assert load_tree(REPO / "conf" / "databricks.yaml")["genre"]["generator"]["model"] == \
+            load_tree(REPO / "conf" / "cluster.yaml")["genre"]["generator"]["model"]
+        assert (cfg.spark.checkpoint_dir, cfg.ray.address, cfg.ray.mode) == (None, None, "spark")
         assert cfg.lakehouse.catalog == "main.augment"
         assert cfg.inputs.catalog.path == "main.retail.catalog_items"  # a table name stays as it is
         # BoostAug's contextual backend fills T5's own span sentinel
@@ -217,15 +224,17 @@ def test_a_partial_section_keeps_what_its_own_default_changes():
 
 @pytest.mark.parametrize("name", ["cluster.yaml", "databricks.yaml"])
 def test_the_documented_causal_alternative_loads(name, monkeypatch):
-    """The production configs name a causal checkpoint in a comment, as a --set override: that exact text
-    loads, gives a causal section, and keeps the section's own prompt."""
+    """The production configs name a causal checkpoint in a comment (cluster.yaml, whose method settings
+    databricks.yaml extends), as a --set override: that exact text loads in both, gives a causal section, and keeps
+    the section's own prompt."""
     import re
 
     monkeypatch.setenv("AUGMENT_BUCKET", "s3://bucket/augment")
     monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
-    override = re.search(r"--set '(cga\.model=\{kind: causal_checkpoint[^']*)'", (REPO / "conf" / name).read_text())
-    assert override, f"conf/{name} no longer names a causal checkpoint"
+    override = re.search(r"--set '(cga\.model=\{kind: causal_checkpoint[^']*)'",
+                         (REPO / "conf" / "cluster.yaml").read_text())
+    assert override, "conf/cluster.yaml no longer names a causal checkpoint"
     cfg = load_config(REPO / "conf" / name, [override.group(1)])
     assert cfg.cga.model.causal and cfg.cga.model.name_or_path == "HuggingFaceTB/SmolLM2-360M-Instruct"
     assert cfg.cga.model.prompt.startswith("Product title: {source}") and cfg.cga.model.lora_r == 16
@@ -258,11 +267,18 @@ def test_a_config_extends_others_mapping_by_mapping(tmp_path):
 
 def test_the_cluster_demo_is_the_demo_world_on_a_clusters_platform(monkeypatch):
     """conf/cluster_demo.yaml (make cluster-demo) keeps every section of conf/demo.yaml but the platform's (the
-    session spark-submit made, Ray at RAY_ADDRESS, the lakehouse in the bucket, MLflow's server) and reads demo.yaml's
-    three input files from the bucket: so its jobs' config hashes, and the tables they write, are the local demo's."""
+    session spark-submit made, Ray at RAY_ADDRESS, the lakehouse in the bucket, MLflow's server) and reads every one
+    of demo.yaml's inputs, and no other, from the bucket at the same relative path with the same options; the
+    rehearsal uploads exactly the files the local demo reads for them. So its jobs' config hashes, and the tables
+    they write, are the local demo's (a cluster config that named the SemEval dev file while the demo read both
+    files failed the rehearsal's table check after 35 minutes)."""
+    import dataclasses
+    import importlib.util
+
     monkeypatch.setenv("AUGMENT_BUCKET", "s3a://augment")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    monkeypatch.chdir(REPO)  # the configs' relative paths are the repository's, as make demo runs
     demo, cluster = load_config(REPO / "conf" / "demo.yaml"), load_config(REPO / "conf" / "cluster_demo.yaml")
     platform = {"name", "spark", "ray", "lakehouse", "tracking", "inputs"}
     same = {k: v for k, v in demo.to_dict().items() if k not in platform}
@@ -271,10 +287,29 @@ def test_the_cluster_demo_is_the_demo_world_on_a_clusters_platform(monkeypatch):
         ("cluster", "native", "address", "127.0.0.1:6379")
     assert (cluster.lakehouse.root, cluster.tracking_uri) == ("s3a://augment/lakehouse", "http://127.0.0.1:5000")
     assert cluster.spark.shuffle_partitions == demo.spark.shuffle_partitions
-    assert cluster.inputs.documents.path == "s3a://augment/raw/brown/documents.csv"
-    assert cluster.inputs.documents.options == demo.inputs.documents.options
-    assert cluster.inputs.multilabel.path.endswith("/raw/semeval2018_ec/2018-E-c-En-dev.txt")
-    assert (cluster.inputs.multilabel.label_columns, cluster.inputs.multilabel.rename) == \
-        (demo.inputs.multilabel.label_columns, demo.inputs.multilabel.rename)
-    assert cluster.inputs.texts.path == "s3a://augment/raw/sst2/dev.csv"
-    assert cluster.inputs.texts.rename == demo.inputs.texts.rename
+    shared = str((REPO.parent / "shared" / "data").resolve())
+    read = {name: spec for name, spec in vars(demo.inputs).items() if isinstance(spec, InputSpec)}
+    assert read and {n: s for n, s in vars(cluster.inputs).items() if isinstance(s, InputSpec)}.keys() == read.keys()
+    for name, spec in read.items():
+        remote = getattr(cluster.inputs, name)
+        assert spec.path.startswith(shared + "/"), (name, spec.path)  # the demo's inputs are the shared data's
+        assert remote.path == "s3a://augment/raw" + spec.path[len(shared):], (name, remote.path)
+        assert dataclasses.replace(remote, path=spec.path) == spec, name  # the same options, renames, columns
+    # The rehearsal's uploads: the local files of each input, at the keys the cluster demo reads them from.
+    loaded = importlib.util.spec_from_file_location("local_cluster", REPO / "tests" / "cluster" / "local_cluster.py")
+    local_cluster = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(local_cluster)
+    uploads = local_cluster.demo_inputs("s3a://augment")
+    for name, spec in read.items():
+        key = getattr(cluster.inputs, name).path[len("s3a://augment/"):]
+        mine = {k: v for k, v in uploads.items() if k == key or k.startswith(key.rstrip("/") + "/")}
+        local = Path(spec.path)
+        files = sorted(local.rglob("*")) if local.is_dir() else sorted(local.parent.glob(local.name))
+        assert sorted(mine.values()) == [f for f in files if f.is_file()] and mine, (name, sorted(mine))
+    assert all(path.is_file() for path in uploads.values())
+    assert len(set(uploads.values())) == len(uploads)
+    # The rehearsal's chain of pipelines runs every job of the demo pipeline, and no other.
+    from jobs import PIPELINES
+
+    chained = {job for name in local_cluster.DEMO_CHAIN for job in PIPELINES.get(name, [name])}
+    assert chained == set(PIPELINES["demo"])

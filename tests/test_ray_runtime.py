@@ -391,12 +391,18 @@ def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where
     from common.platform.config_loader import from_mapping
 
     chosen = ray_on_spark.plan(RayConfig(mode="spark"), spark)
-    assert (chosen.min_nodes, chosen.max_nodes, chosen.cpus, chosen.gpus) == (0, 2, 2, 0)
+    assert chosen.executors == ray_on_spark.Executors(count=1, cores=2, memory_mb=1024)  # spark.executor.memory
+    assert (chosen.min_nodes, chosen.max_nodes, chosen.cpus, chosen.gpus, chosen.memory_mb) == (0, 2, 2, 0, 1024)
     assert chosen.capacity() == {"CPU": 4.0, "GPU": 0.0, "node_CPU": 2.0}
-    assert ray_on_spark.plan(RayConfig(mode="spark", spark_num_cpus_per_node=1, spark_num_gpus_per_node=1),
-                             spark).capacity() == {"CPU": 2.0, "GPU": 2.0, "node_CPU": 1.0}
+    assert chosen.memory_bytes() == (717 * 2**20, 307 * 2**20)  # Ray's 30% for the object store
+    half = ray_on_spark.plan(RayConfig(mode="spark", spark_num_cpus_per_node=1, spark_num_gpus_per_node=1), spark)
+    assert half.capacity() == {"CPU": 2.0, "GPU": 2.0, "node_CPU": 1.0} and half.memory_mb == 512
     with pytest.raises(ConfigError, match="ray.spark_min_worker_nodes .3. must be between 0 and"):
         ray_on_spark.plan(RayConfig(mode="spark", spark_min_worker_nodes=3), spark)
+    # A node an executor cannot hold is refused before Ray starts, naming what the executors have.
+    with pytest.raises(ConfigError, match=r"ray.spark_num_cpus_per_node \(3\) is more than a Spark executor has: "
+                                          r"the application has 1 executor of 2 cores and 1024 MiB each"):
+        ray_on_spark.plan(RayConfig(mode="spark", spark_num_cpus_per_node=3), spark)
 
     for key in ("PATH", ray_on_spark.NODE_PATH_ENV, ray_on_spark.HOOK_ENV, "RAY_AUTH_MODE", "RAY_ADDRESS",
                 "PYSPARK_PYTHON"):
@@ -420,3 +426,46 @@ def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where
     fixed = from_mapping(BaseConfig, {"ray": {"mode": "spark", "spark_min_worker_nodes": 2}})
     (check,) = cluster_checks(fixed)
     assert not check.ok and "holds its Spark slots" in check.detail and "spark_min_worker_nodes: 0" in check.fix
+
+
+def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan():
+    """The node watch: worker nodes asked for and none of their Spark tasks scheduled for
+    ``ray.spark_node_start_timeout_s`` (or tasks running and no node up for twice that) interrupt the main thread
+    wherever it waits, and the interrupt becomes a ClusterError naming the plan, the executors and the keys; a
+    pending node beside one that is up, or none asked for, is no failure; a user's Ctrl-C stays a Ctrl-C."""
+    import time
+
+    from common.platform import ray_on_spark
+    from common.platform.errors import ClusterError, interruption
+
+    chosen = ray_on_spark.RayOnSparkPlan(min_nodes=0, max_nodes=2, cpus=2, gpus=0, idle_minutes=0.5, memory_mb=1024,
+                                         executors=ray_on_spark.Executors(count=2, cores=1, memory_mb=1024))
+    for states in ((2, 1, 1), (0, 0, 0)):  # one up (the stage runs on it), or none asked for
+        watch = ray_on_spark.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, states=lambda s=states: s).start()
+        time.sleep(0.6)
+        watch.stop()
+        assert watch.failure is None
+
+    def waited_for(states) -> tuple[float, BaseException]:
+        watch = ray_on_spark.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, grace_s=30, states=lambda: states).start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                while time.monotonic() - started < 10:  # the main thread waiting, as in a Ray stage
+                    time.sleep(0.01)
+            error = interruption()
+        finally:
+            watch.stop()  # as the runtime's stop does: the watch then leaves Ray on Spark to the context's close
+        assert isinstance(error, ClusterError) and error is watch.failure
+        return time.monotonic() - started, error
+
+    seconds, error = waited_for((2, 0, 0))  # no task scheduled: after the timeout
+    assert 0.3 <= seconds < 0.6
+    assert str(error).startswith("ray on spark: 2 Ray worker nodes asked for and not one of their Spark tasks "
+                                 "scheduled within 0 s (ray.spark_node_start_timeout_s 0.3; twice that once a task "
+                                 "runs): 0-2 worker nodes of 2 CPU, 0 GPU and 1024 MB (the application has 2 "
+                                 "executors of 1 core and 1024 MiB each)")
+    assert "ray.spark_num_cpus_per_node" in str(error) and "Ray on Spark was shut down" in str(error)
+    seconds, error = waited_for((2, 1, 0))  # a task runs, its node never joins: after twice the timeout
+    assert 0.6 <= seconds < 1.2 and "1 of their Spark tasks running, and none joined Ray" in str(error)
+    assert interruption() is None  # taken once: a later Ctrl-C is the user's

@@ -79,6 +79,30 @@ class InputsConfig:
     topic_corpus: Optional[InputSpec] = None
     # Multi-label texts (text, labels, optional example_id) for the compositional pipeline.
     multilabel: Optional[InputSpec] = None
+    # Where this platform reads the files of local input folders: {local folder: the location of its copy}, e.g.
+    # {../shared/data: ${AUGMENT_BUCKET}/raw}. Every input under a listed folder is read from the copy at the same
+    # relative path, with the same options: a cluster config extends a local config's world and says only where its
+    # files went (conf/cluster_demo.yaml), instead of naming each input again and drifting from it.
+    relocate: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for spec in vars(self).values():
+            if isinstance(spec, InputSpec):
+                spec.path = relocated(spec.path, self.relocate)
+
+
+def relocated(path: str, relocate: dict[str, str]) -> str:
+    """``path`` (an input's, already absolute) read from the copy of the local folder it lies under
+    (:attr:`InputsConfig.relocate`: ``{local folder: its copy}``), at the same relative path; unchanged when it lies
+    under none, or is a URI or a table name."""
+    if is_uri(path):
+        return path
+    for local, copy in relocate.items():
+        folder = absolute(local).rstrip("/")
+        if path == folder or path.startswith(folder + "/"):
+            return copy.rstrip("/") + path[len(folder):]
+    return path
+
 
 
 @dataclass

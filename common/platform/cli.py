@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.platform.config_loader import ConfigError
-from common.platform.errors import USER_ERRORS, one_line
+from common.platform.errors import USER_ERRORS, interruption, one_line
 
 if TYPE_CHECKING:
     from common.platform.pipeline import JobRegistry
@@ -140,6 +140,11 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
         # A bad config or input is the user's to fix: one line naming the file/key, column and row (the
         # job's MLflow run has already ended FAILED); a bug keeps its traceback.
         return _user_error(exc)
+    except KeyboardInterrupt:
+        error = interruption()  # a watchdog's error outside a job's run (between jobs)
+        if error is None:
+            raise
+        return _user_error(error)
     finally:
         ctx.close()
     return 0

@@ -116,9 +116,18 @@ class RayConfig:
     spark_min_worker_nodes: int = 0
     # Ray on Spark: minutes a worker node may stay idle before it ends and frees its Spark slots.
     spark_idle_timeout_minutes: float = 0.5
-    # Ray on Spark: CPUs per Ray worker node (null: one executor's cores, spark.executor.cores or the application's
-    # parallelism over its executors; Ray's own default, a whole worker machine's CPUs, never fits a smaller executor).
+    # Ray on Spark: CPUs per Ray worker node (null: the cores of the application's smallest executor, as its running
+    # executors report them; Ray's own default, a whole worker machine's CPUs, never fits a smaller executor). More
+    # than an executor has is refused before Ray starts: such a node's Spark task would never be scheduled.
     spark_num_cpus_per_node: Optional[int] = None
+    # Ray on Spark: a worker node's memory in MB, heap and object store together (30% of it the object store, Ray's
+    # own share). null: its executor's share, spark.executor.memory x node CPUs / executor cores (Ray's own default,
+    # the whole machine's memory over its cores, gave 14 GB nodes on 3 GB standalone workers).
+    spark_memory_per_node_mb: Optional[int] = None
+    # Ray on Spark: seconds a Ray stage may wait with worker nodes asked for and none of their Spark tasks scheduled
+    # (twice that once a task runs and its `ray start` has not joined) before the job ends with an error naming the
+    # executors' size and these keys, and Ray on Spark is shut down. Never a silent wait.
+    spark_node_start_timeout_s: float = 300.0
     # Ray on Spark: GPUs per Ray worker node (null: none). A stage that asks for a GPU on a Ray cluster without one
     # fails before it starts, naming this key.
     spark_num_gpus_per_node: Optional[int] = None
@@ -170,6 +179,9 @@ class RayConfig:
         check(self.generation_threads >= 0, "ray.generation_threads", "must be >= 0 (0: the node's CPUs shared)")
         check(self.parquet_datasource in ("v1", "v2"), "ray.parquet_datasource", "must be v1 or v2")
         check(self.stage_retries >= 0, "ray.stage_retries", "must be >= 0")
+        check(self.spark_memory_per_node_mb is None or self.spark_memory_per_node_mb >= 256,
+              "ray.spark_memory_per_node_mb", "must be at least 256 (MB)")
+        check(self.spark_node_start_timeout_s > 0, "ray.spark_node_start_timeout_s", "must be above 0")
         for name in ("actor_max_restarts", "actor_task_retries"):
             check(getattr(self, name) >= -1, f"ray.{name}", "must be >= -1 (-1: no limit)")
         if self.mode == "address":

@@ -1,8 +1,16 @@
 """The errors a job reports as one line, without a traceback: a bad config (:class:`ConfigError`, exit code
 2), a bad input (:class:`InputError`, exit code 3) and an object store that does not answer
-(:class:`~common.platform.storage.StorageUnreachable`, exit code 4). Anything else is a bug and keeps its
-traceback."""
+(:class:`~common.platform.storage.StorageUnreachable`, exit code 4) and a cluster that cannot run the job as it
+is sized (:class:`ClusterError`, exit code 5). Anything else is a bug and keeps its traceback.
+
+A watchdog thread (Ray on Spark's node watch) ends a job blocked in the main thread with :func:`interrupt_main`: the
+main thread gets a ``KeyboardInterrupt`` wherever it waits (a Ray ``get``, a Ray Data stage), and
+:func:`interruption` turns it back into the watchdog's error where the job's run closes."""
 from __future__ import annotations
+
+import _thread
+import threading
+from typing import Optional
 
 from common.platform.config_loader import ConfigError
 from common.platform.storage import StorageUnreachable
@@ -13,10 +21,33 @@ class InputError(ValueError):
     is one, the row. Domain packages subclass it for their own input checks."""
 
 
+class ClusterError(RuntimeError):
+    """The cluster cannot run the job as it is sized or loaded (Ray worker nodes that never came up); the message
+    names what the cluster has and the keys to change."""
+
+
 # (error class, exit code, what the CLI calls it), most specific first. An unreachable object store is the
 # operator's to fix (an endpoint, a credential, an outage), not a bug: one line naming the path and the endpoint.
 USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"),
-               (StorageUnreachable, 4, "storage unreachable"))
+               (StorageUnreachable, 4, "storage unreachable"), (ClusterError, 5, "cluster error"))
+
+_pending: list[BaseException] = []
+_pending_lock = threading.Lock()
+
+
+def interrupt_main(error: BaseException) -> None:
+    """From a watchdog thread: make the main thread stop what it waits for and raise ``error`` instead (through a
+    ``KeyboardInterrupt`` that :func:`interruption` turns into ``error``)."""
+    with _pending_lock:
+        _pending.append(error)
+    _thread.interrupt_main()
+
+
+def interruption() -> Optional[BaseException]:
+    """For a ``KeyboardInterrupt`` just caught: the error a watchdog interrupted the main thread with
+    (:func:`interrupt_main`), taken once, or None when it was a user's Ctrl-C."""
+    with _pending_lock:
+        return _pending.pop() if _pending else None
 
 
 def one_line(text: object, limit: int = 600) -> str:

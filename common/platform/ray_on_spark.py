@@ -17,8 +17,15 @@ What this module adds to Ray's own starter, each a failure seen on a standalone 
 - ``RAY_AUTH_MODE`` must be the same in the head, the nodes and the driver (Ray 2.60 turns token mode on by itself
   for ``ray start --head`` but not for the explicit ``RAY_ADDRESS`` the setup exports): the driver's mode, or
   ``disabled`` where none is set, goes to every node.
-- Ray's default worker node size is a whole Spark worker machine's CPU count, which a one- or few-core executor never
-  has free ("no resources to launch Ray worker nodes" after 120 s): the default here is the executors' cores.
+- Ray's default worker node size is a whole Spark worker machine's CPU count and memory, which a one- or few-core
+  executor never has free ("no resources to launch Ray worker nodes" after 120 s; 14 GB nodes on 3 GB standalone
+  workers): the default here is what the application's executors report (:func:`executors`), never a setting the
+  suite chose for another purpose (``spark.default.parallelism``, which the suite's own session sets, made 2-core
+  nodes on 1-core executors and a silent wait). A node larger than an executor is refused before Ray starts.
+- A worker node whose Spark task is never scheduled (the slots held by another job, an executor lost) or whose
+  ``ray start`` fails leaves Ray's autoscaler waiting without a word: :class:`NodeWatch` ends the job with a
+  :class:`~common.platform.errors.ClusterError` once nodes have been asked for and none of their tasks is scheduled
+  within ``ray.spark_node_start_timeout_s``, or none is up within twice that.
 """
 from __future__ import annotations
 
@@ -27,12 +34,15 @@ import logging
 import os
 import shutil
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from common.platform.config import RayConfig
 from common.platform.config_loader import ConfigError
+from common.platform.errors import ClusterError, interrupt_main
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,17 +58,63 @@ HOOK = "common.platform.ray_on_spark.SuiteStartHook"
 FORWARDED = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_USAGE_STATS_ENABLED")
 
 
+# Ray's share of a node's memory for the object store (ray_constants.DEFAULT_OBJECT_STORE_MEMORY_PROPORTION), and the
+# least object store Ray starts with (OBJECT_STORE_MINIMUM_MEMORY_BYTES).
+OBJECT_STORE_SHARE = 0.3
+MIN_OBJECT_STORE_MB = 75
+
+
+@dataclass(frozen=True)
+class Executors:
+    """The application's executors as they report themselves: how many, the smallest one's cores, and the memory each
+    was granted (``spark.executor.memory``, in MiB)."""
+
+    count: int
+    cores: int
+    memory_mb: int
+
+    def describe(self) -> str:
+        """E.g. ``2 executors of 1 core and 1024 MiB each``."""
+        return (f"{self.count} executor{'s' if self.count != 1 else ''} of {self.cores} "
+                f"core{'s' if self.cores != 1 else ''} and {self.memory_mb} MiB each")
+
+
+def executors(spark: "SparkSession", wait_s: float = 60.0) -> Executors:
+    """What the application's executors have, from its status store (the Spark UI's executor list, kept with the UI
+    off too): their count, the smallest one's ``totalCores``, and the memory the master granted each. A local master
+    has no executors but the driver, which runs its tasks: its cores. Waits up to ``wait_s`` for a first executor to
+    register (a session built a moment ago); raises :class:`ClusterError` when none does."""
+    sc = spark.sparkContext
+    jsc = sc._jsc.sc()
+    local = sc.master.startswith("local")
+    deadline = time.monotonic() + wait_s
+    while True:
+        listed = jsc.statusStore().executorList(True)
+        found = [listed.apply(i) for i in range(listed.size())]
+        cores = [e.totalCores() for e in found if (e.id() == "driver") == local]
+        if cores:
+            return Executors(count=len(cores), cores=max(1, min(cores)), memory_mb=int(jsc.executorMemory()))
+        if time.monotonic() > deadline:
+            raise ClusterError(f"ray.mode spark: no Spark executor registered with the application at {sc.master} "
+                               f"within {wait_s:.0f} s (ray.spark_node_start_timeout_s); Ray's worker nodes run "
+                               "in executors")
+        time.sleep(0.5)
+
+
 @dataclass(frozen=True)
 class RayOnSparkPlan:
-    """The Ray-on-Spark cluster a job starts: worker nodes between ``min_nodes`` and ``max_nodes``, of ``cpus`` CPUs
-    and ``gpus`` GPUs each (every node is one Spark task holding that many cores), ``idle_minutes`` before an idle
-    node ends and frees its slots."""
+    """The Ray-on-Spark cluster a job starts: worker nodes between ``min_nodes`` and ``max_nodes``, of ``cpus`` CPUs,
+    ``gpus`` GPUs and ``memory_mb`` of memory (heap and object store) each (every node is one Spark task holding
+    that many cores), ``idle_minutes`` before an idle node ends and frees its slots; ``executors``: what the
+    application's executors have (None when the sizes were all given)."""
 
     min_nodes: int
     max_nodes: int
     cpus: int
     gpus: int
     idle_minutes: float
+    memory_mb: int = 0
+    executors: Optional[Executors] = None
 
     def capacity(self) -> dict[str, float]:
         """The most CPUs and GPUs the Ray cluster reaches (all worker nodes up; the head holds none), and
@@ -66,29 +122,40 @@ class RayOnSparkPlan:
         return {"CPU": float(self.max_nodes * self.cpus), "GPU": float(self.max_nodes * self.gpus),
                 "node_CPU": float(self.cpus)}
 
+    def memory_bytes(self) -> tuple[int, int]:
+        """(heap, object store) of one worker node in bytes: :data:`OBJECT_STORE_SHARE` of ``memory_mb`` for the
+        object store, at least Ray's minimum, the rest heap."""
+        store_mb = max(MIN_OBJECT_STORE_MB, int(self.memory_mb * OBJECT_STORE_SHARE))
+        return (self.memory_mb - store_mb) * 2**20, store_mb * 2**20
 
-def executor_cores(spark: "SparkSession") -> int:
-    """The cores of one executor: ``spark.executor.cores`` where set, else the application's default parallelism
-    (its executors' cores together, on a standalone or YARN master) over its executors; 1 at least."""
-    conf = spark.sparkContext.getConf()
-    if conf.get("spark.executor.cores"):
-        return max(1, int(conf.get("spark.executor.cores")))
-    sc = spark.sparkContext
-    executors = max(1, sc._jsc.sc().getExecutorMemoryStatus().size() - 1)  # the driver is listed too
-    return max(1, sc.defaultParallelism // executors)
+    def describe(self) -> str:
+        """One line: the nodes and what they are cut from."""
+        line = (f"{self.min_nodes}-{self.max_nodes} worker nodes of {self.cpus} CPU, {self.gpus} GPU and "
+                f"{self.memory_mb} MB")
+        return line + (f" (the application has {self.executors.describe()})" if self.executors else "")
 
 
-def plan(cfg: RayConfig, spark: "SparkSession") -> RayOnSparkPlan:
-    """The cluster ``cfg`` asks for on this Spark application (unset sizes: one executor's cores, no GPU).
-    Raises :class:`ConfigError` naming the key when the sizes cannot work."""
-    cpus = cfg.spark_num_cpus_per_node or executor_cores(spark)
+def plan(cfg: RayConfig, spark: "SparkSession", found: Optional[Executors] = None) -> RayOnSparkPlan:
+    """The cluster ``cfg`` asks for on this Spark application: unset sizes are cut from one executor
+    (:func:`executors`, or ``found``): its cores, its memory's share for those cores, no GPU. Raises
+    :class:`ConfigError` naming the key when the sizes cannot work, a node larger than an executor included (its Spark
+    task would never be scheduled, and Ray would wait for it without a word)."""
     if not 0 <= cfg.spark_min_worker_nodes <= cfg.spark_max_worker_nodes or cfg.spark_max_worker_nodes < 1:
         raise ConfigError(f"ray.spark_min_worker_nodes ({cfg.spark_min_worker_nodes}) must be between 0 and "
                           f"ray.spark_max_worker_nodes ({cfg.spark_max_worker_nodes}), which must be at least 1")
     if cfg.spark_idle_timeout_minutes <= 0:
         raise ConfigError(f"ray.spark_idle_timeout_minutes must be above 0, not {cfg.spark_idle_timeout_minutes}")
+    found = found or executors(spark, cfg.spark_node_start_timeout_s)
+    cpus = cfg.spark_num_cpus_per_node or found.cores
+    if cpus > found.cores:
+        raise ConfigError(f"ray.spark_num_cpus_per_node ({cpus}) is more than a Spark executor has: the application "
+                          f"has {found.describe()}, and a Ray worker node is one Spark task holding its CPUs, which "
+                          f"would never be scheduled; set ray.spark_num_cpus_per_node to at most {found.cores} (unset: "
+                          "an executor's cores), or give the executors more cores (spark.executor.cores)")
+    memory = cfg.spark_memory_per_node_mb or max(256, found.memory_mb * cpus // found.cores)
     return RayOnSparkPlan(min_nodes=cfg.spark_min_worker_nodes, max_nodes=cfg.spark_max_worker_nodes, cpus=cpus,
-                          gpus=cfg.spark_num_gpus_per_node or 0, idle_minutes=cfg.spark_idle_timeout_minutes)
+                          gpus=cfg.spark_num_gpus_per_node or 0, idle_minutes=cfg.spark_idle_timeout_minutes,
+                          memory_mb=memory, executors=found)
 
 
 def ray_command_folder(python: str) -> Optional[str]:
@@ -159,13 +226,96 @@ def start(cfg: RayConfig, spark: "SparkSession") -> RayOnSparkPlan:
 
     chosen = plan(cfg, spark)
     prepare_environment(spark)
+    heap, store = chosen.memory_bytes()
     setup_ray_cluster(min_worker_nodes=chosen.min_nodes, max_worker_nodes=chosen.max_nodes,
                       num_cpus_worker_node=chosen.cpus, num_gpus_worker_node=chosen.gpus,
+                      memory_worker_node=heap, object_store_memory_worker_node=store,
                       autoscale_idle_timeout_minutes=chosen.idle_minutes)
-    log.info("ray on spark up at %s: %d-%d worker nodes of %d CPU, %d GPU (idle ones end after %.1f min)",
-             os.environ.get("RAY_ADDRESS"), chosen.min_nodes, chosen.max_nodes, chosen.cpus, chosen.gpus,
-             chosen.idle_minutes)
+    log.info("ray on spark up at %s: %s; idle nodes end after %.1f min", os.environ.get("RAY_ADDRESS"),
+             chosen.describe(), chosen.idle_minutes)
     return chosen
+
+
+def node_states() -> tuple[int, int, int]:
+    """(worker nodes asked for and not ended, those whose Spark task runs, Ray worker nodes alive) of the running
+    Ray-on-Spark cluster: the first two from Ray's Spark job server in this driver (a node is there from its request
+    to its end; ``running`` once its Spark task was scheduled), the third from Ray's node table (a Ray-on-Spark head
+    holds no CPU; every worker node does)."""
+    import ray
+    from ray.util.spark import cluster_init
+
+    cluster = cluster_init._active_ray_cluster
+    if cluster is None:
+        return 0, 0, 0
+    nodes = cluster.spark_job_server.query_nodes()["nodes"]
+    alive = sum(1 for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0)
+    return len(nodes), sum(1 for node in nodes if node["status"] == "running"), alive
+
+
+class NodeWatch:
+    """A thread that ends the job when Ray-on-Spark worker nodes have been asked for and none is up: when none of
+    their Spark tasks is scheduled within ``timeout_s`` (no executor has the cores free), or none has joined Ray
+    within twice that (tasks that run but whose ``ray start`` fails or crawls). It logs the error, interrupts the
+    main thread with a :class:`ClusterError` naming the plan, the executors and the keys
+    (:func:`~common.platform.errors.interrupt_main`; the job's run raises it and its context shuts Ray on Spark
+    down), and shuts Ray on Spark down itself if the main thread has not within ``grace_s``. A pending node beside
+    one that is up is no failure (the stage runs on the nodes it has). ``states`` (default :func:`node_states`) is
+    read every ``poll_s``."""
+
+    def __init__(self, chosen: RayOnSparkPlan, timeout_s: float, poll_s: float = 1.0, grace_s: float = 60.0,
+                 states: Callable[[], tuple[int, int, int]] = node_states):
+        self.plan, self.timeout_s, self.poll_s, self.grace_s, self.states = chosen, timeout_s, poll_s, grace_s, states
+        self.failure: Optional[ClusterError] = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ray-on-spark-node-watch", daemon=True)
+
+    def start(self) -> "NodeWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the watch (the job's Ray runtime is stopping)."""
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        waiting_since: Optional[float] = None
+        while not self._stopped.wait(self.poll_s):
+            try:
+                asked, running, alive = self.states()
+            except Exception as exc:  # a watch that cannot read the cluster is no reason to end the job
+                log.debug("ray on spark node watch: %s", exc)
+                continue
+            now = time.monotonic()
+            waiting_since = None if alive or not asked else (waiting_since or now)
+            waited = 0.0 if waiting_since is None else now - waiting_since
+            if (waited >= self.timeout_s and not running) or waited >= 2 * self.timeout_s:
+                self._fail(asked, running, waited)
+                return
+
+    def _fail(self, asked: int, running: int, waited: float) -> None:
+        from ray.util.spark import cluster_init
+
+        cluster = cluster_init._active_ray_cluster
+        last = getattr(getattr(cluster, "spark_job_server", None), "last_worker_error", None)
+        nodes = f"{asked} Ray worker node{'s' if asked != 1 else ''}"
+        what = (f"{nodes} asked for and not one of their Spark tasks scheduled within {waited:.0f} s" if not running
+                else f"{nodes} asked for, {running} of their Spark tasks running, and none joined Ray within "
+                     f"{waited:.0f} s")
+        self.failure = ClusterError(
+            f"ray on spark: {what} (ray.spark_node_start_timeout_s {self.timeout_s:g}; twice that once a task runs): "
+            f"{self.plan.describe()}; each node is a Spark task holding its CPUs, so it starts only when an executor "
+            "has that many cores free (another Spark job holding the slots, lost executors) and its `ray start` "
+            "succeeds" + (f" (the last node's error: {str(last).strip().splitlines()[-1][:300]})" if last else "")
+            + "; set ray.spark_num_cpus_per_node / ray.spark_memory_per_node_mb to fit an executor, or free its "
+            "slots. Ray on Spark was shut down")
+        log.error("%s", self.failure)
+        interrupt_main(self.failure)
+        if not self._stopped.wait(self.grace_s):  # the main thread did not get to its context's close
+            log.error("ray on spark: the job did not stop within %.0f s of the node watch's error: shutting Ray on "
+                      "Spark down from the watch", self.grace_s)
+            stop()
 
 
 def work_by_node() -> dict[str, int]:

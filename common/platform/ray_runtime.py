@@ -73,6 +73,7 @@ class RayRuntime:
         # The most CPUs and GPUs of a Ray cluster whose size this runtime knows (a local runtime; Ray on Spark, which
         # grows on demand up to its plan); None for ray.mode address (an autoscaler there may add nodes).
         self._capacity: Optional[dict[str, float]] = None
+        self._watch: Any = None  # Ray on Spark's NodeWatch while its cluster runs
 
     def start(self) -> "RayRuntime":
         """Connect to (or start) Ray according to the config; a no-op when Ray is already up."""
@@ -120,13 +121,16 @@ class RayRuntime:
             if spark is None:
                 raise RuntimeError("ray.mode spark starts Ray inside the Spark application: build the SparkSession "
                                    "first")
-            self._capacity = ray_on_spark.start(self.cfg, spark).capacity()
+            chosen = ray_on_spark.start(self.cfg, spark)
+            self._capacity = chosen.capacity()
             self._spark_cluster = True
             try:
                 ray.init(runtime_env=self.runtime_env())
             except BaseException:
                 self.stop()
                 raise
+            # Nodes asked for and never up end the job with an error instead of a silent wait.
+            self._watch = ray_on_spark.NodeWatch(chosen, self.cfg.spark_node_start_timeout_s).start()
         self._started_here = True
         self._configure_data_context()
         log.info("ray runtime up (%s): %s", self.cfg.mode, ray.cluster_resources())
@@ -163,6 +167,9 @@ class RayRuntime:
         and free their slots). Called by the job context on success, error and Ctrl-C alike."""
         import ray
 
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         if self._spark_cluster and ray.is_initialized():
             from common.platform import ray_on_spark
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 from common.platform.config import BaseConfig
+from common.platform.errors import interruption
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,14 @@ class Tracker:
             handle = TrackedRun(run_id=r.info.run_id, name=name)
             if log_config:
                 handle.log_params(self.cfg.flat())
-            yield handle
+            try:
+                yield handle
+            except KeyboardInterrupt:
+                # A watchdog's error (Ray on Spark's nodes never up) arrives as an interrupt: the run fails with it.
+                error = interruption()
+                if error is None:
+                    raise
+                raise error from None
 
 
 @functools.lru_cache(maxsize=1)

@@ -55,11 +55,6 @@ REGION = "us-east-1"
 CONF = REPO / "conf" / "cluster_demo.yaml"
 # The demo pipeline's order, one spark-submit each (jobs shared by several run once: the later ones skip them).
 DEMO_CHAIN = ("cga", "query-reformulation", "boostaug", "genre-transfer", "compositional", "results-summary")
-SHARED = REPO.parent / "shared" / "data"
-# conf/demo.yaml's own input files, and where conf/cluster_demo.yaml reads them in the bucket.
-DEMO_INPUTS = {"raw/brown/documents.csv": SHARED / "brown" / "documents.csv",
-               "raw/semeval2018_ec/2018-E-c-En-dev.txt": SHARED / "semeval2018_ec" / "2018-E-c-En-dev.txt",
-               "raw/sst2/dev.csv": SHARED / "sst2" / "dev.csv"}
 SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
 # The rehearsal's driver and executor JVMs (see spark-defaults.conf below): a 2-core machine's, not a cluster's.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -508,8 +503,10 @@ class LocalCluster:
         shutil.copyfile(REPO / "dist" / "augment.zip", self.dist)
         return self.dist
 
-    def upload_inputs(self, inputs: dict[str, Path] = DEMO_INPUTS) -> None:
-        """Copy input files into the bucket (``{key: local file}``), as a landing zone would receive them."""
+    def upload_inputs(self, inputs: Optional[dict[str, Path]] = None) -> None:
+        """Copy input files into the bucket (``{key: local file}``; default: :func:`demo_inputs`), as a landing zone
+        would receive them."""
+        inputs = demo_inputs(self.bucket_uri) if inputs is None else inputs
         client = self._s3()
         for key, path in inputs.items():
             client.upload_file(str(path), BUCKET, key)
@@ -737,6 +734,49 @@ async def _gateway(listen: int, target: int) -> None:
 
 
 # ---------------------------------------------------------------------- the rehearsal
+def demo_inputs(bucket_uri: str = f"s3a://{BUCKET}", conf: Path = CONF,
+                local_conf: Path = REPO / "conf" / "demo.yaml") -> dict[str, Path]:
+    """{bucket key: local file}: every file the local demo (``local_conf``) reads for an input that the cluster demo
+    (``conf``, with ``AUGMENT_BUCKET`` = ``bucket_uri``) reads from the bucket, at the key the cluster demo reads it
+    from: a folder's files, a glob's matches, or the file. Listed from the two configs themselves (their paths
+    relative to the repository, as ``make demo`` runs), so the uploads follow whatever the demo reads."""
+    import glob
+
+    from common.config import load_config
+
+    saved = {key: os.environ.get(key) for key in ("AUGMENT_BUCKET", "RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    cwd = os.getcwd()
+    try:
+        os.environ["AUGMENT_BUCKET"] = bucket_uri
+        os.environ.setdefault("RAY_ADDRESS", "127.0.0.1:6379")
+        os.environ.setdefault("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+        os.chdir(REPO)
+        local, cluster = load_config(local_conf).inputs, load_config(conf).inputs
+    finally:
+        os.chdir(cwd)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    uploads: dict[str, Path] = {}
+    prefix = bucket_uri.rstrip("/") + "/"
+    for name, spec in vars(local).items():
+        remote = getattr(cluster, name)
+        if not hasattr(spec, "path") or remote is None or not remote.path.startswith(prefix):
+            continue
+        base = Path(spec.path)
+        if base.is_dir():
+            files = {p.relative_to(base).as_posix(): p for p in sorted(base.rglob("*")) if p.is_file()}
+            for relative, path in files.items():
+                uploads[f"{remote.path[len(prefix):].rstrip('/')}/{relative}"] = path
+        else:
+            folder, remote_folder = base.parent, remote.path[len(prefix):].rsplit("/", 1)[0]
+            for match in sorted(glob.glob(str(base))):
+                uploads[f"{remote_folder}/{Path(match).relative_to(folder).as_posix()}"] = Path(match)
+    return uploads
+
+
 def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address",
          notebook: Optional[str] = None) -> int:
     """``make cluster-demo``: the local demo for comparison, then the cluster, every pipeline through spark-submit,

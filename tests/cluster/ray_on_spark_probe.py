@@ -1,14 +1,20 @@
-"""A spark-submit driver for the cluster tier's Ray on Spark test (``ray.mode: spark``): the suite's job context and
-Ray runtime on a standalone master, in the order a pipeline uses them, measured.
+"""A driver for the cluster tier's Ray on Spark test (``ray.mode: spark``), started as ``augment run --set
+spark.master=spark://...`` starts one: a plain ``python`` process (no spark-submit, no ``spark-defaults.conf``, no
+activated venv) whose session the suite itself builds (``spark.mode: local`` with a standalone master: the suite sets
+``spark.default.parallelism`` to its local partitions, 4, on executors of one core each). The suite's job context and
+Ray runtime, in the order a pipeline uses them, measured:
 
-1. A pipeline's Spark -> Ray -> Spark: a Spark stage, a Ray Data stage on the suite's actor pool (which starts Ray
-   on Spark; its worker nodes start on demand), then a barrier stage that needs every slot of the cluster at once:
-   it can only run once the idle Ray worker nodes have given their slots back.
-2. Another Ray stage (the nodes start again), then the job raises: the context closes as a failed job's does; then
-   no Spark job of Ray's is left and the barrier stage over every slot runs at once.
+1. A worker node larger than an executor (``ray.spark_num_cpus_per_node: 2`` on one-core executors) is refused before
+   Ray starts, naming what the executors have.
+2. A pipeline's Spark -> Ray -> Spark: a Spark stage, a Ray Data stage on the suite's actor pool (which starts Ray
+   on Spark with nodes cut from the executors; they start on demand), then a barrier stage that needs every slot of
+   the cluster at once: it can only run once the idle Ray worker nodes have given their slots back.
+3. Another Spark job holds every slot, then a Ray stage asks for nodes that cannot start: within
+   ``ray.spark_node_start_timeout_s`` the job's run fails with the node watch's error, the context shuts Ray on Spark
+   down (no Spark job of Ray's is left), and once the other job ends the barrier stage over every slot runs at once.
 
 Prints one JSON line, ``RESULT {...}``: where the Ray tasks ran, the seconds each step took, and any failure.
-Usage: spark-submit --py-files dist/augment.zip tests/cluster/ray_on_spark_probe.py CONF SLOT_WAIT_S
+Usage: python tests/cluster/ray_on_spark_probe.py CONF SLOT_WAIT_S
 """
 from __future__ import annotations
 
@@ -74,42 +80,83 @@ def _all_slots(spark, slots: int, timeout: float) -> dict:
         sc.setLocalProperty("spark.jobGroup.id", None)
 
 
-def _ray_jobs(spark) -> list[int]:
+def _hold_every_slot(spark, slots: int, seconds: float) -> tuple[threading.Thread, str]:
+    """Another job of the application holding every slot for ``seconds`` (under a job group of its own); returns
+    its thread and group once all its tasks run."""
+    sc = spark.sparkContext
+    group = "holds-every-slot"
+
+    def hold() -> None:
+        sc.setJobGroup(group, "another job holding every slot", interruptOnCancel=True)
+        try:
+            sc.parallelize(range(slots), slots).foreach(lambda _: time.sleep(seconds))
+        except Exception:  # cancelled once the probe is done with it
+            pass
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        tracker = sc.statusTracker()
+        running = sum(tracker.getStageInfo(s).numActiveTasks for s in tracker.getActiveStageIds()
+                      if tracker.getStageInfo(s) is not None)
+        if running >= slots:
+            return thread, group
+        time.sleep(0.5)
+    raise RuntimeError("the job holding every slot never ran all its tasks")
+
+
+def _active_jobs(spark) -> list[int]:
     """Active Spark jobs (Ray's worker nodes are long-running Spark jobs)."""
     return list(spark.sparkContext.statusTracker().getActiveJobsIds())
 
 
 def main(conf: str, slot_wait: float) -> dict:
     from common.config import load_config
+    from common.platform import ray_on_spark
+    from common.platform.config_loader import ConfigError
+    from common.platform.errors import ClusterError
     from common.platform.job import build_context
 
     cfg = load_config(conf)
     result: dict = {}
     ctx = build_context(cfg)
     spark = ctx.spark
-    slots = spark.sparkContext.defaultParallelism
-    result["slots"] = slots
+    result["default_parallelism"] = spark.sparkContext.defaultParallelism
+    spark.range(1000, numPartitions=4).selectExpr("sum(id)").collect()  # a Spark stage: the executors are up
+    found = ray_on_spark.executors(spark)
+    slots = found.count * found.cores
+    result["executors"] = found.describe()
     started = time.monotonic()
     try:
+        # 1. a node an executor cannot hold: refused before Ray starts
         try:
-            # 1. a pipeline's Spark -> Ray -> Spark, the Spark stage after the Ray stage over every slot at once
-            spark.range(1000, numPartitions=slots).selectExpr("sum(id)").collect()
-            stage = time.monotonic()
-            result["pipeline_ray"] = _ray_stage(ctx)
-            result["ray_start_and_stage_s"] = time.monotonic() - stage
-            result["slots_after_ray_stage"] = _all_slots(spark, slots, slot_wait)
-            # 2. another Ray stage (its nodes start again), then the job's own error
-            stage = time.monotonic()
-            result["failing_job_ray"] = _ray_stage(ctx)
-            result["second_ray_stage_s"] = time.monotonic() - stage
-            raise RuntimeError("the job's own error, after its Ray stage")
-        finally:
-            closing = time.monotonic()
-            ctx.close()  # as every job's entry point does, on success, error and Ctrl-C
-            result["close_s"] = time.monotonic() - closing
-    except RuntimeError as exc:
-        result["raised"] = str(exc)
-    result["jobs_after_error"] = _ray_jobs(spark)
+            ray_on_spark.plan(type(cfg.ray)(mode="spark", spark_num_cpus_per_node=2), spark)
+        except ConfigError as exc:
+            result["too_large_refused"] = str(exc)
+        result["plan"] = ray_on_spark.plan(cfg.ray, spark).describe()
+        # 2. a pipeline's Spark -> Ray -> Spark, the Spark stage after the Ray stage over every slot at once
+        stage = time.monotonic()
+        result["pipeline_ray"] = _ray_stage(ctx)
+        result["ray_start_and_stage_s"] = time.monotonic() - stage
+        result["slots_after_ray_stage"] = _all_slots(spark, slots, slot_wait)
+        # 3. every slot held by another job, then a Ray stage whose nodes cannot start
+        holder, group = _hold_every_slot(spark, slots, 600)
+        stage = time.monotonic()
+        try:
+            with ctx.tracker.run("ray-stage-without-slots", log_config=False):
+                result["starved_ray"] = _ray_stage(ctx)
+        except ClusterError as exc:
+            result["node_watch_error"] = str(exc)
+            result["node_watch_error_s"] = time.monotonic() - stage
+    finally:
+        closing = time.monotonic()
+        ctx.close()  # as every job's entry point does, on success, error and Ctrl-C
+        result["close_s"] = time.monotonic() - closing
+    result["jobs_after_error"] = [j for j in _active_jobs(spark)
+                                  if j not in spark.sparkContext.statusTracker().getJobIdsForGroup(group)]
+    spark.sparkContext.cancelJobGroup(group)
+    holder.join(timeout=60)
     result["slots_after_error"] = _all_slots(spark, slots, slot_wait)
     result["total_s"] = time.monotonic() - started
     return result

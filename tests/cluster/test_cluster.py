@@ -6,8 +6,9 @@ authentication, an S3 server holding the lakehouse, an MLflow tracking server, t
 One pipeline with Spark and Ray stages (genre transfer on the small world's settings) runs end to end through
 spark-submit and must give the tables the local run gives; then the faults: a Spark worker SIGKILLed in the middle
 of a Spark stage, the second Ray node SIGKILLed in the middle of a generation stage, the object store down when a
-job starts. And Ray on Spark (``ray.mode: spark``) on the same master: Spark -> Ray -> Spark with the slots given
-back (tests/cluster/ray_on_spark_probe.py). The rehearsal of every pipeline is ``make cluster-demo`` (its time is in docs/operations/cluster.md).
+job starts. And Ray on Spark (``ray.mode: spark``) on the same master from a driver whose session the suite builds:
+nodes cut from the executors, Spark -> Ray -> Spark with the slots given back, nodes that cannot start ending the job
+with an error (tests/cluster/ray_on_spark_probe.py). The rehearsal of every pipeline is ``make cluster-demo`` (its time is in docs/operations/cluster.md).
 """
 from __future__ import annotations
 
@@ -268,36 +269,55 @@ def test_the_doctor_reaches_the_cluster_and_ray_refuses_a_driver_without_its_tok
     assert refused.returncode != 0 and "InvalidAuthToken" in refused.stderr
 
 
-def test_ray_on_spark_shares_the_slots_and_gives_them_back(cluster, cluster_conf, tmp_path):
-    """``ray.mode: spark`` (the Databricks path) on the standalone master, from spark-submit with the code shipped
-    and no venv on any PATH: Ray on Spark starts, its worker nodes (Spark tasks on the two one-core workers) run the
-    Ray stage, and the Spark stage after it gets every slot back, both when the Ray nodes go idle in a running job
-    (autoscaling from zero) and when a job raised (the context shuts Ray on Spark down). A fixed Ray cluster would
-    hold both slots and the barrier stage after the Ray stage would never run."""
+def test_ray_on_spark_sizes_its_nodes_from_the_executors_and_never_waits_silently(cluster, cluster_conf, tmp_path):
+    """``ray.mode: spark`` (the Databricks path) on the standalone master, from a driver started as ``augment run --set
+    spark.master=spark://...`` starts one: the suite builds the session itself (its ``spark.default.parallelism`` 4,
+    no ``spark.executor.cores``), no spark-defaults, no venv on any PATH. Ray's worker nodes are cut from what the
+    two one-core executors report (the parallelism over the executors planned 2-core nodes that no executor could
+    hold, and the job waited forever); a node larger than an executor is refused before Ray starts; the Ray stage
+    runs on worker nodes, and the Spark stage after it gets every slot back once they idle (autoscaling from zero).
+    With every slot held by another job, a Ray stage's nodes cannot start: the job's run fails within
+    ``ray.spark_node_start_timeout_s`` with an error naming the executors and the keys, Ray on Spark is shut down
+    (no Spark job of Ray's left), and the slots serve the next Spark stage at once."""
     tree = yaml.safe_load(cluster_conf.read_text())
-    tree["ray"] = {"mode": "spark", "spark_max_worker_nodes": 2, "spark_idle_timeout_minutes": 0.1}
+    tree["spark"] = {"mode": "local", "master": f"spark://127.0.0.1:{cluster.port('spark-master')}", "delta": "rs",
+                     "driver_memory": "1g"}
+    tree["ray"] = {"mode": "spark", "spark_max_worker_nodes": 2, "spark_idle_timeout_minutes": 0.1,
+                   "spark_node_start_timeout_s": 30}
     conf = tmp_path / "ray_on_spark.yaml"
     conf.write_text(yaml.safe_dump(tree, sort_keys=False))
-    env = cluster.env("driver")
-    # as from a shell without an activated venv; and RAY_ADDRESS names the other Ray cluster, which must go unused
+    # The environment of a user's shell: no spark-defaults (SPARK_CONF_DIR), no executor Python set (the session
+    # sets the driver's), no activated venv; RAY_ADDRESS names the other Ray cluster, which must go unused. The
+    # driver is the nodes' Python with the checkout on its path, whose `ray` keeps Ray on loopback here.
+    env = {k: v for k, v in cluster.env("driver").items()
+           if not k.startswith(("SPARK_CONF", "SPARK_HOME", "PYSPARK_"))}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep)
                                   if p and not Path(p).resolve().is_relative_to(VENV.resolve()))
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     assert "RAY_ADDRESS" in env
     slot_wait = 120
     started = time.monotonic()
-    done = cluster.submit_script(Path(__file__).with_name("ray_on_spark_probe.py"), [str(conf), str(slot_wait)],
-                                 "ray-on-spark", env=env, timeout=600)
+    done = subprocess.run([str(cluster.node_python), str(Path(__file__).with_name("ray_on_spark_probe.py")),
+                           str(conf), str(slot_wait)], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
     seconds = time.monotonic() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stdout[-4000:]
+    assert done.returncode == 0 and lines, (done.stdout + done.stderr)[-4000:]
     result = json.loads(lines[-1][len("RESULT "):])
     print(f"ray on spark: {seconds:.0f} s in all; {json.dumps(result)}")
-    assert result["slots"] == len(SPARK_WORKERS)
-    for key in ("failing_job_ray", "pipeline_ray"):
-        ray_stage = result[key]
-        assert sum(ray_stage["rows_by_node"].values()) == 64 and ray_stage["head"] not in ray_stage["rows_by_node"]
-        assert ray_stage["worker_nodes"], ray_stage  # the work ran on Ray-on-Spark worker nodes, not the head
-    assert result["raised"] == "the job's own error, after its Ray stage"
+    executors = "2 executors of 1 core and 1024 MiB each"
+    assert result["default_parallelism"] == 4 and result["executors"] == executors
+    assert result["too_large_refused"].startswith(
+        f"ray.spark_num_cpus_per_node (2) is more than a Spark executor has: the application has {executors}")
+    assert result["plan"] == f"0-2 worker nodes of 1 CPU, 0 GPU and 1024 MB (the application has {executors})"
+    ray_stage = result["pipeline_ray"]
+    assert sum(ray_stage["rows_by_node"].values()) == 64 and ray_stage["head"] not in ray_stage["rows_by_node"]
+    assert ray_stage["worker_nodes"], ray_stage  # the work ran on Ray-on-Spark worker nodes, not the head
+    assert "starved_ray" not in result
+    assert result["node_watch_error"].startswith("ray on spark: ") and executors in result["node_watch_error"]
+    assert "not one of their Spark tasks scheduled within 3" in result["node_watch_error"]
+    assert "(ray.spark_node_start_timeout_s 30;" in result["node_watch_error"]
+    assert 30 <= result["node_watch_error_s"] < 60
     assert result["jobs_after_error"] == []
     for key in ("slots_after_error", "slots_after_ray_stage"):
         assert result[key]["ok"] and len(result[key]["executors"]) == len(SPARK_WORKERS), result[key]
