@@ -22,7 +22,8 @@ CORE = [
 ]
 ML = [
     "torch==2.13.0",
-    "transformers==5.23.0",
+    # serving: `transformers serve`, the OpenAI-compatible server the endpoint engine's tests run on loopback.
+    "transformers[serving]==5.23.0",
     "tokenizers==0.23.3",
     "fasttext-numpy2==0.10.4",
     "ctranslate2==4.8.5",

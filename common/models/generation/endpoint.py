@@ -1,0 +1,245 @@
+"""A client for a model served behind an OpenAI-compatible API (:class:`~common.models.config.EndpointConfig`): the
+engine a generative stage calls when the model is a user's server rather than weights loaded here.
+
+One :class:`EndpointClient` sends a batch of :class:`Request` s (a prompt, its sample index, the stage's seed) with
+at most ``concurrency`` in flight and at most ``requests_per_minute`` started a minute, over one aiohttp session; a
+stage's actors share the endpoint's ``max_concurrency`` and rate by dividing them (:func:`share`). Each request
+comes back as an :class:`Outcome`: the text with the response's ``usage`` and the latency, or the reason it failed.
+Faults are paid once:
+
+- HTTP 429 waits what ``Retry-After`` says (seconds or an HTTP date; else the backoff), then retries;
+- a 5xx, a timeout or a refused connection retries after an exponential backoff with a seeded jitter;
+- after ``max_retries`` retries, or at once for another 4xx (a bad request is not retried), the request's outcome is
+  its reason (``HTTP 503 after 5 retries``, ``timeout after 60 s, 5 retries``): the stage quarantines that row.
+
+Servers differ in what they honour: ``transformers serve`` ignores ``n`` (one sample a request, so the sample index is
+a request of its own, which also makes each sample's response a unit that is kept or sent again) and a ``seed`` where
+it samples; vLLM honours both. The API key is read from the environment variable the config names, sent as a bearer
+token, and never written into an outcome, a log line or an error.
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+if TYPE_CHECKING:
+    from common.models.config import EndpointConfig
+
+log = logging.getLogger(__name__)
+
+# The longest a Retry-After is honoured, and the first backoff step (doubled each retry).
+MAX_RETRY_AFTER_S = 120.0
+BACKOFF_S = 0.5
+
+
+class EndpointUnreachable(RuntimeError):
+    """The endpoint did not answer, or does not serve the configured model; the message names the URL (never the
+    key)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One completion to ask for: ``prompt`` (the method's few-shot prompt with the source filled in), the sample's
+    index among the source's samples, and the stage's seed (the request's own seed is derived from both)."""
+
+    prompt: str
+    sample_idx: int
+    seed: int
+
+    def request_seed(self) -> int:
+        """The seed sent with the request: distinct per sample, the same on every run."""
+        return (self.seed * 1_000_003 + self.sample_idx) % 2**31
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came back for a :class:`Request`: ``text`` (None when it failed) or ``reason``; the response's token
+    counts, the seconds from the first try to the answer, and the retries it took."""
+
+    text: Optional[str]
+    reason: Optional[str]
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    retries: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.text is not None
+
+
+def share(total: Optional[int], parts: int) -> Optional[int]:
+    """``total`` (an endpoint's concurrency or rate) divided among ``parts`` actors, each at least 1 (None stays
+    None): the actors together never exceed the total as long as ``parts <= total``."""
+    return None if total is None else max(1, total // max(1, parts))
+
+
+def api_key(cfg: "EndpointConfig") -> Optional[str]:
+    """The key from the environment variable ``cfg.api_key_env`` names (None when none is named). Raises
+    :class:`EndpointUnreachable` naming the variable, not its value, when it is unset."""
+    if not cfg.api_key_env:
+        return None
+    key = os.environ.get(cfg.api_key_env)
+    if not key:
+        raise EndpointUnreachable(f"{cfg.base_url}: the API key's variable {cfg.api_key_env} is not set")
+    return key
+
+
+def retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Seconds to wait from a ``Retry-After`` header: a number of seconds or an HTTP date (None when absent or
+    unreadable), at most :data:`MAX_RETRY_AFTER_S`."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - (now or time.time())
+        except (TypeError, ValueError):
+            return None
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_S)
+
+
+class EndpointClient:
+    """Sends :class:`Request` s to ``cfg``'s endpoint with sampling ``params`` (``max_tokens``, ``temperature``,
+    ``top_p``, ``stop``), at most ``concurrency`` at once and ``requests_per_minute`` a minute (this client's share;
+    defaults: the endpoint's own). Use :meth:`run`; counts of requests and retries are in :attr:`stats`."""
+
+    def __init__(self, cfg: "EndpointConfig", params: dict[str, Any], concurrency: Optional[int] = None,
+                 requests_per_minute: Optional[int] = None):
+        self.cfg, self.params = cfg, dict(params)
+        self.concurrency = concurrency or cfg.max_concurrency
+        self.requests_per_minute = requests_per_minute if requests_per_minute is not None else cfg.requests_per_minute
+        self._headers = {"Content-Type": "application/json"}
+        key = api_key(cfg)
+        if key:
+            self._headers["Authorization"] = f"Bearer {key}"
+        self.stats = {"requests": 0, "retries": 0, "failed": 0}
+
+    def __repr__(self) -> str:  # never the headers: they hold the key
+        return f"EndpointClient({self.cfg.base_url!r}, model={self.cfg.model!r}, concurrency={self.concurrency})"
+
+    @property
+    def url(self) -> str:
+        return self.cfg.base_url.rstrip("/") + ("/chat/completions" if self.cfg.api == "chat" else "/completions")
+
+    def body(self, request: Request) -> dict[str, Any]:
+        """The JSON body of ``request``: the model, the prompt (as the user's message for the chat API), the
+        sampling parameters and the request's seed."""
+        body: dict[str, Any] = {"model": self.cfg.model, "seed": request.request_seed(), **self.params}
+        if self.cfg.api == "chat":
+            body["messages"] = [{"role": "user", "content": request.prompt}]
+        else:
+            body["prompt"] = request.prompt
+        return body
+
+    def run(self, requests: Sequence[Request]) -> list[Outcome]:
+        """Send every request; returns their outcomes in order (never raises for a request that failed)."""
+        return asyncio.run(self._run(list(requests)))
+
+    async def _run(self, requests: list[Request]) -> list[Outcome]:
+        import aiohttp
+
+        gate = asyncio.Semaphore(self.concurrency)
+        interval = 60.0 / self.requests_per_minute if self.requests_per_minute else 0.0
+        next_start = [time.monotonic()]
+        lock = asyncio.Lock()
+
+        async def paced() -> None:  # request starts at least `interval` apart
+            if not interval:
+                return
+            async with lock:
+                wait = next_start[0] - time.monotonic()
+                next_start[0] = max(next_start[0], time.monotonic()) + interval
+            if wait > 0:
+                await asyncio.sleep(wait)
+
+        timeout = aiohttp.ClientTimeout(total=self.cfg.timeout_s)
+        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=self._headers) as session:
+            async def one(request: Request) -> Outcome:
+                async with gate:
+                    return await self._send(session, request, paced)
+
+            return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    async def _send(self, session, request: Request, paced) -> Outcome:
+        import aiohttp
+
+        rng = random.Random(request.request_seed())
+        started, retries, last = time.monotonic(), 0, ""
+        body = json.dumps(self.body(request))
+        while True:
+            await paced()
+            self.stats["requests"] += 1
+            wait: Optional[float] = None
+            try:
+                async with session.post(self.url, data=body) as response:
+                    if response.status == 200:
+                        return self._outcome(await response.json(content_type=None), started, retries)
+                    text = (await response.text())[:200]
+                    last = f"HTTP {response.status}"
+                    if response.status == 429:
+                        wait = retry_after(response.headers.get("Retry-After"))
+                    elif response.status < 500 and response.status != 408:
+                        return self._failed(f"{last}: {' '.join(text.split())}", started, retries)
+            except asyncio.TimeoutError:
+                last = f"timeout after {self.cfg.timeout_s:g} s"
+            except aiohttp.ClientError as exc:
+                last = f"connection error ({type(exc).__name__})"
+            if retries >= self.cfg.max_retries:
+                return self._failed(f"{last} after {retries} retries", started, retries)
+            retries += 1
+            self.stats["retries"] += 1
+            await asyncio.sleep(wait if wait is not None else BACKOFF_S * 2 ** (retries - 1) * (0.5 + rng.random()))
+
+    def _outcome(self, payload: dict[str, Any], started: float, retries: int) -> Outcome:
+        choice = (payload.get("choices") or [{}])[0]
+        text = choice.get("message", {}).get("content") if self.cfg.api == "chat" else choice.get("text")
+        usage = payload.get("usage") or {}
+        if text is None:
+            return self._failed("a response with no text", started, retries)
+        return Outcome(text=text, reason=None, prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                       completion_tokens=int(usage.get("completion_tokens") or 0),
+                       latency_s=time.monotonic() - started, retries=retries)
+
+    def _failed(self, reason: str, started: float, retries: int) -> Outcome:
+        self.stats["failed"] += 1
+        return Outcome(text=None, reason=reason, latency_s=time.monotonic() - started, retries=retries)
+
+
+def check_endpoint(cfg: "EndpointConfig", timeout_s: float = 30.0) -> str:
+    """Check ``cfg``'s endpoint before any Spark or Ray work (and for ``augment doctor``): it answers, lists the
+    model (``GET <base_url>/models``; a server that lists none, such as ``transformers serve`` of a local folder, is
+    taken at its word by the next step), and completes one token. Returns a line saying so; raises
+    :class:`EndpointUnreachable` naming the URL and what failed, never the key."""
+    headers = {"Content-Type": "application/json"}
+    key = api_key(cfg)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    models_url = cfg.base_url.rstrip("/") + "/models"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(models_url, headers=headers), timeout=timeout_s) as r:
+            listed = [m.get("id") for m in json.loads(r.read() or b"{}").get("data", [])]
+    except urllib.error.HTTPError as exc:
+        raise EndpointUnreachable(f"{models_url} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise EndpointUnreachable(f"{models_url} did not answer ({getattr(exc, 'reason', exc)})") from None
+    if listed and cfg.model not in listed:
+        raise EndpointUnreachable(f"{models_url} does not list the model {cfg.model!r} (it lists "
+                                  f"{', '.join(map(str, listed[:10]))})")
+    client = EndpointClient(cfg, {"max_tokens": 1, "temperature": 0.0}, concurrency=1)
+    done = client.run([Request("Hello", 0, 0)])[0]
+    if not done.ok:
+        raise EndpointUnreachable(f"{client.url}: a one-token completion failed: {done.reason}")
+    return (f"{cfg.base_url} serves {cfg.model} ({'listed' if listed else 'not listed by /models'}; a one-token "
+            f"completion in {done.latency_s:.1f} s)")
