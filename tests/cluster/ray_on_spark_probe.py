@@ -11,7 +11,8 @@ Ray runtime, in the order a pipeline uses them, measured:
    the cluster at once: it can only run once the idle Ray worker nodes have given their slots back.
 3. Another Spark job holds every slot, then a Ray stage asks for nodes that cannot start: within
    ``ray.spark_node_start_timeout_s`` the job's run fails with the node watch's error, the context shuts Ray on Spark
-   down (no Spark job of Ray's is left), and once the other job ends the barrier stage over every slot runs at once.
+   down (no Spark job or Ray process of it is left), and once the other job ends the barrier stage over every slot
+   runs at once.
 
 Prints one JSON line, ``RESULT {...}``: where the Ray tasks ran, the seconds each step took, and any failure.
 Usage: python tests/cluster/ray_on_spark_probe.py CONF SLOT_WAIT_S
@@ -19,6 +20,7 @@ Usage: python tests/cluster/ray_on_spark_probe.py CONF SLOT_WAIT_S
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -111,6 +113,24 @@ def _active_jobs(spark) -> list[int]:
     return list(spark.sparkContext.statusTracker().getActiveJobsIds())
 
 
+def _ray_processes(port: str, wait_s: float = 30.0) -> list[str]:
+    """The processes of the Ray-on-Spark cluster whose head listened on ``port`` (their command lines name its
+    folder, ``ray-<port>-<id>``: the head's and every worker node's raylet, GCS, agents and workers), after up to
+    ``wait_s`` for them to end."""
+    import psutil
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for process in psutil.process_iter(["cmdline"]):
+            line = " ".join(process.info["cmdline"] or [])
+            if f"ray-{port}-" in line and "ray_on_spark_probe" not in line:
+                left.append(line[:120])
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
 def main(conf: str, slot_wait: float) -> dict:
     from common.config import load_config
     from common.platform import ray_on_spark
@@ -139,6 +159,7 @@ def main(conf: str, slot_wait: float) -> dict:
         stage = time.monotonic()
         result["pipeline_ray"] = _ray_stage(ctx)
         result["ray_start_and_stage_s"] = time.monotonic() - stage
+        head_port = os.environ["RAY_ADDRESS"].rsplit(":", 1)[1]  # Ray on Spark's head, set by its start
         result["slots_after_ray_stage"] = _all_slots(spark, slots, slot_wait)
         # 3. every slot held by another job, then a Ray stage whose nodes cannot start
         holder, group = _hold_every_slot(spark, slots, 600)
@@ -155,6 +176,7 @@ def main(conf: str, slot_wait: float) -> dict:
         result["close_s"] = time.monotonic() - closing
     result["jobs_after_error"] = [j for j in _active_jobs(spark)
                                   if j not in spark.sparkContext.statusTracker().getJobIdsForGroup(group)]
+    result["ray_processes_after_error"] = _ray_processes(head_port)
     spark.sparkContext.cancelJobGroup(group)
     holder.join(timeout=60)
     result["slots_after_error"] = _all_slots(spark, slots, slot_wait)

@@ -278,7 +278,7 @@ def test_ray_on_spark_sizes_its_nodes_from_the_executors_and_never_waits_silentl
     runs on worker nodes, and the Spark stage after it gets every slot back once they idle (autoscaling from zero).
     With every slot held by another job, a Ray stage's nodes cannot start: the job's run fails within
     ``ray.spark_node_start_timeout_s`` with an error naming the executors and the keys, Ray on Spark is shut down
-    (no Spark job of Ray's left), and the slots serve the next Spark stage at once."""
+    (no Spark job or Ray process of it left), and the slots serve the next Spark stage at once."""
     tree = yaml.safe_load(cluster_conf.read_text())
     tree["spark"] = {"mode": "local", "master": f"spark://127.0.0.1:{cluster.port('spark-master')}", "delta": "rs",
                      "driver_memory": "1g"}
@@ -318,7 +318,7 @@ def test_ray_on_spark_sizes_its_nodes_from_the_executors_and_never_waits_silentl
     assert "not one of their Spark tasks scheduled within 3" in result["node_watch_error"]
     assert "(ray.spark_node_start_timeout_s 30;" in result["node_watch_error"]
     assert 30 <= result["node_watch_error_s"] < 60
-    assert result["jobs_after_error"] == []
+    assert result["jobs_after_error"] == [] and result["ray_processes_after_error"] == []
     for key in ("slots_after_error", "slots_after_ray_stage"):
         assert result[key]["ok"] and len(result[key]["executors"]) == len(SPARK_WORKERS), result[key]
     assert result["slots_after_error"]["seconds"] < 30  # shut down, not waiting for the idle timeout
