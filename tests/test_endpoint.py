@@ -15,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from common.models.config import EndpointConfig
@@ -190,3 +191,35 @@ def test_config_takes_the_key_by_reference_and_shares_the_limits():
     assert (share(8, 3), share(2, 4), share(None, 2)) == (2, 1, None)
     assert retry_after("3") == 3.0 and retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
     assert retry_after(None) is None and retry_after("9999") == 120.0
+
+
+def test_the_pool_engine_gives_generated_rows_and_quarantines_what_failed(served):
+    """EndpointGenerator, a generation pool's callable: n samples per input through the server as generated rows in
+    the engines' schema (tokens from the response's usage), an empty input quarantined with its reason; behind a
+    server that answers 503, every input one row with the request's reason, none lost."""
+    from common.models.generation.endpoint import EndpointGenerator
+    from common.models.generation.hf_engine import GenerationSpec, output_schema
+
+    base, model = served
+    template = ("Product title: red toy car\nThe same product, another title: toy car, red\n\n"
+                "Product title: {source}\nThe same product, another title:")
+    spec = GenerationSpec(n_samples=2, max_new_tokens=8, seed=5)
+    batch = {"source_id": np.array(["a", "b", "c"]), "source_text": np.array(["wooden blocks set", "", "blue kite"])}
+    table = EndpointGenerator(EndpointConfig(base_url=base, model=model), template, "endpoint_cga-test", spec,
+                              actors=2)(batch)
+    assert table.schema == output_schema()
+    rows = table.to_pylist()
+    made = sorted((r["source_id"], r["sample_idx"]) for r in rows if r["reason"] is None)
+    assert made == [("a", 0), ("a", 1), ("c", 0), ("c", 1)]
+    assert all(r["generated_text"] is not None and "\n" not in r["generated_text"] and 1 <= r["generated_tokens"] <= 8
+               for r in rows if r["reason"] is None)
+    assert [(r["source_id"], r["reason"]) for r in rows if r["reason"]] == [("b", "empty input")]
+    down = Gateway(base, down=True)
+    try:
+        table = EndpointGenerator(EndpointConfig(base_url=down.base, model=model, max_retries=1), template, "v", spec)(
+            batch)
+    finally:
+        down.close()
+    reasons = {r["source_id"]: r["reason"] for r in table.to_pylist()}
+    assert reasons == {"a": "endpoint: HTTP 503 after 1 retries", "b": "empty input",
+                       "c": "endpoint: HTTP 503 after 1 retries"}

@@ -8,7 +8,8 @@ spark-submit and must give the tables the local run gives; then the faults: a Sp
 of a Spark stage, the second Ray node SIGKILLed in the middle of a generation stage, the object store down when a
 job starts. And Ray on Spark (``ray.mode: spark``) on the same master from a driver whose session the suite builds:
 nodes cut from the executors, Spark -> Ray -> Spark with the slots given back, nodes that cannot start ending the job
-with an error (tests/cluster/ray_on_spark_probe.py). The rehearsal of every pipeline is ``make cluster-demo`` (its time is in docs/operations/cluster.md).
+with an error (tests/cluster/ray_on_spark_probe.py). The rehearsal of every pipeline is ``make cluster-demo`` (its time
+is in docs/operations/cluster.md).
 """
 from __future__ import annotations
 

@@ -243,3 +243,58 @@ def check_endpoint(cfg: "EndpointConfig", timeout_s: float = 30.0) -> str:
         raise EndpointUnreachable(f"{client.url}: a one-token completion failed: {done.reason}")
     return (f"{cfg.base_url} serves {cfg.model} ({'listed' if listed else 'not listed by /models'}; a one-token "
             f"completion in {done.latency_s:.1f} s)")
+
+
+def sampling_params(spec) -> dict[str, Any]:
+    """The request parameters of a generation spec (:class:`~common.models.generation.hf_engine.GenerationSpec`):
+    ``max_tokens``, ``temperature`` 1 with the spec's ``top_p`` when it samples (0 for beam search, which an
+    endpoint does not offer: its greedy answer), and the in-context stop, the line break after a sample
+    (:data:`common.models.generation.in_context.STOP`). ``top_k`` is no standard parameter and is not sent."""
+    from common.models.generation.in_context import STOP
+
+    sampling = spec.mode == "sample"
+    return {"max_tokens": spec.max_new_tokens, "temperature": 1.0 if sampling else 0.0,
+            **({"top_p": spec.top_p} if sampling else {}), "stop": [STOP]}
+
+
+class EndpointGenerator:
+    """The Ray Data callable of a generation pool whose model is served (a pool of ``actors`` of these shares the
+    endpoint's concurrency and rate, :func:`share`): each input written into ``template`` (``{source}``), asked
+    ``n_samples`` times (one request a sample), and its samples returned as generated rows
+    (:data:`~common.models.generation.hf_engine.OUTPUT_COLUMNS`, ``generated_tokens`` the response's completion
+    tokens). An input whose every sample came back gives its samples; an empty one, or one with a request that
+    still failed after its retries, gives one row with the ``reason`` (``endpoint: HTTP 503 after 5 retries``),
+    which the stage quarantines. :attr:`client`'s stats count the requests and retries."""
+
+    def __init__(self, endpoint: "EndpointConfig", template: str, model_version: str, spec, actors: int = 1):
+        self.template, self.model_version, self.spec = template, model_version, spec
+        self.client = EndpointClient(endpoint, sampling_params(spec),
+                                     concurrency=share(endpoint.max_concurrency, actors),
+                                     requests_per_minute=share(endpoint.requests_per_minute, actors))
+
+    def __call__(self, batch: dict[str, Any]):
+        import pyarrow as pa
+
+        from common.models.generation.causal_lm import prompt_text
+        from common.models.generation.hf_engine import OUTPUT_COLUMNS, output_schema
+        from common.models.generation.in_context import STOP
+
+        ids = [str(x) for x in batch["source_id"]]
+        texts = ["" if x is None else str(x) for x in batch["source_text"]]
+        good = [i for i, text in enumerate(texts) if text.strip()]
+        n = self.spec.n_samples
+        outcomes = self.client.run([Request(prompt_text(self.template, texts[i]), k, self.spec.seed)
+                                    for i in good for k in range(n)])
+        rows: list[tuple] = [(ids[i], texts[i], None, -1, self.model_version, 0, "empty input")
+                             for i, text in enumerate(texts) if not text.strip()]
+        for j, i in enumerate(good):
+            samples = outcomes[j * n:(j + 1) * n]
+            failed = next((o for o in samples if not o.ok), None)
+            if failed is not None:
+                rows.append((ids[i], texts[i], None, -1, self.model_version, 0, f"endpoint: {failed.reason}"[:300]))
+                continue
+            # (a server that ignores `stop` writes on: the sample ends at the line break, as in-context engines cut)
+            rows += [(ids[i], texts[i], o.text.split(STOP, 1)[0].strip(), k, self.model_version,
+                      o.completion_tokens, None) for k, o in enumerate(samples)]
+        columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_COLUMNS]
+        return pa.table({name: list(values) for name, values in zip(OUTPUT_COLUMNS, columns)}, schema=output_schema())
