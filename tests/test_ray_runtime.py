@@ -428,7 +428,7 @@ def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where
     assert not check.ok and "holds its Spark slots" in check.detail and "spark_min_worker_nodes: 0" in check.fix
 
 
-def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan():
+def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(capsys):
     """The node watch: worker nodes asked for and none of their Spark tasks scheduled for
     ``ray.spark_node_start_timeout_s`` (or tasks running and no node up for twice that) interrupt the main thread
     wherever it waits, and the interrupt becomes a ClusterError naming the plan, the executors and the keys; a
@@ -469,3 +469,7 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan()
     seconds, error = waited_for((2, 1, 0))  # a task runs, its node never joins: after twice the timeout
     assert 0.6 <= seconds < 1.2 and "1 of their Spark tasks running, and none joined Ray" in str(error)
     assert interruption() is None  # taken once: a later Ctrl-C is the user's
+    from common.platform.cli import _user_error
+
+    assert _user_error(error) == 5  # the CLI's one line, exit code 5
+    assert capsys.readouterr().err.startswith("augment: cluster error: ray on spark: 2 Ray worker nodes asked for")
