@@ -106,7 +106,7 @@ class RayOnSparkPlan:
     """The Ray-on-Spark cluster a job starts: worker nodes between ``min_nodes`` and ``max_nodes``, of ``cpus`` CPUs,
     ``gpus`` GPUs and ``memory_mb`` of memory (heap and object store) each (every node is one Spark task holding
     that many cores), ``idle_minutes`` before an idle node ends and frees its slots; ``executors``: what the
-    application's executors have (None when the sizes were all given)."""
+    application's executors have (None for a plan made by hand)."""
 
     min_nodes: int
     max_nodes: int
@@ -135,9 +135,9 @@ class RayOnSparkPlan:
         return line + (f" (the application has {self.executors.describe()})" if self.executors else "")
 
 
-def plan(cfg: RayConfig, spark: "SparkSession", found: Optional[Executors] = None) -> RayOnSparkPlan:
+def plan(cfg: RayConfig, spark: "SparkSession") -> RayOnSparkPlan:
     """The cluster ``cfg`` asks for on this Spark application: unset sizes are cut from one executor
-    (:func:`executors`, or ``found``): its cores, its memory's share for those cores, no GPU. Raises
+    (:func:`executors`): its cores, its memory's share for those cores, no GPU. Raises
     :class:`ConfigError` naming the key when the sizes cannot work, a node larger than an executor included (its Spark
     task would never be scheduled, and Ray would wait for it without a word)."""
     if not 0 <= cfg.spark_min_worker_nodes <= cfg.spark_max_worker_nodes or cfg.spark_max_worker_nodes < 1:
@@ -145,7 +145,7 @@ def plan(cfg: RayConfig, spark: "SparkSession", found: Optional[Executors] = Non
                           f"ray.spark_max_worker_nodes ({cfg.spark_max_worker_nodes}), which must be at least 1")
     if cfg.spark_idle_timeout_minutes <= 0:
         raise ConfigError(f"ray.spark_idle_timeout_minutes must be above 0, not {cfg.spark_idle_timeout_minutes}")
-    found = found or executors(spark, cfg.spark_node_start_timeout_s)
+    found = executors(spark, cfg.spark_node_start_timeout_s)
     cpus = cfg.spark_num_cpus_per_node or found.cores
     if cpus > found.cores:
         raise ConfigError(f"ray.spark_num_cpus_per_node ({cpus}) is more than a Spark executor has: the application "
