@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from common.models.generation.endpoint import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs, when_set
 from jobs import entry_point
 
@@ -62,7 +63,7 @@ def pairs_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     return {"pairs": stats["pairs"], "groups_with_pairs": stats["groups"]}
 
 
-@job("cga-generate")
+@job("cga-generate", preflight=served_preflight(lambda cfg: cfg.cga.model))
 def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``cga-generate``: fine-tune the generator on D_pairs, generate n samples per D_L title, score them."""
     from common.models.generation.filtering import FilterSpec

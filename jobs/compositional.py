@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from common.platform.errors import InputError
+from common.models.generation.endpoint import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 
@@ -168,14 +169,14 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int, metho
     return out
 
 
-@job("compositional-generate")
+@job("compositional-generate", preflight=served_preflight(lambda cfg: cfg.compositional.generator.model))
 def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``compositional-generate``: prompts from the sampled label sets; Concat and seq2seq candidates."""
     from pyspark.sql import functions as F
 
     from common.compositional.generation import candidates, concat_texts, generator_pairs, prompts
     from common.compositional.split import label_vocabulary
-    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
+    from common.models.generation.stages import generate_routed_stage
 
     cfg = ctx.cfg.compositional
     gen = cfg.generator
@@ -199,14 +200,9 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         routed = prompt_df.join(routes, "method").select(F.col("example_id").alias("source_id"), "source_text",
                                                           "model_path", "model_version").orderBy("model_path", "source_id")
         route_rows = tr.write(routed, f"{PROMPTS}_routed", config_hash)
-        g = gen.generation
-        ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
-        with ctx.lakehouse.read_ray_ordered(f"{PROMPTS}_routed", route_rows.version, ROUTED_COLUMNS,
-                                            order_by=["model_path", "source_id"]) as ds:
-            out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
-                                  num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=len(models),
-                                  **pool_options(tr.written_rows(f"{PROMPTS}_routed"), g, ctx.cfg.ray))
-            generated = ctx.lakehouse.read(GENERATED, tr.write_ray(out, GENERATED, config_hash).version)
+        written = generate_routed_stage(ctx, tr, f"{PROMPTS}_routed", route_rows.version, gen.generation,
+                                        [p for p, _ in models.values()], len(models), GENERATED, config_hash)
+        generated = ctx.lakehouse.read(GENERATED, written.version)
     else:
         generated = ctx.spark.createDataFrame([], "source_id string, generated_text string, generated_tokens long, "
                                                   "reason string")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from common.platform.errors import InputError
+from common.models.generation.endpoint import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 
@@ -231,14 +232,14 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int):
                                            "model_version string, reused boolean")
 
 
-@job("genre-generate")
+@job("genre-generate", preflight=served_preflight(lambda cfg: cfg.genre.generator.model))
 def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``genre-generate``: per-genre generators on off-topic passages; synthetic on-topic documents."""
     from pyspark.sql import functions as F
 
     from common.genre.generation import generator_pairs, prompts, synthetic
     from common.models.config import generator_facts
-    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
+    from common.models.generation.stages import generate_routed_stage
 
     cfg = ctx.cfg.genre
     gen = cfg.generator
@@ -252,15 +253,10 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     prompt_rows = tr.write(prompts(splits, passages, ctx.lakehouse.read(GENERATORS, generators.version),
                                    ctx.cfg.seed, gen.synthetic_ratio, gen.off_topic_control, gen.per_genre),
                            PROMPTS, config_hash)
-    g = gen.generation
-    ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
-    # In (model, id) order: batches hold few models, and the same rows whatever the table's layout.
-    with ctx.lakehouse.read_ray_ordered(PROMPTS, prompt_rows.version, ROUTED_COLUMNS,
-                                        order_by=["model_path", "source_id"]) as ds:
-        out = generate_routed(ds, GenerationSpec.from_config(g, ctx.cfg.seed), concurrency=g.concurrency,
-                              num_gpus=g.num_gpus, batch_size=g.batch_size, cache_models=gen.cache_models,
-                              **pool_options(tr.written_rows(PROMPTS), g, ctx.cfg.ray))
-        generated = tr.write_ray(out, GENERATED, config_hash)
+    # one generator per genre: a bounded read
+    paths = [r[0] for r in ctx.lakehouse.read(GENERATORS, generators.version).select("model_path").collect()]
+    generated = generate_routed_stage(ctx, tr, PROMPTS, prompt_rows.version, gen.generation, paths, gen.cache_models,
+                                      GENERATED, config_hash)
     rows = synthetic(ctx.lakehouse.read(GENERATED, generated.version),
                      ctx.lakehouse.read(PROMPTS, prompt_rows.version))
     kept = tr.write(rows.filter(F.col("reason").isNull()).drop("reason"), SYNTHETIC, config_hash)

@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from common.models.generation.endpoint import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs, when_set
 from common.platform.results_pages import fmt_mean
 from jobs import entry_point
@@ -65,7 +66,7 @@ def _interaction_tables(tr: JobRun):
     return collected_tuples(kept, quarantine), kept
 
 
-@job("query-reformulate")
+@job("query-reformulate", preflight=served_preflight(lambda cfg: cfg.query_reformulation.model))
 def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     """``query-reformulate``: fine-tune the reformulation T5 and reformulate the collected queries (all, or a
     seeded ``sources`` of them)."""
@@ -144,7 +145,7 @@ def growth_accounting(ctx: JobContext, tuples, local, reformulated, kept_version
             "growth_factor": n_kept / n_local if n_local else 0.0}
 
 
-@job("query-matcher")
+@job("query-matcher", preflight=served_preflight(lambda cfg: cfg.query_reformulation.model))
 def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``query-matcher``: fastText matcher on the original vs the augmented log, precision@k on held-out queries."""
     from pyspark.sql import functions as F

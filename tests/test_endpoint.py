@@ -5,6 +5,7 @@ would answer): 429 with Retry-After for the first requests, or 503 for every one
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -32,40 +33,74 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """``transformers serve`` of the materialised SmolLM2 on a loopback port: (base_url, model name). Its hub cache
-    is an empty folder of its own (with none, its /v1/models answers 500; with one, it lists no local folder)."""
-    from common.models.generation.causal_lm import materialise_smollm2
+class Server:
+    """``transformers serve`` of the materialised SmolLM2 on a loopback port, as a process this module starts, kills
+    and starts again on the same port. Its hub cache is an empty folder of its own (with none, its /v1/models
+    answers 500; with one, it lists no local folder). :meth:`completions` counts the completions it answered, from
+    its own access log."""
 
-    folder = str(materialise_smollm2())
-    port = _free_port()
-    scratch = tmp_path_factory.mktemp("serve")
-    env = {**os.environ, "HF_HUB_CACHE": str(scratch / "hub"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    (scratch / "hub").mkdir()
-    log = open(scratch / "serve.log", "wb")
-    server = subprocess.Popen([str(Path(sys.executable).with_name("transformers")), "serve", folder, "--host",
-                               "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=scratch)
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
+    def __init__(self, folder: str, scratch: Path):
+        self.folder, self.scratch, self.port = folder, scratch, _free_port()
+        (scratch / "hub").mkdir(exist_ok=True)
+        self.process: "subprocess.Popen | None" = None
+        self.starts = 0
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def log_path(self) -> Path:
+        return self.scratch / f"serve-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        env = {**os.environ, "HF_HUB_CACHE": str(self.scratch / "hub"), "HF_HUB_OFFLINE": "1",
+               "TRANSFORMERS_OFFLINE": "1"}
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [str(Path(sys.executable).with_name("transformers")), "serve", self.folder, "--host", "127.0.0.1",
+                 "--port", str(self.port), "--device", "cpu", "--dtype", "float32"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.scratch)
         deadline = time.monotonic() + 120
         while True:
             try:
-                urllib.request.urlopen(f"{base}/models", timeout=2).read()
-                break
+                urllib.request.urlopen(f"{self.base}/models", timeout=2).read()
+                return
             except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"transformers serve did not start: {(scratch / 'serve.log').read_text()}")
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"transformers serve did not start: {self.log_path.read_text()}")
                 time.sleep(0.5)
-        yield base, folder
+
+    def completions(self) -> int:
+        """Completions this start of the server answered (its access log's 200 lines)."""
+        text = self.log_path.read_text(errors="replace")
+        return sum('"POST /v1/completions HTTP/1.1" 200' in line for line in text.splitlines())
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from common.models.generation.causal_lm import materialise_smollm2
+
+    server = Server(str(materialise_smollm2()), tmp_path_factory.mktemp("serve"))
+    server.start()
+    try:
+        yield server
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+        server.kill()
+
+
+@pytest.fixture
+def served(server):
+    """(base_url, model name) of the running server (started again if a test killed it)."""
+    if server.process is None or server.process.poll() is not None:
+        server.start()
+    return server.base, server.folder
 
 
 class Gateway:
@@ -193,33 +228,136 @@ def test_config_takes_the_key_by_reference_and_shares_the_limits():
     assert retry_after(None) is None and retry_after("9999") == 120.0
 
 
-def test_the_pool_engine_gives_generated_rows_and_quarantines_what_failed(served):
-    """EndpointGenerator, a generation pool's callable: n samples per input through the server as generated rows in
-    the engines' schema (tokens from the response's usage), an empty input quarantined with its reason; behind a
-    server that answers 503, every input one row with the request's reason, none lost."""
-    from common.models.generation.endpoint import EndpointGenerator
+def _served_generator(folder: Path, endpoint: EndpointConfig, prompt: str = "Product title: {source}\n"
+                      "The same product, another title:") -> str:
+    """A served generator's folder, as the fine-tune stage writes it: one of two pairs in the prompt."""
+    from dataclasses import asdict
+
+    from common.models.generation.in_context import save_endpoint
+    from common.models.generation.seq2seq import ModelSpec
+
+    spec = ModelSpec(kind="endpoint", prompt=prompt, in_context=1, endpoint=asdict(endpoint))
+    save_endpoint([("red toy car", "toy car, red"), ("green ball", "ball in green")], str(folder), spec, seed=3)
+    return str(folder)
+
+
+def test_the_pool_engine_gives_generated_rows_keeps_answers_and_quarantines_what_failed(served, tmp_path):
+    """EndpointGenerator, a generation pool's callable, on a served generator's folder: n samples per input through
+    the server as generated rows in the engines' schema (tokens from the response's usage), an empty input
+    quarantined with its reason. The same batch again sends nothing: its answers come from its response log. Behind
+    a server that answers 503, every input one row with the request's reason, none lost."""
+    from common.models.generation.served import EndpointGenerator
     from common.models.generation.hf_engine import GenerationSpec, output_schema
+    from common.models.generation.responses import RESPONSES
 
     base, model = served
-    template = ("Product title: red toy car\nThe same product, another title: toy car, red\n\n"
-                "Product title: {source}\nThe same product, another title:")
+    folder = _served_generator(tmp_path / "gen", EndpointConfig(base_url=base, model=model))
+    settings = json.loads((tmp_path / "gen" / "generator.json").read_text())
+    assert settings["prompt"].count("{source}") == 1 and "Product title: " in settings["prompt"].split("{source}")[0]
     spec = GenerationSpec(n_samples=2, max_new_tokens=8, seed=5)
     batch = {"source_id": np.array(["a", "b", "c"]), "source_text": np.array(["wooden blocks set", "", "blue kite"])}
-    table = EndpointGenerator(EndpointConfig(base_url=base, model=model), template, "endpoint_cga-test", spec,
-                              actors=2)(batch)
-    assert table.schema == output_schema()
+    engine = EndpointGenerator(folder, "endpoint_cga-test", spec, actors=2, tag="run-1")
+    table = engine(batch)
+    assert table.schema == output_schema() and engine.client.stats["requests"] == 4
     rows = table.to_pylist()
     made = sorted((r["source_id"], r["sample_idx"]) for r in rows if r["reason"] is None)
     assert made == [("a", 0), ("a", 1), ("c", 0), ("c", 1)]
     assert all(r["generated_text"] is not None and "\n" not in r["generated_text"] and 1 <= r["generated_tokens"] <= 8
                for r in rows if r["reason"] is None)
     assert [(r["source_id"], r["reason"]) for r in rows if r["reason"]] == [("b", "empty input")]
+    again = EndpointGenerator(folder, "endpoint_cga-test", spec, actors=2, tag="run-2")
+    assert again(batch).to_pylist() == rows and again.client.stats["requests"] == 0
+    assert (tmp_path / "gen" / RESPONSES).is_dir()
     down = Gateway(base, down=True)
     try:
-        table = EndpointGenerator(EndpointConfig(base_url=down.base, model=model, max_retries=1), template, "v", spec)(
-            batch)
+        other = _served_generator(tmp_path / "down", EndpointConfig(base_url=down.base, model=model, max_retries=1))
+        table = EndpointGenerator(other, "v", spec)(batch)
     finally:
         down.close()
     reasons = {r["source_id"]: r["reason"] for r in table.to_pylist()}
     assert reasons == {"a": "endpoint: HTTP 503 after 1 retries", "b": "empty input",
                        "c": "endpoint: HTTP 503 after 1 retries"}
+
+
+def _grep_tree(root: Path, secret: str) -> list[str]:
+    """Files under ``root`` whose bytes hold ``secret``."""
+    return [str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+@pytest.mark.slow  # CGA's generation stage through the server three times on a copy of the world
+def test_a_pipeline_stage_through_the_server_killed_halfway_resumes_and_never_leaks_the_key(
+        small_world, server, tmp_path, monkeypatch, capfd):
+    """cga-generate with ``model.kind: endpoint`` (the key in an environment variable) on a copy of the world: the
+    server is killed after its first answers, and the stage fails naming the URL; started again, the server
+    answers only the requests that had none (counted in its access log), and the table holds each sample once,
+    the server's own text with its usage; run a third time, the stage sends nothing and writes no version. The key
+    is in no log line, MLflow param or tag, card, Delta commit, response log or saved generator."""
+    import mlflow
+    from dataclasses import replace
+
+    from common.models.config import T5ModelConfig
+    from common.models.generation.responses import RESPONSES
+    from jobs.cga import generate_job
+
+    if server.process is None or server.process.poll() is not None:
+        server.start()
+    small_world.run("cga")
+    monkeypatch.setenv("AUGMENT_TEST_KEY", KEY)
+    ctx = small_world.copy(tmp_path, tables=["cga_pairs", "labeled_train"])
+    try:
+        cga = ctx.cfg.cga
+        cga.sources, sources, n = 8, 8, 2
+        cga.model = T5ModelConfig(kind="endpoint", prompt=cga.model.prompt, in_context_examples=2,
+                                  endpoint=EndpointConfig(base_url=server.base, model=server.folder, max_retries=1,
+                                                          max_concurrency=2, api_key_env="AUGMENT_TEST_KEY"))
+        cga.generation = replace(cga.generation, n_samples=n, max_new_tokens=8, batch_size=4)
+        total = sources * n
+
+        before = server.completions()  # the earlier tests' answers, in the same log
+
+        def kill_after(answers: int) -> None:
+            deadline = time.monotonic() + 300
+            while server.completions() - before < answers and time.monotonic() < deadline:
+                time.sleep(0.05)
+            server.kill()
+
+        killer = threading.Thread(target=kill_after, args=(5,), daemon=True)
+        killer.start()
+        with pytest.raises(Exception, match=rf"{server.base}/completions stopped answering"):
+            generate_job(ctx)
+        killer.join()
+        first = server.completions() - before
+        models = Path(ctx.cfg.lakehouse.root) / "models"
+        logs = [p for p in models.rglob("*.parquet") if RESPONSES in p.parts]
+        import pyarrow.parquet as pq
+        kept = sum(1 for p in logs for r in pq.read_table(p).to_pylist() if r["key"] and r["text"] is not None)
+        assert 1 <= kept <= first < total, (kept, first)  # an answer the kill cut off in flight is not kept
+
+        server.start()
+        result = generate_job(ctx)
+        assert server.completions() == total - kept  # only the requests with no answer were sent
+        table = ctx.lakehouse.read("cga_generated").toPandas()
+        ok = table[table["sample_idx"] >= 0]
+        assert len(ok) == total and not ok.duplicated(["source_id", "sample_idx"]).any()
+        answers = [r for p in models.rglob("*.parquet") if RESPONSES in p.parts for r in pq.read_table(p).to_pylist()
+                   if r["key"] and r["text"] is not None]
+        assert sorted(t.split("\n", 1)[0].strip() for t in (r["text"] for r in answers)) == sorted(ok["generated_text"])
+        assert ok["generated_tokens"].sum() == sum(r["completion_tokens"] for r in answers)
+        run = mlflow.MlflowClient(ctx.cfg.tracking_uri).get_run(result.run_id)
+        assert run.data.metrics["endpoint.answered"] == total - kept and run.data.metrics["endpoint.reused"] == kept
+        assert run.data.metrics["endpoint.prompt_tokens"] > 0 and "endpoint.latency_p90_s" in run.data.metrics
+        assert run.data.tags["generator.served_model"] == server.folder
+        version = result.outputs["cga_generated"].version
+        card = (Path(ctx.cfg.lakehouse.root) / "cards" / "cga_generated" / f"v{version}.md").read_text()
+        assert server.folder in card and "answered" in card
+
+        again = generate_job(ctx)
+        assert server.completions() == total - kept and again.outputs["cga_generated"].skipped
+
+        runs = mlflow.MlflowClient(ctx.cfg.tracking_uri).search_runs(
+            [mlflow.get_experiment_by_name(ctx.cfg.tracking.experiment).experiment_id])
+        assert runs and all(KEY not in json.dumps([r.data.params, r.data.tags]) for r in runs)
+        assert _grep_tree(Path(ctx.cfg.lakehouse.root), KEY) == []
+        assert KEY not in capfd.readouterr().err
+    finally:
+        ctx.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, Optional, Sequence
 
+from common.models.endpoint_config import EndpointConfig
 from common.platform.config import check
 
 
@@ -120,45 +121,6 @@ class ScratchT5Config:
 
 
 @dataclass
-class EndpointConfig:
-    """A model served behind an OpenAI-compatible API (vLLM, SGLang, Databricks Model Serving, Ollama, llama.cpp's
-    server, ``transformers serve``, a hosted provider), called by :mod:`common.models.generation.endpoint`. The API
-    key is read by reference, never written into the config: ``api_key_env`` names the environment variable."""
-
-    # The API's root, e.g. http://127.0.0.1:8000/v1 (the /v1 included); empty: no endpoint configured.
-    base_url: str = ""
-    # The served model's name as the server lists it (GET <base_url>/models).
-    model: str = ""
-    # completions: POST /completions with the prompt as text (the method's few-shot prompt as it is); chat: POST
-    # /chat/completions with the prompt as the user's message.
-    api: Literal["completions", "chat"] = "completions"
-    # The name of the environment variable holding the API key (sent as a bearer token); null: no key.
-    api_key_env: Optional[str] = None
-    # The most requests in flight at once, over every actor of a stage together.
-    max_concurrency: int = 8
-    # Seconds one request may take before it counts as timed out (and is retried).
-    timeout_s: float = 60.0
-    # Retries of a request refused with 429 (after its Retry-After), a 5xx or a timeout; then it is quarantined
-    # with its reason.
-    max_retries: int = 5
-    # The most requests started per minute, over every actor of a stage together (null: no limit).
-    requests_per_minute: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        check(not self.base_url or self.base_url.startswith(("http://", "https://")), "*.base_url",
-              f"must be an http(s) URL, not {self.base_url!r}")
-        check(not self.base_url or bool(self.model), "*.model", "names the served model when base_url is set")
-        check(self.max_concurrency >= 1, "*.max_concurrency", "must be >= 1")
-        check(self.timeout_s > 0, "*.timeout_s", "must be above 0")
-        check(self.max_retries >= 0, "*.max_retries", "must be >= 0")
-        check(self.requests_per_minute is None or self.requests_per_minute >= 1, "*.requests_per_minute",
-              "must be >= 1 (null: no limit)")
-        check(self.api_key_env is None or (bool(self.api_key_env) and "=" not in self.api_key_env
-                                           and " " not in self.api_key_env), "*.api_key_env",
-              "names an environment variable (the key itself never goes in a config)")
-
-
-@dataclass
 class T5ModelConfig:
     """Which generator a stage fine-tunes (``kind``):
 
@@ -172,7 +134,9 @@ class T5ModelConfig:
     * ``checkpoint``: a seq2seq ``name_or_path`` (t5-small, t5-base, flan-t5-*, a BART, a local folder): the
       papers' T5, the cluster and Databricks default;
     * ``scratch_t5``: a tiny T5 trained from scratch with a tokenizer trained on the pairs (``scratch``
-      gives its shape): plumbing tests and the demo.
+      gives its shape): plumbing tests and the demo;
+    * ``endpoint``: a model the user serves behind an OpenAI-compatible API (``endpoint`` says where), prompted with
+      ``in_context_examples`` of the method's own training pairs: never fine-tuned here, whatever ``fine_tune`` says.
 
     With ``kind`` unset, ``name_or_path`` means ``checkpoint`` and its absence ``warm_minilm``.
     """
@@ -182,8 +146,10 @@ class T5ModelConfig:
     SECTION_RESETS: ClassVar[dict[str, tuple[str, ...]]] = {"name_or_path": ("kind", "scratch")}
 
     # The generator: smollm2 (the packaged causal LM), causal_checkpoint, warm_minilm, checkpoint (a seq2seq by
-    # name_or_path) or scratch_t5; null: checkpoint when name_or_path is set, else warm_minilm.
-    kind: Optional[Literal["smollm2", "causal_checkpoint", "scratch_t5", "warm_minilm", "checkpoint"]] = None
+    # name_or_path), scratch_t5 or endpoint (a served model, see endpoint); null: checkpoint when name_or_path is
+    # set, else warm_minilm.
+    kind: Optional[Literal["smollm2", "causal_checkpoint", "scratch_t5", "warm_minilm", "checkpoint",
+                           "endpoint"]] = None
     # A checkpoint: a hub name where a hub is reachable (t5-base, SmolLM2-360M) or a local folder; wins over kind's
     # own weights.
     name_or_path: Optional[str] = None
@@ -202,9 +168,11 @@ class T5ModelConfig:
     lora_r: int = 16
     # LoRA scaling (with lora_r > 0).
     lora_alpha: int = 32
-    # Causal kinds with fine_tune.epochs 0 (in-context, common.models.generation.in_context): how many of the
-    # method's own training pairs are written ahead of the prompt.
+    # Causal kinds with fine_tune.epochs 0 (in-context, common.models.generation.in_context), and the endpoint kind:
+    # how many of the method's own training pairs are written ahead of the prompt.
     in_context_examples: int = 4
+    # kind endpoint: the server and how hard to call it (the API key by its environment variable's name).
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
     def __post_init__(self) -> None:
         if self.kind is None:
@@ -223,11 +191,18 @@ class T5ModelConfig:
         check("{source}" in self.prompt, "*.prompt", "must contain {source}, where the input text goes")
         check(self.lora_r >= 0 and self.lora_alpha >= 1, "*.lora_r", "lora_r must be >= 0, lora_alpha >= 1")
         check(self.in_context_examples >= 1, "*.in_context_examples", "must be >= 1")
+        check(self.kind != "endpoint" or bool(self.endpoint.base_url), "*.endpoint.base_url",
+              "kind 'endpoint' needs the server's base_url (and endpoint.model)")
 
     @property
     def causal(self) -> bool:
-        """True for the decoder-only kinds (``smollm2``, ``causal_checkpoint``)."""
+        """True for the decoder-only kinds trained and run here (``smollm2``, ``causal_checkpoint``)."""
         return self.kind in ("smollm2", "causal_checkpoint")
+
+    @property
+    def served(self) -> bool:
+        """True for the ``endpoint`` kind: a model behind a user's server, prompted, never trained here."""
+        return self.kind == "endpoint"
 
 
 @dataclass
@@ -329,15 +304,26 @@ def ctranslate2_generation() -> GenerationConfig:
 
 
 def in_context(model: T5ModelConfig, fine_tune: FineTuneConfig) -> bool:
-    """True when a generator is prompted with examples instead of trained (``fine_tune.epochs`` 0, no
-    ``max_steps``, a causal kind)."""
-    return fine_tune.epochs == 0 and not fine_tune.max_steps and model.causal
+    """True when a generator is prompted with examples instead of trained: a served model (``endpoint``), or
+    ``fine_tune.epochs`` 0 with no ``max_steps`` on a causal kind."""
+    return model.served or (fine_tune.epochs == 0 and not fine_tune.max_steps and model.causal)
+
+
+def skipped_fine_tune(model: T5ModelConfig, fine_tune: FineTuneConfig) -> Optional[str]:
+    """The notice a log, a card and a summary give when a config asks a served model to be fine-tuned (``endpoint``
+    with ``fine_tune.epochs`` or ``max_steps`` set): it is prompted instead. None otherwise."""
+    if not model.served or (fine_tune.epochs == 0 and not fine_tune.max_steps):
+        return None
+    budget = f"{fine_tune.max_steps} steps" if fine_tune.max_steps else f"{fine_tune.epochs} epochs"
+    return (f"fine-tune skipped: {model.endpoint.model} is served at {model.endpoint.base_url}, not trained here "
+            f"(fine_tune asks for {budget}); prompted with {model.in_context_examples} of its training pairs instead")
 
 
 def check_generator(model: T5ModelConfig, fine_tune: FineTuneConfig, section: str) -> None:
     """Raise ConfigError when ``section``'s fine-tune asks for in-context generation (epochs 0) of a model
     kind that cannot be prompted (a seq2seq model must be trained)."""
-    check(fine_tune.epochs >= 1 or fine_tune.max_steps > 0 or model.causal, f"{section}.fine_tune.epochs",
+    check(fine_tune.epochs >= 1 or fine_tune.max_steps > 0 or model.causal or model.served,
+          f"{section}.fine_tune.epochs",
           f"0 means in-context generation, which needs a causal model kind (smollm2, causal_checkpoint), "
           f"not {model.kind!r}")
 
@@ -350,6 +336,12 @@ _GENERATOR_NAMES = {"smollm2": "SmolLM2-135M-Instruct", "warm_minilm": "a BART w
 def describe_generator(model: T5ModelConfig, fine_tune: FineTuneConfig) -> str:
     """One phrase naming a generator as a summary shows it: the model, and how it learned the task (prompted
     with k training pairs, or fine-tuned for a budget, LoRA or every weight)."""
+    if model.served:
+        unit = "steps" if fine_tune.max_steps else "epochs"
+        skipped = f"; fine_tune's {fine_tune.max_steps or fine_tune.epochs} {unit} skipped" \
+            if skipped_fine_tune(model, fine_tune) else ""
+        return (f"{model.endpoint.model} served at {model.endpoint.base_url}, prompted with "
+                f"{model.in_context_examples} of its training pairs (a served model: no fine-tune here{skipped})")
     name = model.name_or_path or _GENERATOR_NAMES.get(model.kind, model.kind)
     if in_context(model, fine_tune):
         return f"{name}, prompted with {model.in_context_examples} of its training pairs (no fine-tune)"
@@ -363,6 +355,13 @@ def describe_generator(model: T5ModelConfig, fine_tune: FineTuneConfig) -> str:
 def generator_facts(model: T5ModelConfig, fine_tune: FineTuneConfig, generation: Decoding) -> dict[str, Any]:
     """A generator's settings as a dataset card shows them: the model, its adapters, the fine-tune budget
     and the decoding."""
+    decoding = {"decoding": f"{generation.mode}, {generation.n_samples} per input, top-p {generation.top_p:g}, at "
+                            f"most {generation.max_new_tokens} new tokens"}
+    if model.served:  # the server decodes: no engine, no top-k (not a standard API parameter)
+        return {"model": model.endpoint.model, "kind": "endpoint", "endpoint": model.endpoint.base_url,
+                "api": model.endpoint.api, "prompt": model.prompt,
+                "fine_tune": skipped_fine_tune(model, fine_tune) or
+                f"none: a served model, {model.in_context_examples} training pairs in the prompt", **decoding}
     budget = f"{fine_tune.max_steps} steps" if fine_tune.max_steps else f"{fine_tune.epochs} epochs"
     facts: dict[str, Any] = {"model": model.name_or_path or model.kind, "kind": model.kind}
     if model.causal:

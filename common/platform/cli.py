@@ -120,9 +120,8 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
     try:
         # Before the JVM, Ray and MLflow start: a missing key costs the user a second, not an engine's start.
         preflight(cfg, registry.pipelines.get(name, [name]), registry.runner)
-    except ConfigError as exc:
-        print(f"augment: config error: {one_line(exc)}", file=sys.stderr)
-        return 2
+    except USER_ERRORS_TYPES as exc:  # a bad key, or a model server the config names that does not answer
+        return _user_error(exc)
     try:
         ctx = build_context(cfg, force=force)
     except USER_ERRORS_TYPES as exc:  # the lakehouse's object store does not answer

@@ -1,7 +1,8 @@
 """The errors a job reports as one line, without a traceback: a bad config (:class:`ConfigError`, exit code
 2), a bad input (:class:`InputError`, exit code 3) and an object store that does not answer
-(:class:`~common.platform.storage.StorageUnreachable`, exit code 4) and a cluster that cannot run the job as it
-is sized (:class:`ClusterError`, exit code 5). Anything else is a bug and keeps its traceback.
+(:class:`~common.platform.storage.StorageUnreachable`, exit code 4), a cluster that cannot run the job as it
+is sized (:class:`ClusterError`, exit code 5) and a model server that does not answer (:class:`EndpointUnreachable`,
+exit code 6). Anything else is a bug and keeps its traceback.
 
 A watchdog thread (Ray on Spark's node watch) ends a job blocked in the main thread with :func:`interrupt_main`: the
 main thread gets a ``KeyboardInterrupt`` wherever it waits (a Ray ``get``, a Ray Data stage), and
@@ -26,10 +27,16 @@ class ClusterError(RuntimeError):
     names what the cluster has and the keys to change."""
 
 
+class EndpointUnreachable(RuntimeError):
+    """A model server the config names does not answer, or does not serve the configured model; the message names
+    the URL (never a key)."""
+
+
 # (error class, exit code, what the CLI calls it), most specific first. An unreachable object store is the
 # operator's to fix (an endpoint, a credential, an outage), not a bug: one line naming the path and the endpoint.
 USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"),
-               (StorageUnreachable, 4, "storage unreachable"), (ClusterError, 5, "cluster error"))
+               (StorageUnreachable, 4, "storage unreachable"), (ClusterError, 5, "cluster error"),
+               (EndpointUnreachable, 6, "endpoint unreachable"))
 
 _pending: list[BaseException] = []
 _pending_lock = threading.Lock()

@@ -29,7 +29,9 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+from common.platform.errors import EndpointUnreachable
 
 if TYPE_CHECKING:
     from common.models.config import EndpointConfig
@@ -39,11 +41,6 @@ log = logging.getLogger(__name__)
 # The longest a Retry-After is honoured, and the first backoff step (doubled each retry).
 MAX_RETRY_AFTER_S = 120.0
 BACKOFF_S = 0.5
-
-
-class EndpointUnreachable(RuntimeError):
-    """The endpoint did not answer, or does not serve the configured model; the message names the URL (never the
-    key)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +68,8 @@ class Outcome:
     completion_tokens: int = 0
     latency_s: float = 0.0
     retries: int = 0
+    # Failed because nothing answered at the URL (refused, reset, the server gone), not for what the server said.
+    unreachable: bool = False
 
     @property
     def ok(self) -> bool:
@@ -83,15 +82,46 @@ def share(total: Optional[int], parts: int) -> Optional[int]:
     return None if total is None else max(1, total // max(1, parts))
 
 
-def api_key(cfg: "EndpointConfig") -> Optional[str]:
-    """The key from the environment variable ``cfg.api_key_env`` names (None when none is named). Raises
-    :class:`EndpointUnreachable` naming the variable, not its value, when it is unset."""
+class Secret:
+    """An API key in memory: what the driver hands the pool's actors (their environments do not hold the driver's
+    variables, and on Databricks only the driver reads secrets). Its repr and str are a fingerprint, never the key,
+    so no log line, error, Ray task description or cache key built from it holds the key; :meth:`reveal` gives it
+    to the one place that needs it, the Authorization header."""
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        import hashlib
+
+        return f"Secret(sha256:{hashlib.sha256(self._value.encode()).hexdigest()[:8]})"
+
+    __str__ = __repr__
+
+
+def api_key(cfg: "EndpointConfig") -> Optional[Secret]:
+    """The key ``cfg`` refers to: the environment variable ``cfg.api_key_env`` names, or on Databricks the secret
+    ``cfg.api_key_secret`` (``<scope>/<key>``, through ``dbutils.secrets``); None when it names none. Raises
+    :class:`EndpointUnreachable` naming the variable or secret, never a value, when it cannot be read."""
+    if cfg.api_key_secret:
+        scope, name = cfg.api_key_secret.split("/", 1)
+        try:
+            from pyspark.dbutils import DBUtils  # Databricks runtimes only
+            from pyspark.sql import SparkSession
+
+            return Secret(DBUtils(SparkSession.getActiveSession()).secrets.get(scope=scope, key=name))
+        except Exception as exc:  # not on Databricks, no such scope or key, no permission
+            raise EndpointUnreachable(f"{cfg.base_url}: the API key's Databricks secret {cfg.api_key_secret} could "
+                                      f"not be read ({type(exc).__name__})") from None
     if not cfg.api_key_env:
         return None
     key = os.environ.get(cfg.api_key_env)
     if not key:
         raise EndpointUnreachable(f"{cfg.base_url}: the API key's variable {cfg.api_key_env} is not set")
-    return key
+    return Secret(key)
 
 
 def retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
@@ -115,14 +145,14 @@ class EndpointClient:
     defaults: the endpoint's own). Use :meth:`run`; counts of requests and retries are in :attr:`stats`."""
 
     def __init__(self, cfg: "EndpointConfig", params: dict[str, Any], concurrency: Optional[int] = None,
-                 requests_per_minute: Optional[int] = None):
+                 requests_per_minute: Optional[int] = None, key: Optional[Secret] = None):
         self.cfg, self.params = cfg, dict(params)
         self.concurrency = concurrency or cfg.max_concurrency
         self.requests_per_minute = requests_per_minute if requests_per_minute is not None else cfg.requests_per_minute
         self._headers = {"Content-Type": "application/json"}
-        key = api_key(cfg)
+        key = key or api_key(cfg)
         if key:
-            self._headers["Authorization"] = f"Bearer {key}"
+            self._headers["Authorization"] = f"Bearer {key.reveal()}"
         self.stats = {"requests": 0, "retries": 0, "failed": 0}
 
     def __repr__(self) -> str:  # never the headers: they hold the key
@@ -142,11 +172,13 @@ class EndpointClient:
             body["prompt"] = request.prompt
         return body
 
-    def run(self, requests: Sequence[Request]) -> list[Outcome]:
-        """Send every request; returns their outcomes in order (never raises for a request that failed)."""
-        return asyncio.run(self._run(list(requests)))
+    def run(self, requests: Sequence[Request], on_done: Optional[Callable[[int, Outcome], None]] = None
+            ) -> list[Outcome]:
+        """Send every request; returns their outcomes in order (never raises for a request that failed).
+        ``on_done(index, outcome)`` is called as each completes (the response log keeps it at once)."""
+        return asyncio.run(self._run(list(requests), on_done))
 
-    async def _run(self, requests: list[Request]) -> list[Outcome]:
+    async def _run(self, requests: list[Request], on_done=None) -> list[Outcome]:
         import aiohttp
 
         gate = asyncio.Semaphore(self.concurrency)
@@ -166,22 +198,26 @@ class EndpointClient:
         timeout = aiohttp.ClientTimeout(total=self.cfg.timeout_s)
         connector = aiohttp.TCPConnector(limit=self.concurrency)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=self._headers) as session:
-            async def one(request: Request) -> Outcome:
+            async def one(index: int, request: Request) -> Outcome:
                 async with gate:
-                    return await self._send(session, request, paced)
+                    outcome = await self._send(session, request, paced)
+                if on_done is not None:
+                    on_done(index, outcome)
+                return outcome
 
-            return list(await asyncio.gather(*(one(r) for r in requests)))
+            return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
 
     async def _send(self, session, request: Request, paced) -> Outcome:
         import aiohttp
 
         rng = random.Random(request.request_seed())
-        started, retries, last = time.monotonic(), 0, ""
+        started, retries, last, gone = time.monotonic(), 0, "", False
         body = json.dumps(self.body(request))
         while True:
             await paced()
             self.stats["requests"] += 1
             wait: Optional[float] = None
+            gone = False
             try:
                 async with session.post(self.url, data=body) as response:
                     if response.status == 200:
@@ -195,9 +231,9 @@ class EndpointClient:
             except asyncio.TimeoutError:
                 last = f"timeout after {self.cfg.timeout_s:g} s"
             except aiohttp.ClientError as exc:
-                last = f"connection error ({type(exc).__name__})"
+                last, gone = f"connection error ({type(exc).__name__})", True
             if retries >= self.cfg.max_retries:
-                return self._failed(f"{last} after {retries} retries", started, retries)
+                return self._failed(f"{last} after {retries} retries", started, retries, unreachable=gone)
             retries += 1
             self.stats["retries"] += 1
             await asyncio.sleep(wait if wait is not None else BACKOFF_S * 2 ** (retries - 1) * (0.5 + rng.random()))
@@ -212,20 +248,22 @@ class EndpointClient:
                        completion_tokens=int(usage.get("completion_tokens") or 0),
                        latency_s=time.monotonic() - started, retries=retries)
 
-    def _failed(self, reason: str, started: float, retries: int) -> Outcome:
+    def _failed(self, reason: str, started: float, retries: int, unreachable: bool = False) -> Outcome:
         self.stats["failed"] += 1
-        return Outcome(text=None, reason=reason, latency_s=time.monotonic() - started, retries=retries)
+        return Outcome(text=None, reason=reason, latency_s=time.monotonic() - started, retries=retries,
+                       unreachable=unreachable)
 
 
-def check_endpoint(cfg: "EndpointConfig", timeout_s: float = 30.0) -> str:
-    """Check ``cfg``'s endpoint before any Spark or Ray work (and for ``augment doctor``): it answers, lists the
-    model (``GET <base_url>/models``; a server that lists none, such as ``transformers serve`` of a local folder, is
-    taken at its word by the next step), and completes one token. Returns a line saying so; raises
-    :class:`EndpointUnreachable` naming the URL and what failed, never the key."""
+def check_endpoint(cfg: "EndpointConfig", timeout_s: float = 30.0, complete: bool = True) -> str:
+    """Check ``cfg``'s endpoint: it answers and lists the model (``GET <base_url>/models``; a server that lists
+    none, such as ``transformers serve`` of a local folder, is taken at its word), and with ``complete`` (``augment
+    doctor``) completes one token; a job's start check leaves that out, so a rerun that has every answer sends no
+    completion. Returns a line saying so; raises :class:`EndpointUnreachable` naming the URL and what failed, never
+    the key."""
     headers = {"Content-Type": "application/json"}
     key = api_key(cfg)
     if key:
-        headers["Authorization"] = f"Bearer {key}"
+        headers["Authorization"] = f"Bearer {key.reveal()}"
     models_url = cfg.base_url.rstrip("/") + "/models"
     try:
         with urllib.request.urlopen(urllib.request.Request(models_url, headers=headers), timeout=timeout_s) as r:
@@ -237,12 +275,27 @@ def check_endpoint(cfg: "EndpointConfig", timeout_s: float = 30.0) -> str:
     if listed and cfg.model not in listed:
         raise EndpointUnreachable(f"{models_url} does not list the model {cfg.model!r} (it lists "
                                   f"{', '.join(map(str, listed[:10]))})")
-    client = EndpointClient(cfg, {"max_tokens": 1, "temperature": 0.0}, concurrency=1)
+    if not complete:
+        return f"{cfg.base_url} answers and {'lists' if listed else 'lists no model but may serve'} {cfg.model}"
+    client = EndpointClient(cfg, {"max_tokens": 1, "temperature": 0.0}, concurrency=1, key=key)
     done = client.run([Request("Hello", 0, 0)])[0]
     if not done.ok:
         raise EndpointUnreachable(f"{client.url}: a one-token completion failed: {done.reason}")
     return (f"{cfg.base_url} serves {cfg.model} ({'listed' if listed else 'not listed by /models'}; a one-token "
             f"completion in {done.latency_s:.1f} s)")
+
+
+def served_preflight(*sections: Callable[[Any], Any]) -> Callable[[Any], None]:
+    """A job's start check (``job(name, preflight=...)``) of the generator model sections ``sections`` pick from the
+    config (``lambda cfg: cfg.cga.model``): each served one's endpoint answers (:func:`check_endpoint`, no
+    completion), before any Spark or Ray work; else :class:`EndpointUnreachable` naming the URL."""
+    def check(cfg: Any) -> None:
+        for section in sections:
+            model = section(cfg)
+            if model.served:
+                log.info("generator: %s", check_endpoint(model.endpoint, timeout_s=model.endpoint.timeout_s,
+                                                         complete=False))
+    return check
 
 
 def sampling_params(spec) -> dict[str, Any]:
@@ -255,46 +308,3 @@ def sampling_params(spec) -> dict[str, Any]:
     sampling = spec.mode == "sample"
     return {"max_tokens": spec.max_new_tokens, "temperature": 1.0 if sampling else 0.0,
             **({"top_p": spec.top_p} if sampling else {}), "stop": [STOP]}
-
-
-class EndpointGenerator:
-    """The Ray Data callable of a generation pool whose model is served (a pool of ``actors`` of these shares the
-    endpoint's concurrency and rate, :func:`share`): each input written into ``template`` (``{source}``), asked
-    ``n_samples`` times (one request a sample), and its samples returned as generated rows
-    (:data:`~common.models.generation.hf_engine.OUTPUT_COLUMNS`, ``generated_tokens`` the response's completion
-    tokens). An input whose every sample came back gives its samples; an empty one, or one with a request that
-    still failed after its retries, gives one row with the ``reason`` (``endpoint: HTTP 503 after 5 retries``),
-    which the stage quarantines. :attr:`client`'s stats count the requests and retries."""
-
-    def __init__(self, endpoint: "EndpointConfig", template: str, model_version: str, spec, actors: int = 1):
-        self.template, self.model_version, self.spec = template, model_version, spec
-        self.client = EndpointClient(endpoint, sampling_params(spec),
-                                     concurrency=share(endpoint.max_concurrency, actors),
-                                     requests_per_minute=share(endpoint.requests_per_minute, actors))
-
-    def __call__(self, batch: dict[str, Any]):
-        import pyarrow as pa
-
-        from common.models.generation.causal_lm import prompt_text
-        from common.models.generation.hf_engine import OUTPUT_COLUMNS, output_schema
-        from common.models.generation.in_context import STOP
-
-        ids = [str(x) for x in batch["source_id"]]
-        texts = ["" if x is None else str(x) for x in batch["source_text"]]
-        good = [i for i, text in enumerate(texts) if text.strip()]
-        n = self.spec.n_samples
-        outcomes = self.client.run([Request(prompt_text(self.template, texts[i]), k, self.spec.seed)
-                                    for i in good for k in range(n)])
-        rows: list[tuple] = [(ids[i], texts[i], None, -1, self.model_version, 0, "empty input")
-                             for i, text in enumerate(texts) if not text.strip()]
-        for j, i in enumerate(good):
-            samples = outcomes[j * n:(j + 1) * n]
-            failed = next((o for o in samples if not o.ok), None)
-            if failed is not None:
-                rows.append((ids[i], texts[i], None, -1, self.model_version, 0, f"endpoint: {failed.reason}"[:300]))
-                continue
-            # (a server that ignores `stop` writes on: the sample ends at the line break, as in-context engines cut)
-            rows += [(ids[i], texts[i], o.text.split(STOP, 1)[0].strip(), k, self.model_version,
-                      o.completion_tokens, None) for k, o in enumerate(samples)]
-        columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_COLUMNS]
-        return pa.table({name: list(values) for name, values in zip(OUTPUT_COLUMNS, columns)}, schema=output_schema())

@@ -1,6 +1,8 @@
 """In-context generators: a causal LM prompted with a few of the method's own training pairs, no fine-tune.
 
-``fine_tune.epochs: 0`` with a causal kind (``smollm2``, ``causal_checkpoint``) selects it. The "fine-tune"
+``fine_tune.epochs: 0`` with a causal kind (``smollm2``, ``causal_checkpoint``) selects it; a served model (kind
+``endpoint``, :func:`save_endpoint`) is always one, its prompt's examples cut in words (its tokenizer is the
+server's). The "fine-tune"
 stage then draws ``model.in_context_examples`` pairs (seeded) and writes them ahead of the section's prompt
 template, one example per block::
 
@@ -48,13 +50,15 @@ def few_shot_prompt(tokenizer, pairs: Sequence[tuple[str, str]], template: str, 
                     max_source_length: int, max_target_length: int) -> str:
     """The prompt template with ``k`` of ``pairs`` (drawn with ``seed`` from the sorted pairs, so the draw
     does not depend on the order the files were read in) filled in ahead of it, each source and target cut
-    to ``max_source_length`` / ``max_target_length`` tokens and put on one line. Returns a template with one
-    ``{source}``."""
+    to ``max_source_length`` / ``max_target_length`` tokens (words when ``tokenizer`` is None: a served model's)
+    and put on one line. Returns a template with one ``{source}``."""
     from common.models.generation.causal_lm import prompt_text
 
     chosen = random.Random(seed).sample(sorted(pairs), min(k, len(pairs)))
 
     def cut(text: str, n: int) -> str:
+        if tokenizer is None:  # a served model's tokenizer is not here: n words, more than n tokens' worth
+            return " ".join(one_line(text).split()[:n])
         ids = tokenizer(one_line(text), add_special_tokens=False, max_length=n, truncation=True).input_ids
         return tokenizer.decode(ids).strip()
 
@@ -105,6 +109,8 @@ def in_context_generator(pairs: Sequence[tuple[str, str]], out_dir: str, model: 
     a model kind that cannot be prompted (a seq2seq model, or label-prefix blocks)."""
     from common.models.generation.causal_lm import base_folder, build_causal, load_tokenizer
 
+    if model.kind == "endpoint":
+        return save_endpoint(pairs, out_dir, model, seed)
     if not model.causal or model.prefix_labels:
         raise ValueError(f"fine_tune.epochs 0 (in-context generation) needs a causal model kind (smollm2, "
                          f"causal_checkpoint) without label prefixes; got {model.kind!r}"
@@ -124,6 +130,28 @@ def in_context_generator(pairs: Sequence[tuple[str, str]], out_dir: str, model: 
     log.info("in-context generator: %d of %d pairs in a %d-token prompt, no training (%.1f s)",
              min(model.in_context, len(pairs)), len(pairs), len(tokenizer(prompt).input_ids), seconds)
     return seconds
+
+
+def save_endpoint(pairs: Sequence[tuple[str, str]], out_dir: str, model: Any, seed: int) -> float:
+    """The generator of a served model (``model``: a ``ModelSpec`` of kind ``endpoint``): ``model.in_context`` of
+    ``pairs`` drawn with ``seed`` into the prompt, each cut to its length in words, saved to ``out_dir`` as
+    ``generator.json`` (kind ``endpoint``, the prompt, the stop, and the endpoint's settings: the key's variable
+    name, never a key) and ``config.json`` (the folder's saved-model marker). Returns the seconds it took."""
+    from common.models.generation.causal_lm import GENERATOR_FILE
+
+    start = time.perf_counter()
+    prompt = few_shot_prompt(None, pairs, model.prompt, model.in_context, seed, model.max_source_length,
+                             model.max_target_length)
+    settings = {"kind": "endpoint", "prompt": prompt, "base": f"{model.endpoint['model']} at "
+                f"{model.endpoint['base_url']}", "in_context": model.in_context, "stop": STOP,
+                "endpoint": dict(model.endpoint)}
+    os.makedirs(out_dir, exist_ok=True)
+    for name, content in ((GENERATOR_FILE, settings), ("config.json", {"model_type": "endpoint"})):
+        with open(os.path.join(out_dir, name), "w", encoding="utf-8") as handle:
+            json.dump(content, handle, indent=2)
+    log.info("endpoint generator: %s prompted with %d of %d pairs (%d words), no fine-tune: a served model",
+             settings["base"], min(model.in_context, len(pairs)), len(pairs), len(prompt.split()))
+    return time.perf_counter() - start
 
 
 def weights_folder(folder: str) -> str:

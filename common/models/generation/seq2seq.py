@@ -11,7 +11,8 @@ scratch, and fine-tune it.
 Fine-tuning is a plain PyTorch loop (AdamW, gradient accumulation, bf16 autocast on a GPU that supports it,
 fp16 with a scaler otherwise, fp32 on CPU), saved with ``save_pretrained``; with ``ModelSpec.prefix_labels``
 a per-label prefix table (:mod:`common.models.generation.label_prefix`) trains with the model. Zero epochs
-of a causal kind: no training (:mod:`common.models.generation.in_context`). :func:`fine_tune_on_ray` runs
+of a causal kind, or a served model (``endpoint``): no training (:mod:`common.models.generation.in_context`).
+:func:`fine_tune_on_ray` runs
 it as one Ray task (``num_gpus`` from config) that reads the pairs' Parquet files, logs the loss, a
 checkpoint per epoch and the final model to the MLflow run, and copies the model to the models folder.
 """
@@ -21,7 +22,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from common.models.generation.batching import read_pairs  # noqa: F401  (the fine-tune task reads with it; tests import it here)
@@ -58,6 +59,7 @@ class ModelSpec:
     lora_r: int = 16
     lora_alpha: int = 32
     in_context: int = 4
+    endpoint: Optional[dict] = None  # kind endpoint: EndpointConfig's fields (the key's variable, never the key)
 
     @classmethod
     def from_config(cls, cfg: "T5ModelConfig") -> "ModelSpec":
@@ -67,7 +69,8 @@ class ModelSpec:
             "num_layers": cfg.scratch.num_layers, "num_heads": cfg.scratch.num_heads}
         return cls(kind=cfg.kind, model_name_or_path=cfg.name_or_path, max_source_length=cfg.max_source_length,
                    max_target_length=cfg.max_target_length, prompt=cfg.prompt, lora_r=cfg.lora_r,
-                   lora_alpha=cfg.lora_alpha, in_context=cfg.in_context_examples, **shape)
+                   lora_alpha=cfg.lora_alpha, in_context=cfg.in_context_examples,
+                   endpoint=asdict(cfg.endpoint) if cfg.served else None, **shape)
 
     @property
     def causal(self) -> bool:
@@ -176,7 +179,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
 
     if not pairs:
         raise ValueError("no (source, target) pairs to fine-tune on")
-    if train.epochs == 0 and not train.max_steps:
+    if model.kind == "endpoint" or (train.epochs == 0 and not train.max_steps):
         from common.models.generation.in_context import in_context_generator
         return FineTuneResult(path=out_dir, seconds=in_context_generator(pairs, out_dir, model, train.seed))
     random.seed(train.seed)
@@ -189,12 +192,10 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     if model.causal:
         from common.models.generation.causal_lm import (build_causal, prefix_training_batches, target_loss,
                                                         training_batches)
-
         tokenizer, net = build_causal(model.kind, model.model_name_or_path, model.lora_r, model.lora_alpha,
                                       train.seed)
         if model.prefix_labels:  # LS-PT: the label blocks ahead of the text, as the paper's prefix-tuned GPT-2
             from common.models.generation.label_prefix import LabelPrefix
-
             prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
                                            model.prefix_separator, train.seed).to(device)
             sizes, batch_inputs = prefix_training_batches(tokenizer, net, prefix, pairs, model.max_target_length,
@@ -206,7 +207,6 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
         tokenizer, net = build_model(model, pairs, train.seed)
         if model.prefix_labels:
             from common.models.generation.label_prefix import LabelPrefix
-
             prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
                                            model.prefix_separator, train.seed).to(device)
         sources = [s for s, _ in pairs]

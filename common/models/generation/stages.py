@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from common.platform.job import JobContext, hash_of
 from common.platform.lakehouse import Lineage, WriteResult
@@ -43,12 +43,18 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
     from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_on_ray
     from common.platform.storage import exists
 
+    from common.models.config import skipped_fine_tune
+
     name = f"{model_cfg.kind}_{role}"
     key = hash_of(config_hash, dict(inputs), ctx.cfg.seed)
+    notice = skipped_fine_tune(model_cfg, ft_cfg)
+    if notice:  # the card (generator_facts) and the summary (describe_generator) say it too
+        log.warning("%s: %s", role, notice)
+        tr.set_tags({"model.fine_tune": "skipped: a served model"})
     uri = ctx.models_dir(name, key)
     model_version = f"{name}-{key}"
-    tr.set_tags({"model.uri": uri, "model.version": model_version,
-                 "model.source": model_cfg.name_or_path or model_cfg.kind})
+    source = model_cfg.endpoint.model if model_cfg.served else model_cfg.name_or_path or model_cfg.kind
+    tr.set_tags({"model.uri": uri, "model.version": model_version, "model.source": source})
     if not ctx.force and exists(f"{uri}/{MODEL_MARKER}"):
         log.info("reusing %s (trained from the same config and inputs) at %s", model_version, uri)
         tr.set_tags({"model.reused": "true"})
@@ -56,7 +62,8 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
     n_pairs = ctx.lakehouse.read(table, version).count()
     if n_pairs == 0:
         raise ValueError(f"{table} v{version} has no (source, target) pairs: nothing to fine-tune {name} on")
-    budget = f"{ft_cfg.max_steps} steps" if ft_cfg.max_steps else f"{ft_cfg.epochs} epochs"
+    budget = "a served model's prompt" if model_cfg.served else \
+        f"{ft_cfg.max_steps} steps" if ft_cfg.max_steps else f"{ft_cfg.epochs} epochs"
     log.info("fine-tuning %s on %d pairs of %s v%d (%s, %s, effective batch %d)", name, n_pairs, table,
              version, model_cfg.name_or_path or model_cfg.kind, budget, ft_cfg.batch_size * ft_cfg.grad_accumulation)
     result = fine_tune_on_ray(ctx.ray(), ctx.lakehouse.file_uris(table, version), uri,
@@ -119,6 +126,7 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     columns = list(dict.fromkeys([id_col, text_col]))
     spec = GenerationSpec.from_config(gen_cfg, ctx.cfg.seed)
     lineage = Lineage(job=tr.name, config_hash=config_hash, inputs=dict(inputs), run_id=tr.run_id)
+    tag = f"{tr.run_id}/{out_table}"  # what this stage sends to a served model is logged under it
     start = time.perf_counter()
     written = ctx.lakehouse.already_written(out_table, lineage, ctx.force)
     n_in = ctx.lakehouse.read(source_table, source_version).count()
@@ -129,7 +137,7 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
             ds = ds.map_batches(_as_generation_input, batch_format="pyarrow",
                                 fn_kwargs={"id_col": id_col, "text_col": text_col})
             out = generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
-                           num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size,
+                           num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size, tag=tag,
                            **pool_options(n_in, gen_cfg, ctx.cfg.ray))
             if scoring is not None:
                 out = score_generated(out, scoring)
@@ -150,9 +158,64 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
         raise RuntimeError(f"{out_table}: {n_in} inputs in {source_table} v{source_version} != "
                            f"{row['ok']} generated from + {stats.quarantined_inputs} quarantined")
     tr.log_metrics(stats.metrics())
+    endpoint_accounting(ctx, tr, [model.uri], tag, out_table, written, quarantine_rows=stats.quarantined_inputs)
     if seconds:
         log.info("generated %d sequences (%d tokens) from %d inputs in %.1f s: %.1f sequences/s, %.0f tokens/s; "
                  "%d inputs quarantined (%s v%d)", stats.sequences, stats.tokens, n_in, seconds,
                  stats.sequences / seconds, stats.tokens / seconds, stats.quarantined_inputs,
                  f"{out_table}_quarantine", q_written.version)
     return written, stats
+
+
+def endpoint_accounting(ctx: JobContext, tr: "TrackedRun", generator_uris: Sequence[str], tag: str, out_table: str,
+                        written: WriteResult, quarantine_rows: int = 0) -> dict[str, float]:
+    """For a stage whose generators are served (:func:`common.models.generation.endpoint.endpoint_settings` of the
+    first of ``generator_uris``): what the stage run ``tag`` sent (:func:`common.models.generation.responses.usage`)
+    logged to the MLflow run and, when it wrote a version of ``out_table``, that version's dataset card (the served
+    model, its prompt, the counts). Returns the counts ({} for a local model or a stage that wrote nothing)."""
+    from common.models.generation.served import endpoint_settings
+    from common.models.generation.responses import usage
+
+    settings = endpoint_settings(generator_uris[0]) if generator_uris else None
+    if settings is None or written.skipped:
+        return {}
+    counts = usage(ctx.spark, generator_uris, tag)
+    tr.log_metrics(counts)
+    tr.set_tags({"generator.served_model": settings["endpoint"]["model"],
+                 "generator.endpoint": settings["endpoint"]["base_url"]})
+    endpoint = settings["endpoint"]
+    log.info("%s: %s at %s: %s", out_table, endpoint["model"], endpoint["base_url"],
+             ", ".join(f"{k.removeprefix('endpoint.')} {v:g}" for k, v in counts.items()))
+    tr.result.outputs[out_table] = written
+    tr.write_card(out_table, {"model": endpoint["model"], "kind": "endpoint (a served model, not trained here)",
+                              "endpoint": endpoint["base_url"], "api": endpoint["api"],
+                              "in-context examples": settings["in_context"],
+                              "prompt": settings["prompt"] if len(generator_uris) == 1 else
+                              f"one per generator ({len(generator_uris)})"},
+                  {"quarantined": "requests refused or failed after their retries, and empty inputs",
+                   "quarantined inputs": quarantine_rows},
+                  {k.removeprefix("endpoint."): v for k, v in counts.items()})
+    return counts
+
+
+def generate_routed_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int, gen_cfg: "GenerationConfig",
+                          generator_uris: Sequence[str], cache_models: int, out_table: str,
+                          config_hash: str) -> WriteResult:
+    """Generate from ``table`` v``version`` (:data:`~common.models.generation.pool.ROUTED_COLUMNS`: each row names
+    its model, one of ``generator_uris``) on one pool (:func:`common.models.generation.pool.generate_routed`,
+    ``cache_models`` kept per actor), read in (model, id) order so batches hold few models and are the same rows
+    whatever the table's layout; write ``out_table``, and for served generators their accounting
+    (:func:`endpoint_accounting`). Returns the write."""
+    from common.models.generation.served import served_key
+    from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
+
+    ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
+    tag = f"{tr.run_id}/{out_table}"
+    with ctx.lakehouse.read_ray_ordered(table, version, ROUTED_COLUMNS, order_by=["model_path", "source_id"]) as ds:
+        out = generate_routed(ds, GenerationSpec.from_config(gen_cfg, ctx.cfg.seed), concurrency=gen_cfg.concurrency,
+                              num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size, cache_models=cache_models,
+                              tag=tag, key=served_key(generator_uris),
+                              **pool_options(tr.written_rows(table), gen_cfg, ctx.cfg.ray))
+        written = tr.write_ray(out, out_table, config_hash)
+    endpoint_accounting(ctx, tr, sorted(generator_uris), tag, out_table, written)
+    return written
