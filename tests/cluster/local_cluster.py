@@ -20,6 +20,10 @@ DIR defaults to build/cluster. What runs:
   reads and writes it through ``s3a://`` (hadoop-aws, in the jars folder), delta-rs, pyarrow and boto3 through the
   ``AWS_ENDPOINT_URL`` of their environment.
 * **MLflow**: ``mlflow server`` with a SQLite store on local disk and its artifacts in the bucket.
+* **A model server** (``up --model-server``, which ``make cluster-up`` and the rehearsal use): Hugging Face's
+  ``transformers serve`` of the packaged SmolLM2's materialised folder, an OpenAI-compatible API on loopback that a
+  ``model.kind: endpoint`` generator calls (:func:`model_server_command`); the driver's environment names an API key
+  (``AUGMENT_ENDPOINT_KEY``, a secret file's value) that the generation actors on the Ray nodes receive from it.
 * **Code shipped, not installed**: every node, executor and driver runs ``<DIR>/node-env``, a venv that sees the
   suite's dependencies (the main venv's site-packages, without its editable install) but not the project. Spark
   executors get the code from ``--py-files``, Ray nodes from the driver's runtime environment (``py_modules``).
@@ -60,7 +64,9 @@ SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 RAY_NODES = ("ray-head", "ray-node-2")
 # Start order; stopped in reverse.
-PROCESSES = ("s3-store", "s3", "mlflow", "spark-master", *SPARK_WORKERS, *RAY_NODES)
+PROCESSES = ("s3-store", "s3", "mlflow", "spark-master", *SPARK_WORKERS, *RAY_NODES, "model-server")
+# The served model of the endpoint rehearsal: transformers serve of the packaged SmolLM2's materialised folder.
+ENDPOINT_KEY_ENV = "AUGMENT_ENDPOINT_KEY"
 
 
 class ClusterError(RuntimeError):
@@ -180,6 +186,8 @@ class LocalCluster:
             env.update({"RAY_ADDRESS": f"127.0.0.1:{self.port('ray-gcs')}",
                         "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{self.port('mlflow')}",
                         "AUGMENT_BUCKET": self.bucket_uri})
+            if (self.root / "secrets" / "endpoint-key").exists():  # only the driver: the actors get it from there
+                env[ENDPOINT_KEY_ENV] = self._secret("endpoint-key")
         return env
 
     # ------------------------------------------------------------------ set-up
@@ -192,13 +200,13 @@ class LocalCluster:
         self.driver_dir.mkdir()
         os.chmod(self.root / "secrets", 0o700)
         for name, value in (("ray-token", secrets.token_hex(32)), ("s3-key-id", "AKIA" + secrets.token_hex(8).upper()),
-                            ("s3-secret", secrets.token_urlsafe(30))):
+                            ("s3-secret", secrets.token_urlsafe(30)), ("endpoint-key", "sk-" + secrets.token_hex(16))):
             path = self.root / "secrets" / name
             path.write_text(value)
             os.chmod(path, 0o600)
         ports = ["s3", "s3-store", "mlflow", "spark-master", "spark-master-ui", "ray-gcs", "ray-dashboard",
                  "ray-client", "ray-node-2-agent", "ray-node-2-metrics", "ray-head-agent", "ray-head-metrics"]
-        ports += [f"{w}{suffix}" for w in SPARK_WORKERS for suffix in ("", "-ui")]
+        ports += [f"{w}{suffix}" for w in SPARK_WORKERS for suffix in ("", "-ui")] + ["model-server"]
         self.state["ports"] = {name: free_port() for name in ports}
         self._node_env()
         self._spark_defaults()
@@ -294,6 +302,9 @@ class LocalCluster:
             return [py, "-m", "mlflow", "server", "--backend-store-uri",
                     f"sqlite:///{self.root / 'mlflow' / 'mlflow.db'}", "--artifacts-destination",
                     f"s3://{BUCKET}/mlflow", "--host", "127.0.0.1", "--port", str(p("mlflow")), "--workers", "1"], env
+        if name == "model-server":
+            return model_server_command(py, self.state["model_folder"], p(name)), \
+                {**self.env(name), **model_server_env(self.root / "scratch" / "hub")}
         if name == "spark-master":
             return spark_class + ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                                   str(p("spark-master")), "--webui-port", str(p("spark-master-ui"))], self.env(name)
@@ -361,11 +372,34 @@ class LocalCluster:
         except OSError:
             return ""
 
-    def up(self, timeout: float = 240.0) -> "LocalCluster":
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port('model-server')}/v1"
+
+    def endpoint_overrides(self, section: str) -> list[str]:
+        """``--set`` values that make the generator model section ``section`` (``genre.generator.model``) the
+        cluster's served model, its key read from the driver's ``AUGMENT_ENDPOINT_KEY``."""
+        return [f"{section}.kind=endpoint", f"{section}.endpoint.base_url={self.endpoint_url}",
+                f"{section}.endpoint.model={self.state['model_folder']}",
+                f"{section}.endpoint.api_key_env={ENDPOINT_KEY_ENV}", f"{section}.endpoint.max_concurrency=2"]
+
+    def model_server_completions(self) -> int:
+        """Completions the model server answered since it started (its access log's 200 lines)."""
+        text = self.log("model-server").read_text(errors="replace")
+        return text.count('"POST /v1/completions HTTP/1.1" 200')
+
+    def up(self, timeout: float = 240.0, model_server: bool = False) -> "LocalCluster":
         """Start every process, wait until each answers (the workers registered, both Ray nodes alive, the bucket
-        made, MLflow healthy); returns self. Raises :class:`ClusterError` naming the process and its log."""
+        made, MLflow healthy; with ``model_server``, its API listing models); returns self. Raises
+        :class:`ClusterError` naming the process and its log."""
         started = time.monotonic()
         self._prepare()
+        if model_server:  # the folder the materialising venv made (the nodes' env holds no project to do it)
+            self.state["model_folder"] = subprocess.run(
+                [str(self.venv / "bin" / "python"), "-c", "from common.models.generation.causal_lm import "
+                 "materialise_smollm2; print(materialise_smollm2())"], capture_output=True, text=True, check=True,
+                cwd=REPO).stdout.strip().splitlines()[-1]
+            self._spawn("model-server")
         for name in ("s3-store", "s3", "mlflow", "spark-master", "ray-head"):
             self._spawn(name)
         self._wait("s3", lambda: self._s3_answers(), timeout, "answer from the S3 gateway")
@@ -381,6 +415,9 @@ class LocalCluster:
         self._wait("ray-node-2", lambda: len(self.ray_nodes()) == 2, timeout, "second Ray node alive")
         self._wait("mlflow", lambda: _get(f"http://127.0.0.1:{self.port('mlflow')}/health") == b"OK", timeout,
                    "MLflow health")
+        if model_server:
+            self._wait("model-server", lambda: b'"data"' in _get(f"{self.endpoint_url}/models"), timeout,
+                       "the model server's /v1/models")
         self._node_env_checked()
         self.state["up_seconds"] = round(time.monotonic() - started, 1)
         self._save()
@@ -734,6 +771,72 @@ async def _gateway(listen: int, target: int) -> None:
 
 
 # ---------------------------------------------------------------------- the rehearsal
+def endpoint_rehearsal(cluster: LocalCluster, timed, pipeline: str = "genre-transfer",
+                       section: str = "genre.generator.model") -> list[str]:
+    """``pipeline`` through spark-submit with its generator the cluster's model server (``section`` set to
+    ``model.kind: endpoint``, the key in the driver's environment only), twice: the first run's generation is
+    served (completions counted in the server's access log), the second sends none and writes no version. The key
+    must appear in no log of the cluster (drivers, Spark, Ray). Returns the failures."""
+    failures: list[str] = []
+    args = ["run", pipeline] + [a for o in cluster.endpoint_overrides(section) for a in ("--set", o)]
+    for round_ in (1, 2):
+        tables, served = cluster.tables(), cluster.model_server_completions()
+        result = timed(f"endpoint {round_}: spark-submit {pipeline}, {section} served", cluster.submit, args,
+                       f"endpoint-{pipeline}-{round_}")
+        sent, moved = cluster.model_server_completions() - served, {
+            t: v for t, v in cluster.tables().items() if tables.get(t) != v}
+        print(f"[cluster-demo] endpoint round {round_}: exit {result.returncode}, {sent} completions served, "
+              f"{len(moved)} tables with a new version", flush=True)
+        if result.returncode != 0:
+            print(result.stdout[-4000:])
+            return failures + [f"endpoint round {round_}: {pipeline} exited {result.returncode}"]
+        if round_ == 1 and not sent:
+            failures.append(f"endpoint round 1: the model server answered no completion for {pipeline}")
+        if round_ == 2 and (sent or moved):
+            failures.append(f"endpoint round 2: {sent} completions sent again, new versions {moved}")
+    key = cluster._secret("endpoint-key").encode()
+    leaks = [str(p) for folder in (cluster.root / "logs", cluster.ray_temp) for p in folder.rglob("*")
+             if p.is_file() and key in p.read_bytes()]
+    if leaks:
+        failures.append(f"the endpoint's key is written in {leaks[:5]}")
+    return failures
+
+
+def model_server_command(python: str, folder: str, port: int) -> list[str]:
+    """Hugging Face's ``transformers serve`` of the local model ``folder`` on 127.0.0.1:``port``, on CPU in float32:
+    the OpenAI-compatible server of the endpoint tests and rehearsals (it answers ``/v1/completions`` and
+    ``/v1/chat/completions``, and logs each request as an access line)."""
+    return [python, "-m", "transformers.cli.transformers", "serve", folder, "--host", "127.0.0.1", "--port", str(port),
+            "--device", "cpu", "--dtype", "float32"]
+
+
+def model_server_env(hub: Path) -> dict[str, str]:
+    """The model server's variables: offline, with a hub cache of its own in ``hub`` (with none its /v1/models
+    answers 500; with one, it lists no local folder but serves it)."""
+    hub.mkdir(parents=True, exist_ok=True)
+    return {"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def start_model_server(python: str, folder: str, port: int, log: Path, hub: Path,
+                       timeout: float = 180.0) -> subprocess.Popen:
+    """:func:`model_server_command` started with its output to ``log`` (appended), once its ``/v1/models``
+    answers; raises :class:`ClusterError` with the log's tail when it exits or does not answer in ``timeout`` s."""
+    with open(log, "ab") as out:
+        server = subprocess.Popen(model_server_command(python, folder, port),
+                                  env={**os.environ, **model_server_env(hub)}, stdout=out, stderr=subprocess.STDOUT,
+                                  cwd=hub.parent)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).read()
+            return server
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise ClusterError(f"transformers serve did not start: {log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+
+
 def demo_inputs(bucket_uri: str = f"s3a://{BUCKET}", conf: Path = CONF,
                 local_conf: Path = REPO / "conf" / "demo.yaml") -> dict[str, Path]:
     """{bucket key: local file}: every file the local demo (``local_conf``) reads for an input that the cluster demo
@@ -810,7 +913,7 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address
         return 1
     cluster = LocalCluster(root / "cluster")
     try:
-        timed("cluster up", cluster.up)
+        timed("cluster up", cluster.up, model_server=True)
         print(cluster.status(), flush=True)
         timed("make dist", cluster.build_dist)
         timed("inputs to the bucket", cluster.upload_inputs)
@@ -837,6 +940,7 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address
                 print(f"[cluster-demo] round 2: {len(after)} tables, {len(moved)} with a new version", flush=True)
                 if moved:
                     failures.append(f"the second run wrote new versions: {moved}")
+        failures += endpoint_rehearsal(cluster, timed)
     except ClusterError as exc:
         if str(exc) not in failures:
             failures.append(str(exc))
@@ -966,12 +1070,14 @@ def _clock(seconds: float) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="local_cluster.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["up", "down", "status", "env", "submit", "where", "demo", "times",
-                                            "gateway"])
+                                            "gateway", "endpoint"])
     parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--listen", type=int)
     parser.add_argument("--to", type=int)
     parser.add_argument("--ray-mode", choices=["address", "spark"], default="address",
                         help="demo: the model stages on the Ray cluster (address) or on Ray on Spark (spark)")
+    parser.add_argument("--model-server", action="store_true",
+                        help="up: also serve SmolLM2 behind an OpenAI-compatible API (transformers serve)")
     parser.add_argument("--notebook", choices=DEMO_CHAIN[:-1],
                         help="demo: run this pipeline's notebook as a scheduled Databricks job would, not augment run")
     args, rest = parser.parse_known_args(argv)  # submit's own arguments: after --
@@ -983,8 +1089,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "times":  # of a finished `make cluster-demo`: --root build/cluster-demo
         print(job_table(Path(args.root)))
         return 0
+    if args.command == "endpoint":  # the endpoint rehearsal alone: up, the pipeline served twice, down
+        cluster = LocalCluster(args.root)
+        try:
+            cluster.up(model_server=True)
+            cluster.build_dist()
+            cluster.upload_inputs()
+            failures = endpoint_rehearsal(cluster, lambda label, fn, *a, **k: fn(*a, **k))
+        finally:
+            cluster.down()
+        for failure in failures:
+            print(f"[cluster-demo] FAILED: {failure}")
+        return 1 if failures else 0
     if args.command == "up":
-        cluster = LocalCluster(args.root).up()
+        cluster = LocalCluster(args.root).up(model_server=args.model_server)
         print(cluster.status())
         return 0
     cluster = LocalCluster.attach(args.root)

@@ -308,3 +308,49 @@ def sampling_params(spec) -> dict[str, Any]:
     sampling = spec.mode == "sample"
     return {"max_tokens": spec.max_new_tokens, "temperature": 1.0 if sampling else 0.0,
             **({"top_p": spec.top_p} if sampling else {}), "stop": [STOP]}
+
+
+def served_sections(cfg: Any, path: str = "") -> list[tuple[str, "EndpointConfig"]]:
+    """(dotted config key, endpoint) of every generator model section of ``cfg`` whose kind is ``endpoint``, found by
+    walking its dataclasses."""
+    from dataclasses import fields, is_dataclass
+
+    found = []
+    if is_dataclass(cfg):
+        if getattr(cfg, "kind", None) == "endpoint" and hasattr(cfg, "endpoint"):
+            found.append((path, cfg.endpoint))
+        for f in fields(cfg):
+            found += served_sections(getattr(cfg, f.name), f"{path}.{f.name}".lstrip("."))
+    return found
+
+
+def doctor_check(cfg: Any):
+    """``augment doctor``'s endpoint line: each served model the config names answers, lists the model and completes
+    one token (:func:`check_endpoint`); required when a section uses one. Never prints a key."""
+    from common.platform.doctor import Check
+
+    sections = served_sections(cfg)
+    if not sections:
+        return Check("endpoint", True, "no section of this config uses a served model (model.kind: endpoint)")
+    lines, failed = [], []
+    for endpoint, keys in _by_endpoint(sections):
+        try:
+            lines.append(f"{check_endpoint(endpoint, timeout_s=min(endpoint.timeout_s, 30.0))}; used by {keys}")
+        except EndpointUnreachable as exc:
+            failed.append(f"{exc}; used by {keys}")
+    if failed:
+        return Check("endpoint", False, "; ".join(failed), "start the server, or fix *.model.endpoint (base_url, "
+                     "model, api_key_env)", required=True)
+    return Check("endpoint", True, "; ".join(lines))
+
+
+def _by_endpoint(sections: Sequence[tuple[str, "EndpointConfig"]]) -> list[tuple["EndpointConfig", str]]:
+    """The sections' endpoints, each once, with the keys that use it."""
+    groups: list[tuple["EndpointConfig", list[str]]] = []
+    for key, endpoint in sections:
+        match = next((g for g in groups if g[0] == endpoint), None)
+        if match is None:
+            groups.append((endpoint, [key]))
+        else:
+            match[1].append(key)
+    return [(endpoint, ", ".join(keys)) for endpoint, keys in groups]
