@@ -228,6 +228,20 @@ def test_config_takes_the_key_by_reference_and_shares_the_limits():
     assert (share(8, 3), share(2, 4), share(None, 2)) == (2, 1, None)
     assert retry_after("3") == 3.0 and retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
     assert retry_after(None) is None and retry_after("9999") == 120.0
+    with pytest.raises(ConfigError, match="api_key_secret"):
+        EndpointConfig(base_url="http://h/v1", model="m", api_key_secret="no-slash")
+    from common.models.config import FineTuneConfig, T5ModelConfig, describe_generator, generator_facts, in_context
+    from common.models.generation.endpoint import Secret
+
+    with pytest.raises(ConfigError, match="endpoint.base_url"):
+        T5ModelConfig(kind="endpoint")
+    served = T5ModelConfig(kind="endpoint", endpoint=EndpointConfig(base_url="http://h/v1", model="big-model"))
+    trained = FineTuneConfig(max_steps=16)
+    assert in_context(served, trained) and "fine_tune's 16 steps skipped" in describe_generator(served, trained)
+    from common.models.config import GenerationConfig
+    facts = generator_facts(served, trained, GenerationConfig())
+    assert facts["model"] == "big-model" and facts["fine_tune"].startswith("fine-tune skipped: big-model is served")
+    assert KEY not in repr(Secret(KEY)) and KEY not in str(Secret(KEY)) and Secret(KEY).reveal() == KEY
 
 
 def _served_generator(folder: Path, endpoint: EndpointConfig, prompt: str = "Product title: {source}\n"
@@ -241,6 +255,27 @@ def _served_generator(folder: Path, endpoint: EndpointConfig, prompt: str = "Pro
     spec = ModelSpec(kind="endpoint", prompt=prompt, in_context=1, endpoint=asdict(endpoint))
     save_endpoint([("red toy car", "toy car, red"), ("green ball", "ball in green")], str(folder), spec, seed=3)
     return str(folder)
+
+
+def test_the_endpoint_demo_serves_every_generative_method_of_the_demo_world(monkeypatch):
+    """conf/endpoint_demo.yaml (make endpoint-demo): the demo's inputs, a lakehouse of its own, and the four methods'
+    generators served at the endpoint its two variables name, each keeping its own prompt; without the variables,
+    a config error names the key."""
+    from common.config import load_config
+    from common.models.generation.endpoint import served_sections
+
+    repo = Path(__file__).resolve().parents[1]
+    with pytest.raises(ConfigError, match="base_url"):
+        load_config(repo / "conf" / "endpoint_demo.yaml")
+    monkeypatch.setenv("AUGMENT_ENDPOINT_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("AUGMENT_ENDPOINT_MODEL", "served-model")
+    cfg, demo = load_config(repo / "conf" / "endpoint_demo.yaml"), load_config(repo / "conf" / "demo.yaml")
+    assert cfg.inputs == demo.inputs and cfg.lakehouse.root != demo.lakehouse.root
+    sections = served_sections(cfg)
+    assert [key for key, _ in sections] == ["cga.model", "query_reformulation.model", "genre.generator.model",
+                                            "compositional.generator.model"]
+    assert {(e.base_url, e.model) for _, e in sections} == {("http://127.0.0.1:9/v1", "served-model")}
+    assert cfg.genre.generator.model.prompt == demo.genre.generator.model.prompt
 
 
 def test_the_pool_engine_gives_generated_rows_keeps_answers_and_quarantines_what_failed(served, tmp_path):
