@@ -376,13 +376,6 @@ class LocalCluster:
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port('model-server')}/v1"
 
-    def endpoint_overrides(self, section: str) -> list[str]:
-        """``--set`` values that make the generator model section ``section`` (``genre.generator.model``) the
-        cluster's served model, its key read from the driver's ``AUGMENT_ENDPOINT_KEY``."""
-        return [f"{section}.kind=endpoint", f"{section}.endpoint.base_url={self.endpoint_url}",
-                f"{section}.endpoint.model={self.state['model_folder']}",
-                f"{section}.endpoint.api_key_env={ENDPOINT_KEY_ENV}", f"{section}.endpoint.max_concurrency=2"]
-
     def model_server_completions(self) -> int:
         """Completions the model server answered since it started (its access log's 200 lines)."""
         text = self.log("model-server").read_text(errors="replace")
@@ -771,29 +764,59 @@ async def _gateway(listen: int, target: int) -> None:
 
 
 # ---------------------------------------------------------------------- the rehearsal
-def endpoint_rehearsal(cluster: LocalCluster, timed, pipeline: str = "genre-transfer",
-                       section: str = "genre.generator.model") -> list[str]:
-    """``pipeline`` through spark-submit with its generator the cluster's model server (``section`` set to
-    ``model.kind: endpoint``, the key in the driver's environment only), twice: the first run's generation is
-    served (completions counted in the server's access log), the second sends none and writes no version. The key
-    must appear in no log of the cluster (drivers, Spark, Ray). Returns the failures."""
+# The generative pipelines of the endpoint rounds, each with its generator served as conf/endpoint_demo.yaml says.
+ENDPOINT_PIPELINES = ("cga", "query-reformulation", "genre-transfer", "compositional")
+
+
+def endpoint_demo_overrides(cluster: LocalCluster) -> list[str]:
+    """conf/endpoint_demo.yaml's sections (every generator ``model.kind: endpoint``, its generation budgets) as
+    ``--set`` values for the cluster's config, its two variables replaced by the cluster's model server and each
+    served section's key named by ``AUGMENT_ENDPOINT_KEY`` (one source: the local endpoint demo's file)."""
+    import yaml
+
+    tree = yaml.safe_load((REPO / "conf" / "endpoint_demo.yaml").read_text())
+    values = {"${AUGMENT_ENDPOINT_URL}": cluster.endpoint_url,
+              "${AUGMENT_ENDPOINT_MODEL}": cluster.state["model_folder"]}
+    out: list[str] = []
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict):
+                walk(value, path)
+                if key == "endpoint":
+                    out.append(f"{path}.api_key_env={ENDPOINT_KEY_ENV}")
+            else:
+                out.append(f"{path}={values.get(str(value), value)}")
+
+    walk({k: v for k, v in tree.items() if k not in ("extends", "name", "lakehouse")}, "")
+    return out
+
+
+def endpoint_rehearsal(cluster: LocalCluster, timed, pipelines: Sequence[str] = ENDPOINT_PIPELINES) -> list[str]:
+    """Each of ``pipelines`` through spark-submit with every generator the cluster's model server
+    (:func:`endpoint_demo_overrides`; the key in the driver's environment only), in two rounds: in the first each
+    pipeline's generation is served (completions counted in the server's access log), in the second none sends a
+    request or writes a version. The key must appear in no log of the cluster (drivers, Spark, Ray). Returns the
+    failures."""
     failures: list[str] = []
-    args = ["run", pipeline] + [a for o in cluster.endpoint_overrides(section) for a in ("--set", o)]
+    args = [a for o in endpoint_demo_overrides(cluster) for a in ("--set", o)]
     for round_ in (1, 2):
-        tables, served = cluster.tables(), cluster.model_server_completions()
-        result = timed(f"endpoint {round_}: spark-submit {pipeline}, {section} served", cluster.submit, args,
-                       f"endpoint-{pipeline}-{round_}")
-        sent, moved = cluster.model_server_completions() - served, {
-            t: v for t, v in cluster.tables().items() if tables.get(t) != v}
-        print(f"[cluster-demo] endpoint round {round_}: exit {result.returncode}, {sent} completions served, "
-              f"{len(moved)} tables with a new version", flush=True)
-        if result.returncode != 0:
-            print(result.stdout[-4000:])
-            return failures + [f"endpoint round {round_}: {pipeline} exited {result.returncode}"]
-        if round_ == 1 and not sent:
-            failures.append(f"endpoint round 1: the model server answered no completion for {pipeline}")
-        if round_ == 2 and (sent or moved):
-            failures.append(f"endpoint round 2: {sent} completions sent again, new versions {moved}")
+        for pipeline in pipelines:
+            tables, served = cluster.tables(), cluster.model_server_completions()
+            result = timed(f"endpoint {round_}: spark-submit {pipeline}, its generator served", cluster.submit,
+                           ["run", pipeline, *args], f"endpoint-{pipeline}-{round_}")
+            sent, moved = cluster.model_server_completions() - served, {
+                t: v for t, v in cluster.tables().items() if tables.get(t) != v}
+            print(f"[cluster-demo] endpoint round {round_}: {pipeline} exit {result.returncode}, {sent} completions "
+                  f"served, {len(moved)} tables with a new version", flush=True)
+            if result.returncode != 0:
+                print(result.stdout[-4000:])
+                return failures + [f"endpoint round {round_}: {pipeline} exited {result.returncode}"]
+            if round_ == 1 and not sent:
+                failures.append(f"endpoint round 1: the model server answered no completion for {pipeline}")
+            if round_ == 2 and (sent or moved):
+                failures.append(f"endpoint round 2: {pipeline} sent {sent} completions again, new versions {moved}")
     key = cluster._secret("endpoint-key").encode()
     leaks = [str(p) for folder in (cluster.root / "logs", cluster.ray_temp) for p in folder.rglob("*")
              if p.is_file() and key in p.read_bytes()]
