@@ -303,6 +303,20 @@ def ctranslate2_generation() -> GenerationConfig:
     return GenerationConfig(engine="ctranslate2")
 
 
+def model_sections(cfg: Any, path: str = "") -> list[tuple[str, T5ModelConfig]]:
+    """(dotted config key, section) of every generator model section of ``cfg`` (a :class:`T5ModelConfig` at any
+    depth), found by walking its dataclasses: what the doctor lines and start checks ask of a config."""
+    from dataclasses import fields, is_dataclass
+
+    found = []
+    if is_dataclass(cfg):
+        if isinstance(cfg, T5ModelConfig):
+            found.append((path, cfg))
+        for f in fields(cfg):
+            found += model_sections(getattr(cfg, f.name), f"{path}.{f.name}".lstrip("."))
+    return found
+
+
 def in_context(model: T5ModelConfig, fine_tune: FineTuneConfig) -> bool:
     """True when a generator is prompted with examples instead of trained: a served model (``endpoint``), or
     ``fine_tune.epochs`` 0 with no ``max_steps`` on a causal kind."""

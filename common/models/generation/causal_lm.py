@@ -306,18 +306,12 @@ def generator_settings(folder: str) -> Optional[dict[str, Any]]:
         return json.load(handle)
 
 
-def causal_sections(cfg: Any, path: str = "") -> list[tuple[str, str]]:
-    """(dotted config key, kind) of every generator model section of ``cfg`` with a causal kind, found by
-    walking its dataclasses (a section is any object with a ``kind`` and a ``prompt``)."""
-    from dataclasses import fields, is_dataclass
+def causal_sections(cfg: Any) -> list[tuple[str, str]]:
+    """(dotted config key, kind) of every generator model section of ``cfg`` with a causal kind
+    (:func:`common.models.config.model_sections`)."""
+    from common.models.config import model_sections
 
-    found = []
-    if is_dataclass(cfg):
-        if is_causal(getattr(cfg, "kind", None)) and hasattr(cfg, "prompt"):
-            found.append((path, cfg.kind))
-        for f in fields(cfg):
-            found += causal_sections(getattr(cfg, f.name), f"{path}.{f.name}".lstrip("."))
-    return found
+    return [(key, model.kind) for key, model in model_sections(cfg) if is_causal(model.kind)]
 
 
 def doctor_check(cfg: Any):

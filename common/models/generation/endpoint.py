@@ -124,6 +124,11 @@ def api_key(cfg: "EndpointConfig") -> Optional[Secret]:
     return Secret(key)
 
 
+def headers(key: Optional[Secret]) -> dict[str, str]:
+    """The JSON content type, and with a ``key`` its bearer token: every request's headers (never logged)."""
+    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {key.reveal()}"} if key else {})}
+
+
 def retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
     """Seconds to wait from a ``Retry-After`` header: a number of seconds or an HTTP date (None when absent or
     unreadable), at most :data:`MAX_RETRY_AFTER_S`."""
@@ -149,10 +154,7 @@ class EndpointClient:
         self.cfg, self.params = cfg, dict(params)
         self.concurrency = concurrency or cfg.max_concurrency
         self.requests_per_minute = requests_per_minute if requests_per_minute is not None else cfg.requests_per_minute
-        self._headers = {"Content-Type": "application/json"}
-        key = key or api_key(cfg)
-        if key:
-            self._headers["Authorization"] = f"Bearer {key.reveal()}"
+        self._headers = headers(key or api_key(cfg))
         self.stats = {"requests": 0, "retries": 0, "failed": 0}
 
     def __repr__(self) -> str:  # never the headers: they hold the key
@@ -260,13 +262,10 @@ def check_endpoint(cfg: "EndpointConfig", timeout_s: float = 30.0, complete: boo
     doctor``) completes one token; a job's start check leaves that out, so a rerun that has every answer sends no
     completion. Returns a line saying so; raises :class:`EndpointUnreachable` naming the URL and what failed, never
     the key."""
-    headers = {"Content-Type": "application/json"}
     key = api_key(cfg)
-    if key:
-        headers["Authorization"] = f"Bearer {key.reveal()}"
     models_url = cfg.base_url.rstrip("/") + "/models"
     try:
-        with urllib.request.urlopen(urllib.request.Request(models_url, headers=headers), timeout=timeout_s) as r:
+        with urllib.request.urlopen(urllib.request.Request(models_url, headers=headers(key)), timeout=timeout_s) as r:
             listed = [m.get("id") for m in json.loads(r.read() or b"{}").get("data", [])]
     except urllib.error.HTTPError as exc:
         raise EndpointUnreachable(f"{models_url} answered HTTP {exc.code}") from None
@@ -310,18 +309,12 @@ def sampling_params(spec) -> dict[str, Any]:
             **({"top_p": spec.top_p} if sampling else {}), "stop": [STOP]}
 
 
-def served_sections(cfg: Any, path: str = "") -> list[tuple[str, "EndpointConfig"]]:
-    """(dotted config key, endpoint) of every generator model section of ``cfg`` whose kind is ``endpoint``, found by
-    walking its dataclasses."""
-    from dataclasses import fields, is_dataclass
+def served_sections(cfg: Any) -> list[tuple[str, "EndpointConfig"]]:
+    """(dotted config key, endpoint) of every generator model section of ``cfg`` whose kind is ``endpoint``
+    (:func:`common.models.config.model_sections`)."""
+    from common.models.config import model_sections
 
-    found = []
-    if is_dataclass(cfg):
-        if getattr(cfg, "kind", None) == "endpoint" and hasattr(cfg, "endpoint"):
-            found.append((path, cfg.endpoint))
-        for f in fields(cfg):
-            found += served_sections(getattr(cfg, f.name), f"{path}.{f.name}".lstrip("."))
-    return found
+    return [(key, model.endpoint) for key, model in model_sections(cfg) if model.served]
 
 
 def doctor_check(cfg: Any):

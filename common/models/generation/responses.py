@@ -30,15 +30,19 @@ FLUSH_EVERY = 32  # outcomes buffered before a part is written
 FLUSH_S = 10.0  # ... or seconds since the last part
 
 
+# The parts' columns and their Spark SQL types. A row with no ``key`` is a batch's summary: ``reused``, the answers
+# it took from the log instead of sending.
+COLUMNS = (("key", "string"), ("text", "string"), ("reason", "string"), ("prompt_tokens", "long"),
+           ("completion_tokens", "long"), ("latency_s", "double"), ("retries", "long"), ("reused", "long"),
+           ("tag", "string"), ("written_at", "double"))
+
+
 def schema():
-    """The parts' Arrow schema. A row with no ``key`` is a batch's summary: ``reused``, the answers it took from the
-    log instead of sending."""
+    """The parts' Arrow schema (:data:`COLUMNS`)."""
     import pyarrow as pa
 
-    return pa.schema([("key", pa.string()), ("text", pa.string()), ("reason", pa.string()),
-                      ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("latency_s", pa.float64()),
-                      ("retries", pa.int64()), ("reused", pa.int64()), ("tag", pa.string()),
-                      ("written_at", pa.float64())])
+    types = {"string": pa.string(), "long": pa.int64(), "double": pa.float64()}
+    return pa.schema([(name, types[kind]) for name, kind in COLUMNS])
 
 
 def request_key(model: str, api: str, params: dict[str, Any], request: "Request") -> str:
@@ -137,9 +141,8 @@ def usage(spark, generator_uris: Sequence[str], tag: str) -> dict[str, float]:
     roots = [r for r in roots if exists(r)]
     if not roots:
         return {}
-    ddl = ", ".join(f"{f.name} {'string' if str(f.type) == 'string' else 'double' if str(f.type) == 'double' else 'long'}"
-                    for f in schema())
-    rows = spark.read.schema(ddl).option("recursiveFileLookup", "true").option("pathGlobFilter", "*.parquet") \
+    rows = spark.read.schema(", ".join(f"{name} {kind}" for name, kind in COLUMNS)) \
+        .option("recursiveFileLookup", "true").option("pathGlobFilter", "*.parquet") \
         .parquet(*roots).filter(F.col("tag") == tag)
     sent = F.col("key").isNotNull()
     got = rows.agg(F.sum(sent.cast("long")).alias("sent"), F.sum("retries").alias("retries"),

@@ -40,10 +40,9 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
     trained from the same config and input versions (unless forced). Logs losses, throughput, checkpoints and
     the model to the MLflow run ``tr``. The model version is ``<kind>_<role>-<key>`` (``smollm2_cga-…``: what
     the generator is and what it does), also its folder's name under ``<lakehouse>/models/``."""
+    from common.models.config import skipped_fine_tune
     from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_on_ray
     from common.platform.storage import exists
-
-    from common.models.config import skipped_fine_tune
 
     name = f"{model_cfg.kind}_{role}"
     key = hash_of(config_hash, dict(inputs), ctx.cfg.seed)
@@ -169,21 +168,19 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
 
 def endpoint_accounting(ctx: JobContext, tr: "TrackedRun", generator_uris: Sequence[str], tag: str, out_table: str,
                         written: WriteResult, quarantine_rows: int = 0) -> dict[str, float]:
-    """For a stage whose generators are served (:func:`common.models.generation.endpoint.endpoint_settings` of the
+    """For a stage whose generators are served (:func:`common.models.generation.served.endpoint_settings` of the
     first of ``generator_uris``): what the stage run ``tag`` sent (:func:`common.models.generation.responses.usage`)
     logged to the MLflow run and, when it wrote a version of ``out_table``, that version's dataset card (the served
     model, its prompt, the counts). Returns the counts ({} for a local model or a stage that wrote nothing)."""
-    from common.models.generation.served import endpoint_settings
     from common.models.generation.responses import usage
+    from common.models.generation.served import endpoint_settings
 
     settings = endpoint_settings(generator_uris[0]) if generator_uris else None
     if settings is None or written.skipped:
         return {}
-    counts = usage(ctx.spark, generator_uris, tag)
+    counts, endpoint = usage(ctx.spark, generator_uris, tag), settings["endpoint"]
     tr.log_metrics(counts)
-    tr.set_tags({"generator.served_model": settings["endpoint"]["model"],
-                 "generator.endpoint": settings["endpoint"]["base_url"]})
-    endpoint = settings["endpoint"]
+    tr.set_tags({"generator.served_model": endpoint["model"], "generator.endpoint": endpoint["base_url"]})
     log.info("%s: %s at %s: %s", out_table, endpoint["model"], endpoint["base_url"],
              ", ".join(f"{k.removeprefix('endpoint.')} {v:g}" for k, v in counts.items()))
     tr.result.outputs[out_table] = written
@@ -206,8 +203,8 @@ def generate_routed_stage(ctx: JobContext, tr: "TrackedRun", table: str, version
     ``cache_models`` kept per actor), read in (model, id) order so batches hold few models and are the same rows
     whatever the table's layout; write ``out_table``, and for served generators their accounting
     (:func:`endpoint_accounting`). Returns the write."""
-    from common.models.generation.served import served_key
     from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
+    from common.models.generation.served import served_key
 
     ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
     tag = f"{tr.run_id}/{out_table}"
