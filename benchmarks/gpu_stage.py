@@ -9,7 +9,7 @@ are there; when they are not, it records what the stage needs into the bundle fo
   routed prompts and the generation spec): the compositional and genre-transfer generators; and their one-model
   forms ``fine_tune_on_ray`` and ``generate`` (every prompt routed to the one model): CGA's and query
   reformulation's generator;
-* ``qc`` / ``evaluate``: ``jobs.compositional._run_classifiers`` (every multi-label classifier job: its
+* ``qc`` / ``evaluate``: ``jobs.compositional.fit_and_predict_many`` (every multi-label classifier job: its
   training and prediction sources' Parquet files, filters, kind, parameters, seed, keys);
 * ``encoder-eval``: ``common.models.classifiers.text_classifier.run_tasks`` when it runs the encoder classifier's
   ``fit_and_evaluate`` (genre transfer's and BoostAug's ``eval.models: [encoder]``); other tasks run here.
@@ -140,7 +140,7 @@ def pipeline(args, augment_args) -> int:
     from jobs.cli import main as augment
 
     bundle = Bundle(args.bundle)
-    original_run_classifiers, original_run_tasks = compositional._run_classifiers, text_classifier.run_tasks
+    original_run_classifiers, original_run_tasks = compositional.fit_and_predict_many, text_classifier.run_tasks
 
     def fine_tune_many_on_ray(runtime, files, models, model, train, source_col="source_text",
                               target_col="target_text", **_):
@@ -212,11 +212,11 @@ def pipeline(args, augment_args) -> int:
         raise StageRecorded(f"{stage} recorded ({len(jobs)} classifiers): run `classify --bundle {bundle.root} "
                             f"--stage {stage}` on the GPU box")
 
-    def run_classifiers(ctx, jobs, encoder):
+    def run_classifiers(runtime, jobs, encoder):
         import ray
 
         if all(job["kind"] == "fasttext" for job in jobs) and not args.fasttext_too:
-            return original_run_classifiers(ctx, jobs, encoder)
+            return original_run_classifiers(runtime, jobs, encoder)
         stage = "evaluate" if any("split_kind" in job["keys"] for job in jobs) else "qc"
         return ray.data.from_arrow(pa.concat_tables(replay_or_record(stage, "multilabel", jobs)))
 
@@ -230,7 +230,7 @@ def pipeline(args, augment_args) -> int:
         generation.generate_routed = generate_routed
         seq2seq.fine_tune_on_ray = fine_tune_on_ray
         generation.generate = generate_one
-    compositional._run_classifiers = run_classifiers
+    compositional.fit_and_predict_many = run_classifiers
     text_classifier.run_tasks = run_tasks
     try:
         return augment(augment_args)

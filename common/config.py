@@ -14,6 +14,7 @@ from common.catalog.config import CGAConfig, ConsistencyConfig, GroupingConfig
 from common.compositional.config import CompositionalConfig
 from common.data.config import DemoConfig, IngestConfig, InputsConfig, SubsampleConfig
 from common.genre.config import GenreConfig
+from common.models.registry_config import RegistryConfig
 from common.platform.config import BaseConfig, load
 from common.querygraph.config import QueryGraphConfig, QueryReformulationConfig
 
@@ -35,6 +36,7 @@ class AppConfig(BaseConfig):
     boostaug: BoostAugConfig = field(default_factory=BoostAugConfig)
     genre: GenreConfig = field(default_factory=GenreConfig)
     compositional: CompositionalConfig = field(default_factory=CompositionalConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
@@ -284,7 +284,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
     from common.data.leakage import COPIES_TEST
     from common.boostaug.filtering import unjudged_labels
-    from common.models.classifiers.text_classifier import evaluate_many
+    from common.models.classifiers.text_classifier import evaluate_many, evaluate_saved
+    from common.models.registry import method_candidates, ship, task_rescore
 
     cfg = ctx.cfg.boostaug
     texts = tr.read(TEXTS)
@@ -303,11 +304,13 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     # One row per variant: a bounded aggregate.
     n_aug_rows = {(r["method"], r["n_aug"]): r["count"] for r in
                   ctx.lakehouse.read(EVAL_SETS, sets.version).groupBy("method", "n_aug").count().collect()}
-
     text_files = ctx.lakehouse.file_uris(TEXTS, tr.versions[TEXTS])
     set_files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
     train = (text_files, [("split", "=", "train")])
     test = [(text_files, [("split", "=", "test")])]
+    keep = {v.method: ctx.models_dir(f"boostaug_{v.method}", hash_of(config_hash, tr.inputs, sets.version))
+            for v in all_variants if "boostaug" in ctx.cfg.registry.pipelines and "fasttext" in cfg.eval.models
+            and v.n_aug in (0, cfg.n_aug) and " w/o " not in v.method}  # main variants' seed-0 fastText: shipped
     keys, figures = [], []
     for model in cfg.eval.models:
         jobs = []
@@ -316,7 +319,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                 [train, (set_files, [("method", "=", v.method), ("n_aug", "=", v.n_aug)])]
             for repeat in range(cfg.eval.repeats):
                 seed = ctx.cfg.seed + repeat
-                jobs.append({"train": sources, "test": test, "seed": seed})
+                kept = keep.get(v.method) if model == "fasttext" and not repeat and v.n_aug in (0, cfg.n_aug) else None
+                jobs.append({"train": sources, "test": test, "seed": seed, **({"keep": kept} if kept else {})})
                 keys.append((v, model, repeat, seed))
         log.info("boostaug evaluate (%s): %d variants x %d repeats = %d classifiers", model, len(all_variants),
                  cfg.eval.repeats, len(jobs))
@@ -330,6 +334,14 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.write(frame, RESULTS, config_hash)
     pdf = frame.toPandas()
     report(ctx, tr, pdf)
+    if keep:
+        shipped = pdf[(pdf["model"] == "fasttext") & pdf["n_aug"].isin([0, cfg.n_aug])]
+        ship(ctx, tr, method_candidates(
+            "boostaug", shipped, keep, ("accuracy", "macro_f1"), {m: {"kind": "hft", "depth": 1} for m in keep},
+            lambda m: {TEXTS: tr.data_versions[TEXTS], **({EVAL_SETS: sets.version} if m != NONE else {})},
+            test={TEXTS: tr.data_versions[TEXTS]}, lineage={"config_hash": config_hash},
+            examples=[r["text"] for r in texts.filter(F.col("split") == "test").select("text").limit(3).collect()]),
+            rescore=task_rescore(ctx, evaluate_saved, test))
     main = pdf[(pdf["n_aug"] == cfg.n_aug) | (pdf["method"] == NONE)].groupby(["model", "method"])
     # MLflow metric names allow no "+": eda+boostaug -> eda_boostaug. The first model keeps the short names.
     return {f"mean.{'' if model == cfg.eval.models[0] else model + '.'}{m.replace('+', '_')}.{k}": v

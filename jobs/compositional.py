@@ -25,15 +25,13 @@ import logging
 import math
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from common.platform.errors import InputError
+from common.models.classifiers.multilabel import classifier_params, fit_and_predict_many
 from common.models.generation.endpoint import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
-
-if TYPE_CHECKING:
-    from common.models.config import EncoderConfig, FastTextConfig
 
 log = logging.getLogger(__name__)
 
@@ -219,27 +217,6 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         {f"{m}.failed": float(sum(n for (mm, r), n in counts.items() if mm == m and r)) for m in methods}
 
 
-def _run_classifiers(ctx: JobContext, jobs: list[dict], encoder: EncoderConfig):
-    """Run :func:`common.models.classifiers.multilabel.fit_and_predict` for every job as Ray tasks (fastText: one CPU;
-    encoder: ``encoder``'s CPUs and GPUs in torch's workers); their prediction tables come back as one Ray Dataset."""
-    import ray
-
-    from common.models.classifiers.hft import task_options
-    from common.models.classifiers.multilabel import fit_and_predict
-
-    ctx.ray().start()
-    remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, **task_options(False))(fit_and_predict),
-               "encoder": ray.remote(num_gpus=encoder.num_gpus or None, max_retries=2,
-                                     **task_options(True, encoder.num_gpus, encoder.num_cpus))(fit_and_predict)}
-    return ray.data.from_arrow_refs([remotes[job["kind"]].remote(**job) for job in jobs])
-
-
-def _classifier_params(kind: str, fasttext: FastTextConfig, encoder: EncoderConfig) -> dict:
-    from common.models.classifiers.hft import fasttext_params
-
-    return asdict(encoder) if kind == "encoder" else fasttext_params(fasttext)
-
-
 @job("compositional-qc")
 def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``compositional-qc``: rank each generator's candidates by Jaccard(predicted, intended), keep the top K."""
@@ -258,9 +235,9 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if tr.all_written([SYNTHETIC, REJECTS], config_hash):
         return None
     files = {t: ctx.lakehouse.file_uris(t, tr.versions[t]) for t in (CANDIDATES, CG_TRAIN, CG_SUPPORT)}
-    ds = _run_classifiers(ctx, [{"train": [(files[CG_TRAIN], None), (files[CG_SUPPORT], None)],
+    ds = fit_and_predict_many(ctx.ray(), [{"train": [(files[CG_TRAIN], None), (files[CG_SUPPORT], None)],
                                  "predict": [(files[CANDIDATES], None)], "kind": qc.model,
-                                 "params": _classifier_params(qc.model, qc.fasttext, qc.encoder),
+                                 "params": classifier_params(qc.model, qc.fasttext, qc.encoder),
                                  "seed": ctx.cfg.seed, "validation_fraction": cfg.eval.validation_fraction,
                                  "keys": {"model": qc.model}}], qc.encoder)
     predictions = ctx.lakehouse.read(QC_PREDICTIONS, tr.write_ray(ds, QC_PREDICTIONS, config_hash, learned).version)
@@ -320,23 +297,31 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         for size in sizes:
             runs.append(("cg", method, size, cg_base + [(files[SYNTHETIC], [("method", "=", method),
                                                                             ("rank", "<=", size)])], CG_TEST))
+    # Each method's CG classifier on all its synthetic texts, first seed, fastText: kept to ship.
+    keep = {method: ctx.models_dir(f"compositional_{method}", hash_of(config_hash, tr.inputs)) for kind, method, size,
+            _, _ in runs if kind == "cg" and size == kept.get(method, 0) and "fasttext" in cfg.eval.models
+            and "compositional" in ctx.cfg.registry.pipelines}
     jobs = []
     for model in cfg.eval.models:
-        params = _classifier_params(model, cfg.eval.fasttext, cfg.eval.encoder)
+        params = classifier_params(model, cfg.eval.fasttext, cfg.eval.encoder)
         for kind, method, size, train, test in runs:
             for repeat in range(cfg.eval.repeats):
                 seed = ctx.cfg.seed + repeat
                 keys = {"split_kind": kind, "method": method, "model": model, "size": size, "repeat": repeat,
                         "seed": seed, "n_augmented": size}
+                shipped = (model, repeat, kind, size) == ("fasttext", 0, "cg", kept.get(method, 0)) and method in keep
                 jobs.append({"train": train, "predict": [(files[test], None)], "kind": model, "params": params,
-                             "seed": seed, "validation_fraction": cfg.eval.validation_fraction, "keys": keys})
+                             "seed": seed, "validation_fraction": cfg.eval.validation_fraction, "keys": keys,
+                             **({"keep": keep[method]} if shipped else {})})
     log.info("compositional evaluate: %d training sets x %d seeds x %d models = %d classifiers", len(runs),
              cfg.eval.repeats, len(cfg.eval.models), len(jobs))
-    predictions = tr.write_ray(_run_classifiers(ctx, jobs, cfg.eval.encoder), PREDICTIONS, config_hash)
+    predictions = tr.write_ray(fit_and_predict_many(ctx.ray(), jobs, cfg.eval.encoder), PREDICTIONS, config_hash)
     frame = results(ctx.lakehouse.read(PREDICTIONS, predictions.version)).select(*RESULT_COLUMNS)
     written = tr.write(frame.orderBy("split_kind", "method", "size", "repeat"), RESULTS, config_hash)
     pdf = ctx.lakehouse.read(RESULTS, written.version).toPandas()
     report(ctx, tr, pdf)
+    if keep:
+        ship_classifiers(ctx, tr, pdf, keep, kept, config_hash, [(files[CG_TEST], None)])
     keys = ["model", "split_kind", "method"]
     full = pdf[pdf["size"] == pdf.groupby(keys)["size"].transform("max")]
     means = full.groupby(keys)[["accuracy", "jaccard"]].mean()
@@ -344,15 +329,34 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             for model, kind, method in means.index for metric in ("accuracy", "jaccard")}
 
 
+def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[str, str], kept: dict[str, int], config_hash: str,
+                     test: list) -> None:
+    """Ship (:func:`common.models.registry.ship`) each method's kept CG classifier with its seeds' exact-set
+    accuracy and Jaccard (``pdf``: the results; ``kept``: each method's synthetic texts; ``test``: CG_TEST's rows)."""
+    import json
+
+    from common.models.classifiers.multilabel import evaluate_saved
+    from common.models.registry import method_candidates, ship, task_rescore
+    from common.platform.storage import read_text
+    from common.pyfunc.loader import MANIFEST
+
+    cg = pdf[(pdf["model"] == "fasttext") & (pdf["split_kind"] == "cg")]
+    full = cg[cg["size"] == cg["method"].map(lambda m: kept.get(m, 0))]
+    manifests = {m: json.loads(read_text(f"{folder.rstrip('/')}/{MANIFEST}")) for m, folder in keep.items()}
+    base = {CG_TRAIN: tr.data_versions[CG_TRAIN], CG_SUPPORT: tr.data_versions[CG_SUPPORT]}
+    examples = [r["text"] for r in tr.read(CG_TEST, tr.versions[CG_TEST], as_input=False).select("text").limit(3)
+                .collect()]
+    ship(ctx, tr, method_candidates(
+        "compositional", full, keep, ("accuracy", "jaccard"), manifests,
+        lambda m: {**base, **({SYNTHETIC: tr.data_versions[SYNTHETIC]} if m != "no_aug" else {})},
+        test={CG_TEST: tr.data_versions[CG_TEST]}, examples=examples, lineage={"config_hash": config_hash}),
+        rescore=task_rescore(ctx, evaluate_saved, test))
+
+
 def report(ctx: JobContext, tr: JobRun, pdf) -> None:
     """Write the Table-2 summary and the Figure-4 curve (markdown and PNG), log them to MLflow, print the
     summary."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from common.compositional.evaluation import curve_table, summary_table
+    from common.compositional.evaluation import curve_table, plot_curve, summary_table
 
     folder = Path(ctx.reports_dir("compositional"))
     table = summary_table(pdf).to_string(index=False)
@@ -363,21 +367,8 @@ def report(ctx: JobContext, tr: JobRun, pdf) -> None:
             f"seeds; `cg`: the compositional split (test label sets never seen in training), `iid`: a random split "
             f"of the same sizes. Gain: exact-set accuracy over `no_aug` of the same split.\n\n```\n{table}\n```\n\n"
             f"## Accuracy vs synthetic size (CG)\n\n```\n{curve.to_string(index=False)}\n```\n")
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    several = curve["model"].nunique() > 1
-    for _, row in curve.iterrows():
-        points = [(int(size), value) for size, value in row.drop(["model", "method"]).items() if value == value]
-        label = f"{row['method']} ({row['model']})" if several else row["method"]
-        ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=label)
-    ax.set_xlabel("synthetic texts added (QC-ranked, best first)")
-    ax.set_ylabel("CG exact-set accuracy (points)")
-    ax.set_title("Accuracy vs synthetic size (size 0: no_aug)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
     chart = folder / "accuracy_vs_synthetic.png"
-    fig.savefig(chart, dpi=120)
-    plt.close(fig)
+    plot_curve(curve, chart)
     text += "\n![accuracy vs synthetic size](accuracy_vs_synthetic.png)\n"
     path = folder / "report.md"
     path.write_text(text, encoding="utf-8")

@@ -92,6 +92,7 @@ def evaluate_many(ctx: JobContext, models: list, accuracy_test, pairs, threads: 
 def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Train and evaluate every method; returns the mean F1 and consistency rate per method."""
     from common.catalog.blinding import blind_col, load_dictionary
+    from common.models.registry import ship
 
     cfg = ctx.cfg.consistency
     d_l, pool = tr.read("labeled_train"), tr.read("unlabeled_pool")
@@ -129,13 +130,58 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.write(frame, RESULTS, config_hash)
     pdf = frame.toPandas()
     report(ctx, tr, pdf)
-    for method, repeat, _, model in keys:
-        if repeat == 0:
+    first = {method: model for method, repeat, _, model in keys if repeat == 0}
+    if "consistency" in ctx.cfg.registry.pipelines:
+        examples = [r["title"] for r in accuracy_test.select("title").limit(3).collect()]
+        ship(ctx, tr, [candidate(ctx, tr, method, model, pdf, blind_rules(method, colours, sizes), examples)
+                       for method, model in first.items()], rescore=rescorer(ctx, accuracy_test, pairs, blind))
+    else:
+        for method, model in first.items():
             tr.log_model_folder(model.uri, f"models/{method}")
-        else:
+    for method, repeat, _, model in keys:
+        if repeat > 0:
             remove_tree(model.uri)  # repeats only feed the mean ± std
     means = pdf.groupby("method")[["f1_weighted", "consistency_rate"]].mean()
     return {f"mean.{m}.{k}": v for m, row in means.iterrows() for k, v in row.items()}
+
+
+def blind_rules(method: str, colours: list[str], sizes: list[str]) -> list[list[str]]:
+    """The substitutions a shipped ``method`` model applies to its input ([] but for cs_blind): what
+    :func:`common.catalog.blinding.blind_col` does in Spark, in the order it does it."""
+    from common.catalog.blinding import COLOUR_TOKEN, SIZE_TOKEN, dictionary_pattern
+
+    if method != "cs_blind":
+        return []
+    return [[dictionary_pattern(sizes), SIZE_TOKEN], [dictionary_pattern(colours), COLOUR_TOKEN]]
+
+
+def candidate(ctx: JobContext, tr: JobRun, method: str, model, pdf, blind: list[list[str]], examples: list[str]):
+    """The registry candidate of ``method``: its first repeat's HFT, its R repeats' test metrics (``pdf``: the
+    results rows), its lineage, and ``examples`` (a few test titles) as its input example."""
+    from common.models.promotion import Measure
+    from common.models.registry import Candidate
+
+    rows = pdf[pdf["method"] == method]
+    return Candidate(
+        "consistency", method, model.uri, {"kind": "hft", "depth": model.depth, "blind": blind},
+        {m: Measure.of(rows[m].tolist()) for m in ("f1_weighted", "consistency_rate")},
+        train={f"train_{method}": tr.result.outputs[f"train_{method}"].version},
+        test={t: tr.data_versions[t] for t in ("accuracy_test", "consistency_test")}, examples=examples,
+        lineage={"config_hash": hash_of(asdict(ctx.cfg.consistency), ctx.cfg.seed)})
+
+
+def rescorer(ctx: JobContext, accuracy_test, pairs, blind):
+    """Re-scores a champion HFT on this run's test tables: its weighted F1 and consistency rate as
+    :func:`evaluate` gives them."""
+    from common.models.classifiers.hft import HFTModel
+    from common.models.registry import lakehouse_rescore
+
+    def score(uri: str, manifest: dict) -> dict[str, float]:
+        f1, consistency = evaluate(ctx, HFTModel(uri, int(manifest["depth"])), accuracy_test, pairs,
+                                   blind if manifest.get("blind") else None)
+        return {"f1_weighted": f1, "consistency_rate": consistency}
+
+    return lakehouse_rescore(ctx, score)
 
 
 def training_stats(ctx: JobContext, table: str, version: int) -> tuple[int, int, int]:

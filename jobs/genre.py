@@ -306,6 +306,11 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             ctx.lakehouse.read(EVAL_SETS, sets.version).select("topic", "n").distinct().orderBy("topic", "n").collect()]
     files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
     evaluated = methods(cfg.generator.off_topic_control, cfg.eval.synthetic_only, cfg.eval.balanced_control)
+    # Each topic's classifiers at its largest N, first seed, fastText: kept to ship, one per method and topic.
+    largest = {topic: n for topic, n in grid}
+    kept_key = hash_of(config_hash, tr.inputs, sets.version)
+    keep = {(topic, method): ctx.models_dir(f"genre_{method}_topic{topic}", kept_key) for topic in largest
+            for method in evaluated if "genre" in ctx.cfg.registry.pipelines and "fasttext" in cfg.eval.models}
     keys, figures = [], []
     for model in cfg.eval.models:
         jobs = []
@@ -317,7 +322,9 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                 for repeat in range(cfg.eval.repeats):
                     seed = ctx.cfg.seed + repeat
                     keys.append((topic, n, method, model, repeat, seed))
-                    jobs.append({"train": train, "test": test, "seed": seed})
+                    shipped = (model, repeat, n) == ("fasttext", 0, largest[topic]) and (topic, method) in keep
+                    jobs.append({"train": train, "test": test, "seed": seed,
+                                 **({"keep": keep[(topic, method)]} if shipped else {})})
         log.info("genre evaluate (%s): %d (topic, N) x %d methods x %d seeds = %d classifiers", model, len(grid),
                  len(evaluated), cfg.eval.repeats, len(jobs))
         figures += evaluate_many(ctx.ray(), model, jobs, cfg.eval.fasttext, cfg.eval.encoder)
@@ -327,11 +334,38 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.write(frame, RESULTS, config_hash)
     pdf = frame.toPandas()
     report(ctx, tr, pdf)
+    if keep:
+        ship_classifiers(ctx, tr, pdf, keep, largest, files, sets.version, config_hash)
     means = pdf.groupby(["model", "n", "method"])["macro_f1"].mean()
     # The first model keeps the short metric names.
     return {f"{'' if model == cfg.eval.models[0] else model + '.'}n{n}.{method}.macro_f1": float(v)
             for (model, n, method), v in means.items()} | \
         {"eval_rows": float(ctx.lakehouse.read(EVAL_SETS, sets.version).filter(F.col("set") != "test").count())}
+
+
+def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict, largest: dict[int, int], files: list[str],
+                     sets_version: int, config_hash: str) -> None:
+    """Ship (:func:`common.models.registry.ship`) each kept (topic, method) classifier as method
+    ``<method>_topic<topic>``, with its seeds' macro-F1 and accuracy on that topic's test set at its largest N."""
+    from common.models.classifiers.text_classifier import evaluate_saved
+    from common.models.registry import method_candidates, ship, task_rescore
+
+    rows = pdf[(pdf["model"] == "fasttext") & (pdf["n"] == pdf["topic"].map(largest))]
+    rows = rows.assign(method=rows["method"] + "_topic" + rows["topic"].astype(str))
+    folders = {f"{method}_topic{topic}": folder for (topic, method), folder in keep.items()}
+    candidates = []
+    for topic, n in largest.items():
+        where = [("topic", "=", topic), ("n", "=", n)]
+        test = ctx.lakehouse.read(EVAL_SETS, sets_version).filter(f"topic = {int(topic)} and n = {int(n)} and "
+                                                                  "set = 'test'")
+        candidates += method_candidates(
+            "genre", rows, {m: f for m, f in folders.items() if m.endswith(f"_topic{topic}")},
+            ("macro_f1", "accuracy"), {m: {"kind": "hft", "depth": 1} for m in folders},
+            lambda m: {EVAL_SETS: sets_version}, test={EVAL_SETS: sets_version},
+            examples=[r["text"] for r in test.select("text").limit(3).collect()],
+            lineage={"config_hash": config_hash, "topic": str(topic), "n": str(n)},
+            rescore=task_rescore(ctx, evaluate_saved, [(files, where + [("set", "=", "test")])]))
+    ship(ctx, tr, candidates)
 
 
 def report(ctx: JobContext, tr: JobRun, pdf) -> None:

@@ -120,8 +120,11 @@ def app_config(tmp_path, tracking_uri):
     from common.config import load_config
     from worlds import DEMO
 
+    # Its own registered models' names: the session's tests share one registry, and a test's first version of a
+    # model must not meet another test's champion.
     return load_config(None, [f"lakehouse.root={tmp_path / 'lakehouse'}", f"tracking.uri={tracking_uri}",
-                              f"tracking.experiment=test-{tmp_path.name}", *DEMO])
+                              f"tracking.experiment=test-{tmp_path.name}", f"registry.name_prefix={tmp_path.name}_",
+                              *DEMO])
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ weights, optimiser) import neither.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Every package under common/ has a layer; a new package must be placed here (the test says so).
 LAYERS = {
     "common.platform": 0,
+    "common.pyfunc": 0,
     "common.data": 1,
     "common.algorithms": 1,
     "common.models": 2,
@@ -248,3 +250,21 @@ def test_the_circle_finder_finds_circles():
                           "common.models.d": "from common.models.a import z\n"})
     assert import_circles(graph) == [["common.models.a", "common.models.b", "common.models.c"]]
     assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_code_a_registered_model_carries_is_self_contained():
+    """common.pyfunc ships inside every registered model under another top-level name: it may import its own
+    modules (relatively) and the standard library, numpy, pandas, fastText and MLflow, nothing else."""
+    allowed = {"numpy", "pandas", "fasttext", "mlflow", "__future__"}
+    problems = []
+    for name, path in source_modules().items():
+        if not name.startswith("common.pyfunc"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                continue
+            roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module.split(".")[0]] if isinstance(node, ast.ImportFrom) else []
+            problems += [f"{name}:{node.lineno} imports {root}" for root in roots
+                         if root not in allowed and root not in sys.stdlib_module_names]
+    assert not problems, "\n".join(problems)

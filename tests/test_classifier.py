@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from common.models.classifiers.hft import HFTTrainerPool, hft_decide, predict, predict_texts, train_hft
+from common.models.classifiers.hft import HFTTrainerPool, predict, predict_texts, train_hft
 from common.models.config import FastTextConfig
+from common.pyfunc.hft import hft_decide
 
 
 def test_inference_stops_at_the_first_disagreement():

@@ -154,6 +154,8 @@ def write_reviews_csv(path: Path, per_label: int, n_train: int) -> None:
     pd.DataFrame(rows, columns=["text", "label", "split"]).to_csv(path, index=False)
 
 
+# The prefix of the world's registered models' names (the session's tests share one MLflow registry).
+WORLD_MODELS = "world_"
 # The queries the world's reformulators rewrite (query_reformulation.sources): fewer than it collects.
 QR_SOURCES = 60
 
@@ -177,7 +179,9 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
     cfg = load_config(None, [f"lakehouse.root={folder / 'lakehouse'}", f"tracking.uri={tracking_uri}",
                              "tracking.experiment=test-small-world", *DEMO, WORLD_SESSIONS,
                              # the maintenance notebook compacts two tables
-                             "maintenance.tables=[consistency_results,query_clusters]"])
+                             "maintenance.tables=[consistency_results,query_clusters]",
+                             # the world's registered models, apart from other tests' in the session's registry
+                             f"registry.name_prefix={WORLD_MODELS}"])
     cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_ss"], consistency_test=40, repeats=1,
                                         fasttext=FastTextConfig(bucket=20000, epoch=10))
     cfg.cga = CGAConfig(
@@ -302,6 +306,7 @@ class SmallWorld:
         cfg = copy.deepcopy(self.cfg)
         cfg.lakehouse.root = str(folder / "lakehouse")
         cfg.tracking.experiment = f"test-copy-{folder.name}"
+        cfg.registry.name_prefix = f"copy_{folder.name}_"  # the copy's models are not the world's versions
         return build_context(cfg, spark=self._spark, capabilities=self._capabilities)
 
     def close(self) -> None:

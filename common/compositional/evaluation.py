@@ -99,3 +99,27 @@ def curve_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
         table.insert(0, "model", model)
         parts.append(table)
     return pd.concat(parts, ignore_index=True)
+
+
+def plot_curve(curve: "pd.DataFrame", path) -> None:
+    """Figure 4 as a PNG at ``path``: CG exact-set accuracy per synthetic size (``curve``: :func:`curve_table`'s
+    rows), one line per method (and model, when there are several)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    several = curve["model"].nunique() > 1
+    for _, row in curve.iterrows():
+        points = [(int(size), value) for size, value in row.drop(["model", "method"]).items() if value == value]
+        label = f"{row['method']} ({row['model']})" if several else row["method"]
+        ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=label)
+    ax.set_xlabel("synthetic texts added (QC-ranked, best first)")
+    ax.set_ylabel("CG exact-set accuracy (points)")
+    ax.set_title("Accuracy vs synthetic size (size 0: no_aug)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

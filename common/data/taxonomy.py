@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from common.platform.errors import InputError
+# The canonical path separator, " > ": defined in the code a registered model carries, which cuts labels by it.
+from common.pyfunc.hft import SEPARATOR
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-SEPARATOR = " > "
 _LINE = re.compile(r"^\s*(\d+)\s+-\s+(.+?)\s*$")
 
 

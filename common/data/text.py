@@ -1,18 +1,7 @@
-"""Title text: the normalisation every classifier trains and predicts on."""
-from __future__ import annotations
+"""Title text: the normalisation every classifier trains and predicts on.
 
-import re
-import unicodedata
+Its one definition lives in :mod:`common.pyfunc.text`, the code a registered model carries: a model
+served outside the suite normalises exactly as the suite trained it."""
+from common.pyfunc.text import normalize_title
 
-# Punctuation that separates tokens; '-', "'", '+', '.', '_' stay inside tokens (model numbers,
-# "men's", "3+", "1.5l", the blinding tokens).
-_SEPARATORS = re.compile(r"[^\w\s\-'+._]", re.UNICODE)
-_SPACES = re.compile(r"\s+")
-
-
-def normalize_title(text: str | None) -> str:
-    """NFKC, lower case, punctuation split off, single spaces: the text fastText trains and predicts on."""
-    if not text:
-        return ""
-    text = unicodedata.normalize("NFKC", text).lower()
-    return _SPACES.sub(" ", _SEPARATORS.sub(" ", text)).strip()
+__all__ = ["normalize_title"]

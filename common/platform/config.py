@@ -231,6 +231,9 @@ class TrackingConfig:
     uri: Optional[str] = None
     # The MLflow experiment every run goes to (a workspace path on Databricks).
     experiment: str = "catalog-augmentation"
+    # The model registry's URI ("databricks-uc" for Unity Catalog); null: the tracking URI's own registry (the
+    # MLflow server's, or SQLite's locally).
+    registry_uri: Optional[str] = None
 
 
 # Delta's safety default for VACUUM (delta.deletedFileRetentionDuration): files a reader of a version up to

@@ -41,15 +41,17 @@ class JobResult:
     outputs: dict[str, WriteResult] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     run_id: Optional[str] = None
+    # Lines the job adds to its summary (a registered model version and its gate's decision).
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        """One line per output table: name, version, and whether it was new."""
+        """One line per output table (name, version, and whether it was new), then the job's notes."""
         lines = [f"{self.job}:"]
         for name, res in self.outputs.items():
             state = "unchanged (same config and inputs)" if res.skipped else "new version"
             rows = "" if res.num_rows is None else f", {res.num_rows} rows"
             lines.append(f"  {name} v{res.version}{rows} - {state}")
-        return "\n".join(lines)
+        return "\n".join(lines + [f"  {note}" for note in self.notes])
 
 
 @dataclass

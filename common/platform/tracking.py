@@ -48,17 +48,11 @@ class TrackedRun:
     def log_input_table(self, name: str, version: str | int, location: str, context: str = "input") -> None:
         """Record an input (or output) table version as an MLflow dataset and as tags."""
         import mlflow
-        from mlflow.data.delta_dataset_source import DeltaDatasetSource
-        from mlflow.data.meta_dataset import MetaDataset
 
         tag_prefix = "input" if context == "input" else "output"
         mlflow.set_tags({f"{tag_prefix}.{name}.version": str(version), f"{tag_prefix}.{name}.location": location})
         if isinstance(version, int) or str(version).isdigit():
-            is_path = "://" in location or location.startswith("/")
-            source = DeltaDatasetSource(path=location if is_path else None,
-                                        delta_table_name=None if is_path else location,
-                                        delta_table_version=int(version))
-            log_dataset(self.run_id, MetaDataset(source=source, name=name, digest=f"v{version}"), context)
+            log_dataset(self.run_id, delta_dataset(name, int(version), location), context)
 
     def log_output_table(self, name: str, version: int, location: str, skipped: bool = False) -> None:
         """Record a table version this run wrote (or found already written, when ``skipped``)."""
@@ -205,6 +199,18 @@ def code_tags() -> dict[str, str]:
         except (OSError, subprocess.TimeoutExpired) as exc:  # no git on the machine: the version tag stands
             log.info("no git commit for the run's tags: %s", exc)
     return tags
+
+
+def delta_dataset(name: str, version: int, location: str):
+    """The MLflow dataset of Delta table ``name`` at ``version`` (``location``: its path, or a catalog table
+    name): what a run's inputs and a registered model's lineage name."""
+    from mlflow.data.delta_dataset_source import DeltaDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    is_path = "://" in location or location.startswith("/")
+    source = DeltaDatasetSource(path=location if is_path else None, delta_table_name=None if is_path else location,
+                                delta_table_version=int(version))
+    return MetaDataset(source=source, name=name, digest=f"v{version}")
 
 
 def log_dataset(run_id: str, dataset: Any, context: str, attempts: int = 4) -> None:

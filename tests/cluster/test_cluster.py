@@ -18,6 +18,7 @@ import os
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import pytest
 import yaml
 
 from local_cluster import BUCKET, SPARK_WORKERS, VENV, LocalCluster, free_port
+from worlds import WORLD_MODELS
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -168,6 +170,17 @@ def test_a_pipeline_runs_through_spark_submit_as_it_runs_locally(cluster, pipeli
     keys = cluster.bucket_keys("mlflow/")
     assert any(k.endswith("/report/report.md") for k in keys), keys[:20]
     assert "lakehouse/reports/genre/report.md" in cluster.bucket_keys("lakehouse/reports/")
+    # The server's registry: each genre classifier registered by genre-evaluate's run, the first version champion,
+    # its files in the bucket.
+    query = urllib.parse.urlencode({"filter": f"name LIKE '{WORLD_MODELS}genre_%'"})
+    url = f"http://127.0.0.1:{cluster.port('mlflow')}/api/2.0/mlflow/registered-models/search?{query}"
+    models = json.loads(urllib.request.urlopen(url, timeout=30).read()).get("registered_models", [])
+    evaluate_run = next(r["info"]["run_id"] for r in runs if r["info"]["run_name"] == "genre-evaluate")
+    assert len(models) >= 3 and all({"alias": "champion", "version": "1"} in m.get("aliases", []) for m in models)
+    assert all(m["latest_versions"][0]["run_id"] == evaluate_run for m in models)
+    # what a registered model carries, written by a driver that imports the suite from dist/augment.zip
+    for carried in ("/data/classifier/model.json", "/code/catalog_augment_pyfunc/loader.py"):
+        assert any("/artifacts/" in k and k.endswith(carried) for k in keys), (carried, keys[:20])
     # Nothing of the job on the driver's disk (its working folder), and no commit lease left behind.
     assert not list(cluster.driver_dir.iterdir())
     assert not [k for k in cluster.bucket_keys("lakehouse/") if k.endswith(".commit-lock")]

@@ -26,8 +26,10 @@ from common.models.config import FastTextConfig
 from common.platform.errors import InputError
 from common.platform.native_heap import glibc
 from common.platform.storage import local_copy, put_file, read_parquet_files, worker_scratch
-from common.data.taxonomy import SEPARATOR
 from common.data.text import normalize_title
+from common.pyfunc.hft import fasttext_module as _fasttext
+from common.pyfunc.hft import load_level_files, score_levels, truncate_label
+from common.pyfunc.multilabel import LABEL_PREFIX
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LABEL_PREFIX = "__label__"
 # fasttext-numpy2 0.10.4 trains on uninitialised memory: its matrices come from posix_memalign unzeroed,
 # and the input matrix's seeded init fills only thread/10 of it (upstream fastText's std::vector zeroes the
 # rest). Recycled heap memory there makes a model differ between runs on the same rows and seed, or fail
@@ -85,41 +86,7 @@ class LevelStats:
     words_per_second_per_thread: float
 
 
-def truncate_label(label: str, level: int) -> str:
-    """The first ``level`` levels of a canonical ``"A > B > C"`` label."""
-    return SEPARATOR.join(label.split(SEPARATOR)[:level])
-
-
-def hft_decide(predictions: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float, int]]:
-    """Apply HFT's agreement rule to per-level predictions.
-
-    ``predictions[i][k]`` is level ``i+1``'s (label, confidence) for text ``k``. Returns, per text,
-    (label, confidence, level of the model whose prediction was returned).
-    """
-    depth = len(predictions)
-    out = []
-    for k in range(len(predictions[0])):
-        label, conf = predictions[0][k]
-        used = 1
-        for level in range(2, depth + 1):
-            nxt, nxt_conf = predictions[level - 1][k]
-            if truncate_label(nxt, level - 1) != truncate_label(label, level - 1):
-                break
-            label, conf, used = nxt, nxt_conf, level
-        out.append((label, conf, used))
-    return out
-
-
 # ----------------------------------------------------------------------------- training (Ray)
-def _fasttext():
-    try:
-        import fasttext
-    except ImportError as exc:
-        raise ImportError("fastText is needed: pip install fasttext-numpy2==0.10.4") from exc
-    fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence its stderr warning on load
-    return fasttext
-
-
 # (Parquet files, pyarrow filters or None), e.g. (files, [("fold", "in", [0, 1, 2])]): one table version can
 # hold many folds or training sets, and a Ray task reads just its own rows.
 Source = tuple[Sequence[str], Optional[list]]
@@ -327,25 +294,15 @@ _LOADED: dict[str, tuple[list[Any], list[dict[str, str]]]] = {}
 def load_levels(model: HFTModel) -> tuple[list[Any], list[dict[str, str]]]:
     """The level models and label maps, loaded once per process (later calls reuse them)."""
     if model.uri not in _LOADED:
-        fasttext = _fasttext()
-        folder = local_copy(model.uri)
-        models, maps = [], []
-        for level in range(1, model.depth + 1):
-            models.append(fasttext.load_model(os.path.join(folder, f"level_{level}.bin")))
-            maps.append(json.loads(Path(folder, f"labels_{level}.json").read_text(encoding="utf-8")))
-        _LOADED[model.uri] = (models, maps)
+        _LOADED[model.uri] = load_level_files(local_copy(model.uri), model.depth)
     return _LOADED[model.uri]
 
 
 def predict_texts(model: HFTModel, texts: Sequence[str]) -> list[tuple[str, float, int]]:
-    """HFT predictions (label, confidence, level used) for raw titles."""
+    """HFT predictions (label, confidence, level used) for raw titles (:func:`common.pyfunc.hft.score_levels`,
+    what a registered model of it predicts)."""
     models, maps = load_levels(model)
-    clean = [normalize_title(t) for t in texts]
-    per_level = []
-    for m, label_map in zip(models, maps):
-        tokens, probs = m.predict(clean, k=1)
-        per_level.append([(label_map[t[0]], float(min(1.0, p[0]))) for t, p in zip(tokens, probs)])
-    return hft_decide(per_level)
+    return score_levels(models, maps, texts)
 
 
 def predict(df: "DataFrame", model: HFTModel, text_col: str = "title", prefix: str = "pred") -> "DataFrame":

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from common.pyfunc.multilabel import decide  # what a registered multi-label model decides with
+
 
 def accuracy_and_macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> tuple[float, float]:
     """Accuracy and macro-F1 (mean over the gold and predicted labels of per-label F1)."""
@@ -32,14 +34,6 @@ def jaccard(predicted: Sequence[str], gold: Sequence[str]) -> float:
     """|P ∩ G| / |P ∪ G| (1.0 when both are empty)."""
     p, g = set(predicted), set(gold)
     return len(p & g) / len(p | g) if p | g else 1.0
-
-
-def decide(probabilities: dict[str, float], threshold: float) -> list[str]:
-    """The labels at or above ``threshold``, or the most probable one when none is (a text has a label)."""
-    chosen = sorted(label for label, p in probabilities.items() if p >= threshold)
-    if not chosen and probabilities:
-        chosen = [max(probabilities, key=lambda label: (probabilities[label], label))]
-    return chosen
 
 
 def best_threshold(probabilities: Sequence[dict[str, float]], gold: Sequence[Sequence[str]]) -> tuple[float, float]:

@@ -11,12 +11,18 @@ the rows to predict as an Arrow table: the caller turns the tasks' tables into a
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.data.text import normalize_title
 from common.models.classifiers.label_metrics import best_threshold, decide
-from common.models.classifiers.hft import LABEL_PREFIX, Source, _fasttext, train_file_to_model
+from common.models.classifiers.hft import Source, train_file_to_model
 from common.platform.storage import read_parquet_files, worker_scratch
+from common.pyfunc.hft import fasttext_module
+from common.pyfunc.multilabel import LABEL_PREFIX, ova_probabilities
+
+if TYPE_CHECKING:
+    from common.models.config import EncoderConfig, FastTextConfig
+    from common.platform.ray_runtime import RayRuntime
 
 def read_examples(sources: Sequence[Source], id_col: str = "example_id", text_col: str = "text",
                   labels_col: Optional[str] = "labels") -> list[tuple[str, str, list[str]]]:
@@ -37,16 +43,13 @@ class MultiLabelModel:
     """A trained one-vs-all fastText model and its label names."""
 
     def __init__(self, path: str, labels: Sequence[str]):
-        self.model = _fasttext().load_model(path)
+        self.path = path
+        self.model = fasttext_module().load_model(path)
         self.labels = list(labels)
 
     def probabilities(self, texts: Sequence[str]) -> list[dict[str, float]]:
         """Each text's probability per label (one-vs-all: independent sigmoids)."""
-        out = []
-        for text in texts:
-            names, probs = self.model.predict(normalize_title(text).replace("\n", " "), k=-1, threshold=0.0)
-            out.append({self.labels[int(n[len(LABEL_PREFIX):])]: float(p) for n, p in zip(names, probs)})
-        return out
+        return ova_probabilities(self.model, self.labels, texts)
 
 
 def fit(rows: Sequence[tuple[str, str, list[str]]], params: dict[str, Any], seed: int, folder: str) -> MultiLabelModel:
@@ -69,11 +72,12 @@ def fit(rows: Sequence[tuple[str, str, list[str]]], params: dict[str, Any], seed
 
 def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: dict[str, Any], seed: int,
                     validation_fraction: float, keys: dict[str, Any], predict_id_col: str = "example_id",
-                    predict_labels_col: Optional[str] = "labels", kind: str = "fasttext"):
+                    predict_labels_col: Optional[str] = "labels", kind: str = "fasttext", keep: Optional[str] = None):
     """Train a ``kind`` classifier on ``train`` (less a seeded ``validation_fraction`` held out to choose the
     threshold, and for the encoder its epoch), predict ``predict``; returns an Arrow table of (``keys``'
     columns, example_id, gold, predicted, threshold, n_train) with one row per predicted example (gold empty
-    when ``predict_labels_col`` is None).
+    when ``predict_labels_col`` is None). With ``keep`` (a folder URI; fastText only) the model stays there:
+    ``model.bin`` and the loader's ``model.json`` (labels, threshold; :mod:`common.pyfunc.loader`).
 
     ``kind``: ``fasttext`` (one-vs-all; ``params`` = fastText's arguments) or ``encoder``
     (:mod:`common.models.classifiers.multilabel_encoder`; ``params`` = an :class:`EncoderConfig` as a dict)."""
@@ -100,6 +104,8 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
             raise ValueError(f"unknown multi-label classifier kind {kind!r} (fasttext | encoder)")
         threshold = best_threshold(model.probabilities([t for _, t, _ in val]), [g for _, _, g in val])[0]
         predicted = [decide(p, threshold) for p in model.probabilities([t for _, t, _ in targets])]
+        if keep and kind == "fasttext":
+            save(model, threshold, keep)
     n = len(targets)
     kinds = {bool: pa.bool_(), int: pa.int64(), float: pa.float64()}
     columns = {name: pa.array([value] * n, kinds.get(type(value), pa.string())) for name, value in keys.items()}
@@ -109,3 +115,55 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
                     "threshold": pa.array([threshold] * n, pa.float64()),
                     "n_train": pa.array([len(rows)] * n, pa.int64())})
     return pa.table(columns)
+
+
+def save(model: MultiLabelModel, threshold: float, folder: str) -> None:
+    """``model``'s ``model.bin`` and its loader manifest (kind, labels, decision ``threshold``) in ``folder``."""
+    import json
+
+    from common.platform.storage import put_file, write_text
+    from common.pyfunc.loader import MANIFEST
+
+    put_file(model.path, f"{folder.rstrip('/')}/model.bin")
+    write_text(f"{folder.rstrip('/')}/{MANIFEST}",
+               json.dumps({"kind": "multilabel", "labels": model.labels, "threshold": threshold}, sort_keys=True))
+
+
+def evaluate_saved(model_dir: str, test: Sequence[Source]) -> dict[str, float]:
+    """Exact-set accuracy and mean Jaccard (:mod:`common.compositional.evaluation`'s ``accuracy`` and ``jaccard``)
+    of a saved one-vs-all fastText model (``model_dir``, as :func:`save` wrote it) on the labelled ``test``
+    examples."""
+    from common.models.classifiers.label_metrics import jaccard
+    from common.platform.storage import local_copy
+    from common.pyfunc.loader import load
+
+    rows = read_examples(test)
+    predicted = load(local_copy(model_dir)).predict([t for _, t, _ in rows])["labels"].tolist()
+    gold = [g for _, _, g in rows]
+    n = max(1, len(rows))
+    return {"accuracy": sum(set(p) == set(g) for p, g in zip(predicted, gold)) / n,
+            "jaccard": sum(jaccard(p, g) for p, g in zip(predicted, gold)) / n, "n_test": len(rows)}
+
+
+def fit_and_predict_many(runtime: "RayRuntime", jobs: list[dict], encoder: "EncoderConfig"):
+    """Run :func:`fit_and_predict` for every job as Ray tasks (fastText: one CPU; encoder: ``encoder``'s CPUs and
+    GPUs in torch's workers); their prediction tables come back as one Ray Dataset."""
+    import ray
+
+    from common.models.classifiers.hft import task_options
+
+    runtime.start()
+    remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, **task_options(False))(fit_and_predict),
+               "encoder": ray.remote(num_gpus=encoder.num_gpus or None, max_retries=2,
+                                     **task_options(True, encoder.num_gpus, encoder.num_cpus))(fit_and_predict)}
+    return ray.data.from_arrow_refs([remotes[job["kind"]].remote(**job) for job in jobs])
+
+
+def classifier_params(kind: str, fasttext: "FastTextConfig", encoder: "EncoderConfig") -> dict:
+    """:func:`fit_and_predict`'s ``params`` for a ``kind`` classifier: the encoder's config as a dict, or
+    fastText's arguments."""
+    from dataclasses import asdict
+
+    from common.models.classifiers.hft import fasttext_params
+
+    return asdict(encoder) if kind == "encoder" else fasttext_params(fasttext)

@@ -10,7 +10,7 @@ nothing passes through the driver.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.models.classifiers.hft import (HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows,
                                            task_options)
@@ -36,13 +36,19 @@ def _evaluate(model_dir: str, rows: Sequence[tuple[str, str]]) -> dict[str, floa
 
 
 def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: dict[str, Any],
-                     seed: int) -> dict[str, Any]:
-    """Train a flat fastText classifier on ``train`` rows, evaluate it on ``test`` rows, discard it.
-    Returns {rows, tokens, seconds, accuracy, macro_f1, n_test}; raises TrainingDataError on no rows."""
+                     seed: int, keep: Optional[str] = None) -> dict[str, Any]:
+    """Train a flat fastText classifier on ``train`` rows and evaluate it on ``test`` rows; it is saved in ``keep``
+    (a folder URI: an HFT of depth 1) when given, else discarded. Returns {rows, tokens, seconds, accuracy,
+    macro_f1, n_test}; raises TrainingDataError on no rows."""
     with worker_scratch("text-classifier-") as tmp:
-        figures = _fit(read_rows(train, TEXT, LABEL), params, seed, tmp)
-        figures.update(_evaluate(tmp, read_rows(test, TEXT, LABEL)))
+        figures = _fit(read_rows(train, TEXT, LABEL), params, seed, keep or tmp)
+        figures.update(_evaluate(keep or tmp, read_rows(test, TEXT, LABEL)))
     return figures
+
+
+def evaluate_saved(model_dir: str, test: Sequence[Source]) -> dict[str, float]:
+    """{accuracy, macro_f1, n_test} of a saved flat fastText classifier (``model_dir``) on ``test`` rows."""
+    return _evaluate(model_dir, read_rows(test, TEXT, LABEL))
 
 
 def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], num_cpus: int = 1,

@@ -1,0 +1,100 @@
+"""The pyfunc loader of the suite's registered classifiers (MLflow's ``loader_module``).
+
+A registered model's data folder holds the classifier's own files and ``model.json`` (:data:`MANIFEST`), which
+names the kind:
+
+- ``hft``: hierarchical (or, at depth 1, flat) fastText, ``level_<i>.bin`` and ``labels_<i>.json``; optional
+  ``blind`` [[pattern, token], ...], the substitutions a CS-Blind model's texts get before scoring. Predicts
+  ``label``, ``confidence`` and ``level`` per text.
+- ``multilabel``: one-vs-all fastText, ``model.bin``, ``labels`` and ``threshold``. Predicts ``labels`` (the
+  decided set) and ``scores`` (each label's probability, in ``labels``' order of the manifest).
+
+Input: a DataFrame with a ``text`` column (or a list of strings). The scoring is the suite's own
+(:mod:`.hft`, :mod:`.multilabel`), so the predictions are the suite's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Optional
+
+from .hft import fasttext_module, load_level_files, score_levels
+from .multilabel import decide, ova_probabilities
+
+MANIFEST = "model.json"
+TEXT = "text"
+
+
+def _texts(model_input: Any) -> list[str]:
+    import pandas as pd
+
+    if isinstance(model_input, pd.DataFrame):
+        if TEXT not in model_input.columns:
+            raise ValueError(f"the input has no {TEXT!r} column (columns: {', '.join(map(str, model_input.columns))})")
+        column = model_input[TEXT]
+    elif isinstance(model_input, pd.Series):
+        column = model_input
+    else:
+        column = pd.Series(list(model_input))
+    return ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in column.tolist()]
+
+
+def blind(text: str, substitutions: list[list[str]]) -> str:
+    """``text`` with each (pattern, token) substitution applied in order, spaces collapsed and trimmed: what the
+    suite's Spark column (``common.catalog.blinding.blind_col``) does to a CS-Blind model's titles."""
+    for pattern, token in substitutions:
+        text = re.sub(pattern, f" {token} ", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+class HFTClassifier:
+    """A loaded HFT model folder: ``predict`` gives label, confidence and level per text."""
+
+    def __init__(self, folder: str, manifest: dict[str, Any]):
+        self.models, self.maps = load_level_files(folder, int(manifest["depth"]))
+        self.substitutions = manifest.get("blind") or []
+
+    def predict(self, model_input: Any, params: Optional[dict[str, Any]] = None):
+        import pandas as pd
+
+        texts = _texts(model_input)
+        if self.substitutions:
+            texts = [blind(t, self.substitutions) for t in texts]
+        out = score_levels(self.models, self.maps, texts) if texts else []
+        return pd.DataFrame({"label": [o[0] for o in out], "confidence": [o[1] for o in out],
+                             "level": pd.Series([o[2] for o in out], dtype="int64")})
+
+
+class MultiLabelClassifier:
+    """A loaded one-vs-all fastText model: ``predict`` gives the decided labels and every label's score."""
+
+    def __init__(self, folder: str, manifest: dict[str, Any]):
+        self.model = fasttext_module().load_model(os.path.join(folder, "model.bin"))
+        self.labels = list(manifest["labels"])
+        self.threshold = float(manifest["threshold"])
+
+    def predict(self, model_input: Any, params: Optional[dict[str, Any]] = None):
+        import pandas as pd
+
+        probabilities = ova_probabilities(self.model, self.labels, _texts(model_input))
+        return pd.DataFrame({"labels": [decide(p, self.threshold) for p in probabilities],
+                             "scores": [[p.get(label, 0.0) for label in self.labels] for p in probabilities]})
+
+
+KINDS = {"hft": HFTClassifier, "multilabel": MultiLabelClassifier}
+
+
+def load(folder: str):
+    """The classifier in a local model ``folder`` (its :data:`MANIFEST` names the kind)."""
+    with open(os.path.join(folder, MANIFEST), encoding="utf-8") as fh:
+        manifest = json.load(fh)
+    kind = manifest.get("kind")
+    if kind not in KINDS:
+        raise ValueError(f"{os.path.join(folder, MANIFEST)}: unknown classifier kind {kind!r} ({' | '.join(KINDS)})")
+    return KINDS[kind](folder, manifest)
+
+
+def _load_pyfunc(data_path: str):
+    """MLflow's entry point: the model whose files MLflow copied to ``data_path``."""
+    return load(data_path)
