@@ -121,8 +121,9 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.catalog.cga import augmentation_set, training_set
     from common.data.leakage import COPIES_TEST
     from common.models.config import generator_facts
-    from jobs.consistency_train import (RESULT_SCHEMA, evaluate_many, model_jobs, report, summary_table,
-                                        train_levels, training_stats, with_lifts)
+    from common.models.registry import generator_lineage, ship
+    from jobs.consistency_train import (RESULT_SCHEMA, candidate, evaluate_many, model_jobs, report, rescorer,
+                                        summary_table, train_levels, training_stats, with_lifts)
 
     cfg = ctx.cfg.cga
     repeats = ctx.cfg.consistency.repeats
@@ -160,6 +161,10 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     pdf = tr.written(RESULTS).toPandas()
     report(ctx, tr, pdf)
     log.info("consistency results with CGA:\n%s", summary_table(pdf))
+    if "consistency" in ctx.cfg.registry.pipelines:  # CGA's classifier ships as the consistency pipeline's "cga"
+        ship(ctx, tr, [candidate(ctx, tr, "cga", models[0][2], pdf, [], [r["title"] for r in accuracy_test.select(
+            "title").limit(3).collect()], {"cga.config_hash": config_hash, **generator_lineage(cfg.model, versions)})],
+             rescore=rescorer(ctx, accuracy_test, pairs, None))
     cga = pdf[pdf.method == "cga"]
     return {"mean.cga.f1_weighted": cga.f1_weighted.mean(), "mean.cga.consistency_rate": cga.consistency_rate.mean(),
             "mean.cga.n_augmented": n_aug}

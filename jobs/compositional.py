@@ -336,7 +336,7 @@ def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[str, str], kep
     import json
 
     from common.models.classifiers.multilabel import evaluate_saved
-    from common.models.registry import method_candidates, ship, task_rescore
+    from common.models.registry import generator_lineage, method_candidates, ship, task_rescore
     from common.platform.storage import read_text
     from common.pyfunc.loader import MANIFEST
 
@@ -346,11 +346,14 @@ def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[str, str], kep
     base = {CG_TRAIN: tr.data_versions[CG_TRAIN], CG_SUPPORT: tr.data_versions[CG_SUPPORT]}
     examples = [r["text"] for r in tr.read(CG_TEST, tr.versions[CG_TEST], as_input=False).select("text").limit(3)
                 .collect()]
-    ship(ctx, tr, method_candidates(
+    candidates = method_candidates(
         "compositional", full, keep, ("accuracy", "jaccard"), manifests,
         lambda m: {**base, **({SYNTHETIC: tr.data_versions[SYNTHETIC]} if m != "no_aug" else {})},
-        test={CG_TEST: tr.data_versions[CG_TEST]}, examples=examples, lineage={"config_hash": config_hash}),
-        rescore=task_rescore(ctx, evaluate_saved, test))
+        test={CG_TEST: tr.data_versions[CG_TEST]}, examples=examples, lineage={"config_hash": config_hash})
+    for c in candidates:
+        if c.method in SEQ2SEQ:  # the generative methods
+            c.lineage.update(generator_lineage(ctx.cfg.compositional.generator.model))
+    ship(ctx, tr, candidates, rescore=task_rescore(ctx, evaluate_saved, test))
 
 
 def report(ctx: JobContext, tr: JobRun, pdf) -> None:

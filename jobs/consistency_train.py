@@ -10,7 +10,7 @@ Each method's training set is written as ``train_<method>``; HFT levels train in
 actors, ``consistency.repeats`` times with seeds seed..seed+R-1; prediction runs in Spark.
 Writes: ``consistency_results`` (method, repeat, seed, f1_weighted, consistency_rate, lifts vs the
 baseline mean); a report (markdown and a PNG chart of F1 vs consistency) to MLflow and
-``<lakehouse.root>/reports/consistency/``; each method's first model to MLflow.
+``<lakehouse.root>/reports/consistency/``; each method's first model registered (common.models.registry).
 """
 from __future__ import annotations
 
@@ -155,19 +155,21 @@ def blind_rules(method: str, colours: list[str], sizes: list[str]) -> list[list[
     return [[dictionary_pattern(sizes), SIZE_TOKEN], [dictionary_pattern(colours), COLOUR_TOKEN]]
 
 
-def candidate(ctx: JobContext, tr: JobRun, method: str, model, pdf, blind: list[list[str]], examples: list[str]):
+def candidate(ctx: JobContext, tr: JobRun, method: str, model, pdf, blind: list[list[str]], examples: list[str],
+              lineage: Optional[dict[str, str]] = None):
     """The registry candidate of ``method``: its first repeat's HFT, its R repeats' test metrics (``pdf``: the
-    results rows), its lineage, and ``examples`` (a few test titles) as its input example."""
+    results rows), its lineage (the consistency config's hash, and ``lineage``), and ``examples`` (a few test
+    titles) as its input example."""
     from common.models.promotion import Measure
     from common.models.registry import Candidate
 
     rows = pdf[pdf["method"] == method]
     return Candidate(
-        "consistency", method, model.uri, {"kind": "hft", "depth": model.depth, "blind": blind},
+        "consistency", method, model.uri, {"kind": "hft", "depth": model.depth, "substitute": blind},
         {m: Measure.of(rows[m].tolist()) for m in ("f1_weighted", "consistency_rate")},
         train={f"train_{method}": tr.result.outputs[f"train_{method}"].version},
         test={t: tr.data_versions[t] for t in ("accuracy_test", "consistency_test")}, examples=examples,
-        lineage={"config_hash": hash_of(asdict(ctx.cfg.consistency), ctx.cfg.seed)})
+        lineage={"config_hash": hash_of(asdict(ctx.cfg.consistency), ctx.cfg.seed), **(lineage or {})})
 
 
 def rescorer(ctx: JobContext, accuracy_test, pairs, blind):
@@ -178,7 +180,7 @@ def rescorer(ctx: JobContext, accuracy_test, pairs, blind):
 
     def score(uri: str, manifest: dict) -> dict[str, float]:
         f1, consistency = evaluate(ctx, HFTModel(uri, int(manifest["depth"])), accuracy_test, pairs,
-                                   blind if manifest.get("blind") else None)
+                                   blind if manifest.get("substitute") else None)
         return {"f1_weighted": f1, "consistency_rate": consistency}
 
     return lakehouse_rescore(ctx, score)

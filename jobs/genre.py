@@ -347,8 +347,9 @@ def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict, largest: dict
                      sets_version: int, config_hash: str) -> None:
     """Ship (:func:`common.models.registry.ship`) each kept (topic, method) classifier as method
     ``<method>_topic<topic>``, with its seeds' macro-F1 and accuracy on that topic's test set at its largest N."""
+    from common.genre.evaluation import GENERATIVE, NON_LETTERS
     from common.models.classifiers.text_classifier import evaluate_saved
-    from common.models.registry import method_candidates, ship, task_rescore
+    from common.models.registry import generator_lineage, method_candidates, ship, task_rescore
 
     rows = pdf[(pdf["model"] == "fasttext") & (pdf["n"] == pdf["topic"].map(largest))]
     rows = rows.assign(method=rows["method"] + "_topic" + rows["topic"].astype(str))
@@ -356,15 +357,18 @@ def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict, largest: dict
     candidates = []
     for topic, n in largest.items():
         where = [("topic", "=", topic), ("n", "=", n)]
-        test = ctx.lakehouse.read(EVAL_SETS, sets_version).filter(f"topic = {int(topic)} and n = {int(n)} and "
-                                                                  "set = 'test'")
         candidates += method_candidates(
             "genre", rows, {m: f for m, f in folders.items() if m.endswith(f"_topic{topic}")},
-            ("macro_f1", "accuracy"), {m: {"kind": "hft", "depth": 1} for m in folders},
+            ("macro_f1", "accuracy"), {m: {"kind": "hft", "depth": 1, "substitute": [[NON_LETTERS, ""]]}
+                                       for m in folders},
             lambda m: {EVAL_SETS: sets_version}, test={EVAL_SETS: sets_version},
-            examples=[r["text"] for r in test.select("text").limit(3).collect()],
+            examples=[r["text"] for r in ctx.lakehouse.read(EVAL_SETS, sets_version).filter(
+                f"topic = {int(topic)} and n = {int(n)} and set = 'test'").select("text").limit(3).collect()],
             lineage={"config_hash": config_hash, "topic": str(topic), "n": str(n)},
             rescore=task_rescore(ctx, evaluate_saved, [(files, where + [("set", "=", "test")])]))
+    for c in candidates:
+        if c.method.rsplit("_topic", 1)[0] in GENERATIVE:
+            c.lineage.update(generator_lineage(ctx.cfg.genre.generator.model))
     ship(ctx, tr, candidates)
 
 

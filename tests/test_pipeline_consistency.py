@@ -46,7 +46,10 @@ def test_demo_pipeline_cst_raises_consistency(ctx):
     client = mlflow.tracking.MlflowClient(ctx.cfg.tracking_uri)
     artifacts = {a.path for a in client.list_artifacts(train.run_id, "report")}
     assert artifacts == {"report/f1_vs_consistency.png", "report/report.md"}
-    assert {a.path for a in client.list_artifacts(train.run_id, "models")} >= {"models/baseline", "models/cst_full"}
+    # Each method's HFT shipped as a registered model, each the first version of its name: champion.
+    shipped = json.loads(Path(client.download_artifacts(train.run_id, "models/shipped.json")).read_text())
+    assert {s["name"] for s in shipped} == {f"{ctx.cfg.registry.name_prefix}consistency_{m}" for m in set(rows.method)}
+    assert all(s["champion"] and s["version"] == "1" for s in shipped) and len(train.notes) == 4
     assert client.get_run(train.run_id).data.metrics["mean.cst_full.consistency_rate"] == pytest.approx(
         means.loc["cst_full", "consistency_rate"])
     # Re-running the same config on the same input versions adds nothing.

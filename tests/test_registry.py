@@ -30,17 +30,20 @@ class NoSuite(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, NoSuite())
 import mlflow, pandas as pd
 mlflow.set_tracking_uri(sys.argv[1])
-model = mlflow.pyfunc.load_model(sys.argv[2])
-out = model.predict(pd.DataFrame({"text": json.loads(sys.argv[3])}))
-print(json.dumps({"predictions": out.to_dict("list"), "signature": model.metadata.signature.to_dict()}))
+out = {}
+for uri in json.loads(sys.argv[2]):
+    model = mlflow.pyfunc.load_model(uri)
+    predicted = model.predict(pd.DataFrame({"text": json.loads(sys.argv[3])}))
+    out[uri] = {"predictions": predicted.to_dict("list"), "signature": model.metadata.signature.to_dict()}
+print(json.dumps(out))
 """
 
 
-def fresh_predictions(tracking_uri: str, uri: str, texts: list, cwd: Path) -> dict:
-    """:data:`FRESH_PROCESS`'s output for model ``uri`` on ``texts``."""
+def fresh_predictions(tracking_uri: str, uris: list[str], texts: list, cwd: Path) -> dict:
+    """:data:`FRESH_PROCESS`'s output (by model URI) for the models ``uris`` on ``texts``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    done = subprocess.run([sys.executable, "-I", "-c", FRESH_PROCESS, tracking_uri, uri, json.dumps(texts)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-I", "-c", FRESH_PROCESS, tracking_uri, json.dumps(uris),
+                           json.dumps(texts)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -76,8 +79,10 @@ def test_the_gate_promotes_only_a_gain_beyond_both_models_spread():
 def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_suite(small_world, tmp_path):
     import mlflow
     import pandas as pd
+    from pyspark.sql import functions as F
 
     from cluster.local_cluster import free_port
+    from common.genre.evaluation import clean_col
     from common.models.classifiers.hft import HFTModel, predict_texts
     from common.models.classifiers.multilabel import MultiLabelModel
     from common.models.registry import registry_client
@@ -85,6 +90,7 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
 
     runs = {"consistency": small_world.run("cga")["consistency-train"],
             "boostaug": small_world.run("boostaug")["boostaug-evaluate"],
+            "genre": small_world.run("genre-transfer")["genre-evaluate"],
             "compositional": small_world.run("compositional")["compositional-evaluate"]}
     ctx, uri = small_world.ctx, small_world.cfg.tracking_uri
     client = registry_client(ctx)
@@ -92,7 +98,7 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
     texts = titles + ["", "Ünïcode — ROT SCHUH Größe 42!"]
     # one version per method, registered by the job's run, the first of its name: champion
     expected = {"consistency": ["baseline", "cst_ss"], "boostaug": ["none", "eda", "eda_boostaug", "spelling_boostaug"],
-                "compositional": ["no_aug", "t5_labels", "label_prefix"]}
+                "genre": [], "compositional": ["no_aug", "t5_labels", "label_prefix"]}
     for pipeline, methods in expected.items():
         assert any("@champion" in note for note in runs[pipeline].notes)
         for method in methods:
@@ -101,6 +107,10 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
             assert version.tags["gate.decision"] in ("promoted", "kept") and version.tags["gate.reason"]
             assert {"metric.{}.mean".format(RULES[pipeline].metric), "config_hash"} <= set(version.tags)
             assert any(k.startswith("test.") and k.endswith(".location") for k in version.tags)
+    # CGA's classifier: the consistency pipeline's "cga" method, registered by cga-train with its generator's lineage
+    cga = version_of(client, f"{WORLD_MODELS}consistency_cga", small_world.run("cga")["cga-train"].run_id)
+    assert cga.tags["generator.kind"] == "scratch_t5" and cga.tags["generator.model_version"]
+    assert cga.tags["train.train_cga"] == str(small_world.run("cga")["cga-train"].outputs["train_cga"].version)
     # lineage: the model's Delta inputs and its metrics on the test table
     base = version_of(client, f"{WORLD_MODELS}consistency_cst_ss", runs["consistency"].run_id)
     logged = mlflow.MlflowClient(uri).get_logged_model(base.source.removeprefix("models:/"))  # the LoggedModel
@@ -116,10 +126,14 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
     assert int(base.tags["metric.consistency_rate.n"]) == len(results)
 
     # each classifier kind in a process without the suite: the suite's own scorer's predictions
+    genre = next(m.name for m in client.search_registered_models(f"name LIKE '{WORLD_MODELS}genre_augmented_topic%'"))
     kinds = {"hft": f"{WORLD_MODELS}consistency_cst_ss", "flat": f"{WORLD_MODELS}boostaug_eda_boostaug",
-             "multilabel": f"{WORLD_MODELS}compositional_no_aug"}
-    fresh = {kind: fresh_predictions(uri, f"models:/{name}@champion", texts, tmp_path)
-             for kind, name in kinds.items()}
+             "multilabel": f"{WORLD_MODELS}compositional_no_aug", "genre": genre}
+    loaded = fresh_predictions(uri, [f"models:/{name}@champion" for name in kinds.values()], texts, tmp_path)
+    fresh = {kind: loaded[f"models:/{name}@champion"] for kind, name in kinds.items()}
+    # the genre classifier trained on Spark's clean_col view of its texts; the model cleans its input itself
+    cleaned = [r["t"] for r in ctx.spark.createDataFrame(list(enumerate(texts)), "i int, text string")
+               .select("i", clean_col(F.col("text")).alias("t")).orderBy("i").collect()]
     for kind, name in kinds.items():
         folder = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@champion", dst_path=str(tmp_path / kind),
                                                           tracking_uri=uri)) / "data" / "classifier"
@@ -130,7 +144,7 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
             assert got["labels"] == [decide_labels(p, manifest["threshold"]) for p in suite.probabilities(texts)]
             assert [c["name"] for c in json.loads(fresh[kind]["signature"]["outputs"])] == ["labels", "scores"]
         else:
-            suite = predict_texts(HFTModel(str(folder), manifest["depth"]), texts)
+            suite = predict_texts(HFTModel(str(folder), manifest["depth"]), cleaned if kind == "genre" else texts)
             assert got["label"] == [s[0] for s in suite] and got["level"] == [s[2] for s in suite]
             assert got["confidence"] == pytest.approx([s[1] for s in suite])
     assert json.loads(fresh["hft"]["signature"]["inputs"]) == [{"type": "string", "name": "text", "required": True}]

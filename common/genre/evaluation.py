@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 BALANCED = "off_topic_balanced"
 METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic"),
            "off_keywords": ("off_topic", "synthetic_off"), "synthetic_only": ("synthetic",), BALANCED: (BALANCED,)}
+# The methods whose training texts include generated ones.
+GENERATIVE = frozenset(m for m, parts in METHODS.items() if any(part.startswith("synthetic") for part in parts))
 
 
 def methods(control: bool, synthetic_only: bool = False, balanced: bool = False) -> dict[str, tuple[str, ...]]:
@@ -26,6 +28,11 @@ def methods(control: bool, synthetic_only: bool = False, balanced: bool = False)
     ``off_topic_balanced`` when asked."""
     wanted = {"off_keywords": control, "synthetic_only": synthetic_only, BALANCED: balanced}
     return {m: parts for m, parts in METHODS.items() if wanted.get(m, True)}
+
+
+# What clean_col removes, as Python's re writes it (no \p{L}: a non-word character, a digit or "_"): what a shipped
+# genre classifier does to its input (common.pyfunc.loader's ``substitute``).
+NON_LETTERS = r"[\W\d_]+"
 
 
 def clean_col(text: "Column") -> "Column":

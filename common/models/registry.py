@@ -4,8 +4,8 @@ A job that trained its classifiers hands :func:`ship` one :class:`Candidate` per
 classifier was saved to, the manifest the loader needs, its test metrics over the R seeds, and the Delta table
 versions it was trained and tested on. For each one :func:`ship` logs an MLflow Model (``loader_module`` the
 suite's :mod:`common.pyfunc.loader`, carried in ``code_paths`` as :data:`SHIPPED_PACKAGE`; a signature, an input
-example, pinned pip requirements, the classifier's files), links the tables to it as ``mlflow.data`` inputs and its
-metrics to the test table, registers it as a new version of ``<registry.name_prefix><pipeline>_<method>`` and runs
+example, pinned pip requirements, the classifier's files; its tables' versions as params, its metrics linked to the
+test table's dataset), registers it as a new version of ``<registry.name_prefix><pipeline>_<method>`` and runs
 the gate (:mod:`common.models.promotion`): the version takes ``registry.alias`` or records why not (version tags
 ``gate.decision`` and ``gate.reason``, and a line in the job's summary). A run that reused its results trains
 nothing and ships nothing, so a rerun adds no version.
@@ -70,10 +70,26 @@ class Shipped:
         return f"model {self.name} v{self.version} {state}: {self.reason}"
 
 
+def generator_lineage(model, versions: Sequence[str] = ()) -> dict[str, str]:
+    """A generative method's lineage for its classifier's model: the generator (``model``: its
+    :class:`~common.models.config.T5ModelConfig`) by name and kind, and the model versions that generated the
+    training rows (the generated table's ``model_version`` values), where given."""
+    name = model.endpoint.model if model.served else (model.name_or_path or model.kind)
+    out = {"generator.model": str(name), "generator.kind": model.kind}
+    if versions:
+        out["generator.model_version"] = ", ".join(sorted(v for v in versions if v))
+    return out
+
+
+def word(text: str) -> str:
+    """``text`` with every character other than letters, digits and ``_`` as ``_`` (what Unity Catalog allows in a
+    model name, and MLflow in a model or metric name; ``eda+boostaug`` -> ``eda_boostaug``)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
 def registered_name(prefix: str, pipeline: str, method: str) -> str:
-    """``<prefix><pipeline>_<method>``, the method's characters other than letters, digits and ``_`` as ``_`` (what
-    Unity Catalog allows in a model name; ``eda+boostaug`` -> ``eda_boostaug``)."""
-    return prefix + re.sub(r"[^A-Za-z0-9_]", "_", f"{pipeline}_{method}")
+    """``<prefix><pipeline>_<method>`` (:func:`word` of the pipeline and method)."""
+    return prefix + word(f"{pipeline}_{method}")
 
 
 def signature(kind: str):
@@ -146,7 +162,7 @@ def shipped_code(folder: Path) -> Path:
     return target
 
 
-def log_classifier(ctx: "JobContext", tr: "JobRun", candidate: Candidate):
+def log_classifier(ctx: "JobContext", candidate: Candidate):
     """Log ``candidate`` as an MLflow Model of the job's run (whose ``mlflow.data`` inputs and outputs are the Delta
     table versions it read and wrote): its tables' versions and locations as the model's params, its metrics
     (``<method>.<metric>.mean|std|n``) linked to the model and to its test table's dataset; returns MLflow's
@@ -159,7 +175,7 @@ def log_classifier(ctx: "JobContext", tr: "JobRun", candidate: Candidate):
     lakehouse = ctx.lakehouse
     with tempfile.TemporaryDirectory(prefix="augment-model-") as tmp:
         info = mlflow.pyfunc.log_model(
-            name=f"classifier-{re.sub(r'[^A-Za-z0-9_-]', '-', candidate.method)}", loader_module=LOADER,
+            name=f"classifier-{word(candidate.method)}", loader_module=LOADER,
             data_path=str(model_files(candidate, Path(tmp))), code_paths=[str(shipped_code(Path(tmp)))],
             signature=signature(candidate.manifest["kind"]),
             input_example=pd.DataFrame({"text": candidate.examples[:3]}), pip_requirements=requirements(),
@@ -167,8 +183,7 @@ def log_classifier(ctx: "JobContext", tr: "JobRun", candidate: Candidate):
                     **table_tags(ctx, "train", candidate.train), **table_tags(ctx, "test", candidate.test)})
     # Linked to the model and its test table; run metrics too, so named by method (one run ships several models).
     test_table = next(iter(candidate.test))
-    method = re.sub(r"[^A-Za-z0-9_]", "_", candidate.method)
-    mlflow.log_metrics({f"{method}.{k.removeprefix('metric.')}": v
+    mlflow.log_metrics({f"{word(candidate.method)}.{k.removeprefix('metric.')}": v
                         for k, v in measure_tags(candidate.measures, numeric=True).items()}, model_id=info.model_id,
                        dataset=delta_dataset(test_table, candidate.test[test_table], lakehouse.location(test_table)))
     return info
@@ -250,9 +265,10 @@ def method_candidates(pipeline: str, results, folders: Mapping[str, str], metric
     rows of ``results`` (a pandas frame of the job's results, one row per seed) with that method, its manifest
     from ``manifests``, its training tables ``train(method)``; ``shared``: the :class:`Candidate` fields every
     method has alike (test, examples, lineage)."""
+    lineage = shared.pop("lineage", {})
     return [Candidate(pipeline, method, folder, dict(manifests[method]),
                       {m: Measure.of(results.loc[results["method"] == method, m].tolist()) for m in metrics},
-                      train=train(method), **shared)
+                      train=train(method), lineage=dict(lineage), **shared)
             for method, folder in folders.items()]
 
 
@@ -312,7 +328,7 @@ def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
     done = []
     for candidate in chosen:
         name = registered_name(cfg.name_prefix, candidate.pipeline, candidate.method)
-        info = log_classifier(ctx, tr, candidate)
+        info = log_classifier(ctx, candidate)
         create_registered_model(client, name, f"{candidate.pipeline} pipeline's {candidate.method} classifier "
                                               "(catalog-augment)")
         tags = {**measure_tags(candidate.measures), **candidate.lineage, **table_tags(ctx, "train", candidate.train),

@@ -4,8 +4,9 @@ A registered model's data folder holds the classifier's own files and ``model.js
 names the kind:
 
 - ``hft``: hierarchical (or, at depth 1, flat) fastText, ``level_<i>.bin`` and ``labels_<i>.json``; optional
-  ``blind`` [[pattern, token], ...], the substitutions a CS-Blind model's texts get before scoring. Predicts
-  ``label``, ``confidence`` and ``level`` per text.
+  ``substitute`` [[pattern, token], ...], what the suite did to the training texts before fastText saw them (a
+  CS-Blind model's colours and sizes, a genre classifier's non-letters), applied to each input in order.
+  Predicts ``label``, ``confidence`` and ``level`` per text.
 - ``multilabel``: one-vs-all fastText, ``model.bin``, ``labels`` and ``threshold``. Predicts ``labels`` (the
   decided set) and ``scores`` (each label's probability, in ``labels``' order of the manifest).
 
@@ -40,9 +41,10 @@ def _texts(model_input: Any) -> list[str]:
     return ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in column.tolist()]
 
 
-def blind(text: str, substitutions: list[list[str]]) -> str:
-    """``text`` with each (pattern, token) substitution applied in order, spaces collapsed and trimmed: what the
-    suite's Spark column (``common.catalog.blinding.blind_col``) does to a CS-Blind model's titles."""
+def substitute(text: str, substitutions: list[list[str]]) -> str:
+    """``text`` with each (pattern, token) substitution applied in order (a match becomes `` token ``), spaces
+    collapsed and trimmed: what the suite's Spark columns (``common.catalog.blinding.blind_col``,
+    ``common.genre.evaluation.clean_col``) do to the training texts."""
     for pattern, token in substitutions:
         text = re.sub(pattern, f" {token} ", text)
     return re.sub(r"\s+", " ", text).strip()
@@ -53,14 +55,14 @@ class HFTClassifier:
 
     def __init__(self, folder: str, manifest: dict[str, Any]):
         self.models, self.maps = load_level_files(folder, int(manifest["depth"]))
-        self.substitutions = manifest.get("blind") or []
+        self.substitutions = manifest.get("substitute") or []
 
     def predict(self, model_input: Any, params: Optional[dict[str, Any]] = None):
         import pandas as pd
 
         texts = _texts(model_input)
         if self.substitutions:
-            texts = [blind(t, self.substitutions) for t in texts]
+            texts = [substitute(t, self.substitutions) for t in texts]
         out = score_levels(self.models, self.maps, texts) if texts else []
         return pd.DataFrame({"label": [o[0] for o in out], "confidence": [o[1] for o in out],
                              "level": pd.Series([o[2] for o in out], dtype="int64")})
