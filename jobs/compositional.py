@@ -344,7 +344,7 @@ def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[str, str], kep
     full = cg[cg["size"] == cg["method"].map(lambda m: kept.get(m, 0))]
     manifests = {m: json.loads(read_text(f"{folder.rstrip('/')}/{MANIFEST}")) for m, folder in keep.items()}
     base = {CG_TRAIN: tr.data_versions[CG_TRAIN], CG_SUPPORT: tr.data_versions[CG_SUPPORT]}
-    examples = [r["text"] for r in tr.read(CG_TEST, tr.versions[CG_TEST], as_input=False).select("text").limit(3)
+    examples = [r["text"] for r in ctx.lakehouse.read(CG_TEST, tr.versions[CG_TEST]).select("text").limit(3)
                 .collect()]
     candidates = method_candidates(
         "compositional", full, keep, ("accuracy", "jaccard"), manifests,
