@@ -285,11 +285,10 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.data.leakage import COPIES_TEST
     from common.boostaug.filtering import unjudged_labels
     from common.models.classifiers.text_classifier import evaluate_many, evaluate_saved
-    from common.models.registry import method_candidates, ship, task_rescore
+    from common.models.registry import classifier_name, method_candidates, ship, task_rescore
 
     cfg = ctx.cfg.boostaug
-    texts = tr.read(TEXTS)
-    kept, rejects = tr.read(KEPT), tr.read(REJECTS)
+    texts, kept, rejects = tr.read(TEXTS), tr.read(KEPT), tr.read(REJECTS)
     config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas(), cfg.n_aug))
@@ -308,9 +307,11 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     set_files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
     train = (text_files, [("split", "=", "train")])
     test = [(text_files, [("split", "=", "test")])]
-    keep = {v.method: ctx.models_dir(f"boostaug_{v.method}", hash_of(config_hash, tr.inputs, sets.version))
-            for v in all_variants if "boostaug" in ctx.cfg.registry.pipelines and "fasttext" in cfg.eval.models
-            and v.n_aug in (0, cfg.n_aug) and " w/o " not in v.method}  # main variants' seed-0 fastText: shipped
+    # The main variants' seed-0 classifier of each model: shipped.
+    keep = {(model, v.method): ctx.models_dir(f"boostaug_{classifier_name(v.method, model)}",
+                                              hash_of(config_hash, tr.inputs, sets.version))
+            for model in cfg.eval.models for v in all_variants if ctx.cfg.registry.ships("boostaug", model)
+            and v.n_aug in (0, cfg.n_aug) and " w/o " not in v.method}
     keys, figures = [], []
     for model in cfg.eval.models:
         jobs = []
@@ -319,7 +320,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                 [train, (set_files, [("method", "=", v.method), ("n_aug", "=", v.n_aug)])]
             for repeat in range(cfg.eval.repeats):
                 seed = ctx.cfg.seed + repeat
-                kept = keep.get(v.method) if model == "fasttext" and not repeat and v.n_aug in (0, cfg.n_aug) else None
+                kept = keep.get((model, v.method)) if not repeat and v.n_aug in (0, cfg.n_aug) else None
                 jobs.append({"train": sources, "test": test, "seed": seed, **({"keep": kept} if kept else {})})
                 keys.append((v, model, repeat, seed))
         log.info("boostaug evaluate (%s): %d variants x %d repeats = %d classifiers", model, len(all_variants),
@@ -335,13 +336,12 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     pdf = frame.toPandas()
     report(ctx, tr, pdf)
     if keep:
-        shipped = pdf[(pdf["model"] == "fasttext") & pdf["n_aug"].isin([0, cfg.n_aug])]
         ship(ctx, tr, method_candidates(
-            "boostaug", shipped, keep, ("accuracy", "macro_f1"), {m: {"kind": "hft", "depth": 1} for m in keep},
+            "boostaug", pdf[pdf["n_aug"].isin([0, cfg.n_aug])], keep, ("accuracy", "macro_f1"),
             lambda m: {TEXTS: tr.data_versions[TEXTS], **({EVAL_SETS: sets.version} if m != NONE else {})},
             test={TEXTS: tr.data_versions[TEXTS]}, lineage={"config_hash": config_hash},
-            examples=[r["text"] for r in texts.filter(F.col("split") == "test").select("text").limit(3).collect()]),
-            rescore=task_rescore(ctx, evaluate_saved, test))
+            examples=[r["text"] for r in texts.filter(F.col("split") == "test").select("text").limit(3).collect()],
+            rescore=task_rescore(ctx, evaluate_saved, test, cfg.eval.encoder)))
     main = pdf[(pdf["n_aug"] == cfg.n_aug) | (pdf["method"] == NONE)].groupby(["model", "method"])
     # MLflow metric names allow no "+": eda+boostaug -> eda_boostaug. The first model keeps the short names.
     return {f"mean.{'' if model == cfg.eval.models[0] else model + '.'}{m.replace('+', '_')}.{k}": v

@@ -161,7 +161,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     pdf = tr.written(RESULTS).toPandas()
     report(ctx, tr, pdf)
     log.info("consistency results with CGA:\n%s", summary_table(pdf))
-    if "consistency" in ctx.cfg.registry.pipelines:  # CGA's classifier ships as the consistency pipeline's "cga"
+    if ctx.cfg.registry.ships("consistency"):  # CGA's classifier ships as the consistency pipeline's "cga"
         ship(ctx, tr, [candidate(ctx, tr, "cga", models[0][2], pdf, [], [r["title"] for r in accuracy_test.select(
             "title").limit(3).collect()], {"cga.config_hash": config_hash, **generator_lineage(cfg.model, versions)})],
              rescore=rescorer(ctx, accuracy_test, pairs, None))

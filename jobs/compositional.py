@@ -278,6 +278,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.compositional.evaluation import results
     from common.models.config import used_settings
+    from common.models.registry import classifier_name
 
     cfg = ctx.cfg.compositional
     for table in (CG_TRAIN, CG_SUPPORT, CG_TEST, IID_TRAIN, IID_TEST, SYNTHETIC):
@@ -297,10 +298,11 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         for size in sizes:
             runs.append(("cg", method, size, cg_base + [(files[SYNTHETIC], [("method", "=", method),
                                                                             ("rank", "<=", size)])], CG_TEST))
-    # Each method's CG classifier on all its synthetic texts, first seed, fastText: kept to ship.
-    keep = {method: ctx.models_dir(f"compositional_{method}", hash_of(config_hash, tr.inputs)) for kind, method, size,
-            _, _ in runs if kind == "cg" and size == kept.get(method, 0) and "fasttext" in cfg.eval.models
-            and "compositional" in ctx.cfg.registry.pipelines}
+    # Each method's CG classifier on all its synthetic texts, first seed, of each model: kept to ship.
+    keep = {(model, method): ctx.models_dir(f"compositional_{classifier_name(method, model)}",
+                                            hash_of(config_hash, tr.inputs))
+            for model in cfg.eval.models for kind, method, size, _, _ in runs
+            if kind == "cg" and size == kept.get(method, 0) and ctx.cfg.registry.ships("compositional", model)}
     jobs = []
     for model in cfg.eval.models:
         params = classifier_params(model, cfg.eval.fasttext, cfg.eval.encoder)
@@ -309,10 +311,10 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                 seed = ctx.cfg.seed + repeat
                 keys = {"split_kind": kind, "method": method, "model": model, "size": size, "repeat": repeat,
                         "seed": seed, "n_augmented": size}
-                shipped = (model, repeat, kind, size) == ("fasttext", 0, "cg", kept.get(method, 0)) and method in keep
+                shipped = keep.get((model, method)) if (repeat, kind, size) == (0, "cg", kept.get(method, 0)) else None
                 jobs.append({"train": train, "predict": [(files[test], None)], "kind": model, "params": params,
                              "seed": seed, "validation_fraction": cfg.eval.validation_fraction, "keys": keys,
-                             **({"keep": keep[method]} if shipped else {})})
+                             **({"keep": shipped} if shipped else {})})
     log.info("compositional evaluate: %d training sets x %d seeds x %d models = %d classifiers", len(runs),
              cfg.eval.repeats, len(cfg.eval.models), len(jobs))
     predictions = tr.write_ray(fit_and_predict_many(ctx.ray(), jobs, cfg.eval.encoder), PREDICTIONS, config_hash)
@@ -329,31 +331,26 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             for model, kind, method in means.index for metric in ("accuracy", "jaccard")}
 
 
-def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[str, str], kept: dict[str, int], config_hash: str,
-                     test: list) -> None:
-    """Ship (:func:`common.models.registry.ship`) each method's kept CG classifier with its seeds' exact-set
+def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[tuple[str, str], str], kept: dict[str, int],
+                     config_hash: str, test: list) -> None:
+    """Ship (:func:`common.models.registry.ship`) each kept (model, method) CG classifier with its seeds' exact-set
     accuracy and Jaccard (``pdf``: the results; ``kept``: each method's synthetic texts; ``test``: CG_TEST's rows)."""
-    import json
-
     from common.models.classifiers.multilabel import evaluate_saved
     from common.models.registry import generator_lineage, method_candidates, ship, task_rescore
-    from common.platform.storage import read_text
-    from common.pyfunc.loader import MANIFEST
 
-    cg = pdf[(pdf["model"] == "fasttext") & (pdf["split_kind"] == "cg")]
+    cg = pdf[pdf["split_kind"] == "cg"]
     full = cg[cg["size"] == cg["method"].map(lambda m: kept.get(m, 0))]
-    manifests = {m: json.loads(read_text(f"{folder.rstrip('/')}/{MANIFEST}")) for m, folder in keep.items()}
     base = {CG_TRAIN: tr.data_versions[CG_TRAIN], CG_SUPPORT: tr.data_versions[CG_SUPPORT]}
     examples = [r["text"] for r in ctx.lakehouse.read(CG_TEST, tr.versions[CG_TEST]).select("text").limit(3)
                 .collect()]
     candidates = method_candidates(
-        "compositional", full, keep, ("accuracy", "jaccard"), manifests,
+        "compositional", full, keep, ("accuracy", "jaccard"),
         lambda m: {**base, **({SYNTHETIC: tr.data_versions[SYNTHETIC]} if m != "no_aug" else {})},
         test={CG_TEST: tr.data_versions[CG_TEST]}, examples=examples, lineage={"config_hash": config_hash})
     for c in candidates:
         if c.method in SEQ2SEQ:  # the generative methods
             c.lineage.update(generator_lineage(ctx.cfg.compositional.generator.model))
-    ship(ctx, tr, candidates, rescore=task_rescore(ctx, evaluate_saved, test))
+    ship(ctx, tr, candidates, rescore=task_rescore(ctx, evaluate_saved, test, ctx.cfg.compositional.eval.encoder))
 
 
 def report(ctx: JobContext, tr: JobRun, pdf) -> None:

@@ -131,7 +131,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     pdf = frame.toPandas()
     report(ctx, tr, pdf)
     first = {method: model for method, repeat, _, model in keys if repeat == 0}
-    if "consistency" in ctx.cfg.registry.pipelines:
+    if ctx.cfg.registry.ships("consistency"):
         examples = [r["title"] for r in accuracy_test.select("title").limit(3).collect()]
         ship(ctx, tr, [candidate(ctx, tr, method, model, pdf, blind_rules(method, colours, sizes), examples)
                        for method, model in first.items()], rescore=rescorer(ctx, accuracy_test, pairs, blind))

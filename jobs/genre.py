@@ -290,6 +290,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.genre.evaluation import balanced_rows, eval_rows, methods, summary_table
     from common.models.config import used_settings
     from common.models.classifiers.text_classifier import evaluate_many
+    from common.models.registry import classifier_name
 
     cfg = ctx.cfg.genre
     docs, splits, synthetic_rows = tr.read(DOCUMENTS), tr.read(SPLITS), tr.read(SYNTHETIC)
@@ -306,11 +307,13 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             ctx.lakehouse.read(EVAL_SETS, sets.version).select("topic", "n").distinct().orderBy("topic", "n").collect()]
     files = ctx.lakehouse.file_uris(EVAL_SETS, sets.version)
     evaluated = methods(cfg.generator.off_topic_control, cfg.eval.synthetic_only, cfg.eval.balanced_control)
-    # Each topic's classifiers at its largest N, first seed, fastText: kept to ship, one per method and topic.
+    # Each topic's classifiers at its largest N, first seed: kept to ship, one per model, method and topic.
     largest = {topic: n for topic, n in grid}
     kept_key = hash_of(config_hash, tr.inputs, sets.version)
-    keep = {(topic, method): ctx.models_dir(f"genre_{method}_topic{topic}", kept_key) for topic in largest
-            for method in evaluated if "genre" in ctx.cfg.registry.pipelines and "fasttext" in cfg.eval.models}
+    keep = {(model, f"{method}_topic{topic}"): ctx.models_dir(f"genre_{classifier_name(method, model)}_topic{topic}",
+                                                              kept_key)
+            for model in cfg.eval.models for topic in largest for method in evaluated
+            if ctx.cfg.registry.ships("genre", model)}
     keys, figures = [], []
     for model in cfg.eval.models:
         jobs = []
@@ -322,9 +325,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                 for repeat in range(cfg.eval.repeats):
                     seed = ctx.cfg.seed + repeat
                     keys.append((topic, n, method, model, repeat, seed))
-                    shipped = (model, repeat, n) == ("fasttext", 0, largest[topic]) and (topic, method) in keep
-                    jobs.append({"train": train, "test": test, "seed": seed,
-                                 **({"keep": keep[(topic, method)]} if shipped else {})})
+                    kept = keep.get((model, f"{method}_topic{topic}")) if (repeat, n) == (0, largest[topic]) else None
+                    jobs.append({"train": train, "test": test, "seed": seed, **({"keep": kept} if kept else {})})
         log.info("genre evaluate (%s): %d (topic, N) x %d methods x %d seeds = %d classifiers", model, len(grid),
                  len(evaluated), cfg.eval.repeats, len(jobs))
         figures += evaluate_many(ctx.ray(), model, jobs, cfg.eval.fasttext, cfg.eval.encoder)
@@ -345,27 +347,25 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
 def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict, largest: dict[int, int], files: list[str],
                      sets_version: int, config_hash: str) -> None:
-    """Ship (:func:`common.models.registry.ship`) each kept (topic, method) classifier as method
+    """Ship (:func:`common.models.registry.ship`) each kept (model, ``<method>_topic<topic>``) classifier as method
     ``<method>_topic<topic>``, with its seeds' macro-F1 and accuracy on that topic's test set at its largest N."""
     from common.genre.evaluation import GENERATIVE, NON_LETTERS
     from common.models.classifiers.text_classifier import evaluate_saved
     from common.models.registry import generator_lineage, method_candidates, ship, task_rescore
 
-    rows = pdf[(pdf["model"] == "fasttext") & (pdf["n"] == pdf["topic"].map(largest))]
+    rows = pdf[pdf["n"] == pdf["topic"].map(largest)]
     rows = rows.assign(method=rows["method"] + "_topic" + rows["topic"].astype(str))
-    folders = {f"{method}_topic{topic}": folder for (topic, method), folder in keep.items()}
     candidates = []
     for topic, n in largest.items():
         where = [("topic", "=", topic), ("n", "=", n)]
         candidates += method_candidates(
-            "genre", rows, {m: f for m, f in folders.items() if m.endswith(f"_topic{topic}")},
-            ("macro_f1", "accuracy"), {m: {"kind": "hft", "depth": 1, "substitute": [[NON_LETTERS, ""]]}
-                                       for m in folders},
-            lambda m: {EVAL_SETS: sets_version}, test={EVAL_SETS: sets_version},
+            "genre", rows, {k: f for k, f in keep.items() if k[1].endswith(f"_topic{topic}")}, ("macro_f1", "accuracy"),
+            lambda m: {EVAL_SETS: sets_version}, [[NON_LETTERS, ""]], test={EVAL_SETS: sets_version},
             examples=[r["text"] for r in ctx.lakehouse.read(EVAL_SETS, sets_version).filter(
                 f"topic = {int(topic)} and n = {int(n)} and set = 'test'").select("text").limit(3).collect()],
             lineage={"config_hash": config_hash, "topic": str(topic), "n": str(n)},
-            rescore=task_rescore(ctx, evaluate_saved, [(files, where + [("set", "=", "test")])]))
+            rescore=task_rescore(ctx, evaluate_saved, [(files, where + [("set", "=", "test")])],
+                                 ctx.cfg.genre.eval.encoder))
     for c in candidates:
         if c.method.rsplit("_topic", 1)[0] in GENERATIVE:
             c.lineage.update(generator_lineage(ctx.cfg.genre.generator.model))

@@ -5,7 +5,8 @@ baseline, CS-Blind, CST, CGA), ``matcher_results`` (query -> product matcher tra
 the augmented interaction log, precision/recall @k), ``boostaug_results`` (accuracy with unfiltered vs
 filtered augmentation), ``genre_results`` (genre macro-F1 trained on-topic, off-topic, off-topic + synthetic)
 and ``compositional_results`` (exact-set accuracy and Jaccard on the CG and iid splits per generator), and one
-sample per generator from each generative method's generation table. Aggregates them per method with Spark (a
+sample per generator from each generative method's generation table, and one line per registered model (its
+champion and the newest version's gate decision). Aggregates them per method with Spark (a
 handful of rows reach the driver), prints the summary with the report folders, and writes it to
 ``<lakehouse.root>/reports/summary.md`` (also an MLflow artifact). Each results table also gets its results
 page (:mod:`common.platform.results_pages`): ``<lakehouse.root>/reports/results/<pipeline>.md`` with the
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from common.catalog.metrics import by_method
+from common.models.registry import registry_lines
 from common.platform.job import JobContext, JobRun, job
 from common.platform.results_pages import ResultsTable, beyond_std, fmt_mean, lift, page, text_block
 from jobs import entry_point
@@ -79,6 +81,10 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     samples = _samples(ctx, tr)
     if samples:
         blocks.append(samples)
+    models = registry_lines(ctx)
+    if models:
+        blocks.append("Registered models (the gate's metric over the seeds; common.models.registry):\n"
+                      + "\n".join(f"  {cut(line, 220)}" for line in models))
     folders = [ctx.reports.uri(name) for name in ctx.reports.names()]
     blocks.append("Reports (Markdown and charts): " + (", ".join(folders) or "none yet"))
     text = "\n\n".join(blocks)

@@ -8,6 +8,7 @@ uninitialised memory, and in a process whose heap torch has shaped, the later in
 """
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -163,11 +164,22 @@ def test_encoder_config_checks():
 
 
 @pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
-def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, tmp_path):
+def _classify(folder: str, texts: list[str]) -> list:
+    """The suite's own scoring of a kept encoder classifier: (label, confidence) per text."""
+    from common.models.classifiers.encoder_classifier import EncoderScorer
+
+    return EncoderScorer(folder).classify(texts)
+
+
+def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, ray_runtime, tmp_path):
+    import mlflow
     from pyspark.sql import functions as F
 
     from common.data.config import InputSpec
+    from common.models.classifiers.text_classifier import evaluate_saved
+    from common.models.registry import registry_client
     from jobs import run_pipeline
+    from shipped_models import fresh_predictions
 
     write_reviews_csv(tmp_path / "texts.csv", per_label=8, n_train=6)
     ctx.cfg.inputs.texts = InputSpec(path=str(tmp_path / "texts.csv"))
@@ -200,6 +212,30 @@ def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, tmp_path):
     by_job = {r.job: r for r in results}
     assert "encoder.mean.none.accuracy" not in by_job["boostaug-evaluate"].metrics
     assert "mean.encoder.none.accuracy" in by_job["boostaug-evaluate"].metrics
+
+    # each main variant's seed-0 classifier of each model ships; the encoder's loads in a process without the suite
+    # and predicts as the suite's scorer, and re-scores (the gate's path for a champion) to its recorded accuracy
+    client, prefix = registry_client(ctx), ctx.cfg.registry.name_prefix
+    for method in ("none", "eda", "eda_boostaug"):
+        for model in ("fasttext", "encoder"):
+            name = f"{prefix}boostaug_{method}{'' if model == 'fasttext' else '_encoder'}"
+            version = client.get_model_version_by_alias(name, "champion")
+            assert str(version.version) == "1" and version.tags["classifier"] == model
+    uri = f"models:/{prefix}boostaug_eda_boostaug_encoder@champion"
+    model = tmp_path / "shipped"
+    mlflow.artifacts.download_artifacts(uri, dst_path=str(model), tracking_uri=ctx.cfg.tracking_uri)
+    assert "torch==" in (model / "requirements.txt").read_text()
+    texts = ["a great and moving film", "a dull and tedious mess", "", "Ünïcode — ROT?"]
+    got = fresh_predictions(ctx.cfg.tracking_uri, [uri], texts, tmp_path)[uri]
+    assert [c["name"] for c in json.loads(got["signature"]["outputs"])] == ["label", "confidence"]
+    suite = _in_fresh_worker(ray_runtime, _classify, str(model / "data" / "classifier"), texts)
+    assert got["predictions"]["label"] == [label for label, _ in suite]
+    assert got["predictions"]["confidence"] == pytest.approx([c for _, c in suite], abs=1e-6)
+    test = [([str(tmp_path / "test.parquet")], None)]
+    lake.read("boostaug_texts").filter("split = 'test'").select("text", "label").toPandas().to_parquet(test[0][0][0])
+    seed0 = res[(res["model"] == "encoder") & (res["method"] == "eda+boostaug") & (res["repeat"] == 0)]
+    rescored = _in_fresh_worker(ray_runtime, evaluate_saved, str(model / "data" / "classifier"), test)
+    assert rescored["accuracy"] == pytest.approx(float(seed0["accuracy"].iloc[0]))
 
     # a new confidence threshold re-filters the scored version: no surrogate is trained again (the filter job
     # alone: evaluating the new kept set again would retrain every classifier, a minute here, for no assertion)

@@ -258,15 +258,20 @@ def _exact(table) -> int:
                                                       table.column("gold").to_pylist()))
 
 
-def test_multilabel_encoder_learns_a_separable_toy_task(ray_runtime, tmp_path):
+def test_multilabel_encoder_learns_a_separable_toy_task_and_ships_as_a_pyfunc_model(ray_runtime, tmp_path):
+    import json
     import sys
     from dataclasses import asdict
 
+    import mlflow
+    import pyarrow.parquet as pq
     import ray
     from ray import cloudpickle
 
     from common.models.config import EncoderConfig
     from common.models.classifiers.multilabel import fit_and_predict
+    from common.models.pyfunc_model import model_arguments
+    from shipped_models import fresh_predictions
 
     _toy_parquet(tmp_path, 180, 60)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -276,10 +281,25 @@ def test_multilabel_encoder_learns_a_separable_toy_task(ray_runtime, tmp_path):
     # MiniLM fine-tuned with a sigmoid per label, in a worker of its own (torch stays out of pytest).
     task = ray.remote(num_cpus=1, max_calls=1)(fit_and_predict)
     table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")], None)],
-                                asdict(spec), 3, 0.1, {"method": "no_aug", "model": "encoder"}, kind="encoder"))
+                                asdict(spec), 3, 0.1, {"method": "no_aug", "model": "encoder"}, kind="encoder",
+                                keep=str(tmp_path / "kept")))
     assert table.num_rows == 60 and set(table.column("model").to_pylist()) == {"encoder"}
     assert _exact(table) >= 50  # label words carry the labels: a working sigmoid head gets nearly all sets
     assert table.column("n_train").to_pylist()[0] == 180 and 0 < table.column("threshold").to_pylist()[0] < 1
+
+    # the kept classifier as a pyfunc model, in a process without the suite: the label sets the suite decided
+    manifest = json.loads((tmp_path / "kept" / "model.json").read_text())
+    assert manifest["kind"] == "multilabel_encoder" and manifest["threshold"] == table.column("threshold")[0].as_py()
+    test = pq.read_table(tmp_path / "test.parquet").to_pydict()
+    texts = test["text"][:12] + ["", "Ünïcode — joy?"]
+    mlflow.pyfunc.save_model(str(tmp_path / "model"), **model_arguments(str(tmp_path / "kept"), manifest, texts,
+                                                                         tmp_path / "parts"))
+    got = fresh_predictions("sqlite:///" + str(tmp_path / "none.db"), [str(tmp_path / "model")], texts, tmp_path)
+    got = got[str(tmp_path / "model")]["predictions"]
+    suite = dict(zip(table.column("example_id").to_pylist(), table.column("predicted").to_pylist()))
+    assert got["labels"][:12] == [suite[i] for i in test["example_id"][:12]]
+    assert all(len(labels) >= 1 for labels in got["labels"])  # every text gets a label, the empty one too
+    assert all(len(scores) == len(manifest["labels"]) and 0 <= min(scores) for scores in got["scores"])
     with pytest.raises(ValueError, match="unknown multi-label classifier kind 'svm'"):
         fit_and_predict([([str(tmp_path / "train.parquet")], None)], [], {}, 0, 0.1, {}, kind="svm")
 

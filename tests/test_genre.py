@@ -446,4 +446,24 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
         assert rows[(model, "off_topic_balanced")] == rows[(model, "augmented")]
     assert "n3.augmented.macro_f1" in evaluated.metrics and "encoder.n3.augmented.macro_f1" in evaluated.metrics
     assert "encoder" in open(report, encoding="utf-8").read()
+    # each method's encoder ships beside its fastText classifier, cleaning its input as Spark cleaned its texts
+    import json
+    from pathlib import Path
+
+    import mlflow
+
+    from common.genre.evaluation import NON_LETTERS
+    from common.models.registry import registry_client
+
+    client, prefix = registry_client(ctx), ctx.cfg.registry.name_prefix
+    names = [m.name for m in client.search_registered_models(f"name LIKE '{prefix}genre_%'")
+             if m.name.startswith(prefix)]
+    encoders = sorted(n for n in names if n.endswith("_encoder"))
+    assert len(encoders) == 5 and len(names) == 10, names
+    version = client.get_model_version_by_alias(encoders[0], "champion")
+    assert version.tags["classifier"] == "encoder" and float(version.tags["metric.macro_f1.n"]) == 1
+    model = Path(mlflow.artifacts.download_artifacts(f"models:/{encoders[0]}@champion", dst_path=str(tmp_path / "m"),
+                                                     tracking_uri=ctx.cfg.tracking_uri))
+    manifest = json.loads((model / "data" / "classifier" / "model.json").read_text())
+    assert manifest["kind"] == "encoder" and manifest["substitute"] == [[NON_LETTERS, ""]]
     ctx.close()

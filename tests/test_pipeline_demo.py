@@ -10,6 +10,8 @@ import mlflow
 import pytest
 from deltalake import DeltaTable
 
+from worlds import WORLD_MODELS
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -155,6 +157,10 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
         # whether each difference clears the seed std (a column, or the gain paired by seed), and the test size
         assert "> std" in block.splitlines()[1] or "gain (points)" in block.splitlines()[1], heading
         assert "\n  test examples per figure" in block or "\n  held-out queries: " in block, heading
+    # one line per registered model: its champion with the gate's metric over its seeds
+    models = text.split("Registered models")[1].split("\n\n")[0]
+    assert f"\n  {WORLD_MODELS}consistency_cst_ss: @champion v" in models and "consistency_rate " in models
+    assert f"\n  {WORLD_MODELS}compositional_no_aug: @champion v" in models and " accuracy " in models
     samples = text.split("Generated samples")[1]
     for table, method, _, _, section in GENERATED:
         if table == "boostaug_infill_generated":

@@ -14,39 +14,8 @@ from pathlib import Path
 import pytest
 
 from common.models.promotion import RULES, Measure, decide
+from shipped_models import fresh_predictions
 from worlds import WORLD_MODELS
-
-# Loads a model in a fresh interpreter (-I: no PYTHONPATH, no script folder) whose imports of the suite's own
-# packages fail: the model must carry what it needs. Prints the predictions and what it imported.
-FRESH_PROCESS = r"""
-import importlib.abc, json, sys
-
-class NoSuite(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("common", "jobs"):
-            raise ImportError(f"the suite's {name} imported by a registered model")
-        return None
-
-sys.meta_path.insert(0, NoSuite())
-import mlflow, pandas as pd
-mlflow.set_tracking_uri(sys.argv[1])
-out = {}
-for uri in json.loads(sys.argv[2]):
-    model = mlflow.pyfunc.load_model(uri)
-    predicted = model.predict(pd.DataFrame({"text": json.loads(sys.argv[3])}))
-    out[uri] = {"predictions": predicted.to_dict("list"), "signature": model.metadata.signature.to_dict()}
-print(json.dumps(out))
-"""
-
-
-def fresh_predictions(tracking_uri: str, uris: list[str], texts: list, cwd: Path) -> dict:
-    """:data:`FRESH_PROCESS`'s output (by model URI) for the models ``uris`` on ``texts``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    done = subprocess.run([sys.executable, "-I", "-c", FRESH_PROCESS, tracking_uri, json.dumps(uris),
-                           json.dumps(texts)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
 
 def version_of(client, name: str, run_id: str):
     """The version of registered model ``name`` that run ``run_id`` registered."""
@@ -73,6 +42,14 @@ def test_the_gate_promotes_only_a_gain_beyond_both_models_spread():
     # a metric the champion lacks: no comparison, the alias stays
     assert not decide(RULES["boostaug"], {"accuracy": Measure(0.9, 0.0, 1)}, {"macro_f1": Measure(0.5, 0, 1)}).promote
     assert Measure.of([0.5, 0.7]).std == pytest.approx(0.1414, abs=1e-4)
+    # what ships: per pipeline and classifier kind
+    from common.models.registry_config import RegistryConfig
+
+    fasttext_only = RegistryConfig(pipelines=["boostaug"], classifiers=["fasttext"])
+    assert fasttext_only.ships("boostaug") and not fasttext_only.ships("boostaug", "encoder")
+    assert not fasttext_only.ships("genre") and RegistryConfig().ships("genre", "encoder")
+    with pytest.raises(ValueError, match=r"registry.classifiers: unknown names \['svm'\]"):
+        RegistryConfig(classifiers=["svm"])
 
 
 @pytest.mark.slow

@@ -2,20 +2,20 @@
 
 A job that trained its classifiers hands :func:`ship` one :class:`Candidate` per method: the model folder its seed-0
 classifier was saved to, the manifest the loader needs, its test metrics over the R seeds, and the Delta table
-versions it was trained and tested on. For each one :func:`ship` logs an MLflow Model (``loader_module`` the
-suite's :mod:`common.pyfunc.loader`, carried in ``code_paths`` as :data:`SHIPPED_PACKAGE`; a signature, an input
-example, pinned pip requirements, the classifier's files; its tables' versions as params, its metrics linked to the
-test table's dataset), registers it as a new version of ``<registry.name_prefix><pipeline>_<method>`` and runs
-the gate (:mod:`common.models.promotion`): the version takes ``registry.alias`` or records why not (version tags
-``gate.decision`` and ``gate.reason``, and a line in the job's summary). A run that reused its results trains
-nothing and ships nothing, so a rerun adds no version.
+versions it was trained and tested on. For each one :func:`ship` logs an MLflow Model
+(:mod:`common.models.pyfunc_model`: ``loader_module`` the suite's :mod:`common.pyfunc.loader`, carried in
+``code_paths``; a signature, an input example, pinned pip requirements, the classifier's files; its tables' versions
+as params, its metrics linked to the test table's dataset), registers it as a new version of
+``<registry.name_prefix><pipeline>_<method>`` (``_<model>`` added for a classifier kind other than fastText:
+``..._eda_boostaug_encoder``) and runs the gate (:mod:`common.models.promotion`): the version takes
+``registry.alias`` or records why not (version tags ``gate.decision`` and ``gate.reason``, and a line in the job's
+summary). A run that reused its results trains nothing and ships nothing, so a rerun adds no version.
 """
 from __future__ import annotations
 
 import json
 import logging
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,16 +24,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 from common.models.promotion import RULES, Decision, Measure, decide
 
 if TYPE_CHECKING:
+    from common.models.config import EncoderConfig
     from common.platform.job import JobContext, JobRun
 
 log = logging.getLogger(__name__)
 
-# The top-level name the model's copy of common/pyfunc has (distinct from the suite's own package names, so a
-# serving process that also has the suite installed loads the model's copy).
-SHIPPED_PACKAGE = "catalog_augment_pyfunc"
-LOADER = f"{SHIPPED_PACKAGE}.loader"
-# What the loader imports besides the standard library (versions pinned from this environment).
-REQUIREMENTS = ("mlflow", "fasttext-numpy2", "numpy", "pandas")
 # Rescores the champion's classifier (a local copy of its files and its manifest) on the candidate's test table
 # versions: one value per metric, or None where the job cannot.
 Rescore = Callable[[str, Mapping[str, Any]], Optional[Mapping[str, float]]]
@@ -53,6 +48,13 @@ class Candidate:
     examples: list[str]                    # a few input texts: the model's input example
     lineage: dict[str, str] = field(default_factory=dict)  # config hash, generator model and version...
     rescore: Optional[Rescore] = None      # this candidate's own re-scoring of a champion (else ship's)
+    model: str = "fasttext"                # the classifier kind of the pipeline's eval.models
+
+    @property
+    def name(self) -> str:
+        """The method, and the classifier kind where it is not fastText (``eda+boostaug``,
+        ``eda+boostaug_encoder``): what the registered model, the logged model and its metrics are named by."""
+        return classifier_name(self.method, self.model)
 
 
 @dataclass(frozen=True)
@@ -92,34 +94,6 @@ def registered_name(prefix: str, pipeline: str, method: str) -> str:
     return prefix + word(f"{pipeline}_{method}")
 
 
-def signature(kind: str):
-    """The pyfunc signature of a classifier ``kind`` (:data:`common.pyfunc.loader.KINDS`): text in; label,
-    confidence and level (``hft``) or the decided labels and each label's score (``multilabel``) out."""
-    from mlflow.models import ModelSignature
-    from mlflow.types.schema import Array, ColSpec, Schema
-
-    inputs = Schema([ColSpec("string", "text")])
-    if kind == "hft":
-        outputs = Schema([ColSpec("string", "label"), ColSpec("double", "confidence"), ColSpec("long", "level")])
-    else:
-        outputs = Schema([ColSpec(Array("string"), "labels"), ColSpec(Array("double"), "scores")])
-    return ModelSignature(inputs=inputs, outputs=outputs)
-
-
-def requirements() -> list[str]:
-    """The loader's pip requirements, pinned to this environment's versions (unpinned where one is not installed
-    as that distribution)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    pinned = []
-    for name in REQUIREMENTS:
-        try:
-            pinned.append(f"{name}=={version(name)}")
-        except PackageNotFoundError:
-            pinned.append(name)
-    return pinned
-
-
 def registry_client(ctx: "JobContext"):
     """An MLflow client on the config's registry (``tracking.registry_uri``; null: the tracking URI's own, Unity
     Catalog when that is Databricks). A client of its own: MLflow's process-wide registry URI would also reach
@@ -131,59 +105,25 @@ def registry_client(ctx: "JobContext"):
     return MlflowClient(uri, ctx.cfg.tracking.registry_uri or _get_default_registry_uri_for_tracking_uri(uri))
 
 
-def model_files(candidate: Candidate, folder: Path) -> Path:
-    """The candidate's classifier files and ``model.json`` in ``folder``/classifier."""
-    from common.platform.storage import is_local, local_copy
-    from common.pyfunc.loader import MANIFEST
-
-    target = folder / "classifier"
-    source = local_copy(candidate.folder)
-    try:
-        shutil.copytree(source, target)
-    finally:
-        if not is_local(candidate.folder):
-            shutil.rmtree(source, ignore_errors=True)
-    (target / MANIFEST).write_text(json.dumps(candidate.manifest, indent=1, sort_keys=True), encoding="utf-8")
-    return target
-
-
-def shipped_code(folder: Path) -> Path:
-    """A copy of ``common/pyfunc`` named :data:`SHIPPED_PACKAGE` in ``folder`` (the model's ``code_paths``), read
-    as package resources: from a checkout, an install, or the zip ``spark-submit --py-files`` put on the path."""
-    from importlib.resources import files
-
-    target = folder / SHIPPED_PACKAGE
-    target.mkdir()
-    for entry in files("common.pyfunc").iterdir():
-        if entry.name.endswith(".py"):
-            (target / entry.name).write_bytes(entry.read_bytes())
-    if not (target / "loader.py").is_file():
-        raise FileNotFoundError(f"common.pyfunc's loader.py not found beside {files('common.pyfunc')}")
-    return target
-
-
 def log_classifier(ctx: "JobContext", candidate: Candidate):
     """Log ``candidate`` as an MLflow Model of the job's run (whose ``mlflow.data`` inputs and outputs are the Delta
     table versions it read and wrote): its tables' versions and locations as the model's params, its metrics
     (``<method>.<metric>.mean|std|n``) linked to the model and to its test table's dataset; returns MLflow's
     ``ModelInfo``."""
     import mlflow
-    import pandas as pd
 
+    from common.models.pyfunc_model import log_model
     from common.platform.tracking import delta_dataset
 
     lakehouse = ctx.lakehouse
-    with tempfile.TemporaryDirectory(prefix="augment-model-") as tmp:
-        info = mlflow.pyfunc.log_model(
-            name=f"classifier-{word(candidate.method)}", loader_module=LOADER,
-            data_path=str(model_files(candidate, Path(tmp))), code_paths=[str(shipped_code(Path(tmp)))],
-            signature=signature(candidate.manifest["kind"]),
-            input_example=pd.DataFrame({"text": candidate.examples[:3]}), pip_requirements=requirements(),
-            params={"pipeline": candidate.pipeline, "method": candidate.method, **candidate.lineage,
-                    **table_tags(ctx, "train", candidate.train), **table_tags(ctx, "test", candidate.test)})
+    params = {"pipeline": candidate.pipeline, "method": candidate.method, "classifier": candidate.model,
+              **candidate.lineage, **table_tags(ctx, "train", candidate.train),
+              **table_tags(ctx, "test", candidate.test)}
+    info = log_model(f"classifier-{word(candidate.name)}", params, candidate.folder, candidate.manifest,
+                     candidate.examples)
     # Linked to the model and its test table; run metrics too, so named by method (one run ships several models).
     test_table = next(iter(candidate.test))
-    mlflow.log_metrics({f"{word(candidate.method)}.{k.removeprefix('metric.')}": v
+    mlflow.log_metrics({f"{word(candidate.name)}.{k.removeprefix('metric.')}": v
                         for k, v in measure_tags(candidate.measures, numeric=True).items()}, model_id=info.model_id,
                        dataset=delta_dataset(test_table, candidate.test[test_table], lakehouse.location(test_table)))
     return info
@@ -258,27 +198,53 @@ def lakehouse_rescore(ctx: "JobContext", score: Callable[[str, Mapping[str, Any]
     return rescore
 
 
-def method_candidates(pipeline: str, results, folders: Mapping[str, str], metrics: Sequence[str],
-                      manifests: Mapping[str, dict[str, Any]], train: Callable[[str], dict[str, int]],
+def classifier_name(method: str, model: str) -> str:
+    """``method``, and the classifier kind where it is not fastText: ``eda+boostaug``, ``eda+boostaug_encoder``."""
+    return method if model == "fasttext" else f"{method}_{model}"
+
+
+def method_candidates(pipeline: str, results, folders: Mapping[tuple[str, str], str], metrics: Sequence[str],
+                      train: Callable[[str], dict[str, int]], substitute: Sequence[Sequence[str]] = (),
                       **shared: Any) -> list[Candidate]:
-    """One candidate per method of ``folders`` (method -> its kept classifier's folder): its ``metrics`` over the
-    rows of ``results`` (a pandas frame of the job's results, one row per seed) with that method, its manifest
-    from ``manifests``, its training tables ``train(method)``; ``shared``: the :class:`Candidate` fields every
-    method has alike (test, examples, lineage)."""
+    """One candidate per kept classifier of ``folders`` ((model, method) -> the folder its seed-0 classifier was
+    kept in, with the loader's ``model.json``): its ``metrics`` over the rows of ``results`` (a pandas frame of
+    the job's results, one row per seed, with ``model`` and ``method`` columns) of that model and method, its
+    training tables ``train(method)``, ``substitute`` patterns added to its manifest where given; ``shared``: the
+    :class:`Candidate` fields every method has alike (test, examples, lineage, rescore)."""
     lineage = shared.pop("lineage", {})
-    return [Candidate(pipeline, method, folder, dict(manifests[method]),
-                      {m: Measure.of(results.loc[results["method"] == method, m].tolist()) for m in metrics},
-                      train=train(method), lineage=dict(lineage), **shared)
-            for method, folder in folders.items()]
+    manifests = saved_manifests(folders)
+    extra = {"substitute": [list(p) for p in substitute]} if substitute else {}
+    out = []
+    for (model, method), folder in folders.items():
+        rows = results[(results["model"] == model) & (results["method"] == method)]
+        out.append(Candidate(pipeline, method, folder, {**manifests[(model, method)], **extra},
+                             {m: Measure.of(rows[m].tolist()) for m in metrics}, train=train(method),
+                             lineage=dict(lineage), model=model, **shared))
+    return out
 
 
-def task_rescore(ctx: "JobContext", evaluate: Callable[..., Mapping[str, float]], test: Sequence[Any]) -> Rescore:
+def saved_manifests(folders: Mapping[Any, str]) -> dict[Any, dict[str, Any]]:
+    """The loader manifest (``model.json``) each kept classifier's folder holds, by the same keys."""
+    from common.platform.storage import read_text
+    from common.pyfunc.loader import MANIFEST
+
+    return {key: json.loads(read_text(f"{folder.rstrip('/')}/{MANIFEST}")) for key, folder in folders.items()}
+
+
+def task_rescore(ctx: "JobContext", evaluate: Callable[..., Mapping[str, float]], test: Sequence[Any],
+                 encoder: Optional["EncoderConfig"] = None) -> Rescore:
     """A :data:`Rescore` running ``evaluate(model_dir=<the champion's copy>, test=test)`` in a Ray task, as the
-    job's own classifiers are evaluated (``test``: row sources, (files, filters))."""
+    job's own classifiers are evaluated (``test``: row sources, (files, filters)): an encoder champion in a task of
+    torch's workers with ``encoder``'s CPUs and GPUs (the job's evaluation encoder config)."""
     from common.models.classifiers.text_classifier import run_tasks
+    from common.pyfunc.loader import ENCODER_KINDS
 
     def score(uri: str, manifest: Mapping[str, Any]) -> Mapping[str, float]:
-        return run_tasks(ctx.ray(), evaluate, [{"model_dir": uri, "test": list(test)}])[0]
+        jobs = [{"model_dir": uri, "test": list(test)}]
+        if manifest.get("kind") in ENCODER_KINDS:
+            cpus, gpus = (encoder.num_cpus, encoder.num_gpus) if encoder else (1, 0.0)
+            return run_tasks(ctx.ray(), evaluate, jobs, cpus, gpus, torch=True)[0]
+        return run_tasks(ctx.ray(), evaluate, jobs)[0]
 
     return lakehouse_rescore(ctx, score)
 
@@ -318,20 +284,22 @@ def create_registered_model(client, name: str, description: str) -> None:
 
 def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
          rescore: Optional[Rescore] = None) -> list[Shipped]:
-    """Log, register and gate each candidate (nothing where ``registry.pipelines`` leaves its pipeline out);
-    returns what happened, also recorded in the job's summary lines and the run's ``shipped.json``."""
+    """Log, register and gate each candidate (nothing where the registry config does not ship its pipeline and
+    classifier kind); returns what happened, also recorded in the job's summary lines and the run's
+    ``shipped.json``."""
     cfg = ctx.cfg.registry
-    chosen = [c for c in candidates if c.pipeline in cfg.pipelines]
+    chosen = [c for c in candidates if cfg.ships(c.pipeline, c.model)]
     if not chosen:
         return []
     client = registry_client(ctx)
     done = []
     for candidate in chosen:
-        name = registered_name(cfg.name_prefix, candidate.pipeline, candidate.method)
+        name = registered_name(cfg.name_prefix, candidate.pipeline, candidate.name)
         info = log_classifier(ctx, candidate)
         create_registered_model(client, name, f"{candidate.pipeline} pipeline's {candidate.method} classifier "
-                                              "(catalog-augment)")
-        tags = {**measure_tags(candidate.measures), **candidate.lineage, **table_tags(ctx, "train", candidate.train),
+                                              f"({candidate.model}; catalog-augment)")
+        tags = {**measure_tags(candidate.measures), "classifier": candidate.model, **candidate.lineage,
+                **table_tags(ctx, "train", candidate.train),
                 **table_tags(ctx, "test", candidate.test)}
         version = client.create_model_version(name, info.model_uri, run_id=tr.run_id, tags=tags,
                                               model_id=info.model_id)
@@ -346,3 +314,39 @@ def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
         done.append(shipped)
     tr.log_dict([s.__dict__ for s in done], "models/shipped.json")
     return done
+
+
+def registry_lines(ctx: "JobContext") -> list[str]:
+    """One line per registered model named with ``registry.name_prefix`` (pipelines x methods: a bounded list): the
+    version holding ``registry.alias`` with its gate metric over its seeds, and the newest version's gate decision
+    where that is another version; [] where no pipeline registers. A registry that cannot list models by name (Unity
+    Catalog takes no filter) gives one line saying where to look."""
+    from mlflow.exceptions import MlflowException
+
+    cfg = ctx.cfg.registry
+    if not cfg.pipelines:
+        return []
+    client = registry_client(ctx)
+    try:
+        models = client.search_registered_models(filter_string=f"name LIKE '{cfg.name_prefix}%'", max_results=1000)
+    except MlflowException as exc:
+        return [f"the registry lists no models by name ({exc.error_code}): see {cfg.name_prefix}<pipeline>_<method>"]
+    lines = []
+    # LIKE reads the prefix's "_" as any character: the names are checked again.
+    for model in sorted((m for m in models if m.name.startswith(cfg.name_prefix)), key=lambda m: m.name):
+        rule = RULES.get(model.name[len(cfg.name_prefix):].split("_")[0])
+        versions = sorted(client.search_model_versions(f"name = '{model.name}'"), key=lambda v: int(v.version))
+        try:
+            champion = client.get_model_version_by_alias(model.name, cfg.alias)
+        except MlflowException:
+            champion = None
+        line = f"{model.name}: " + (f"@{cfg.alias} v{champion.version}" if champion else f"no @{cfg.alias}")
+        measure = measures_of(champion.tags).get(rule.metric) if champion and rule else None
+        if measure:
+            line += f", {rule.metric} {measure.text()}"
+        newest = versions[-1] if versions else None
+        if newest and (champion is None or str(newest.version) != str(champion.version)):
+            line += f"; newest v{newest.version} {newest.tags.get('gate.decision', '?')}: " \
+                    f"{newest.tags.get('gate.reason', '')}"
+        lines.append(line)
+    return lines

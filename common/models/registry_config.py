@@ -10,6 +10,8 @@ from common.platform.config import check
 
 # The pipelines whose final classifiers can be registered, each with its evaluating job.
 SHIPPING_PIPELINES = ("consistency", "boostaug", "genre", "compositional")
+# The classifier kinds of the pipelines' eval.models.
+CLASSIFIERS = ("fasttext", "encoder")
 
 
 @dataclass
@@ -30,10 +32,20 @@ class RegistryConfig:
     # How much better a candidate's mean must be: std (by more than the larger of the two models' standard
     # deviations over their seeds) or zero (any gain).
     margin: Literal["std", "zero"] = "std"
+    # The classifier kinds that ship where a pipeline's eval.models trains them: an encoder model is the encoder's
+    # full weights (MiniLM 90 MB, BERT-base 440 MB) per method (and per topic for genre); [fasttext]: the fastText
+    # models alone.
+    classifiers: list[str] = field(default_factory=lambda: list(CLASSIFIERS))
 
     def __post_init__(self) -> None:
-        for key, names in (("registry.pipelines", self.pipelines), ("registry.gate", self.gate)):
-            unknown = sorted(set(names) - set(SHIPPING_PIPELINES))
-            check(not unknown, key, f"unknown pipelines {unknown}; known: {', '.join(SHIPPING_PIPELINES)}")
+        for key, names, known in (("registry.pipelines", self.pipelines, SHIPPING_PIPELINES),
+                                  ("registry.gate", self.gate, SHIPPING_PIPELINES),
+                                  ("registry.classifiers", self.classifiers, CLASSIFIERS)):
+            unknown = sorted(set(names) - set(known))
+            check(not unknown, key, f"unknown names {unknown}; known: {', '.join(known)}")
         check(bool(self.alias) and self.alias.replace("_", "").replace("-", "").isalnum(), "registry.alias",
               "must be a word (letters, digits, _ and -)")
+
+    def ships(self, pipeline: str, model: str = "fasttext") -> bool:
+        """Whether ``pipeline``'s ``model`` classifiers (a kind of its eval.models) are logged and registered."""
+        return pipeline in self.pipelines and model in self.classifiers

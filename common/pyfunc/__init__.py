@@ -2,7 +2,8 @@
 predicts with, so a model loaded by ``mlflow.pyfunc.load_model`` in a process without the suite, or served by
 ``mlflow models serve``, gives the suite's predictions.
 
-Self-contained by rule (tests/test_architecture.py): the standard library, numpy, pandas and fastText only, and
-relative imports among its own modules, because a model ships this folder under another top-level name
-(:data:`common.models.registry.SHIPPED_PACKAGE`). The suite imports its modules as ``common.pyfunc.*``.
+Self-contained by rule (tests/test_architecture.py): the standard library, numpy, pandas, fastText and MLflow (and
+for the encoder kinds torch, transformers and safetensors) only, and relative imports among its own modules, because
+a model ships this folder under another top-level name (:data:`common.models.pyfunc_model.SHIPPED_PACKAGE`). The
+suite imports its modules as ``common.pyfunc.*``.
 """

@@ -9,6 +9,14 @@ names the kind:
   Predicts ``label``, ``confidence`` and ``level`` per text.
 - ``multilabel``: one-vs-all fastText, ``model.bin``, ``labels`` and ``threshold``. Predicts ``labels`` (the
   decided set) and ``scores`` (each label's probability, in ``labels``' order of the manifest).
+- ``encoder``: a fine-tuned encoder with a softmax head (:class:`.encoder.EncoderClassifier`: ``lm/``,
+  ``classifier.safetensors``; ``labels``, ``max_length``, ``max_batch_tokens``). Predicts ``label`` and
+  ``confidence``; optional ``substitute`` as for ``hft``.
+- ``multilabel_encoder``: a fine-tuned encoder with a sigmoid per label (:class:`.encoder.EncoderMultiLabelClassifier`:
+  ``encoder/``, ``head.safetensors``; ``labels``, ``threshold``, ``max_length``, ``max_batch_tokens``). Predicts
+  ``labels`` and ``scores`` as ``multilabel`` does.
+
+The encoder kinds import torch and transformers (on a GPU where torch sees one); the fastText kinds do not.
 
 Input: a DataFrame with a ``text`` column (or a list of strings). The scoring is the suite's own
 (:mod:`.hft`, :mod:`.multilabel`), so the predictions are the suite's.
@@ -68,6 +76,13 @@ class HFTClassifier:
                              "level": pd.Series([o[2] for o in out], dtype="int64")})
 
 
+def _label_sets(labels: list[str], threshold: float, probabilities: list[dict[str, float]]):
+    import pandas as pd
+
+    return pd.DataFrame({"labels": [decide(p, threshold) for p in probabilities],
+                         "scores": [[p.get(label, 0.0) for label in labels] for p in probabilities]})
+
+
 class MultiLabelClassifier:
     """A loaded one-vs-all fastText model: ``predict`` gives the decided labels and every label's score."""
 
@@ -77,14 +92,45 @@ class MultiLabelClassifier:
         self.threshold = float(manifest["threshold"])
 
     def predict(self, model_input: Any, params: Optional[dict[str, Any]] = None):
+        return _label_sets(self.labels, self.threshold, ova_probabilities(self.model, self.labels, _texts(model_input)))
+
+
+class EncoderTextClassifier:
+    """A loaded single-label encoder classifier: ``predict`` gives label and confidence per text."""
+
+    def __init__(self, folder: str, manifest: dict[str, Any]):
+        from .encoder import EncoderClassifier
+
+        self.model = EncoderClassifier(folder, manifest)
+        self.substitutions = manifest.get("substitute") or []
+
+    def predict(self, model_input: Any, params: Optional[dict[str, Any]] = None):
         import pandas as pd
 
-        probabilities = ova_probabilities(self.model, self.labels, _texts(model_input))
-        return pd.DataFrame({"labels": [decide(p, self.threshold) for p in probabilities],
-                             "scores": [[p.get(label, 0.0) for label in self.labels] for p in probabilities]})
+        texts = _texts(model_input)
+        if self.substitutions:
+            texts = [substitute(t, self.substitutions) for t in texts]
+        out = self.model.classify(texts)
+        return pd.DataFrame({"label": pd.Series([o[0] for o in out], dtype="object"),
+                             "confidence": pd.Series([o[1] for o in out], dtype="float64")})
 
 
-KINDS = {"hft": HFTClassifier, "multilabel": MultiLabelClassifier}
+class EncoderLabelSetClassifier:
+    """A loaded multi-label encoder classifier: ``predict`` gives the decided labels and every label's score."""
+
+    def __init__(self, folder: str, manifest: dict[str, Any]):
+        from .encoder import EncoderMultiLabelClassifier
+
+        self.model = EncoderMultiLabelClassifier(folder, manifest)
+
+    def predict(self, model_input: Any, params: Optional[dict[str, Any]] = None):
+        model = self.model
+        return _label_sets(model.labels, model.threshold, model.probabilities(_texts(model_input)))
+
+
+ENCODER_KINDS = ("encoder", "multilabel_encoder")  # the kinds that import torch and transformers
+KINDS = {"hft": HFTClassifier, "multilabel": MultiLabelClassifier, "encoder": EncoderTextClassifier,
+         "multilabel_encoder": EncoderLabelSetClassifier}
 
 
 def load(folder: str):

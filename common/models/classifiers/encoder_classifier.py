@@ -18,7 +18,9 @@ and genre transfer's ``eval.models: [encoder]``).
   The vocabulary projection runs only at the masked positions.
 
 Models are saved as ``<folder>/lm`` (``save_pretrained`` of the MLM model and its tokenizer),
-``classifier.safetensors`` and ``labels.json``; loading never unpickles (safetensors only).
+``classifier.safetensors`` and ``labels.json``; loading never unpickles (safetensors only). An evaluation
+classifier kept to ship (:func:`fit_and_evaluate`'s ``keep``) adds ``model.json``, the manifest of the registered
+model's loader (:mod:`common.pyfunc.loader`, kind ``encoder``), whose classification is this module's.
 """
 from __future__ import annotations
 
@@ -32,18 +34,13 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from common.models.config import EncoderConfig
 from common.models.classifiers.hft import Source, read_rows
 from common.models.pretrained import encoder_checkpoint, load_for_training
-from common.platform.storage import local_copy, put_folder, worker_scratch
+from common.platform.storage import local_copy, put_folder, worker_scratch, write_text
+from common.pyfunc.encoder import batch_logits, device_name as _device, mean_pooled, top_labels
 
 if TYPE_CHECKING:
     import torch
 
 TEXT, LABEL = "text", "label"
-
-
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class _Surrogate:
@@ -83,9 +80,7 @@ class _Surrogate:
         return self.base(input_ids=ids, attention_mask=mask).last_hidden_state
 
     def class_logits(self, hidden: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        return self.classifier(self.dropout(pooled))
+        return self.classifier(self.dropout(mean_pooled(hidden, mask)))
 
     def token_logits(self, hidden_at: "torch.Tensor") -> "torch.Tensor":
         return self.head(hidden_at)
@@ -248,19 +243,12 @@ class EncoderScorer:
         return float(np.quantile(self.validation_perplexities, quantile))
 
     def classify(self, texts: Sequence[str]) -> list[tuple[str, float]]:
-        """(predicted label, its softmax probability) per text."""
-        torch = self._torch
-        out: list[tuple[str, float]] = []
-        step = max(1, self.spec.max_batch_tokens // self.spec.max_length)
-        with torch.inference_mode():
-            for s in range(0, len(texts), step):
-                enc = self.tokenizer([t or "" for t in texts[s:s + step]], padding=True, truncation=True,
-                                     max_length=self.spec.max_length, return_tensors="pt").to(self.device)
-                probs = self.model.class_logits(self.model.hidden(enc["input_ids"], enc["attention_mask"]),
-                                                enc["attention_mask"]).float().softmax(-1)
-                conf, idx = probs.max(-1)
-                out += [(self.labels[i], float(c)) for i, c in zip(idx.tolist(), conf.tolist())]
-        return out
+        """(predicted label, its softmax probability) per text (:mod:`common.pyfunc.encoder`'s scoring, which a
+        registered model of this classifier runs too)."""
+        model = self.model
+        return top_labels(self.labels, batch_logits(
+            self.tokenizer, lambda ids, mask: model.class_logits(model.hidden(ids, mask), mask), texts,
+            self.spec.max_length, self.spec.max_batch_tokens, self.device))
 
     def pseudo_perplexity(self, texts: Sequence[str]) -> list[Optional[float]]:
         """exp(mean over tokens of -log p(token | the text with that token masked)) per text; None for a text
@@ -309,15 +297,36 @@ class EncoderScorer:
         return [math.exp(nll[i] / counts[i]) if counts[i] else None for i in range(len(texts))]
 
 
-def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int) -> dict[str, Any]:
-    """Fine-tune an encoder classifier (``spec``) on ``train`` rows, evaluate it on ``test`` rows, discard it.
-    Returns {rows, seconds, accuracy, macro_f1, n_test}."""
-    from common.models.classifiers.label_metrics import accuracy_and_macro_f1
+def manifest(folder: str) -> dict[str, Any]:
+    """The registered-model loader's manifest (:mod:`common.pyfunc.loader`, kind ``encoder``) of the classifier
+    saved in ``folder`` (a local path)."""
+    meta = json.loads(open(os.path.join(folder, "labels.json"), encoding="utf-8").read())
+    return {"kind": "encoder", "labels": meta["labels"], "max_length": meta["spec"]["max_length"],
+            "max_batch_tokens": meta["spec"]["max_batch_tokens"]}
+
+
+def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int,
+                     keep: Optional[str] = None) -> dict[str, Any]:
+    """Fine-tune an encoder classifier (``spec``) on ``train`` rows and evaluate it on ``test`` rows; it is saved in
+    ``keep`` (a folder URI, with the loader's ``model.json``) when given, else discarded. Returns {rows, seconds,
+    accuracy, macro_f1, n_test}."""
+    from common.pyfunc.loader import MANIFEST
 
     with worker_scratch("encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)
-        rows = read_rows(test, TEXT, LABEL)
-        predicted = [label for label, _ in EncoderScorer(tmp).classify([t for t, _ in rows])]
+        figures.update(evaluate_saved(tmp, test))
+        if keep:
+            put_folder(tmp, keep)
+            write_text(f"{keep.rstrip('/')}/{MANIFEST}", json.dumps(manifest(tmp), sort_keys=True))
+    return {k: figures[k] for k in ("rows", "seconds", "accuracy", "macro_f1", "n_test")}
+
+
+def evaluate_saved(model_dir: str, test: Sequence[Source]) -> dict[str, float]:
+    """{accuracy, macro_f1, n_test} of a saved encoder classifier (``model_dir``, a local path or URI) on ``test``
+    rows."""
+    from common.models.classifiers.label_metrics import accuracy_and_macro_f1
+
+    rows = read_rows(test, TEXT, LABEL)
+    predicted = [label for label, _ in EncoderScorer(model_dir).classify([t for t, _ in rows])]
     accuracy, macro_f1 = accuracy_and_macro_f1([g for _, g in rows], predicted)
-    return {"rows": figures["rows"], "seconds": figures["seconds"], "accuracy": accuracy, "macro_f1": macro_f1,
-            "n_test": len(rows)}
+    return {"accuracy": accuracy, "macro_f1": macro_f1, "n_test": len(rows)}

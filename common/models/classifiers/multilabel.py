@@ -51,6 +51,18 @@ class MultiLabelModel:
         """Each text's probability per label (one-vs-all: independent sigmoids)."""
         return ova_probabilities(self.model, self.labels, texts)
 
+    def save(self, threshold: float, folder: str) -> None:
+        """``model.bin`` and the registered-model loader's manifest (:mod:`common.pyfunc.loader`, kind
+        ``multilabel``: labels, decision ``threshold``) in ``folder`` (a local path or URI)."""
+        import json
+
+        from common.platform.storage import put_file, write_text
+        from common.pyfunc.loader import MANIFEST
+
+        put_file(self.path, f"{folder.rstrip('/')}/model.bin")
+        write_text(f"{folder.rstrip('/')}/{MANIFEST}",
+                   json.dumps({"kind": "multilabel", "labels": self.labels, "threshold": threshold}, sort_keys=True))
+
 
 def fit(rows: Sequence[tuple[str, str, list[str]]], params: dict[str, Any], seed: int, folder: str) -> MultiLabelModel:
     """Train on (id, text, labels) ``rows`` in a seeded order (fastText's ``ova`` loss); model in ``folder``."""
@@ -76,8 +88,9 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
     """Train a ``kind`` classifier on ``train`` (less a seeded ``validation_fraction`` held out to choose the
     threshold, and for the encoder its epoch), predict ``predict``; returns an Arrow table of (``keys``'
     columns, example_id, gold, predicted, threshold, n_train) with one row per predicted example (gold empty
-    when ``predict_labels_col`` is None). With ``keep`` (a folder URI; fastText only) the model stays there:
-    ``model.bin`` and the loader's ``model.json`` (labels, threshold; :mod:`common.pyfunc.loader`).
+    when ``predict_labels_col`` is None). With ``keep`` (a folder URI) the model stays there with the loader's
+    ``model.json`` (:mod:`common.pyfunc.loader`): fastText's ``model.bin`` (:meth:`MultiLabelModel.save`), or
+    the encoder's files (:meth:`~common.models.classifiers.multilabel_encoder.EncoderMultiLabelModel.save`).
 
     ``kind``: ``fasttext`` (one-vs-all; ``params`` = fastText's arguments) or ``encoder``
     (:mod:`common.models.classifiers.multilabel_encoder`; ``params`` = an :class:`EncoderConfig` as a dict)."""
@@ -104,8 +117,8 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
             raise ValueError(f"unknown multi-label classifier kind {kind!r} (fasttext | encoder)")
         threshold = best_threshold(model.probabilities([t for _, t, _ in val]), [g for _, _, g in val])[0]
         predicted = [decide(p, threshold) for p in model.probabilities([t for _, t, _ in targets])]
-        if keep and kind == "fasttext":
-            save(model, threshold, keep)
+        if keep:
+            model.save(threshold, keep)
     n = len(targets)
     kinds = {bool: pa.bool_(), int: pa.int64(), float: pa.float64()}
     columns = {name: pa.array([value] * n, kinds.get(type(value), pa.string())) for name, value in keys.items()}
@@ -117,22 +130,10 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
     return pa.table(columns)
 
 
-def save(model: MultiLabelModel, threshold: float, folder: str) -> None:
-    """``model``'s ``model.bin`` and its loader manifest (kind, labels, decision ``threshold``) in ``folder``."""
-    import json
-
-    from common.platform.storage import put_file, write_text
-    from common.pyfunc.loader import MANIFEST
-
-    put_file(model.path, f"{folder.rstrip('/')}/model.bin")
-    write_text(f"{folder.rstrip('/')}/{MANIFEST}",
-               json.dumps({"kind": "multilabel", "labels": model.labels, "threshold": threshold}, sort_keys=True))
-
-
 def evaluate_saved(model_dir: str, test: Sequence[Source]) -> dict[str, float]:
     """Exact-set accuracy and mean Jaccard (:mod:`common.compositional.evaluation`'s ``accuracy`` and ``jaccard``)
-    of a saved one-vs-all fastText model (``model_dir``, as :func:`save` wrote it) on the labelled ``test``
-    examples."""
+    of a saved multi-label classifier (``model_dir``: one-vs-all fastText or an encoder, as ``fit_and_predict``'s
+    ``keep`` saved it) on the labelled ``test`` examples, scored by the registered model's loader."""
     from common.models.classifiers.label_metrics import jaccard
     from common.platform.storage import local_copy
     from common.pyfunc.loader import load

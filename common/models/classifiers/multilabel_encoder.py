@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from common.models.config import EncoderConfig
+from common.pyfunc.encoder import batch_logits, label_probabilities, mean_pooled
 
 if TYPE_CHECKING:
     import torch
@@ -53,27 +54,44 @@ class EncoderMultiLabelModel:
         self.encoder.load_state_dict(state["encoder"])
         self.head.load_state_dict(state["head"])
 
+    def _logits(self, ids: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
+        hidden = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self.head(self.dropout(mean_pooled(hidden, mask)))
+
     def logits(self, texts: Sequence[str]) -> "torch.Tensor":
         enc = self.tokenizer([t or "" for t in texts], padding=True, truncation=True, max_length=self.spec.max_length,
                              return_tensors="pt").to(self.device)
-        hidden = self.encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-        weights = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        return self.head(self.dropout(pooled))
+        return self._logits(enc["input_ids"], enc["attention_mask"])
 
     def probabilities(self, texts: Sequence[str]) -> list[dict[str, float]]:
-        """Each text's probability per label (independent sigmoids), in batches of ``max_batch_tokens``."""
-        import torch
-
+        """Each text's probability per label (independent sigmoids), in batches of ``max_batch_tokens``
+        (:mod:`common.pyfunc.encoder`'s scoring, which a registered model of this classifier runs too)."""
         self.train(False)
-        step = max(1, self.spec.max_batch_tokens // self.spec.max_length)
-        out: list[dict[str, float]] = []
-        with torch.inference_mode():
-            for s in range(0, len(texts), step):
-                probs = self.logits(texts[s:s + step]).float().sigmoid().tolist()
-                out += [dict(zip(self.labels, row)) for row in probs]
-        return out
+        return label_probabilities(self.labels, batch_logits(self.tokenizer, self._logits, texts, self.spec.max_length,
+                                                             self.spec.max_batch_tokens, self.device))
 
+    def save(self, threshold: float, folder: str) -> None:
+        """The encoder and its tokenizer (``encoder/``), the head (``head.safetensors``) and the registered-model
+        loader's manifest (:mod:`common.pyfunc.loader`, kind ``multilabel_encoder``: labels, decision
+        ``threshold``, lengths) in ``folder`` (a local path or URI)."""
+        import json
+        import os
+
+        from safetensors.torch import save_file
+
+        from common.platform.storage import put_folder, worker_scratch
+        from common.pyfunc.loader import MANIFEST
+
+        with worker_scratch("multilabel-encoder-") as tmp:
+            self.encoder.save_pretrained(os.path.join(tmp, "encoder"))
+            self.tokenizer.save_pretrained(os.path.join(tmp, "encoder"))
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+                      os.path.join(tmp, "head.safetensors"))
+            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as fh:
+                json.dump({"kind": "multilabel_encoder", "labels": self.labels, "threshold": threshold,
+                           "max_length": self.spec.max_length, "max_batch_tokens": self.spec.max_batch_tokens},
+                          fh, sort_keys=True)
+            put_folder(tmp, folder)
 
 def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderConfig, seed: int
         ) -> tuple[EncoderMultiLabelModel, dict[str, float]]:
