@@ -197,7 +197,10 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
                         surrogate.token_logits(hidden[chosen]), ids.to(device)[chosen])
                 loss_value = optimizer.step(loss)
             accuracy = _accuracy(surrogate, tokenizer, held_out, index, spec, device) if held_out else float("nan")
-            if best is None or not held_out or accuracy > best["val_accuracy"]:
+            # Without validation rows the last epoch is the model: only it is written (each write is the whole
+            # encoder, 90 MB for MiniLM).
+            chosen = (best is None or accuracy > best["val_accuracy"]) if held_out else epoch == spec.epochs
+            if chosen:
                 best = {"epoch": epoch, "val_accuracy": accuracy, "final_loss": loss_value}
                 _save(surrogate, tokenizer, labels, spec, best, tmp)
         assert best is not None
