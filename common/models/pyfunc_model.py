@@ -9,7 +9,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 # The top-level name the model's copy of common/pyfunc has (distinct from the suite's own package names, so a
 # serving process that also has the suite installed loads the model's copy).
@@ -54,11 +54,32 @@ def requirements(kind: str) -> list[str]:
     return pinned
 
 
+def write_manifest(folder: str, manifest: Mapping[str, Any]) -> None:
+    """``manifest`` as the loader's ``model.json`` in ``folder`` (a local path or an object-store URI)."""
+    from common.platform.storage import write_text
+    from common.pyfunc.loader import MANIFEST
+
+    write_text(f"{str(folder).rstrip('/')}/{MANIFEST}", json.dumps(dict(manifest), indent=1, sort_keys=True))
+
+
+def read_manifest(folder: str, required: bool = True) -> Optional[dict[str, Any]]:
+    """The loader's ``model.json`` of ``folder`` (a local path or an object-store URI). Where it has none: raises
+    FileNotFoundError naming the folder, or returns None when not ``required``."""
+    from common.platform.storage import exists, read_text
+    from common.pyfunc.loader import MANIFEST
+
+    path = f"{str(folder).rstrip('/')}/{MANIFEST}"
+    if exists(path):
+        return json.loads(read_text(path))
+    if required:
+        raise FileNotFoundError(f"{folder}: the classifier folder has no {MANIFEST} (its loader manifest)")
+    return None
+
+
 def model_files(source_uri: str, manifest: Mapping[str, Any], folder: Path) -> Path:
     """The classifier files of ``source_uri`` (a local path or an object-store URI) and ``manifest`` as the loader's
     ``model.json``, in ``folder``/classifier."""
     from common.platform.storage import is_local, local_copy
-    from common.pyfunc.loader import MANIFEST
 
     target = folder / "classifier"
     source = local_copy(source_uri)
@@ -67,7 +88,7 @@ def model_files(source_uri: str, manifest: Mapping[str, Any], folder: Path) -> P
     finally:
         if not is_local(source_uri):
             shutil.rmtree(source, ignore_errors=True)
-    (target / MANIFEST).write_text(json.dumps(dict(manifest), indent=1, sort_keys=True), encoding="utf-8")
+    write_manifest(str(target), manifest)
     return target
 
 

@@ -13,7 +13,6 @@ summary). A run that reused its results trains nothing and ships nothing, so a r
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from common.models.promotion import RULES, Decision, Measure, decide
+from common.models.pyfunc_model import read_manifest
 
 if TYPE_CHECKING:
     from common.models.config import EncoderConfig
@@ -171,10 +171,7 @@ def champion_figures(ctx: "JobContext", client, name: str, champion, candidate: 
         path = mlflow.artifacts.download_artifacts(f"models:/{name}/{champion.version}", dst_path=tmp,
                                                    tracking_uri=client._registry_uri)
         folder = Path(path) / "data" / "classifier"
-        from common.pyfunc.loader import MANIFEST
-
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        values = rescore(str(folder), manifest)
+        values = rescore(str(folder), read_manifest(str(folder)))
     if values is None:
         return None
     log.info("champion %s v%s re-scored on %s: %s", name, champion.version, candidate.test, values)
@@ -212,7 +209,7 @@ def method_candidates(pipeline: str, results, folders: Mapping[tuple[str, str], 
     training tables ``train(method)``, ``substitute`` patterns added to its manifest where given; ``shared``: the
     :class:`Candidate` fields every method has alike (test, examples, lineage, rescore)."""
     lineage = shared.pop("lineage", {})
-    manifests = saved_manifests(folders)
+    manifests = {key: read_manifest(folder) for key, folder in folders.items()}
     extra = {"substitute": [list(p) for p in substitute]} if substitute else {}
     out = []
     for (model, method), folder in folders.items():
@@ -221,14 +218,6 @@ def method_candidates(pipeline: str, results, folders: Mapping[tuple[str, str], 
                              {m: Measure.of(rows[m].tolist()) for m in metrics}, train=train(method),
                              lineage=dict(lineage), model=model, **shared))
     return out
-
-
-def saved_manifests(folders: Mapping[Any, str]) -> dict[Any, dict[str, Any]]:
-    """The loader manifest (``model.json``) each kept classifier's folder holds, by the same keys."""
-    from common.platform.storage import read_text
-    from common.pyfunc.loader import MANIFEST
-
-    return {key: json.loads(read_text(f"{folder.rstrip('/')}/{MANIFEST}")) for key, folder in folders.items()}
 
 
 def task_rescore(ctx: "JobContext", evaluate: Callable[..., Mapping[str, float]], test: Sequence[Any],

@@ -71,54 +71,57 @@ def linear_head(path: str, device: str) -> "torch.nn.Linear":
     return head.to(device).eval()
 
 
-class EncoderClassifier:
-    """A single-label encoder classifier folder (the suite's :func:`~common.models.classifiers.encoder_classifier.
-    fit_surrogate` layout): ``lm/`` (a masked-LM checkpoint and its tokenizer; the encoder under its MLM head
-    runs), ``classifier.safetensors``; the manifest names ``labels``, ``max_length`` and ``max_batch_tokens``.
-    ``predict`` gives label and confidence per text."""
+class _PooledHead:
+    """An encoder checkpoint and its tokenizer (``folder``/``subfolder``), a linear head (``folder``/``head_file``)
+    over its mean-pooled last hidden state, and the manifest's ``labels``, ``max_length`` and ``max_batch_tokens``;
+    :meth:`batches` gives the head's logits for texts, batch by batch."""
 
-    def __init__(self, folder: str, manifest: dict[str, Any], device: Optional[str] = None):
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+    def __init__(self, folder: str, manifest: dict[str, Any], device: Optional[str], subfolder: str, head_file: str,
+                 masked_lm: bool):
+        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
         self.device = device or device_name()
         self.labels = list(manifest["labels"])
         self.max_length, self.max_batch_tokens = int(manifest["max_length"]), int(manifest["max_batch_tokens"])
-        self.tokenizer = AutoTokenizer.from_pretrained(os.path.join(folder, "lm"))
-        lm = AutoModelForMaskedLM.from_pretrained(os.path.join(folder, "lm"), use_safetensors=True)
-        self.base = lm.base_model.to(self.device).eval()
-        self.head = linear_head(os.path.join(folder, "classifier.safetensors"), self.device)
-
-    def logits(self, ids: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
-        return self.head(mean_pooled(self.base(input_ids=ids, attention_mask=mask).last_hidden_state, mask))
-
-    def classify(self, texts: Sequence[str]) -> list[tuple[str, float]]:
-        """(label, confidence) per text."""
-        return top_labels(self.labels, batch_logits(self.tokenizer, self.logits, texts, self.max_length,
-                                                    self.max_batch_tokens, self.device))
-
-
-class EncoderMultiLabelClassifier:
-    """A multi-label encoder classifier folder (:func:`common.models.classifiers.multilabel_encoder.save`):
-    ``encoder/`` (the encoder and its tokenizer), ``head.safetensors``; the manifest names ``labels``,
-    ``threshold``, ``max_length`` and ``max_batch_tokens``. ``probabilities`` gives each label's sigmoid per
-    text."""
-
-    def __init__(self, folder: str, manifest: dict[str, Any], device: Optional[str] = None):
-        from transformers import AutoModel, AutoTokenizer
-
-        self.device = device or device_name()
-        self.labels, self.threshold = list(manifest["labels"]), float(manifest["threshold"])
-        self.max_length, self.max_batch_tokens = int(manifest["max_length"]), int(manifest["max_batch_tokens"])
-        self.tokenizer = AutoTokenizer.from_pretrained(os.path.join(folder, "encoder"))
-        self.encoder = AutoModel.from_pretrained(os.path.join(folder, "encoder"), use_safetensors=True)
-        self.encoder.to(self.device).eval()
-        self.head = linear_head(os.path.join(folder, "head.safetensors"), self.device)
+        path = os.path.join(folder, subfolder)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        # A masked-LM checkpoint's encoder runs without its MLM head (which the classifier never uses).
+        encoder = AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True).base_model if masked_lm else \
+            AutoModel.from_pretrained(path, use_safetensors=True)
+        self.encoder = encoder.to(self.device).eval()
+        self.head = linear_head(os.path.join(folder, head_file), self.device)
 
     def logits(self, ids: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
         return self.head(mean_pooled(self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask))
 
+    def batches(self, texts: Sequence[str]) -> Iterator["torch.Tensor"]:
+        return batch_logits(self.tokenizer, self.logits, texts, self.max_length, self.max_batch_tokens, self.device)
+
+
+class EncoderClassifier(_PooledHead):
+    """A single-label encoder classifier folder (the suite's :func:`~common.models.classifiers.encoder_classifier.
+    fit_surrogate` layout): ``lm/`` (a masked-LM checkpoint and its tokenizer; the encoder under its MLM head
+    runs), ``classifier.safetensors``; the manifest names ``labels``, ``max_length`` and ``max_batch_tokens``.
+    ``classify`` gives label and confidence per text."""
+
+    def __init__(self, folder: str, manifest: dict[str, Any], device: Optional[str] = None):
+        super().__init__(folder, manifest, device, "lm", "classifier.safetensors", masked_lm=True)
+
+    def classify(self, texts: Sequence[str]) -> list[tuple[str, float]]:
+        """(label, confidence) per text."""
+        return top_labels(self.labels, self.batches(texts))
+
+
+class EncoderMultiLabelClassifier(_PooledHead):
+    """A multi-label encoder classifier folder (:meth:`common.models.classifiers.multilabel_encoder.
+    EncoderMultiLabelModel.save`): ``encoder/`` (the encoder and its tokenizer), ``head.safetensors``; the manifest
+    names ``labels``, ``threshold``, ``max_length`` and ``max_batch_tokens``. ``probabilities`` gives each label's
+    sigmoid per text."""
+
+    def __init__(self, folder: str, manifest: dict[str, Any], device: Optional[str] = None):
+        super().__init__(folder, manifest, device, "encoder", "head.safetensors", masked_lm=False)
+        self.threshold = float(manifest["threshold"])
+
     def probabilities(self, texts: Sequence[str]) -> list[dict[str, float]]:
         """Each text's probability per label."""
-        return label_probabilities(self.labels, batch_logits(self.tokenizer, self.logits, texts, self.max_length,
-                                                             self.max_batch_tokens, self.device))
-
+        return label_probabilities(self.labels, self.batches(texts))

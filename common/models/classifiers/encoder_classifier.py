@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from common.models.config import EncoderConfig
 from common.models.classifiers.hft import Source, read_rows
 from common.models.pretrained import encoder_checkpoint, load_for_training
-from common.platform.storage import local_copy, put_folder, worker_scratch, write_text
+from common.models.pyfunc_model import write_manifest
+from common.platform.storage import local_copy, put_folder, worker_scratch
 from common.pyfunc.encoder import batch_logits, device_name as _device, mean_pooled, top_labels
 
 if TYPE_CHECKING:
@@ -313,14 +314,12 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: Enco
     """Fine-tune an encoder classifier (``spec``) on ``train`` rows and evaluate it on ``test`` rows; it is saved in
     ``keep`` (a folder URI, with the loader's ``model.json``) when given, else discarded. Returns {rows, seconds,
     accuracy, macro_f1, n_test}."""
-    from common.pyfunc.loader import MANIFEST
-
     with worker_scratch("encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)
         figures.update(evaluate_saved(tmp, test))
         if keep:
             put_folder(tmp, keep)
-            write_text(f"{keep.rstrip('/')}/{MANIFEST}", json.dumps(manifest(tmp), sort_keys=True))
+            write_manifest(keep, manifest(tmp))
     return {k: figures[k] for k in ("rows", "seconds", "accuracy", "macro_f1", "n_test")}
 
 

@@ -54,14 +54,11 @@ class MultiLabelModel:
     def save(self, threshold: float, folder: str) -> None:
         """``model.bin`` and the registered-model loader's manifest (:mod:`common.pyfunc.loader`, kind
         ``multilabel``: labels, decision ``threshold``) in ``folder`` (a local path or URI)."""
-        import json
-
-        from common.platform.storage import put_file, write_text
-        from common.pyfunc.loader import MANIFEST
+        from common.models.pyfunc_model import write_manifest
+        from common.platform.storage import put_file
 
         put_file(self.path, f"{folder.rstrip('/')}/model.bin")
-        write_text(f"{folder.rstrip('/')}/{MANIFEST}",
-                   json.dumps({"kind": "multilabel", "labels": self.labels, "threshold": threshold}, sort_keys=True))
+        write_manifest(folder, {"kind": "multilabel", "labels": self.labels, "threshold": threshold})
 
 
 def fit(rows: Sequence[tuple[str, str, list[str]]], params: dict[str, Any], seed: int, folder: str) -> MultiLabelModel:

@@ -74,23 +74,20 @@ class EncoderMultiLabelModel:
         """The encoder and its tokenizer (``encoder/``), the head (``head.safetensors``) and the registered-model
         loader's manifest (:mod:`common.pyfunc.loader`, kind ``multilabel_encoder``: labels, decision
         ``threshold``, lengths) in ``folder`` (a local path or URI)."""
-        import json
         import os
 
         from safetensors.torch import save_file
 
+        from common.models.pyfunc_model import write_manifest
         from common.platform.storage import put_folder, worker_scratch
-        from common.pyfunc.loader import MANIFEST
 
         with worker_scratch("multilabel-encoder-") as tmp:
             self.encoder.save_pretrained(os.path.join(tmp, "encoder"))
             self.tokenizer.save_pretrained(os.path.join(tmp, "encoder"))
             save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
                       os.path.join(tmp, "head.safetensors"))
-            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as fh:
-                json.dump({"kind": "multilabel_encoder", "labels": self.labels, "threshold": threshold,
-                           "max_length": self.spec.max_length, "max_batch_tokens": self.spec.max_batch_tokens},
-                          fh, sort_keys=True)
+            write_manifest(tmp, {"kind": "multilabel_encoder", "labels": self.labels, "threshold": threshold,
+                                 "max_length": self.spec.max_length, "max_batch_tokens": self.spec.max_batch_tokens})
             put_folder(tmp, folder)
 
 def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderConfig, seed: int

@@ -9,15 +9,14 @@ nothing passes through the driver.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.models.classifiers.hft import (HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows,
                                            task_options)
 from common.models.classifiers.label_metrics import accuracy_and_macro_f1
-from common.platform.storage import exists, read_text, worker_scratch, write_text
-from common.pyfunc.loader import MANIFEST
+from common.models.pyfunc_model import read_manifest, write_manifest
+from common.platform.storage import worker_scratch
 
 if TYPE_CHECKING:
     from common.models.config import EncoderConfig, FastTextConfig
@@ -46,15 +45,14 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: di
         figures = _fit(read_rows(train, TEXT, LABEL), params, seed, keep or tmp)
         figures.update(_evaluate(keep or tmp, read_rows(test, TEXT, LABEL)))
     if keep:
-        write_text(f"{keep.rstrip('/')}/{MANIFEST}", json.dumps({"kind": "hft", "depth": 1}))
+        write_manifest(keep, {"kind": "hft", "depth": 1})
     return figures
 
 
 def evaluate_saved(model_dir: str, test: Sequence[Source]) -> dict[str, float]:
     """{accuracy, macro_f1, n_test} of a saved classifier (``model_dir``: flat fastText, or an encoder classifier,
     whose ``model.json`` says kind ``encoder``) on ``test`` rows."""
-    manifest = f"{model_dir.rstrip('/')}/{MANIFEST}"
-    if exists(manifest) and json.loads(read_text(manifest)).get("kind") == "encoder":
+    if (read_manifest(model_dir, required=False) or {}).get("kind") == "encoder":
         from common.models.classifiers.encoder_classifier import evaluate_saved as evaluate_encoder
 
         return evaluate_encoder(model_dir, test)
