@@ -6,7 +6,7 @@ The model is the packaged SmolLM2-135M-Instruct, prompted as CGA's in-context ge
 of each title, sampled, at most ``--tokens`` new tokens). In process: the pool's CTranslate2 engine
 (:class:`common.models.generation.ct2.CT2Generator`, int8, both cores) on all the titles at once. Through the
 endpoint: Hugging Face's ``transformers serve`` of the same weights on loopback (float32 on CPU, as the tests run it),
-called by :class:`common.models.generation.endpoint.EndpointClient` with 1, 4 and 16 requests in flight. For each:
+called by :class:`common.models.generation.served.client.EndpointClient` with 1, 4 and 16 requests in flight. For each:
 samples a second, completion tokens a second, and for the endpoint the latency percentiles and the time of a
 one-token request (the HTTP round trip and the prompt's prefill, without decoding). Prints one table.
 """
@@ -55,7 +55,7 @@ def main() -> None:
     from common.models.config import EndpointConfig
     from common.models.generation.causal_lm import materialise_smollm2, prompt_text
     from common.models.generation.ct2 import CT2Generator, prepare
-    from common.models.generation.endpoint import EndpointClient, Request, sampling_params
+    from common.models.generation.served.client import EndpointClient, Request, sampling_params
     from common.models.generation.hf_engine import GenerationSpec
 
     texts = [TITLES[i % len(TITLES)] + (f" pack of {i // len(TITLES) + 1}" if i >= len(TITLES) else "")

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-from common.models.generation.endpoint import served_preflight
+from common.models.generation.served.checks import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs, when_set
 from jobs import entry_point
 

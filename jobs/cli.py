@@ -15,7 +15,8 @@ from jobs import REGISTRY
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse ``argv`` and dispatch; returns the process exit code (2 for config errors)."""
-    from common.models.generation import causal_lm, endpoint
+    from common.models.generation import causal_lm
+    from common.models.generation.served import checks as endpoint
     from jobs.ingest import dedup_lines
 
     return cli.main(argv, REGISTRY, load_config, doctor_checks=[causal_lm.doctor_check, endpoint.doctor_check],

@@ -29,7 +29,7 @@ from typing import Optional
 
 from common.platform.errors import InputError
 from common.models.classifiers.multilabel import classifier_params, fit_and_predict_many
-from common.models.generation.endpoint import served_preflight
+from common.models.generation.served.checks import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 

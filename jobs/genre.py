@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from common.platform.errors import InputError
-from common.models.generation.endpoint import served_preflight
+from common.models.generation.served.checks import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 

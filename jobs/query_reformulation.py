@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-from common.models.generation.endpoint import served_preflight
+from common.models.generation.served.checks import served_preflight
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs, when_set
 from common.platform.results_pages import fmt_mean
 from jobs import entry_point

@@ -165,6 +165,21 @@ def small_world(spark, capabilities, ray_runtime, tracking_uri, tmp_path_factory
 
 
 @pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """``transformers serve`` of the packaged SmolLM2 on loopback (tests/model_server.py), started on first use for
+    the endpoint tests of every file and killed at the session's end."""
+    from common.models.generation.causal_lm import materialise_smollm2
+    from model_server import Server
+
+    server = Server(str(materialise_smollm2()), tmp_path_factory.mktemp("serve"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder {SHARED_DATA} is absent on this machine")

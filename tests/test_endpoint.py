@@ -1,16 +1,13 @@
-"""The endpoint engine (common/models/generation/endpoint.py, served.py, responses.py) against a real
+"""The served generator (common/models/generation/served/) against a real
 OpenAI-compatible server on loopback: Hugging Face's ``transformers serve`` serving the packaged SmolLM2 from its
 materialised folder, started once for the module (and killed and started again by the pipeline test). Faults come
-from a rate-limiting gateway in front of it (a real HTTP server on loopback, as an API gateway would answer): 429
-with Retry-After for the first requests, or 503 for every one."""
+from a fault proxy in front of it (tests/model_server.py: a real HTTP server on loopback, as an API gateway would
+answer): 429 with Retry-After for the first requests, or 503 for every one. The faults of a bad night are in
+test_endpoint_faults.py."""
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,120 +15,23 @@ import numpy as np
 import pytest
 
 from cluster.local_cluster import free_port as _free_port
-from cluster.local_cluster import start_model_server
 from common.models.config import EndpointConfig
-from common.models.generation.endpoint import (EndpointClient, EndpointUnreachable, Request, check_endpoint,
-                                               retry_after, share)
+from common.models.generation.served.checks import check_endpoint
+from common.models.generation.served.client import EndpointClient, Request, retry_after
+from common.models.generation.served.health import share
 from common.platform.config_loader import ConfigError
+from common.platform.errors import EndpointUnreachable
+from model_server import FaultProxy, served_generator
 
 KEY = "sk-test-4f1d0c9e-never-printed"
-
-
-class Server:
-    """``transformers serve`` of the materialised SmolLM2 on a loopback port, as a process this module starts, kills
-    and starts again on the same port. Its hub cache is an empty folder of its own (with none, its /v1/models
-    answers 500; with one, it lists no local folder). :meth:`completions` counts the completions it answered, from
-    its own access log."""
-
-    def __init__(self, folder: str, scratch: Path):
-        self.folder, self.scratch, self.port = folder, scratch, _free_port()
-        (scratch / "hub").mkdir(exist_ok=True)
-        self.process: "subprocess.Popen | None" = None
-        self.starts = 0
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def log_path(self) -> Path:
-        return self.scratch / f"serve-{self.starts}.log"
-
-    def start(self) -> None:
-        self.starts += 1
-        self.process = start_model_server(sys.executable, self.folder, self.port, self.log_path, self.scratch / "hub")
-
-    def completions(self) -> int:
-        """Completions this start of the server answered (its access log's 200 lines)."""
-        text = self.log_path.read_text(errors="replace")
-        return sum('"POST /v1/completions HTTP/1.1" 200' in line for line in text.splitlines())
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=20)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    from common.models.generation.causal_lm import materialise_smollm2
-
-    server = Server(str(materialise_smollm2()), tmp_path_factory.mktemp("serve"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture
 def served(server):
     """(base_url, model name) of the running server (started again if a test killed it)."""
-    if server.process is None or server.process.poll() is not None:
+    if not server.running():
         server.start()
     return server.base, server.folder
-
-
-class Gateway:
-    """A rate-limiting HTTP gateway on loopback in front of ``upstream``: the first ``refuse`` requests get 429 with
-    ``Retry-After: 1``, every request 503 when ``down``; the rest are passed on. Counts what it saw, and the
-    Authorization headers."""
-
-    def __init__(self, upstream: str, refuse: int = 0, down: bool = False):
-        self.upstream, self.refuse, self.down = upstream, refuse, down
-        self.seen: list[float] = []
-        self.auth: set[str] = set()
-        self.port = _free_port()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-        assert self._ready.wait(10)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def _serve(self) -> None:
-        from aiohttp import ClientSession, web
-
-        async def handle(request):
-            self.seen.append(time.monotonic())
-            self.auth.add(request.headers.get("Authorization", ""))
-            if self.down:
-                return web.Response(status=503, text="upstream overloaded")
-            if len(self.seen) <= self.refuse:
-                return web.Response(status=429, headers={"Retry-After": "1"}, text="rate limited")
-            async with ClientSession() as session:
-                async with session.request(request.method, self.upstream + request.path_qs[len("/v1"):],
-                                           data=await request.read(),
-                                           headers={"Content-Type": "application/json"}) as answer:
-                    return web.Response(status=answer.status, body=await answer.read(),
-                                        content_type="application/json")
-
-        async def start():
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", handle)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", self.port).start()
-            self._ready.set()
-
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(start())
-        self._loop.run_forever()
-
-    def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 PARAMS = {"max_tokens": 8, "temperature": 1.0, "top_p": 0.95, "stop": ["\n"]}
@@ -154,7 +54,7 @@ def test_completions_and_chat_through_the_server_with_usage(served):
     line = check_endpoint(EndpointConfig(base_url=base, model=model))
     assert line.startswith(f"{base} serves {model}") and "one-token completion" in line
     from common.config import load_config
-    from common.models.generation.endpoint import doctor_check
+    from common.models.generation.served.checks import doctor_check
 
     cfg = load_config(None, ["genre.generator.model.kind=endpoint", f"genre.generator.model.endpoint.base_url={base}",
                              f"genre.generator.model.endpoint.model={model}", "cga.model.kind=endpoint",
@@ -171,7 +71,7 @@ def test_429_waits_for_retry_after_and_a_server_down_quarantines_with_the_reason
     base, model = served
     monkeypatch.setenv("AUGMENT_TEST_KEY", KEY)
     caplog.set_level(logging.DEBUG)
-    gateway = Gateway(base, refuse=2)
+    gateway = FaultProxy(base, throttle=2)
     try:
         cfg = EndpointConfig(base_url=gateway.base, model=model, api_key_env="AUGMENT_TEST_KEY", max_retries=3)
         client = EndpointClient(cfg, PARAMS, concurrency=1)
@@ -181,7 +81,7 @@ def test_429_waits_for_retry_after_and_a_server_down_quarantines_with_the_reason
         assert gateway.auth == {f"Bearer {KEY}"}
     finally:
         gateway.close()
-    down = Gateway(base, down=True)
+    down = FaultProxy(base, down=True)
     try:
         cfg = EndpointConfig(base_url=down.base, model=model, api_key_env="AUGMENT_TEST_KEY", max_retries=2)
         client = EndpointClient(cfg, PARAMS, concurrency=2)
@@ -231,7 +131,7 @@ def test_config_takes_the_key_by_reference_and_shares_the_limits():
     with pytest.raises(ConfigError, match="api_key_secret"):
         EndpointConfig(base_url="http://h/v1", model="m", api_key_secret="no-slash")
     from common.models.config import FineTuneConfig, T5ModelConfig, describe_generator, generator_facts, in_context
-    from common.models.generation.endpoint import Secret
+    from common.models.generation.served.client import Secret
 
     with pytest.raises(ConfigError, match="endpoint.base_url"):
         T5ModelConfig(kind="endpoint")
@@ -244,25 +144,12 @@ def test_config_takes_the_key_by_reference_and_shares_the_limits():
     assert KEY not in repr(Secret(KEY)) and KEY not in str(Secret(KEY)) and Secret(KEY).reveal() == KEY
 
 
-def _served_generator(folder: Path, endpoint: EndpointConfig, prompt: str = "Product title: {source}\n"
-                      "The same product, another title:") -> str:
-    """A served generator's folder, as the fine-tune stage writes it: one of two pairs in the prompt."""
-    from dataclasses import asdict
-
-    from common.models.generation.in_context import save_endpoint
-    from common.models.generation.seq2seq import ModelSpec
-
-    spec = ModelSpec(kind="endpoint", prompt=prompt, in_context=1, endpoint=asdict(endpoint))
-    save_endpoint([("red toy car", "toy car, red"), ("green ball", "ball in green")], str(folder), spec, seed=3)
-    return str(folder)
-
-
 def test_the_endpoint_demo_serves_every_generative_method_of_the_demo_world(monkeypatch):
     """conf/endpoint_demo.yaml (make endpoint-demo): the demo's inputs, a lakehouse of its own, and the four methods'
     generators served at the endpoint its two variables name, each keeping its own prompt; without the variables,
     a config error names the key."""
     from common.config import load_config
-    from common.models.generation.endpoint import served_sections
+    from common.models.generation.served.checks import served_sections
 
     repo = Path(__file__).resolve().parents[1]
     with pytest.raises(ConfigError, match="base_url"):
@@ -281,19 +168,20 @@ def test_the_endpoint_demo_serves_every_generative_method_of_the_demo_world(monk
 def test_the_pool_engine_gives_generated_rows_keeps_answers_and_quarantines_what_failed(served, tmp_path):
     """EndpointGenerator, a generation pool's callable, on a served generator's folder: n samples per input through
     the server as generated rows in the engines' schema (tokens from the response's usage), an empty input
-    quarantined with its reason. The same batch again sends nothing: its answers come from its response log. Behind
-    a server that answers 503, every input one row with the request's reason, none lost."""
-    from common.models.generation.served import EndpointGenerator
+    quarantined with its reason. The same batch again sends nothing: its answers come from the role's response log.
+    Behind a server that answers 503 (below the breaker's count), every input one row with the request's reason,
+    none lost."""
     from common.models.generation.hf_engine import GenerationSpec, output_schema
-    from common.models.generation.responses import RESPONSES
+    from common.models.generation.served.engine import EndpointGenerator, ServedGenerator
+    from common.models.generation.served.log import RESPONSES
 
     base, model = served
-    folder = _served_generator(tmp_path / "gen", EndpointConfig(base_url=base, model=model))
+    folder = served_generator(tmp_path / "gen", EndpointConfig(base_url=base, model=model))
     settings = json.loads((tmp_path / "gen" / "generator.json").read_text())
     assert settings["prompt"].count("{source}") == 1 and "Product title: " in settings["prompt"].split("{source}")[0]
     spec = GenerationSpec(n_samples=2, max_new_tokens=8, seed=5)
     batch = {"source_id": np.array(["a", "b", "c"]), "source_text": np.array(["wooden blocks set", "", "blue kite"])}
-    engine = EndpointGenerator(folder, "endpoint_cga-test", spec, actors=2, tag="run-1")
+    engine = EndpointGenerator(ServedGenerator.read(folder), "endpoint_cga-test", spec, actors=2, tag="run-1")
     table = engine(batch)
     assert table.schema == output_schema() and engine.client.stats["requests"] == 4
     rows = table.to_pylist()
@@ -302,13 +190,14 @@ def test_the_pool_engine_gives_generated_rows_keeps_answers_and_quarantines_what
     assert all(r["generated_text"] is not None and "\n" not in r["generated_text"] and 1 <= r["generated_tokens"] <= 8
                for r in rows if r["reason"] is None)
     assert [(r["source_id"], r["reason"]) for r in rows if r["reason"]] == [("b", "empty input")]
-    again = EndpointGenerator(folder, "endpoint_cga-test", spec, actors=2, tag="run-2")
+    again = EndpointGenerator(ServedGenerator.read(folder), "endpoint_cga-test", spec, actors=2, tag="run-2")
     assert again(batch).to_pylist() == rows and again.client.stats["requests"] == 0
-    assert (tmp_path / "gen" / RESPONSES).is_dir()
-    down = Gateway(base, down=True)
+    assert (tmp_path / RESPONSES / "gen").is_dir()
+    down = FaultProxy(base, down=True)
     try:
-        other = _served_generator(tmp_path / "down", EndpointConfig(base_url=down.base, model=model, max_retries=1))
-        table = EndpointGenerator(other, "v", spec)(batch)
+        other = served_generator(tmp_path / "down", EndpointConfig(base_url=down.base, model=model, max_retries=1,
+                                                                    breaker_failures=100))
+        table = EndpointGenerator(ServedGenerator.read(other), "v", spec)(batch)
     finally:
         down.close()
     reasons = {r["source_id"]: r["reason"] for r in table.to_pylist()}
@@ -321,68 +210,85 @@ def _grep_tree(root: Path, secret: str) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
-@pytest.mark.slow  # CGA's generation stage through the server three times on a copy of the world
-def test_a_pipeline_stage_through_the_server_killed_halfway_resumes_and_never_leaks_the_key(
+@pytest.mark.slow  # CGA's generation stage through the server five times on a copy of the world
+def test_a_pipeline_stage_survives_an_outage_a_broken_gateway_and_a_new_row_paying_each_answer_once(
         small_world, server, tmp_path, monkeypatch, capfd):
-    """cga-generate with ``model.kind: endpoint`` (the key in an environment variable) on a copy of the world: the
-    server is killed after its first answers, and the stage fails naming the URL; started again, the server
-    answers only the requests that had none (counted in its access log), and the table holds each sample once,
-    the server's own text with its usage; run a third time, the stage sends nothing and writes no version. The key
-    is in no log line, MLflow param or tag, card, Delta commit, response log or saved generator."""
+    """cga-generate with ``model.kind: endpoint`` (the key in an environment variable) on a copy of the world, behind
+    a fault proxy. (1) The server is killed after 5 answers with the rest pending: the stage ends within seconds
+    with an EndpointUnreachable that the CLI reports as one line (exit code 6), the answers kept. (2) The proxy
+    answers 503 to everything (a gateway before a dead backend): the stage fails the same way and writes no version.
+    (3) Server and proxy back: the server answers only the requests that had none (counted in its access log), the
+    table holds each sample once, the server's own text with its usage. (4) The same run again sends nothing and
+    writes no version. (5) One more source row and another batch size: only the new row's requests are sent. The
+    key is in no log line, MLflow param or tag, card, Delta commit, response log or saved generator."""
     import mlflow
     from dataclasses import replace
 
+    import pyarrow.parquet as pq
+
     from common.models.config import T5ModelConfig
-    from common.models.generation.responses import RESPONSES
+    from common.models.generation.served.log import RESPONSES
+    from common.platform.errors import one_line, user_error
     from jobs.cga import generate_job
 
-    if server.process is None or server.process.poll() is not None:
+    if not server.running():
         server.start()
     small_world.run("cga")
     monkeypatch.setenv("AUGMENT_TEST_KEY", KEY)
     ctx = small_world.copy(tmp_path, tables=["cga_pairs", "labeled_train"])
+    killed: list[float] = []
+
+    def kill() -> None:
+        killed.append(time.monotonic())
+        server.kill()
+
+    proxy = FaultProxy(server.base, answers=5, then=kill)
     try:
         cga = ctx.cfg.cga
         cga.sources, sources, n = 8, 8, 2
         cga.model = T5ModelConfig(kind="endpoint", prompt=cga.model.prompt, in_context_examples=2,
-                                  endpoint=EndpointConfig(base_url=server.base, model=server.folder, max_retries=1,
+                                  endpoint=EndpointConfig(base_url=proxy.base, model=server.folder, max_retries=1,
                                                           max_concurrency=2, api_key_env="AUGMENT_TEST_KEY"))
         cga.generation = replace(cga.generation, n_samples=n, max_new_tokens=8, batch_size=4)
         total = sources * n
 
-        before = server.completions()  # the earlier tests' answers, in the same log
-
-        def kill_after(answers: int) -> None:
-            deadline = time.monotonic() + 300
-            while server.completions() - before < answers and time.monotonic() < deadline:
-                time.sleep(0.05)
-            server.kill()
-
-        killer = threading.Thread(target=kill_after, args=(5,), daemon=True)
-        killer.start()
-        with pytest.raises(Exception, match=rf"{server.base}/completions stopped answering"):
+        with pytest.raises(Exception) as raised:
             generate_job(ctx)
-        killer.join()
-        first = server.completions() - before
+        ended = time.monotonic()
+        found = user_error(raised.value)
+        assert isinstance(found, EndpointUnreachable), raised.value
+        assert f"{proxy.base}/completions is down:" in str(found) and "Traceback" not in one_line(found)
+        assert killed and ended - killed[0] < 30, ended - killed[0]
+        assert proxy.since(killed[0]) <= 2 * (8 + 2)  # each of the two actors: its breaker's 8 and its 2 in flight
         models = Path(ctx.cfg.lakehouse.root) / "models"
-        logs = [p for p in models.rglob("*.parquet") if RESPONSES in p.parts]
-        import pyarrow.parquet as pq
-        kept = sum(1 for p in logs for r in pq.read_table(p).to_pylist() if r["key"] and r["text"] is not None)
-        assert 1 <= kept <= first < total, (kept, first)  # an answer the kill cut off in flight is not kept
+
+        def answers() -> list[dict]:
+            return [r for p in models.rglob("*.parquet") if RESPONSES in p.parts for r in pq.read_table(p).to_pylist()
+                    if r["key"] and r["text"] is not None]
+
+        kept = len(answers())
+        assert kept == 5, kept  # every answer passed on was kept
+
+        proxy.answers, proxy.down = None, True
+        with pytest.raises(Exception) as raised:
+            generate_job(ctx)
+        assert isinstance(user_error(raised.value), EndpointUnreachable) and "HTTP 503" in str(user_error(raised.value))
+        assert not ctx.lakehouse.exists("cga_generated")  # no version from a broken server
 
         server.start()
+        proxy.down = False
         result = generate_job(ctx)
         assert server.completions() == total - kept  # only the requests with no answer were sent
         table = ctx.lakehouse.read("cga_generated").toPandas()
         ok = table[table["sample_idx"] >= 0]
         assert len(ok) == total and not ok.duplicated(["source_id", "sample_idx"]).any()
-        answers = [r for p in models.rglob("*.parquet") if RESPONSES in p.parts for r in pq.read_table(p).to_pylist()
-                   if r["key"] and r["text"] is not None]
-        assert sorted(t.split("\n", 1)[0].strip() for t in (r["text"] for r in answers)) == sorted(ok["generated_text"])
-        assert ok["generated_tokens"].sum() == sum(r["completion_tokens"] for r in answers)
+        got = answers()
+        assert sorted(r["text"].split("\n", 1)[0].strip() for r in got) == sorted(ok["generated_text"])
+        assert ok["generated_tokens"].sum() == sum(r["completion_tokens"] for r in got)
         run = mlflow.MlflowClient(ctx.cfg.tracking_uri).get_run(result.run_id)
         assert run.data.metrics["endpoint.answered"] == total - kept and run.data.metrics["endpoint.reused"] == kept
         assert run.data.metrics["endpoint.prompt_tokens"] > 0 and "endpoint.latency_p90_s" in run.data.metrics
+        assert run.data.metrics["endpoint.server_failed"] == 0
         assert run.data.tags["generator.served_model"] == server.folder
         version = result.outputs["cga_generated"].version
         card = (Path(ctx.cfg.lakehouse.root) / "cards" / "cga_generated" / f"v{version}.md").read_text()
@@ -391,10 +297,17 @@ def test_a_pipeline_stage_through_the_server_killed_halfway_resumes_and_never_le
         again = generate_job(ctx)
         assert server.completions() == total - kept and again.outputs["cga_generated"].skipped
 
+        cga.sources, cga.generation = sources + 1, replace(cga.generation, batch_size=3)
+        grown = generate_job(ctx)
+        assert server.completions() == total - kept + n  # the new row's samples, nothing else
+        assert grown.outputs["cga_generated"].version > version
+        assert (ctx.lakehouse.read("cga_generated").toPandas()["sample_idx"] >= 0).sum() == total + n
+
         runs = mlflow.MlflowClient(ctx.cfg.tracking_uri).search_runs(
             [mlflow.get_experiment_by_name(ctx.cfg.tracking.experiment).experiment_id])
         assert runs and all(KEY not in json.dumps([r.data.params, r.data.tags]) for r in runs)
         assert _grep_tree(Path(ctx.cfg.lakehouse.root), KEY) == []
         assert KEY not in capfd.readouterr().err
     finally:
+        proxy.close()
         ctx.close()

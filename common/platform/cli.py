@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.platform.config_loader import ConfigError
-from common.platform.errors import USER_ERRORS, interruption, one_line
+from common.platform.errors import USER_ERRORS, interruption, one_line, user_error
 
 if TYPE_CHECKING:
     from common.platform.pipeline import JobRegistry
+
+log = logging.getLogger(__name__)
 
 
 def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
@@ -135,10 +138,15 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
             print(result.summary())
         print()
         print(format_tables(ctx.lakehouse.tables()))
-    except USER_ERRORS_TYPES as exc:
-        # A bad config or input is the user's to fix: one line naming the file/key, column and row (the
-        # job's MLflow run has already ended FAILED); a bug keeps its traceback.
-        return _user_error(exc)
+    except Exception as exc:
+        # A bad config or input is the user's to fix, an outage the operator's: one line naming the file/key,
+        # column and row, or the dependency (the job's MLflow run has already ended FAILED), found inside a Ray
+        # worker's error as well; a bug keeps its traceback.
+        found = user_error(exc)
+        if found is None:
+            raise
+        log.debug("the error behind the line below", exc_info=exc)
+        return _user_error(found)
     except KeyboardInterrupt:
         error = interruption()  # a watchdog's error outside a job's run (between jobs)
         if error is None:

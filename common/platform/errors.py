@@ -38,6 +38,45 @@ USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"),
                (StorageUnreachable, 4, "storage unreachable"), (ClusterError, 5, "cluster error"),
                (EndpointUnreachable, 6, "endpoint unreachable"))
 
+def _causes(exc: Optional[BaseException]):
+    """``exc`` and the errors it wraps, outermost first (at most 20): Ray's ``RayTaskError`` keeps the worker's error
+    as ``cause``, Python's chain as ``__cause__`` / ``__context__``."""
+    seen = 0
+    while exc is not None and seen < 20:
+        yield exc
+        cause = getattr(exc, "cause", None)
+        exc = cause if isinstance(cause, BaseException) else (exc.__cause__ or exc.__context__)
+        seen += 1
+
+
+def user_error(exc: Optional[BaseException]) -> Optional[BaseException]:
+    """The user error (:data:`USER_ERRORS`) ``exc`` is or wraps, the innermost, or None: a Ray worker's error reaches
+    the driver as ``RayTaskError`` (an instance of the worker's error's class too, its message Ray's traceback) or Ray
+    Data's ``UserCodeException``, with the worker's error as its cause; the CLI reports that error, with its code,
+    wherever it was raised (an actor, a task, Ray on Spark)."""
+    kinds = tuple(cls for cls, _, _ in USER_ERRORS)
+    found = [e for e in _causes(exc) if isinstance(e, kinds)]
+    return found[-1] if found else None
+
+
+class _RetriedByRayMeta(type):
+    def __instancecheck__(cls, exc: object) -> bool:
+        return isinstance(exc, Exception) and not _is_outage(exc)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, Exception) and not issubclass(sub, EndpointUnreachable)
+
+
+def _is_outage(exc: BaseException) -> bool:
+    return any(isinstance(e, EndpointUnreachable) for e in _causes(exc))
+
+
+class RetriedByRay(Exception, metaclass=_RetriedByRayMeta):
+    """The application errors Ray retries a task or actor task for (``retry_exceptions=[RetriedByRay]``, set from
+    ``ray.retry_exceptions``): every exception but an endpoint's outage (:class:`EndpointUnreachable`, however
+    wrapped). Sending an outage's batch again would only wait for the same outage, and repeat it per retry."""
+
+
 _pending: list[BaseException] = []
 _pending_lock = threading.Lock()
 

@@ -259,12 +259,15 @@ class JobRun:
         self.result.outputs[table] = written
         return written
 
-    def write_ray(self, ds, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None) -> WriteResult:
+    def write_ray(self, ds, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
+                  before_commit: Optional[Callable[[], None]] = None) -> WriteResult:
         """Write the Ray Dataset ``ds`` as one new version of ``table`` (Ray's workers write the files; see
-        :meth:`Lakehouse.write_ray`), with lineage as in :meth:`write`; skipped when already written."""
+        :meth:`Lakehouse.write_ray`, which runs ``before_commit`` between the two), with lineage as in :meth:`write`;
+        skipped when already written."""
         lineage = Lineage(job=self.tracked.name, config_hash=config_hash,
                           inputs=dict(self.inputs if inputs is None else inputs), run_id=self.tracked.run_id)
-        written = self.ctx.lakehouse.write_ray(ds, table, lineage=lineage, force=self.ctx.force)
+        written = self.ctx.lakehouse.write_ray(ds, table, lineage=lineage, force=self.ctx.force,
+                                               before_commit=before_commit)
         self.ctx.chosen[self.ctx.lakehouse.location(table)] = written.version
         self.tracked.log_output_table(table, written.version, self.ctx.lakehouse.location(table),
                                       skipped=written.skipped)

@@ -310,29 +310,29 @@ class Lakehouse:
             remove_tree(staging)
 
     def write_ray(self, ds, table: str, mode: WriteMode = "overwrite", lineage: Optional[Lineage] = None,
-                  force: bool = False) -> WriteResult:
+                  force: bool = False, before_commit: Optional[Callable[[], None]] = None) -> WriteResult:
         """Write a Ray Dataset as ONE new version of ``table`` (lineage and idempotence as in :meth:`write`).
 
-        Ray's workers write the Parquet files. delta-rs path: the driver commits them in place. Native path
-        (and catalog tables): they land in a staging folder that Spark's executors read and commit with
-        Spark's Delta writer, so the table's every commit is Spark's; the staging folder is then removed. A stage
-        that fails because the cluster lost a node runs again from its inputs (``ray.stage_retries``,
-        :func:`~common.platform.ray_runtime.run_stage`): the files of the failed attempt are removed first."""
+        Ray's workers write the Parquet files. delta-rs path: the driver commits them in place. Native path (and
+        catalog tables): they land in a staging folder that Spark's executors read and commit with Spark's Delta
+        writer, so the table's every commit is Spark's; the staging folder is then removed. A stage that fails
+        because the cluster lost a node runs again from its inputs (``ray.stage_retries``, :func:`run_stage`): the
+        files of the failed attempt are removed first. ``before_commit()`` runs then; what it raises leaves no
+        version."""
         _check_name(table)
-        done = self.already_written(table, lineage, force)
-        if done is not None:
+        if (done := self.already_written(table, lineage, force)) is not None:
             return done
         # Batches read from Spark-written files carry Spark's schema in their metadata (Ray Data's V1 Parquet
         # reader keeps it), stale once a stage adds columns; Spark would read the written files back with it.
         ds = ds.map_batches(_without_spark_schema, batch_format="pyarrow", zero_copy_batch=True)
 
         def run(staging: str) -> None:
-            # The stage runs here, lazily; a node lost on the way runs it again (ray.stage_retries). Ray's writers
-            # name S3 as pyarrow does; Spark reads the folder as given.
+            # Runs the stage, lazily (a lost node: again); Ray names S3 as pyarrow does, Spark reads it as given.
             from common.platform.ray_runtime import run_stage
 
             run_stage(lambda: ds.write_parquet(arrow_uri(staging)), f"the stage writing {table}",
                       lambda: remove_tree(staging))
+            (before_commit or (lambda: None))()
 
         if not self.native_delta:
             if self.cfg.catalog:

@@ -151,7 +151,10 @@ class RayRuntime:
         from ray.data import DataContext
 
         data_context = DataContext.get_current()
-        data_context.actor_task_retry_on_errors = bool(self.cfg.retry_exceptions)
+        data_context.actor_task_retry_on_errors = retried_errors(self.cfg.retry_exceptions)
+        # A batch's own error, not Ray Data's UserCodeException around it (whose cause does not survive the trip to
+        # the driver): the CLI reports an outage or a bad input raised in a worker as itself, with its exit code.
+        data_context.raise_original_map_exception = True
         data_context.set_config(FAULT_TOLERANCE_KEY, self.fault_tolerance())
         data_context.set_config(STAGE_RETRIES_KEY, self.cfg.stage_retries)
         if self._capacity is not None:  # (a runtime that joined a Ray already up keeps its starter's)
@@ -245,6 +248,14 @@ def actor_fault_tolerance() -> dict[str, int]:
     from ray.data import DataContext
 
     return dict(DataContext.get_current().get_config(FAULT_TOLERANCE_KEY, RayRuntime(RayConfig()).fault_tolerance()))
+
+
+def retried_errors(enabled: bool):
+    """What Ray's ``retry_exceptions`` gets for ``ray.retry_exceptions`` ``enabled``: every application error but an
+    endpoint's outage (:class:`~common.platform.errors.RetriedByRay`), or False."""
+    from common.platform.errors import RetriedByRay
+
+    return [RetriedByRay] if enabled else False
 
 
 def lost_to_the_cluster(exc: BaseException) -> bool:

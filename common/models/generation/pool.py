@@ -49,17 +49,18 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     With ``warm_tasks`` (a small CPU stage: :func:`warm_tasks_for`), the batches run as torch tasks instead
     (:func:`on_warm_tasks`). A CPU actor or task runs ``threads`` threads
     (:func:`common.platform.ray_runtime.cpu_threads`; 0: the node's CPUs shared among the pool). A served
-    generator (:func:`common.models.generation.served.endpoint_settings`) runs on CPU-only
-    :class:`~common.models.generation.served.EndpointGenerator` s, at most the endpoint's ``max_concurrency`` of
-    them, its response logs tagged ``tag`` (the stage run's).
+    generator (:class:`~common.models.generation.served.engine.ServedGenerator`, read here once) runs on CPU-only
+    :class:`~common.models.generation.served.engine.EndpointGenerator` s, at most the endpoint's ``max_concurrency``
+    of them, its response log tagged ``tag`` (the stage run's); a batch that found the endpoint down is not retried
+    (:class:`~common.platform.errors.RetriedByRay`).
     """
-    from common.models.generation.served import EndpointGenerator, endpoint_settings, served_key
+    from common.models.generation.served.engine import EndpointGenerator, ServedGenerator, pool_size, served_key
 
-    served = endpoint_settings(model_path)
+    served = ServedGenerator.read(model_path)
     if served is not None:
-        concurrency = min(concurrency, served["endpoint"]["max_concurrency"])
-        return _on_pool(ds, EndpointGenerator, {"model_path": model_path, "model_version": model_version, "spec": spec,
-                                                "actors": concurrency, "tag": tag, "key": served_key([model_path])},
+        concurrency = pool_size(concurrency, [served])
+        return _on_pool(ds, EndpointGenerator, {"generator": served, "model_version": model_version, "spec": spec,
+                                                "actors": concurrency, "tag": tag, "key": served_key([served])},
                         concurrency, 0.0, batch_size, warm_tasks, 1)
     if spec.engine == "ctranslate2":
         prepare(model_path, spec, num_gpus)
@@ -68,15 +69,16 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
 
 
 def engine_for(model_path: str, model_version: str, spec: GenerationSpec, actors: int = 1, tag: str = "",
-               key=None):
+               key=None, served=None):
     """The generator of the model at ``model_path``: an
-    :class:`~common.models.generation.served.EndpointGenerator` for a served one (one of ``actors`` sharing the
-    endpoint, its logs tagged ``tag``, calling with the driver's ``key``), else ``spec.engine``'s
+    :class:`~common.models.generation.served.engine.EndpointGenerator` for a served one (``served``: the
+    :class:`~common.models.generation.served.engine.ServedGenerator` the driver read; one of ``actors`` sharing the
+    endpoint, its log tagged ``tag``, calling with the driver's ``key``), else ``spec.engine``'s
     (:func:`engine_class`)."""
-    from common.models.generation.served import EndpointGenerator, endpoint_settings
+    if served is not None:
+        from common.models.generation.served.engine import EndpointGenerator
 
-    if endpoint_settings(model_path) is not None:
-        return EndpointGenerator(model_path, model_version, spec, actors, tag, key)
+        return EndpointGenerator(served, model_version, spec, actors, tag, key)
     return engine_class(spec)(model_path, model_version, spec)
 
 
@@ -184,10 +186,10 @@ def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: in
 
     from ray.data import DataContext
 
-    from common.platform.ray_runtime import actor_fault_tolerance, cpu_threads, torch_task_options
+    from common.platform.ray_runtime import actor_fault_tolerance, cpu_threads, retried_errors, torch_task_options
 
     retries = {"max_retries": actor_fault_tolerance()["max_task_retries"],
-               "retry_exceptions": bool(DataContext.get_current().actor_task_retry_on_errors)}
+               "retry_exceptions": retried_errors(bool(DataContext.get_current().actor_task_retry_on_errors))}
     with warnings.catch_warnings():  # Ray 2.60 names no replacement yet (see map_batches_on_actors)
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
         return ds.repartition(target_num_rows_per_block=batch_size, strict=True).map_batches(
@@ -202,15 +204,17 @@ class ModelRoutedGenerator:
     :class:`T5Generator` instances loaded and routes each batch's rows to theirs. Rows sorted by model
     before the pass arrive in batches of few models, so each model loads about once per actor."""
 
-    def __init__(self, spec: GenerationSpec, cache_models: int = 4, actors: int = 1, tag: str = "", key=None):
-        self.spec, self.actors, self.tag, self.key = spec, actors, tag, key
+    def __init__(self, spec: GenerationSpec, cache_models: int = 4, actors: int = 1, tag: str = "", key=None,
+                 served=None):
+        self.spec, self.actors, self.tag, self.key, self.served = spec, actors, tag, key, dict(served or {})
         self.cache_models = cache_models
         self.models: "OrderedDict[str, T5Generator]" = OrderedDict()  # CT2Generator is one too
 
     def _model(self, path: str, version: str) -> T5Generator:
         key = f"{path}@{version}@{saved_at(path)}"  # a model saved again in place is loaded again
         return _kept(self.models, key, self.cache_models,
-                     lambda: engine_for(path, version, self.spec, self.actors, self.tag, self.key))
+                     lambda: engine_for(path, version, self.spec, self.actors, self.tag, self.key,
+                                        self.served.get(path)))
 
     def __call__(self, batch: dict[str, np.ndarray]):
         import pyarrow as pa
@@ -229,14 +233,23 @@ ROUTED_COLUMNS = ("source_id", "source_text", "model_path", "model_version")
 
 
 def generate_routed(ds, spec: GenerationSpec, concurrency: int = 1, num_gpus: float = 0.0, batch_size: int = 256,
-                    cache_models: int = 4, warm_tasks: bool = False, threads: int = 0, tag: str = "", key=None):
+                    cache_models: int = 4, warm_tasks: bool = False, threads: int = 0, tag: str = "",
+                    generator_uris=()):
     """``ds`` (source_id, source_text, model_path, model_version) -> generated rows (OUTPUT_COLUMNS), each
     input generated by the model its row names, over one actor pool (:class:`ModelRoutedGenerator`), or with
     ``warm_tasks`` on warm torch tasks (:func:`on_warm_tasks`), each of ``threads`` threads (see :func:`generate`).
-    Served models share their endpoint among the ``concurrency`` actors, tag their response logs ``tag`` and call
-    with the driver's ``key`` (:func:`common.models.generation.served.served_key`)."""
+    The served ones among ``generator_uris`` (read here once,
+    :func:`~common.models.generation.served.engine.served_generators`) cap the pool at their smallest
+    ``max_concurrency`` (one budget for the stage: :func:`~common.models.generation.served.engine.pool_size`), share
+    their endpoint among its workers, tag their response log ``tag`` and call with the key the driver read."""
+    from common.models.generation.served.engine import pool_size, served_generators, served_key
+
+    served = served_generators(generator_uris)
+    if served:
+        concurrency = pool_size(concurrency, list(served.values()))
     return _on_pool(ds, ModelRoutedGenerator, {"spec": spec, "cache_models": cache_models, "actors": concurrency,
-                                               "tag": tag, "key": key}, concurrency, num_gpus, batch_size, warm_tasks,
+                                               "tag": tag, "key": served_key(list(served.values())),
+                                               "served": served}, concurrency, num_gpus, batch_size, warm_tasks,
                     threads)
 
 

@@ -121,6 +121,7 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
 
     from common.models.generation.filtering import score_generated
     from common.models.generation.pool import GenerationSpec, generate, pool_options
+    from common.models.generation.served.engine import failed_share_check
 
     columns = list(dict.fromkeys([id_col, text_col]))
     spec = GenerationSpec.from_config(gen_cfg, ctx.cfg.seed)
@@ -140,7 +141,9 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
                            **pool_options(n_in, gen_cfg, ctx.cfg.ray))
             if scoring is not None:
                 out = score_generated(out, scoring)
-            written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force)
+            # No version from a broken server: past max_failed_share, the commit is refused (exit code 6).
+            written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force,
+                                              before_commit=failed_share_check(ctx.spark, [model.uri], tag, out_table))
     seconds = None if written.skipped else time.perf_counter() - start
     tr.log_output_table(out_table, written.version, ctx.lakehouse.location(out_table), skipped=written.skipped)
 
@@ -168,26 +171,27 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
 
 def endpoint_accounting(ctx: JobContext, tr: "TrackedRun", generator_uris: Sequence[str], tag: str, out_table: str,
                         written: WriteResult, quarantine_rows: int = 0) -> dict[str, float]:
-    """For a stage whose generators are served (:func:`common.models.generation.served.endpoint_settings` of the
-    first of ``generator_uris``): what the stage run ``tag`` sent (:func:`common.models.generation.responses.usage`)
-    logged to the MLflow run and, when it wrote a version of ``out_table``, that version's dataset card (the served
-    model, its prompt, the counts). Returns the counts ({} for a local model or a stage that wrote nothing)."""
-    from common.models.generation.responses import usage
-    from common.models.generation.served import endpoint_settings
+    """For a stage whose generators are served
+    (:class:`~common.models.generation.served.engine.ServedGenerator` of the first of ``generator_uris``): what the
+    stage run ``tag`` sent (:func:`common.models.generation.served.log.usage`) logged to the MLflow run and, when it
+    wrote a version of ``out_table``, that version's dataset card (the served model, its prompt, the counts). Returns
+    the counts ({} for a local model or a stage that wrote nothing)."""
+    from common.models.generation.served.engine import ServedGenerator
+    from common.models.generation.served.log import usage
 
-    settings = endpoint_settings(generator_uris[0]) if generator_uris else None
-    if settings is None or written.skipped:
+    served = ServedGenerator.read(generator_uris[0]) if generator_uris else None
+    if served is None or written.skipped:
         return {}
-    counts, endpoint = usage(ctx.spark, generator_uris, tag), settings["endpoint"]
+    counts, endpoint = usage(ctx.spark, generator_uris, tag), served.endpoint
     tr.log_metrics(counts)
-    tr.set_tags({"generator.served_model": endpoint["model"], "generator.endpoint": endpoint["base_url"]})
-    log.info("%s: %s at %s: %s", out_table, endpoint["model"], endpoint["base_url"],
+    tr.set_tags({"generator.served_model": endpoint.model, "generator.endpoint": endpoint.base_url})
+    log.info("%s: %s at %s: %s", out_table, endpoint.model, endpoint.base_url,
              ", ".join(f"{k.removeprefix('endpoint.')} {v:g}" for k, v in counts.items()))
     tr.result.outputs[out_table] = written
-    tr.write_card(out_table, {"model": endpoint["model"], "kind": "endpoint (a served model, not trained here)",
-                              "endpoint": endpoint["base_url"], "api": endpoint["api"],
-                              "in-context examples": settings["in_context"],
-                              "prompt": settings["prompt"] if len(generator_uris) == 1 else
+    tr.write_card(out_table, {"model": endpoint.model, "kind": "endpoint (a served model, not trained here)",
+                              "endpoint": endpoint.base_url, "api": endpoint.api,
+                              "in-context examples": served.in_context,
+                              "prompt": served.prompt if len(generator_uris) == 1 else
                               f"one per generator ({len(generator_uris)})"},
                   {"quarantined": "requests refused or failed after their retries, and empty inputs",
                    "quarantined inputs": quarantine_rows},
@@ -204,15 +208,16 @@ def generate_routed_stage(ctx: JobContext, tr: "TrackedRun", table: str, version
     whatever the table's layout; write ``out_table``, and for served generators their accounting
     (:func:`endpoint_accounting`). Returns the write."""
     from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
-    from common.models.generation.served import served_key
+    from common.models.generation.served.engine import failed_share_check
 
     ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
     tag = f"{tr.run_id}/{out_table}"
     with ctx.lakehouse.read_ray_ordered(table, version, ROUTED_COLUMNS, order_by=["model_path", "source_id"]) as ds:
         out = generate_routed(ds, GenerationSpec.from_config(gen_cfg, ctx.cfg.seed), concurrency=gen_cfg.concurrency,
                               num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size, cache_models=cache_models,
-                              tag=tag, key=served_key(generator_uris),
+                              tag=tag, generator_uris=generator_uris,
                               **pool_options(tr.written_rows(table), gen_cfg, ctx.cfg.ray))
-        written = tr.write_ray(out, out_table, config_hash)
+        written = tr.write_ray(out, out_table, config_hash,
+                               before_commit=failed_share_check(ctx.spark, generator_uris, tag, out_table))
     endpoint_accounting(ctx, tr, sorted(generator_uris), tag, out_table, written)
     return written

@@ -1,0 +1,335 @@
+"""A client for a model served behind an OpenAI-compatible API (:class:`~common.models.config.EndpointConfig`): the
+engine a generative stage calls when the model is a user's server rather than weights loaded here.
+
+One :class:`EndpointClient` sends a batch of :class:`Request` s (a prompt, its sample index, the stage's seed) with
+at most ``concurrency`` in flight and at most ``requests_per_minute`` started a minute, over one aiohttp session; a
+stage's workers share the endpoint's ``max_concurrency`` and rate by dividing them
+(:func:`~common.models.generation.served.health.share`). Each request comes back as an :class:`Outcome`: the text
+with the response's ``usage`` and the latency, or the reason it failed, and whether the fault was the server's.
+
+- HTTP 429 pauses every request of this worker to the endpoint for what ``Retry-After`` (seconds or an HTTP date) or
+  ``retry-after-ms`` says (else the backoff), at most ``max_retry_after_s``, then retries;
+- a server-side failure (5xx, 408, a timeout, a refused or reset connection, a 200 whose body is no JSON) retries
+  after an exponential backoff with a seeded jitter, up to ``max_retries`` times; 401, 403 and 404 (the key, the URL
+  or the model is wrong: no retry helps) fail at once; all of them count towards the endpoint's breaker
+  (:mod:`~common.models.generation.served.health`);
+- a refusal of that one prompt (another 4xx) or a 200 with no text fails at once, as the prompt's fault;
+- when the breaker opens, every request still waiting (for a slot, a backoff, a pause) ends at once as not sent, and
+  nothing new is sent; the requests in flight end with their try (``timeout_s`` at most).
+
+Servers differ in what they honour: ``transformers serve`` ignores ``n`` (one sample a request, so the sample index is
+a request of its own, which also makes each sample's response a unit that is kept or sent again) and a ``seed`` where
+it samples; vLLM honours both. The API key is read from the environment variable the config names, sent as a bearer
+token, and never written into an outcome, a log line or an error.
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+from common.models.generation.served.health import health_of
+from common.platform.errors import EndpointUnreachable
+
+if TYPE_CHECKING:
+    from common.models.config import EndpointConfig
+
+# The first backoff step (doubled each retry).
+BACKOFF_S = 0.5
+# Statuses that say the endpoint, not the prompt, is wrong: the key, the URL, the model (not retried).
+ENDPOINT_REFUSALS = (401, 403, 404)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One completion to ask for: ``prompt`` (the method's few-shot prompt with the source filled in), the sample's
+    index among the source's samples, and the stage's seed (the request's own seed is derived from both)."""
+
+    prompt: str
+    sample_idx: int
+    seed: int
+
+    def request_seed(self) -> int:
+        """The seed sent with the request: distinct per sample, the same on every run."""
+        return (self.seed * 1_000_003 + self.sample_idx) % 2**31
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came back for a :class:`Request`: ``text`` (None when it failed) or ``reason``; the response's token
+    counts, the seconds from the first try to the answer, and the retries it took. ``server``: it failed for the
+    server's fault (counted against ``max_failed_share``), not the prompt's; ``sent`` False: the breaker was open
+    and it never left the worker."""
+
+    text: Optional[str]
+    reason: Optional[str]
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    retries: int = 0
+    server: bool = False
+    sent: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.text is not None
+
+
+class Secret:
+    """An API key in memory: what the driver hands the pool's actors (their environments do not hold the driver's
+    variables, and on Databricks only the driver reads secrets). Its repr and str are a fingerprint, never the key,
+    so no log line, error, Ray task description or cache key built from it holds the key; :meth:`reveal` gives it
+    to the one place that needs it, the Authorization header."""
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret(sha256:{hashlib.sha256(self._value.encode()).hexdigest()[:8]})"
+
+    __str__ = __repr__
+
+
+def api_key(cfg: "EndpointConfig") -> Optional[Secret]:
+    """The key ``cfg`` refers to: the environment variable ``cfg.api_key_env`` names, or on Databricks the secret
+    ``cfg.api_key_secret`` (``<scope>/<key>``, through ``dbutils.secrets``); None when it names none. Raises
+    :class:`EndpointUnreachable` naming the variable or secret, never a value, when it cannot be read."""
+    if cfg.api_key_secret:
+        scope, name = cfg.api_key_secret.split("/", 1)
+        try:
+            from pyspark.dbutils import DBUtils  # Databricks runtimes only
+            from pyspark.sql import SparkSession
+
+            return Secret(DBUtils(SparkSession.getActiveSession()).secrets.get(scope=scope, key=name))
+        except Exception as exc:  # not on Databricks, no such scope or key, no permission
+            raise EndpointUnreachable(f"{cfg.base_url}: the API key's Databricks secret {cfg.api_key_secret} could "
+                                      f"not be read ({type(exc).__name__})") from None
+    if not cfg.api_key_env:
+        return None
+    key = os.environ.get(cfg.api_key_env)
+    if not key:
+        raise EndpointUnreachable(f"{cfg.base_url}: the API key's variable {cfg.api_key_env} is not set")
+    return Secret(key)
+
+
+def headers(key: Optional[Secret]) -> dict[str, str]:
+    """The JSON content type, and with a ``key`` its bearer token: every request's headers (never logged)."""
+    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {key.reveal()}"} if key else {})}
+
+
+def retry_after(response_headers: Any, limit: float = 120.0, now: Optional[float] = None) -> Optional[float]:
+    """Seconds a 429 asks to wait, from ``response_headers`` (a mapping, or the ``Retry-After`` value alone):
+    ``retry-after-ms`` (milliseconds, as OpenAI's and Azure's gateways send), else ``Retry-After`` as seconds or an
+    HTTP date; None when absent or unreadable; at most ``limit``."""
+    if response_headers is None or isinstance(response_headers, str):
+        value, millis = response_headers, None
+    else:
+        value, millis = response_headers.get("Retry-After"), response_headers.get("retry-after-ms")
+    seconds: Optional[float] = None
+    if millis:
+        try:
+            seconds = float(millis) / 1000.0
+        except ValueError:
+            seconds = None
+    if seconds is None and value:
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - (now or time.time())
+            except (TypeError, ValueError):
+                return None
+    return None if seconds is None else min(max(0.0, seconds), limit)
+
+
+class _BreakerOpen(Exception):
+    """Raised inside a run when the endpoint's breaker opened while a request waited."""
+
+
+class EndpointClient:
+    """Sends :class:`Request` s to ``cfg``'s endpoint with sampling ``params`` (``max_tokens``, ``temperature``,
+    ``top_p``, ``stop``), at most ``concurrency`` at once and ``requests_per_minute`` a minute (this worker's share;
+    defaults: the endpoint's own), reporting to the endpoint's breaker of ``scope`` (the stage run's tag). Use
+    :meth:`run`; counts of requests and retries are in :attr:`stats`."""
+
+    def __init__(self, cfg: "EndpointConfig", params: dict[str, Any], concurrency: Optional[int] = None,
+                 requests_per_minute: Optional[float] = None, key: Optional[Secret] = None, scope: str = ""):
+        self.cfg, self.params = cfg, dict(params)
+        self.concurrency = concurrency or cfg.max_concurrency
+        self.requests_per_minute = requests_per_minute if requests_per_minute is not None else cfg.requests_per_minute
+        self._headers = headers(key or api_key(cfg))
+        self.health = health_of(cfg, scope)
+        self.stats = {"requests": 0, "retries": 0, "failed": 0}
+
+    def __repr__(self) -> str:  # never the headers: they hold the key
+        return f"EndpointClient({self.cfg.base_url!r}, model={self.cfg.model!r}, concurrency={self.concurrency})"
+
+    @property
+    def url(self) -> str:
+        return self.cfg.base_url.rstrip("/") + ("/chat/completions" if self.cfg.api == "chat" else "/completions")
+
+    def body(self, request: Request) -> dict[str, Any]:
+        """The JSON body of ``request``: the model, the prompt (as the user's message for the chat API), the
+        sampling parameters and the request's seed."""
+        body: dict[str, Any] = {"model": self.cfg.model, "seed": request.request_seed(), **self.params}
+        if self.cfg.api == "chat":
+            body["messages"] = [{"role": "user", "content": request.prompt}]
+        else:
+            body["prompt"] = request.prompt
+        return body
+
+    def run(self, requests: Sequence[Request], on_done: Optional[Callable[[int, Outcome], None]] = None
+            ) -> list[Outcome]:
+        """Send every request; returns their outcomes in order (never raises for a request that failed; a request
+        the open breaker kept from being sent is an outcome with ``sent`` False). ``on_done(index, outcome)`` is
+        called as each completes (the response log keeps it at once)."""
+        return asyncio.run(self._run(list(requests), on_done))
+
+    async def _run(self, requests: list[Request], on_done=None) -> list[Outcome]:
+        import aiohttp
+
+        gate = asyncio.Semaphore(self.concurrency)
+        opened = asyncio.Event()
+        timeout = aiohttp.ClientTimeout(total=self.cfg.timeout_s)
+        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=self._headers) as session:
+            async def one(index: int, request: Request) -> Outcome:
+                started = time.monotonic()
+                try:
+                    async with gate:
+                        outcome = await self._send(session, request, opened, started)
+                except _BreakerOpen:
+                    outcome = self._unsent(started)
+                if on_done is not None:
+                    on_done(index, outcome)
+                return outcome
+
+            return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+
+    async def _wait(self, seconds: float, opened: asyncio.Event) -> None:
+        """Sleep ``seconds``, or raise :class:`_BreakerOpen` as soon as the breaker opens."""
+        if opened.is_set():
+            raise _BreakerOpen
+        if seconds <= 0:
+            return
+        try:
+            await asyncio.wait_for(opened.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            return
+        raise _BreakerOpen
+
+    async def _send(self, session, request: Request, opened: asyncio.Event, started: float) -> Outcome:
+        rng = random.Random(request.request_seed())
+        retries = 0
+        body = json.dumps(self.body(request))
+        while True:
+            if self.health.blocked() is not None:
+                opened.set()
+            await self._wait(self.health.paused_for(), opened)  # a 429 pauses every request to the endpoint
+            await self._wait(self.health.start_delay(self.requests_per_minute), opened)
+            self.stats["requests"] += 1
+            kind, result, wait = await self._try(session, body, started, retries)
+            if kind == "ok":
+                self.health.answered()
+                return result
+            if kind == "prompt":  # the server answered: that prompt is refused or empty
+                self.health.answered()
+                return self._failed(result, started, retries, server=False)
+            if kind == "throttled":
+                self.health.pause(wait if wait is not None else self._backoff(rng, retries + 1))
+            elif self.health.failed(result):
+                opened.set()
+            if kind == "refused" or retries >= self.cfg.max_retries:
+                return self._failed(result if kind == "refused" else f"{result} after {retries} retries", started,
+                                    retries, server=True)
+            retries += 1
+            self.stats["retries"] += 1
+            if kind != "throttled":
+                await self._wait(self._backoff(rng, retries), opened)
+
+    @staticmethod
+    def _backoff(rng: random.Random, retry: int) -> float:
+        return BACKOFF_S * 2 ** (retry - 1) * (0.5 + rng.random())
+
+    async def _try(self, session, body: str, started: float, retries: int) -> tuple[str, Any, Optional[float]]:
+        """One try: ("ok", the outcome), ("prompt", why that prompt failed), ("throttled", "HTTP 429", the wait it
+        asked for), ("refused", why the endpoint refused) or ("server", what failed)."""
+        import aiohttp
+
+        try:
+            async with session.post(self.url, data=body) as response:
+                raw = await response.read()
+                status = response.status
+                if status == 200:
+                    return self._answer(raw, started, retries)
+                last = f"HTTP {status}"
+                if status == 429:
+                    return "throttled", last, retry_after(response.headers, self.cfg.max_retry_after_s)
+                text = " ".join(raw[:200].decode("utf-8", "replace").split())
+                if status in ENDPOINT_REFUSALS:
+                    return "refused", f"{last}: {text}", None
+                if status < 500 and status != 408:
+                    return "prompt", f"{last}: {text}", None
+                return "server", last, None
+        except asyncio.TimeoutError:
+            return "server", f"timeout after {self.cfg.timeout_s:g} s", None
+        except aiohttp.ClientError as exc:
+            return "server", f"connection error ({type(exc).__name__})", None
+
+    def _answer(self, raw: bytes, started: float, retries: int) -> tuple[str, Any, Optional[float]]:
+        """A 200's body read as a completion: ("ok", its outcome); ("server", why) when the body is empty or no JSON
+        (a proxy's HTML page: the server did not answer); ("prompt", why) when it is JSON without a text."""
+        try:
+            payload = json.loads(raw) if raw.strip() else None
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            shown = " ".join(raw[:60].decode("utf-8", "replace").split()) or "empty"
+            return "server", f"HTTP 200 with a body that is no JSON object ({shown})", None
+        choices = payload.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        text = message.get("content") if self.cfg.api == "chat" else choice.get("text")
+        if not isinstance(text, str):
+            return "prompt", "a response with no text", None
+        usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+        return "ok", Outcome(text=text, reason=None, prompt_tokens=_count(usage.get("prompt_tokens")),
+                             completion_tokens=_count(usage.get("completion_tokens")),
+                             latency_s=time.monotonic() - started, retries=retries), None
+
+    def _failed(self, reason: str, started: float, retries: int, server: bool) -> Outcome:
+        self.stats["failed"] += 1
+        return Outcome(text=None, reason=reason, latency_s=time.monotonic() - started, retries=retries, server=server)
+
+    def _unsent(self, started: float) -> Outcome:
+        return Outcome(text=None, reason=f"not sent: the endpoint's breaker is open ({self.health.reason})",
+                       latency_s=time.monotonic() - started, server=True, sent=False)
+
+
+def _count(value: Any) -> int:
+    """A usage count as an int (0 when absent or not a number)."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def sampling_params(spec) -> dict[str, Any]:
+    """The request parameters of a generation spec (:class:`~common.models.generation.hf_engine.GenerationSpec`):
+    ``max_tokens``, ``temperature`` 1 with the spec's ``top_p`` when it samples (0 for beam search, which an
+    endpoint does not offer: its greedy answer), and the in-context stop, the line break after a sample
+    (:data:`common.models.generation.formats.STOP`). ``top_k`` is no standard parameter and is not sent."""
+    from common.models.generation.formats import STOP
+
+    sampling = spec.mode == "sample"
+    return {"max_tokens": spec.max_new_tokens, "temperature": 1.0 if sampling else 0.0,
+            **({"top_p": spec.top_p} if sampling else {}), "stop": [STOP]}

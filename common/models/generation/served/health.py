@@ -1,0 +1,115 @@
+"""An endpoint's health as one worker sees it: the breaker that turns a run of server-side failures into an outage,
+the pause a 429 sets for every request, and the pace of the worker's share of ``requests_per_minute``.
+
+An outage is a state of the endpoint, not of each request. Every request a worker sends to one endpoint reports to
+that endpoint's :class:`Health` (one per endpoint per process and stage run, :func:`health_of`): an answer closes the run of
+failures; a server-side failure (refused or reset connection, timeout, 5xx, 401/403/404, a 200 that is no JSON)
+lengthens it. ``breaker_failures`` of them in a row, or two or more spanning ``breaker_s`` seconds, open the breaker:
+the client then sends nothing more, fails every request still waiting as not sent, and the batch raises
+:class:`~common.platform.errors.EndpointUnreachable`. The time that takes depends on the retry backoff, the
+concurrency and the request timeout, never on how many requests are pending. After ``breaker_s`` open, the breaker
+lets requests try again, and one more failure opens it again (a long-lived worker recovers when the server does).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from common.models.endpoint_config import EndpointConfig
+
+
+class Health:
+    """The breaker and the 429 pause of one endpoint in this process (``failures`` in a row, or two spanning
+    ``window_s`` seconds, open it; it stays open ``window_s``). Thread-safe: a process may run several clients."""
+
+    def __init__(self, failures: int, window_s: float):
+        self.failures, self.window_s = failures, window_s
+        self._lock = threading.Lock()
+        self._run = 0  # server-side failures in a row
+        self._first = 0.0  # when the run began (monotonic)
+        self._opened: Optional[float] = None
+        self.reason = ""  # why the breaker opened, for the batch's error
+        self._pause_until = 0.0
+        self._next_start = 0.0
+
+    def blocked(self) -> Optional[str]:
+        """Why nothing may be sent now (the breaker is open), or None. An open breaker older than ``window_s``
+        closes with its run one short of opening again: one more failure re-opens it at once."""
+        with self._lock:
+            if self._opened is None:
+                return None
+            if time.monotonic() - self._opened < self.window_s:
+                return self.reason
+            self._opened, self._run, self._first = None, self.failures - 1, time.monotonic()
+            return None
+
+    def answered(self) -> None:
+        """The endpoint answered (with text, or a refusal of that one prompt): the run of failures ends."""
+        with self._lock:
+            self._run = 0
+
+    def failed(self, reason: str) -> bool:
+        """A server-side failure (``reason``); True when it opened the breaker."""
+        with self._lock:
+            now = time.monotonic()
+            if self._run == 0:
+                self._first = now
+            self._run += 1
+            span = now - self._first
+            if self._opened is None and (self._run >= self.failures or (self._run >= 2 and span >= self.window_s)):
+                self._opened = now
+                self.reason = (f"{self._run} server-side failures in a row over {span:.1f} s with no answer between "
+                               f"them, the last: {reason}")
+                return True
+            return self._opened is not None
+
+    def pause(self, seconds: float) -> None:
+        """A 429 asked every request to wait ``seconds``."""
+        with self._lock:
+            self._pause_until = max(self._pause_until, time.monotonic() + seconds)
+
+    def start_delay(self, per_minute: Optional[float]) -> float:
+        """Seconds the next request must wait so that this worker starts at most ``per_minute`` a minute (its share
+        of the endpoint's ``requests_per_minute``; None: no limit), its start reserved. Kept across batches and
+        clients: a worker running several generators of one endpoint shares one pace."""
+        if not per_minute:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            wait = max(0.0, self._next_start - now)
+            self._next_start = max(self._next_start, now) + 60.0 / per_minute
+            return wait
+
+    def paused_for(self) -> float:
+        """Seconds still to wait before any request may start (0: none)."""
+        with self._lock:
+            return max(0.0, self._pause_until - time.monotonic())
+
+
+_HEALTH: dict[tuple, Health] = {}
+_HEALTH_LOCK = threading.Lock()
+
+
+def health_of(cfg: "EndpointConfig", scope: str = "") -> Health:
+    """This process's :class:`Health` of the endpoint ``cfg`` names (its URL and model) for ``scope`` (a stage run's
+    tag: a warm worker that served an earlier stage starts the next one with a closed breaker), made on first use
+    with the config's breaker settings."""
+    key = (cfg.base_url.rstrip("/"), cfg.model, cfg.breaker_failures, cfg.breaker_s, scope)
+    with _HEALTH_LOCK:
+        if key not in _HEALTH:
+            _HEALTH[key] = Health(cfg.breaker_failures, cfg.breaker_s)
+        return _HEALTH[key]
+
+
+def share(total: Optional[int], parts: int) -> Optional[int]:
+    """``total`` (an endpoint's concurrency) divided among ``parts`` workers, each at least 1 (None stays None): the
+    workers together never exceed the total as long as ``parts <= total`` (the pools cap their actors so)."""
+    return None if total is None else max(1, total // max(1, parts))
+
+
+def rate_share(total: Optional[float], parts: int) -> Optional[float]:
+    """``total`` requests a minute divided among ``parts`` workers, as a fraction (None stays None): one request a
+    minute over two workers is one each two minutes, so the workers together never start more than ``total``."""
+    return None if total is None else total / max(1, parts)

@@ -1,0 +1,245 @@
+"""A served generator's bad night, with real processes on loopback: ``transformers serve`` of the packaged SmolLM2
+(killed mid-batch), a fault proxy of the suite's own in front of it (tests/model_server.py: 503 for everything, 429
+storms, malformed 200s, a poisoned share), the session's Ray runtime and SparkSession. The pipeline-level run (exit
+code, no version, the rerun paying once) is in test_endpoint.py."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cluster.local_cluster import free_port
+from common.models.config import EndpointConfig
+from common.models.generation.hf_engine import GenerationSpec
+from common.models.generation.served.client import EndpointClient, Request
+from common.models.generation.served.engine import EndpointGenerator, ServedGenerator, failed_share_check
+from common.models.generation.served.log import RESPONSES
+from common.platform.errors import EndpointUnreachable, user_error
+from model_server import FaultProxy, served_generator
+
+ONE = GenerationSpec(n_samples=1, max_new_tokens=2, seed=5)
+
+
+def _batch(n: int, start: int = 0) -> dict:
+    ids = [f"s{i:04d}" for i in range(start, start + n)]
+    return {"source_id": np.array(ids), "source_text": np.array([f"toy number {i}" for i in range(start, start + n)])}
+
+
+def _engine(folder: str, spec=ONE, actors: int = 1, tag: str = "t") -> EndpointGenerator:
+    return EndpointGenerator(ServedGenerator.read(folder), "v", spec, actors=actors, tag=tag)
+
+
+@pytest.fixture
+def served(server):
+    if not server.running():
+        server.start()
+    return server
+
+
+def test_an_outage_ends_the_batch_in_seconds_whatever_is_pending_and_keeps_every_answer(served, tmp_path):
+    """The server killed after 3 answers with 997 requests pending (3 in flight): the batch raises
+    EndpointUnreachable within seconds of the kill, the proxy sees at most the breaker's 8 failures and the 3 in
+    flight after it, and the 3 answers are in the response log (flushed on the way out). Nothing listening at all,
+    with 10 or with 1,000 requests pending: the same bound."""
+    killed: list[float] = []
+
+    def kill() -> None:
+        killed.append(time.monotonic())
+        served.kill()
+
+    proxy = FaultProxy(served.base, answers=3, then=kill)
+    try:
+        folder = served_generator(tmp_path / "endpoint_kill-1", EndpointConfig(base_url=proxy.base, model=served.folder,
+                                                                                 max_concurrency=3))
+        engine = _engine(folder)
+        with pytest.raises(EndpointUnreachable, match="is down: 8 server-side failures in a row") as raised:
+            engine(_batch(1000))
+        took = time.monotonic() - killed[0]
+        assert took < 15, took
+        assert proxy.since(killed[0]) <= 8 + 3, proxy.since(killed[0])
+        assert "requests not sent, the 3 answered kept" in str(raised.value)
+        again = _engine(folder)  # a new worker reads the log
+        assert sum(again.kept.get(k) is not None for k in _keys(again, _batch(1000))) == 3
+    finally:
+        proxy.close()
+    for pending in (10, 1000):
+        nowhere = f"http://127.0.0.1:{free_port()}/v1"  # a breaker of its own
+        folder = served_generator(tmp_path / f"endpoint_none{pending}-1", EndpointConfig(base_url=nowhere, model="m"))
+        started = time.monotonic()
+        with pytest.raises(EndpointUnreachable, match="connection error"):
+            _engine(folder)(_batch(pending))
+        assert time.monotonic() - started < 15
+
+
+def _keys(engine: EndpointGenerator, batch: dict) -> list[str]:
+    from common.models.generation.formats import prompt_text
+    from common.models.generation.served.log import request_key
+
+    cfg = engine.client.cfg
+    return [request_key(cfg.model, cfg.api, engine.client.params,
+                        Request(prompt_text(engine.generator.prompt, str(t)), 0, ONE.seed)) for t in batch["source_text"]]
+
+
+def test_malformed_answers_are_failures_with_their_reason_never_an_exception(tmp_path):
+    """200s that are no completion: an empty body and an HTML page are the server's failures (retried, then the
+    reason); JSON without choices is that prompt's failure (not retried). The batch quarantines each with its
+    reason and logs every outcome."""
+    cases = {b"": ("HTTP 200 with a body that is no JSON object (empty) after 1 retries", True, 2),
+             b"<html><body>Service Unavailable</body></html>": ("HTTP 200 with a body that is no JSON object "
+                                                                "(<html><body>Service Unavailable</body></html>) "
+                                                                "after 1 retries", True, 2),
+             b'{"id": "cmpl-1", "object": "text_completion"}': ("a response with no text", False, 1)}
+    for case, (body, (reason, server_side, tries)) in enumerate(cases.items()):
+        proxy = FaultProxy("http://127.0.0.1:9/v1", body=body)
+        try:
+            cfg = EndpointConfig(base_url=proxy.base, model="m", max_retries=1, breaker_failures=100)
+            client = EndpointClient(cfg, {"max_tokens": 2}, concurrency=1)
+            (outcome,) = client.run([Request("p", 0, 0)])
+            assert (outcome.reason, outcome.server, len(proxy.seen)) == (reason, server_side, tries)
+            folder = served_generator(tmp_path / f"endpoint_bad{case}-1", cfg)
+            rows = _engine(folder)(_batch(2)).to_pylist()
+            assert [r["reason"] for r in rows] == [f"endpoint: {reason}"] * 2
+        finally:
+            proxy.close()
+        logged = _logged(tmp_path / RESPONSES / f"endpoint_bad{case}")
+        assert [(r["reason"], r["server"]) for r in logged if r["key"]] == [(reason, server_side)] * 2
+
+
+def _logged(root) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return [r for p in sorted(root.rglob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+
+
+def test_answers_are_found_by_request_whatever_the_batches_and_a_torn_part_is_sent_again(served, tmp_path, caplog):
+    """Four sources answered in one batch; a new worker given them in other batches with one new source sends only
+    the new one. A part cut short (a kill mid-write on a store without atomic puts) is reported, naming it, and only
+    its requests are sent again; a temporary file a killed writer left is not read."""
+    folder = served_generator(tmp_path / "endpoint_resume-1", EndpointConfig(base_url=served.base, model=served.folder))
+    first = _engine(folder)
+    first(_batch(2))
+    first(_batch(2, start=2))
+    second = _engine(folder, tag="u")
+    second(_batch(3, start=0))
+    second(_batch(2, start=3))
+    assert second.client.stats["requests"] == 1
+    parts = sorted((tmp_path / RESPONSES / "endpoint_resume").glob("part-*.parquet"))
+    torn = parts[0]
+    torn.write_bytes(torn.read_bytes()[:40])
+    (torn.parent / ".part-0-left.parquet.tmp").write_bytes(b"PAR1 half")
+    caplog.set_level(logging.WARNING)
+    third = _engine(folder, tag="w")
+    third(_batch(5))
+    assert third.client.stats["requests"] == 2  # the torn part's two answers, nothing else
+    assert f"{torn} cannot be read" in caplog.text and "left.parquet.tmp" not in caplog.text
+
+
+def test_a_429_pauses_every_request_of_the_worker_for_as_long_as_it_asks(served):
+    """Four requests at once all get 429 with retry-after-ms 1500: no request reaches the endpoint sooner than 1.5 s
+    after the 429s, then all four are answered; an HTTP-date Retry-After is read as well."""
+    proxy = FaultProxy(served.base, throttle=4, throttle_headers={"retry-after-ms": "1500", "Retry-After": "9"})
+    try:
+        client = EndpointClient(EndpointConfig(base_url=proxy.base, model=served.folder), {"max_tokens": 2},
+                                concurrency=4)
+        outcomes = client.run([Request(f"toy {i}", 0, 0) for i in range(4)])
+        assert all(o.ok for o in outcomes), outcomes
+        assert len(proxy.seen) == 8 and min(proxy.seen[4:]) - max(proxy.seen[:4]) >= 1.4
+    finally:
+        proxy.close()
+    from email.utils import formatdate
+
+    from common.models.generation.served.client import retry_after
+
+    assert 1.0 <= retry_after({"Retry-After": formatdate(time.time() + 3, usegmt=True)}) <= 3.0
+    assert retry_after({"retry-after-ms": "250"}) == 0.25 and retry_after({"Retry-After": "600"}, limit=60) == 60
+
+
+def test_server_failures_past_the_share_refuse_the_commit(served, tmp_path, spark):
+    """One source of four always answered 503 by its shard (the breaker never opens: answers come between): it is
+    quarantined with its reason, and the stage's check before its commit refuses 1 failed request in 4 (past
+    max_failed_share 1%), naming the share; at 50% it passes."""
+    proxy = FaultProxy(served.base, fail_marker="toy number 2")
+    try:
+        folder = served_generator(tmp_path / "endpoint_share-1", EndpointConfig(base_url=proxy.base, model=served.folder,
+                                                                                  max_retries=0))
+        rows = _engine(folder, tag="run/t")(_batch(4)).to_pylist()
+    finally:
+        proxy.close()
+    assert [r["reason"] for r in rows if r["reason"]] == ["endpoint: HTTP 503 after 0 retries"]
+    with pytest.raises(EndpointUnreachable, match=r"1 of t's 4 requests failed on the server's side .*25\.0%"):
+        failed_share_check(spark, [folder], "run/t", "t")()
+    lenient = served_generator(tmp_path / "endpoint_share-2", EndpointConfig(base_url=proxy.base, model=served.folder,
+                                                                              max_failed_share=0.5))
+    failed_share_check(spark, [lenient], "run/t", "t")()
+
+
+def test_a_routed_pool_never_holds_more_than_max_concurrency_in_flight(served, tmp_path, ray_runtime):
+    """Genre's routed pool shape: two served generators, four actors asked for, max_concurrency 2: the pool runs two
+    actors of one request each, and the proxy never holds more than two in flight."""
+    import ray
+
+    from common.models.generation.pool import generate_routed
+
+    proxy = FaultProxy(served.base)
+    try:
+        endpoint = EndpointConfig(base_url=proxy.base, model=served.folder, max_concurrency=2)
+        paths = [served_generator(tmp_path / f"endpoint_topic{t}-1", endpoint) for t in (1, 2)]
+        rows = [{"source_id": f"r{i}", "source_text": f"toy {i}", "model_path": paths[i % 2], "model_version": "v"}
+                for i in range(12)]
+        out = generate_routed(ray.data.from_items(rows), replace(ONE), concurrency=4, batch_size=3, tag="routed",
+                              generator_uris=paths).take_all()
+    finally:
+        proxy.close()
+    assert len(out) == 12 and all(r["reason"] is None for r in out)
+    assert 1 <= proxy.peak <= 2 and proxy.answered == 12
+
+
+def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runtime, tmp_path):
+    """A Ray task that raises EndpointUnreachable runs once (retry_exceptions as the runtime sets it), and the
+    driver's RayTaskError resolves to it with its own message; a ValueError is retried."""
+    import ray
+
+    from common.platform.ray_runtime import retried_errors
+
+    @ray.remote(max_retries=2, retry_exceptions=retried_errors(True))
+    def attempt(folder: str, error: str) -> None:
+        import os
+
+        from common.platform.errors import EndpointUnreachable
+
+        with open(os.path.join(folder, error), "a") as handle:
+            handle.write("x")
+        raise EndpointUnreachable("http://h/v1/completions is down") if error == "outage" else ValueError("a bug")
+
+    for error, tries in (("outage", 1), ("bug", 3)):
+        with pytest.raises(Exception) as raised:
+            ray.get(attempt.remote(str(tmp_path), error), timeout=60)
+        assert len((tmp_path / error).read_text()) == tries
+    with pytest.raises(Exception) as raised:
+        ray.get(attempt.remote(str(tmp_path), "outage"), timeout=60)
+    found = user_error(raised.value)
+    assert isinstance(found, EndpointUnreachable) and str(found) == "http://h/v1/completions is down"
+
+
+def test_the_start_check_falls_back_to_one_token_where_models_fails(served):
+    """``/models`` answering 500 (``transformers serve`` with no hub cache) or 404: a one-token completion decides,
+    and the line says which check failed; with completions failing too, the error names both."""
+    from common.models.generation.served.checks import check_endpoint
+
+    for status in (500, 404):
+        proxy = FaultProxy(served.base, models_status=status)
+        try:
+            line = check_endpoint(EndpointConfig(base_url=proxy.base, model=served.folder), complete=False)
+        finally:
+            proxy.close()
+        assert f"/models answered HTTP {status}; a one-token completion in" in line
+    proxy = FaultProxy(served.base, models_status=500, down=True)
+    try:
+        with pytest.raises(EndpointUnreachable, match=r"/models answered HTTP 500, and .*/completions: a one-token "
+                                                      r"completion failed: HTTP 503"):
+            check_endpoint(EndpointConfig(base_url=proxy.base, model=served.folder), complete=False)
+    finally:
+        proxy.close()
