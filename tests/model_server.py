@@ -61,7 +61,8 @@ class Server:
 class FaultProxy:
     """A proxy on loopback in front of ``upstream`` (a ``/v1`` base URL). ``throttle`` first requests get 429 with
     ``throttle_headers``; every request 503 while ``down``; a request whose body holds ``fail_marker`` 503; with
-    ``body`` set, a 200 with that body instead of the server's answer; ``/models`` with ``models_status`` when set;
+    ``body`` set, a 200 with that body instead of the server's answer; with ``status``, that status for every request;
+    ``/models`` with ``models_status`` when set;
     a server that does not answer, 502. After
     ``answers`` forwarded answers it calls ``then()`` once (the server's kill), with the proxy's lock held so that no
     answer is passed on past that count. Counts requests (``seen``: monotonic times), ``answered`` and ``peak`` in
@@ -69,11 +70,13 @@ class FaultProxy:
 
     def __init__(self, upstream: str, throttle: int = 0, throttle_headers: Optional[dict] = None, down: bool = False,
                  fail_marker: Optional[str] = None, body: Optional[bytes] = None, answers: Optional[int] = None,
-                 then: Optional[Callable[[], None]] = None, models_status: Optional[int] = None):
+                 then: Optional[Callable[[], None]] = None, models_status: Optional[int] = None,
+                 status: Optional[int] = None, throttle_body: str = "rate limited"):
         self.upstream, self.throttle, self.down, self.fail_marker, self.body = upstream, throttle, down, fail_marker, \
             body
         self.throttle_headers = throttle_headers or {"Retry-After": "1"}
         self.answers, self.then, self.models_status = answers, then, models_status
+        self.status, self.throttle_body = status, throttle_body
         self.seen: list[float] = []
         self.auth: set[str] = set()
         self.answered = self.in_flight = self.peak = 0
@@ -107,7 +110,9 @@ class FaultProxy:
             if self.down:
                 return web.Response(status=503, text="upstream overloaded")
             if len(self.seen) <= self.throttle:
-                return web.Response(status=429, headers=self.throttle_headers, text="rate limited")
+                return web.Response(status=429, headers=self.throttle_headers, text=self.throttle_body)
+            if self.status is not None:
+                return web.Response(status=self.status, text='{"error": "this server takes no such request"}')
             if self.fail_marker and self.fail_marker.encode() in data:
                 return web.Response(status=503, text="this shard is down")
             if self.body is not None:

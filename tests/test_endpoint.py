@@ -263,8 +263,8 @@ def test_a_pipeline_stage_survives_an_outage_a_broken_gateway_and_a_new_row_payi
         models = Path(ctx.cfg.lakehouse.root) / "models"
 
         def answers() -> list[dict]:
-            return [r for p in models.rglob("*.parquet") if RESPONSES in p.parts for r in pq.read_table(p).to_pylist()
-                    if r["key"] and r["text"] is not None]
+            parts = [p for p in models.rglob("*.parquet") if RESPONSES in p.parts]
+            return [r for p in parts for r in pq.read_table(p).to_pylist() if r["key"] and r["text"] is not None]
 
         kept = len(answers())
         assert kept == 5, kept  # every answer passed on was kept
@@ -272,7 +272,8 @@ def test_a_pipeline_stage_survives_an_outage_a_broken_gateway_and_a_new_row_payi
         proxy.answers, proxy.down = None, True
         with pytest.raises(Exception) as raised:
             generate_job(ctx)
-        assert isinstance(user_error(raised.value), EndpointUnreachable) and "HTTP 503" in str(user_error(raised.value))
+        broken = user_error(raised.value)
+        assert isinstance(broken, EndpointUnreachable) and "HTTP 503" in str(broken)
         assert not ctx.lakehouse.exists("cga_generated")  # no version from a broken server
 
         server.start()

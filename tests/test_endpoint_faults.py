@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from cluster.local_cluster import free_port
 from common.models.config import EndpointConfig
 from common.models.generation.hf_engine import GenerationSpec
 from common.models.generation.served.client import EndpointClient, Request
-from common.models.generation.served.engine import EndpointGenerator, ServedGenerator, failed_share_check
+from common.models.generation.served.engine import EndpointDown, EndpointGenerator, ServedGenerator, failed_share_check
 from common.models.generation.served.log import RESPONSES
 from common.platform.errors import EndpointUnreachable, user_error
 from model_server import FaultProxy, served_generator
@@ -52,8 +53,8 @@ def test_an_outage_ends_the_batch_in_seconds_whatever_is_pending_and_keeps_every
 
     proxy = FaultProxy(served.base, answers=3, then=kill)
     try:
-        folder = served_generator(tmp_path / "endpoint_kill-1", EndpointConfig(base_url=proxy.base, model=served.folder,
-                                                                                 max_concurrency=3))
+        folder = served_generator(tmp_path / "endpoint_kill-1",
+                                  EndpointConfig(base_url=proxy.base, model=served.folder, max_concurrency=3))
         engine = _engine(folder)
         with pytest.raises(EndpointUnreachable, match="is down: 8 server-side failures in a row") as raised:
             engine(_batch(1000))
@@ -79,8 +80,9 @@ def _keys(engine: EndpointGenerator, batch: dict) -> list[str]:
     from common.models.generation.served.log import request_key
 
     cfg = engine.client.cfg
-    return [request_key(cfg.model, cfg.api, engine.client.params,
-                        Request(prompt_text(engine.generator.prompt, str(t)), 0, ONE.seed)) for t in batch["source_text"]]
+    prompts = [prompt_text(engine.generator.prompt, str(t)) for t in batch["source_text"]]
+    params = engine.client.params
+    return [request_key(cfg.base_url, cfg.model, cfg.api, params, Request(p, 0, ONE.seed)) for p in prompts]
 
 
 def test_malformed_answers_are_failures_with_their_reason_never_an_exception(tmp_path):
@@ -91,7 +93,9 @@ def test_malformed_answers_are_failures_with_their_reason_never_an_exception(tmp
              b"<html><body>Service Unavailable</body></html>": ("HTTP 200 with a body that is no JSON object "
                                                                 "(<html><body>Service Unavailable</body></html>) "
                                                                 "after 1 retries", True, 2),
-             b'{"id": "cmpl-1", "object": "text_completion"}': ("a response with no text", False, 1)}
+             b'{"id": "cmpl-1", "object": "text_completion"}': ("a response with no text", False, 1),
+             b'{"error": {"message": "upstream timed out"}}': ("HTTP 200 with an error: {'message': 'upstream timed "
+                                                               "out'} after 1 retries", True, 2)}
     for case, (body, (reason, server_side, tries)) in enumerate(cases.items()):
         proxy = FaultProxy("http://127.0.0.1:9/v1", body=body)
         try:
@@ -108,6 +112,30 @@ def test_malformed_answers_are_failures_with_their_reason_never_an_exception(tmp
         assert [(r["reason"], r["server"]) for r in logged if r["key"]] == [(reason, server_side)] * 2
 
 
+def test_an_endpoint_that_refuses_every_prompt_or_has_no_quota_is_down_not_a_version_of_nothing(tmp_path):
+    """A server answering 400 to every request (a parameter it does not take): after 8 refusals in a row with no
+    answer between them the batch raises, instead of quarantining every row into a version of nothing. A 429 that
+    says the quota is spent is not waited for: it counts as the endpoint's refusal."""
+    proxy = FaultProxy("http://127.0.0.1:9/v1", status=400)
+    try:
+        folder = served_generator(tmp_path / "endpoint_refuse-1", EndpointConfig(base_url=proxy.base, model="m"))
+        with pytest.raises(EndpointDown, match="8 prompts refused in a row .* HTTP 400"):
+            _engine(folder)(_batch(100))
+        assert len(proxy.seen) <= 8 + 8  # the breaker's 8, and what was in flight
+    finally:
+        proxy.close()
+    quota = '{"error": {"type": "insufficient_quota"}}'
+    proxy = FaultProxy("http://127.0.0.1:9/v1", throttle=1000, throttle_body=quota)
+    try:
+        started = time.monotonic()
+        client = EndpointClient(EndpointConfig(base_url=proxy.base, model="m", breaker_failures=100), {}, 1)
+        (outcome,) = client.run([Request("p", 0, 0)])
+        assert outcome.reason.startswith("HTTP 429: ") and outcome.server and len(proxy.seen) == 1
+        assert time.monotonic() - started < 5
+    finally:
+        proxy.close()
+
+
 def _logged(root) -> list[dict]:
     import pyarrow.parquet as pq
 
@@ -118,7 +146,8 @@ def test_answers_are_found_by_request_whatever_the_batches_and_a_torn_part_is_se
     """Four sources answered in one batch; a new worker given them in other batches with one new source sends only
     the new one. A part cut short (a kill mid-write on a store without atomic puts) is reported, naming it, and only
     its requests are sent again; a temporary file a killed writer left is not read."""
-    folder = served_generator(tmp_path / "endpoint_resume-1", EndpointConfig(base_url=served.base, model=served.folder))
+    folder = served_generator(tmp_path / "endpoint_resume-1",
+                              EndpointConfig(base_url=served.base, model=served.folder))
     first = _engine(folder)
     first(_batch(2))
     first(_batch(2, start=2))
@@ -163,8 +192,8 @@ def test_server_failures_past_the_share_refuse_the_commit(served, tmp_path, spar
     max_failed_share 1%), naming the share; at 50% it passes."""
     proxy = FaultProxy(served.base, fail_marker="toy number 2")
     try:
-        folder = served_generator(tmp_path / "endpoint_share-1", EndpointConfig(base_url=proxy.base, model=served.folder,
-                                                                                  max_retries=0))
+        folder = served_generator(tmp_path / "endpoint_share-1",
+                                  EndpointConfig(base_url=proxy.base, model=served.folder, max_retries=0))
         rows = _engine(folder, tag="run/t")(_batch(4)).to_pylist()
     finally:
         proxy.close()
@@ -222,6 +251,37 @@ def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runti
         ray.get(attempt.remote(str(tmp_path), "outage"), timeout=60)
     found = user_error(raised.value)
     assert isinstance(found, EndpointUnreachable) and str(found) == "http://h/v1/completions is down"
+    # The generation pool's own path: an actor pool of Ray Data with the runtime's retry settings.
+    from common.models.generation.pool import _outages_as_themselves
+    from common.platform.ray_runtime import map_batches_on_actors
+
+    from common.platform.ray_runtime import actor_fault_tolerance
+
+    class Failing:  # defined here: Ray pickles it by value (workers cannot import a test module)
+        """A pool's callable that counts its tries in ``folder/error`` and raises an outage or a bug."""
+
+        def __init__(self, folder: str, error: str):
+            self.path = Path(folder) / error
+
+        def __call__(self, batch):
+            with open(self.path, "a") as handle:
+                handle.write("x")
+            if "outage" in self.path.name:
+                raise EndpointDown("http://h/v1/completions is down")
+            raise ValueError("a bug")
+
+    for error, tries in (("pool-outage", 1), ("pool-bug", 1 + actor_fault_tolerance()["max_task_retries"])):
+        ds = ray.data.from_items([{"x": 1}])
+        _outages_as_themselves(ds)
+        with pytest.raises(Exception) as raised:
+            map_batches_on_actors(ds, Failing, fn_constructor_kwargs={"folder": str(tmp_path), "error": error},
+                                  concurrency=1, batch_size=1).take_all()
+        assert len((tmp_path / error).read_text()) == tries, error
+        found = user_error(raised.value)
+        if error == "pool-outage":
+            assert isinstance(found, EndpointDown) and str(found) == "http://h/v1/completions is down", raised.value
+        else:
+            assert found is None
 
 
 def test_the_start_check_falls_back_to_one_token_where_models_fails(served):
@@ -243,3 +303,36 @@ def test_the_start_check_falls_back_to_one_token_where_models_fails(served):
             check_endpoint(EndpointConfig(base_url=proxy.base, model=served.folder), complete=False)
     finally:
         proxy.close()
+
+
+def test_a_second_concurrent_run_of_a_stage_is_refused_at_once_and_goes_ahead_once_the_first_ends(tmp_path):
+    """Another process holds the stage's lease on the role's response log (as a running stage does): this run is
+    refused at once with StageBusy naming the holder (exit code 6, 'endpoint busy'); the holder killed, the kernel
+    frees the lease and the run goes ahead."""
+    import subprocess
+    import sys
+
+    from common.models.generation.served.log import log_root, stage_lease
+    from common.platform.errors import USER_ERRORS, StageBusy
+
+    root = log_root(str(tmp_path / "models" / "endpoint_cga-1"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.path.insert(0, '.');\n"
+         "from common.models.generation.served.log import stage_lease\n"
+         f"with stage_lease([{root!r}], 'cga_generated'):\n    print('held', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(StageBusy, match=rf"cga_generated: another run is sending .* held by \S+:{holder.pid} "
+                                            r"since"):
+            with stage_lease([root], "cga_generated"):
+                pass
+        assert time.monotonic() - started < 2
+        assert next(code for cls, code, _ in USER_ERRORS if isinstance(StageBusy("x"), cls)) == 6
+    finally:
+        holder.kill()
+        holder.wait(timeout=20)
+    with stage_lease([root], "cga_generated"):
+        pass
+

@@ -32,20 +32,26 @@ class EndpointUnreachable(RuntimeError):
     the URL (never a key)."""
 
 
+class StageBusy(EndpointUnreachable):
+    """Another run of the same generation stage is sending to its model server (it holds the stage's lease); this
+    one sends nothing. Exit code 6, as an outage: run it again once the other has ended."""
+
+
 # (error class, exit code, what the CLI calls it), most specific first. An unreachable object store is the
 # operator's to fix (an endpoint, a credential, an outage), not a bug: one line naming the path and the endpoint.
 USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"),
                (StorageUnreachable, 4, "storage unreachable"), (ClusterError, 5, "cluster error"),
-               (EndpointUnreachable, 6, "endpoint unreachable"))
+               (StageBusy, 6, "endpoint busy"), (EndpointUnreachable, 6, "endpoint unreachable"))
 
 def _causes(exc: Optional[BaseException]):
-    """``exc`` and the errors it wraps, outermost first (at most 20): Ray's ``RayTaskError`` keeps the worker's error
-    as ``cause``, Python's chain as ``__cause__`` / ``__context__``."""
+    """``exc`` and the errors it was raised from, outermost first (at most 20): Ray's ``RayTaskError`` keeps the
+    worker's error as ``cause``, Python's ``raise ... from`` as ``__cause__``. Not ``__context__``: a bug raised while
+    handling a user error is a bug, not that user error."""
     seen = 0
     while exc is not None and seen < 20:
         yield exc
         cause = getattr(exc, "cause", None)
-        exc = cause if isinstance(cause, BaseException) else (exc.__cause__ or exc.__context__)
+        exc = cause if isinstance(cause, BaseException) else exc.__cause__
         seen += 1
 
 
@@ -56,7 +62,18 @@ def user_error(exc: Optional[BaseException]) -> Optional[BaseException]:
     wherever it was raised (an actor, a task, Ray on Spark)."""
     kinds = tuple(cls for cls, _, _ in USER_ERRORS)
     found = [e for e in _causes(exc) if isinstance(e, kinds)]
-    return found[-1] if found else None
+    if not found:
+        return None
+    inner = found[-1]
+    # Ray Data appends its retry advice to a batch's error ("Failed to apply UDF transform after 1/1 attempts ..."):
+    # the user's line is the error's own.
+    text = str(inner)
+    if RAY_DATA_ADVICE in text and len(inner.args) == 1:
+        inner.args = (text.split(RAY_DATA_ADVICE, 1)[0].rstrip(),)
+    return inner
+
+
+RAY_DATA_ADVICE = "\nFailed to apply UDF transform"
 
 
 class _RetriedByRayMeta(type):

@@ -152,9 +152,6 @@ class RayRuntime:
 
         data_context = DataContext.get_current()
         data_context.actor_task_retry_on_errors = retried_errors(self.cfg.retry_exceptions)
-        # A batch's own error, not Ray Data's UserCodeException around it (whose cause does not survive the trip to
-        # the driver): the CLI reports an outage or a bad input raised in a worker as itself, with its exit code.
-        data_context.raise_original_map_exception = True
         data_context.set_config(FAULT_TOLERANCE_KEY, self.fault_tolerance())
         data_context.set_config(STAGE_RETRIES_KEY, self.cfg.stage_retries)
         if self._capacity is not None:  # (a runtime that joined a Ray already up keeps its starter's)

@@ -59,6 +59,7 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     served = ServedGenerator.read(model_path)
     if served is not None:
         concurrency = pool_size(concurrency, [served])
+        _outages_as_themselves(ds)
         return _on_pool(ds, EndpointGenerator, {"generator": served, "model_version": model_version, "spec": spec,
                                                 "actors": concurrency, "tag": tag, "key": served_key([served])},
                         concurrency, 0.0, batch_size, warm_tasks, 1)
@@ -66,6 +67,13 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
         prepare(model_path, spec, num_gpus)
     return _on_pool(ds, engine_class(spec), {"model_path": model_path, "model_version": model_version, "spec": spec},
                     concurrency, num_gpus, batch_size, warm_tasks, threads)
+
+
+def _outages_as_themselves(ds) -> None:
+    """Have the stage of ``ds`` (its dataset chain shares one context) hand a batch's own error to the driver rather
+    than Ray Data's ``UserCodeException`` around it, whose cause is lost on the way: the served engine's
+    :class:`~common.models.generation.served.engine.EndpointDown` then reaches the CLI as itself (exit code 6)."""
+    ds.context.raise_original_map_exception = True
 
 
 def engine_for(model_path: str, model_version: str, spec: GenerationSpec, actors: int = 1, tag: str = "",
@@ -247,6 +255,7 @@ def generate_routed(ds, spec: GenerationSpec, concurrency: int = 1, num_gpus: fl
     served = served_generators(generator_uris)
     if served:
         concurrency = pool_size(concurrency, list(served.values()))
+        _outages_as_themselves(ds)
     return _on_pool(ds, ModelRoutedGenerator, {"spec": spec, "cache_models": cache_models, "actors": concurrency,
                                                "tag": tag, "key": served_key(list(served.values())),
                                                "served": served}, concurrency, num_gpus, batch_size, warm_tasks,

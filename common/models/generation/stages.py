@@ -121,7 +121,7 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
 
     from common.models.generation.filtering import score_generated
     from common.models.generation.pool import GenerationSpec, generate, pool_options
-    from common.models.generation.served.engine import failed_share_check
+    from common.models.generation.served.engine import failed_share_check, sending
 
     columns = list(dict.fromkeys([id_col, text_col]))
     spec = GenerationSpec.from_config(gen_cfg, ctx.cfg.seed)
@@ -133,7 +133,8 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     if written is None:
         ctx.ray()  # only here: a rerun whose output exists starts no Ray runtime
         # Read in id order: the generation batches, and so the samples, do not depend on the table's layout.
-        with ctx.lakehouse.read_ray_ordered(source_table, source_version, columns, order_by=columns) as ds:
+        with sending([model.uri], out_table), \
+                ctx.lakehouse.read_ray_ordered(source_table, source_version, columns, order_by=columns) as ds:
             ds = ds.map_batches(_as_generation_input, batch_format="pyarrow",
                                 fn_kwargs={"id_col": id_col, "text_col": text_col})
             out = generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
@@ -208,11 +209,12 @@ def generate_routed_stage(ctx: JobContext, tr: "TrackedRun", table: str, version
     whatever the table's layout; write ``out_table``, and for served generators their accounting
     (:func:`endpoint_accounting`). Returns the write."""
     from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
-    from common.models.generation.served.engine import failed_share_check
+    from common.models.generation.served.engine import failed_share_check, sending
 
     ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
     tag = f"{tr.run_id}/{out_table}"
-    with ctx.lakehouse.read_ray_ordered(table, version, ROUTED_COLUMNS, order_by=["model_path", "source_id"]) as ds:
+    with sending(generator_uris, out_table), \
+            ctx.lakehouse.read_ray_ordered(table, version, ROUTED_COLUMNS, order_by=["model_path", "source_id"]) as ds:
         out = generate_routed(ds, GenerationSpec.from_config(gen_cfg, ctx.cfg.seed), concurrency=gen_cfg.concurrency,
                               num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size, cache_models=cache_models,
                               tag=tag, generator_uris=generator_uris,

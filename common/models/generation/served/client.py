@@ -29,6 +29,7 @@ import email.utils
 import hashlib
 import json
 import os
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from common.platform.errors import EndpointUnreachable
 
 if TYPE_CHECKING:
     from common.models.config import EndpointConfig
+
+log = logging.getLogger(__name__)
 
 # The first backoff step (doubled each retry).
 BACKOFF_S = 0.5
@@ -187,15 +190,21 @@ class EndpointClient:
             body["prompt"] = request.prompt
         return body
 
-    def run(self, requests: Sequence[Request], on_done: Optional[Callable[[int, Outcome], None]] = None
-            ) -> list[Outcome]:
+    def run(self, requests: Sequence[Request], on_done: Optional[Callable[[int, Outcome], None]] = None,
+            tick: Optional[Callable[[], None]] = None, tick_s: float = 10.0) -> list[Outcome]:
         """Send every request; returns their outcomes in order (never raises for a request that failed; a request
         the open breaker kept from being sent is an outcome with ``sent`` False). ``on_done(index, outcome)`` is
-        called as each completes (the response log keeps it at once)."""
-        return asyncio.run(self._run(list(requests), on_done))
+        called as each completes (the response log keeps it at once), ``tick()`` every ``tick_s`` seconds while
+        requests are out (the log writes what it holds); an error of either is logged, never the run's end."""
+        return asyncio.run(self._run(list(requests), on_done, tick, tick_s))
 
-    async def _run(self, requests: list[Request], on_done=None) -> list[Outcome]:
+    async def _run(self, requests: list[Request], on_done=None, tick=None, tick_s: float = 10.0) -> list[Outcome]:
         import aiohttp
+
+        async def ticking() -> None:
+            while True:
+                await asyncio.sleep(tick_s)
+                _safely(tick)
 
         gate = asyncio.Semaphore(self.concurrency)
         opened = asyncio.Event()
@@ -210,10 +219,15 @@ class EndpointClient:
                 except _BreakerOpen:
                     outcome = self._unsent(started)
                 if on_done is not None:
-                    on_done(index, outcome)
+                    _safely(on_done, index, outcome)
                 return outcome
 
-            return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+            ticker = asyncio.ensure_future(ticking()) if tick is not None else None
+            try:
+                return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+            finally:
+                if ticker is not None:
+                    ticker.cancel()
 
     async def _wait(self, seconds: float, opened: asyncio.Event) -> None:
         """Sleep ``seconds``, or raise :class:`_BreakerOpen` as soon as the breaker opens."""
@@ -242,10 +256,13 @@ class EndpointClient:
                 self.health.answered()
                 return result
             if kind == "prompt":  # the server answered: that prompt is refused or empty
-                self.health.answered()
+                if self.health.refused(result):  # ... or every prompt is: the endpoint's fault
+                    opened.set()
                 return self._failed(result, started, retries, server=False)
             if kind == "throttled":
                 self.health.pause(wait if wait is not None else self._backoff(rng, retries + 1))
+                if self.health.throttled():
+                    opened.set()
             elif self.health.failed(result):
                 opened.set()
             if kind == "refused" or retries >= self.cfg.max_retries:
@@ -272,9 +289,11 @@ class EndpointClient:
                 if status == 200:
                     return self._answer(raw, started, retries)
                 last = f"HTTP {status}"
+                text = " ".join(raw[:200].decode("utf-8", "replace").split())
+                if status == 429 and "insufficient_quota" in text:  # no wait brings a spent quota back
+                    return "refused", f"{last}: {text}", None
                 if status == 429:
                     return "throttled", last, retry_after(response.headers, self.cfg.max_retry_after_s)
-                text = " ".join(raw[:200].decode("utf-8", "replace").split())
                 if status in ENDPOINT_REFUSALS:
                     return "refused", f"{last}: {text}", None
                 if status < 500 and status != 408:
@@ -295,6 +314,8 @@ class EndpointClient:
         if not isinstance(payload, dict):
             shown = " ".join(raw[:60].decode("utf-8", "replace").split()) or "empty"
             return "server", f"HTTP 200 with a body that is no JSON object ({shown})", None
+        if payload.get("error") and not payload.get("choices"):  # some gateways wrap an upstream error in a 200
+            return "server", f"HTTP 200 with an error: {' '.join(str(payload['error']).split())[:150]}", None
         choices = payload.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
@@ -313,6 +334,16 @@ class EndpointClient:
     def _unsent(self, started: float) -> Outcome:
         return Outcome(text=None, reason=f"not sent: the endpoint's breaker is open ({self.health.reason})",
                        latency_s=time.monotonic() - started, server=True, sent=False)
+
+
+def _safely(call: Callable[..., None], *args: Any) -> None:
+    """``call(*args)``, an error logged instead of raised: a callback that fails (a log part that cannot be written
+    now) must not cancel the requests in flight, whose answers are paid for."""
+    try:
+        call(*args)
+    except Exception as exc:
+        log.warning("%s failed (%s: %s); the requests go on", getattr(call, "__name__", "a callback"),
+                    type(exc).__name__, " ".join(str(exc).split())[:200])
 
 
 def _count(value: Any) -> int:

@@ -13,12 +13,20 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.models.generation.served.client import EndpointClient, Outcome, Request, Secret, api_key, sampling_params
 from common.models.generation.served.health import rate_share, share
+from ray.exceptions import UserCodeException
+
 from common.platform.errors import EndpointUnreachable
 
 if TYPE_CHECKING:
     from common.models.config import EndpointConfig
 
 log = logging.getLogger(__name__)
+
+
+class EndpointDown(EndpointUnreachable, UserCodeException):
+    """The outage a pool's batch raises: an :class:`EndpointUnreachable` (exit code 6, not retried by Ray) that Ray
+    Data also takes for what it is, an error of the stage's own code (not of Ray's), and hands to the driver as it is
+    (the stage's dataset sets ``raise_original_map_exception``, so its message is not lost on the way)."""
 
 
 @dataclass(frozen=True)
@@ -89,17 +97,18 @@ class EndpointGenerator:
 
         endpoint = generator.endpoint
         self.generator, self.model_version, self.spec = generator, model_version, spec
-        self.client = EndpointClient(endpoint, sampling_params(spec), concurrency=share(endpoint.max_concurrency, actors),
+        self.client = EndpointClient(endpoint, sampling_params(spec),
+                                     concurrency=share(endpoint.max_concurrency, actors),
                                      requests_per_minute=rate_share(endpoint.requests_per_minute, actors), key=key,
                                      scope=tag)
         self.responses, self.tag = log_root(generator.path), tag
-        self.kept = AnswerIndex(log_roots(generator.path))
+        self.kept = AnswerIndex.shared(log_roots(generator.path), tag)
 
     def __call__(self, batch: dict[str, Any]):
         import pyarrow as pa
 
         from common.models.generation.formats import OUTPUT_COLUMNS, output_schema, prompt_text
-        from common.models.generation.served.log import ResponseLog, request_key
+        from common.models.generation.served.log import FLUSH_S, ResponseLog, request_key
 
         ids = [str(x) for x in batch["source_id"]]
         texts = ["" if x is None else str(x) for x in batch["source_text"]]
@@ -108,23 +117,29 @@ class EndpointGenerator:
         template = self.generator.prompt
         requests = [Request(prompt_text(template, texts[i]), k, self.spec.seed) for i in good for k in range(n)]
         cfg = self.client.cfg
-        keys = [request_key(cfg.model, cfg.api, self.client.params, r) for r in requests]
+        keys = [request_key(cfg.base_url, cfg.model, cfg.api, self.client.params, r) for r in requests]
         outcomes: list[Optional[Outcome]] = [self.kept.get(key) for key in keys]
-        todo = [j for j, o in enumerate(outcomes) if o is None]
+        todo: list[int] = []  # each missing request once, though a source may come twice in a batch
+        asked: set[str] = set()
+        for j, key in enumerate(keys):
+            if outcomes[j] is None and key not in asked:
+                asked.add(key)
+                todo.append(j)
 
         with ResponseLog(self.responses, self.tag) as responses:  # what was paid for is written on every exit
             def done(i: int, outcome: Outcome) -> None:
-                responses.add(keys[todo[i]], outcome)
                 self.kept.add(keys[todo[i]], outcome)
+                responses.add(keys[todo[i]], outcome)
 
-            sent = self.client.run([requests[j] for j in todo], on_done=done) if todo else []
+            sent = self.client.run([requests[j] for j in todo], on_done=done, tick=responses.flush,
+                                   tick_s=FLUSH_S) if todo else []
             responses.close(reused=len(requests) - len(todo))
-        for j, outcome in zip(todo, sent):
-            outcomes[j] = outcome
+        by_key = {keys[j]: outcome for j, outcome in zip(todo, sent)}
+        outcomes = [o if o is not None else by_key[key] for o, key in zip(outcomes, keys)]
         unsent = sum(not o.sent for o in sent)
         if unsent:
             answered = sum(o.ok for o in sent)
-            raise EndpointUnreachable(
+            raise EndpointDown(
                 f"{self.client.url} is down: {self.client.health.reason}; {unsent} of this batch's {len(todo)} "
                 f"requests not sent, the {answered} answered kept under {self.responses} (the run started again "
                 f"sends only the requests still missing)")
@@ -142,6 +157,18 @@ class EndpointGenerator:
                       o.completion_tokens, None) for k, o in enumerate(samples)]
         columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_COLUMNS]
         return pa.table({name: list(values) for name, values in zip(OUTPUT_COLUMNS, columns)}, schema=output_schema())
+
+
+def sending(generator_uris: Sequence[str], stage: str):
+    """The context a generation stage sends in: for served generators among ``generator_uris``, the lease of their
+    response logs (:func:`~common.models.generation.served.log.stage_lease`: a second concurrent run of the stage
+    is refused, so that the two never both pay); else nothing."""
+    import contextlib
+
+    from common.models.generation.served.log import log_root, stage_lease
+
+    served = served_generators(generator_uris)
+    return stage_lease([log_root(uri) for uri in served], stage) if served else contextlib.nullcontext()
 
 
 def failed_share_check(spark, generator_uris: Sequence[str], tag: str, stage: str):

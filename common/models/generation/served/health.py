@@ -2,12 +2,13 @@
 the pause a 429 sets for every request, and the pace of the worker's share of ``requests_per_minute``.
 
 An outage is a state of the endpoint, not of each request. Every request a worker sends to one endpoint reports to
-that endpoint's :class:`Health` (one per endpoint per process and stage run, :func:`health_of`): an answer closes the run of
-failures; a server-side failure (refused or reset connection, timeout, 5xx, 401/403/404, a 200 that is no JSON)
-lengthens it. ``breaker_failures`` of them in a row, or two or more spanning ``breaker_s`` seconds, open the breaker:
-the client then sends nothing more, fails every request still waiting as not sent, and the batch raises
-:class:`~common.platform.errors.EndpointUnreachable`. The time that takes depends on the retry backoff, the
-concurrency and the request timeout, never on how many requests are pending. After ``breaker_s`` open, the breaker
+that endpoint's :class:`Health` (one per endpoint per process and stage run, :func:`health_of`): an answer closes
+the run of failures; a server-side failure (refused or reset connection, timeout, 5xx, 401/403/404, a 200 that is no
+JSON) lengthens it. ``breaker_failures`` of them in a row, or three or more spanning ``breaker_s`` seconds, open the
+breaker (so do ``breaker_failures`` refusals of every prompt in a row, and 429s alone for longer than
+``max_retry_after_s``): the client then sends nothing more, fails every request still waiting as not sent, and the
+batch raises :class:`~common.platform.errors.EndpointUnreachable`. The time that takes depends on the retry backoff,
+the concurrency and the request timeout, never on how many requests are pending. After ``breaker_s`` open, the breaker
 lets requests try again, and one more failure opens it again (a long-lived worker recovers when the server does).
 """
 from __future__ import annotations
@@ -21,14 +22,24 @@ if TYPE_CHECKING:
 
 
 class Health:
-    """The breaker and the 429 pause of one endpoint in this process (``failures`` in a row, or two spanning
-    ``window_s`` seconds, open it; it stays open ``window_s``). Thread-safe: a process may run several clients."""
+    """The breaker and the 429 pause of one endpoint in this process, with three runs that open the breaker (it then
+    stays open ``window_s``):
 
-    def __init__(self, failures: int, window_s: float):
-        self.failures, self.window_s = failures, window_s
+    - server-side failures in a row: ``failures`` of them, or three or more spanning ``window_s`` seconds;
+    - the same endpoint refusing every prompt (a 4xx, a 200 with no text) ``failures`` times in a row with no answer
+      between: the request's parameters or the model are wrong for this server, not the prompts;
+    - 429s with no answer between them for longer than ``throttle_s`` (a spent quota answers 429 for ever).
+
+    An answer ends every run; a 429 ends the run of failures (the server is up). Thread-safe: a process may run
+    several clients."""
+
+    def __init__(self, failures: int, window_s: float, throttle_s: float = 120.0):
+        self.failures, self.window_s, self.throttle_s = failures, window_s, throttle_s
         self._lock = threading.Lock()
         self._run = 0  # server-side failures in a row
         self._first = 0.0  # when the run began (monotonic)
+        self._refused = 0  # refusals in a row
+        self._throttled: Optional[float] = None  # when the run of 429s began
         self._opened: Optional[float] = None
         self.reason = ""  # why the breaker opened, for the batch's error
         self._pause_until = 0.0
@@ -46,23 +57,48 @@ class Health:
             return None
 
     def answered(self) -> None:
-        """The endpoint answered (with text, or a refusal of that one prompt): the run of failures ends."""
+        """The endpoint answered with a text: every run ends."""
         with self._lock:
+            self._run, self._refused, self._throttled = 0, 0, None
+
+    def _open(self, reason: str) -> bool:
+        if self._opened is None:
+            self._opened, self.reason = time.monotonic(), reason
+        return True
+
+    def refused(self, reason: str) -> bool:
+        """The endpoint refused one prompt (``reason``); True when the breaker is open (every prompt refused)."""
+        with self._lock:
+            self._run, self._throttled = 0, None
+            self._refused += 1
+            if self._refused >= self.failures:
+                return self._open(f"{self._refused} prompts refused in a row with no answer between them (the "
+                                  f"request's parameters or the model are wrong for this server), the last: {reason}")
+            return self._opened is not None
+
+    def throttled(self) -> bool:
+        """A 429: the server is up (the run of failures ends); True when the breaker is open (429s only, for longer
+        than ``throttle_s``)."""
+        with self._lock:
+            now = time.monotonic()
             self._run = 0
+            self._throttled = now if self._throttled is None else self._throttled
+            if now - self._throttled > self.throttle_s:
+                return self._open(f"HTTP 429 to every request for {now - self._throttled:.0f} s with no answer (a "
+                                  f"spent quota?)")
+            return self._opened is not None
 
     def failed(self, reason: str) -> bool:
-        """A server-side failure (``reason``); True when it opened the breaker."""
+        """A server-side failure (``reason``); True when the breaker is open."""
         with self._lock:
             now = time.monotonic()
             if self._run == 0:
                 self._first = now
             self._run += 1
             span = now - self._first
-            if self._opened is None and (self._run >= self.failures or (self._run >= 2 and span >= self.window_s)):
-                self._opened = now
-                self.reason = (f"{self._run} server-side failures in a row over {span:.1f} s with no answer between "
-                               f"them, the last: {reason}")
-                return True
+            if self._run >= self.failures or (self._run >= 3 and span >= self.window_s):
+                return self._open(f"{self._run} server-side failures in a row over {span:.1f} s with no answer "
+                                  f"between them, the last: {reason}")
             return self._opened is not None
 
     def pause(self, seconds: float) -> None:
@@ -96,10 +132,10 @@ def health_of(cfg: "EndpointConfig", scope: str = "") -> Health:
     """This process's :class:`Health` of the endpoint ``cfg`` names (its URL and model) for ``scope`` (a stage run's
     tag: a warm worker that served an earlier stage starts the next one with a closed breaker), made on first use
     with the config's breaker settings."""
-    key = (cfg.base_url.rstrip("/"), cfg.model, cfg.breaker_failures, cfg.breaker_s, scope)
+    key = (cfg.base_url.rstrip("/"), cfg.model, cfg.breaker_failures, cfg.breaker_s, cfg.max_retry_after_s, scope)
     with _HEALTH_LOCK:
         if key not in _HEALTH:
-            _HEALTH[key] = Health(cfg.breaker_failures, cfg.breaker_s)
+            _HEALTH[key] = Health(cfg.breaker_failures, cfg.breaker_s, cfg.max_retry_after_s)
         return _HEALTH[key]
 
 

@@ -21,14 +21,17 @@ read with Spark.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import posixpath
+import socket
+import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 if TYPE_CHECKING:
     from common.models.generation.served.client import Outcome, Request
@@ -54,10 +57,12 @@ def schema():
     return pa.schema([(name, types[kind]) for name, kind in COLUMNS])
 
 
-def request_key(model: str, api: str, params: dict[str, Any], request: "Request") -> str:
-    """The hex SHA-256 of everything that decides ``request``'s answer: the served ``model``, the ``api`` style, the
-    sampling ``params``, the prompt, the sample index and the seed."""
-    body = json.dumps([model, api, params, request.prompt, request.sample_idx, request.seed], sort_keys=True)
+def request_key(base_url: str, model: str, api: str, params: dict[str, Any], request: "Request") -> str:
+    """The hex SHA-256 of everything that decides ``request``'s answer: the server (``base_url``: another server
+    serving a model under the same name is another model), the served ``model``, the ``api`` style, the sampling
+    ``params``, the prompt, the sample index and the seed."""
+    body = json.dumps([base_url.rstrip("/"), model, api, params, request.prompt, request.sample_idx, request.seed],
+                      sort_keys=True)
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
@@ -74,6 +79,69 @@ def log_roots(model_path: str) -> list[str]:
     return [log_root(model_path), f"{model_path.rstrip('/')}/{RESPONSES}"]
 
 
+@contextlib.contextmanager
+def stage_lease(roots: Sequence[str], stage: str) -> Iterator[None]:
+    """Hold the lease of the response logs at ``roots`` while the stage ``stage`` sends, so that two concurrent runs
+    of a stage never both pay: the second is refused at once with :class:`~common.platform.errors.StageBusy` naming
+    the holder (exit code 6; run it again when the first has ended, and it finds the first's answers). A local log's
+    lease is a ``flock`` on ``.<role>.lease`` beside it, released by the kernel when its holder dies; an S3 log's is
+    the commit lease object (:func:`~common.platform.commit_lease.s3_commit_lease`: a conditional put, broken once
+    not renewed for a minute). Other stores take no lease (documented)."""
+    from common.platform.storage import is_local, is_s3
+
+    with contextlib.ExitStack() as stack:
+        for root in sorted(dict.fromkeys(roots)):  # one order for every run: no two runs hold each half
+            if is_local(root):
+                stack.enter_context(_local_lease(root.removeprefix("file://"), stage))
+            elif is_s3(root):
+                stack.enter_context(_s3_lease(root, stage))
+        yield
+
+
+@contextlib.contextmanager
+def _local_lease(root: str, stage: str) -> Iterator[None]:
+    import fcntl
+
+    from common.platform.errors import StageBusy
+
+    parent, name = os.path.split(root.rstrip("/"))
+    os.makedirs(parent or ".", exist_ok=True)
+    path = os.path.join(parent, f".{name}.lease")
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise StageBusy(f"{stage}: another run is sending to the model server ({path} held by "
+                            f"{handle.read().strip() or 'a live process'}); this run sends nothing: run it again "
+                            f"when that one has ended") from None
+        handle.truncate(0)
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        handle.write(f"{socket.gethostname()}:{os.getpid()} since {since}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _s3_lease(root: str, stage: str) -> Iterator[None]:
+    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, s3_commit_lease
+    from common.platform.errors import StageBusy
+
+    try:
+        lease = s3_commit_lease(root, stage, LeaseSettings(wait_s=0.0, poll_s=0.1))
+        lease.__enter__()
+    except CommitLeaseTimeout as exc:
+        raise StageBusy(f"{stage}: another run is sending to the model server ({exc}); this run sends nothing: run "
+                        f"it again when that one has ended") from None
+    try:
+        yield
+    finally:
+        lease.__exit__(None, None, None)
+
+
 def _parts(root: str) -> list[str]:
     """The Parquet parts under ``root`` (any depth), as URIs of its store, oldest name first."""
     from common.platform.storage import list_files
@@ -82,6 +150,10 @@ def _parts(root: str) -> list[str]:
     paths = sorted(f.path for f in list_files(root) if f.path.endswith(".parquet")
                    and not posixpath.basename(f.path).startswith("."))
     return [prefix + p if prefix and "://" not in p else p for p in paths]
+
+
+_SHARED: dict[tuple, "AnswerIndex"] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 class AnswerIndex:
@@ -93,6 +165,18 @@ class AnswerIndex:
         self.roots = list(dict.fromkeys(roots))
         self._found: Optional[dict[str, tuple[str, int, int]]] = None
         self.unreadable: list[str] = []
+
+    @staticmethod
+    def shared(roots: Sequence[str], tag: str) -> "AnswerIndex":
+        """This process's index of ``roots`` for the stage run ``tag``: the generators of one role in a routed
+        worker read the log once between them; the next stage run reads it afresh (other workers wrote since)."""
+        key = (tuple(dict.fromkeys(roots)), tag)
+        with _SHARED_LOCK:
+            if key not in _SHARED:
+                while len(_SHARED) >= 4:  # the stage runs of a long-lived worker: the older ones go
+                    _SHARED.pop(next(iter(_SHARED)))
+                _SHARED[key] = AnswerIndex(roots)
+            return _SHARED[key]
 
     def _load(self) -> dict[str, tuple[str, int, int]]:
         import pyarrow.parquet as pq
@@ -196,9 +280,10 @@ class ResponseLog:
 
 def usage(spark, generator_uris: Sequence[str], tag: str) -> dict[str, float]:
     """What the stage run ``tag`` sent to the endpoints of the served generators at ``generator_uris``, read from
-    their response logs with Spark: HTTP requests (first tries and retries), retries, requests answered and failed
-    (``server_failed``: of those, the server's fault), answers reused from earlier runs, prompt and completion tokens
-    (the responses' ``usage``), and the latency percentiles (p50, p90, p99, seconds from a request's first try to its
+    their response logs with Spark: HTTP requests (first tries and retries), retries, requests answered and failed,
+    each request counted once however often Ray ran its batch (``server_failed``: failed for the server's fault, no
+    try answered), answers reused from earlier runs, prompt and completion tokens (the responses' ``usage``), and the
+    latency percentiles (p50, p90, p99, seconds from a request's first try to its
     answer, retries included). Empty when the stage sent nothing and reused nothing (nothing logged under ``tag``)."""
     from pyspark.sql import functions as F
 
@@ -208,25 +293,32 @@ def usage(spark, generator_uris: Sequence[str], tag: str) -> dict[str, float]:
     roots = [r for r in dict.fromkeys(roots) if exists(r)]
     if not roots:
         return {}
+    # A torn part (a writer killed on a store without atomic puts) is skipped here too, as the workers skip it.
     rows = spark.read.schema(", ".join(f"{name} {kind}" for name, kind in COLUMNS)) \
         .option("recursiveFileLookup", "true").option("pathGlobFilter", "*.parquet") \
-        .parquet(*roots).filter(F.col("tag") == tag)
-    sent = F.col("key").isNotNull()
-    failed = sent & F.col("text").isNull()
-    got = rows.agg(F.sum(sent.cast("long")).alias("sent"), F.sum("retries").alias("retries"),
-                   F.sum(failed.cast("long")).alias("failed"),
-                   F.sum((failed & F.coalesce(F.col("server"), F.lit(False))).cast("long")).alias("server_failed"),
-                   F.sum("reused").alias("reused"), F.sum("prompt_tokens").alias("prompt_tokens"),
-                   F.sum("completion_tokens").alias("completion_tokens"),
-                   F.percentile_approx(F.when(sent, F.col("latency_s")), [0.5, 0.9, 0.99], 10_000).alias("p")).first()
-    if got is None or got["sent"] is None:
+        .option("ignoreCorruptFiles", "true").parquet(*roots).filter(F.col("tag") == tag)
+    # By request: a batch Ray ran twice logs a request twice; it failed only if no try of it was answered.
+    requests = rows.filter(F.col("key").isNotNull()).groupBy("key").agg(
+        F.max(F.col("text").isNotNull().cast("int")).alias("ok"),
+        F.max(F.coalesce(F.col("server"), F.lit(False)).cast("int")).alias("server"),
+        F.max(F.when(F.col("text").isNotNull(), F.col("prompt_tokens"))).alias("prompt_tokens"),
+        F.max(F.when(F.col("text").isNotNull(), F.col("completion_tokens"))).alias("completion_tokens"))
+    got = requests.agg(F.count("*").alias("sent"), F.sum("ok").alias("answered"),
+                       F.sum(((F.col("ok") == 0) & (F.col("server") == 1)).cast("long")).alias("server_failed"),
+                       F.sum("prompt_tokens").alias("prompt_tokens"),
+                       F.sum("completion_tokens").alias("completion_tokens")).first()
+    tries = rows.agg(F.sum("retries").alias("retries"), F.sum((F.col("key").isNotNull()).cast("long")).alias("tries"),
+                     F.sum("reused").alias("reused"),
+                     F.percentile_approx(F.when(F.col("key").isNotNull(), F.col("latency_s")), [0.5, 0.9, 0.99],
+                                         10_000).alias("p")).first()
+    if got is None or not got["sent"] and not tries["reused"]:
         return {}
-    sent_n, retries = int(got["sent"] or 0), int(got["retries"] or 0)
-    out = {"endpoint.requests": sent_n + retries, "endpoint.retries": retries,
-           "endpoint.answered": sent_n - int(got["failed"] or 0), "endpoint.failed": int(got["failed"] or 0),
+    sent_n, answered, retries = int(got["sent"] or 0), int(got["answered"] or 0), int(tries["retries"] or 0)
+    out = {"endpoint.requests": int(tries["tries"] or 0) + retries, "endpoint.retries": retries,
+           "endpoint.answered": answered, "endpoint.failed": sent_n - answered,
            "endpoint.server_failed": int(got["server_failed"] or 0),
-           "endpoint.reused": int(got["reused"] or 0), "endpoint.prompt_tokens": int(got["prompt_tokens"] or 0),
+           "endpoint.reused": int(tries["reused"] or 0), "endpoint.prompt_tokens": int(got["prompt_tokens"] or 0),
            "endpoint.completion_tokens": int(got["completion_tokens"] or 0)}
-    if got["p"]:
-        out.update({f"endpoint.latency_p{q}_s": v for q, v in zip((50, 90, 99), got["p"])})
+    if tries["p"]:
+        out.update({f"endpoint.latency_p{q}_s": v for q, v in zip((50, 90, 99), tries["p"])})
     return {k: float(v) for k, v in out.items()}
