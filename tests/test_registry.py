@@ -53,6 +53,40 @@ def test_the_gate_promotes_only_a_gain_beyond_both_models_spread():
 
 
 @pytest.mark.slow
+def test_the_gate_fails_closed_when_the_registry_errs(monkeypatch, tmp_path, ctx):
+    """A registry that answers 503 (a real HTTP server on loopback, as a tracking server behind a load balancer does
+    when its backend is down): the champion lookup raises RegistryUnavailable naming the error instead of meaning
+    "no champion", so no candidate takes the alias by default. The registry's own "no such alias" and "no such
+    model" (a real SQLite registry) mean no champion. A job result holding what it could not finish makes the CLI
+    exit 7 (ship incomplete), and its summary says what."""
+    from mlflow import MlflowClient
+
+    from common.models.registry import RegistryUnavailable, champion_version, gate
+    from common.platform.cli import exit_code
+    from common.platform.job import JobResult
+    from model_server import FaultProxy
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    proxy = FaultProxy("http://127.0.0.1:9/v1", down=True)
+    try:
+        down = MlflowClient(ctx.cfg.tracking_uri, registry_uri=f"http://127.0.0.1:{proxy.port}")
+        with pytest.raises(RegistryUnavailable, match="could not say which version of m holds @champion"):
+            champion_version(down, "m", "champion")
+        with pytest.raises(RegistryUnavailable):
+            gate(ctx, down, "m", None, None)  # before any figure: the lookup decides nothing by itself
+        assert len(proxy.seen) >= 2
+    finally:
+        proxy.close()
+    local = MlflowClient(f"sqlite:///{tmp_path / 'registry.db'}")
+    assert champion_version(local, "no_such_model", "champion") is None
+    local.create_registered_model("m")
+    assert champion_version(local, "m", "champion") is None
+    result = JobResult("boostaug-evaluate", incomplete=["m v3: the registry could not say ..."])
+    assert exit_code([JobResult("a"), result]) == 7 and exit_code([JobResult("a")]) == 0
+    assert "INCOMPLETE: m v3: the registry could not say" in result.summary()
+
+
 def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_suite(small_world, tmp_path):
     import mlflow
     import pandas as pd

@@ -238,17 +238,34 @@ def task_rescore(ctx: "JobContext", evaluate: Callable[..., Mapping[str, float]]
     return lakehouse_rescore(ctx, score)
 
 
+class RegistryUnavailable(RuntimeError):
+    """The registry answered a question with an error that is not "there is no such thing" (down, a timeout, a
+    permission): the gate cannot know the champion and keeps the alias where it is."""
+
+
+def champion_version(client, name: str, alias: str):
+    """The version of ``name`` holding ``alias``, or None when the registry says there is none (no such alias, no
+    such registered model). Any other error raises :class:`RegistryUnavailable` naming it: the gate fails closed."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException as exc:
+        absent = exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND") or (
+            exc.error_code == "INVALID_PARAMETER_VALUE" and "not found" in str(exc).lower())
+        if absent:
+            return None
+        raise RegistryUnavailable(f"the registry could not say which version of {name} holds @{alias} "
+                                  f"({exc.error_code}: {' '.join(str(exc).split())[:200]})") from None
+
+
 def gate(ctx: "JobContext", client, name: str, candidate: Candidate,
          rescore: Optional[Rescore]) -> Decision:
     """The gate's decision for a new version of ``name`` holding ``candidate`` (promotion without comparison where
-    the pipeline is not gated)."""
-    from mlflow.exceptions import MlflowException
-
+    the pipeline is not gated). Raises :class:`RegistryUnavailable` when the registry cannot say who the champion
+    is: no champion is assumed from an error."""
     cfg = ctx.cfg.registry
-    try:
-        champion = client.get_model_version_by_alias(name, cfg.alias)
-    except MlflowException:
-        champion = None
+    champion = champion_version(client, name, cfg.alias)
     if champion is None:
         return decide(RULES[candidate.pipeline], candidate.measures, None)
     if candidate.pipeline not in cfg.gate:
@@ -292,7 +309,11 @@ def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
                 **table_tags(ctx, "test", candidate.test)}
         version = client.create_model_version(name, info.model_uri, run_id=tr.run_id, tags=tags,
                                               model_id=info.model_id)
-        decision = gate(ctx, client, name, candidate, candidate.rescore or rescore)
+        try:
+            decision = gate(ctx, client, name, candidate, candidate.rescore or rescore)
+        except RegistryUnavailable as exc:  # fail closed: the alias stays, and the run says the ship is incomplete
+            decision = Decision(False, f"{exc}: the alias stays")
+            tr.result.incomplete.append(f"{name} v{version.version}: {exc}")
         if decision.promote:
             client.set_registered_model_alias(name, cfg.alias, version.version)
         client.set_model_version_tag(name, version.version, "gate.decision", "promoted" if decision.promote else "kept")
@@ -326,9 +347,10 @@ def registry_lines(ctx: "JobContext") -> list[str]:
         rule = RULES.get(model.name[len(cfg.name_prefix):].split("_")[0])
         versions = sorted(client.search_model_versions(f"name = '{model.name}'"), key=lambda v: int(v.version))
         try:
-            champion = client.get_model_version_by_alias(model.name, cfg.alias)
-        except MlflowException:
-            champion = None
+            champion = champion_version(client, model.name, cfg.alias)
+        except RegistryUnavailable as exc:
+            lines.append(f"{model.name}: {exc}")
+            continue
         line = f"{model.name}: " + (f"@{cfg.alias} v{champion.version}" if champion else f"no @{cfg.alias}")
         measure = measures_of(champion.tags).get(rule.metric) if champion and rule else None
         if measure:

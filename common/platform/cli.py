@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.platform.config_loader import ConfigError
-from common.platform.errors import USER_ERRORS, interruption, one_line, user_error
+from common.platform.errors import SHIP_INCOMPLETE, USER_ERRORS, interruption, one_line, user_error
 
 if TYPE_CHECKING:
     from common.platform.pipeline import JobRegistry
@@ -138,6 +138,11 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
             print(result.summary())
         print()
         print(format_tables(ctx.lakehouse.tables()))
+        code = exit_code(results)
+        if code:
+            print(f"augment: ship incomplete: {one_line('; '.join(i for r in results for i in r.incomplete))}",
+                  file=sys.stderr)
+            return code
     except Exception as exc:
         # A bad config or input is the user's to fix, an outage the operator's: one line naming the file/key,
         # column and row, or the dependency (the job's MLflow run has already ended FAILED), found inside a Ray
@@ -155,6 +160,12 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
     finally:
         ctx.close()
     return 0
+
+
+def exit_code(results) -> int:
+    """0 for job results that finished everything, :data:`~common.platform.errors.SHIP_INCOMPLETE` when any holds
+    something it could not finish (``JobResult.incomplete``)."""
+    return SHIP_INCOMPLETE if any(r.incomplete for r in results) else 0
 
 
 def _user_error(exc: BaseException) -> int:

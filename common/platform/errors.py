@@ -94,6 +94,11 @@ class RetriedByRay(Exception, metaclass=_RetriedByRayMeta):
     wrapped). Sending an outage's batch again would only wait for the same outage, and repeat it per retry."""
 
 
+# The exit code of a run whose work is done but whose ship is not: a model version the gate could not judge because the
+# registry erred (its alias kept where it was). Retryable once the registry answers.
+SHIP_INCOMPLETE = 7
+
+
 _pending: list[BaseException] = []
 _pending_lock = threading.Lock()
 

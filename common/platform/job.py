@@ -43,15 +43,20 @@ class JobResult:
     run_id: Optional[str] = None
     # Lines the job adds to its summary (a registered model version and its gate's decision).
     notes: list[str] = field(default_factory=list)
+    # What the job could not finish though its work is done (a model the gate could not judge because the registry
+    # erred): the CLI exits with SHIP_INCOMPLETE (7) so that a scheduler notices.
+    incomplete: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        """One line per output table (name, version, and whether it was new), then the job's notes."""
+        """One line per output table (name, version, and whether it was new), then the job's notes and what it could
+        not finish."""
         lines = [f"{self.job}:"]
         for name, res in self.outputs.items():
             state = "unchanged (same config and inputs)" if res.skipped else "new version"
             rows = "" if res.num_rows is None else f", {res.num_rows} rows"
             lines.append(f"  {name} v{res.version}{rows} - {state}")
-        return "\n".join(lines + [f"  {note}" for note in self.notes])
+        return "\n".join(lines + [f"  {note}" for note in self.notes]
+                         + [f"  INCOMPLETE: {line}" for line in self.incomplete])
 
 
 @dataclass
