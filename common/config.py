@@ -38,6 +38,11 @@ class AppConfig(BaseConfig):
     compositional: CompositionalConfig = field(default_factory=CompositionalConfig)
     registry: RegistryConfig = field(default_factory=RegistryConfig)
 
+    def __post_init__(self) -> None:
+        # A section alone cannot see where its models go: the registry's names are checked against the tracking
+        # section's registry here, at load, rather than by the first registration hours into a run.
+        self.registry.check_names(self.tracking.registry_uri, self.tracking.uri)
+
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:
     """Load ``path`` (default: ``$AUGMENT_CONF``, else ``conf/local.yaml`` when present, else the built-in

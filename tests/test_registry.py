@@ -87,6 +87,35 @@ def test_the_gate_fails_closed_when_the_registry_errs(monkeypatch, tmp_path, ctx
     assert "INCOMPLETE: m v3: the registry could not say" in result.summary()
 
 
+def test_unity_catalog_names_are_checked_at_load_and_an_unpinnable_requirement_is_an_error():
+    """On Unity Catalog (registry_uri databricks-uc, or a Databricks tracking URI with none) the name prefix must be
+    '<catalog>.<schema>.': a config error naming the key at load. A requirement not installed as a distribution is
+    an error naming it, not an unpinned line."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from common.config import load_config
+    from common.models.pyfunc_model import requirements
+    from common.platform.config_loader import ConfigError
+
+    repo = Path(__file__).resolve().parents[1]
+    assert load_config(repo / "conf" / "databricks.yaml").registry.name_prefix == "main.augment."
+    for overrides in (["tracking.registry_uri=databricks-uc"], ["tracking.uri=databricks"],
+                      ["tracking.registry_uri=databricks-uc", "registry.name_prefix=main.aug-ment."]):
+        with pytest.raises(ConfigError, match="registry.name_prefix.*no Unity Catalog name"):
+            load_config(None, overrides)
+    load_config(None, ["tracking.registry_uri=databricks-uc", "registry.name_prefix=main.augment."])
+    load_config(None, ["tracking.uri=databricks", "registry.pipelines=[]"])  # nothing registers: no names
+
+    def without_fasttext(name: str) -> str:
+        if name == "fasttext-numpy2":
+            raise PackageNotFoundError(name)
+        return version(name)
+
+    with pytest.raises(RuntimeError, match="requirement fasttext-numpy2 cannot be pinned"):
+        requirements("hft", without_fasttext)
+    assert all("==" in line for line in requirements("hft"))
+
+
 def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_suite(small_world, tmp_path):
     import mlflow
     import pandas as pd

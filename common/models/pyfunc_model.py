@@ -9,7 +9,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 # The top-level name the model's copy of common/pyfunc has (distinct from the suite's own package names, so a
 # serving process that also has the suite installed loads the model's copy).
@@ -38,9 +38,11 @@ def signature(kind: str):
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 
-def requirements(kind: str) -> list[str]:
-    """The loader's pip requirements for a classifier ``kind``, pinned to this environment's versions (less a local
-    version label such as ``+cpu``; unpinned where one is not installed as that distribution)."""
+def requirements(kind: str, installed: Optional[Callable[[str], str]] = None) -> list[str]:
+    """The loader's pip requirements for a classifier ``kind``, pinned to this environment's versions (``installed``:
+    a distribution's version, importlib's by default; less a local version label such as ``+cpu``). Raises
+    RuntimeError naming the package where one is not installed as that distribution: an unpinned requirement would
+    let a serving environment resolve another version than the one the model was trained and tested with."""
     from importlib.metadata import PackageNotFoundError, version
 
     from common.pyfunc.loader import ENCODER_KINDS
@@ -48,9 +50,11 @@ def requirements(kind: str) -> list[str]:
     pinned = []
     for name in REQUIREMENTS + (ENCODER_REQUIREMENTS if kind in ENCODER_KINDS else ()):
         try:
-            pinned.append(f"{name}=={version(name).split('+')[0]}")
+            pinned.append(f"{name}=={(installed or version)(name).split('+')[0]}")
         except PackageNotFoundError:
-            pinned.append(name)
+            raise RuntimeError(f"the {kind} classifier's requirement {name} cannot be pinned: no distribution named "
+                               f"{name} is installed here (pip install {name}, or install the suite with its "
+                               "extras); the model is not logged with an unpinned requirement") from None
     return pinned
 
 

@@ -3,8 +3,9 @@ they are named, and the gate that moves the alias (:mod:`common.models.registry`
 Where the registry is, is the platform's ``tracking.registry_uri``."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Optional
 
 from common.platform.config import check
 
@@ -45,6 +46,20 @@ class RegistryConfig:
             check(not unknown, key, f"unknown names {unknown}; known: {', '.join(known)}")
         check(bool(self.alias) and self.alias.replace("_", "").replace("-", "").isalnum(), "registry.alias",
               "must be a word (letters, digits, _ and -)")
+
+    def check_names(self, registry_uri: Optional[str], tracking_uri: Optional[str]) -> None:
+        """On Unity Catalog (``registry_uri`` ``databricks-uc``, or none with a Databricks ``tracking_uri``, whose
+        default registry it is), ``name_prefix`` must make three-level names, ``<catalog>.<schema>.``, each part of
+        the characters Unity Catalog takes unquoted (letters, digits, underscores); raises ConfigError naming the key
+        otherwise."""
+        uri = registry_uri if registry_uri is not None else \
+            ("databricks-uc" if (tracking_uri or "").startswith("databricks") else "")
+        if not self.pipelines or not uri.startswith("databricks-uc"):
+            return
+        check(re.fullmatch(r"[A-Za-z0-9_]+\.[A-Za-z0-9_]+\.", self.name_prefix) is not None, "registry.name_prefix",
+              f"{self.name_prefix!r} makes no Unity Catalog name: on {uri} a registered model is "
+              "<catalog>.<schema>.<model>, so the prefix is '<catalog>.<schema>.' (letters, digits, underscores), "
+              "e.g. 'main.catalog_augment.'")
 
     def ships(self, pipeline: str, model: str = "fasttext") -> bool:
         """Whether ``pipeline``'s ``model`` classifiers (a kind of its eval.models) are logged and registered."""
