@@ -113,13 +113,23 @@ def test_malformed_answers_are_failures_with_their_reason_never_an_exception(tmp
 
 
 def test_an_endpoint_that_refuses_every_prompt_or_has_no_quota_is_down_not_a_version_of_nothing(tmp_path):
-    """A server answering 400 to every request (a parameter it does not take): after 8 refusals in a row with no
-    answer between them the batch raises, instead of quarantining every row into a version of nothing. A 429 that
-    says the quota is spent is not waited for: it counts as the endpoint's refusal."""
+    """A server answering 400 to every request (a parameter it does not take): after 8 different prompts refused and
+    none answered the batch raises, instead of quarantining every row into a version of nothing. Once anything was
+    answered (or found answered in the log), refusals are the prompts' own and never open the breaker; 429s are no
+    failures. A 429 that says the quota is spent is not waited for: it counts as the endpoint's refusal."""
+    from common.models.generation.served.health import Health
+
+    answered, vouched = Health(8, 30.0), Health(8, 30.0)
+    answered.answered()
+    vouched.vouched()
+    assert not any(h.refused("HTTP 400", f"p{i}") for h in (answered, vouched) for i in range(20))
+    fresh = Health(8, 30.0)
+    assert not any(fresh.refused("HTTP 400", "the same prompt") for _ in range(20))  # one over-long source
+    assert not any(fresh.throttled() for _ in range(20)) and not fresh.failed("HTTP 503")
     proxy = FaultProxy("http://127.0.0.1:9/v1", status=400)
     try:
         folder = served_generator(tmp_path / "endpoint_refuse-1", EndpointConfig(base_url=proxy.base, model="m"))
-        with pytest.raises(EndpointDown, match="8 prompts refused in a row .* HTTP 400"):
+        with pytest.raises(EndpointDown, match="8 different prompts refused and none answered .* HTTP 400"):
             _engine(folder)(_batch(100))
         assert len(proxy.seen) <= 8 + 8  # the breaker's 8, and what was in flight
     finally:

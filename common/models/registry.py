@@ -244,19 +244,28 @@ class RegistryUnavailable(RuntimeError):
 
 
 def champion_version(client, name: str, alias: str):
-    """The version of ``name`` holding ``alias``, or None when the registry says there is none (no such alias, no
-    such registered model). Any other error raises :class:`RegistryUnavailable` naming it: the gate fails closed."""
+    """The version of ``name`` holding ``alias``, or None when the registry says there is none: the registered model
+    does not exist, or its aliases (read as a fact, not inferred from an error's wording) do not hold ``alias``. Any
+    other error raises :class:`RegistryUnavailable` naming it: the gate fails closed."""
     from mlflow.exceptions import MlflowException
 
+    def unavailable(exc: MlflowException) -> RegistryUnavailable:
+        return RegistryUnavailable(f"the registry could not say which version of {name} holds @{alias} "
+                                   f"({exc.error_code}: {' '.join(str(exc).split())[:200]})")
+
     try:
-        return client.get_model_version_by_alias(name, alias)
+        model = client.get_registered_model(name)
     except MlflowException as exc:
-        absent = exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND") or (
-            exc.error_code == "INVALID_PARAMETER_VALUE" and "not found" in str(exc).lower())
-        if absent:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND"):
             return None
-        raise RegistryUnavailable(f"the registry could not say which version of {name} holds @{alias} "
-                                  f"({exc.error_code}: {' '.join(str(exc).split())[:200]})") from None
+        raise unavailable(exc) from None
+    aliases = model.aliases or {}
+    if alias not in aliases:
+        return None
+    try:
+        return client.get_model_version(name, str(aliases[alias]))
+    except MlflowException as exc:
+        raise unavailable(exc) from None
 
 
 def gate(ctx: "JobContext", client, name: str, candidate: Candidate,
@@ -309,14 +318,18 @@ def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
                 **table_tags(ctx, "test", candidate.test)}
         version = client.create_model_version(name, info.model_uri, run_id=tr.run_id, tags=tags,
                                               model_id=info.model_id)
+        undecided = False
         try:
             decision = gate(ctx, client, name, candidate, candidate.rescore or rescore)
         except RegistryUnavailable as exc:  # fail closed: the alias stays, and the run says the ship is incomplete
-            decision = Decision(False, f"{exc}: the alias stays")
+            decision, undecided = Decision(False, f"{exc}: the alias stays"), True
             tr.result.incomplete.append(f"{name} v{version.version}: {exc}")
         if decision.promote:
             client.set_registered_model_alias(name, cfg.alias, version.version)
-        client.set_model_version_tag(name, version.version, "gate.decision", "promoted" if decision.promote else "kept")
+        # "undecided", not "kept": the gate never judged this version (the registry erred), and nothing may read the
+        # tag as a verdict.
+        verdict = "promoted" if decision.promote else "undecided" if undecided else "kept"
+        client.set_model_version_tag(name, version.version, "gate.decision", verdict)
         client.set_model_version_tag(name, version.version, "gate.reason", decision.reason)
         shipped = Shipped(name, str(version.version), info.model_uri, decision.promote, decision.reason)
         log.info("%s", shipped.line(cfg.alias))

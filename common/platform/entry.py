@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Callable, Optional, Sequence
 
 from common.platform.config import BaseConfig
@@ -60,6 +61,11 @@ def job_main(name: str, run: Callable[[JobContext], JobResult], argv: Optional[S
     finally:
         ctx.close()
     print(result.summary())
+    if result.incomplete:  # spark-submit jobs/<module>.py says it as the CLI does: exit code 7
+        from common.platform.errors import SHIP_INCOMPLETE, one_line
+
+        print(f"augment: ship incomplete: {one_line('; '.join(result.incomplete))}", file=sys.stderr)
+        raise SystemExit(SHIP_INCOMPLETE)
     return result
 
 

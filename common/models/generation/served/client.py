@@ -8,7 +8,9 @@ stage's workers share the endpoint's ``max_concurrency`` and rate by dividing th
 with the response's ``usage`` and the latency, or the reason it failed, and whether the fault was the server's.
 
 - HTTP 429 pauses every request of this worker to the endpoint for what ``Retry-After`` (seconds or an HTTP date) or
-  ``retry-after-ms`` says (else the backoff), at most ``max_retry_after_s``, then retries;
+  ``retry-after-ms`` says (else the backoff), at most ``max_retry_after_s``, then retries (a 429 is no failure and
+  uses none of ``max_retries``; 429s alone for three times that cap open the breaker; ``insufficient_quota`` is the
+  endpoint's refusal);
 - a server-side failure (5xx, 408, a timeout, a refused or reset connection, a 200 whose body is no JSON) retries
   after an exponential backoff with a seeded jitter, up to ``max_retries`` times; 401, 403 and 404 (the key, the URL
   or the model is wrong: no retry helps) fail at once; all of them count towards the endpoint's breaker
@@ -201,10 +203,12 @@ class EndpointClient:
     async def _run(self, requests: list[Request], on_done=None, tick=None, tick_s: float = 10.0) -> list[Outcome]:
         import aiohttp
 
+        loop = asyncio.get_running_loop()
+
         async def ticking() -> None:
             while True:
                 await asyncio.sleep(tick_s)
-                _safely(tick)
+                await loop.run_in_executor(None, _safely, tick)
 
         gate = asyncio.Semaphore(self.concurrency)
         opened = asyncio.Event()
@@ -218,8 +222,8 @@ class EndpointClient:
                         outcome = await self._send(session, request, opened, started)
                 except _BreakerOpen:
                     outcome = self._unsent(started)
-                if on_done is not None:
-                    _safely(on_done, index, outcome)
+                if on_done is not None:  # (a log write off the event loop: a slow put stalls no other request)
+                    await loop.run_in_executor(None, _safely, on_done, index, outcome)
                 return outcome
 
             ticker = asyncio.ensure_future(ticking()) if tick is not None else None
@@ -243,7 +247,7 @@ class EndpointClient:
 
     async def _send(self, session, request: Request, opened: asyncio.Event, started: float) -> Outcome:
         rng = random.Random(request.request_seed())
-        retries = 0
+        retries = throttles = 0
         body = json.dumps(self.body(request))
         while True:
             if self.health.blocked() is not None:
@@ -251,27 +255,30 @@ class EndpointClient:
             await self._wait(self.health.paused_for(), opened)  # a 429 pauses every request to the endpoint
             await self._wait(self.health.start_delay(self.requests_per_minute), opened)
             self.stats["requests"] += 1
-            kind, result, wait = await self._try(session, body, started, retries)
+            kind, result, wait = await self._try(session, body, started, retries + throttles)
             if kind == "ok":
                 self.health.answered()
                 return result
             if kind == "prompt":  # the server answered: that prompt is refused or empty
-                if self.health.refused(result):  # ... or every prompt is: the endpoint's fault
+                if self.health.refused(result, request.prompt):  # ... or every prompt is: the endpoint's fault
                     opened.set()
-                return self._failed(result, started, retries, server=False)
-            if kind == "throttled":
-                self.health.pause(wait if wait is not None else self._backoff(rng, retries + 1))
+                return self._failed(result, started, retries + throttles, server=False)
+            if kind == "throttled":  # not a failure: wait as asked (jittered, so the waiters do not wake as one)
+                self.health.pause(wait if wait is not None else self._backoff(rng, throttles + 1))
+                throttles += 1
+                self.stats["retries"] += 1
                 if self.health.throttled():
                     opened.set()
-            elif self.health.failed(result):
+                await self._wait(self.health.paused_for() * (1 + 0.1 * rng.random()), opened)
+                continue
+            if self.health.failed(result):
                 opened.set()
             if kind == "refused" or retries >= self.cfg.max_retries:
                 return self._failed(result if kind == "refused" else f"{result} after {retries} retries", started,
-                                    retries, server=True)
+                                    retries + throttles, server=True)
             retries += 1
             self.stats["retries"] += 1
-            if kind != "throttled":
-                await self._wait(self._backoff(rng, retries), opened)
+            await self._wait(self._backoff(rng, retries), opened)
 
     @staticmethod
     def _backoff(rng: random.Random, retry: int) -> float:

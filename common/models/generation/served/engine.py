@@ -93,7 +93,7 @@ class EndpointGenerator:
 
     def __init__(self, generator: ServedGenerator, model_version: str, spec, actors: int = 1, tag: str = "",
                  key: Optional[Secret] = None):
-        from common.models.generation.served.log import AnswerIndex, log_root, log_roots
+        from common.models.generation.served.log import RESPONSES, AnswerIndex, log_root
 
         endpoint = generator.endpoint
         self.generator, self.model_version, self.spec = generator, model_version, spec
@@ -102,7 +102,7 @@ class EndpointGenerator:
                                      requests_per_minute=rate_share(endpoint.requests_per_minute, actors), key=key,
                                      scope=tag)
         self.responses, self.tag = log_root(generator.path), tag
-        self.kept = AnswerIndex.shared(log_roots(generator.path), tag)
+        self.kept = AnswerIndex.shared(self.responses, tag).include(f"{generator.path}/{RESPONSES}")
 
     def __call__(self, batch: dict[str, Any]):
         import pyarrow as pa
@@ -126,13 +126,12 @@ class EndpointGenerator:
                 asked.add(key)
                 todo.append(j)
 
-        with ResponseLog(self.responses, self.tag) as responses:  # what was paid for is written on every exit
-            def done(i: int, outcome: Outcome) -> None:
-                self.kept.add(keys[todo[i]], outcome)
-                responses.add(keys[todo[i]], outcome)
-
-            sent = self.client.run([requests[j] for j in todo], on_done=done, tick=responses.flush,
-                                   tick_s=FLUSH_S) if todo else []
+        if len(todo) < len(requests):  # answers of this stage in the log: the endpoint took these parameters
+            self.client.health.vouched()
+        # What was paid for is written on every exit, and joins the index once written.
+        with ResponseLog(self.responses, self.tag, self.kept) as responses:
+            sent = self.client.run([requests[j] for j in todo], on_done=lambda i, o: responses.add(keys[todo[i]], o),
+                                   tick=responses.flush, tick_s=FLUSH_S) if todo else []
             responses.close(reused=len(requests) - len(todo))
         by_key = {keys[j]: outcome for j, outcome in zip(todo, sent)}
         outcomes = [o if o is not None else by_key[key] for o, key in zip(outcomes, keys)]

@@ -5,11 +5,12 @@ An outage is a state of the endpoint, not of each request. Every request a worke
 that endpoint's :class:`Health` (one per endpoint per process and stage run, :func:`health_of`): an answer closes
 the run of failures; a server-side failure (refused or reset connection, timeout, 5xx, 401/403/404, a 200 that is no
 JSON) lengthens it. ``breaker_failures`` of them in a row, or three or more spanning ``breaker_s`` seconds, open the
-breaker (so do ``breaker_failures`` refusals of every prompt in a row, and 429s alone for longer than
-``max_retry_after_s``): the client then sends nothing more, fails every request still waiting as not sent, and the
-batch raises :class:`~common.platform.errors.EndpointUnreachable`. The time that takes depends on the retry backoff,
-the concurrency and the request timeout, never on how many requests are pending. After ``breaker_s`` open, the breaker
-lets requests try again, and one more failure opens it again (a long-lived worker recovers when the server does).
+breaker (so do ``breaker_failures`` different prompts refused before any answer, and 429s alone for longer than
+three times ``max_retry_after_s``): the client then sends nothing more, fails every request still waiting as not
+sent, and the batch raises :class:`~common.platform.errors.EndpointUnreachable`. The time that takes depends on the
+retry backoff, the concurrency and the request timeout, never on how many requests are pending. After
+``breaker_s`` open, the breaker lets requests try again, and one more failure opens it again (a long-lived worker
+recovers when the server does).
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ class Health:
     stays open ``window_s``):
 
     - server-side failures in a row: ``failures`` of them, or three or more spanning ``window_s`` seconds;
-    - the same endpoint refusing every prompt (a 4xx, a 200 with no text) ``failures`` times in a row with no answer
-      between: the request's parameters or the model are wrong for this server, not the prompts;
+    - ``failures`` different prompts refused (a 4xx, a 200 with no text) before the stage run's first answer: the
+      request's parameters or the model are wrong for this server, not the prompts;
     - 429s with no answer between them for longer than ``throttle_s`` (a spent quota answers 429 for ever).
 
     An answer ends every run; a 429 ends the run of failures (the server is up). Thread-safe: a process may run
@@ -38,7 +39,8 @@ class Health:
         self._lock = threading.Lock()
         self._run = 0  # server-side failures in a row
         self._first = 0.0  # when the run began (monotonic)
-        self._refused = 0  # refusals in a row
+        self._refused_prompts: set[str] = set()  # prompts refused before any answer
+        self._answered_once = False
         self._throttled: Optional[float] = None  # when the run of 429s began
         self._opened: Optional[float] = None
         self.reason = ""  # why the breaker opened, for the batch's error
@@ -59,21 +61,31 @@ class Health:
     def answered(self) -> None:
         """The endpoint answered with a text: every run ends."""
         with self._lock:
-            self._run, self._refused, self._throttled = 0, 0, None
+            self._run, self._throttled, self._answered_once = 0, None, True
 
     def _open(self, reason: str) -> bool:
         if self._opened is None:
             self._opened, self.reason = time.monotonic(), reason
         return True
 
-    def refused(self, reason: str) -> bool:
-        """The endpoint refused one prompt (``reason``); True when the breaker is open (every prompt refused)."""
+    def vouched(self) -> None:
+        """The endpoint answered this stage's requests before (answers found in the log): refusals are the prompts'."""
+        with self._lock:
+            self._answered_once = True
+
+    def refused(self, reason: str, prompt: str) -> bool:
+        """The endpoint refused ``prompt`` (``reason``); True when the breaker is open: ``failures`` distinct prompts
+        refused while this stage run has had no answer at all (the endpoint takes none of them: its parameters or
+        model are wrong for this server). Once anything was answered, refusals are the prompts' own: an over-long
+        source with many samples, or a rerun's batch of the refused ones, never opens it."""
         with self._lock:
             self._run, self._throttled = 0, None
-            self._refused += 1
-            if self._refused >= self.failures:
-                return self._open(f"{self._refused} prompts refused in a row with no answer between them (the "
-                                  f"request's parameters or the model are wrong for this server), the last: {reason}")
+            if not self._answered_once:
+                self._refused_prompts.add(prompt)
+                if len(self._refused_prompts) >= self.failures:
+                    return self._open(f"{len(self._refused_prompts)} different prompts refused and none answered "
+                                      f"(the request's parameters or the model are wrong for this server), the last: "
+                                      f"{reason}")
             return self._opened is not None
 
     def throttled(self) -> bool:
@@ -135,7 +147,9 @@ def health_of(cfg: "EndpointConfig", scope: str = "") -> Health:
     key = (cfg.base_url.rstrip("/"), cfg.model, cfg.breaker_failures, cfg.breaker_s, cfg.max_retry_after_s, scope)
     with _HEALTH_LOCK:
         if key not in _HEALTH:
-            _HEALTH[key] = Health(cfg.breaker_failures, cfg.breaker_s, cfg.max_retry_after_s)
+            # 429s alone for three times the longest wait a 429 may ask: a throttled server that asks for the cap
+            # twice is busy, not gone.
+            _HEALTH[key] = Health(cfg.breaker_failures, cfg.breaker_s, 3 * cfg.max_retry_after_s)
         return _HEALTH[key]
 
 

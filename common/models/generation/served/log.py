@@ -31,6 +31,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 if TYPE_CHECKING:
@@ -152,82 +153,101 @@ def _parts(root: str) -> list[str]:
     return [prefix + p if prefix and "://" not in p else p for p in paths]
 
 
-_SHARED: dict[tuple, "AnswerIndex"] = {}
+_SHARED: "OrderedDict[tuple, AnswerIndex]" = OrderedDict()
 _SHARED_LOCK = threading.Lock()
 
 
 class AnswerIndex:
-    """Every answer kept under ``roots`` (:func:`log_roots`), by request key: read once per worker (the first time
-    it is asked), then kept up to date with the answers this worker gets. A part that cannot be read is reported
-    and skipped: its requests are sent again."""
+    """Every answer kept in the log at ``root`` (and the folders :meth:`include` adds), by request key: read once per
+    worker and stage run (the first time it is asked), then kept up to date with the answers this worker's log
+    writes (only once they are written: a batch Ray runs again here finds them, and nothing unwritten passes for
+    kept). A part that cannot be read is reported and skipped: its requests are sent again."""
 
-    def __init__(self, roots: Sequence[str]):
-        self.roots = list(dict.fromkeys(roots))
+    def __init__(self, root: str):
+        self.roots = [root]
         self._found: Optional[dict[str, tuple[str, int, int]]] = None
+        self._lock = threading.Lock()
         self.unreadable: list[str] = []
 
     @staticmethod
-    def shared(roots: Sequence[str], tag: str) -> "AnswerIndex":
-        """This process's index of ``roots`` for the stage run ``tag``: the generators of one role in a routed
-        worker read the log once between them; the next stage run reads it afresh (other workers wrote since)."""
-        key = (tuple(dict.fromkeys(roots)), tag)
+    def shared(root: str, tag: str) -> "AnswerIndex":
+        """This process's index of the role's log at ``root`` for the stage run ``tag``: the generators of one role
+        in a routed worker read it once between them; the next stage run reads it afresh (other workers wrote
+        since). The most recently used 8 are kept."""
+        key = (root, tag)
         with _SHARED_LOCK:
-            if key not in _SHARED:
-                while len(_SHARED) >= 4:  # the stage runs of a long-lived worker: the older ones go
-                    _SHARED.pop(next(iter(_SHARED)))
-                _SHARED[key] = AnswerIndex(roots)
+            if key in _SHARED:
+                _SHARED.move_to_end(key)
+            else:
+                while len(_SHARED) >= 8:
+                    _SHARED.popitem(last=False)
+                _SHARED[key] = AnswerIndex(root)
             return _SHARED[key]
 
-    def _load(self) -> dict[str, tuple[str, int, int]]:
+    def include(self, root: str) -> "AnswerIndex":
+        """Read ``root`` too (a generator folder's own log of an earlier release); returns the index."""
+        with self._lock:
+            if root not in self.roots:
+                self.roots.append(root)
+                if self._found is not None:
+                    self._read(root, self._found)
+        return self
+
+    def _read(self, root: str, found: dict[str, tuple[str, int, int]]) -> None:
         import pyarrow.parquet as pq
 
         from common.platform.storage import filesystem
 
-        found: dict[str, tuple[str, int, int]] = {}
-        for root in self.roots:
-            for part in _parts(root):
-                fs, path = filesystem(part)
-                try:
-                    table = pq.read_table(path, filesystem=fs, columns=["key", "text", "prompt_tokens",
-                                                                        "completion_tokens"])
-                except Exception as exc:  # a torn or foreign file: report it, send its requests again
-                    self.unreadable.append(part)
-                    log.warning("response log part %s cannot be read (%s): its requests are sent again", part,
-                                " ".join(str(exc).split())[:200])
-                    continue
-                for key, text, prompt, completion in zip(*(table.column(c).to_pylist() for c in table.column_names)):
-                    if key is not None and text is not None and key not in found:
-                        found[key] = (text, prompt or 0, completion or 0)
-        return found
+        for part in _parts(root):
+            fs, path = filesystem(part)
+            try:
+                table = pq.read_table(path, filesystem=fs,
+                                      columns=["key", "text", "prompt_tokens", "completion_tokens"])
+            except Exception as exc:  # a torn or foreign file: report it, send its requests again
+                self.unreadable.append(part)
+                log.warning("response log part %s cannot be read (%s): its requests are sent again", part,
+                            " ".join(str(exc).split())[:200])
+                continue
+            for key, text, prompt, completion in zip(*(table.column(c).to_pylist() for c in table.column_names)):
+                if key is not None and text is not None and key not in found:
+                    found[key] = (text, prompt or 0, completion or 0)
+
+    def _index(self) -> dict[str, tuple[str, int, int]]:
+        with self._lock:
+            if self._found is None:
+                found: dict[str, tuple[str, int, int]] = {}
+                for root in self.roots:
+                    self._read(root, found)
+                self._found = found
+            return self._found
 
     def get(self, key: str) -> Optional["Outcome"]:
         """The kept answer of the request ``key`` (a request answered twice keeps its first answer), or None."""
         from common.models.generation.served.client import Outcome
 
-        if self._found is None:
-            self._found = self._load()
-        hit = self._found.get(key)
+        hit = self._index().get(key)
         return None if hit is None else Outcome(text=hit[0], reason=None, prompt_tokens=hit[1],
                                                 completion_tokens=hit[2])
 
-    def add(self, key: str, outcome: "Outcome") -> None:
-        """Remember an answer this worker just got (a batch retried here finds it)."""
-        if outcome.ok:
-            if self._found is None:
-                self._found = self._load()
-            self._found.setdefault(key, (outcome.text, outcome.prompt_tokens, outcome.completion_tokens))
+    def written(self, key: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """An answer the log has just written."""
+        index = self._index()
+        with self._lock:
+            index.setdefault(key, (text, prompt_tokens, completion_tokens))
 
 
 class ResponseLog:
     """The outcomes one batch appends to the log at ``root`` (a path or an object-store URI), written by the stage
     run ``tag``: :meth:`add` buffers an outcome and writes a part every :data:`FLUSH_EVERY` of them or
     :data:`FLUSH_S` seconds; :meth:`close` writes the rest and the batch's summary. Use it as a context manager: what
-    is buffered is written on every exit, an exception's included."""
+    is buffered is written on every exit, an exception's included. Each answer written goes to ``index`` (an
+    :class:`AnswerIndex`). Thread-safe: the client writes from its executor's threads."""
 
-    def __init__(self, root: str, tag: str):
-        self.folder, self.tag = root, tag
+    def __init__(self, root: str, tag: str, index: Optional[AnswerIndex] = None):
+        self.folder, self.tag, self.index = root, tag, index
         self._rows: list[dict[str, Any]] = []
         self._last = time.monotonic()
+        self._lock = threading.RLock()
 
     def __enter__(self) -> "ResponseLog":
         return self
@@ -239,6 +259,10 @@ class ResponseLog:
         """Buffer ``outcome`` of request ``key`` (a request the breaker kept from being sent is not logged)."""
         if not outcome.sent:
             return
+        with self._lock:
+            self._add(key, outcome)
+
+    def _add(self, key: str, outcome: "Outcome") -> None:
         self._rows.append({"key": key, "text": outcome.text, "reason": outcome.reason,
                            "prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
                            "latency_s": outcome.latency_s, "retries": outcome.retries, "reused": None,
@@ -248,24 +272,35 @@ class ResponseLog:
 
     def close(self, reused: int) -> None:
         """Write what is buffered and the batch's summary row (``reused`` answers taken from the log)."""
-        self._rows.append({"key": None, "text": None, "reason": None, "prompt_tokens": 0, "completion_tokens": 0,
-                           "latency_s": None, "retries": 0, "reused": reused, "server": None})
-        self.flush()
+        with self._lock:
+            self._rows.append({"key": None, "text": None, "reason": None, "prompt_tokens": 0, "completion_tokens": 0,
+                               "latency_s": None, "retries": 0, "reused": reused, "server": None})
+            self.flush()
 
     def flush(self) -> None:
         """Write the buffered rows as one Parquet part (locally through a temporary name, so a killed writer leaves
         no half file that a reader would take for a part; an object store's put is atomic)."""
         import pyarrow as pa
+
+        with self._lock:
+            self._last = time.monotonic()
+            if not self._rows:
+                return
+            rows, now = list(self._rows), time.time()
+            table = pa.Table.from_pylist([{**row, "tag": self.tag, "written_at": now} for row in rows],
+                                         schema=schema())
+            self._write(table)
+            self._rows = self._rows[len(rows):]  # (the lock is re-entrant: nothing was added meanwhile)
+            if self.index is not None:  # now kept for good: a retry of this batch here finds them
+                for row in rows:
+                    if row["key"] is not None and row["text"] is not None:
+                        self.index.written(row["key"], row["text"], row["prompt_tokens"], row["completion_tokens"])
+
+    def _write(self, table) -> None:
         import pyarrow.parquet as pq
 
         from common.platform.storage import filesystem, is_local
 
-        self._last = time.monotonic()
-        if not self._rows:
-            return
-        now = time.time()
-        table = pa.Table.from_pylist([{**row, "tag": self.tag, "written_at": now} for row in self._rows],
-                                     schema=schema())
         name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
         if is_local(self.folder):
             folder = self.folder.removeprefix("file://")
@@ -275,7 +310,6 @@ class ResponseLog:
         else:
             fs, path = filesystem(f"{self.folder.rstrip('/')}/{name}")
             pq.write_table(table, path, filesystem=fs)
-        self._rows = []
 
 
 def usage(spark, generator_uris: Sequence[str], tag: str) -> dict[str, float]:
