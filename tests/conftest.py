@@ -179,6 +179,14 @@ def server(tmp_path_factory):
         server.kill()
 
 
+@pytest.fixture
+def live_server(server):
+    """The session's model server, started again if a test killed it."""
+    if not server.running():
+        server.start()
+    return server
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

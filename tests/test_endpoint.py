@@ -27,11 +27,9 @@ KEY = "sk-test-4f1d0c9e-never-printed"
 
 
 @pytest.fixture
-def served(server):
-    """(base_url, model name) of the running server (started again if a test killed it)."""
-    if not server.running():
-        server.start()
-    return server.base, server.folder
+def served(live_server):
+    """(base_url, model name) of the running server."""
+    return live_server.base, live_server.folder
 
 
 PARAMS = {"max_tokens": 8, "temperature": 1.0, "top_p": 0.95, "stop": ["\n"]}

@@ -33,14 +33,7 @@ def _engine(folder: str, spec=ONE, actors: int = 1, tag: str = "t") -> EndpointG
     return EndpointGenerator(ServedGenerator.read(folder), "v", spec, actors=actors, tag=tag)
 
 
-@pytest.fixture
-def served(server):
-    if not server.running():
-        server.start()
-    return server
-
-
-def test_an_outage_ends_the_batch_in_seconds_whatever_is_pending_and_keeps_every_answer(served, tmp_path):
+def test_an_outage_ends_the_batch_in_seconds_whatever_is_pending_and_keeps_every_answer(live_server, tmp_path):
     """The server killed after 3 answers with 997 requests pending (3 in flight): the batch raises
     EndpointUnreachable within seconds of the kill, the proxy sees at most the breaker's 8 failures and the 3 in
     flight after it, and the 3 answers are in the response log (flushed on the way out). Nothing listening at all,
@@ -49,12 +42,12 @@ def test_an_outage_ends_the_batch_in_seconds_whatever_is_pending_and_keeps_every
 
     def kill() -> None:
         killed.append(time.monotonic())
-        served.kill()
+        live_server.kill()
 
-    proxy = FaultProxy(served.base, answers=3, then=kill)
+    proxy = FaultProxy(live_server.base, answers=3, then=kill)
     try:
         folder = served_generator(tmp_path / "endpoint_kill-1",
-                                  EndpointConfig(base_url=proxy.base, model=served.folder, max_concurrency=3))
+                                  EndpointConfig(base_url=proxy.base, model=live_server.folder, max_concurrency=3))
         engine = _engine(folder)
         with pytest.raises(EndpointUnreachable, match="is down: 8 server-side failures in a row") as raised:
             engine(_batch(1000))
@@ -152,12 +145,13 @@ def _logged(root) -> list[dict]:
     return [r for p in sorted(root.rglob("*.parquet")) for r in pq.read_table(p).to_pylist()]
 
 
-def test_answers_are_found_by_request_whatever_the_batches_and_a_torn_part_is_sent_again(served, tmp_path, caplog):
+def test_answers_are_found_by_request_whatever_the_batches_and_a_torn_part_is_sent_again(live_server, tmp_path,
+                                                                                          caplog):
     """Four sources answered in one batch; a new worker given them in other batches with one new source sends only
     the new one. A part cut short (a kill mid-write on a store without atomic puts) is reported, naming it, and only
     its requests are sent again; a temporary file a killed writer left is not read."""
     folder = served_generator(tmp_path / "endpoint_resume-1",
-                              EndpointConfig(base_url=served.base, model=served.folder))
+                              EndpointConfig(base_url=live_server.base, model=live_server.folder))
     first = _engine(folder)
     first(_batch(2))
     first(_batch(2, start=2))
@@ -176,12 +170,12 @@ def test_answers_are_found_by_request_whatever_the_batches_and_a_torn_part_is_se
     assert f"{torn} cannot be read" in caplog.text and "left.parquet.tmp" not in caplog.text
 
 
-def test_a_429_pauses_every_request_of_the_worker_for_as_long_as_it_asks(served):
+def test_a_429_pauses_every_request_of_the_worker_for_as_long_as_it_asks(live_server):
     """Four requests at once all get 429 with retry-after-ms 1500: no request reaches the endpoint sooner than 1.5 s
     after the 429s, then all four are answered; an HTTP-date Retry-After is read as well."""
-    proxy = FaultProxy(served.base, throttle=4, throttle_headers={"retry-after-ms": "1500", "Retry-After": "9"})
+    proxy = FaultProxy(live_server.base, throttle=4, throttle_headers={"retry-after-ms": "1500", "Retry-After": "9"})
     try:
-        client = EndpointClient(EndpointConfig(base_url=proxy.base, model=served.folder), {"max_tokens": 2},
+        client = EndpointClient(EndpointConfig(base_url=proxy.base, model=live_server.folder), {"max_tokens": 2},
                                 concurrency=4)
         outcomes = client.run([Request(f"toy {i}", 0, 0) for i in range(4)])
         assert all(o.ok for o in outcomes), outcomes
@@ -196,35 +190,35 @@ def test_a_429_pauses_every_request_of_the_worker_for_as_long_as_it_asks(served)
     assert retry_after({"retry-after-ms": "250"}) == 0.25 and retry_after({"Retry-After": "600"}, limit=60) == 60
 
 
-def test_server_failures_past_the_share_refuse_the_commit(served, tmp_path, spark):
+def test_server_failures_past_the_share_refuse_the_commit(live_server, tmp_path, spark):
     """One source of four always answered 503 by its shard (the breaker never opens: answers come between): it is
     quarantined with its reason, and the stage's check before its commit refuses 1 failed request in 4 (past
     max_failed_share 1%), naming the share; at 50% it passes."""
-    proxy = FaultProxy(served.base, fail_marker="toy number 2")
+    proxy = FaultProxy(live_server.base, fail_marker="toy number 2")
     try:
         folder = served_generator(tmp_path / "endpoint_share-1",
-                                  EndpointConfig(base_url=proxy.base, model=served.folder, max_retries=0))
+                                  EndpointConfig(base_url=proxy.base, model=live_server.folder, max_retries=0))
         rows = _engine(folder, tag="run/t")(_batch(4)).to_pylist()
     finally:
         proxy.close()
     assert [r["reason"] for r in rows if r["reason"]] == ["endpoint: HTTP 503 after 0 retries"]
     with pytest.raises(EndpointUnreachable, match=r"1 of t's 4 requests failed on the server's side .*25\.0%"):
         failed_share_check(spark, [folder], "run/t", "t")()
-    lenient = served_generator(tmp_path / "endpoint_share-2", EndpointConfig(base_url=proxy.base, model=served.folder,
-                                                                              max_failed_share=0.5))
+    lenient = served_generator(tmp_path / "endpoint_share-2",
+                               EndpointConfig(base_url=proxy.base, model=live_server.folder, max_failed_share=0.5))
     failed_share_check(spark, [lenient], "run/t", "t")()
 
 
-def test_a_routed_pool_never_holds_more_than_max_concurrency_in_flight(served, tmp_path, ray_runtime):
+def test_a_routed_pool_never_holds_more_than_max_concurrency_in_flight(live_server, tmp_path, ray_runtime):
     """Genre's routed pool shape: two served generators, four actors asked for, max_concurrency 2: the pool runs two
     actors of one request each, and the proxy never holds more than two in flight."""
     import ray
 
     from common.models.generation.pool import generate_routed
 
-    proxy = FaultProxy(served.base)
+    proxy = FaultProxy(live_server.base)
     try:
-        endpoint = EndpointConfig(base_url=proxy.base, model=served.folder, max_concurrency=2)
+        endpoint = EndpointConfig(base_url=proxy.base, model=live_server.folder, max_concurrency=2)
         paths = [served_generator(tmp_path / f"endpoint_topic{t}-1", endpoint) for t in (1, 2)]
         rows = [{"source_id": f"r{i}", "source_text": f"toy {i}", "model_path": paths[i % 2], "model_version": "v"}
                 for i in range(12)]
@@ -294,23 +288,23 @@ def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runti
             assert found is None
 
 
-def test_the_start_check_falls_back_to_one_token_where_models_fails(served):
+def test_the_start_check_falls_back_to_one_token_where_models_fails(live_server):
     """``/models`` answering 500 (``transformers serve`` with no hub cache) or 404: a one-token completion decides,
     and the line says which check failed; with completions failing too, the error names both."""
     from common.models.generation.served.checks import check_endpoint
 
     for status in (500, 404):
-        proxy = FaultProxy(served.base, models_status=status)
+        proxy = FaultProxy(live_server.base, models_status=status)
         try:
-            line = check_endpoint(EndpointConfig(base_url=proxy.base, model=served.folder), complete=False)
+            line = check_endpoint(EndpointConfig(base_url=proxy.base, model=live_server.folder), complete=False)
         finally:
             proxy.close()
         assert f"/models answered HTTP {status}; a one-token completion in" in line
-    proxy = FaultProxy(served.base, models_status=500, down=True)
+    proxy = FaultProxy(live_server.base, models_status=500, down=True)
     try:
         with pytest.raises(EndpointUnreachable, match=r"/models answered HTTP 500, and .*/completions: a one-token "
                                                       r"completion failed: HTTP 503"):
-            check_endpoint(EndpointConfig(base_url=proxy.base, model=served.folder), complete=False)
+            check_endpoint(EndpointConfig(base_url=proxy.base, model=live_server.folder), complete=False)
     finally:
         proxy.close()
 

@@ -11,10 +11,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from common.models.generation.served.client import EndpointClient, Outcome, Request, Secret, api_key, sampling_params
-from common.models.generation.served.health import rate_share, share
 from ray.exceptions import UserCodeException
 
+from common.models.generation.served.client import EndpointClient, Outcome, Request, Secret, api_key, sampling_params
+from common.models.generation.served.health import rate_share, share
 from common.platform.errors import EndpointUnreachable
 
 if TYPE_CHECKING:
