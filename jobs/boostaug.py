@@ -284,14 +284,17 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
     from common.data.leakage import COPIES_TEST
     from common.boostaug.filtering import unjudged_labels
-    from common.models.classifiers.text_classifier import evaluate_many, evaluate_saved
-    from common.models.registry import classifier_name, method_candidates, ship, task_rescore
+    from common.models.classifiers.text_classifier import evaluate_many
+    from common.registry.candidates import method_candidates, task_scoring
+    from common.registry.naming import classifier_name
+    from common.registry.ship import resume, ship
 
     cfg = ctx.cfg.boostaug
     texts, kept, rejects = tr.read(TEXTS), tr.read(KEPT), tr.read(REJECTS)
     config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas(), cfg.n_aug))
+        resume(ctx, tr)  # what an earlier run left unshipped: shipped now, nothing trained
         return None
     # Augmentations that copy an evaluation text join no variant, unfiltered ones included.
     scored = kept.withColumn("reason", F.lit(None).cast("string")).unionByName(rejects) \
@@ -341,7 +344,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             lambda m: {TEXTS: tr.data_versions[TEXTS], **({EVAL_SETS: sets.version} if m != NONE else {})},
             test={TEXTS: tr.data_versions[TEXTS]}, lineage={"config_hash": config_hash},
             examples=[r["text"] for r in texts.filter(F.col("split") == "test").select("text").limit(3).collect()],
-            rescore=task_rescore(ctx, evaluate_saved, test, cfg.eval.encoder)))
+            scoring=task_scoring(test, cfg.eval.encoder)))
     main = pdf[(pdf["n_aug"] == cfg.n_aug) | (pdf["method"] == NONE)].groupby(["model", "method"])
     # MLflow metric names allow no "+": eda+boostaug -> eda_boostaug. The first model keeps the short names.
     return {f"mean.{'' if model == cfg.eval.models[0] else model + '.'}{m.replace('+', '_')}.{k}": v
@@ -350,12 +353,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
 def report(ctx: JobContext, tr: JobRun, pdf) -> None:
     """Write Table 2 (markdown) and the Figure 3 curve (PNG); log both to MLflow; print the table."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from common.boostaug.evaluation import curve_points, summary_table
+    from common.boostaug.evaluation import plot_curve, summary_table
 
     cfg = ctx.cfg.boostaug
     folder = Path(ctx.reports_dir("boostaug"))
@@ -367,21 +365,8 @@ def report(ctx: JobContext, tr: JobRun, pdf) -> None:
             f"```\n{table}\n```\n")
     backend = cfg.eval.ablation_backend
     if backend in cfg.backends and len(cfg.eval.curve) > 1:
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        for model in cfg.eval.models:
-            for method, points in curve_points(pdf, backend, model).items():
-                xs, ys, err = zip(*points)
-                ax.errorbar(xs, ys, yerr=err, fmt="o-", capsize=3,
-                            label=method if len(cfg.eval.models) == 1 else f"{method} ({model})")
-        ax.set_xlabel("augmentations per source (Ñ)")
-        ax.set_ylabel("test accuracy")
-        ax.set_title(f"Accuracy vs augmentations, mean ± std of {cfg.eval.repeats} seeds")
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
         chart = folder / "accuracy_vs_n_aug.png"
-        fig.savefig(chart, dpi=120)
-        plt.close(fig)
+        plot_curve(pdf, backend, cfg.eval.models, cfg.eval.repeats, chart)
         files.append(chart)
         text += "\n![accuracy vs augmentations](accuracy_vs_n_aug.png)\n"
     files[0].write_text(text, encoding="utf-8")

@@ -121,8 +121,9 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.catalog.cga import augmentation_set, training_set
     from common.data.leakage import COPIES_TEST
     from common.models.config import generator_facts
-    from common.models.registry import generator_lineage, ship
-    from jobs.consistency_train import (RESULT_SCHEMA, candidate, evaluate_many, model_jobs, report, rescorer,
+    from common.registry.candidates import generator_lineage
+    from common.registry.ship import resume, ship
+    from jobs.consistency_train import (RESULT_SCHEMA, candidate, evaluate_many, model_jobs, comparer, report,
                                         summary_table, train_levels, training_stats, with_lifts)
 
     cfg = ctx.cfg.cga
@@ -131,6 +132,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     existing = tr.read(RESULTS, _base_results_version(ctx))
     config_hash = hash_of(cfg.threshold, cfg.n, asdict(ctx.cfg.consistency.fasttext), repeats, ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash, latest_only=True):
+        resume(ctx, tr, comparer(ctx, None))  # what an earlier run left unshipped: shipped now, nothing trained
         return None
 
     tr.write(augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed), "cga_augmented", config_hash)
@@ -164,7 +166,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if ctx.cfg.registry.ships("consistency"):  # CGA's classifier ships as the consistency pipeline's "cga"
         ship(ctx, tr, [candidate(ctx, tr, "cga", models[0][2], pdf, [], [r["title"] for r in accuracy_test.select(
             "title").limit(3).collect()], {"cga.config_hash": config_hash, **generator_lineage(cfg.model, versions)})],
-             rescore=rescorer(ctx, accuracy_test, pairs, None))
+             compare_of=comparer(ctx, None))
     cga = pdf[pdf.method == "cga"]
     return {"mean.cga.f1_weighted": cga.f1_weighted.mean(), "mean.cga.consistency_rate": cga.consistency_rate.mean(),
             "mean.cga.n_augmented": n_aug}

@@ -278,7 +278,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.compositional.evaluation import results
     from common.models.config import used_settings
-    from common.models.registry import classifier_name
+    from common.registry.naming import classifier_name
+    from common.registry.ship import resume
 
     cfg = ctx.cfg.compositional
     for table in (CG_TRAIN, CG_SUPPORT, CG_TEST, IID_TRAIN, IID_TEST, SYNTHETIC):
@@ -286,6 +287,7 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     config_hash = hash_of(used_settings(cfg.eval, cfg.eval.models), ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
         report(ctx, tr, tr.written(RESULTS).toPandas())
+        resume(ctx, tr)  # what an earlier run left unshipped: shipped now, nothing trained
         return None
     files = {t: ctx.lakehouse.file_uris(t, tr.versions[t]) for t in tr.versions}
     # One row per method: bounded by the config.
@@ -333,10 +335,10 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
 def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[tuple[str, str], str], kept: dict[str, int],
                      config_hash: str, test: list) -> None:
-    """Ship (:func:`common.models.registry.ship`) each kept (model, method) CG classifier with its seeds' exact-set
+    """Ship (:func:`common.registry.ship.ship`) each kept (model, method) CG classifier with its seeds' exact-set
     accuracy and Jaccard (``pdf``: the results; ``kept``: each method's synthetic texts; ``test``: CG_TEST's rows)."""
-    from common.models.classifiers.multilabel import evaluate_saved
-    from common.models.registry import generator_lineage, method_candidates, ship, task_rescore
+    from common.registry.candidates import generator_lineage, method_candidates, task_scoring
+    from common.registry.ship import ship
 
     cg = pdf[pdf["split_kind"] == "cg"]
     full = cg[cg["size"] == cg["method"].map(lambda m: kept.get(m, 0))]
@@ -346,11 +348,12 @@ def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[tuple[str, str
     candidates = method_candidates(
         "compositional", full, keep, ("accuracy", "jaccard"),
         lambda m: {**base, **({SYNTHETIC: tr.data_versions[SYNTHETIC]} if m != "no_aug" else {})},
-        test={CG_TEST: tr.data_versions[CG_TEST]}, examples=examples, lineage={"config_hash": config_hash})
+        test={CG_TEST: tr.data_versions[CG_TEST]}, examples=examples, lineage={"config_hash": config_hash},
+        scoring=task_scoring(test, ctx.cfg.compositional.eval.encoder, multilabel=True))
     for c in candidates:
         if c.method in SEQ2SEQ:  # the generative methods
             c.lineage.update(generator_lineage(ctx.cfg.compositional.generator.model))
-    ship(ctx, tr, candidates, rescore=task_rescore(ctx, evaluate_saved, test, ctx.cfg.compositional.eval.encoder))
+    ship(ctx, tr, candidates)
 
 
 def report(ctx: JobContext, tr: JobRun, pdf) -> None:

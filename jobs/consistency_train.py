@@ -10,7 +10,7 @@ Each method's training set is written as ``train_<method>``; HFT levels train in
 actors, ``consistency.repeats`` times with seeds seed..seed+R-1; prediction runs in Spark.
 Writes: ``consistency_results`` (method, repeat, seed, f1_weighted, consistency_rate, lifts vs the
 baseline mean); a report (markdown and a PNG chart of F1 vs consistency) to MLflow and
-``<lakehouse.root>/reports/consistency/``; each method's first model registered (common.models.registry).
+``<lakehouse.root>/reports/consistency/``; each method's first model registered (common.registry).
 """
 from __future__ import annotations
 
@@ -92,16 +92,21 @@ def evaluate_many(ctx: JobContext, models: list, accuracy_test, pairs, threads: 
 def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Train and evaluate every method; returns the mean F1 and consistency rate per method."""
     from common.catalog.blinding import blind_col, load_dictionary
-    from common.models.registry import ship
+    from common.registry.ship import resume, ship
 
     cfg = ctx.cfg.consistency
     d_l, pool = tr.read("labeled_train"), tr.read("unlabeled_pool")
     accuracy_test, pairs = tr.read("accuracy_test"), tr.read("consistency_test")
     config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
+    colours, sizes = load_dictionary(cfg.colours, "colours"), load_dictionary(cfg.sizes, "sizes")
+
+    def blind(c):
+        return blind_col(c, colours, sizes)
+
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas()))
+        resume(ctx, tr, comparer(ctx, blind))  # what an earlier run left unshipped: shipped now, nothing trained
         return None
-    colours, sizes = load_dictionary(cfg.colours, "colours"), load_dictionary(cfg.sizes, "sizes")
 
     trained: dict[str, tuple[int, int]] = {}  # method -> (n augmented, n rows)
     jobs, keys = [], []
@@ -114,10 +119,6 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         keys += [(method, repeat, seed, model) for repeat, seed, model in models]
         jobs += level
     train_levels(ctx, tr, jobs)
-
-    def blind(c):
-        return blind_col(c, colours, sizes)
-
     rows = []
     scores = evaluate_many(ctx, [(model, blind if method == "cs_blind" else None) for method, _, _, model in keys],
                            accuracy_test, pairs)
@@ -134,7 +135,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if ctx.cfg.registry.ships("consistency"):
         examples = [r["title"] for r in accuracy_test.select("title").limit(3).collect()]
         ship(ctx, tr, [candidate(ctx, tr, method, model, pdf, blind_rules(method, colours, sizes), examples)
-                       for method, model in first.items()], rescore=rescorer(ctx, accuracy_test, pairs, blind))
+                       for method, model in first.items()], compare_of=comparer(ctx, blind))
     else:
         for method, model in first.items():
             tr.log_model_folder(model.uri, f"models/{method}")
@@ -160,30 +161,57 @@ def candidate(ctx: JobContext, tr: JobRun, method: str, model, pdf, blind: list[
     """The registry candidate of ``method``: its first repeat's HFT, its R repeats' test metrics (``pdf``: the
     results rows), its lineage (the consistency config's hash, and ``lineage``), and ``examples`` (a few test
     titles) as its input example."""
-    from common.models.promotion import Measure
-    from common.models.registry import Candidate
+    from common.registry.candidates import Candidate
+    from common.registry.gate import Measure
 
     rows = pdf[pdf["method"] == method]
+    test = {t: tr.data_versions[t] for t in ("accuracy_test", "consistency_test")}  # its scoring: these versions
     return Candidate(
         "consistency", method, model.uri, {"kind": "hft", "depth": model.depth, "substitute": blind},
         {m: Measure.of(rows[m].tolist()) for m in ("f1_weighted", "consistency_rate")},
         train={f"train_{method}": tr.result.outputs[f"train_{method}"].version},
-        test={t: tr.data_versions[t] for t in ("accuracy_test", "consistency_test")}, examples=examples,
+        test=test, scoring=dict(test), examples=examples,
         lineage={"config_hash": hash_of(asdict(ctx.cfg.consistency), ctx.cfg.seed), **(lineage or {})})
 
 
-def rescorer(ctx: JobContext, accuracy_test, pairs, blind):
-    """Re-scores a champion HFT on this run's test tables: its weighted F1 and consistency rate as
-    :func:`evaluate` gives them."""
-    from common.models.classifiers.hft import HFTModel
-    from common.models.registry import lakehouse_rescore
+def comparer(ctx: JobContext, blind):
+    """The consistency pipeline's :data:`~common.registry.compare.CompareOf`: two HFTs scored in Spark on the test
+    table versions of a candidate's ``scoring`` ({accuracy_test, consistency_test}): the counts of each (category,
+    candidate's, champion's prediction) on the accuracy test and of each (candidate predicts the pair alike,
+    champion does) on the title pairs (a few cells reach the driver, no row). Each model reads its titles as it was
+    trained: blinded (``blind``: the job's column blinding) where its manifest has substitutions."""
+    from pyspark.sql import functions as F
 
-    def score(uri: str, manifest: dict) -> dict[str, float]:
-        f1, consistency = evaluate(ctx, HFTModel(uri, int(manifest["depth"])), accuracy_test, pairs,
-                                   blind if manifest.get("substitute") else None)
-        return {"f1_weighted": f1, "consistency_rate": consistency}
+    from common.models.classifiers.hft import HFTModel, predict
 
-    return lakehouse_rescore(ctx, score)
+    def reader(manifest: dict):
+        if manifest.get("substitute") and blind is None:
+            raise ValueError("a blinded model cannot be scored without the job's blinding")
+        return blind if manifest.get("substitute") else (lambda c: c)
+
+    def compare_of(scoring: dict):
+        accuracy_test = ctx.lakehouse.read("accuracy_test", scoring["accuracy_test"])
+        pairs = ctx.lakehouse.read("consistency_test", scoring["consistency_test"])
+
+        def compare(candidate: str, candidate_manifest: dict, champion: str, champion_manifest: dict) -> dict:
+            models = [(HFTModel(uri, int(m["depth"])), reader(m))
+                      for uri, m in ((candidate, candidate_manifest), (champion, champion_manifest))]
+            rows = accuracy_test.select("category", *(text(F.col("title")).alias(f"t{i}")
+                                                      for i, (_, text) in enumerate(models)))
+            both = pairs.select(*(text(F.col(f"title_{k}")).alias(f"t{k}{i}")
+                                  for i, (_, text) in enumerate(models) for k in (1, 2)))
+            for i, (model, _) in enumerate(models):
+                rows = predict(rows, model, f"t{i}", f"p{i}")
+                both = predict(predict(both, model, f"t1{i}", f"p1{i}"), model, f"t2{i}", f"p2{i}")
+            row_cells = rows.groupBy("category", "p0_label", "p1_label").count().collect()
+            pair_cells = both.groupBy((F.col("p10_label") == F.col("p20_label")).alias("a"),
+                                      (F.col("p11_label") == F.col("p21_label")).alias("b")).count().collect()
+            return {"rows": [((r[0], r[1], r[2]), int(r[3])) for r in row_cells],
+                    "pairs": [((bool(r[0]), bool(r[1])), int(r[2])) for r in pair_cells]}
+
+        return compare
+
+    return compare_of
 
 
 def training_stats(ctx: JobContext, table: str, version: int) -> tuple[int, int, int]:

@@ -290,13 +290,15 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.genre.evaluation import balanced_rows, eval_rows, methods, summary_table
     from common.models.config import used_settings
     from common.models.classifiers.text_classifier import evaluate_many
-    from common.models.registry import classifier_name
+    from common.registry.naming import classifier_name
+    from common.registry.ship import resume
 
     cfg = ctx.cfg.genre
     docs, splits, synthetic_rows = tr.read(DOCUMENTS), tr.read(SPLITS), tr.read(SYNTHETIC)
     config_hash = hash_of(used_settings(cfg.eval, cfg.eval.models), cfg.window_chars, ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash):
         print(summary_table(tr.written(RESULTS).toPandas()).to_string(index=False))
+        resume(ctx, tr)  # what an earlier run left unshipped: shipped now, nothing trained
         return None
     rows = eval_rows(splits, docs, synthetic_rows, cfg.window_chars, ctx.cfg.seed)
     if cfg.eval.balanced_control:
@@ -347,11 +349,11 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
 def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict, largest: dict[int, int], files: list[str],
                      sets_version: int, config_hash: str) -> None:
-    """Ship (:func:`common.models.registry.ship`) each kept (model, ``<method>_topic<topic>``) classifier as method
+    """Ship (:func:`common.registry.ship.ship`) each kept (model, ``<method>_topic<topic>``) classifier as method
     ``<method>_topic<topic>``, with its seeds' macro-F1 and accuracy on that topic's test set at its largest N."""
     from common.genre.evaluation import GENERATIVE, NON_LETTERS
-    from common.models.classifiers.text_classifier import evaluate_saved
-    from common.models.registry import generator_lineage, method_candidates, ship, task_rescore
+    from common.registry.candidates import generator_lineage, method_candidates, task_scoring
+    from common.registry.ship import ship
 
     rows = pdf[pdf["n"] == pdf["topic"].map(largest)]
     rows = rows.assign(method=rows["method"] + "_topic" + rows["topic"].astype(str))
@@ -364,11 +366,9 @@ def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict, largest: dict
             examples=[r["text"] for r in ctx.lakehouse.read(EVAL_SETS, sets_version).filter(
                 f"topic = {int(topic)} and n = {int(n)} and set = 'test'").select("text").limit(3).collect()],
             lineage={"config_hash": config_hash, "topic": str(topic), "n": str(n)},
-            rescore=task_rescore(ctx, evaluate_saved, [(files, where + [("set", "=", "test")])],
-                                 ctx.cfg.genre.eval.encoder))
-    for c in candidates:
-        if c.method.rsplit("_topic", 1)[0] in GENERATIVE:
-            c.lineage.update(generator_lineage(ctx.cfg.genre.generator.model))
+            scoring=task_scoring([(files, where + [("set", "=", "test")])], ctx.cfg.genre.eval.encoder))
+    for c in (c for c in candidates if c.method.rsplit("_topic", 1)[0] in GENERATIVE):
+        c.lineage.update(generator_lineage(ctx.cfg.genre.generator.model))
     ship(ctx, tr, candidates)
 
 

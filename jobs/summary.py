@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from common.catalog.metrics import by_method
-from common.models.registry import registry_lines
+from common.registry.ship import registry_lines
 from common.platform.job import JobContext, JobRun, job
 from common.platform.results_pages import ResultsTable, beyond_std, fmt_mean, lift, page, text_block
 from jobs import entry_point
@@ -83,7 +83,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         blocks.append(samples)
     models = registry_lines(ctx)
     if models:
-        blocks.append("Registered models (the gate's metric over the seeds; common.models.registry):\n"
+        blocks.append("Registered models (the gate's metric over the seeds; common.registry):\n"
                       + "\n".join(f"  {cut(line, 220)}" for line in models))
     folders = [ctx.reports.uri(name) for name in ctx.reports.names()]
     blocks.append("Reports (Markdown and charts): " + (", ".join(folders) or "none yet"))

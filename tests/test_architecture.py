@@ -28,8 +28,9 @@ LAYERS = {
     "common.boostaug": 3,
     "common.compositional": 3,
     "common.genre": 3,
-    "common.config": 4,
-    "jobs": 5,
+    "common.registry": 4,
+    "common.config": 5,
+    "jobs": 6,
 }
 METHOD_LAYER = 3
 # What a transform module must not reach: sessions, tables, runs.

@@ -176,8 +176,9 @@ def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, ray_runtime,
     from pyspark.sql import functions as F
 
     from common.data.config import InputSpec
-    from common.models.classifiers.text_classifier import evaluate_saved
-    from common.models.registry import registry_client
+    from common.registry.compare import paired_cells
+    from common.registry.gate import paired
+    from common.registry.store import registry_client
     from jobs import run_pipeline
     from shipped_models import fresh_predictions
 
@@ -214,7 +215,8 @@ def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, ray_runtime,
     assert "mean.encoder.none.accuracy" in by_job["boostaug-evaluate"].metrics
 
     # each main variant's seed-0 classifier of each model ships; the encoder's loads in a process without the suite
-    # and predicts as the suite's scorer, and re-scores (the gate's path for a champion) to its recorded accuracy
+    # and predicts as the suite's scorer, and scores on the gate's path (the registered loader in a fresh worker,
+    # beside itself) to its recorded accuracy
     client, prefix = registry_client(ctx), ctx.cfg.registry.name_prefix
     for method in ("none", "eda", "eda_boostaug"):
         for model in ("fasttext", "encoder"):
@@ -234,8 +236,10 @@ def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, ray_runtime,
     test = [([str(tmp_path / "test.parquet")], None)]
     lake.read("boostaug_texts").filter("split = 'test'").select("text", "label").toPandas().to_parquet(test[0][0][0])
     seed0 = res[(res["model"] == "encoder") & (res["method"] == "eda+boostaug") & (res["repeat"] == 0)]
-    rescored = _in_fresh_worker(ray_runtime, evaluate_saved, str(model / "data" / "classifier"), test)
-    assert rescored["accuracy"] == pytest.approx(float(seed0["accuracy"].iloc[0]))
+    folder = str(model / "data" / "classifier")
+    cells = _in_fresh_worker(ray_runtime, paired_cells, folder, folder, test)
+    assert all(k[1] == k[2] for k, _ in cells["rows"])  # one artifact twice: the same predictions
+    assert paired("accuracy", cells, 0.95, 100, 0).candidate == pytest.approx(float(seed0["accuracy"].iloc[0]))
 
     # a new confidence threshold re-filters the scored version: no surrogate is trained again (the filter job
     # alone: evaluating the new kept set again would retrain every classifier, a minute here, for no assertion)

@@ -270,7 +270,7 @@ def test_multilabel_encoder_learns_a_separable_toy_task_and_ships_as_a_pyfunc_mo
 
     from common.models.config import EncoderConfig
     from common.models.classifiers.multilabel import fit_and_predict
-    from common.models.pyfunc_model import model_arguments
+    from common.registry.mlflow_model import model_arguments
     from shipped_models import fresh_predictions
 
     _toy_parquet(tmp_path, 180, 60)

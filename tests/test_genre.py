@@ -453,7 +453,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     import mlflow
 
     from common.genre.evaluation import NON_LETTERS
-    from common.models.registry import registry_client
+    from common.registry.store import registry_client
 
     client, prefix = registry_client(ctx), ctx.cfg.registry.name_prefix
     names = [m.name for m in client.search_registered_models(f"name LIKE '{prefix}genre_%'")

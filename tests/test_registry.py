@@ -1,6 +1,7 @@
-"""What a run ships: the pipelines' classifiers as registered MLflow models (common.models.registry), loaded in a
-process that cannot import the suite, served by ``mlflow models serve``, and promoted only through the gate
-(common.models.promotion). The pipelines are the small world's (tests/worlds.py), run once per session."""
+"""What a run ships: the pipelines' classifiers as registered MLflow models (common.registry), loaded in a process
+that cannot import the suite, served by ``mlflow models serve``, and promoted only through the gate
+(common.registry.gate: both artifacts on the same rows, a paired bootstrap), by compare-and-set. The pipelines are
+the small world's (tests/worlds.py), run once per session."""
 from __future__ import annotations
 
 import json
@@ -11,9 +12,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from common.models.promotion import RULES, Measure, decide
+from common.registry.gate import RULES, Measure, decide
 from shipped_models import fresh_predictions
 from worlds import WORLD_MODELS
 
@@ -24,32 +26,64 @@ def version_of(client, name: str, run_id: str):
     return client.get_model_version(name, versions[0].version)
 
 
-def test_the_gate_promotes_only_a_gain_beyond_both_models_spread():
-    rule = RULES["consistency"]
-    champion = {"consistency_rate": Measure(0.60, 0.02, 3), "f1_weighted": Measure(0.80, 0.01, 3)}
-    assert decide(rule, champion, None).promote  # the first version
-    # +0.03 beats a spread of 0.02; +0.015 does not
-    better = {"consistency_rate": Measure(0.63, 0.01, 3), "f1_weighted": Measure(0.795, 0.01, 3)}
-    assert decide(rule, better, champion).promote
-    close = {"consistency_rate": Measure(0.615, 0.01, 3), "f1_weighted": Measure(0.80, 0.01, 3)}
-    verdict = decide(rule, close, champion)
-    assert not verdict.promote and "does not beat" in verdict.reason and "0.0200" in verdict.reason
-    assert decide(rule, close, champion, margin="zero").promote
-    # consistency bought with accuracy: F1 falls by more than its spread
-    traded = {"consistency_rate": Measure(0.70, 0.01, 3), "f1_weighted": Measure(0.75, 0.01, 3)}
-    verdict = decide(rule, traded, champion)
-    assert not verdict.promote and "f1_weighted" in verdict.reason and "falls below" in verdict.reason
-    # a metric the champion lacks: no comparison, the alias stays
-    assert not decide(RULES["boostaug"], {"accuracy": Measure(0.9, 0.0, 1)}, {"macro_f1": Measure(0.5, 0, 1)}).promote
+def _rows(*groups: tuple[str, str, str, int]) -> list:
+    """Row cells: (gold, candidate's, champion's prediction) with counts."""
+    return [((g, a, b), n) for g, a, b, n in groups]
+
+
+def test_the_gate_decides_on_both_artifacts_predictions_on_the_same_rows():
+    from common.models.classifiers.label_metrics import accuracy_and_macro_f1
+    from common.registry.gate import paired
+
+    rule = RULES["boostaug"]
+    assert decide(rule, None).promote  # the first version
+    # 400 rows: the candidate right on 40 the champion gets wrong, wrong on 10 it gets right -> a real gain
+    better = {"rows": _rows(("x", "x", "x", 150), ("y", "y", "y", 200), ("x", "x", "y", 25), ("y", "y", "x", 15),
+                            ("x", "y", "x", 10))}
+    verdict = decide(rule, better)
+    assert verdict.promote and "accuracy 0.9750 vs the champion's 0.9000 on the same 400 rows" in verdict.reason
+    low, high = json.loads(verdict.figures["gate.interval"])
+    assert 0 < low < 0.075 < high and verdict.figures["gate.rows"] == "400"
+    assert decide(rule, better) == verdict  # the resamples are seeded
+    # the same gain on 20 rows is noise; equal artifacts never promote; a worse one never does
+    few = {"rows": _rows(("x", "x", "x", 8), ("y", "y", "y", 10), ("x", "x", "y", 2))}
+    assert not decide(rule, few).promote and "does not exceed 0.0000" in decide(rule, few).reason
+    same = {"rows": _rows(("x", "x", "x", 300), ("y", "x", "x", 100))}
+    assert not decide(rule, same).promote
+    worse = {"rows": [((g, b, a), n) for (g, a, b), n in better["rows"]]}
+    assert not decide(rule, worse).promote
+    assert not decide(rule, better, margin=0.1).promote  # the margin asks more than the interval shows
+    assert not decide(rule, {"rows": []}).promote
+    # consistency gains, but weighted F1 falls significantly: the guard keeps the champion
+    pairs = {"pairs": [((True, True), 300), ((True, False), 80), ((False, True), 5), ((False, False), 15)]}
+    fine = {**pairs, "rows": _rows(("x", "x", "x", 190), ("y", "y", "y", 190), ("x", "y", "x", 10),
+                                   ("y", "y", "x", 10))}
+    assert decide(RULES["consistency"], fine).promote
+    traded = {**pairs, "rows": _rows(("x", "x", "x", 120), ("y", "y", "y", 150), ("x", "y", "x", 80),
+                                     ("y", "x", "y", 50))}
+    verdict = decide(RULES["consistency"], traded)
+    assert not verdict.promote and "f1_weighted" in verdict.reason and "gate.guard.interval" in verdict.figures
+    # the cells' metrics are the suite's: macro-F1 over gold and predicted labels, as label_metrics gives it
+    rows = _rows(("a", "a", "b", 3), ("a", "c", "a", 2), ("b", "b", "b", 4), ("c", "a", "c", 1))
+    gold = [g for (g, _, _), n in rows for _ in range(n)]
+    figures = {metric: paired(metric, {"rows": rows}, 0.95, 500, 0) for metric in ("accuracy", "macro_f1")}
+    for side in ("candidate", "champion"):
+        predicted = [k[1 if side == "candidate" else 2] for k, n in rows for _ in range(n)]
+        accuracy, macro = accuracy_and_macro_f1(gold, predicted)
+        assert getattr(figures["macro_f1"], side) == pytest.approx(macro)
+        assert getattr(figures["accuracy"], side) == pytest.approx(accuracy)
+    assert figures["accuracy"].n == 10
     assert Measure.of([0.5, 0.7]).std == pytest.approx(0.1414, abs=1e-4)
-    # what ships: per pipeline and classifier kind
-    from common.models.registry_config import RegistryConfig
+    # what ships: per pipeline and classifier kind; the margin is a difference of the metric
+    from common.registry.config import RegistryConfig
 
     fasttext_only = RegistryConfig(pipelines=["boostaug"], classifiers=["fasttext"])
     assert fasttext_only.ships("boostaug") and not fasttext_only.ships("boostaug", "encoder")
     assert not fasttext_only.ships("genre") and RegistryConfig().ships("genre", "encoder")
     with pytest.raises(ValueError, match=r"registry.classifiers: unknown names \['svm'\]"):
         RegistryConfig(classifiers=["svm"])
+    with pytest.raises(ValueError, match=r"registry.margin"):
+        RegistryConfig(margin=1.5)
 
 
 @pytest.mark.slow
@@ -61,7 +95,8 @@ def test_the_gate_fails_closed_when_the_registry_errs(monkeypatch, tmp_path, ctx
     exit 7 (ship incomplete), and its summary says what."""
     from mlflow import MlflowClient
 
-    from common.models.registry import RegistryUnavailable, champion_version, gate
+    from common.registry.ship import take_alias
+    from common.registry.store import RegistryUnavailable, champion_version
     from common.platform.cli import exit_code
     from common.platform.job import JobResult
     from model_server import FaultProxy
@@ -73,8 +108,8 @@ def test_the_gate_fails_closed_when_the_registry_errs(monkeypatch, tmp_path, ctx
         down = MlflowClient(ctx.cfg.tracking_uri, registry_uri=f"http://127.0.0.1:{proxy.port}")
         with pytest.raises(RegistryUnavailable, match="could not say which version of m holds @champion"):
             champion_version(down, "m", "champion")
-        with pytest.raises(RegistryUnavailable):
-            gate(ctx, down, "m", None, None)  # before any figure: the lookup decides nothing by itself
+        with pytest.raises(RegistryUnavailable):  # before any judgement: the lookup decides nothing by itself
+            take_alias(down, "m", "champion", "1", lambda champion: pytest.fail("judged"), 0.0, 1)
         assert len(proxy.seen) >= 2
     finally:
         proxy.close()
@@ -94,7 +129,7 @@ def test_unity_catalog_names_are_checked_at_load_and_an_unpinnable_requirement_i
     from importlib.metadata import PackageNotFoundError, version
 
     from common.config import load_config
-    from common.models.pyfunc_model import requirements
+    from common.registry.mlflow_model import requirements
     from common.platform.config_loader import ConfigError
 
     repo = Path(__file__).resolve().parents[1]
@@ -125,7 +160,7 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
     from common.genre.evaluation import clean_col
     from common.models.classifiers.hft import HFTModel, predict_texts
     from common.models.classifiers.multilabel import MultiLabelModel
-    from common.models.registry import registry_client
+    from common.registry.store import registry_client
     from common.pyfunc.multilabel import decide as decide_labels
 
     runs = {"consistency": small_world.run("cga")["consistency-train"],
@@ -220,25 +255,31 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
 
 
 @pytest.mark.slow
-def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world, tmp_path):
-    import numpy as np
+def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world, tmp_path, monkeypatch):
+    """Weekly retrains of one seed each, gated on the two artifacts' predictions on the week's test rows. The
+    better week's ship is cut short by a registry answering 503 (a real HTTP server on loopback): its results are
+    written, nothing is registered, the run says the ship is incomplete (exit 7); the plain rerun trains nothing and
+    finishes the ship from the ledger; the rerun after that registers nothing."""
     from mlflow import MlflowClient
 
+    from common.platform.cli import exit_code
     from common.platform.lakehouse import Lineage
     from jobs.boostaug import EVAL_SETS, KEPT, REJECTS, RESULTS, TEXTS, evaluate_job
+    from model_server import FaultProxy
 
     small_world.run("boostaug")
     ctx = small_world.copy(tmp_path, [TEXTS, KEPT, REJECTS])  # its registered models' names of its own
     try:
         cfg = ctx.cfg
-        # one backend, no ablations or curve: three variants of two seeds
+        # one backend, no ablations or curve: three variants of one seed (the gate judges the two artifacts)
         cfg.boostaug.backends, cfg.boostaug.eval.ablation_backend = ["eda"], None
+        cfg.boostaug.eval.repeats = 1
         texts = ctx.lakehouse.read(TEXTS).toPandas()
         schema = ctx.lakehouse.read(TEXTS).schema
 
-        def week(seed) -> list[str]:
+        def week(seed):
             """A new version of the texts (training labels shuffled by ``seed``, or the true ones for None),
-            then boostaug-evaluate: its summary lines."""
+            then boostaug-evaluate: its result."""
             rows = texts.copy()
             if seed is not None:
                 train = rows["split"] == "train"
@@ -247,24 +288,146 @@ def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world,
                                 lineage=Lineage(job="test-week", config_hash=str(seed), inputs={}))
             result = evaluate_job(ctx)
             assert result.outputs[RESULTS].version is not None and EVAL_SETS in result.outputs
-            return result.notes
+            return result
 
         name = f"{cfg.registry.name_prefix}boostaug_eda_boostaug"
         client = MlflowClient(cfg.tracking_uri)
-        first = week(1)
+        first = week(1).notes
         assert any(name in n and "v1 took @champion: first version" in n for n in first)
-        better = week(None)
-        assert any(name in n and "v2 took @champion" in n and "beats champion v1" in n for n in better), better
-        worse = week(2)
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        proxy = FaultProxy("http://127.0.0.1:9/v1", down=True)
+        registry, cfg.tracking.registry_uri = cfg.tracking.registry_uri, f"http://127.0.0.1:{proxy.port}"
+        try:
+            cut = week(None)
+        finally:
+            cfg.tracking.registry_uri = registry
+            proxy.close()
+        assert exit_code([cut]) == 7 and any(line.startswith(f"{name}: not shipped") for line in cut.incomplete)
+        assert len(client.search_model_versions(f"name = '{name}'")) == 1
+        results_version = ctx.lakehouse.version(RESULTS)
+        finished = evaluate_job(ctx)  # the plain rerun: results exist, the ship is finished from the ledger
+        assert ctx.lakehouse.version(RESULTS) == results_version and EVAL_SETS not in finished.outputs
+        assert finished.incomplete == [] and exit_code([finished]) == 0
+        better = finished.notes
+        assert any(name in n and "v2 took @champion" in n and "vs champion v1's" in n and "beats it" in n
+                   for n in better), better
+        worse = week(2).notes
         line = next(n for n in worse if name in n)
-        assert "v3 not @champion" in line and "does not beat champion v2" in line
+        assert "v3 not @champion" in line and "vs champion v2's" in line and "does not exceed" in line, line
         assert str(client.get_model_version_by_alias(name, "champion").version) == "2"
-        v3 = client.get_model_version(name, "3")
-        assert v3.tags["gate.decision"] == "kept" and "does not beat" in v3.tags["gate.reason"]
-        # the champion was re-scored on the new week's test table version, not compared on the old one
-        assert v3.tags["test.boostaug_texts"] != client.get_model_version(name, "2").tags["test.boostaug_texts"]
+        v2, v3 = client.get_model_version(name, "2"), client.get_model_version(name, "3")
+        assert v3.tags["gate.decision"] == "kept" and "does not exceed" in v3.tags["gate.reason"]
+        # both artifacts on the new week's test rows: the figures, the interval and the test version on the tags
+        low, high = json.loads(v3.tags["gate.interval"])
+        assert high < 0 and float(v3.tags["gate.champion"]) > float(v3.tags["gate.candidate"])
+        assert json.loads(v3.tags["gate.test"]) == {"boostaug_texts": int(v3.tags["test.boostaug_texts"])}
+        assert v3.tags["test.boostaug_texts"] != v2.tags["test.boostaug_texts"]
+        assert json.loads(v2.tags["gate.interval"])[0] > 0 and v2.tags["gate.metric"] == "accuracy"
+        assert int(v2.tags["gate.rows"]) == (texts["split"] == "test").sum()
         # the same inputs again: nothing trained, nothing registered
         assert evaluate_job(ctx).notes == []
         assert len(client.search_model_versions(f"name = '{name}'")) == 3
     finally:
         ctx.close()
+
+
+RACER = """
+import sys, time
+from mlflow import MlflowClient
+from common.registry.gate import Decision
+from common.registry.ship import take_alias
+
+url, name, version, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+client = MlflowClient(url, url)
+quality = lambda v: float(client.get_model_version(name, str(v.version)).tags["quality"])
+
+def judge(champion):
+    time.sleep(delay)  # a slow comparison: the other run moves the alias meanwhile
+    mine, theirs = quality(client.get_model_version(name, version)), quality(champion)
+    return Decision(mine > theirs, f"{mine} against v{champion.version}'s {theirs}")
+
+start = float(sys.argv[5])
+time.sleep(max(0.0, start - time.time()))
+decision = take_alias(client, name, "champion", version, judge, 0.5, 5)
+print("DECISION", decision.promote, decision.reason)
+"""
+
+
+@pytest.mark.slow
+def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
+    """Two runs gate against one MLflow server (a real ``mlflow server`` process): both read champion v1; the better
+    candidate (v2) judges fast and takes the alias, the worse (v3) judges slowly and, reading the champion again
+    before setting, finds v2 there and is judged again: kept. The last writer does not win. Then a blind writer (a
+    run without the compare-and-set) moves the alias to v3 just after v2 took it: v2's read-back after setting sees
+    it and takes the alias back."""
+    import threading
+    import urllib.request
+
+    from mlflow import MlflowClient
+
+    from cluster.local_cluster import free_port
+    from common.registry.gate import Decision
+    from common.registry.ship import take_alias
+
+    port, root = free_port(), Path(__file__).resolve().parents[1]
+    log = open(tmp_path / "mlflow.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"], env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, (tmp_path / "mlflow.log").read_text()[-3000:]
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "mlflow server did not answer in 120 s"
+                time.sleep(0.5)
+        client = MlflowClient(url, url)
+        client.create_registered_model("race")
+        for quality in (1, 3, 2):  # v1 the champion, v2 the better candidate, v3 the worse
+            client.create_model_version("race", f"s3://nowhere/race/{quality}", tags={"quality": str(quality)})
+        client.set_registered_model_alias("race", "champion", "1")
+        start = time.time() + 8  # both past their imports, then both read v1 at once
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        runs = [subprocess.Popen([sys.executable, "-c", RACER, url, "race", version, delay, str(start)], env=env,
+                                 cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for version, delay in (("2", "0.2"), ("3", "3"))]
+        better, worse = (r.communicate(timeout=120)[0] for r in runs)
+        assert "DECISION True" in better, better
+        assert "DECISION False 2.0 against v2's 3.0" in worse, worse  # judged again against the new champion
+        assert str(client.get_model_version_by_alias("race", "champion").version) == "2"
+
+        client.set_registered_model_alias("race", "champion", "1")
+        moved = threading.Event()
+
+        def blind_writer():
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if str(client.get_model_version_by_alias("race", "champion").version) == "2":
+                    client.set_registered_model_alias("race", "champion", "3")
+                    moved.set()
+                    return
+                time.sleep(0.02)
+
+        judged = []
+
+        def judge(champion):
+            judged.append(str(champion.version))
+            theirs = float(champion.tags["quality"])
+            return Decision(3.0 > theirs, f"3.0 against v{champion.version}'s {theirs}")
+
+        writer = threading.Thread(target=blind_writer)
+        writer.start()
+        decision = take_alias(client, "race", "champion", "2", judge, 1.0, 5)
+        writer.join(timeout=60)
+        assert moved.is_set() and judged == ["1", "3"] and decision.promote
+        assert str(client.get_model_version_by_alias("race", "champion").version) == "2"
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+        log.close()

@@ -121,3 +121,28 @@ def curve_points(pdf: "pd.DataFrame", backend: str, model: Optional[str] = None
 
 def _std(values: Sequence[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def plot_curve(pdf: "pd.DataFrame", backend: str, models: Sequence[str], repeats: int, path) -> None:
+    """Figure 3 as a PNG at ``path``: test accuracy per augmentation count of ``backend``'s methods
+    (:func:`curve_points` of the results ``pdf``), mean ± std of ``repeats`` seeds, one line per method (and model,
+    when there are several)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for model in models:
+        for method, points in curve_points(pdf, backend, model).items():
+            xs, ys, err = zip(*points)
+            ax.errorbar(xs, ys, yerr=err, fmt="o-", capsize=3,
+                        label=method if len(models) == 1 else f"{method} ({model})")
+    ax.set_xlabel("augmentations per source (Ñ)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(f"Accuracy vs augmentations, mean ± std of {repeats} seeds")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -4,6 +4,6 @@ predicts with, so a model loaded by ``mlflow.pyfunc.load_model`` in a process wi
 
 Self-contained by rule (tests/test_architecture.py): the standard library, numpy, pandas, fastText and MLflow (and
 for the encoder kinds torch, transformers and safetensors) only, and relative imports among its own modules, because
-a model ships this folder under another top-level name (:data:`common.models.pyfunc_model.SHIPPED_PACKAGE`). The
+a model ships this folder under another top-level name (:data:`common.registry.mlflow_model.SHIPPED_PACKAGE`). The
 suite imports its modules as ``common.pyfunc.*``.
 """

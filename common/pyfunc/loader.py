@@ -61,6 +61,9 @@ def substitute(text: str, substitutions: list[list[str]]) -> str:
 class HFTClassifier:
     """A loaded HFT model folder: ``predict`` gives label, confidence and level per text."""
 
+    OUTPUTS = (("label", "string"), ("confidence", "double"), ("level", "long"))  # predict's columns and types
+    TORCH = False  # whether the loader imports torch and transformers
+
     def __init__(self, folder: str, manifest: dict[str, Any]):
         self.models, self.maps = load_level_files(folder, int(manifest["depth"]))
         self.substitutions = manifest.get("substitute") or []
@@ -86,6 +89,9 @@ def _label_sets(labels: list[str], threshold: float, probabilities: list[dict[st
 class MultiLabelClassifier:
     """A loaded one-vs-all fastText model: ``predict`` gives the decided labels and every label's score."""
 
+    OUTPUTS = (("labels", "list<string>"), ("scores", "list<double>"))
+    TORCH = False
+
     def __init__(self, folder: str, manifest: dict[str, Any]):
         self.model = fasttext_module().load_model(os.path.join(folder, "model.bin"))
         self.labels = list(manifest["labels"])
@@ -97,6 +103,9 @@ class MultiLabelClassifier:
 
 class EncoderTextClassifier:
     """A loaded single-label encoder classifier: ``predict`` gives label and confidence per text."""
+
+    OUTPUTS = (("label", "string"), ("confidence", "double"))
+    TORCH = True
 
     def __init__(self, folder: str, manifest: dict[str, Any]):
         from .encoder import EncoderClassifier
@@ -118,6 +127,9 @@ class EncoderTextClassifier:
 class EncoderLabelSetClassifier:
     """A loaded multi-label encoder classifier: ``predict`` gives the decided labels and every label's score."""
 
+    OUTPUTS = (("labels", "list<string>"), ("scores", "list<double>"))
+    TORCH = True
+
     def __init__(self, folder: str, manifest: dict[str, Any]):
         from .encoder import EncoderMultiLabelClassifier
 
@@ -128,9 +140,11 @@ class EncoderLabelSetClassifier:
         return _label_sets(model.labels, model.threshold, model.probabilities(_texts(model_input)))
 
 
-ENCODER_KINDS = ("encoder", "multilabel_encoder")  # the kinds that import torch and transformers
+# Each kind's loader class: it declares its outputs (the model's signature) and whether it needs torch (its pinned
+# requirements, and the Ray workers that score it).
 KINDS = {"hft": HFTClassifier, "multilabel": MultiLabelClassifier, "encoder": EncoderTextClassifier,
          "multilabel_encoder": EncoderLabelSetClassifier}
+ENCODER_KINDS = tuple(kind for kind, loader in KINDS.items() if loader.TORCH)  # the kinds that import torch
 
 
 def load(folder: str):

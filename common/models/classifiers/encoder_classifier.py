@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from common.models.config import EncoderConfig
 from common.models.classifiers.hft import Source, read_rows
 from common.models.pretrained import encoder_checkpoint, load_for_training
-from common.models.pyfunc_model import write_manifest
+from common.models.classifiers.manifest import write_manifest
 from common.platform.storage import local_copy, put_folder, worker_scratch
 from common.pyfunc.encoder import batch_logits, device_name as _device, mean_pooled, top_labels
 

@@ -54,7 +54,7 @@ class MultiLabelModel:
     def save(self, threshold: float, folder: str) -> None:
         """``model.bin`` and the registered-model loader's manifest (:mod:`common.pyfunc.loader`, kind
         ``multilabel``: labels, decision ``threshold``) in ``folder`` (a local path or URI)."""
-        from common.models.pyfunc_model import write_manifest
+        from common.models.classifiers.manifest import write_manifest
         from common.platform.storage import put_file
 
         put_file(self.path, f"{folder.rstrip('/')}/model.bin")
@@ -125,22 +125,6 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
                     "threshold": pa.array([threshold] * n, pa.float64()),
                     "n_train": pa.array([len(rows)] * n, pa.int64())})
     return pa.table(columns)
-
-
-def evaluate_saved(model_dir: str, test: Sequence[Source]) -> dict[str, float]:
-    """Exact-set accuracy and mean Jaccard (:mod:`common.compositional.evaluation`'s ``accuracy`` and ``jaccard``)
-    of a saved multi-label classifier (``model_dir``: one-vs-all fastText or an encoder, as ``fit_and_predict``'s
-    ``keep`` saved it) on the labelled ``test`` examples, scored by the registered model's loader."""
-    from common.models.classifiers.label_metrics import jaccard
-    from common.platform.storage import local_copy
-    from common.pyfunc.loader import load
-
-    rows = read_examples(test)
-    predicted = load(local_copy(model_dir)).predict([t for _, t, _ in rows])["labels"].tolist()
-    gold = [g for _, _, g in rows]
-    n = max(1, len(rows))
-    return {"accuracy": sum(set(p) == set(g) for p, g in zip(predicted, gold)) / n,
-            "jaccard": sum(jaccard(p, g) for p, g in zip(predicted, gold)) / n, "n_test": len(rows)}
 
 
 def fit_and_predict_many(runtime: "RayRuntime", jobs: list[dict], encoder: "EncoderConfig"):

@@ -78,7 +78,7 @@ class EncoderMultiLabelModel:
 
         from safetensors.torch import save_file
 
-        from common.models.pyfunc_model import write_manifest
+        from common.models.classifiers.manifest import write_manifest
         from common.platform.storage import put_folder, worker_scratch
 
         with worker_scratch("multilabel-encoder-") as tmp:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from common.models.classifiers.hft import (HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows,
                                            task_options)
 from common.models.classifiers.label_metrics import accuracy_and_macro_f1
-from common.models.pyfunc_model import read_manifest, write_manifest
+from common.models.classifiers.manifest import write_manifest
 from common.platform.storage import worker_scratch
 
 if TYPE_CHECKING:
@@ -47,16 +47,6 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: di
     if keep:
         write_manifest(keep, {"kind": "hft", "depth": 1})
     return figures
-
-
-def evaluate_saved(model_dir: str, test: Sequence[Source]) -> dict[str, float]:
-    """{accuracy, macro_f1, n_test} of a saved classifier (``model_dir``: flat fastText, or an encoder classifier,
-    whose ``model.json`` says kind ``encoder``) on ``test`` rows."""
-    if (read_manifest(model_dir, required=False) or {}).get("kind") == "encoder":
-        from common.models.classifiers.encoder_classifier import evaluate_saved as evaluate_encoder
-
-        return evaluate_encoder(model_dir, test)
-    return _evaluate(model_dir, read_rows(test, TEXT, LABEL))
 
 
 def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], num_cpus: int = 1,

@@ -1,41 +1,41 @@
 """A classifier folder as an MLflow Model with the pyfunc flavour: the loader (:mod:`common.pyfunc.loader`, carried in
 ``code_paths`` as :data:`SHIPPED_PACKAGE`), the classifier's files and its manifest as the model's data, a signature per
-classifier kind, an input example and pinned pip requirements. :mod:`common.models.registry` logs and registers
+classifier kind, an input example and pinned pip requirements. :mod:`common.registry` logs and registers
 these; :func:`model_arguments` also serves ``mlflow.pyfunc.save_model`` for a model outside any run.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from common.models.classifiers.manifest import write_manifest
+
 # The top-level name the model's copy of common/pyfunc has (distinct from the suite's own package names, so a
 # serving process that also has the suite installed loads the model's copy).
 SHIPPED_PACKAGE = "catalog_augment_pyfunc"
 LOADER = f"{SHIPPED_PACKAGE}.loader"
-# What the loader imports besides the standard library (versions pinned from this environment); the encoder kinds
-# also need torch and transformers.
+# What the loader imports besides the standard library (versions pinned from this environment); the kinds whose
+# loader class declares TORCH also need torch and transformers.
 REQUIREMENTS = ("mlflow", "fasttext-numpy2", "numpy", "pandas")
 ENCODER_REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors")
 
 
 def signature(kind: str):
-    """The pyfunc signature of a classifier ``kind`` (:data:`common.pyfunc.loader.KINDS`): text in; label,
-    confidence and level (``hft``), label and confidence (``encoder``), or the decided labels and each label's score
-    (``multilabel``, ``multilabel_encoder``) out."""
+    """The pyfunc signature of a classifier ``kind``: text in; out, the columns its loader class declares
+    (:data:`common.pyfunc.loader.KINDS`, ``OUTPUTS``)."""
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Array, ColSpec, Schema
 
-    inputs = Schema([ColSpec("string", "text")])
-    if kind == "hft":
-        outputs = Schema([ColSpec("string", "label"), ColSpec("double", "confidence"), ColSpec("long", "level")])
-    elif kind == "encoder":
-        outputs = Schema([ColSpec("string", "label"), ColSpec("double", "confidence")])
-    else:
-        outputs = Schema([ColSpec(Array("string"), "labels"), ColSpec(Array("double"), "scores")])
-    return ModelSignature(inputs=inputs, outputs=outputs)
+    from common.pyfunc.loader import KINDS
+
+    def spec(name: str, kind: str) -> ColSpec:
+        return ColSpec(Array(kind.removeprefix("list<").removesuffix(">")), name) if kind.startswith("list<") \
+            else ColSpec(kind, name)
+
+    return ModelSignature(inputs=Schema([ColSpec("string", "text")]),
+                          outputs=Schema([spec(name, kind) for name, kind in KINDS[kind].OUTPUTS]))
 
 
 def requirements(kind: str, installed: Optional[Callable[[str], str]] = None) -> list[str]:
@@ -45,10 +45,10 @@ def requirements(kind: str, installed: Optional[Callable[[str], str]] = None) ->
     let a serving environment resolve another version than the one the model was trained and tested with."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from common.pyfunc.loader import ENCODER_KINDS
+    from common.pyfunc.loader import KINDS
 
     pinned = []
-    for name in REQUIREMENTS + (ENCODER_REQUIREMENTS if kind in ENCODER_KINDS else ()):
+    for name in REQUIREMENTS + (ENCODER_REQUIREMENTS if KINDS[kind].TORCH else ()):
         try:
             pinned.append(f"{name}=={(installed or version)(name).split('+')[0]}")
         except PackageNotFoundError:
@@ -56,28 +56,6 @@ def requirements(kind: str, installed: Optional[Callable[[str], str]] = None) ->
                                f"{name} is installed here (pip install {name}, or install the suite with its "
                                "extras); the model is not logged with an unpinned requirement") from None
     return pinned
-
-
-def write_manifest(folder: str, manifest: Mapping[str, Any]) -> None:
-    """``manifest`` as the loader's ``model.json`` in ``folder`` (a local path or an object-store URI)."""
-    from common.platform.storage import write_text
-    from common.pyfunc.loader import MANIFEST
-
-    write_text(f"{str(folder).rstrip('/')}/{MANIFEST}", json.dumps(dict(manifest), indent=1, sort_keys=True))
-
-
-def read_manifest(folder: str, required: bool = True) -> Optional[dict[str, Any]]:
-    """The loader's ``model.json`` of ``folder`` (a local path or an object-store URI). Where it has none: raises
-    FileNotFoundError naming the folder, or returns None when not ``required``."""
-    from common.platform.storage import exists, read_text
-    from common.pyfunc.loader import MANIFEST
-
-    path = f"{str(folder).rstrip('/')}/{MANIFEST}"
-    if exists(path):
-        return json.loads(read_text(path))
-    if required:
-        raise FileNotFoundError(f"{folder}: the classifier folder has no {MANIFEST} (its loader manifest)")
-    return None
 
 
 def model_files(source_uri: str, manifest: Mapping[str, Any], folder: Path) -> Path:
@@ -143,11 +121,11 @@ def log_model(name: str, params: Mapping[str, str], source_uri: str, manifest: M
     import mlflow
     from mlflow.models import Model
 
-    from common.pyfunc.loader import ENCODER_KINDS
+    from common.pyfunc.loader import KINDS
 
     with tempfile.TemporaryDirectory(prefix="augment-model-") as tmp:
         arguments = {"name": name, "params": dict(params), **model_arguments(source_uri, manifest, examples, Path(tmp))}
-        if manifest["kind"] in ENCODER_KINDS:
+        if KINDS[manifest["kind"]].TORCH:
             # MLflow tries the input example by loading the model and predicting in this process: for an encoder that
             # is torch and the model in the job's driver (Ray tasks hold the suite's torch work). The job has just
             # scored this classifier in its Ray task; the tests load and serve it in processes of their own.

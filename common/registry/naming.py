@@ -1,0 +1,24 @@
+"""Registered models' names, and the version tags that say what a version is (read back instead of parsing a
+name: ``catalog_augment_boostaug_eda_boostaug`` splits more than one way)."""
+from __future__ import annotations
+
+import re
+
+# The version tags naming a version's pipeline, method and classifier kind.
+PIPELINE_TAG, METHOD_TAG, CLASSIFIER_TAG = "pipeline", "method", "classifier"
+
+
+def word(text: str) -> str:
+    """``text`` with every character other than letters, digits and ``_`` as ``_`` (what Unity Catalog allows in a
+    model name, and MLflow in a model or metric name; ``eda+boostaug`` -> ``eda_boostaug``)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def registered_name(prefix: str, pipeline: str, method: str) -> str:
+    """``<prefix><pipeline>_<method>`` (:func:`word` of the pipeline and method)."""
+    return prefix + word(f"{pipeline}_{method}")
+
+
+def classifier_name(method: str, model: str) -> str:
+    """``method``, and the classifier kind where it is not fastText: ``eda+boostaug``, ``eda+boostaug_encoder``."""
+    return method if model == "fasttext" else f"{method}_{model}"

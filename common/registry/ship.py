@@ -1,0 +1,277 @@
+"""The shipping step of a job that trained its classifiers: each :class:`~common.registry.candidates.Candidate` is
+logged as an MLflow Model of the job's run (:func:`~common.registry.store.log_classifier`), registered as a new
+version of ``<registry.name_prefix><pipeline>_<method>`` (``_<model>`` added for a classifier kind other than
+fastText: ``..._eda_boostaug_encoder``), and gated: the shipped artifact and the current champion are scored on the
+same fixed test rows (:mod:`common.registry.compare`) and the paired decision (:mod:`common.registry.gate`) says
+whether the version takes ``registry.alias``. The alias moves by compare-and-set (:func:`take_alias`): the champion
+is read again just before the alias is set and once after; a run that finds another version there judges again
+against it, so two concurrent runs end with the better model, never merely the later one.
+
+Every version is tagged with its pipeline, method and classifier kind, its tables' versions, its recipe's figures
+over the R seeds (``metric.*``), and the gate's verdict (``gate.decision``: promoted, kept or undecided;
+``gate.reason``; both artifacts' figures, the interval and the rows, ``gate.*``). A registry that errs while
+gating keeps the alias where it is (fail closed), tags the version undecided, and the job's result says the ship
+is incomplete (exit 7).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from common.registry.candidates import Candidate, Shipped
+from common.registry import ledger
+from common.registry.compare import Compare, CompareOf, champion_cells, task_compare
+from common.registry.gate import RULES, Decision, decide
+from common.registry.naming import CLASSIFIER_TAG, METHOD_TAG, PIPELINE_TAG, registered_name
+from common.registry.store import (RegistryUnavailable, champion_version, create_registered_model, log_classifier,
+                                   measure_tags, measures_of, registry_client, table_tags)
+
+if TYPE_CHECKING:
+    from common.platform.job import JobContext, JobRun
+
+log = logging.getLogger(__name__)
+
+
+def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
+         compare_of: Optional[CompareOf] = None) -> list[Shipped]:
+    """Log, register and gate each candidate (nothing where the registry config does not ship its pipeline and
+    classifier kind), after what earlier runs of the job left unshipped (:func:`resume`); ``compare_of``: the job's
+    scoring of a candidate beside a champion from its ``scoring`` (default: :func:`~.compare.task_compare`).
+    Returns what happened, also recorded in the job's summary lines and the run's ``models/shipped.json``."""
+    chosen = [c for c in candidates if ctx.cfg.registry.ships(c.pipeline, c.model)]
+    if chosen:
+        ledger.save(f"{ledger.folder(ctx, tr.result.job)}/{tr.run_id}.json", [ledger.Entry(c) for c in chosen])
+    return resume(ctx, tr, compare_of)
+
+
+def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = None) -> list[Shipped]:
+    """Finish every ship of this job that a run left undone (:mod:`.ledger`): register what has no version yet, gate
+    what has no verdict, in this run, without retraining; a ledger file whose candidates are all done is removed.
+    What a job calls where it returns early on its results. Returns what happened (also in the summary lines)."""
+    from mlflow.exceptions import MlflowException
+
+    files = ledger.pending(ctx, tr.result.job)
+    if not files:
+        return []
+    client = registry_client(ctx)
+    build = compare_of or (lambda scoring: task_compare(ctx, scoring))
+    done = []
+    for uri in files:
+        entries = ledger.load(uri)
+        for entry in entries:
+            if entry.done:
+                continue
+            try:
+                shipped = ship_entry(ctx, tr, client, uri, entries, entry, build)
+            except (MlflowException, RegistryUnavailable) as exc:  # left for the next run, which finishes it
+                c = entry.candidate
+                name = registered_name(ctx.cfg.registry.name_prefix, c.pipeline, c.name)
+                tr.result.incomplete.append(f"{name}: not shipped (the next run ships it): {exc}")
+                continue
+            done += [shipped] if shipped else []
+        if all(e.done for e in entries):
+            ledger.remove(uri)
+    if done:
+        tr.log_dict([s.__dict__ for s in done], "models/shipped.json")
+    return done
+
+
+def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list, entry, build: CompareOf):
+    """Register (where the entry has no version yet) and gate one ledger entry, saving its progress to ``uri``
+    around each registry call; returns what became of it, or None where it was done already."""
+    from common.platform.storage import exists
+
+    cfg, candidate = ctx.cfg.registry, entry.candidate
+    name = registered_name(cfg.name_prefix, candidate.pipeline, candidate.name)
+    try:
+        version = registered_version(client, name, entry)
+    except VersionDeleted as exc:
+        entry.done = True  # said once, then dropped: a deleted version is someone's decision
+        tr.result.incomplete.append(str(exc))
+        ledger.save(uri, entries)
+        return None
+    if version is None:
+        if not exists(candidate.folder):
+            entry.done = True  # said once, then dropped: nothing can ship it again
+            tr.result.incomplete.append(f"{name}: its classifier folder {candidate.folder} is gone; not shipped")
+            ledger.save(uri, entries)
+            return None
+        info = log_classifier(ctx, candidate)
+        create_registered_model(client, name, f"{candidate.pipeline} pipeline's {candidate.method} classifier "
+                                              f"({candidate.model}; catalog-augment)")
+        tags = {**measure_tags(candidate.measures), PIPELINE_TAG: candidate.pipeline, METHOD_TAG: candidate.method,
+                CLASSIFIER_TAG: candidate.model, **candidate.lineage, **table_tags(ctx, "train", candidate.train),
+                **table_tags(ctx, "test", candidate.test)}
+        entry.run_id = tr.run_id
+        ledger.save(uri, entries)  # a kill after the next call: the rerun finds the version by this run
+        version = client.create_model_version(name, info.model_uri, run_id=tr.run_id, tags=tags,
+                                              model_id=info.model_id)
+        entry.version = str(version.version)
+        ledger.save(uri, entries)
+    elif version.tags.get("gate.decision") in ledger.VERDICTS:
+        entry.done = True
+        ledger.save(uri, entries)
+        return None
+    shipped = settle(ctx, tr, client, name, str(version.version), candidate, build(candidate.scoring))
+    entry.done = shipped.decided
+    ledger.save(uri, entries)
+    return Shipped(name, shipped.version, version.source, shipped.champion, shipped.reason)
+
+
+def registered_version(client, name: str, entry):
+    """The version of ``name`` that ``entry`` registered: by its number, or (a kill between the registration and
+    the ledger's save) the one its run registered; None where there is none. Raises :class:`VersionDeleted` where
+    the registry no longer has the version the ledger names (someone deleted it: not registered again)."""
+    from mlflow.exceptions import MlflowException
+
+    missing = ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND")
+    if entry.version is not None:
+        try:
+            return client.get_model_version(name, entry.version)
+        except MlflowException as exc:
+            if exc.error_code in missing:
+                raise VersionDeleted(f"{name} v{entry.version} was deleted from the registry before its gate "
+                                     "finished; not registered again") from None
+            raise
+    if entry.run_id is None:
+        return None
+    try:
+        found = client.search_model_versions(f"name = '{name}' and run_id = '{entry.run_id}'")
+    except MlflowException as exc:
+        if exc.error_code in missing:
+            return None
+        raise
+    return client.get_model_version(name, str(found[0].version)) if found else None
+
+
+class VersionDeleted(LookupError):
+    """A ledger entry's version is gone from the registry."""
+
+
+def settle(ctx: "JobContext", tr: "JobRun", client, name: str, version: str, candidate: Candidate,
+           compare: Optional[Compare]) -> Shipped:
+    """Gate ``version`` of ``name`` (registered from ``candidate``) and record the verdict on its tags; a registry
+    error on the way leaves the alias where it is, tags the version undecided where it can, and adds the error to
+    the job's incomplete list. Returns what became of the version (its model URI left empty)."""
+    from mlflow.exceptions import MlflowException
+
+    cfg = ctx.cfg.registry
+    undecided = False
+    try:
+        if candidate.pipeline not in cfg.gate:
+            client.set_registered_model_alias(name, cfg.alias, version)
+            decision = Decision(True, f"registry.gate does not list {candidate.pipeline}: every new version takes "
+                                      "the alias")
+        else:
+            decision = take_alias(client, name, cfg.alias, version,
+                                  lambda champion: judge(ctx, client, name, candidate, champion, compare),
+                                  cfg.settle_s, cfg.max_rejudge)
+    except (RegistryUnavailable, MlflowException) as exc:  # fail closed: the run says the ship is incomplete
+        reason = exc if isinstance(exc, RegistryUnavailable) else \
+            f"the registry erred ({exc.error_code}: {' '.join(str(exc).split())[:200]})"
+        decision, undecided = Decision(False, f"{reason}: the alias stays"), True
+        tr.result.incomplete.append(f"{name} v{version}: {reason}")
+    # "undecided", not "kept": the gate never judged this version (the registry erred), and nothing may read the
+    # tag as a verdict.
+    verdict = "promoted" if decision.promote else "undecided" if undecided else "kept"
+    # The verdict last: a version with gate.decision has its reason and figures (a kill in between leaves it to the
+    # next run to gate again).
+    tags = {"gate.reason": decision.reason, **decision.figures, "gate.test": json.dumps(candidate.test, sort_keys=True),
+            "gate.decision": verdict}
+    try:
+        for key, value in tags.items():
+            client.set_model_version_tag(name, version, key, value)
+    except MlflowException as exc:  # the verdict is not on the version: the next run gates it again
+        undecided = True
+        tr.result.incomplete.append(f"{name} v{version}: its gate tags could not be written ({exc.error_code})")
+    shipped = Shipped(name, version, "", decision.promote, decision.reason, decided=not undecided)
+    log.info("%s", shipped.line(cfg.alias))
+    tr.result.notes.append(shipped.line(cfg.alias))
+    return shipped
+
+
+def _number(version) -> Optional[str]:
+    return None if version is None else str(version.version)
+
+
+def take_alias(client, name: str, alias: str, version: str, judge: Callable[[object], Decision],
+               settle_s: float, max_rejudge: int) -> Decision:
+    """Move ``alias`` of ``name`` to ``version`` when ``judge(champion)`` (the champion's model version, or None)
+    says so, by compare-and-set: the champion is read again just before setting, and ``settle_s`` after; where
+    another version is there either time (a concurrent run moved it), ``version`` is judged again against that one.
+    Returns the last decision; raises :class:`RegistryUnavailable` after ``max_rejudge`` judgements that the alias
+    kept moving under (the alias then holds whatever a concurrent run set; this version stays undecided)."""
+    champion = champion_version(client, name, alias)
+    for _ in range(max_rejudge):
+        decision = judge(champion)
+        if not decision.promote:
+            return decision
+        now = champion_version(client, name, alias)
+        if _number(now) != _number(champion):
+            log.info("@%s of %s moved to v%s while v%s was judged: judged again", alias, name, _number(now), version)
+            champion = now
+            continue
+        client.set_registered_model_alias(name, alias, version)
+        time.sleep(settle_s)
+        after = champion_version(client, name, alias)
+        if _number(after) == version:
+            return decision
+        log.info("@%s of %s was set to v%s after v%s took it: judged again", alias, name, _number(after), version)
+        champion = after
+    raise RegistryUnavailable(f"@{alias} of {name} moved under v{version} {max_rejudge} times while it was judged")
+
+
+def judge(ctx: "JobContext", client, name: str, candidate: Candidate, champion,
+          compare: Optional[Compare]) -> Decision:
+    """The gate's decision for ``candidate`` against ``champion`` (a model version of ``name``, or None: the first
+    version takes the alias): both artifacts scored by ``compare`` on the candidate's test rows, decided by
+    :func:`common.registry.gate.decide` with the registry config's margin, confidence and resamples."""
+    cfg = ctx.cfg.registry
+    rule = RULES[candidate.pipeline]
+    if champion is None:
+        return decide(rule, None)
+    if compare is None:
+        return Decision(False, f"this job cannot score champion v{champion.version} beside the candidate: the "
+                               "alias stays")
+    cells = champion_cells(ctx, client, name, str(champion.version), candidate.folder, candidate.manifest, compare)
+    return decide(rule, cells, cfg.margin, cfg.confidence, cfg.resamples, ctx.cfg.seed,
+                  f"champion v{champion.version}")
+
+
+def registry_lines(ctx: "JobContext") -> list[str]:
+    """One line per registered model named with ``registry.name_prefix`` (pipelines x methods: a bounded list): the
+    version holding ``registry.alias`` with its recipe's gate metric over its seeds and the gate's paired figures,
+    and the newest version's gate decision where that is another version; [] where no pipeline registers. A
+    registry that cannot list models by name (Unity Catalog takes no filter) gives one line saying where to look."""
+    from mlflow.exceptions import MlflowException
+
+    cfg = ctx.cfg.registry
+    if not cfg.pipelines:
+        return []
+    client = registry_client(ctx)
+    try:
+        models = client.search_registered_models(filter_string=f"name LIKE '{cfg.name_prefix}%'", max_results=1000)
+    except MlflowException as exc:
+        return [f"the registry lists no models by name ({exc.error_code}): see {cfg.name_prefix}<pipeline>_<method>"]
+    lines = []
+    # LIKE reads the prefix's "_" as any character: the names are checked again.
+    for model in sorted((m for m in models if m.name.startswith(cfg.name_prefix)), key=lambda m: m.name):
+        versions = sorted(client.search_model_versions(f"name = '{model.name}'"), key=lambda v: int(v.version))
+        try:
+            champion = champion_version(client, model.name, cfg.alias)
+        except RegistryUnavailable as exc:
+            lines.append(f"{model.name}: {exc}")
+            continue
+        line = f"{model.name}: " + (f"@{cfg.alias} v{champion.version}" if champion else f"no @{cfg.alias}")
+        rule = RULES.get(champion.tags.get(PIPELINE_TAG, "")) if champion else None
+        measure = measures_of(champion.tags).get(rule.metric) if rule else None
+        if measure:
+            line += f", {rule.metric} {measure.text()}"
+        newest = versions[-1] if versions else None
+        if newest and (champion is None or str(newest.version) != str(champion.version)):
+            line += f"; newest v{newest.version} {newest.tags.get('gate.decision', '?')}: " \
+                    f"{newest.tags.get('gate.reason', '')}"
+        lines.append(line)
+    return lines
