@@ -132,7 +132,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     existing = tr.read(RESULTS, _base_results_version(ctx))
     config_hash = hash_of(cfg.threshold, cfg.n, asdict(ctx.cfg.consistency.fasttext), repeats, ctx.cfg.seed)
     if tr.already_written(RESULTS, config_hash, latest_only=True):
-        resume(ctx, tr, comparer(ctx, None))  # what an earlier run left unshipped: shipped now, nothing trained
+        resume(ctx, tr, comparer(ctx))  # what an earlier run left unshipped: shipped now, nothing trained
         return None
 
     tr.write(augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed), "cga_augmented", config_hash)
@@ -166,7 +166,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if ctx.cfg.registry.ships("consistency"):  # CGA's classifier ships as the consistency pipeline's "cga"
         ship(ctx, tr, [candidate(ctx, tr, "cga", models[0][2], pdf, [], [r["title"] for r in accuracy_test.select(
             "title").limit(3).collect()], {"cga.config_hash": config_hash, **generator_lineage(cfg.model, versions)})],
-             compare_of=comparer(ctx, None))
+             compare_of=comparer(ctx))
     cga = pdf[pdf.method == "cga"]
     return {"mean.cga.f1_weighted": cga.f1_weighted.mean(), "mean.cga.consistency_rate": cga.consistency_rate.mean(),
             "mean.cga.n_augmented": n_aug}

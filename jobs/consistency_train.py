@@ -98,15 +98,14 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     d_l, pool = tr.read("labeled_train"), tr.read("unlabeled_pool")
     accuracy_test, pairs = tr.read("accuracy_test"), tr.read("consistency_test")
     config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
+    if tr.already_written(RESULTS, config_hash):
+        print(summary_table(tr.written(RESULTS).toPandas()))
+        resume(ctx, tr, comparer(ctx))  # what an earlier run left unshipped: shipped now, nothing trained
+        return None
     colours, sizes = load_dictionary(cfg.colours, "colours"), load_dictionary(cfg.sizes, "sizes")
 
     def blind(c):
         return blind_col(c, colours, sizes)
-
-    if tr.already_written(RESULTS, config_hash):
-        print(summary_table(tr.written(RESULTS).toPandas()))
-        resume(ctx, tr, comparer(ctx, blind))  # what an earlier run left unshipped: shipped now, nothing trained
-        return None
 
     trained: dict[str, tuple[int, int]] = {}  # method -> (n augmented, n rows)
     jobs, keys = [], []
@@ -135,7 +134,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if ctx.cfg.registry.ships("consistency"):
         examples = [r["title"] for r in accuracy_test.select("title").limit(3).collect()]
         ship(ctx, tr, [candidate(ctx, tr, method, model, pdf, blind_rules(method, colours, sizes), examples)
-                       for method, model in first.items()], compare_of=comparer(ctx, blind))
+                       for method, model in first.items()], compare_of=comparer(ctx))
     else:
         for method, model in first.items():
             tr.log_model_folder(model.uri, f"models/{method}")
@@ -174,32 +173,28 @@ def candidate(ctx: JobContext, tr: JobRun, method: str, model, pdf, blind: list[
         lineage={"config_hash": hash_of(asdict(ctx.cfg.consistency), ctx.cfg.seed), **(lineage or {})})
 
 
-def comparer(ctx: JobContext, blind):
+def comparer(ctx: JobContext):
     """The consistency pipeline's :data:`~common.registry.compare.CompareOf`: two HFTs scored in Spark on the test
     table versions of a candidate's ``scoring`` ({accuracy_test, consistency_test}): the counts of each (category,
     candidate's, champion's prediction) on the accuracy test and of each (candidate predicts the pair alike,
-    champion does) on the title pairs (a few cells reach the driver, no row). Each model reads its titles as it was
-    trained: blinded (``blind``: the job's column blinding) where its manifest has substitutions."""
+    champion does) on the title pairs (a few cells reach the driver, no row). Each model reads its titles as it
+    serves: with its manifest's substitutions (a CS-Blind model's colours and sizes, its own dictionaries)."""
     from pyspark.sql import functions as F
 
+    from common.catalog.blinding import substitute_col
     from common.models.classifiers.hft import HFTModel, predict
-
-    def reader(manifest: dict):
-        if manifest.get("substitute") and blind is None:
-            raise ValueError("a blinded model cannot be scored without the job's blinding")
-        return blind if manifest.get("substitute") else (lambda c: c)
 
     def compare_of(scoring: dict):
         accuracy_test = ctx.lakehouse.read("accuracy_test", scoring["accuracy_test"])
         pairs = ctx.lakehouse.read("consistency_test", scoring["consistency_test"])
 
         def compare(candidate: str, candidate_manifest: dict, champion: str, champion_manifest: dict) -> dict:
-            models = [(HFTModel(uri, int(m["depth"])), reader(m))
+            models = [(HFTModel(uri, int(m["depth"])), m.get("substitute") or [])
                       for uri, m in ((candidate, candidate_manifest), (champion, champion_manifest))]
-            rows = accuracy_test.select("category", *(text(F.col("title")).alias(f"t{i}")
-                                                      for i, (_, text) in enumerate(models)))
-            both = pairs.select(*(text(F.col(f"title_{k}")).alias(f"t{k}{i}")
-                                  for i, (_, text) in enumerate(models) for k in (1, 2)))
+            rows = accuracy_test.select("category", *(substitute_col(F.col("title"), subs).alias(f"t{i}")
+                                                      for i, (_, subs) in enumerate(models)))
+            both = pairs.select(*(substitute_col(F.col(f"title_{k}"), subs).alias(f"t{k}{i}")
+                                  for i, (_, subs) in enumerate(models) for k in (1, 2)))
             for i, (model, _) in enumerate(models):
                 rows = predict(rows, model, f"t{i}", f"p{i}")
                 both = predict(predict(both, model, f"t1{i}", f"p1{i}"), model, f"t2{i}", f"p2{i}")

@@ -58,6 +58,24 @@ class Server:
             self.process.wait(timeout=20)
 
 
+def serve_forever(handle, port: int, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+    """Serve the aiohttp handler ``handle`` for every method and path on 127.0.0.1:``port`` in ``loop``, in the
+    calling thread until the loop is stopped; ``ready`` is set once it listens."""
+    from aiohttp import web
+
+    async def start():
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        ready.set()
+
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(start())
+    loop.run_forever()
+
+
 class FaultProxy:
     """A proxy on loopback in front of ``upstream`` (a ``/v1`` base URL). ``throttle`` first requests get 429 with
     ``throttle_headers``; every request 503 while ``down``; a request whose body holds ``fail_marker`` 503; with
@@ -134,17 +152,7 @@ class FaultProxy:
                         await asyncio.get_running_loop().run_in_executor(None, self.then)
             return web.Response(status=status, body=body, content_type="application/json")
 
-        async def start():
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", handle)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", self.port).start()
-            self._ready.set()
-
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(start())
-        self._loop.run_forever()
+        serve_forever(handle, self.port, self._loop, self._ready)
 
     def since(self, moment: float) -> int:
         """Requests the proxy saw after ``moment`` (monotonic)."""

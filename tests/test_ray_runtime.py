@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 import psutil
 import pytest
@@ -228,6 +229,32 @@ def test_a_stage_that_asks_for_a_gpu_the_cluster_cannot_have_fails_before_it_sta
         assert torch_task_options(1.0)["max_calls"] == 1
 
 
+def test_a_wait_on_tasks_no_node_can_hold_ends_and_a_long_task_is_never_cut_short(ray_runtime):
+    """A task asking for a GPU on a cluster with none (as when the only GPU node of an address-mode cluster is gone
+    for good) would keep ``ray.get`` waiting forever: the bounded wait raises ClusterError naming the tasks, what
+    they ask for and the nodes once ``unschedulable_s`` passed with nothing finished, and cancels them. A task that
+    runs past that bound on a node that can hold it finishes."""
+    import ray
+
+    from common.platform.errors import ClusterError
+    from common.platform.ray_waits import wait_all
+
+    def nap(seconds: float) -> float:  # nested: pickled by value, as the workers cannot import this test module
+        import time
+
+        time.sleep(seconds)
+        return seconds
+
+    stuck = ray.remote(num_gpus=1)(nap).remote(0)
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"gpu tasks: 1 Ray task\(s\) asking for \{'GPU': 1\} waited 2 s with no "
+                                           r"live node able to hold them \(nodes: CPU 2\)"):
+        wait_all([stuck], "gpu tasks", {"CPU": 0, "GPU": 1}, unschedulable_s=2.0)
+    assert time.monotonic() - started < 10
+    long = ray.remote(num_cpus=1)(nap).remote(4.0)
+    assert wait_all([long], "a long task", {"CPU": 1}, unschedulable_s=1.0) == [4.0]
+
+
 def test_a_task_asking_for_more_cpus_than_any_node_has_gets_the_largest_node(ray_runtime, caplog):
     """Ray would wait forever for a task of 2 CPUs on Ray on Spark's 1-core nodes: the request is cut to the
     largest node, with a warning naming the setting; a cluster joined by address is not second-guessed."""
@@ -447,7 +474,8 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(c
         assert watch.failure is None
 
     def waited_for(states) -> tuple[float, BaseException]:
-        watch = ray_on_spark.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, grace_s=30, states=lambda: states).start()
+        read = states if callable(states) else (lambda: states)
+        watch = ray_on_spark.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, grace_s=30, states=read).start()
         started = time.monotonic()
         try:
             with pytest.raises(KeyboardInterrupt):
@@ -469,7 +497,15 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(c
     seconds, error = waited_for((2, 1, 0))  # a task runs, its node never joins: after twice the timeout
     assert 0.6 <= seconds < 1.2 and "1 of their Spark tasks running, and none joined Ray" in str(error)
     assert interruption() is None  # taken once: a later Ctrl-C is the user's
+
     from common.platform.cli import _user_error
 
     assert _user_error(error) == 5  # the CLI's one line, exit code 5
     assert capsys.readouterr().err.startswith("augment: cluster error: ray on spark: 2 Ray worker nodes asked for")
+
+    def unreadable():
+        raise ConnectionError("the GCS does not answer")
+
+    seconds, error = waited_for(unreadable)  # a watch that cannot see counts toward its bound, never vouches
+    assert 0.6 <= seconds < 1.2 and "could not be read for " in str(error)
+    assert "s (ConnectionError: the GCS does not answer)" in str(error)

@@ -117,6 +117,11 @@ def test_the_gate_fails_closed_when_the_registry_errs(monkeypatch, tmp_path, ctx
     assert champion_version(local, "no_such_model", "champion") is None
     local.create_registered_model("m")
     assert champion_version(local, "m", "champion") is None
+    # a version an earlier attempt set (killed before its tags) is never judged against itself
+    local.create_model_version("m", "s3://nowhere/m/1")
+    local.set_registered_model_alias("m", "champion", "1")
+    again = take_alias(local, "m", "champion", "1", lambda champion: pytest.fail("judged"), 0.0, 1)
+    assert again.promote and "holds @champion already" in again.reason
     result = JobResult("boostaug-evaluate", incomplete=["m v3: the registry could not say ..."])
     assert exit_code([JobResult("a"), result]) == 7 and exit_code([JobResult("a")]) == 0
     assert "INCOMPLETE: m v3: the registry could not say" in result.summary()
@@ -327,6 +332,17 @@ def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world,
         # the same inputs again: nothing trained, nothing registered
         assert evaluate_job(ctx).notes == []
         assert len(client.search_model_versions(f"name = '{name}'")) == 3
+        # a ledger that is none (a hand-edited file) is said, never every later run's crash
+        from common.registry import ledger
+
+        broken = f"{ledger.folder(ctx, 'boostaug-evaluate')}/broken.json"
+        Path(broken).write_text('{"not": "a ledger"}')
+        said = evaluate_job(ctx)
+        assert exit_code([said]) == 7 and any("not a shipping ledger" in line for line in said.incomplete)
+        Path(broken).unlink()
+        # two runs of one job never finish one ledger at once
+        with ledger.claim(broken) as first, ledger.claim(broken) as second:
+            assert first and not second
     finally:
         ctx.close()
 

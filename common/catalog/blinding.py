@@ -48,6 +48,17 @@ def dictionary_pattern(entries: list[str]) -> str:
     return r"(?i)(?<![\w'])(?:" + "|".join(entries) + r")(?![\w'])"
 
 
+def substitute_col(text: "Column", substitutions: list[list[str]]) -> "Column":
+    """Column: ``text`` with each (pattern, token) substitution applied in order (a match becomes `` token ``),
+    spaces collapsed and trimmed: what a registered model's loader does to its input
+    (``common.pyfunc.loader.substitute``, the manifest's ``substitute``), in Spark."""
+    from pyspark.sql import functions as F
+
+    for pattern, token in substitutions:
+        text = F.regexp_replace(text, pattern, f" {token} ")
+    return F.trim(F.regexp_replace(text, r"\s+", " "))
+
+
 def blind_col(title: "Column", colours: list[str], sizes: list[str]) -> "Column":
     """Column: the title with every colour replaced by ``__colour__`` and every size by ``__size__``."""
     from pyspark.sql import functions as F

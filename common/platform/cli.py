@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.platform.config_loader import ConfigError
-from common.platform.errors import SHIP_INCOMPLETE, USER_ERRORS, interruption, one_line, user_error
+from common.platform.errors import (SHIP_INCOMPLETE, USER_ERRORS, exit_code_table, interruption, one_line,
+                                    user_error)
 
 if TYPE_CHECKING:
     from common.platform.pipeline import JobRegistry
@@ -36,6 +37,7 @@ def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
         prog="augment",
         description="Catalog-scale training-data augmentation for product text classifiers "
                     "(Spark jobs, Ray model stages, Delta tables, MLflow runs).",
+        epilog=exit_code_table(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a job or a pipeline",

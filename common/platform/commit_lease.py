@@ -88,7 +88,8 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     body = json.dumps({"owner": owner, "table": table, "location": location,
                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
-    started, announced = time.monotonic(), False
+    started, announced, denied = time.monotonic(), False, None
+    holder: Optional[dict] = None
     while True:
         try:
             etag = client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")["ETag"]
@@ -96,23 +97,36 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
         except ClientError as exc:
             if not _conditional_failed(exc):
                 raise
-        holder = _holder(client, bucket, key)
-        if holder is None:
-            continue  # released between our put and our look: try again at once
-        if holder["age_s"] > settings.ttl_s:
-            log.warning("breaking the commit lease of %s held by %s: not renewed for %.0f s (its writer died?)",
-                        table, holder["owner"], holder["age_s"])
-            with contextlib.suppress(ClientError):  # another waiter broke it first: its etag no longer matches
-                client.delete_object(Bucket=bucket, Key=key, IfMatch=holder["etag"])
-            continue
+        # The bound first, whatever the turn found: a stale lease that cannot be deleted, or a holder that vanishes
+        # between our put and our look, never spins past it.
         waited = time.monotonic() - started
         if waited > settings.wait_s:
+            who = f"held by {holder['owner']} since {holder['since']}" if holder else "its holder unknown"
+            why = (f"; the stale lease could not be deleted ({denied}): delete s3://{bucket}/{key} or grant "
+                   "s3:DeleteObject on it") if denied else ""
             raise CommitLeaseTimeout(
                 f"write to {table!r} ({location}) waited {waited:.0f} s for another writer's commit lease "
-                f"(s3://{bucket}/{key}, held by {holder['owner']} since {holder['since']}). Spark's Delta log store on "
-                f"S3 is safe for one writing driver at a time: run the writers one after the other, raise "
-                f"lakehouse.commit_wait_s, or configure a multi-writer log store (docs: Running on a cluster)")
-        if not announced:
+                f"(s3://{bucket}/{key}, {who}){why}. Spark's Delta log store on S3 is safe for one writing driver at "
+                f"a time: run the writers one after the other, raise lakehouse.commit_wait_s, or configure a "
+                f"multi-writer log store (docs: Running on a cluster)")
+        holder = _holder(client, bucket, key)
+        if holder is None:
+            time.sleep(min(settings.poll_s, 0.1))  # released between our put and our look: again, soon
+            continue
+        if holder["age_s"] > settings.ttl_s:
+            if denied is None:
+                log.warning("breaking the commit lease of %s held by %s: not renewed for %.0f s (its writer died?)",
+                            table, holder["owner"], holder["age_s"])
+            try:
+                client.delete_object(Bucket=bucket, Key=key, IfMatch=holder["etag"])
+                continue
+            except ClientError as exc:  # another waiter broke it first (its etag no longer matches), or denied
+                if not _conditional_failed(exc) and _code(exc) not in ("NoSuchKey", "404"):
+                    if denied is None:
+                        log.warning("the stale commit lease s3://%s/%s cannot be deleted: %s", bucket, key,
+                                    _code(exc) or type(exc).__name__)
+                    denied = _code(exc) or type(exc).__name__
+        elif not announced:
             log.info("waiting for the commit lease of %s, held by %s since %s", table, holder["owner"], holder["since"])
             announced = True
         time.sleep(settings.poll_s)
@@ -181,7 +195,7 @@ def commit_lock(location: str, table: str, settings: LeaseSettings = LeaseSettin
     from common.platform.storage import is_local, is_s3, local_commit_lock
 
     if is_local(location):
-        return local_commit_lock(location)
+        return local_commit_lock(location, settings.wait_s)
     if is_s3(location):
         return s3_commit_lease(location, table, settings)
     return contextlib.nullcontext()

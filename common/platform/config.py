@@ -139,6 +139,10 @@ class RayConfig:
     # Retries of a killed actor's in-flight batch (see actor_max_restarts), and of an HFT training task
     # whose worker died.
     actor_task_retries: int = 3
+    # Seconds a wait on the suite's Ray tasks (classifier training and scoring, fine-tunes, conversions) may go with
+    # nothing finished and no live node able to hold what they ask for (the GPU node gone in address mode), before
+    # the job ends with an error naming the tasks and the nodes (exit 5). A task that runs is never cut short.
+    unschedulable_timeout_s: float = 600.0
     # Also retry a batch whose code raised (a transient CUDA OOM, a flaky object-store read), up to
     # actor_task_retries times; a deterministic error then fails the stage, and no version is written.
     retry_exceptions: bool = True
@@ -206,7 +210,8 @@ class LakehouseConfig:
     # write holds the table's commit lease (common/platform/commit_lease.py). A lease not renewed for this many
     # seconds (its writer died) is broken by the next writer.
     commit_lease_s: float = 60.0
-    # How long a writer waits for another driver's commit lease on the same table before it fails, naming it.
+    # How long a writer waits for another driver's commit lease (S3) or commit lock (a local table) on the same
+    # table before it fails, naming it.
     commit_wait_s: float = 600.0
 
     def __post_init__(self) -> None:

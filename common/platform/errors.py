@@ -98,6 +98,24 @@ class RetriedByRay(Exception, metaclass=_RetriedByRayMeta):
 # registry erred (its alias kept where it was). Retryable once the registry answers.
 SHIP_INCOMPLETE = 7
 
+# Every exit code of `augment` and `spark-submit jobs/<module>.py`: (code, what ended the run, whether a scheduler
+# should run it again). `augment --help` prints it and the reliability page holds it (a test keeps them alike).
+EXIT_CODES = ((0, "success", "-"),
+              (1, "a bug: the traceback is in the log", "no: report it"),
+              (2, "config error: the line names the key", "no: fix the config"),
+              (3, "input error: the line names the file, column and row", "no: fix the input"),
+              (4, "storage unreachable: the object store did not answer", "yes"),
+              (5, "cluster error: the cluster cannot run the job as sized", "yes, once it has the capacity"),
+              (6, "endpoint unreachable or busy: the model server failed or another run holds its stage",
+               "yes, after a wait (answers already paid for are kept)"),
+              (SHIP_INCOMPLETE, "ship incomplete: tables and run complete, a model not registered or gated",
+               "yes: the rerun finishes the ship without training"))
+
+
+def exit_code_table() -> str:
+    """:data:`EXIT_CODES` as plain text lines (``augment --help``'s epilog)."""
+    return "exit codes:\n" + "\n".join(f"  {code}  {what} (retry: {retry})" for code, what, retry in EXIT_CODES)
+
 
 _pending: list[BaseException] = []
 _pending_lock = threading.Lock()

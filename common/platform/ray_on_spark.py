@@ -281,11 +281,17 @@ class NodeWatch:
 
     def _run(self) -> None:
         waiting_since: Optional[float] = None
+        unreadable_since: Optional[float] = None
         while not self._stopped.wait(self.poll_s):
             try:
                 asked, running, alive = self.states()
-            except Exception as exc:  # a watch that cannot read the cluster is no reason to end the job
+                unreadable_since = None
+            except Exception as exc:  # noqa: BLE001 - counted toward the bound: a blind watch never vouches
                 log.debug("ray on spark node watch: %s", exc)
+                unreadable_since = unreadable_since or time.monotonic()
+                if time.monotonic() - unreadable_since >= 2 * self.timeout_s:
+                    self._fail(0, 0, time.monotonic() - unreadable_since, unreadable=exc)
+                    return
                 continue
             now = time.monotonic()
             waiting_since = None if alive or not asked else (waiting_since or now)
@@ -294,7 +300,7 @@ class NodeWatch:
                 self._fail(asked, running, waited)
                 return
 
-    def _fail(self, asked: int, running: int, waited: float) -> None:
+    def _fail(self, asked: int, running: int, waited: float, unreadable: Optional[BaseException] = None) -> None:
         from ray.util.spark import cluster_init
 
         cluster = cluster_init._active_ray_cluster
@@ -303,6 +309,9 @@ class NodeWatch:
         what = (f"{nodes} asked for and not one of their Spark tasks scheduled within {waited:.0f} s" if not running
                 else f"{nodes} asked for, {running} of their Spark tasks running, and none joined Ray within "
                      f"{waited:.0f} s")
+        if unreadable is not None:
+            what = (f"the state of its worker nodes could not be read for {waited:.0f} s "
+                    f"({type(unreadable).__name__}: {str(unreadable).strip()[:200]})")
         self.failure = ClusterError(
             f"ray on spark: {what} (ray.spark_node_start_timeout_s {self.timeout_s:g}; twice that once a task runs): "
             f"{self.plan.describe()}; each node is a Spark task holding its CPUs, so it starts only when an executor "

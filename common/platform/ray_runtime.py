@@ -158,6 +158,13 @@ class RayRuntime:
             data_context.set_config(CAPACITY_KEY, self._capacity)
         data_context.use_datasource_v2 = self.cfg.parquet_datasource == "v2"
 
+    def wait(self, refs: list, what: str, demand: dict[str, float]) -> list:
+        """The results of Ray tasks ``refs`` (``what`` they are, what each asks for): ``ray.get`` bounded by
+        ``ray.unschedulable_timeout_s`` while no live node could hold them (:func:`.ray_waits.wait_all`)."""
+        from common.platform.ray_waits import wait_all
+
+        return wait_all(refs, what, demand, self.cfg.unschedulable_timeout_s)
+
     def fault_tolerance(self) -> dict[str, int]:
         """Ray actor options: ``max_restarts`` and ``max_task_retries`` from the config."""
         return {"max_restarts": self.cfg.actor_max_restarts, "max_task_retries": self.cfg.actor_task_retries}

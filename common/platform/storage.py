@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
@@ -155,11 +156,22 @@ def read_text(uri: str) -> str:
 
 
 def write_text(uri: str, text: str) -> None:
-    """Write ``text`` (UTF-8) to the file ``uri``, replacing it (local parent folders are created)."""
+    """Write ``text`` (UTF-8) to the file ``uri``, replacing it whole (local parent folders are created): locally
+    through a temporary file renamed over it, so a reader or a kill never meets half a file (an object store's put
+    is whole by itself)."""
     if is_local(uri):
+        import os
+        import uuid
+
         target = Path(uri.removeprefix("file://"))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        temporary = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            temporary.write_text(text, encoding="utf-8")
+            os.replace(temporary, target)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
         return
     fs, path = filesystem(uri)
     with fs.open_output_stream(path) as handle:
@@ -217,9 +229,14 @@ def read_json(path: str) -> dict:
         return json.load(handle)
 
 
+class LockTimeout(TimeoutError):
+    """Another process held a local lock for longer than this one would wait."""
+
+
 @contextmanager
-def local_commit_lock(location: str) -> Iterator[None]:
-    """Hold an exclusive lock on the local table folder ``location`` for the body (a no-op for object stores).
+def local_commit_lock(location: str, wait_s: float = 600.0, poll_s: float = 0.2) -> Iterator[None]:
+    """Hold an exclusive lock on the local table folder ``location`` for the body (a no-op for object stores);
+    raises :class:`LockTimeout` naming the lock file after ``wait_s`` seconds of another holder.
 
     Why: on a local file system Spark's Delta log store commits version N by checking that N's file is absent
     and then renaming onto it, and a POSIX rename replaces: two processes committing one version at once can
@@ -239,10 +256,9 @@ def local_commit_lock(location: str) -> Iterator[None]:
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f".{folder.name}.commit-lock", "a") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another writer of %s to commit", location)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            _flock_within(handle, wait_s, poll_s, location)
+        except LockTimeout:
+            raise
         except OSError as exc:  # a mount without locks (some FUSE file systems): commit as Spark alone would
             log.warning("no commit lock for %s (%s): concurrent Spark writers of it are not serialized",
                         location, exc)
@@ -252,6 +268,27 @@ def local_commit_lock(location: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _flock_within(handle, wait_s: float, poll_s: float, location: str) -> None:
+    """``flock`` ``handle`` exclusively, polling without blocking (a blocking flock has no timeout) until ``wait_s``;
+    raises :class:`LockTimeout`."""
+    import fcntl
+
+    deadline, announced = time.monotonic() + wait_s, False
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"{handle.name}: another process held the commit lock of {location} for more than "
+                                  f"{wait_s:.0f} s (lakehouse.commit_wait_s); is another run writing that table?") \
+                    from None
+            if not announced:
+                log.info("waiting for another writer of %s to commit", location)
+                announced = True
+            time.sleep(poll_s)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -109,13 +110,15 @@ def champion_cells(ctx: "JobContext", client, name: str, version: str, candidate
     with tempfile.TemporaryDirectory(prefix="augment-champion-") as tmp:
         try:
             path = mlflow.artifacts.download_artifacts(f"models:/{name}/{version}", dst_path=tmp,
-                                                       tracking_uri=client._registry_uri)
+                                                       tracking_uri=client._tracking_client.tracking_uri,
+                                                       registry_uri=client._registry_uri)
         except (MlflowException, OSError) as exc:
             raise RegistryUnavailable(f"the registry could not hand {name} v{version}'s files "
                                       f"({' '.join(str(exc).split())[:200]})") from None
         folder = Path(path) / "data" / "classifier"
         manifest = read_manifest(str(folder))
-        uri = ctx.models_dir("champion", hash_of(name, version, candidate_folder))
+        # A copy of this gate's own: two runs judging against one champion never remove each other's.
+        uri = ctx.models_dir("champion", hash_of(name, version, candidate_folder, uuid.uuid4().hex))
         put_folder(str(folder), uri)
     try:
         cells = compare(candidate_folder, candidate_manifest, uri, manifest)

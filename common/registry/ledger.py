@@ -10,9 +10,11 @@ are what ships) and removes a file whose entries are all done, so a fully shippe
 """
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from common.registry.candidates import Candidate
 from common.registry.naming import word
@@ -29,10 +31,18 @@ class Entry:
     """One candidate of a ship, and how far it got."""
 
     candidate: Candidate
-    run_id: Optional[str] = None    # the run that registers (or registered) its version
-    version: Optional[str] = None   # the version it got
-    done: bool = False              # the version carries a verdict (or the candidate can never ship: said once)
+    name: Optional[str] = None       # the registered model's name, as the shipping run's config made it
+    model_uri: Optional[str] = None  # the logged MLflow Model (logged once: a rerun reuses it)
+    model_id: Optional[str] = None
+    run_id: Optional[str] = None     # the run that registers (or registered) its version
+    version: Optional[str] = None    # the version it got
+    done: bool = False               # the version carries a verdict (or it can never ship: said once)
+    attempts: int = 0                # runs that failed on it: after MAX_ATTEMPTS it is said once and dropped
 
+
+# Runs that may fail on one entry (a champion that cannot be scored, a folder gone) before it is dropped with a line:
+# a broken entry never fails every later run of its job.
+MAX_ATTEMPTS = 3
 
 def folder(ctx: "JobContext", job: str) -> str:
     """Where ``job``'s ledger files are: ``<lakehouse.root>/models/shipping/<job>``."""
@@ -40,36 +50,68 @@ def folder(ctx: "JobContext", job: str) -> str:
 
 
 def save(uri: str, entries: list[Entry]) -> None:
-    """Write ``entries`` to the ledger file ``uri`` (replacing it)."""
+    """Write ``entries`` to the ledger file ``uri`` (replacing it whole: a kill mid-write leaves the old file)."""
     from common.platform.storage import write_text
 
-    write_text(uri, json.dumps([{"candidate": e.candidate.to_json(), "run_id": e.run_id, "version": e.version,
-                                 "done": e.done} for e in entries], indent=1, sort_keys=True,
-                                default=lambda o: o.item() if hasattr(o, "item") else str(o)))  # numpy scalars
+    write_text(uri, json.dumps([{**{k: v for k, v in asdict(e).items() if k != "candidate"},
+                                 "candidate": e.candidate.to_json()} for e in entries], indent=1, sort_keys=True,
+                               default=lambda o: o.item() if hasattr(o, "item") else str(o)))  # numpy scalars
 
 
 def load(uri: str) -> list[Entry]:
-    """The entries of the ledger file ``uri``; raises ValueError naming the file when it is no ledger."""
+    """The entries of the ledger file ``uri``; raises ValueError naming the file when it is no ledger, and
+    FileNotFoundError when another run removed it meanwhile."""
     from common.platform.storage import read_text
 
+    text = read_text(uri)
     try:
-        return [Entry(Candidate.from_json(e["candidate"]), e.get("run_id"), e.get("version"), bool(e.get("done")))
-                for e in json.loads(read_text(uri))]
+        return [Entry(**{**e, "candidate": Candidate.from_json(e["candidate"])}) for e in json.loads(text)]
     except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{uri}: not a shipping ledger ({exc}); remove it to ship that run's models no more") from exc
+        raise ValueError(f"{uri}: not a shipping ledger ({exc})") from exc
+
+
+@contextlib.contextmanager
+def claim(uri: str) -> Iterator[bool]:
+    """Hold the ledger file ``uri`` for the body, so that two runs of one job never finish one ledger at once: yields
+    True, or False at once where another run holds it (a local flock beside the file; on S3 a lease object, as
+    tables' commits take; other stores: no lock)."""
+    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, s3_commit_lease
+    from common.platform.storage import LockTimeout, exists, is_local, is_s3, local_commit_lock
+
+    if is_local(uri):
+        guard = local_commit_lock(uri, wait_s=0.0)
+    elif is_s3(uri):
+        guard = s3_commit_lease(uri, "shipping ledger", LeaseSettings(wait_s=0.0, poll_s=0.1))
+    else:
+        guard = contextlib.nullcontext()
+    try:
+        guard.__enter__()
+    except (LockTimeout, CommitLeaseTimeout):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if is_local(uri) and not exists(uri):  # the ledger done and removed: its lock file goes too
+            with contextlib.suppress(OSError):
+                lock = Path(uri.removeprefix("file://"))
+                (lock.parent / f".{lock.name}.commit-lock").unlink()
+        guard.__exit__(None, None, None)
 
 
 def pending(ctx: "JobContext", job: str) -> list[str]:
-    """The ledger files of ``job``, sorted by name; [] where there are none."""
+    """The ledger files of ``job``, oldest first; [] where there are none."""
     from common.platform.storage import list_files
 
     root = folder(ctx, job)
-    return sorted(f"{root}/{info.base_name}" for info in list_files(root) if info.base_name.endswith(".json"))
+    infos = [info for info in list_files(root) if info.base_name.endswith(".json")]
+    return [f"{root}/{info.base_name}" for info in sorted(infos, key=lambda i: (i.mtime_ns or 0, i.base_name))]
 
 
 def remove(uri: str) -> None:
-    """Delete the ledger file ``uri`` (all its entries are done)."""
+    """Delete the ledger file ``uri`` (all its entries are done; gone already is fine)."""
     from common.platform.storage import filesystem
 
     fs, path = filesystem(uri)
-    fs.delete_file(path)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(path)

@@ -15,12 +15,15 @@ is incomplete (exit 7).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.registry.candidates import Candidate, Shipped
+from common.platform.errors import one_line
 from common.registry import ledger
 from common.registry.compare import Compare, CompareOf, champion_cells, task_compare
 from common.registry.gate import RULES, Decision, decide
@@ -40,65 +43,96 @@ def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
     classifier kind), after what earlier runs of the job left unshipped (:func:`resume`); ``compare_of``: the job's
     scoring of a candidate beside a champion from its ``scoring`` (default: :func:`~.compare.task_compare`).
     Returns what happened, also recorded in the job's summary lines and the run's ``models/shipped.json``."""
-    chosen = [c for c in candidates if ctx.cfg.registry.ships(c.pipeline, c.model)]
+    cfg = ctx.cfg.registry
+    chosen = [c for c in candidates if cfg.ships(c.pipeline, c.model)]
     if chosen:
-        ledger.save(f"{ledger.folder(ctx, tr.result.job)}/{tr.run_id}.json", [ledger.Entry(c) for c in chosen])
+        ledger.save(f"{ledger.folder(ctx, tr.result.job)}/{tr.run_id}.json",
+                    [ledger.Entry(c, registered_name(cfg.name_prefix, c.pipeline, c.name)) for c in chosen])
     return resume(ctx, tr, compare_of)
 
 
 def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = None) -> list[Shipped]:
-    """Finish every ship of this job that a run left undone (:mod:`.ledger`): register what has no version yet, gate
-    what has no verdict, in this run, without retraining; a ledger file whose candidates are all done is removed.
-    What a job calls where it returns early on its results. Returns what happened (also in the summary lines)."""
-    from mlflow.exceptions import MlflowException
-
+    """Finish every ship of this job that a run left undone (:mod:`.ledger`), oldest first: register what has no
+    version yet, gate what has no verdict, in this run, without retraining; a ledger file whose candidates are all
+    done is removed, one another run is finishing is left to it. What a job calls where it returns early on its
+    results. An entry that fails is left for the next run with an incomplete line (exit 7), and dropped with one
+    after :data:`~.ledger.MAX_ATTEMPTS` runs. Returns what happened (also in the summary lines)."""
     files = ledger.pending(ctx, tr.result.job)
     if not files:
         return []
     client = registry_client(ctx)
     build = compare_of or (lambda scoring: task_compare(ctx, scoring))
-    done = []
+    done: list[Shipped] = []
     for uri in files:
-        entries = ledger.load(uri)
-        for entry in entries:
-            if entry.done:
+        with ledger.claim(uri) as mine:
+            if not mine:
+                log.info("%s: another run is shipping it", uri)
                 continue
             try:
-                shipped = ship_entry(ctx, tr, client, uri, entries, entry, build)
-            except (MlflowException, RegistryUnavailable) as exc:  # left for the next run, which finishes it
-                c = entry.candidate
-                name = registered_name(ctx.cfg.registry.name_prefix, c.pipeline, c.name)
-                tr.result.incomplete.append(f"{name}: not shipped (the next run ships it): {exc}")
+                entries = ledger.load(uri)
+            except FileNotFoundError:  # finished and removed by another run meanwhile
                 continue
-            done += [shipped] if shipped else []
-        if all(e.done for e in entries):
-            ledger.remove(uri)
+            except (ValueError, OSError) as exc:
+                tr.result.incomplete.append(f"{exc}: its models are not shipped; remove it to ship them no more")
+                continue
+            done += resume_file(ctx, tr, client, uri, entries, build)
     if done:
         tr.log_dict([s.__dict__ for s in done], "models/shipped.json")
     return done
 
 
+def resume_file(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list, build: CompareOf) -> list:
+    """:func:`ship_entry` of each entry of the ledger file ``uri`` not done; the file removed once all are."""
+    cfg, done = ctx.cfg.registry, []
+    for entry in entries:
+        c = entry.candidate
+        entry.name = entry.name or registered_name(cfg.name_prefix, c.pipeline, c.name)
+        if entry.done:
+            continue
+        if not cfg.ships(c.pipeline, c.model):  # the config no longer ships it: nothing registered or moved
+            entry.done = True
+            tr.result.notes.append(f"{entry.name}: not shipped: the registry config no longer ships {c.pipeline}'s "
+                                   f"{c.model} classifiers")
+        else:
+            try:
+                shipped = ship_entry(ctx, tr, client, uri, entries, entry, build)
+            except Exception as exc:  # noqa: BLE001 - any failure: left for the next run, never every run's crash
+                entry.attempts += 1
+                entry.done = entry.attempts >= ledger.MAX_ATTEMPTS
+                then = f"dropped after {entry.attempts} runs failed on it" if entry.done else "the next run ships it"
+                tr.result.incomplete.append(f"{entry.name}: not shipped ({then}): {one_line(exc)}")
+                log.warning("%s: not shipped", entry.name, exc_info=True)
+            else:
+                done += [shipped] if shipped else []
+        with contextlib.suppress(OSError):  # progress not saved: the next run redoes this entry's lookups
+            ledger.save(uri, entries)
+    if all(e.done for e in entries):
+        ledger.remove(uri)
+    return done
+
+
 def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list, entry, build: CompareOf):
-    """Register (where the entry has no version yet) and gate one ledger entry, saving its progress to ``uri``
-    around each registry call; returns what became of it, or None where it was done already."""
+    """Register (where the entry has no version yet: the logged model reused where it has one) and gate one ledger
+    entry, saving its progress to ``uri`` around each registry call; returns what became of it, or None where it
+    was done already."""
     from common.platform.storage import exists
 
-    cfg, candidate = ctx.cfg.registry, entry.candidate
-    name = registered_name(cfg.name_prefix, candidate.pipeline, candidate.name)
+    candidate, name = entry.candidate, entry.name
     try:
         version = registered_version(client, name, entry)
     except VersionDeleted as exc:
         entry.done = True  # said once, then dropped: a deleted version is someone's decision
         tr.result.incomplete.append(str(exc))
-        ledger.save(uri, entries)
         return None
     if version is None:
         if not exists(candidate.folder):
             entry.done = True  # said once, then dropped: nothing can ship it again
             tr.result.incomplete.append(f"{name}: its classifier folder {candidate.folder} is gone; not shipped")
-            ledger.save(uri, entries)
             return None
-        info = log_classifier(ctx, candidate)
+        if entry.model_uri is None:
+            info = log_classifier(ctx, candidate)
+            entry.model_uri, entry.model_id = info.model_uri, info.model_id
+            ledger.save(uri, entries)
         create_registered_model(client, name, f"{candidate.pipeline} pipeline's {candidate.method} classifier "
                                               f"({candidate.model}; catalog-augment)")
         tags = {**measure_tags(candidate.measures), PIPELINE_TAG: candidate.pipeline, METHOD_TAG: candidate.method,
@@ -106,17 +140,15 @@ def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list,
                 **table_tags(ctx, "test", candidate.test)}
         entry.run_id = tr.run_id
         ledger.save(uri, entries)  # a kill after the next call: the rerun finds the version by this run
-        version = client.create_model_version(name, info.model_uri, run_id=tr.run_id, tags=tags,
-                                              model_id=info.model_id)
+        version = client.create_model_version(name, entry.model_uri, run_id=tr.run_id, tags=tags,
+                                              model_id=entry.model_id)
         entry.version = str(version.version)
         ledger.save(uri, entries)
     elif version.tags.get("gate.decision") in ledger.VERDICTS:
         entry.done = True
-        ledger.save(uri, entries)
         return None
     shipped = settle(ctx, tr, client, name, str(version.version), candidate, build(candidate.scoring))
     entry.done = shipped.decided
-    ledger.save(uri, entries)
     return Shipped(name, shipped.version, version.source, shipped.champion, shipped.reason)
 
 
@@ -137,12 +169,8 @@ def registered_version(client, name: str, entry):
             raise
     if entry.run_id is None:
         return None
-    try:
-        found = client.search_model_versions(f"name = '{name}' and run_id = '{entry.run_id}'")
-    except MlflowException as exc:
-        if exc.error_code in missing:
-            return None
-        raise
+    # One condition: Unity Catalog's registry takes no more; the name is matched here.
+    found = [v for v in client.search_model_versions(f"run_id = '{entry.run_id}'") if v.name == name]
     return client.get_model_version(name, str(found[0].version)) if found else None
 
 
@@ -205,6 +233,8 @@ def take_alias(client, name: str, alias: str, version: str, judge: Callable[[obj
     kept moving under (the alias then holds whatever a concurrent run set; this version stays undecided)."""
     champion = champion_version(client, name, alias)
     for _ in range(max_rejudge):
+        if _number(champion) == version:  # an earlier attempt set it (killed before its tags): never judged by itself
+            return Decision(True, f"v{version} holds @{alias} already (set by an earlier run of this ship)")
         decision = judge(champion)
         if not decision.promote:
             return decision
@@ -231,6 +261,9 @@ def judge(ctx: "JobContext", client, name: str, candidate: Candidate, champion,
     cfg = ctx.cfg.registry
     rule = RULES[candidate.pipeline]
     if champion is None:
+        measure = candidate.measures.get(rule.metric)
+        if measure is None or math.isnan(measure.mean):  # a broken first model is no champion either
+            return Decision(False, f"the candidate has no {rule.metric}: the first version takes no alias")
         return decide(rule, None)
     if compare is None:
         return Decision(False, f"this job cannot score champion v{champion.version} beside the candidate: the "

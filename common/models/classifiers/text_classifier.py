@@ -60,8 +60,10 @@ def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], n
     import ray
 
     runtime.start()
-    remote = ray.remote(num_gpus=num_gpus or None, max_retries=2, **task_options(torch, num_gpus, num_cpus))(function)
-    return ray.get([remote.remote(**job) for job in jobs])
+    options = task_options(torch, num_gpus, num_cpus)
+    remote = ray.remote(num_gpus=num_gpus or None, max_retries=2, **options)(function)
+    return runtime.wait([remote.remote(**job) for job in jobs], f"{function.__name__} tasks",
+                        {"CPU": options.get("num_cpus", 1), "GPU": num_gpus})
 
 
 def evaluate_many(runtime: "RayRuntime", model: str, jobs: Sequence[dict[str, Any]], fasttext: "FastTextConfig",

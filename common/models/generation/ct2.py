@@ -172,8 +172,10 @@ def prepare(model_uri: str, spec: GenerationSpec, num_gpus: float = 0.0) -> Opti
     from common.platform.ray_runtime import TORCH_TASK_ENV
 
     # The fine-tune tasks' environment: the worker that just trained the model, torch imported, converts it.
+    from common.platform.ray_waits import wait_all
+
     task = ray.remote(num_cpus=1, runtime_env=TORCH_TASK_ENV)(_convert_once)
-    return ray.get(task.remote(model_uri, quantization, target))
+    return wait_all([task.remote(model_uri, quantization, target)], "the CTranslate2 conversion task", {"CPU": 1})[0]
 
 
 def _convert_once(model_uri: str, quantization: str, target: str) -> Optional[str]:

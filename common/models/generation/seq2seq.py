@@ -366,11 +366,10 @@ def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, 
     ``epoch_loss``, a checkpoint every ``checkpoint_every`` epochs (``checkpoints/epoch-<k>``) and the final
     model (``model/``) to that MLflow run. Returns the :class:`FineTuneResult` (losses, device, seconds).
     """
-    import ray
-
     task = _fine_tune_remote(runtime, num_cpus, num_gpus)
-    return ray.get(task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri,
-                               run_id, checkpoint_every))
+    ref = task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri, run_id,
+                      checkpoint_every)
+    return runtime.wait([ref], "the fine-tune task", {"CPU": fit_cpus(num_cpus, "fine-tune"), "GPU": num_gpus})[0]
 
 
 def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **options):
@@ -391,10 +390,8 @@ def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: S
     ``files``, as concurrent Ray tasks of ``num_cpus``/``num_gpus`` each (Ray runs as many at once as the
     cluster holds); ``model`` is one spec for all, or one per model. Returns the results in ``models`` order;
     a task's error is raised here."""
-    import ray
-
     specs = [model] * len(models) if isinstance(model, ModelSpec) else list(model)
     task = _fine_tune_remote(runtime, num_cpus, num_gpus, max_retries=1)
     refs = [task.remote(list(files), source_col, target_col, out_uri, spec, train, num_cpus, None, None, 0, filters)
             for (filters, out_uri), spec in zip(models, specs)]
-    return ray.get(refs)
+    return runtime.wait(refs, "fine-tune tasks", {"CPU": fit_cpus(num_cpus, "fine-tune"), "GPU": num_gpus})

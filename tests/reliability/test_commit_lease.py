@@ -1,0 +1,126 @@
+"""The S3 commit lease's waits end in their bound: a stale lease that the writer is not allowed to delete (an object
+store answering 403 to DeleteObject, as a bucket policy without s3:DeleteObject does) ends in CommitLeaseTimeout
+naming the denial after ``wait_s``, instead of a busy loop with no end."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from cluster.local_cluster import free_port
+from model_server import serve_forever
+
+DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message>'
+          b'</Error>')
+
+
+class DenyDeletes:
+    """An HTTP proxy on loopback in front of ``upstream`` answering every DELETE with S3's 403 AccessDenied and
+    forwarding the rest; counts the DELETEs it refused."""
+
+    def __init__(self, upstream: str):
+        self.upstream, self.port, self.denied = upstream, free_port(), 0
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
+        assert ready.wait(10)
+
+    def _serve(self, ready: threading.Event) -> None:
+        from aiohttp import ClientSession, web
+
+        async def handle(request):
+            if request.method == "DELETE":
+                self.denied += 1
+                return web.Response(status=403, body=DENIED, content_type="application/xml")
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+            async with ClientSession(auto_decompress=False) as session:
+                async with session.request(request.method, self.upstream + request.path_qs, headers=headers,
+                                           data=await request.read()) as answer:
+                    body = await answer.read()
+                    keep = {k: v for k, v in answer.headers.items()
+                            if k.lower() not in ("content-length", "transfer-encoding", "connection")}
+                    return web.Response(status=answer.status, body=body, headers=keep)
+
+        serve_forever(handle, self.port, self._loop, ready)
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+@pytest.fixture()
+def s3_denying_deletes(monkeypatch):
+    """A moto S3 server (a real HTTP server in this process) behind :class:`DenyDeletes`; boto3 pointed at the proxy."""
+    from moto.server import ThreadedMotoServer
+
+    from common.platform import commit_lease
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    proxy = DenyDeletes(f"http://127.0.0.1:{port}")
+    for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}", "AWS_ACCESS_KEY_ID": "test",
+                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    commit_lease._client.cache_clear()
+    try:
+        yield proxy
+    finally:
+        commit_lease._client.cache_clear()
+        proxy.close()
+        server.stop()
+
+
+def test_a_stale_lease_that_cannot_be_deleted_ends_in_the_bound(s3_denying_deletes):
+    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, _client, lease_key, s3_commit_lease
+
+    location = "s3://lake/tables/items"
+    bucket, key = lease_key(location)
+    client = _client()
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key=key, Body=json.dumps({"owner": "dead-driver", "since": "then"}).encode())
+    time.sleep(1.5)  # older than the ttl: its writer died
+    started = time.monotonic()
+    with pytest.raises(CommitLeaseTimeout, match=r"held by dead-driver.*could not be deleted \(AccessDenied\)"):
+        with s3_commit_lease(location, "items", LeaseSettings(ttl_s=1.0, wait_s=3.0, poll_s=0.25)):
+            pytest.fail("the lease was taken")
+    elapsed = time.monotonic() - started
+    assert 3.0 <= elapsed < 6.0, elapsed
+    # a try per poll, not a spin: about wait_s / poll_s deletes
+    assert 2 <= s3_denying_deletes.denied <= 20, s3_denying_deletes.denied
+
+
+HOLD = """
+import fcntl, sys, time
+handle = open(sys.argv[1], "a")
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_local_commit_lock_held_by_another_process_ends_in_the_bound(tmp_path):
+    """The local table's flock is polled, not a blocking ``flock`` with no timeout: a holder that never lets go
+    (another run stuck mid-commit) ends the wait in LockTimeout naming the lock file."""
+    import subprocess
+    import sys
+
+    from common.platform.storage import LockTimeout, local_commit_lock
+
+    location = str(tmp_path / "items")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / ".items.commit-lock"), "60"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(LockTimeout, match=r"\.items\.commit-lock: another process held the commit lock"):
+            with local_commit_lock(location, wait_s=1.0):
+                pytest.fail("the lock was taken")
+        assert 1.0 <= time.monotonic() - started < 3.0
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    with local_commit_lock(location, wait_s=1.0):  # its holder gone, the kernel released it
+        pass
