@@ -129,3 +129,55 @@ def test_the_doctor_names_what_a_cluster_config_cannot_reach(monkeypatch, tmp_pa
     assert cluster_checks(cfg)[2].ok
     local = from_mapping(BaseConfig, {"lakehouse": {"root": str(tmp_path / "lake")}})
     assert cluster_checks(local) == []
+
+
+COPY_SLOWLY = """
+import sys, time
+from common.platform import storage
+
+copy = storage.put_file
+
+def slow(local, uri):  # an upload that takes its time after the first file, as a large weights file does
+    copy(local, uri)
+    print("copied", uri.rsplit("/", 1)[-1], flush=True)
+    time.sleep(60)
+
+storage.put_file = slow
+storage.put_folder(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_a_model_folder_cut_short_is_rebuilt_never_loaded(tmp_path):
+    """A kill during a model folder's copy (SIGKILL of a real process after ``config.json`` landed, before the
+    weights): the folder keeps its writing mark, so the fine-tune stage's reuse check removes it and trains again
+    instead of loading half a model; a finished copy is reused, and so is a folder written before the marks that
+    holds its config.json."""
+    import os
+    import signal
+
+    from common.models.generation.stages import reusable_model
+
+    source = tmp_path / "local_model"
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    (source / "model.safetensors").write_bytes(b"w" * 4096)
+    target = tmp_path / "lake" / "models" / "t5-abc"
+    copier = subprocess.Popen([sys.executable, "-c", COPY_SLOWLY, str(source), str(target)], stdout=subprocess.PIPE,
+                              text=True, cwd=Path(__file__).resolve().parents[1],
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert copier.stdout.readline().strip() == "copied config.json"
+        os.kill(copier.pid, signal.SIGKILL)
+    finally:
+        copier.wait(timeout=30)
+    assert (target / "config.json").is_file() and not (target / "model.safetensors").exists()
+    assert storage.folder_state(str(target)) == "incomplete"
+    assert not reusable_model(str(target)) and not target.exists()  # removed: the stage trains it again
+    storage.put_folder(str(source), str(target))
+    assert storage.folder_state(str(target)) == "complete" and reusable_model(str(target))
+    (target / "model.safetensors").write_bytes(b"w")  # a file of another size than its mark says
+    assert storage.folder_state(str(target)) == "incomplete"
+    legacy = tmp_path / "lake" / "models" / "t5-old"
+    legacy.mkdir()
+    (legacy / "config.json").write_text("{}")
+    assert storage.folder_state(str(legacy)) == "unmarked" and reusable_model(str(legacy))

@@ -125,12 +125,65 @@ def put_file(local_path: str, uri: str) -> None:
     pafs.copy_files(local_path, path, destination_filesystem=fs)
 
 
+# A folder put_folder is writing holds WRITING; one it finished holds COMPLETE (each file's size and sha256) and no
+# WRITING. A kill, an outage or a full disk during the copy leaves WRITING: the folder is no model to load.
+WRITING, COMPLETE = "_WRITING", "_COMPLETE.json"
+
+
 def put_folder(local_dir: str, uri: str) -> None:
-    """Copy every file under ``local_dir`` to the same relative paths under ``uri``."""
-    root = Path(local_dir)
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            put_file(str(path), f"{uri.rstrip('/')}/{path.relative_to(root).as_posix()}")
+    """Copy every file under ``local_dir`` to the same relative paths under ``uri``, marked while it is written:
+    :data:`WRITING` first (an earlier :data:`COMPLETE` removed), then the files, then :data:`COMPLETE` listing each
+    file's size and sha256, then :data:`WRITING` removed. :func:`folder_state` reads the marks."""
+    import hashlib
+    import json
+
+    root, base = Path(local_dir), uri.rstrip("/")
+    files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name not in (WRITING, COMPLETE)]
+    write_text(f"{base}/{WRITING}", json.dumps({"since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+    remove_file(f"{base}/{COMPLETE}")
+    listed = {}
+    for path in files:
+        relative = path.relative_to(root).as_posix()
+        put_file(str(path), f"{base}/{relative}")
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        listed[relative] = {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+    write_text(f"{base}/{COMPLETE}", json.dumps({"files": listed}, indent=1, sort_keys=True))
+    remove_file(f"{base}/{WRITING}")
+
+
+def folder_state(uri: str) -> str:
+    """What the folder ``uri`` is: ``absent`` (no file), ``incomplete`` (:func:`put_folder` did not finish it: its
+    :data:`WRITING` mark is there, or a file :data:`COMPLETE` lists is missing or of another size), ``complete``, or
+    ``unmarked`` (written before the marks, or by other means: the caller's own check decides)."""
+    import json
+
+    base = uri.rstrip("/")
+    infos = list_files(base)
+    if not infos:
+        return "absent"
+    prefix = len(filesystem(base)[1].rstrip("/")) + 1  # the paths list_files gives are the filesystem's
+    sizes = {info.path[prefix:]: info.size for info in infos}
+    if WRITING in sizes:
+        return "incomplete"
+    if COMPLETE not in sizes:
+        return "unmarked"
+    try:
+        listed = json.loads(read_text(f"{base}/{COMPLETE}"))["files"]
+    except (ValueError, KeyError):
+        return "incomplete"
+    return "complete" if all(sizes.get(name) == entry["size"] for name, entry in listed.items()) else "incomplete"
+
+
+def remove_file(uri: str) -> None:
+    """Delete the file ``uri``; absent already is fine."""
+    fs, path = filesystem(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
 
 
 def read_parquet_files(files: Sequence[str], columns: Sequence[str], filters: Optional[list] = None):

@@ -115,7 +115,7 @@ def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list,
     """Register (where the entry has no version yet: the logged model reused where it has one) and gate one ledger
     entry, saving its progress to ``uri`` around each registry call; returns what became of it, or None where it
     was done already."""
-    from common.platform.storage import exists
+    from common.platform.storage import folder_state
 
     candidate, name = entry.candidate, entry.name
     try:
@@ -125,9 +125,11 @@ def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list,
         tr.result.incomplete.append(str(exc))
         return None
     if version is None:
-        if not exists(candidate.folder):
+        state = folder_state(candidate.folder)
+        if state in ("absent", "incomplete"):
             entry.done = True  # said once, then dropped: nothing can ship it again
-            tr.result.incomplete.append(f"{name}: its classifier folder {candidate.folder} is gone; not shipped")
+            what = "is gone" if state == "absent" else "was cut short while it was written"
+            tr.result.incomplete.append(f"{name}: its classifier folder {candidate.folder} {what}; not shipped")
             return None
         if entry.model_uri is None:
             info = log_classifier(ctx, candidate)

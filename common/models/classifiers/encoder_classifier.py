@@ -317,9 +317,9 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: Enco
     with worker_scratch("encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)
         figures.update(evaluate_saved(tmp, test))
-        if keep:
+        if keep:  # the manifest inside the folder before it is copied: its completion mark covers both
+            write_manifest(tmp, manifest(tmp))
             put_folder(tmp, keep)
-            write_manifest(keep, manifest(tmp))
     return {k: figures[k] for k in ("rows", "seconds", "accuracy", "macro_f1", "n_test")}
 
 

@@ -32,6 +32,21 @@ class TrainedModel:
     reused: bool
 
 
+def reusable_model(uri: str) -> bool:
+    """Whether the model folder ``uri`` holds a whole saved model to reuse: :func:`~common.platform.storage.put_folder` finished it, or it
+    predates the marks and holds its ``config.json``. A folder a kill, an outage or a full disk cut short is removed
+    (logged), so the caller trains it again instead of loading half a model."""
+    from common.models.generation.seq2seq import MODEL_MARKER
+    from common.platform.storage import exists, folder_state, remove_tree
+
+    state = folder_state(uri)
+    if state == "incomplete":
+        log.warning("%s was cut short while it was written (no completion mark): removed, and trained again", uri)
+        remove_tree(uri)
+        return False
+    return state == "complete" or (state == "unmarked" and exists(f"{uri}/{MODEL_MARKER}"))
+
+
 def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int, role: str,
                     model_cfg: "T5ModelConfig", ft_cfg: "FineTuneConfig", config_hash: str,
                     inputs: Mapping[str, str], source_col: str = "source_text",
@@ -41,8 +56,7 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
     the model to the MLflow run ``tr``. The model version is ``<kind>_<role>-<key>`` (``smollm2_cga-…``: what
     the generator is and what it does), also its folder's name under ``<lakehouse>/models/``."""
     from common.models.config import skipped_fine_tune
-    from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_on_ray
-    from common.platform.storage import exists
+    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune_on_ray
 
     name = f"{model_cfg.kind}_{role}"
     key = hash_of(config_hash, dict(inputs), ctx.cfg.seed)
@@ -54,7 +68,7 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
     model_version = f"{name}-{key}"
     source = model_cfg.endpoint.model if model_cfg.served else model_cfg.name_or_path or model_cfg.kind
     tr.set_tags({"model.uri": uri, "model.version": model_version, "model.source": source})
-    if not ctx.force and exists(f"{uri}/{MODEL_MARKER}"):
+    if not ctx.force and reusable_model(uri):
         log.info("reusing %s (trained from the same config and inputs) at %s", model_version, uri)
         tr.set_tags({"model.reused": "true"})
         return TrainedModel(uri, model_version, reused=True)
