@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Iterator, Optional
 
-from common.platform.storage import arrow_uri
+from common.platform.storage import StorageBusy, arrow_uri
 from common.platform.tables import LakehouseError
 
 log = logging.getLogger(__name__)
 
 
-class CommitLeaseTimeout(LakehouseError):
+class CommitLeaseTimeout(LakehouseError, StorageBusy):
     """Another driver held a table's commit lease for longer than this writer would wait."""
 
 
@@ -90,6 +90,7 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
     started, announced, denied = time.monotonic(), False, None
     holder: Optional[dict] = None
+    tried: set[str] = set()  # the stale leases this writer tried to break: once each, never a loop of deletes
     while True:
         try:
             etag = client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")["ETag"]
@@ -97,8 +98,19 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
         except ClientError as exc:
             if not _conditional_failed(exc):
                 raise
-        # The bound first, whatever the turn found: a stale lease that cannot be deleted, or a holder that vanishes
-        # between our put and our look, never spins past it.
+        holder = _holder(client, bucket, key)
+        if holder is not None and holder["age_s"] > settings.ttl_s and holder["etag"] not in tried:
+            # Before the bound: a writer that may not wait (wait_s 0) still breaks a dead writer's lease.
+            tried.add(holder["etag"])
+            log.warning("breaking the commit lease of %s held by %s: not renewed for %.0f s (its writer died?)",
+                        table, holder["owner"], holder["age_s"])
+            try:
+                client.delete_object(Bucket=bucket, Key=key, IfMatch=holder["etag"])
+                continue
+            except ClientError as exc:  # another waiter broke it first (its etag no longer matches), or denied
+                if not _conditional_failed(exc) and _code(exc) not in ("NoSuchKey", "404"):
+                    denied = _code(exc) or type(exc).__name__
+                    log.warning("the stale commit lease s3://%s/%s cannot be deleted: %s", bucket, key, denied)
         waited = time.monotonic() - started
         if waited > settings.wait_s:
             who = f"held by {holder['owner']} since {holder['since']}" if holder else "its holder unknown"
@@ -109,27 +121,11 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
                 f"(s3://{bucket}/{key}, {who}){why}. Spark's Delta log store on S3 is safe for one writing driver at "
                 f"a time: run the writers one after the other, raise lakehouse.commit_wait_s, or configure a "
                 f"multi-writer log store (docs: Running on a cluster)")
-        holder = _holder(client, bucket, key)
-        if holder is None:
-            time.sleep(min(settings.poll_s, 0.1))  # released between our put and our look: again, soon
-            continue
-        if holder["age_s"] > settings.ttl_s:
-            if denied is None:
-                log.warning("breaking the commit lease of %s held by %s: not renewed for %.0f s (its writer died?)",
-                            table, holder["owner"], holder["age_s"])
-            try:
-                client.delete_object(Bucket=bucket, Key=key, IfMatch=holder["etag"])
-                continue
-            except ClientError as exc:  # another waiter broke it first (its etag no longer matches), or denied
-                if not _conditional_failed(exc) and _code(exc) not in ("NoSuchKey", "404"):
-                    if denied is None:
-                        log.warning("the stale commit lease s3://%s/%s cannot be deleted: %s", bucket, key,
-                                    _code(exc) or type(exc).__name__)
-                    denied = _code(exc) or type(exc).__name__
-        elif not announced:
+        if holder is not None and not announced:
             log.info("waiting for the commit lease of %s, held by %s since %s", table, holder["owner"], holder["since"])
             announced = True
-        time.sleep(settings.poll_s)
+        # A holder gone between our put and our look: again, soon.
+        time.sleep(settings.poll_s if holder is not None else min(settings.poll_s, 0.1))
     renewer = _Renewer(client, bucket, key, body, etag, settings.ttl_s / 3, table)
     renewer.start()
     try:

@@ -14,7 +14,7 @@ import threading
 from typing import Optional
 
 from common.platform.config_loader import ConfigError
-from common.platform.storage import StorageUnreachable
+from common.platform.storage import StorageBusy, StorageUnreachable
 
 
 class InputError(ValueError):
@@ -40,7 +40,8 @@ class StageBusy(EndpointUnreachable):
 # (error class, exit code, what the CLI calls it), most specific first. An unreachable object store is the
 # operator's to fix (an endpoint, a credential, an outage), not a bug: one line naming the path and the endpoint.
 USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"),
-               (StorageUnreachable, 4, "storage unreachable"), (ClusterError, 5, "cluster error"),
+               (StorageUnreachable, 4, "storage unreachable"), (StorageBusy, 4, "storage busy"),
+               (ClusterError, 5, "cluster error"),
                (StageBusy, 6, "endpoint busy"), (EndpointUnreachable, 6, "endpoint unreachable"))
 
 def _causes(exc: Optional[BaseException]):
@@ -104,7 +105,8 @@ EXIT_CODES = ((0, "success", "-"),
               (1, "a bug: the traceback is in the log", "no: report it"),
               (2, "config error: the line names the key", "no: fix the config"),
               (3, "input error: the line names the file, column and row", "no: fix the input"),
-              (4, "storage unreachable: the object store did not answer", "yes"),
+              (4, "storage unreachable or busy: the object store did not answer, or another run held a table's commit "
+                  "lock past the wait", "yes"),
               (5, "cluster error: the cluster cannot run the job as sized", "yes, once it has the capacity"),
               (6, "endpoint unreachable or busy: the model server failed or another run holds its stage",
                "yes, after a wait (answers already paid for are kept)"),

@@ -86,6 +86,10 @@ class RayRuntime:
         except ImportError as exc:  # heavy optional dependency, imported where used
             raise ImportError("Ray is needed for this step: pip install 'ray[data]==2.60.0'") from exc
 
+        from common.platform.ray_waits import configure
+
+        # Ray on Spark adds nodes on demand, and its node watch owns their start: no second bound there.
+        configure(None if self.cfg.mode == "spark" else self.cfg.unschedulable_timeout_s)
         if ray.is_initialized():
             self._configure_data_context()
             return self
@@ -163,7 +167,8 @@ class RayRuntime:
         ``ray.unschedulable_timeout_s`` while no live node could hold them (:func:`.ray_waits.wait_all`)."""
         from common.platform.ray_waits import wait_all
 
-        return wait_all(refs, what, demand, self.cfg.unschedulable_timeout_s)
+        self.start()
+        return wait_all(refs, what, demand)
 
     def fault_tolerance(self) -> dict[str, int]:
         """Ray actor options: ``max_restarts`` and ``max_task_retries`` from the config."""

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from common.platform.errors import ClusterError
 
 log = logging.getLogger(__name__)
 
-# The default bound where no config is at hand (a conversion task of the generation pool's).
-UNSCHEDULABLE_TIMEOUT_S = 600.0
+# The bound of the waits that name none: the config's, set when the driver's Ray runtime starts (None: no such bound,
+# on Ray on Spark, whose node watch owns a node's start and whose nodes are added on demand).
+_configured: dict[str, Optional[float]] = {"unschedulable_s": 600.0}
+
+
+def configure(unschedulable_s: Optional[float]) -> None:
+    """Set the bound of the waits that name none (the driver's runtime, from ``ray.unschedulable_timeout_s``)."""
+    _configured["unschedulable_s"] = unschedulable_s
 
 
 def schedulable(demand: Mapping[str, float]) -> bool:
@@ -36,42 +42,48 @@ def schedulable(demand: Mapping[str, float]) -> bool:
     return any(all(n.get("Resources", {}).get(k, 0.0) >= v for k, v in demand.items() if v) for n in nodes)
 
 
-def wait_any(refs: Sequence[Any], what: str, demand: Mapping[str, float],
-             unschedulable_s: float = UNSCHEDULABLE_TIMEOUT_S, poll_s: float = 2.0) -> list:
-    """``ray.wait(refs, num_returns=1)`` that ends: the refs done (at least one), or :class:`ClusterError` naming
-    ``what`` after ``unschedulable_s`` seconds in which none finished and no live node could hold ``demand`` (the
-    refs cancelled)."""
-    import ray
-
-    since = None  # when the cluster was first seen unable to hold the demand, in this wait
-    while True:
-        done, _ = ray.wait(list(refs), num_returns=1, timeout=poll_s)
-        if done:
-            return done
-        if schedulable(demand):
-            since = None
-            continue
-        since = since if since is not None else time.monotonic()
-        if time.monotonic() - since >= unschedulable_s:
-            for ref in refs:
-                ray.cancel(ref, force=True)
-            raise ClusterError(
-                f"{what}: {len(refs)} Ray task(s) asking for {dict((k, v) for k, v in demand.items() if v)} waited "
-                f"{unschedulable_s:.0f} s with no live node able to hold them (nodes: {_capacity()}); the node they "
-                "need is gone or was never there: give the cluster such a node, or ask for less "
-                "(ray.unschedulable_timeout_s bounds this wait)")
-
-
-def wait_all(refs: Sequence[Any], what: str, demand: Mapping[str, float],
-             unschedulable_s: float = UNSCHEDULABLE_TIMEOUT_S) -> list:
-    """``ray.get(refs)`` (results in order; a task's error raised here) through :func:`wait_any`'s bound."""
+def wait_all(refs: Sequence[Any], what: str, demand: Mapping[str, float], unschedulable_s: Optional[float] = None,
+             poll_s: float = 2.0) -> list:
+    """``ray.get(refs)`` (results in order; a task's error raised here) that ends: :class:`ClusterError` naming
+    ``what`` after ``unschedulable_s`` seconds (None: the configured bound) in which none of the pending refs
+    finished and no live node could hold ``demand`` (the refs then cancelled)."""
     import ray
 
     pending = list(refs)
     while pending:
-        done = set(wait_any(pending, what, demand, unschedulable_s))
-        pending = [r for r in pending if r not in done]
+        pending = _wait(pending, what, demand, unschedulable_s, poll_s, len(pending))[1]
     return ray.get(list(refs))
+
+
+def wait_any(refs: Sequence[Any], what: str, demand: Mapping[str, float], unschedulable_s: Optional[float] = None,
+             poll_s: float = 2.0) -> list:
+    """``ray.wait(refs, num_returns=1)`` within :func:`wait_all`'s bound: the refs done (at least one)."""
+    return _wait(list(refs), what, demand, unschedulable_s, poll_s, 1)[0]
+
+
+def _wait(refs: list, what: str, demand: Mapping[str, float], unschedulable_s: Optional[float], poll_s: float,
+          num_returns: int) -> tuple[list, list]:
+    """(done, pending) once at least one of ``refs`` is done (all that are, up to ``num_returns``)."""
+    import ray
+
+    bound = _configured["unschedulable_s"] if unschedulable_s is None else unschedulable_s
+    since = None  # when the cluster was first seen unable to hold the demand, in this wait
+    while True:
+        done, pending = ray.wait(refs, num_returns=num_returns, timeout=poll_s)
+        if done:
+            return done, pending
+        if bound is None or schedulable(demand):
+            since = None
+            continue
+        since = since if since is not None else time.monotonic()
+        if time.monotonic() - since >= bound:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise ClusterError(
+                f"{what}: {len(refs)} Ray task(s) asking for {dict((k, v) for k, v in demand.items() if v)} waited "
+                f"{bound:.0f} s with no live node able to hold them (nodes: {_capacity()}); the node they need is "
+                "gone or was never there: give the cluster such a node, or ask for less "
+                "(ray.unschedulable_timeout_s bounds this wait)")
 
 
 def _capacity() -> str:

@@ -220,7 +220,10 @@ def write_text(uri: str, text: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
         try:
-            temporary.write_text(text, encoding="utf-8")
+            with open(temporary, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())  # on disk before the rename: a power cut leaves the old file or the new
             os.replace(temporary, target)
         except BaseException:
             temporary.unlink(missing_ok=True)
@@ -282,7 +285,12 @@ def read_json(path: str) -> dict:
         return json.load(handle)
 
 
-class LockTimeout(TimeoutError):
+class StorageBusy(Exception):
+    """Another run held what this one needed of the storage (a table's commit lock or lease) for longer than it
+    would wait: retryable once that run is done (exit code 4)."""
+
+
+class LockTimeout(StorageBusy):
     """Another process held a local lock for longer than this one would wait."""
 
 

@@ -66,7 +66,7 @@ def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = No
     for uri in files:
         with ledger.claim(uri) as mine:
             if not mine:
-                log.info("%s: another run is shipping it", uri)
+                tr.result.notes.append(f"{uri}: another run is shipping it; left to that run")
                 continue
             try:
                 entries = ledger.load(uri)
@@ -83,6 +83,9 @@ def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = No
 
 def resume_file(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list, build: CompareOf) -> list:
     """:func:`ship_entry` of each entry of the ledger file ``uri`` not done; the file removed once all are."""
+    from mlflow.exceptions import MlflowException
+
+    from common.platform.storage import StorageUnreachable
     cfg, done = ctx.cfg.registry, []
     for entry in entries:
         c = entry.candidate
@@ -97,7 +100,9 @@ def resume_file(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list
             try:
                 shipped = ship_entry(ctx, tr, client, uri, entries, entry, build)
             except Exception as exc:  # noqa: BLE001 - any failure: left for the next run, never every run's crash
-                entry.attempts += 1
+                # The registry or the store not answering is no fault of the entry: it never uses up an attempt.
+                entry.attempts += not isinstance(exc, (MlflowException, RegistryUnavailable, StorageUnreachable,
+                                                       ConnectionError, TimeoutError))
                 entry.done = entry.attempts >= ledger.MAX_ATTEMPTS
                 then = f"dropped after {entry.attempts} runs failed on it" if entry.done else "the next run ships it"
                 tr.result.incomplete.append(f"{entry.name}: not shipped ({then}): {one_line(exc)}")
@@ -163,7 +168,7 @@ def registered_version(client, name: str, entry):
     missing = ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND")
     if entry.version is not None:
         try:
-            return client.get_model_version(name, entry.version)
+            return _ready(client.get_model_version(name, entry.version), entry)
         except MlflowException as exc:
             if exc.error_code in missing:
                 raise VersionDeleted(f"{name} v{entry.version} was deleted from the registry before its gate "
@@ -172,8 +177,21 @@ def registered_version(client, name: str, entry):
     if entry.run_id is None:
         return None
     # One condition: Unity Catalog's registry takes no more; the name is matched here.
-    found = [v for v in client.search_model_versions(f"run_id = '{entry.run_id}'") if v.name == name]
-    return client.get_model_version(name, str(found[0].version)) if found else None
+    found = [v for v in client.search_model_versions(f"run_id = '{entry.run_id}'") if v.name == name
+             and getattr(v, "status", "READY") != "FAILED_REGISTRATION"]
+    return _ready(client.get_model_version(name, str(found[0].version)), entry) if found else None
+
+
+def _ready(version, entry):
+    """``version``, where the registry finished registering it; None where its registration failed (the entry then
+    registers again: the failed version never ships); RegistryUnavailable while it is still pending."""
+    status = getattr(version, "status", "READY") or "READY"
+    if status == "FAILED_REGISTRATION":
+        entry.version = None
+        return None
+    if status != "READY":
+        raise RegistryUnavailable(f"{version.name} v{version.version} is still {status}: the next run gates it")
+    return version
 
 
 class VersionDeleted(LookupError):
@@ -191,9 +209,14 @@ def settle(ctx: "JobContext", tr: "JobRun", client, name: str, version: str, can
     undecided = False
     try:
         if candidate.pipeline not in cfg.gate:
-            client.set_registered_model_alias(name, cfg.alias, version)
-            decision = Decision(True, f"registry.gate does not list {candidate.pipeline}: every new version takes "
-                                      "the alias")
+            champion = champion_version(client, name, cfg.alias)
+            if champion is not None and int(champion.version) > int(version):  # an older ship finished late
+                decision = Decision(False, f"registry.gate does not list {candidate.pipeline}, and the newer "
+                                           f"v{champion.version} holds the alias")
+            else:
+                client.set_registered_model_alias(name, cfg.alias, version)
+                decision = Decision(True, f"registry.gate does not list {candidate.pipeline}: every new version "
+                                          "takes the alias")
         else:
             decision = take_alias(client, name, cfg.alias, version,
                                   lambda champion: judge(ctx, client, name, candidate, champion, compare),

@@ -253,7 +253,6 @@ class HFTTrainerPool:
         cpus = int(runtime.resources().get("CPU", 1))
         self.size = max(1, min(size or cpus, cpus))
         self.retries = runtime.fault_tolerance()["max_task_retries"]
-        self.unschedulable_s = runtime.cfg.unschedulable_timeout_s
 
     def train(self, jobs: Sequence[dict[str, Any]]) -> list[LevelStats]:
         """Run training jobs (kwargs of :func:`train_level`) on the workers; results in job order."""
@@ -268,7 +267,7 @@ class HFTTrainerPool:
                 i, job = waiting.pop(0)
                 running[task.remote(job["files"], job["level"], job["params"], job["seed"], job["out_dir"],
                                     job.get("text_col", "title"), job.get("label_col", "category"))] = i
-            done = wait_any(list(running), "HFT level training tasks", {"CPU": 1}, self.unschedulable_s)
+            done = wait_any(list(running), "HFT level training tasks", {"CPU": 1})
             results[running.pop(done[0])] = ray.get(done[0])
         return [results[i] for i in range(len(jobs))]
 
