@@ -149,7 +149,7 @@ storage.put_folder(sys.argv[1], sys.argv[2])
 
 def test_a_model_folder_cut_short_is_rebuilt_never_loaded(tmp_path):
     """A kill during a model folder's copy (SIGKILL of a real process after ``config.json`` landed, before the
-    weights): the folder keeps its writing mark, so the fine-tune stage's reuse check removes it and trains again
+    weights): the folder keeps its writing mark, so the fine-tune stage's reuse check trains it again (written over)
     instead of loading half a model; a finished copy is reused, and so is a folder written before the marks that
     holds its config.json."""
     import os
@@ -172,7 +172,7 @@ def test_a_model_folder_cut_short_is_rebuilt_never_loaded(tmp_path):
         copier.wait(timeout=30)
     assert (target / "config.json").is_file() and not (target / "model.safetensors").exists()
     assert storage.folder_state(str(target)) == "incomplete"
-    assert not reusable_model(str(target)) and not target.exists()  # removed: the stage trains it again
+    assert not reusable_model(str(target))  # never loaded: the stage trains it again and writes it over
     storage.put_folder(str(source), str(target))
     assert storage.folder_state(str(target)) == "complete" and reusable_model(str(target))
     (target / "model.safetensors").write_bytes(b"w")  # a file of another size than its mark says

@@ -107,10 +107,12 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
             try:
                 client.delete_object(Bucket=bucket, Key=key, IfMatch=holder["etag"])
                 continue
-            except ClientError as exc:  # another waiter broke it first (its etag no longer matches), or denied
-                if not _conditional_failed(exc) and _code(exc) not in ("NoSuchKey", "404"):
-                    denied = _code(exc) or type(exc).__name__
+            except ClientError as exc:  # another waiter broke it first (its etag no longer matches), denied, or busy
+                if _code(exc) in ("AccessDenied", "403", "AllAccessDisabled"):
+                    denied = _code(exc)
                     log.warning("the stale commit lease s3://%s/%s cannot be deleted: %s", bucket, key, denied)
+                elif not _conditional_failed(exc) and _code(exc) not in ("NoSuchKey", "404"):
+                    tried.discard(holder["etag"])  # a store that did not answer (500, SlowDown): tried next poll
         waited = time.monotonic() - started
         if waited > settings.wait_s:
             who = f"held by {holder['owner']} since {holder['since']}" if holder else "its holder unknown"

@@ -141,7 +141,8 @@ class RayConfig:
     actor_task_retries: int = 3
     # Seconds a wait on the suite's Ray tasks (classifier training and scoring, fine-tunes, conversions) may go with
     # nothing finished and no live node able to hold what they ask for (the GPU node gone in address mode), before
-    # the job ends with an error naming the tasks and the nodes (exit 5). A task that runs is never cut short.
+    # the job ends with an error naming the tasks and the nodes (exit 5). A task that runs is never cut short. Not on
+    # Ray on Spark (mode: spark), whose nodes start on demand under spark_node_start_timeout_s's node watch.
     unschedulable_timeout_s: float = 600.0
     # Also retry a batch whose code raised (a transient CUDA OOM, a flaky object-store read), up to
     # actor_task_retries times; a deterministic error then fails the stage, and no version is written.

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Candidate:
-    """One method's final classifier, ready to ship."""
+    """One method's final classifier, ready to ship (``pipeline``: one of
+    :data:`~common.registry.naming.SHIPPING_PIPELINES`)."""
 
     pipeline: str
     method: str

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from common.platform.config import check
+from common.registry.naming import SHIPPING_PIPELINES
 
-# The pipelines whose final classifiers can be registered, each with its evaluating job.
-SHIPPING_PIPELINES = ("consistency", "boostaug", "genre", "compositional")
 # The classifier kinds of the pipelines' eval.models.
 CLASSIFIERS = ("fasttext", "encoder")
 

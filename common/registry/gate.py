@@ -24,6 +24,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from common.registry.naming import SHIPPING_PIPELINES
+
 # Per test set ("rows", "pairs"): (outcome, count) of each distinct outcome.
 Cells = Mapping[str, Sequence[tuple[tuple, int]]]
 
@@ -60,6 +62,7 @@ class Rule:
 # compositional multi-label classifiers (its "accuracy" is exact-set accuracy).
 RULES = {"consistency": Rule("consistency_rate", guard="f1_weighted"), "boostaug": Rule("accuracy"),
          "genre": Rule("macro_f1"), "compositional": Rule("accuracy")}
+assert tuple(RULES) == SHIPPING_PIPELINES, "every shipping pipeline has its rule, and only those"
 
 
 @dataclass(frozen=True)

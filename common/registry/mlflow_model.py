@@ -61,12 +61,13 @@ def requirements(kind: str, installed: Optional[Callable[[str], str]] = None) ->
 def model_files(source_uri: str, manifest: Mapping[str, Any], folder: Path) -> Path:
     """The classifier files of ``source_uri`` (a local path or an object-store URI) and ``manifest`` as the loader's
     ``model.json``, in ``folder``/classifier."""
-    from common.platform.storage import is_local, local_copy
+    from common.platform.storage import COMPLETE, WRITING, is_local, local_copy
 
     target = folder / "classifier"
     source = local_copy(source_uri)
     try:
-        shutil.copytree(source, target)
+        # The suite's write marks are the folder's, not the model's: they stay out of the registered copy.
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns(WRITING, COMPLETE))
     finally:
         if not is_local(source_uri):
             shutil.rmtree(source, ignore_errors=True)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 
+# The pipelines whose final classifiers can be registered, each with its evaluating job: the one list the gate's
+# rules (common.registry.gate.RULES), the registry config and the jobs' candidates name.
+SHIPPING_PIPELINES = ("consistency", "boostaug", "genre", "compositional")
 # The version tags naming a version's pipeline, method and classifier kind.
 PIPELINE_TAG, METHOD_TAG, CLASSIFIER_TAG = "pipeline", "method", "classifier"
 

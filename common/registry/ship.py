@@ -38,20 +38,21 @@ log = logging.getLogger(__name__)
 
 
 def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
-         compare_of: Optional[CompareOf] = None) -> list[Shipped]:
+         compare_of: Optional[CompareOf] = None, client=None) -> list[Shipped]:
     """Log, register and gate each candidate (nothing where the registry config does not ship its pipeline and
     classifier kind), after what earlier runs of the job left unshipped (:func:`resume`); ``compare_of``: the job's
-    scoring of a candidate beside a champion from its ``scoring`` (default: :func:`~.compare.task_compare`).
+    scoring of a candidate beside a champion from its ``scoring`` (default: :func:`~.compare.task_compare`);
+    ``client``: the registry's MLflow client (default: :func:`~.store.registry_client`'s, from the config).
     Returns what happened, also recorded in the job's summary lines and the run's ``models/shipped.json``."""
     cfg = ctx.cfg.registry
     chosen = [c for c in candidates if cfg.ships(c.pipeline, c.model)]
     if chosen:
         ledger.save(f"{ledger.folder(ctx, tr.result.job)}/{tr.run_id}.json",
                     [ledger.Entry(c, registered_name(cfg.name_prefix, c.pipeline, c.name)) for c in chosen])
-    return resume(ctx, tr, compare_of)
+    return resume(ctx, tr, compare_of, client)
 
 
-def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = None) -> list[Shipped]:
+def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = None, client=None) -> list[Shipped]:
     """Finish every ship of this job that a run left undone (:mod:`.ledger`), oldest first: register what has no
     version yet, gate what has no verdict, in this run, without retraining; a ledger file whose candidates are all
     done is removed, one another run is finishing is left to it. What a job calls where it returns early on its
@@ -60,7 +61,7 @@ def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = No
     files = ledger.pending(ctx, tr.result.job)
     if not files:
         return []
-    client = registry_client(ctx)
+    client = client or registry_client(ctx)
     build = compare_of or (lambda scoring: task_compare(ctx, scoring))
     done: list[Shipped] = []
     for uri in files:
@@ -83,9 +84,6 @@ def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = No
 
 def resume_file(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list, build: CompareOf) -> list:
     """:func:`ship_entry` of each entry of the ledger file ``uri`` not done; the file removed once all are."""
-    from mlflow.exceptions import MlflowException
-
-    from common.platform.storage import StorageUnreachable
     cfg, done = ctx.cfg.registry, []
     for entry in entries:
         c = entry.candidate
@@ -100,9 +98,7 @@ def resume_file(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list
             try:
                 shipped = ship_entry(ctx, tr, client, uri, entries, entry, build)
             except Exception as exc:  # noqa: BLE001 - any failure: left for the next run, never every run's crash
-                # The registry or the store not answering is no fault of the entry: it never uses up an attempt.
-                entry.attempts += not isinstance(exc, (MlflowException, RegistryUnavailable, StorageUnreachable,
-                                                       ConnectionError, TimeoutError))
+                entry.attempts += not transient(exc)
                 entry.done = entry.attempts >= ledger.MAX_ATTEMPTS
                 then = f"dropped after {entry.attempts} runs failed on it" if entry.done else "the next run ships it"
                 tr.result.incomplete.append(f"{entry.name}: not shipped ({then}): {one_line(exc)}")
@@ -114,6 +110,23 @@ def resume_file(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list
     if all(e.done for e in entries):
         ledger.remove(uri)
     return done
+
+
+# MLflow's error codes of a registry that did not answer (as against one that refused: a permission, a bad value).
+TRANSIENT_CODES = ("TEMPORARILY_UNAVAILABLE", "INTERNAL_ERROR", "REQUEST_LIMIT_EXCEEDED", "DEADLINE_EXCEEDED")
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` says the registry or the store did not answer (no fault of the entry, so it uses up no
+    attempt): RegistryUnavailable, an MLflow error of :data:`TRANSIENT_CODES` or one whose HTTP request failed, a
+    network or file-system error other than a missing file (pyarrow's S3 errors are plain OSErrors)."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(exc, RegistryUnavailable):
+        return True
+    if isinstance(exc, MlflowException):
+        return exc.error_code in TRANSIENT_CODES or "API request to" in str(exc)
+    return isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)
 
 
 def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list, entry, build: CompareOf):
@@ -131,11 +144,12 @@ def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list,
         return None
     if version is None:
         state = folder_state(candidate.folder)
-        if state in ("absent", "incomplete"):
+        if state == "absent":
             entry.done = True  # said once, then dropped: nothing can ship it again
-            what = "is gone" if state == "absent" else "was cut short while it was written"
-            tr.result.incomplete.append(f"{name}: its classifier folder {candidate.folder} {what}; not shipped")
+            tr.result.incomplete.append(f"{name}: its classifier folder {candidate.folder} is gone; not shipped")
             return None
+        if state == "incomplete":  # cut short, or being written by another run: tried again, dropped after 3 runs
+            raise RuntimeError(f"its classifier folder {candidate.folder} is incomplete")
         if entry.model_uri is None:
             info = log_classifier(ctx, candidate)
             entry.model_uri, entry.model_id = info.model_uri, info.model_id
@@ -208,15 +222,13 @@ def settle(ctx: "JobContext", tr: "JobRun", client, name: str, version: str, can
     cfg = ctx.cfg.registry
     undecided = False
     try:
-        if candidate.pipeline not in cfg.gate:
-            champion = champion_version(client, name, cfg.alias)
-            if champion is not None and int(champion.version) > int(version):  # an older ship finished late
-                decision = Decision(False, f"registry.gate does not list {candidate.pipeline}, and the newer "
-                                           f"v{champion.version} holds the alias")
-            else:
-                client.set_registered_model_alias(name, cfg.alias, version)
-                decision = Decision(True, f"registry.gate does not list {candidate.pipeline}: every new version "
-                                          "takes the alias")
+        if candidate.pipeline not in cfg.gate:  # the newer version wins (an older ship finished late never does)
+            ungated = f"registry.gate does not list {candidate.pipeline}"
+            decision = take_alias(client, name, cfg.alias, version, lambda champion: Decision(
+                champion is None or int(champion.version) < int(version),
+                f"{ungated}: every new version takes the alias" if champion is None or
+                int(champion.version) < int(version) else f"{ungated}, and the newer v{champion.version} holds it"),
+                cfg.settle_s, cfg.max_rejudge)
         else:
             decision = take_alias(client, name, cfg.alias, version,
                                   lambda champion: judge(ctx, client, name, candidate, champion, compare),

@@ -162,7 +162,7 @@ def prepare(model_uri: str, spec: GenerationSpec, num_gpus: float = 0.0) -> Opti
     generate with hf (the actors then say why)."""
     import ray
 
-    from common.platform.storage import exists, folder_state, remove_tree
+    from common.platform.storage import exists, folder_state
 
     device = "cuda" if num_gpus > 0 else "cpu"
     quantization = stored_type(compute_type(spec, device), device)
@@ -170,9 +170,8 @@ def prepare(model_uri: str, spec: GenerationSpec, num_gpus: float = 0.0) -> Opti
     state = folder_state(target)
     if state == "complete" or (state == "unmarked" and exists(f"{target}/model.bin")):  # converted by an earlier run
         return target
-    if state == "incomplete":  # a copy cut short: converted again, never loaded
-        log.warning("%s was cut short while it was written: removed, and converted again", target)
-        remove_tree(target)
+    if state == "incomplete":  # a copy cut short (or being written): converted again and written over, never loaded
+        log.warning("%s is incomplete: converted again", target)
     from common.platform.ray_runtime import TORCH_TASK_ENV
 
     # The fine-tune tasks' environment: the worker that just trained the model, torch imported, converts it.

@@ -33,16 +33,16 @@ class TrainedModel:
 
 
 def reusable_model(uri: str) -> bool:
-    """Whether the model folder ``uri`` holds a whole saved model to reuse: :func:`~common.platform.storage.put_folder` finished it, or it
-    predates the marks and holds its ``config.json``. A folder a kill, an outage or a full disk cut short is removed
-    (logged), so the caller trains it again instead of loading half a model."""
+    """Whether the model folder ``uri`` holds a whole saved model to reuse: :func:`~common.platform.storage.put_folder`
+    finished it, or it predates the marks and holds its ``config.json``. A folder a kill, an outage or a full disk cut
+    short is never loaded: the caller trains the model again and writes it over (not removed first: another run of
+    the same config may be writing it, the same model)."""
     from common.models.generation.seq2seq import MODEL_MARKER
-    from common.platform.storage import exists, folder_state, remove_tree
+    from common.platform.storage import exists, folder_state
 
     state = folder_state(uri)
     if state == "incomplete":
-        log.warning("%s was cut short while it was written (no completion mark): removed, and trained again", uri)
-        remove_tree(uri)
+        log.warning("%s is incomplete (cut short while it was written, or being written): trained again", uri)
         return False
     return state == "complete" or (state == "unmarked" and exists(f"{uri}/{MODEL_MARKER}"))
 
@@ -72,6 +72,10 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
         log.info("reusing %s (trained from the same config and inputs) at %s", model_version, uri)
         tr.set_tags({"model.reused": "true"})
         return TrainedModel(uri, model_version, reused=True)
+    if ctx.force:  # a forced retrain starts from an empty folder: no file or conversion of the old model survives
+        from common.platform.storage import remove_tree
+
+        remove_tree(uri)
     n_pairs = ctx.lakehouse.read(table, version).count()
     if n_pairs == 0:
         raise ValueError(f"{table} v{version} has no (source, target) pairs: nothing to fine-tune {name} on")
