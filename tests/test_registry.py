@@ -66,12 +66,17 @@ def test_the_gate_decides_on_both_artifacts_predictions_on_the_same_rows():
     # the cells' metrics are the suite's: macro-F1 over gold and predicted labels, as label_metrics gives it
     rows = _rows(("a", "a", "b", 3), ("a", "c", "a", 2), ("b", "b", "b", 4), ("c", "a", "c", 1))
     gold = [g for (g, _, _), n in rows for _ in range(n)]
-    figures = {metric: paired(metric, {"rows": rows}, 0.95, 500, 0) for metric in ("accuracy", "macro_f1")}
+    figures = {metric: paired(metric, {"rows": rows}, 0.95, 500, 0) for metric in ("accuracy", "macro_f1",
+                                                                                 "f1_weighted")}
     for side in ("candidate", "champion"):
         predicted = [k[1 if side == "candidate" else 2] for k, n in rows for _ in range(n)]
         accuracy, macro = accuracy_and_macro_f1(gold, predicted)
         assert getattr(figures["macro_f1"], side) == pytest.approx(macro)
         assert getattr(figures["accuracy"], side) == pytest.approx(accuracy)
+        # support-weighted F1 (metrics.weighted_f1's definition): 2·TP / (support + predicted), weighted by support
+        weighted = sum(gold.count(c) * 2 * sum(g == p == c for g, p in zip(gold, predicted))
+                       / (gold.count(c) + predicted.count(c)) for c in set(gold)) / len(gold)
+        assert getattr(figures["f1_weighted"], side) == pytest.approx(weighted)
     assert figures["accuracy"].n == 10
     assert Measure.of([0.5, 0.7]).std == pytest.approx(0.1414, abs=1e-4)
     # what ships: per pipeline and classifier kind; the margin is a difference of the metric

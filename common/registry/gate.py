@@ -87,15 +87,31 @@ def _rate(keys: Sequence[tuple], counts: np.ndarray, side: int) -> np.ndarray:
     return np.divide(counts @ holds, total, out=np.full(len(counts), np.nan), where=total > 0)
 
 
+def _by_class(counts: np.ndarray, index: np.ndarray, n_classes: int, cells: np.ndarray) -> np.ndarray:
+    """(resamples x classes) sums of the ``counts`` columns ``cells`` grouped by their class ``index``: a sort and
+    ``reduceat`` over the cells, never a (cells x classes) matrix."""
+    out = np.zeros((len(counts), n_classes))
+    if not len(cells):
+        return out
+    order = cells[np.argsort(index[cells], kind="stable")]
+    classes = index[order]
+    starts = np.flatnonzero(np.r_[True, classes[1:] != classes[:-1]])
+    out[:, classes[starts]] = np.add.reduceat(counts[:, order], starts, axis=1)
+    return out
+
+
 def _f1(weighted: bool):
     """Macro-F1 (mean over the classes present as gold or prediction) or support-weighted F1 (classes only
     predicted weigh 0), as :mod:`common.models.classifiers.label_metrics` and ``metrics.weighted_f1`` define them."""
 
     def f1(keys: Sequence[tuple], counts: np.ndarray, side: int) -> np.ndarray:
-        classes = sorted({k[0] for k in keys} | {k[side] for k in keys})
-        gold = np.array([[k[0] == c for c in classes] for k in keys], dtype=float)
-        pred = np.array([[k[side] == c for c in classes] for k in keys], dtype=float)
-        tp, support, predicted = counts @ (gold * pred), counts @ gold, counts @ pred
+        names = {c: i for i, c in enumerate(sorted({k[0] for k in keys} | {k[side] for k in keys}))}
+        gold = np.array([names[k[0]] for k in keys])
+        pred = np.array([names[k[side]] for k in keys])
+        everything = np.arange(len(keys))
+        support = _by_class(counts, gold, len(names), everything)
+        predicted = _by_class(counts, pred, len(names), everything)
+        tp = _by_class(counts, gold, len(names), np.flatnonzero(gold == pred))
         denominator = support + predicted
         scores = np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)
         if weighted:
