@@ -19,6 +19,19 @@ from common.registry.gate import RULES, Measure, decide
 from shipped_models import fresh_predictions
 from worlds import WORLD_MODELS
 
+def wait_answering(server: subprocess.Popen, url: str, log: Path, what: str, limit_s: float = 120) -> None:
+    """Until ``url`` answers: fails with the end of ``log`` when ``server`` exits first, or after ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        assert server.poll() is None, log.read_text()[-3000:]
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"{what} did not answer in {limit_s:.0f} s"
+            time.sleep(0.5)
+
+
 def version_of(client, name: str, run_id: str):
     """The version of registered model ``name`` that run ``run_id`` registered."""
     versions = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
@@ -244,15 +257,7 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
                                "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=tmp_path,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).read()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "mlflow models serve did not answer in 120 s"
-                time.sleep(0.5)
+        wait_answering(server, f"http://127.0.0.1:{port}/ping", tmp_path / "serve.log", "mlflow models serve")
         body = json.dumps({"dataframe_split": pd.DataFrame({"text": texts}).to_dict("split")}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
                                          headers={"Content-Type": "application/json"})
@@ -382,7 +387,6 @@ def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
     run without the compare-and-set) moves the alias to v3 just after v2 took it: v2's read-back after setting sees
     it and takes the alias back."""
     import threading
-    import urllib.request
 
     from mlflow import MlflowClient
 
@@ -399,15 +403,7 @@ def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
         stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, (tmp_path / "mlflow.log").read_text()[-3000:]
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2).read()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "mlflow server did not answer in 120 s"
-                time.sleep(0.5)
+        wait_answering(server, f"{url}/health", tmp_path / "mlflow.log", "mlflow server")
         client = MlflowClient(url, url)
         client.create_registered_model("race")
         for quality in (1, 3, 2):  # v1 the champion, v2 the better candidate, v3 the worse

@@ -168,9 +168,9 @@ def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list,
     elif version.tags.get("gate.decision") in ledger.VERDICTS:
         entry.done = True
         return None
-    shipped = settle(ctx, tr, client, name, str(version.version), candidate, build(candidate.scoring))
+    shipped = settle(ctx, tr, client, name, version, candidate, build(candidate.scoring))
     entry.done = shipped.decided
-    return Shipped(name, shipped.version, version.source, shipped.champion, shipped.reason)
+    return shipped
 
 
 def registered_version(client, name: str, entry):
@@ -212,23 +212,25 @@ class VersionDeleted(LookupError):
     """A ledger entry's version is gone from the registry."""
 
 
-def settle(ctx: "JobContext", tr: "JobRun", client, name: str, version: str, candidate: Candidate,
+def settle(ctx: "JobContext", tr: "JobRun", client, name: str, model_version, candidate: Candidate,
            compare: Optional[Compare]) -> Shipped:
-    """Gate ``version`` of ``name`` (registered from ``candidate``) and record the verdict on its tags; a registry
-    error on the way leaves the alias where it is, tags the version undecided where it can, and adds the error to
-    the job's incomplete list. Returns what became of the version (its model URI left empty)."""
+    """Gate ``model_version`` (a registered version of ``name``, from ``candidate``) and record the verdict on its
+    tags; a registry error on the way leaves the alias where it is, tags the version undecided where it can, and adds
+    the error to the job's incomplete list. Returns what became of the version."""
     from mlflow.exceptions import MlflowException
 
-    cfg = ctx.cfg.registry
+    cfg, version = ctx.cfg.registry, str(model_version.version)
+    ungated = f"registry.gate does not list {candidate.pipeline}"
+
+    def newer(champion) -> Decision:  # ungated: the newer version wins (an older ship finished late never does)
+        if champion is None or int(champion.version) < int(version):
+            return Decision(True, f"{ungated}: every new version takes the alias")
+        return Decision(False, f"{ungated}, and the newer v{champion.version} holds it")
+
     undecided = False
     try:
-        if candidate.pipeline not in cfg.gate:  # the newer version wins (an older ship finished late never does)
-            ungated = f"registry.gate does not list {candidate.pipeline}"
-            decision = take_alias(client, name, cfg.alias, version, lambda champion: Decision(
-                champion is None or int(champion.version) < int(version),
-                f"{ungated}: every new version takes the alias" if champion is None or
-                int(champion.version) < int(version) else f"{ungated}, and the newer v{champion.version} holds it"),
-                cfg.settle_s, cfg.max_rejudge)
+        if candidate.pipeline not in cfg.gate:
+            decision = take_alias(client, name, cfg.alias, version, newer, cfg.settle_s, cfg.max_rejudge)
         else:
             decision = take_alias(client, name, cfg.alias, version,
                                   lambda champion: judge(ctx, client, name, candidate, champion, compare),
@@ -251,7 +253,7 @@ def settle(ctx: "JobContext", tr: "JobRun", client, name: str, version: str, can
     except MlflowException as exc:  # the verdict is not on the version: the next run gates it again
         undecided = True
         tr.result.incomplete.append(f"{name} v{version}: its gate tags could not be written ({exc.error_code})")
-    shipped = Shipped(name, version, "", decision.promote, decision.reason, decided=not undecided)
+    shipped = Shipped(name, version, model_version.source, decision.promote, decision.reason, decided=not undecided)
     log.info("%s", shipped.line(cfg.alias))
     tr.result.notes.append(shipped.line(cfg.alias))
     return shipped
