@@ -26,12 +26,14 @@ def test_help_lists_the_commands():
     assert "generate-demo" in run_help.stdout and "--set" in run_help.stdout and "--force" in run_help.stdout
     # the exit codes: the help's table, the reliability page's and the code's are one
     from common.platform.errors import EXIT_CODES, SHIP_INCOMPLETE, USER_ERRORS
+    from common.platform.signals import SIGNALS
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "operations" / "reliability.md").read_text()
     for code, what, retry in EXIT_CODES:
         assert f"  {code}  {what} (retry: {retry})" in out.stdout
         assert f"| {code} | {what} | {retry} |" in page
-    assert {code for _, code, _ in USER_ERRORS} | {0, 1, SHIP_INCOMPLETE} == {code for code, _, _ in EXIT_CODES}
+    signals = {128 + signum for signum in SIGNALS}
+    assert {code for _, code, _ in USER_ERRORS} | {0, 1, SHIP_INCOMPLETE} | signals == {code for code, _, _ in EXIT_CODES}
 
 
 def test_jobs_lists_jobs_and_pipelines():

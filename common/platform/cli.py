@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.platform.config_loader import ConfigError
-from common.platform.errors import (SHIP_INCOMPLETE, USER_ERRORS, exit_code_table, interruption, one_line,
-                                    user_error)
+from common.platform.errors import SHIP_INCOMPLETE, USER_ERRORS, exit_code_table, interruption, one_line, report
+from common.platform.errors import user_error
 
 if TYPE_CHECKING:
     from common.platform.pipeline import JobRegistry
@@ -108,7 +108,14 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
     if args.command == "history":
         print(format_history(_metadata_lakehouse(cfg).history(args.table)))
         return 0
-    return _run(cfg, registry, args.name, args.force)
+    from common.platform.signals import Terminated, handled
+
+    with handled(cfg.tracking.shutdown_grace_s):
+        try:
+            return _run(cfg, registry, args.name, args.force)
+        except Terminated as exc:  # the job's runs are KILLED and its context closed on the way here
+            print(f"augment: terminated: {exc}", file=sys.stderr)
+            return exc.exit_code
 
 
 USER_ERRORS_TYPES = tuple(cls for cls, _, _ in USER_ERRORS)
@@ -126,11 +133,11 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
         # Before the JVM, Ray and MLflow start: a missing key costs the user a second, not an engine's start.
         preflight(cfg, registry.pipelines.get(name, [name]), registry.runner)
     except USER_ERRORS_TYPES as exc:  # a bad key, or a model server the config names that does not answer
-        return _user_error(exc)
+        return report(exc)
     try:
         ctx = build_context(cfg, force=force)
     except USER_ERRORS_TYPES as exc:  # the lakehouse's object store does not answer
-        return _user_error(exc)
+        return report(exc)
     try:
         if name in registry.pipelines:
             results = run_pipeline(ctx, name, registry.pipelines[name], registry.runner)
@@ -153,12 +160,12 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
         if found is None:
             raise
         log.debug("the error behind the line below", exc_info=exc)
-        return _user_error(found)
+        return report(found)
     except KeyboardInterrupt:
         error = interruption()  # a watchdog's error outside a job's run (between jobs)
         if error is None:
             raise
-        return _user_error(error)
+        return report(error)
     finally:
         ctx.close()
     return 0
@@ -168,13 +175,6 @@ def exit_code(results) -> int:
     """0 for job results that finished everything, :data:`~common.platform.errors.SHIP_INCOMPLETE` when any holds
     something it could not finish (``JobResult.incomplete``)."""
     return SHIP_INCOMPLETE if any(r.incomplete for r in results) else 0
-
-
-def _user_error(exc: BaseException) -> int:
-    """Print a user error (:data:`USER_ERRORS`) as one line; returns its exit code."""
-    code, kind = next((code, kind) for cls, code, kind in USER_ERRORS if isinstance(exc, cls))
-    print(f"augment: {kind}: {one_line(exc)}", file=sys.stderr)
-    return code
 
 
 def _metadata_lakehouse(cfg):

@@ -240,6 +240,16 @@ class TrackingConfig:
     # The model registry's URI ("databricks-uc" for Unity Catalog); null: the tracking URI's own registry (the
     # MLflow server's, or SQLite's locally).
     registry_uri: Optional[str] = None
+    # How long an MLflow server (an http(s) URI) may take to answer the start check's GET /health before the run
+    # ends as tracking unreachable (exit code 8), instead of each call of the run waiting out the client's retries.
+    start_timeout_s: float = 10.0
+    # How long a signalled run (SIGTERM, SIGINT) may take to cancel its work and mark its MLflow runs KILLED before
+    # it exits without finishing that (exit code 143 or 130 either way); a second signal exits at once.
+    shutdown_grace_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        check(self.start_timeout_s > 0, "tracking.start_timeout_s", "must be > 0")
+        check(self.shutdown_grace_s > 0, "tracking.shutdown_grace_s", "must be > 0")
 
 
 # Delta's safety default for VACUUM (delta.deletedFileRetentionDuration): files a reader of a version up to

@@ -9,7 +9,10 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from common.platform.config import BaseConfig
+from common.platform.config_loader import ConfigError
+from common.platform.errors import SHIP_INCOMPLETE, one_line, report, user_error
 from common.platform.job import JobContext, JobResult, build_context
+from common.platform.signals import Terminated, handled
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -55,18 +58,36 @@ def job_main(name: str, run: Callable[[JobContext], JobResult], argv: Optional[S
     add_common_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
-    ctx = build_context(config_from_args(args, load), force=args.force)
     try:
-        result = run(ctx)
-    finally:
-        ctx.close()
+        cfg = config_from_args(args, load)
+    except ConfigError as exc:
+        raise SystemExit(report(exc)) from None
+    with handled(cfg.tracking.shutdown_grace_s):
+        try:
+            result = _run_closed(cfg, run, args.force)
+        except Terminated as exc:
+            print(f"augment: terminated: {exc}", file=sys.stderr)
+            raise SystemExit(exc.exit_code) from None
+        except Exception as exc:  # one line and its code, as the CLI's; a bug keeps its traceback
+            found = user_error(exc)
+            if found is None:
+                raise
+            logging.getLogger(__name__).debug("the error behind the line below", exc_info=exc)
+            raise SystemExit(report(found)) from None
     print(result.summary())
     if result.incomplete:  # spark-submit jobs/<module>.py says it as the CLI does: exit code 7
-        from common.platform.errors import SHIP_INCOMPLETE, one_line
-
         print(f"augment: ship incomplete: {one_line('; '.join(result.incomplete))}", file=sys.stderr)
         raise SystemExit(SHIP_INCOMPLETE)
     return result
+
+
+def _run_closed(cfg: BaseConfig, run: Callable[[JobContext], JobResult], force: bool) -> JobResult:
+    """``run`` on a context built from ``cfg``, closed after."""
+    ctx = build_context(cfg, force=force)
+    try:
+        return run(ctx)
+    finally:
+        ctx.close()
 
 
 def entry_point(name: str, run: Callable[[JobContext], JobResult], doc: Optional[str],

@@ -2,7 +2,9 @@
 2), a bad input (:class:`InputError`, exit code 3) and an object store that does not answer
 (:class:`~common.platform.storage.StorageUnreachable`, exit code 4), a cluster that cannot run the job as it
 is sized (:class:`ClusterError`, exit code 5) and a model server that does not answer (:class:`EndpointUnreachable`,
-exit code 6). Anything else is a bug and keeps its traceback.
+exit code 6), a tracking server that does not answer (:class:`TrackingUnreachable`, exit code 8) and a full disk
+(:class:`DiskFull`, exit code 9), raised as such or found behind what a library raised (:func:`user_error`).
+Anything else is a bug and keeps its traceback.
 
 A watchdog thread (Ray on Spark's node watch) ends a job blocked in the main thread with :func:`interrupt_main`: the
 main thread gets a ``KeyboardInterrupt`` wherever it waits (a Ray ``get``, a Ray Data stage), and
@@ -32,6 +34,16 @@ class EndpointUnreachable(RuntimeError):
     the URL (never a key)."""
 
 
+class TrackingUnreachable(RuntimeError):
+    """The MLflow tracking server does not answer (at the start check, or mid-run: an MLflow call whose HTTP request
+    failed after the client's own retries); the message names the URI and what was asked."""
+
+
+class DiskFull(OSError):
+    """A local disk (or quota) ran out of space while the run wrote a file: retryable once space is freed; never
+    a reason to record a model or an engine as broken."""
+
+
 class StageBusy(EndpointUnreachable):
     """Another run of the same generation stage is sending to its model server (it holds the stage's lease); this
     one sends nothing. Exit code 6, as an outage: run it again once the other has ended."""
@@ -42,7 +54,9 @@ class StageBusy(EndpointUnreachable):
 USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"),
                (StorageUnreachable, 4, "storage unreachable"), (StorageBusy, 4, "storage busy"),
                (ClusterError, 5, "cluster error"),
-               (StageBusy, 6, "endpoint busy"), (EndpointUnreachable, 6, "endpoint unreachable"))
+               (StageBusy, 6, "endpoint busy"), (EndpointUnreachable, 6, "endpoint unreachable"),
+               (TrackingUnreachable, 8, "tracking unreachable"), (DiskFull, 9, "disk full"))
+
 
 def _causes(exc: Optional[BaseException]):
     """``exc`` and the errors it was raised from, outermost first (at most 20): Ray's ``RayTaskError`` keeps the
@@ -62,7 +76,7 @@ def user_error(exc: Optional[BaseException]) -> Optional[BaseException]:
     Data's ``UserCodeException``, with the worker's error as its cause; the CLI reports that error, with its code,
     wherever it was raised (an actor, a task, Ray on Spark)."""
     kinds = tuple(cls for cls, _, _ in USER_ERRORS)
-    found = [e for e in _causes(exc) if isinstance(e, kinds)]
+    found = [e for e in map(_translated, _causes(exc)) if isinstance(e, kinds)]
     if not found:
         return None
     inner = found[-1]
@@ -75,6 +89,43 @@ def user_error(exc: Optional[BaseException]) -> Optional[BaseException]:
 
 
 RAY_DATA_ADVICE = "\nFailed to apply UDF transform"
+
+
+def _line_with(text: str, markers: tuple) -> str:
+    """The first line of ``text`` holding one of ``markers`` (a JVM error's message, not its stack)."""
+    return next((line.strip() for line in text.splitlines() if any(m in line for m in markers)), text[:300])
+
+
+# What a full disk says where no errno reaches Python (a JVM's IOException inside a Py4JJavaError's text).
+_NO_SPACE = ("No space left on device", "Disk quota exceeded")
+# What an object store that failed mid-run says: Hadoop S3A's classes (a 5xx, a throttle, a request that found no
+# server) in a Py4JJavaError's text; pyarrow's and delta-rs's S3 errors (plain OSErrors) in theirs.
+_STORE_JVM = ("AWSStatus500Exception", "AWSServiceThrottledException", "AWSServiceUnavailableException",
+              "AWSClientIOException", "Unable to execute HTTP request", "Status Code: 503", "Status Code: 500")
+_STORE_PY = ("AWS Error", "Generic S3 error")
+
+
+def _translated(exc: BaseException) -> BaseException:
+    """``exc``, or the user error it is under another library's name: an OSError of ENOSPC/EDQUOT (or a JVM error
+    saying so) is :class:`DiskFull`; an object store's failure mid-run (a 5xx, a throttle, no server) is
+    :class:`StorageUnreachable`; an MLflow error whose HTTP request failed (the server down or not answering, after
+    the client's retries) is :class:`TrackingUnreachable`."""
+    import errno
+
+    if isinstance(exc, (DiskFull, StorageUnreachable)):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(exc.errno, f"{exc.strerror}: {exc.filename or 'a local file'}")
+    text = str(exc)
+    jvm = type(exc).__name__ == "Py4JJavaError"
+    if jvm and any(marker in text for marker in _NO_SPACE):
+        return DiskFull(errno.ENOSPC, _line_with(text, _NO_SPACE))
+    python_store = isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)  # a missing file is no outage
+    if (jvm and any(m in text for m in _STORE_JVM)) or (python_store and any(m in text for m in _STORE_PY)):
+        return StorageUnreachable(f"the object store failed mid-run: {_line_with(text, _STORE_JVM + _STORE_PY)}")
+    if type(exc).__name__ == "MlflowException" and text.startswith("API request to"):
+        return TrackingUnreachable(f"MLflow: {text}")
+    return exc
 
 
 class _RetriedByRayMeta(type):
@@ -111,7 +162,14 @@ EXIT_CODES = ((0, "success", "-"),
               (6, "endpoint unreachable or busy: the model server failed or another run holds its stage",
                "yes, after a wait (answers already paid for are kept)"),
               (SHIP_INCOMPLETE, "ship incomplete: tables and run complete, a model not registered or gated",
-               "yes: the rerun finishes the ship without training"))
+               "yes: the rerun finishes the ship without training"),
+              (8, "tracking unreachable: the MLflow server did not answer (at the start, or mid-run: tables "
+                  "committed stay; the rerun skips them and ships what is left)", "yes"),
+              (9, "disk full: a local disk or quota ran out while writing (the line names the file)",
+               "yes, once space is freed"),
+              (130, "interrupted (SIGINT): open MLflow runs marked KILLED", "yes"),
+              (143, "terminated (SIGTERM), within tracking.shutdown_grace_s: open MLflow runs marked KILLED, Spark "
+                    "jobs cancelled, leases released", "yes: the rerun reuses what was committed and kept"))
 
 
 def exit_code_table() -> str:
@@ -131,11 +189,27 @@ def interrupt_main(error: BaseException) -> None:
     _thread.interrupt_main()
 
 
+def watchdog_pending() -> bool:
+    """Whether a watchdog's :func:`interrupt_main` waits to be taken (the SIGINT on its way is the watchdog's)."""
+    with _pending_lock:
+        return bool(_pending)
+
+
 def interruption() -> Optional[BaseException]:
     """For a ``KeyboardInterrupt`` just caught: the error a watchdog interrupted the main thread with
     (:func:`interrupt_main`), taken once, or None when it was a user's Ctrl-C."""
     with _pending_lock:
         return _pending.pop() if _pending else None
+
+
+def report(exc: BaseException) -> int:
+    """Print a user error (:data:`USER_ERRORS`) as one line on stderr (``augment: <kind>: <message>``); returns its
+    exit code."""
+    import sys
+
+    code, kind = next((code, kind) for cls, code, kind in USER_ERRORS if isinstance(exc, cls))
+    print(f"augment: {kind}: {one_line(exc)}", file=sys.stderr)
+    return code
 
 
 def one_line(text: object, limit: int = 600) -> str:

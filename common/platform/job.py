@@ -23,7 +23,8 @@ from common.platform.config import BaseConfig
 from common.platform.lakehouse import Lakehouse, Lineage, WriteMode, WriteResult
 from common.platform.reports import Reports
 from common.platform.session import SparkCapabilities, configure_session, detect_capabilities, get_spark
-from common.platform.tracking import TrackedRun, Tracker
+from common.platform.signals import reclaim
+from common.platform.tracking import TrackedRun, Tracker, check_server
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -168,13 +169,17 @@ def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSe
                   capabilities: Optional[SparkCapabilities] = None) -> JobContext:
     """Create the session (or use ``spark``), probe its capabilities (unless given) and wire the
     lakehouse and tracker. Raises :class:`~common.platform.storage.StorageUnreachable` first when the lakehouse's
-    object store does not answer."""
+    object store does not answer, :class:`~common.platform.errors.TrackingUnreachable` when the MLflow server does
+    not."""
     if not cfg.lakehouse.catalog:
         from common.platform.storage import check_reachable
 
         # An object store that is down fails the job here, naming its endpoint, before anything starts or is
         # written (Hadoop and delta-rs would retry for minutes inside the first read).
         check_reachable(cfg.lakehouse.root)
+    # A tracking server that is down fails it here too, in seconds, not at the run's first MLflow call after the
+    # client's minutes of retries.
+    check_server(cfg.tracking_uri, cfg.tracking.start_timeout_s)
     tracker = Tracker(cfg)
     if spark is None:
         from concurrent.futures import ThreadPoolExecutor
@@ -190,6 +195,7 @@ def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSe
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-setup") as pool:
             tracked = pool.submit(tracker.setup)
             spark = get_spark(cfg.spark)
+            reclaim()  # the SparkContext's start took SIGINT for itself: a run's handler is the suite's
             tracked.result()  # a tracking error is raised here, as it would be at the first run
     elif cfg.spark.mode != "local":
         # A notebook's or a Databricks job's session (the caller's ``spark``): the suite's settings still apply.

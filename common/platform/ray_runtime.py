@@ -11,6 +11,7 @@ import os
 from typing import Any, Callable, Optional, TypeVar
 
 from common.platform.config import RayConfig
+from common.platform.signals import reclaim
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,8 +95,7 @@ class RayRuntime:
             self._configure_data_context()
             return self
         if self.cfg.mode == "local":
-            # When Ray was imported before the variable was set (a notebook), its module constant is
-            # already fixed: set it too, since ray._private.services reads it at call time.
+            # Ray imported before the variable was set (a notebook) fixed its constant: services reads it at call time.
             from ray._private import ray_constants
 
             ray_constants.ENABLE_RAY_CLUSTER = False
@@ -136,6 +136,7 @@ class RayRuntime:
             # Nodes asked for and never up end the job with an error instead of a silent wait.
             self._watch = ray_on_spark.NodeWatch(chosen, self.cfg.spark_node_start_timeout_s).start()
         self._started_here = True
+        reclaim()  # Ray's driver took SIGTERM for itself (sys.exit(15)): a run's handler is the suite's
         self._configure_data_context()
         log.info("ray runtime up (%s): %s", self.cfg.mode, ray.cluster_resources())
         return self

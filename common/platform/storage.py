@@ -6,6 +6,7 @@ Spark and delta-rs.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -59,8 +60,6 @@ def filesystem(uri: str):
 def endpoint(uri: str) -> str:
     """Where the store behind ``uri`` answers, for messages: S3's ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``
     (or AWS itself), the host of other URIs, ``local disk`` for paths."""
-    import os
-
     if is_local(uri):
         return "local disk"
     if is_s3(uri):
@@ -77,8 +76,6 @@ def check_reachable(uri: str, timeout_s: float = 10.0) -> None:
     inside the first read or write; a job checks its lakehouse first and fails at once, before it writes."""
     if is_local(uri):
         return
-    import os
-
     import pyarrow.fs as pafs
 
     try:
@@ -150,8 +147,20 @@ def put_folder(local_dir: str, uri: str) -> None:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
         listed[relative] = {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+    if is_local(base):  # the files on disk before the mark that vouches for them (a power cut, a host's crash)
+        for relative in listed:
+            _fsync(f"{base.removeprefix('file://')}/{relative}")
     write_text(f"{base}/{COMPLETE}", json.dumps({"files": listed}, indent=1, sort_keys=True))
     remove_file(f"{base}/{WRITING}")
+
+
+def _fsync(path: str) -> None:
+    """Flush the local file ``path`` to its disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def folder_state(uri: str) -> str:
@@ -213,7 +222,6 @@ def write_text(uri: str, text: str) -> None:
     through a temporary file renamed over it, so a reader or a kill never meets half a file (an object store's put
     is whole by itself)."""
     if is_local(uri):
-        import os
         import uuid
 
         target = Path(uri.removeprefix("file://"))
@@ -269,15 +277,12 @@ def remove_tree(uri: str) -> None:
 def cache_root() -> str:
     """The suite's machine-local cache (converted encoders, the BoostAug synonym table): ``$AUGMENT_CACHE``,
     default ``~/.cache/catalog-augment``."""
-    import os
-
     return os.environ.get("AUGMENT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "catalog-augment")
 
 
 def read_json(path: str) -> dict:
     """The JSON object in the local file ``path``, or {} when there is no such file (optional model configs)."""
     import json
-    import os
 
     if not os.path.isfile(path):
         return {}
@@ -362,7 +367,6 @@ def worker_scratch(prefix: str) -> Iterator[str]:
     A folder of a live process (or of a pid reused since) is kept. Assumes the temp folder is this host's and
     its pids are ours: a ``/tmp`` shared with another pid namespace would see that one's folders as dead.
     """
-    import os
     import re
 
     root = tempfile.gettempdir()
@@ -376,8 +380,6 @@ def worker_scratch(prefix: str) -> Iterator[str]:
 
 
 def _process_exists(pid: int) -> bool:
-    import os
-
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -157,7 +157,15 @@ def start_session(argv: list[str]) -> None:
 if __name__ == "__main__":
     install_markers()
     if sys.argv[1] == "ray-stage":
-        sys.exit(ray_stage(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+        from common.platform.signals import Terminated, handled
+
+        # As the CLI runs a job: a signal ends the stage, stops the runtime and exits 143 within the grace.
+        with handled(float(os.environ.get("AUGMENT_FAULT_GRACE_S", "20"))):
+            try:
+                sys.exit(ray_stage(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+            except Terminated as exc:
+                print(f"augment: terminated: {exc}", file=sys.stderr)
+                sys.exit(exc.exit_code)
     from jobs.cli import main
 
     if os.environ.get("AUGMENT_FAULT_GO"):

@@ -3,74 +3,27 @@ store answering 403 to DeleteObject, as a bucket policy without s3:DeleteObject 
 naming the denial after ``wait_s``, instead of a busy loop with no end."""
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 
 import pytest
 
-from cluster.local_cluster import free_port
-from model_server import serve_forever
-
-DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message>'
-          b'</Error>')
-
-
-class DenyDeletes:
-    """An HTTP proxy on loopback in front of ``upstream`` answering every DELETE with S3's 403 AccessDenied and
-    forwarding the rest; counts the DELETEs it refused."""
-
-    def __init__(self, upstream: str):
-        self.upstream, self.port, self.denied, self.deny = upstream, free_port(), 0, True
-        self._loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        assert ready.wait(10)
-
-    def _serve(self, ready: threading.Event) -> None:
-        from aiohttp import ClientSession, web
-
-        async def handle(request):
-            if request.method == "DELETE" and self.deny:
-                self.denied += 1
-                return web.Response(status=403, body=DENIED, content_type="application/xml")
-            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-            async with ClientSession(auto_decompress=False) as session:
-                async with session.request(request.method, self.upstream + request.path_qs, headers=headers,
-                                           data=await request.read()) as answer:
-                    body = await answer.read()
-                    keep = {k: v for k, v in answer.headers.items()
-                            if k.lower() not in ("content-length", "transfer-encoding", "connection")}
-                    return web.Response(status=answer.status, body=body, headers=keep)
-
-        serve_forever(handle, self.port, self._loop, ready)
-
-    def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-
+from s3_proxy import DENIED, S3Proxy
 
 @pytest.fixture()
 def s3_denying_deletes(monkeypatch):
-    """A moto S3 server (a real HTTP server in this process) behind :class:`DenyDeletes`; boto3 pointed at the proxy."""
-    from moto.server import ThreadedMotoServer
-
+    """A moto S3 server (a real HTTP server in this process) behind an :class:`S3Proxy` answering every DELETE with
+    S3's 403 AccessDenied while its ``deny`` is set; boto3 pointed at the proxy."""
     from common.platform import commit_lease
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    proxy = DenyDeletes(f"http://127.0.0.1:{port}")
-    for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}", "AWS_ACCESS_KEY_ID": "test",
-                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
-    commit_lease._client.cache_clear()
-    try:
-        yield proxy
-    finally:
+    with S3Proxy.over_moto(monkeypatch) as proxy:
+        proxy.deny = True
+        proxy.refuse = lambda method, path: (403, DENIED) if method == "DELETE" and proxy.deny else None
         commit_lease._client.cache_clear()
-        proxy.close()
-        server.stop()
+        try:
+            yield proxy
+        finally:
+            commit_lease._client.cache_clear()
 
 
 def test_a_stale_lease_that_cannot_be_deleted_ends_in_the_bound(s3_denying_deletes):
@@ -88,7 +41,7 @@ def test_a_stale_lease_that_cannot_be_deleted_ends_in_the_bound(s3_denying_delet
             pytest.fail("the lease was taken")
     elapsed = time.monotonic() - started
     assert 3.0 <= elapsed < 6.0, elapsed
-    assert s3_denying_deletes.denied == 1  # one try at the stale lease, then the wait: never a loop of deletes
+    assert s3_denying_deletes.refused == 1  # one try at the stale lease, then the wait: never a loop of deletes
     # allowed to delete, a writer that may not wait at all (a shipping ledger's claim) still breaks a dead writer's
     # lease, and leaves a live one's alone
     s3_denying_deletes.deny = False

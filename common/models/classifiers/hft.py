@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from common.models.config import FastTextConfig
-from common.platform.errors import InputError
+from common.platform.errors import ClusterError, InputError
 from common.platform.native_heap import glibc
 from common.platform.storage import local_copy, put_file, read_parquet_files, worker_scratch
 from common.data.text import normalize_title
@@ -217,10 +217,42 @@ def _train_in_fresh_process(train_file: str, params: dict[str, Any], seed: int, 
     context = multiprocessing.get_context("spawn")
     process = context.Process(target=_train_file_to_model, args=(train_file, params, seed, out_bin))
     process.start()
-    process.join()
+    _join_working(process)
     if process.exitcode != 0 or not os.path.isfile(out_bin):
         raise TrainingDataError(f"fastText training failed (exit code {process.exitcode}); "
                                 "NaN usually means a too high learning rate for this data")
+
+
+# How long a training process may use no CPU at all before it is taken for hung (a deadlock, a stopped process):
+# training time grows with the data and is never cut, a process doing nothing is.
+STALLED_S = 300.0
+
+
+def _join_working(process, stalled_s: float = STALLED_S, poll_s: float = 1.0) -> None:
+    """Wait for ``process`` (a started multiprocessing Process) to end while it works; one whose CPU time (from
+    /proc) did not move for ``stalled_s`` seconds is killed and raises :class:`ClusterError` naming the wait.
+    Without /proc the wait is plain."""
+    last, since = None, time.monotonic()
+    while process.is_alive():
+        process.join(poll_s)
+        used = _cpu_ticks(process.pid)
+        if used is None or used != last:
+            last, since = used, time.monotonic()
+        elif time.monotonic() - since > stalled_s:
+            process.kill()
+            process.join(poll_s)
+            raise ClusterError(f"fastText's training process {process.pid} used no CPU for {stalled_s:g} s "
+                                    "and was killed (hft.STALLED_S)")
+
+
+def _cpu_ticks(pid: int) -> Optional[int]:
+    """The user plus system CPU time of process ``pid`` in clock ticks (``/proc/<pid>/stat``), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def fasttext_params(cfg: FastTextConfig) -> dict[str, Any]:

@@ -63,10 +63,12 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None, la
     and it uses the winner's). A failure is remembered beside ``target`` (``<target>.failed``, with the
     ctranslate2 version) and raised again at once by later calls of that version, instead of each actor of
     each run loading the weights to fail the same way."""
+    import errno
     import json
 
     import ctranslate2
 
+    from common.platform.errors import DiskFull
     from common.platform.storage import read_json
 
     target = target or os.path.join(model_path, f"ct2-{quantization}")
@@ -87,6 +89,9 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None, la
             ctranslate2.converters.TransformersConverter(source).convert(out, quantization=quantization)
             _name_special_tokens(out, model_path, config)
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # A full disk says nothing about the model or the engine: raised as itself, never remembered.
+                raise DiskFull(exc.errno, f"{exc.strerror}: converting {model_path} into {scratch}") from exc
             with open(failed, "w", encoding="utf-8") as handle:
                 json.dump({"ctranslate2": ctranslate2.__version__, "error": f"{type(exc).__name__}: {exc}"}, handle)
             raise
@@ -207,8 +212,12 @@ def converted(model_path: str, quantization: str) -> tuple[Optional[str], Option
     weights = weights_folder(model_path)
     # An in-context generator runs on its base model's weights: converted once per machine, beside them.
     target = None if weights == model_path else os.path.join(weights, f"ct2-{quantization}")
+    from common.platform.errors import DiskFull
+
     try:
         return convert(weights, quantization, target), None
+    except DiskFull:  # the run's fault to report (exit code 9), not a reason to serve with the slower engine
+        raise
     except Exception as exc:  # noqa: BLE001  (a model kind the converter does not take: served by hf)
         return None, f"CTranslate2's converter failed: {type(exc).__name__}: {exc}"
 

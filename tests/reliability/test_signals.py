@@ -1,0 +1,140 @@
+"""SIGTERM as a scheduler sends it, to real processes: an ``augment run ingest`` signalled while Spark writes a table,
+and a Ray Data write stage signalled while Ray's workers run it.
+
+Each ends within ``tracking.shutdown_grace_s`` with exit code 143 and one line, its MLflow run KILLED (read back from
+the tracking store), no Ray process of its own left; a run a SIGKILLed process left RUNNING is closed KILLED, with
+the reason, by the next start on the host; the plain rerun completes with one version per table.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import killable_job
+from ingest_world import REPO, ingest_args, ingest_config, settings
+from test_kill_mid_write import _check_tables, _recover, _start, _stop
+
+pytestmark = pytest.mark.slow
+GRACE_S = 20.0
+
+
+def _runs(base: Path, experiment: str):
+    """Every run of ``experiment`` in the MLflow database under ``base``."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{base / 'mlflow.db'}")
+    found = client.get_experiment_by_name(experiment)
+    return [] if found is None else client.search_runs([found.experiment_id], max_results=500)
+
+
+def _run_left_running(root: Path, base: Path) -> str:
+    """A process that opens an ``ingest`` MLflow run in ``root``'s experiment and is SIGKILLed holding it (as an
+    out-of-memory kill or a lost machine ends a driver): returns the run's id, RUNNING in the store."""
+    code = textwrap.dedent(f"""
+        import os, signal
+        from common.config import load_config
+        from common.platform.tracking import Tracker
+        with Tracker(load_config(None, {settings(root, base)!r})).run("ingest", log_config=False) as run:
+            print(run.run_id, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    return done.stdout.split()[-1]
+
+
+def _terminate_at(proc: subprocess.Popen, marker: Path, prefix: str, log: Path,
+                  delay: float) -> tuple[float, list[psutil.Process]]:
+    """Let ``proc`` run; ``delay`` seconds after a marker line starting with ``prefix`` send SIGTERM to it alone
+    (its engines' processes get none: a scheduler signals the process it started); returns the seconds from the
+    signal to its exit and the processes it had started (its JVM, Ray's)."""
+    Path(f"{marker}.go").touch()
+    deadline = time.monotonic() + 300
+    while not (marker.exists() and any(line.split(" ", 1)[1].startswith(prefix)
+                                       for line in marker.read_text().splitlines() if " " in line)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            raise AssertionError(f"{proc.args} never reached {prefix!r}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.005)
+    time.sleep(delay)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=GRACE_S + 30)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        raise AssertionError(f"no exit {GRACE_S + 30:g} s after SIGTERM:\n{log.read_text()[-3000:]}")
+    return time.monotonic() - start, children
+
+
+def _ended_cleanly(proc: subprocess.Popen, log: Path, took: float, children: list[psutil.Process]) -> None:
+    """Exit 143 within the grace, one line saying so, no traceback, and none of the processes it started left
+    (Ray's raylet and workers end with the runtime it stopped; the JVM with its driver)."""
+    text = log.read_text()
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, [(p.pid, p.cmdline()[:3]) for p in alive if p.is_running()]
+    assert proc.returncode == 143, f"exit {proc.returncode}:\n{text[-3000:]}"
+    assert took < GRACE_S, f"{took:.1f} s from SIGTERM to exit (grace {GRACE_S:g} s)"
+    # The line is the driver's last; the JVM it leaves may log its aborted tasks after it, as the JVM's own log.
+    lines = [line for line in text.splitlines() if line.startswith("augment: ")]
+    assert lines == ["augment: terminated: SIGTERM received; open MLflow runs marked KILLED"], text[-3000:]
+    assert "without cleanup" not in text and "Traceback" not in text, text[-3000:]
+
+
+def test_sigterm_during_a_spark_write_kills_the_run_and_the_rerun_completes(spark, capabilities, world, tmp_path):
+    root, base = tmp_path / "lake", tmp_path
+    shutil.copytree(world["landing"], root / "landing")
+    left_running = _run_left_running(root, base)
+    experiment = f"reliability-{root.name}"
+    assert {r.info.run_id: r.info.status for r in _runs(base, experiment)} == {left_running: "RUNNING"}
+
+    marker, log = tmp_path / "marker", tmp_path / "ingest.log"
+    args = [*ingest_args(root, base), "--set", f"tracking.shutdown_grace_s={GRACE_S}"]
+    proc = _start([sys.executable, str(Path(killable_job.__file__)), *args], marker, log)
+    took, children = _terminate_at(proc, marker, "files ", log, delay=0.3)
+    _ended_cleanly(proc, log, took, children)
+    print(f"\nSIGTERM during a Spark write: exit 143 after {took:.1f} s")
+
+    runs = {r.info.run_id: r for r in _runs(base, experiment)}
+    assert not [r.info.run_id for r in runs.values() if r.info.status == "RUNNING"], runs
+    dead = runs.pop(left_running)
+    assert dead.info.status == "KILLED" and "ended without closing it" in dead.data.tags["closed.reason"]
+    assert [(r.info.run_name, r.info.status, r.data.tags.get("closed.reason")) for r in runs.values()] == \
+        [("ingest", "KILLED", "SIGTERM received; open MLflow runs marked KILLED")]
+
+    cfg = ingest_config(root, base)
+    from common.platform.job import build_context
+    from common.platform.lakehouse import Lakehouse
+    from jobs import ingest
+
+    lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=capabilities.native_delta)
+    _check_tables(lakehouse, world["clean"])  # what the signal left reads whole
+
+    def rerun():
+        ctx = build_context(cfg, spark=spark, capabilities=capabilities)
+        ctx.lakehouse = lakehouse
+        try:
+            ingest.run(ctx)
+        finally:
+            ctx.close()
+    _recover(lakehouse, world["clean"], rerun)
+
+
+def test_sigterm_during_a_ray_stage_stops_ray_within_the_grace(tmp_path):
+    marker, log = tmp_path / "marker", tmp_path / "ray.log"
+    cmd = [sys.executable, str(Path(killable_job.__file__)), "ray-stage", str(tmp_path / "r"), "200000", "rs"]
+    proc = _start(cmd, marker, log)
+    took, children = _terminate_at(proc, marker, "files generated", log, delay=0.5)
+    _ended_cleanly(proc, log, took, children)
+    print(f"\nSIGTERM during a Ray stage: exit 143 after {took:.1f} s")
