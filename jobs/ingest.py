@@ -176,7 +176,7 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     prior = (ctx.lakehouse.read(contract.name, ctx.lakehouse.version(contract.name))
              if raw.since is not None and ctx.cfg.ingest.dedup.exact else None)
     validated = duplicates.with_duplicate_reasons(
-        quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df, spec.strip_markup),
+        quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df, spec.strip_markup, raw.malformed),
         contract, ctx.cfg.ingest, prior, raw.absent).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # An incremental run may find no appended rows; a full one with none would empty the tables.

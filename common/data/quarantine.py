@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from common.data.config import IngestConfig
-from common.data.readers import CORRUPT_COL, LABEL_ERROR_COL, SOURCE_COL, InputSchemaError, reading
+from common.data.readers import (CORRUPT_COL, LABEL_ERROR_COL, MALFORMED_LINE, SOURCE_COL, InputSchemaError,
+                                 reading)
 from common.data.schemas import SPLITS, Contract
 from common.data.taxonomy import canonical_col, depth_col, malformed_col
 
@@ -74,12 +75,13 @@ def _text_rules(name: str, limit: int, clean: bool = False) -> list[tuple["Colum
 
 
 def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False,
-          cleaned: bool = False) -> list[tuple["Column", str]]:
+          cleaned: bool = False, malformed: str = MALFORMED_LINE) -> list[tuple["Column", str]]:
     """The ordered (failure predicate, reason) rules for ``contract``; the first that holds wins. ``cleaned``:
-    text columns are validated on their ``_clean_*`` (markup-free) value."""
+    text columns are validated on their ``_clean_*`` (markup-free) value; ``malformed``: the reason of a record the
+    reader could not parse (``RawInput.malformed``)."""
     from pyspark.sql import functions as F
 
-    checks: list[tuple["Column", str]] = [(F.col(CORRUPT_COL).isNotNull(), "malformed line: could not be parsed")]
+    checks: list[tuple["Column", str]] = [(F.col(CORRUPT_COL).isNotNull(), malformed)]
     names = contract.column_names
     for id_col in ("item_id", "product_id", "doc_id"):
         if id_col in names:
@@ -143,7 +145,8 @@ def _label_rules(cfg: IngestConfig) -> list[tuple["Column", str]]:
 
 
 def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
-                 taxonomy_paths: Optional["DataFrame"] = None, markup: bool = False) -> "DataFrame":
+                 taxonomy_paths: Optional["DataFrame"] = None, markup: bool = False,
+                 malformed: str = MALFORMED_LINE) -> "DataFrame":
     """Add the ``reason`` column (null for valid rows) to a raw input frame.
 
     ``taxonomy_paths``: an optional one-column (``path``) frame of allowed canonical category paths;
@@ -164,7 +167,7 @@ def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
             .withColumn("_in_taxonomy", F.lit(True))
         df = df.join(F.broadcast(allowed), canonical_col(F.col("category"), cfg.category_separator)
                      == F.col("_tax_path"), "left").drop("_tax_path")
-    checks = rules(contract, cfg, has_taxonomy, cleaned=markup)
+    checks = rules(contract, cfg, has_taxonomy, cleaned=markup, malformed=malformed)
     if LABEL_ERROR_COL in df.columns:
         # A bad 0/1 indicator column: the row's label set is unknown.
         checks.insert(1, (F.col(LABEL_ERROR_COL).isNotNull(), F.col(LABEL_ERROR_COL)))

@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 
 SOURCE_COL = "_source"
 CORRUPT_COL = "_corrupt_record"
+MALFORMED_LINE = "malformed line: could not be parsed"
+# RFC 4180 lets a quoted field hold line breaks: a CSV is read record by record by default (multiLine), and a reason
+# says which way it was read, since the two modes part a file with an open quote into records differently.
+MALFORMED_CSV = {"true": "malformed record: could not be parsed (CSV read with multiLine on: a quote left open runs "
+                         "on to the next quote, taking the lines between into this record)",
+                 "false": "malformed line: could not be parsed (CSV read line by line, multiLine off: a quoted line "
+                          "break splits its record)"}
 ROW_COL = "_row"
 
 
@@ -78,6 +85,9 @@ class RawInput:
     since: Optional[str] = None
     # Optional contract columns the source does not have (added as nulls).
     absent: tuple[str, ...] = ()
+    # The quarantine reason of a record the reader could not parse: it names the reader's mode where an option
+    # decides what a record is (CSV's multiLine).
+    malformed: str = MALFORMED_LINE
 
 
 def resolve_format(spec: InputSpec) -> str:
@@ -200,7 +210,12 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
     # Read order within the scan (increasing along each file): which of two copies came first, for ingest's
     # duplicate detection. The same files give the same ids, so the kept copy is the same on every run.
     df = df.withColumn(ROW_COL, F.monotonically_increasing_id())
-    return RawInput(df=df, location=location, version=version, format=fmt, since=since, absent=absent)
+    malformed = MALFORMED_LINE
+    if fmt == "csv":
+        multiline = str({k.lower(): v for k, v in spec.options.items()}.get("multiline", "true")).lower()
+        malformed = MALFORMED_CSV.get(multiline, MALFORMED_CSV["true"])
+    return RawInput(df=df, location=location, version=version, format=fmt, since=since, absent=absent,
+                    malformed=malformed)
 
 
 LABEL_ERROR_COL = "_label_error"
@@ -265,7 +280,7 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bo
                                     columnNameOfCorruptRecord=CORRUPT_COL, **spec.options)
         return reader.json(spec.path), spec.path, version
     options = {"escape": '"', "quote": '"', "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL,
-               "multiLine": "false"}
+               "multiLine": "true"}
     if spec.path.endswith(".tsv"):
         options["sep"] = "\t"
     options.update(spec.options)
@@ -283,7 +298,29 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bo
     schema = T.StructType([T.StructField(n, T.StringType()) for n in names]
                           + [T.StructField(CORRUPT_COL, T.StringType())])
     df = spark.read.options(**options).option("header", str(header).lower()).schema(schema).csv(spec.path)
+    if str({k.lower(): v for k, v in options.items()}["multiline"]).lower() == "true":
+        df = _joined_records(df, names, options.get("sep", options.get("delimiter", ",")))
     return df, spec.path, version
+
+
+def _joined_records(df: "DataFrame", names: list[str], sep: str) -> "DataFrame":
+    """``df`` (a CSV read with multiLine) with each record that an open quote joined to the lines after it marked
+    corrupt: a field other than a long ``text`` holding a line break followed by a line with a separator for every
+    column after the first (a whole record of the file, taken into this one's field). Read record by record, an
+    unbalanced quote runs on to the next quote and the record between can parse: kept, it would hide the rows it
+    took. A title whose quoted line break is followed by ordinary text is a valid record and stays one."""
+    from pyspark.sql import functions as F
+
+    if len(names) < 2 or len(sep) != 1:
+        return df
+    cell = re.escape(sep)
+    whole_line = f"\n([^\n{cell}]*{cell}){{{len(names) - 1}}}"
+    joined = F.lit(False)
+    for name in names:
+        if name != "text":
+            joined = joined | F.coalesce(F.col(name).rlike(whole_line), F.lit(False))
+    raw = F.concat_ws(sep, *[F.coalesce(F.col(n), F.lit("")) for n in names])
+    return df.withColumn(CORRUPT_COL, F.when(F.col(CORRUPT_COL).isNull() & joined, raw).otherwise(F.col(CORRUPT_COL)))
 
 
 def _check_header(path: str, names: list[str]) -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from common.data.config import IngestConfig, InputSpec
 from common.data.quarantine import kept, reason_counts, rejected, with_reasons
-from common.data.readers import read_input
+from common.data.readers import MALFORMED_CSV, MALFORMED_LINE, read_input
 from common.data.schemas import CATALOG, INTERACTIONS, LABELED, MULTILABEL, TEXTS, Contract
 from common.platform.errors import InputError
 
@@ -28,7 +28,8 @@ LABELED_HEAD = "item_id,title,category\n"
 COUNTS_HEAD = "query,product_id,interaction,count\n"
 CONTROL = "invalid text in title: control or undecodable characters"
 NO_LETTERS = "invalid text in title: no letters or digits"
-MALFORMED = "malformed line: could not be parsed"
+MALFORMED = MALFORMED_LINE  # a JSON line
+RECORD, LINE = MALFORMED_CSV["true"], MALFORMED_CSV["false"]  # a CSV record read with multiLine on (the default), off
 EMPTY_LEVEL = "malformed category path: empty level"
 NOT_INT = "count is not an integer"
 
@@ -92,14 +93,23 @@ CASES = [
          {CONTROL: 1, None: 1}),
     Case("zero-width characters only", LABELED, labeled("1,\u200b\u200b\u200b,Home", GOOD), {NO_LETTERS: 1, None: 1}),
     # --- quoting and line structure
+    Case("embedded newline (RFC 4180), read by default", LABELED, labeled('1,"Blue\nmug",Home > Mugs', GOOD),
+         {None: 2}),
     Case("embedded newline, multiLine off", LABELED, labeled('1,"Blue\nmug",Home > Mugs', GOOD),
-         {MALFORMED: 2, None: 1}),
-    Case("embedded newline, multiLine on", LABELED, labeled('1,"Blue\nmug",Home > Mugs', GOOD), {None: 2},
-         spec={"options": {"multiLine": "true"}}),
+         {LINE: 2, None: 1}, spec={"options": {"multiLine": "false"}}),
     Case("escaped quotes and commas", LABELED, labeled('1,"Acme ""Pro"" mug, blue",Home > Mugs'), {None: 1}),
-    Case("unbalanced quote", LABELED, labeled('1,"Blue mug,Home > Mugs', GOOD), {MALFORMED: 1, None: 1}),
-    Case("too many fields", LABELED, labeled("1,Mug,Home,extra,fields", GOOD), {MALFORMED: 1, None: 1}),
-    Case("too few fields", LABELED, labeled("1,Mug", GOOD), {MALFORMED: 1, None: 1}),
+    # Read record by record, an open quote takes the lines after it into its record: quarantined whole, the lines it
+    # took in its raw_line (rows in = records read); up to a later quote, the record between parses and is caught by
+    # the whole line a field holds.
+    Case("unbalanced quote", LABELED, labeled('1,"Blue mug,Home > Mugs', GOOD), {RECORD: 1}),
+    Case("unbalanced quote, then a quote later", LABELED,
+         labeled('1,"Blue mug,Home > Mugs', GOOD, '2,"Red" mug,Home', "3,Pan,Home"), {RECORD: 1, None: 1}),
+    Case("a quoted line break, then text with a comma", LABELED, labeled('1,"Mug\n10,5 cm",Home', GOOD),
+         {None: 2}),
+    Case("unbalanced quote, multiLine off", LABELED, labeled('1,"Blue mug,Home > Mugs', GOOD), {LINE: 1, None: 1},
+         spec={"options": {"multiLine": "false"}}),
+    Case("too many fields", LABELED, labeled("1,Mug,Home,extra,fields", GOOD), {RECORD: 1, None: 1}),
+    Case("too few fields", LABELED, labeled("1,Mug", GOOD), {RECORD: 1, None: 1}),
     Case("CRLF line endings", LABELED, {"labeled.csv": (LABELED_HEAD + GOOD + "\n").replace("\n", "\r\n").encode()},
          {None: 1}),
     Case("a line of separators only", LABELED, labeled(",,", GOOD), {"empty item_id": 1, None: 1}),
@@ -222,7 +232,7 @@ def outcome(spark, folder, case: Case, taxonomy=None) -> Union[dict, str]:
     try:
         raw = read_input(spark, InputSpec(path=str(folder / target), **case.spec), case.contract,
                          label_separator=cfg.label_separator)
-        validated = with_reasons(raw.df, case.contract, cfg, taxonomy).cache()
+        validated = with_reasons(raw.df, case.contract, cfg, taxonomy, malformed=raw.malformed).cache()
         by_reason = reason_counts(validated, raw.location)
     except InputError as exc:
         return str(exc)
@@ -279,7 +289,7 @@ def test_any_csv_a_writer_produces_is_accounted_for(spark, tmp_path_factory, row
     writer.writerows((f"id{i}", title, category) for i, (title, category) in enumerate(rows))
     result = _accounted(spark, tmp_path_factory.mktemp("csv"), "labeled.csv", out.getvalue().encode(), LABELED,
                         len(rows), options={"multiLine": "true"})
-    assert MALFORMED not in result  # a well-formed file parses line for line
+    assert RECORD not in result  # a well-formed file parses record for record
 
 
 @PROPERTY
