@@ -235,7 +235,7 @@ def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runti
     driver's RayTaskError resolves to it with its own message; a ValueError is retried."""
     import ray
 
-    from common.platform.ray_runtime import retried_errors
+    from common.platform.ray_stages import retried_errors
 
     @ray.remote(max_retries=2, retry_exceptions=retried_errors(True))
     def attempt(folder: str, error: str) -> None:
@@ -257,9 +257,9 @@ def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runti
     assert isinstance(found, EndpointUnreachable) and str(found) == "http://h/v1/completions is down"
     # The generation pool's own path: an actor pool of Ray Data with the runtime's retry settings.
     from common.models.generation.pool import _outages_as_themselves
-    from common.platform.ray_runtime import map_batches_on_actors
+    from common.platform.ray_stages import map_batches_on_actors
 
-    from common.platform.ray_runtime import actor_fault_tolerance
+    from common.platform.ray_stages import actor_fault_tolerance
 
     class Failing:  # defined here: Ray pickles it by value (workers cannot import a test module)
         """A pool's callable that counts its tries in ``folder/error`` and raises an outage or a bug."""

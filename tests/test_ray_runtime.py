@@ -163,7 +163,7 @@ def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
     and fastText's tasks never run in it (their heap must not be one torch shaped). With a GPU, each torch
     task's worker exits after it."""
     from common.models.classifiers.text_classifier import run_tasks
-    from common.platform.ray_runtime import TORCH_TASK_ENV, torch_task_options
+    from common.platform.ray_stages import TORCH_TASK_ENV, torch_task_options
 
     pid = lambda: __import__("os").getpid()  # noqa: E731  (a lambda travels to Ray by value)
 
@@ -180,7 +180,7 @@ def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
 
 
 def test_cpu_actor_pools_leave_a_cpu_to_ray_data(ray_runtime):
-    from common.platform.ray_runtime import actor_pool_size
+    from common.platform.ray_stages import actor_pool_size
 
     # 2 CPUs: CPU actors of 1 CPU are cut to one, so the read and write tasks keep a CPU; an actor of 2 CPUs
     # would hold them all and the stage would never start, so the pool is refused with the fix in the message
@@ -196,7 +196,7 @@ def test_a_cpu_generation_task_runs_the_threads_it_is_given(ray_runtime):
     says: a CPU generation actor or task of 1 CPU asked for 2 threads gets the variable at 2 in its runtime
     environment, and the CTranslate2 engine reads its thread count from it. 0 threads: the node's CPUs shared
     among the pool's actors; 1 keeps the warm torch workers' environment as it is."""
-    from common.platform.ray_runtime import TORCH_TASK_ENV, cpu_threads, threads_env, torch_task_options
+    from common.platform.ray_stages import TORCH_TASK_ENV, cpu_threads, threads_env, torch_task_options
 
     assert threads_env(1) is TORCH_TASK_ENV and threads_env(2)["env_vars"]["OMP_NUM_THREADS"] == "2"
     assert threads_env(2)["env_vars"]["TOKENIZERS_PARALLELISM"] == TORCH_TASK_ENV["env_vars"]["TOKENIZERS_PARALLELISM"]
@@ -219,7 +219,7 @@ def test_a_stage_that_asks_for_a_gpu_the_cluster_cannot_have_fails_before_it_sta
     session's CPU-only runtime and on a Ray on Spark plan without GPUs; a cluster joined by address (whose autoscaler
     may add GPU nodes) is not second-guessed."""
     from common.platform.config_loader import ConfigError
-    from common.platform.ray_runtime import actor_pool_size, torch_task_options
+    from common.platform.ray_stages import actor_pool_size, torch_task_options
 
     with pytest.raises(ConfigError, match=r"generation asks for 1 GPU\(s\) and this Ray cluster has 0: .*ray.num_gpus"):
         actor_pool_size(2, 1.0, stage="generation")
@@ -258,7 +258,7 @@ def test_a_wait_on_tasks_no_node_can_hold_ends_and_a_long_task_is_never_cut_shor
 def test_a_task_asking_for_more_cpus_than_any_node_has_gets_the_largest_node(ray_runtime, caplog):
     """Ray would wait forever for a task of 2 CPUs on Ray on Spark's 1-core nodes: the request is cut to the
     largest node, with a warning naming the setting; a cluster joined by address is not second-guessed."""
-    from common.platform.ray_runtime import actor_pool_size, fit_cpus
+    from common.platform.ray_stages import actor_pool_size, fit_cpus
 
     assert fit_cpus(3, "fine-tune") == 2  # the session's local runtime: one node of 2 CPUs
     with _capacity({"CPU": 2.0, "GPU": 0.0, "node_CPU": 1.0}):  # Ray on Spark: two nodes of one executor core
@@ -275,7 +275,7 @@ def _capacity(capacity):
     """The driver's recorded Ray capacity set to ``capacity`` for the block (as RayRuntime.start records it)."""
     from ray.data import DataContext
 
-    from common.platform.ray_runtime import CAPACITY_KEY
+    from common.platform.ray_stages import CAPACITY_KEY
 
     context = DataContext.get_current()
     before = context.get_config(CAPACITY_KEY, None)
@@ -360,7 +360,7 @@ def test_a_stage_lost_to_the_cluster_runs_again_and_a_failing_one_does_not():
     code, or an actor that died of itself past its restarts, fails at once."""
     from ray import exceptions as ray_errors
 
-    from common.platform.ray_runtime import lost_to_the_cluster, run_stage
+    from common.platform.ray_stages import lost_to_the_cluster, run_stage
 
     unavailable = ray_errors.ActorUnavailableError("RpcError: failed to connect to all addresses", None)
     assert lost_to_the_cluster(unavailable)
@@ -498,9 +498,9 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(c
     assert 0.6 <= seconds < 1.2 and "1 of their Spark tasks running, and none joined Ray" in str(error)
     assert interruption() is None  # taken once: a later Ctrl-C is the user's
 
-    from common.platform.cli import _user_error
+    from common.platform.errors import report
 
-    assert _user_error(error) == 5  # the CLI's one line, exit code 5
+    assert report(error) == 5  # the CLI's one line, exit code 5
     assert capsys.readouterr().err.startswith("augment: cluster error: ray on spark: 2 Ray worker nodes asked for")
 
     def unreadable():

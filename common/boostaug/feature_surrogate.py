@@ -244,7 +244,7 @@ def embed_on_ray(ds, spec: "FeatureSurrogateConfig"):
     at once on each actor."""
     import ray
 
-    from common.platform.ray_runtime import actor_pool_size, fit_cpus, map_batches_on_actors
+    from common.platform.ray_stages import actor_pool_size, fit_cpus, map_batches_on_actors
 
     concurrency = actor_pool_size(spec.concurrency, spec.num_gpus, spec.num_cpus, stage="boostaug candidate embedding")
     # the actors' threads stay spec's (the embeddings depend on them); the request fits the largest node
@@ -262,7 +262,7 @@ def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], spec: "Fea
     """``ds`` (Ray Dataset of embedded candidates, :func:`embed_on_ray`'s rows) judged by
     :class:`FeatureHeadScorer` on one CPU actor (heads are small matrix products), in blocks of
     ``spec.batch_size`` rows."""
-    from common.platform.ray_runtime import map_batches_on_actors
+    from common.platform.ray_stages import map_batches_on_actors
 
     return map_batches_on_actors(
         ds, FeatureHeadScorer, batch_format="pyarrow", batch_size=spec.batch_size, concurrency=1, num_cpus=1,

@@ -124,6 +124,7 @@ USER_ERRORS_TYPES = tuple(cls for cls, _, _ in USER_ERRORS)
 def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
     from common.platform.job import build_context
     from common.platform.pipeline import preflight, run_pipeline
+    from common.platform.signals import cause
 
     if name not in registry.jobs and name not in registry.pipelines:
         print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
@@ -156,6 +157,9 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
         # A bad config or input is the user's to fix, an outage the operator's: one line naming the file/key,
         # column and row, or the dependency (the job's MLflow run has already ended FAILED), found inside a Ray
         # worker's error as well; a bug keeps its traceback.
+        signalled = cause(exc)  # a signal that reached a C extension's wait comes back as its error
+        if signalled is not None:
+            raise signalled from None
         found = user_error(exc)
         if found is None:
             raise

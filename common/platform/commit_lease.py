@@ -130,15 +130,25 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
         time.sleep(settings.poll_s if holder is not None else min(settings.poll_s, 0.1))
     renewer = _Renewer(client, bucket, key, body, etag, settings.ttl_s / 3, table)
     renewer.start()
+    released = True
     try:
         yield
+    except Exception:
+        raise
+    except BaseException:
+        # A signal (Terminated) or Ctrl-C: the driver stopped waiting, but its JVM may still be writing the log's
+        # next commit. The lease is left to expire (ttl_s, no longer renewed) so that no other driver writes that
+        # same commit file meanwhile.
+        released = False
+        raise
     finally:
         renewer.stop()
         if renewer.lost:
             log.error("the commit lease of %s was lost while writing (%s): another writer may have committed "
                       "concurrently; check the table's history", table, renewer.lost)
-        with contextlib.suppress(ClientError):
-            client.delete_object(Bucket=bucket, Key=key, IfMatch=renewer.etag)
+        if released:
+            with contextlib.suppress(ClientError):
+                client.delete_object(Bucket=bucket, Key=key, IfMatch=renewer.etag)
 
 
 def _holder(client, bucket: str, key: str) -> Optional[dict]:

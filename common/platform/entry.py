@@ -10,9 +10,9 @@ from typing import Callable, Optional, Sequence
 
 from common.platform.config import BaseConfig
 from common.platform.config_loader import ConfigError
-from common.platform.errors import SHIP_INCOMPLETE, one_line, report, user_error
+from common.platform.errors import SHIP_INCOMPLETE, interruption, one_line, report, user_error
 from common.platform.job import JobContext, JobResult, build_context
-from common.platform.signals import Terminated, handled
+from common.platform.signals import Terminated, cause, handled
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +68,16 @@ def job_main(name: str, run: Callable[[JobContext], JobResult], argv: Optional[S
         except Terminated as exc:
             print(f"augment: terminated: {exc}", file=sys.stderr)
             raise SystemExit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            error = interruption()  # a watchdog's error outside a job's run
+            if error is None:
+                raise
+            raise SystemExit(report(error)) from None
         except Exception as exc:  # one line and its code, as the CLI's; a bug keeps its traceback
+            signalled = cause(exc)
+            if signalled is not None:
+                print(f"augment: terminated: {signalled}", file=sys.stderr)
+                raise SystemExit(signalled.exit_code) from None
             found = user_error(exc)
             if found is None:
                 raise

@@ -12,6 +12,7 @@ main thread gets a ``KeyboardInterrupt`` wherever it waits (a Ray ``get``, a Ray
 from __future__ import annotations
 
 import _thread
+import re
 import threading
 from typing import Optional
 
@@ -100,9 +101,13 @@ def _line_with(text: str, markers: tuple) -> str:
 _NO_SPACE = ("No space left on device", "Disk quota exceeded")
 # What an object store that failed mid-run says: Hadoop S3A's classes (a 5xx, a throttle, a request that found no
 # server) in a Py4JJavaError's text; pyarrow's and delta-rs's S3 errors (plain OSErrors) in theirs.
+# Only what a retry can cure: a refused credential or a missing permission (403) is no outage and keeps its traceback.
 _STORE_JVM = ("AWSStatus500Exception", "AWSServiceThrottledException", "AWSServiceUnavailableException",
               "AWSClientIOException", "Unable to execute HTTP request", "Status Code: 503", "Status Code: 500")
-_STORE_PY = ("AWS Error", "Generic S3 error")
+_STORE_PY = ("HTTP status 5", "SLOW_DOWN", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "NETWORK_CONNECTION",
+             "curlCode", "Generic S3 error")
+_STORE_REFUSED = ("ACCESS_DENIED", "AccessDenied", "403", "401", "Forbidden", "InvalidAccessKeyId",
+                  "SignatureDoesNotMatch")
 
 
 def _translated(exc: BaseException) -> BaseException:
@@ -121,10 +126,15 @@ def _translated(exc: BaseException) -> BaseException:
     if jvm and any(marker in text for marker in _NO_SPACE):
         return DiskFull(errno.ENOSPC, _line_with(text, _NO_SPACE))
     python_store = isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)  # a missing file is no outage
-    if (jvm and any(m in text for m in _STORE_JVM)) or (python_store and any(m in text for m in _STORE_PY)):
+    refused = any(m in _line_with(text, _STORE_JVM + _STORE_PY) for m in _STORE_REFUSED)
+    if not refused and ((jvm and any(m in text for m in _STORE_JVM))
+                        or (python_store and any(m in text for m in _STORE_PY))):
         return StorageUnreachable(f"the object store failed mid-run: {_line_with(text, _STORE_JVM + _STORE_PY)}")
-    if type(exc).__name__ == "MlflowException" and text.startswith("API request to"):
-        return TrackingUnreachable(f"MLflow: {text}")
+    # MLflow's client: "API request to URL failed with exception ..." (no answer, after its retries) or "... failed
+    # with error code 503 != 200": a server down or failing, not a refused token (4xx), whose body is not printed.
+    if type(exc).__name__ == "MlflowException" and text.startswith("API request to") and (
+            "failed with exception" in text or re.search(r"error code 5\d\d != 200", text)):
+        return TrackingUnreachable(f"MLflow: {text.split('. Response body', 1)[0]}")
     return exc
 
 
@@ -133,17 +143,22 @@ class _RetriedByRayMeta(type):
         return isinstance(exc, Exception) and not _is_outage(exc)
 
     def __subclasscheck__(cls, sub: type) -> bool:
-        return issubclass(sub, Exception) and not issubclass(sub, EndpointUnreachable)
+        return issubclass(sub, Exception) and not issubclass(sub, _NOT_RETRIED)
+
+
+# What another attempt of the same task cannot cure, or would only wait for again: an endpoint's outage, a full disk,
+# a tracking server that does not answer, a process that stalled (ClusterError).
+_NOT_RETRIED = (EndpointUnreachable, DiskFull, TrackingUnreachable, ClusterError)
 
 
 def _is_outage(exc: BaseException) -> bool:
-    return any(isinstance(e, EndpointUnreachable) for e in _causes(exc))
+    return any(isinstance(_translated(e), _NOT_RETRIED) for e in _causes(exc))
 
 
 class RetriedByRay(Exception, metaclass=_RetriedByRayMeta):
     """The application errors Ray retries a task or actor task for (``retry_exceptions=[RetriedByRay]``, set from
-    ``ray.retry_exceptions``): every exception but an endpoint's outage (:class:`EndpointUnreachable`, however
-    wrapped). Sending an outage's batch again would only wait for the same outage, and repeat it per retry."""
+    ``ray.retry_exceptions``): every exception but :data:`_NOT_RETRIED`'s, however wrapped (a full disk as a plain
+    ENOSPC too). Sending an outage's batch again would only wait for the same outage, and repeat it per retry."""
 
 
 # The exit code of a run whose work is done but whose ship is not: a model version the gate could not judge because the

@@ -24,7 +24,8 @@ from common.platform.lakehouse import Lakehouse, Lineage, WriteMode, WriteResult
 from common.platform.reports import Reports
 from common.platform.session import SparkCapabilities, configure_session, detect_capabilities, get_spark
 from common.platform.signals import reclaim
-from common.platform.tracking import TrackedRun, Tracker, check_server
+from common.platform.run_status import check_server
+from common.platform.tracking import TrackedRun, Tracker
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -328,7 +328,7 @@ class Lakehouse:
 
         def run(staging: str) -> None:
             # Runs the stage, lazily (a lost node: again); Ray names S3 as pyarrow does, Spark reads it as given.
-            from common.platform.ray_runtime import run_stage
+            from common.platform.ray_stages import run_stage
 
             run_stage(lambda: ds.write_parquet(arrow_uri(staging)), f"the stage writing {table}",
                       lambda: remove_tree(staging))

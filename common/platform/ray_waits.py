@@ -10,11 +10,13 @@ that runs, however long, is never cut short: training legitimately takes hours, 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from common.platform.errors import ClusterError
+from common.platform.signals import cause
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,8 @@ def wait_all(refs: Sequence[Any], what: str, demand: Mapping[str, float], unsche
     pending = list(refs)
     while pending:
         pending = _wait(pending, what, demand, unschedulable_s, poll_s, len(pending))[1]
-    return ray.get(list(refs))
+    with _signalled():
+        return ray.get(list(refs))
 
 
 def wait_any(refs: Sequence[Any], what: str, demand: Mapping[str, float], unschedulable_s: Optional[float] = None,
@@ -69,7 +72,8 @@ def _wait(refs: list, what: str, demand: Mapping[str, float], unschedulable_s: O
     bound = _configured["unschedulable_s"] if unschedulable_s is None else unschedulable_s
     since = None  # when the cluster was first seen unable to hold the demand, in this wait
     while True:
-        done, pending = ray.wait(refs, num_returns=num_returns, timeout=poll_s)
+        with _signalled():
+            done, pending = ray.wait(refs, num_returns=num_returns, timeout=poll_s)
         if done:
             return done, pending
         if bound is None or schedulable(demand):
@@ -84,6 +88,20 @@ def _wait(refs: list, what: str, demand: Mapping[str, float], unschedulable_s: O
                 f"{bound:.0f} s with no live node able to hold them (nodes: {_capacity()}); the node they need is "
                 "gone or was never there: give the cluster such a node, or ask for less "
                 "(ray.unschedulable_timeout_s bounds this wait)")
+
+
+@contextlib.contextmanager
+def _signalled() -> Iterator[None]:
+    """A signal's :class:`~common.platform.signals.Terminated` raised as itself: Ray's C++ waits hand an exception a
+    signal handler raised back as ``SystemError`` (with it as the cause), which every ``except Exception`` would
+    take for an ordinary fault."""
+    try:
+        yield
+    except SystemError as exc:
+        terminated = cause(exc)
+        if terminated is None:
+            raise
+        raise terminated from None
 
 
 def _capacity() -> str:

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Iterator
+from typing import Iterator, Optional
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class Terminated(BaseException):
 
     def __init__(self, signum: int):
         self.signum = signum
-        super().__init__(f"{signal.Signals(signum).name} received; open MLflow runs marked KILLED")
+        super().__init__(f"{signal.Signals(signum).name} received: the run stopped; its MLflow runs end KILLED")
 
     @property
     def exit_code(self) -> int:
@@ -36,12 +36,25 @@ class Terminated(BaseException):
 
 
 def _exit_now(signum: int, why: str) -> None:
-    """Leave at once (no cleanup can hang it): one line, then ``os._exit``."""
+    """Leave at once (nothing can hang it: not a full stderr pipe, not a lock the main thread holds): one line
+    written straight to file descriptor 2, without blocking, then ``os._exit``."""
     try:
-        sys.stderr.write(f"augment: terminated: {signal.Signals(signum).name}; {why}\n")
-        sys.stderr.flush()
+        os.set_blocking(2, False)
+        os.write(2, f"augment: terminated: {signal.Signals(signum).name}; {why}\n".encode())
+    except OSError:
+        pass
     finally:
         os._exit(128 + signum)
+
+
+def cause(exc: Optional[BaseException]) -> Optional[Terminated]:
+    """The :class:`Terminated` that ``exc`` is or was raised from (Ray's C++ waits turn an exception a signal handler
+    raised into ``SystemError`` with it as the cause), or None."""
+    for _ in range(20):
+        if exc is None or isinstance(exc, Terminated):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 # The handler of the innermost handled() block, for reclaim().
@@ -68,15 +81,17 @@ def handled(grace_s: float) -> Iterator[None]:
         if received:
             _exit_now(signum, "second signal: exited without cleanup")
         received.append(signum)
-        log.warning("%s received: stopping (cleanup bounded by %.0f s; a second signal exits at once)",
-                    signal.Signals(signum).name, grace_s)
-        deadline = threading.Timer(grace_s, _exit_now, (signum, f"cleanup passed {grace_s:.0f} s "
-                                                                "(tracking.shutdown_grace_s): exited without it"))
-        deadline.daemon = True
-        deadline.start()
+        # Straight to stderr, not through logging: a handler may run inside a logging call (a reentrant write).
+        os.write(2, f"augment: {signal.Signals(signum).name} received: stopping (cleanup bounded by {grace_s:g} s; a "
+                    "second signal exits at once)\n".encode())
+        deadline.append(threading.Timer(grace_s, _exit_now, (signum, f"cleanup passed {grace_s:g} s "
+                                                                    "(tracking.shutdown_grace_s): exited without cleanup")))
+        deadline[0].daemon = True
+        deadline[0].start()
         _stop_spark_jobs()
         raise Terminated(signum)
 
+    deadline: list[threading.Timer] = []
     previous = {signum: signal.signal(signum, on_signal) for signum in SIGNALS}
     _active.append(on_signal)
     try:
@@ -85,6 +100,8 @@ def handled(grace_s: float) -> Iterator[None]:
         _active.pop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if deadline:  # the cleanup is done: a notebook or a test process that goes on is not cut short later
+            deadline[0].cancel()
 
 
 def reclaim() -> None:

@@ -332,8 +332,18 @@ def local_commit_lock(location: str, wait_s: float = 600.0, poll_s: float = 0.2)
             return
         try:
             yield
-        finally:
+        except Exception:
             fcntl.flock(handle, fcntl.LOCK_UN)
+            raise
+        except BaseException:  # a signal: the JVM may still be committing; the lock goes with this process
+            _HELD_TO_EXIT.append(os.dup(handle.fileno()))
+            raise
+        else:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# Descriptors of commit locks a signalled run keeps until it exits (a flock lasts while one of them is open).
+_HELD_TO_EXIT: list[int] = []
 
 
 def _flock_within(handle, wait_s: float, poll_s: float, location: str) -> None:

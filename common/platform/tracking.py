@@ -4,10 +4,8 @@ A run logs the flattened config as params, each input table with its Delta versi
 input plus ``input.<name>.version`` tags), each output table version, metrics and artifacts, and the code it
 ran (:func:`code_tags`) and the process that ran it (:func:`process_tags`).
 
-A run ends FINISHED, FAILED (an error) or KILLED (a signal, :mod:`common.platform.signals`). A run whose process died
-without ending it (SIGKILL, a lost machine, the server down at its end) is closed KILLED by the next tracker of the
-experiment on that host (:func:`close_dead_runs`). An MLflow server that does not answer at the job context's start
-is :class:`~common.platform.errors.TrackingUnreachable` within ``tracking.start_timeout_s`` (:func:`check_server`).
+A run ends FINISHED, FAILED (an error) or KILLED (a signal, :mod:`common.platform.signals`); one whose process died
+without ending it is closed by a later start (:mod:`common.platform.run_status`).
 """
 from __future__ import annotations
 
@@ -21,8 +19,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 from common.platform.config import BaseConfig
-from common.platform.errors import TrackingUnreachable, interruption
-from common.platform.signals import Terminated
+from common.platform.errors import interruption
+from common.platform.run_status import close_dead_runs, end_killed, process_tags
+from common.platform.signals import Terminated, cause
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +184,12 @@ class Tracker:
             except Terminated as exc:
                 end_killed(handle.run_id, str(exc))
                 raise
+            except Exception as exc:
+                signalled = cause(exc)  # a signal that reached a C extension's wait comes back as its error
+                if signalled is None:
+                    raise
+                end_killed(handle.run_id, str(signalled))
+                raise signalled from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -211,115 +216,6 @@ def code_tags() -> dict[str, str]:
         except (OSError, subprocess.TimeoutExpired) as exc:  # no git on the machine: the version tag stands
             log.info("no git commit for the run's tags: %s", exc)
     return tags
-
-
-def process_tags() -> dict[str, str]:
-    """``process.host``, ``process.pid`` and ``process.start`` (the process's start, in clock ticks since boot, from
-    /proc; empty elsewhere): what :func:`close_dead_runs` tells a dead run's process from a live one (or from a later
-    process given the same pid) by."""
-    import os
-    import socket
-
-    return {"process.host": socket.gethostname(), "process.pid": str(os.getpid()),
-            "process.start": _process_start(os.getpid())}
-
-
-def _process_start(pid: int) -> str:
-    """Field 22 of ``/proc/<pid>/stat`` (the start time, in clock ticks since boot), or "" (no such process, no
-    /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ")".
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-def _alive(pid: int, start: str) -> bool:
-    """Whether process ``pid`` still runs and is the one that started at ``start`` (when known)."""
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process of that pid: alive, maybe not ours; never closed on a guess
-        return True
-    return not start or _process_start(pid) in ("", start)
-
-
-def close_dead_runs(experiment_id: str, limit: int = 200) -> list[str]:
-    """Mark KILLED each RUNNING run of ``experiment_id`` (at most ``limit``) started on this host by a process that
-    is gone (SIGKILL, an out-of-memory kill, a crash, a signal whose KILLED mark found the server down), tagging
-    ``closed.reason``; returns their ids. Runs of other hosts are left: a process elsewhere cannot be checked from
-    here (a cluster's driver host runs its own next start). A server that fails this is logged, never a reason
-    to stop the run starting."""
-    import socket
-
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    host = socket.gethostname()
-    closed = []
-    try:
-        runs = mlflow.MlflowClient().search_runs(
-            [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`process.host` = '{host}'",
-            max_results=limit)
-        for run in runs:
-            tags = run.data.tags
-            pid = tags.get("process.pid", "")
-            if not pid.isdigit() or _alive(int(pid), tags.get("process.start", "")):
-                continue
-            reason = f"its process {pid} on {host} ended without closing it; closed by a later run's start"
-            mlflow.MlflowClient().set_tag(run.info.run_id, "closed.reason", reason)
-            mlflow.MlflowClient().set_terminated(run.info.run_id, "KILLED")
-            log.warning("MLflow run %s (%s) left RUNNING: %s; marked KILLED", run.info.run_id,
-                        run.info.run_name, reason)
-            closed.append(run.info.run_id)
-    except (MlflowException, OSError) as exc:
-        log.warning("runs left RUNNING by dead processes not closed: %s", str(exc).splitlines()[0])
-    return closed
-
-
-def end_killed(run_id: str, reason: str) -> None:
-    """End the active run ``run_id`` KILLED with ``closed.reason``; a server that does not answer leaves it RUNNING
-    for the next start to close (:func:`close_dead_runs`), and the run's stack is left as MLflow's context expects
-    (it ends nothing twice)."""
-    import mlflow
-
-    try:
-        mlflow.set_tag("closed.reason", reason)
-        mlflow.end_run("KILLED")
-    except Exception as exc:  # the server is down: the next start on this host closes it
-        log.warning("MLflow run %s not marked KILLED (%s); the next run's start closes it", run_id,
-                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-
-
-def check_server(uri: str, timeout_s: float) -> None:
-    """For an ``http(s)`` tracking URI: raise :class:`TrackingUnreachable` unless ``<uri>/health`` answers 200
-    within ``timeout_s`` (one request, no retry: a down server is found in seconds, not after the MLflow client's
-    minutes of backoff). Other URIs (SQLite, ``databricks``, a file store) are not checked here."""
-    import urllib.error
-    import urllib.request
-
-    if not uri.startswith(("http://", "https://")):
-        return
-    url = uri.rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
-            if answer.status == 200:
-                return
-            problem = f"answered HTTP {answer.status}"
-    except urllib.error.HTTPError as exc:
-        problem = f"answered HTTP {exc.code}"
-    except (OSError, ValueError) as exc:  # refused, timed out, no such host
-        problem = f"did not answer within {timeout_s:g} s ({getattr(exc, 'reason', exc)})"
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(uri)  # never a user or password a URI may carry, in a line or a log
-    shown = parts._replace(netloc=(parts.hostname or "") + (f":{parts.port}" if parts.port else "")).geturl()
-    raise TrackingUnreachable(f"the MLflow tracking server {shown} {problem} to GET /health "
-                              "(tracking.uri; tracking.start_timeout_s)")
 
 
 def delta_dataset(name: str, version: int, location: str):

@@ -42,7 +42,7 @@ def _ray_stage(ctx) -> dict:
     """A Ray Data stage on the suite's actor pool: returns {node id: rows} and the head's node id."""
     import ray
 
-    from common.platform.ray_runtime import actor_pool_size, map_batches_on_actors
+    from common.platform.ray_stages import actor_pool_size, map_batches_on_actors
 
     ctx.ray()
     ds = ray.data.range(64, override_num_blocks=4)

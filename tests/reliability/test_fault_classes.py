@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from common.platform.errors import DiskFull, StorageUnreachable, TrackingUnreachable, report, user_error
-from common.platform.tracking import check_server
+from common.platform.run_status import check_server
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,9 +27,11 @@ def _closed_port() -> int:
 
 
 class _Unavailable(BaseHTTPRequestHandler):
+    status = 503
+
     def _answer(self):
         body = b"<Error><Code>ServiceUnavailable</Code><Message>down for maintenance</Message></Error>"
-        self.send_response(503)
+        self.send_response(self.status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
@@ -41,13 +43,24 @@ class _Unavailable(BaseHTTPRequestHandler):
         pass
 
 
+class _Forbidden(_Unavailable):
+    status = 403
+
+
+def _serve(handler) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @pytest.fixture
 def unavailable_store():
-    """An S3 endpoint that answers every request 503: ``http://127.0.0.1:<port>``."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Unavailable)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    """An HTTP server that answers every request 503 (an object store, a tracking server failing) and one that
+    answers 403 (a refused credential): their URLs."""
+    failing, refusing = _serve(_Unavailable), _serve(_Forbidden)
+    yield (f"http://127.0.0.1:{failing.server_address[1]}", f"http://127.0.0.1:{refusing.server_address[1]}")
+    failing.shutdown()
+    refusing.shutdown()
 
 
 def test_a_full_disk_is_its_own_class(capsys):
@@ -63,27 +76,39 @@ def test_a_full_disk_is_its_own_class(capsys):
     assert capsys.readouterr().err.startswith("augment: disk full: [Errno 28] No space left on device")
 
 
-def test_an_object_store_answering_503_mid_run_is_storage_unreachable(unavailable_store):
+def test_an_object_store_answering_503_is_storage_unreachable_and_403_is_not(unavailable_store):
+    """A read of a table's log through pyarrow's S3 client (as the lakehouse reads) against a store answering 503:
+    the retryable class; answering 403 (a refused credential, a missing permission): no outage, left a bug's
+    traceback rather than called retryable."""
     import pyarrow.fs as pafs
 
-    store = pafs.S3FileSystem(endpoint_override=unavailable_store, access_key="k", secret_key="s", region="us-east-1",
-                              retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
-    with pytest.raises(OSError) as raised:
-        store.get_file_info("bucket/lake/table/_delta_log/00000000000000000000.json")
-    found = user_error(raised.value)
-    assert isinstance(found, StorageUnreachable), raised.value
-    assert "the object store failed mid-run" in str(found) and "503" in str(found)
+    found = []
+    for endpoint in unavailable_store:
+        store = pafs.S3FileSystem(endpoint_override=endpoint, access_key="k", secret_key="s", region="us-east-1",
+                                  retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+        with pytest.raises(OSError) as raised:
+            store.get_file_info("bucket/lake/table/_delta_log/00000000000000000000.json")
+        found.append(user_error(raised.value))
+    assert isinstance(found[0], StorageUnreachable), found
+    assert "the object store failed mid-run" in str(found[0]) and "503" in str(found[0])
+    assert found[1] is None, found[1]
 
 
-def test_an_mlflow_server_that_is_gone_mid_run_is_tracking_unreachable(monkeypatch):
+def test_an_mlflow_server_gone_or_failing_is_tracking_unreachable_and_a_refusal_is_not(monkeypatch,
+                                                                                      unavailable_store):
     from mlflow import MlflowClient
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
-    with pytest.raises(Exception) as raised:
-        MlflowClient(f"http://127.0.0.1:{_closed_port()}").log_metric("0" * 32, "f1", 0.5)
-    found = user_error(raised.value)
-    assert isinstance(found, TrackingUnreachable), raised.value
+    found = []
+    for uri in (f"http://127.0.0.1:{_closed_port()}", *unavailable_store):
+        with pytest.raises(Exception) as raised:
+            MlflowClient(uri).log_metric("0" * 32, "f1", 0.5)
+        found.append(user_error(raised.value))
+    gone, failing, refused = found
+    assert isinstance(gone, TrackingUnreachable) and isinstance(failing, TrackingUnreachable), found
+    assert "down for maintenance" not in str(failing)  # the server's answer is not printed
+    assert refused is None, refused
 
 
 def test_the_start_check_finds_a_server_gone_or_hung_within_its_timeout():
@@ -94,9 +119,15 @@ def test_the_start_check_finds_a_server_gone_or_hung_within_its_timeout():
         hung.bind(("127.0.0.1", 0))
         hung.listen(8)
         port = hung.getsockname()[1]
+        hung_since = time.monotonic()
         with pytest.raises(TrackingUnreachable, match=rf"127.0.0.1:{port} did not answer within 1 s"):
-            check_server(f"http://user:secret@127.0.0.1:{port}", 1.0)
-    assert time.monotonic() - start < 10
+            check_server(f"http://127.0.0.1:{port}", 1.0)
+        assert 1.0 <= time.monotonic() - hung_since < 5
+    for uri in (f"http://user:s3cret@127.0.0.1:{_closed_port()}", "http://user:s3cret@host-without-port/x"):
+        with pytest.raises(TrackingUnreachable) as raised:  # a URI's password never in the line
+            check_server(uri, 1.0)
+        assert "s3cret" not in str(raised.value) and "user" not in str(raised.value)
+    assert time.monotonic() - start < 20
     check_server("sqlite:////tmp/x.db", 0.1)  # not a server: nothing to ask
 
 

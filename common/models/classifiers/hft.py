@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 # get it through their runtime_env) keeps big matrices on fresh zeroed pages where mallopt is missing, and a
 # NaN failure is still retried in a new process.
 SAFE_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-# fastText's Ray tasks and actors run in this runtime environment, torch's in theirs (ray_runtime.TORCH_TASK_ENV):
+# fastText's Ray tasks and actors run in this runtime environment, torch's in theirs (ray_stages.TORCH_TASK_ENV):
 # Ray keeps a worker pool per environment, so no worker whose heap torch shaped ever trains fastText.
 FASTTEXT_TASK_ENV = {"env_vars": SAFE_MALLOC_ENV}
 
@@ -56,7 +56,7 @@ def task_options(torch: bool, num_gpus: float = 0.0, num_cpus: Optional[int] = N
     """Ray options of a classifier task: torch's workers (``torch_task_options``: one that imported torch serves
     the next; with a GPU each exits after its task) when ``torch``, else fastText's (:data:`FASTTEXT_TASK_ENV`);
     with ``num_cpus``, that request fitted to the largest node (``fit_cpus``)."""
-    from common.platform.ray_runtime import fit_cpus, torch_task_options
+    from common.platform.ray_stages import fit_cpus, torch_task_options
 
     options = torch_task_options(num_gpus) if torch else {"runtime_env": FASTTEXT_TASK_ENV}
     return options if num_cpus is None else {**options, "num_cpus": fit_cpus(num_cpus, "classifier training")}

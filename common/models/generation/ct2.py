@@ -68,7 +68,7 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None, la
 
     import ctranslate2
 
-    from common.platform.errors import DiskFull
+    from common.platform.errors import DiskFull, user_error
     from common.platform.storage import read_json
 
     target = target or os.path.join(model_path, f"ct2-{quantization}")
@@ -78,9 +78,13 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None, la
     if os.path.isfile(failed):
         with open(failed, encoding="utf-8") as handle:
             known = json.load(handle)
-        if known.get("ctranslate2") == ctranslate2.__version__:
+        # A mark an older release left for a full disk says nothing about the model: converted again.
+        if known.get("ctranslate2") == ctranslate2.__version__ and "No space left" not in known.get("error", ""):
             raise RuntimeError(f"ctranslate2 {known['ctranslate2']} failed to convert it before: {known['error']}")
-    scratch = tempfile.mkdtemp(prefix=".ct2-", dir=os.path.dirname(target))
+    try:
+        scratch = tempfile.mkdtemp(prefix=".ct2-", dir=os.path.dirname(target))
+    except OSError as exc:
+        raise user_error(exc) or exc
     try:
         out = os.path.join(scratch, "model")
         try:
@@ -89,9 +93,10 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None, la
             ctranslate2.converters.TransformersConverter(source).convert(out, quantization=quantization)
             _name_special_tokens(out, model_path, config)
         except Exception as exc:
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                # A full disk says nothing about the model or the engine: raised as itself, never remembered.
-                raise DiskFull(exc.errno, f"{exc.strerror}: converting {model_path} into {scratch}") from exc
+            if isinstance(user_error(exc), DiskFull):
+                # A full disk (however wrapped) says nothing about the model or the engine: raised, never remembered.
+                raise DiskFull(errno.ENOSPC, f"No space left on device: converting {model_path} into {scratch}") \
+                    from exc
             with open(failed, "w", encoding="utf-8") as handle:
                 json.dump({"ctranslate2": ctranslate2.__version__, "error": f"{type(exc).__name__}: {exc}"}, handle)
             raise
@@ -177,7 +182,7 @@ def prepare(model_uri: str, spec: GenerationSpec, num_gpus: float = 0.0) -> Opti
         return target
     if state == "incomplete":  # a copy cut short (or being written): converted again and written over, never loaded
         log.warning("%s is incomplete: converted again", target)
-    from common.platform.ray_runtime import TORCH_TASK_ENV
+    from common.platform.ray_stages import TORCH_TASK_ENV
 
     # The fine-tune tasks' environment: the worker that just trained the model, torch imported, converts it.
     from common.platform.ray_waits import wait_all
@@ -254,7 +259,7 @@ def _vocabulary(folder: str) -> list[str]:
 
 def _actor_threads() -> int:
     """CTranslate2's intra-op threads: ``OMP_NUM_THREADS``, which bounds them (the pool sets it,
-    :func:`common.platform.ray_runtime.threads_env`; Ray otherwise sets it to the worker's CPUs), else the CPUs Ray
+    :func:`common.platform.ray_stages.threads_env`; Ray otherwise sets it to the worker's CPUs), else the CPUs Ray
     gave this actor (1 outside Ray)."""
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if omp.isdigit() and int(omp) >= 1:

@@ -48,7 +48,7 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     is converted first, once, in a Ray task (:func:`common.models.generation.ct2.prepare`), not by each actor.
     With ``warm_tasks`` (a small CPU stage: :func:`warm_tasks_for`), the batches run as torch tasks instead
     (:func:`on_warm_tasks`). A CPU actor or task runs ``threads`` threads
-    (:func:`common.platform.ray_runtime.cpu_threads`; 0: the node's CPUs shared among the pool). A served
+    (:func:`common.platform.ray_stages.cpu_threads`; 0: the node's CPUs shared among the pool). A served
     generator (:class:`~common.models.generation.served.engine.ServedGenerator`, read here once) runs on CPU-only
     :class:`~common.models.generation.served.engine.EndpointGenerator` s, at most the endpoint's ``max_concurrency``
     of them, its response log tagged ``tag`` (the stage run's); a batch that found the endpoint down is not retried
@@ -100,8 +100,8 @@ def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: in
                   threads: int = 1):
     """``ds`` mapped in batches of ``batch_size`` over a pool of ``concurrency`` ``generator_class`` actors
     (:class:`T5Generator`, :class:`ModelRoutedGenerator` or a subclass) built with ``constructor_kwargs``; a CPU
-    actor runs :func:`common.platform.ray_runtime.cpu_threads` of ``threads`` threads (0: the node's CPUs shared)."""
-    from common.platform.ray_runtime import actor_pool_size, cpu_threads, map_batches_on_actors, threads_env
+    actor runs :func:`common.platform.ray_stages.cpu_threads` of ``threads`` threads (0: the node's CPUs shared)."""
+    from common.platform.ray_stages import actor_pool_size, cpu_threads, map_batches_on_actors, threads_env
 
     concurrency = actor_pool_size(concurrency, num_gpus, stage="generation")
     threads = 1 if num_gpus else cpu_threads(threads, concurrency)
@@ -181,20 +181,20 @@ def _generate_batch(batch, generator_class: type, constructor_kwargs: dict):
 def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: int, batch_size: int,
                   threads: int = 1):
     """``ds`` mapped in batches of ``batch_size`` (the same batches as :func:`on_actor_pool`) by Ray tasks in
-    the torch runtime environment (:data:`common.platform.ray_runtime.TORCH_TASK_ENV`), at most ``concurrency``
+    the torch runtime environment (:data:`common.platform.ray_stages.TORCH_TASK_ENV`), at most ``concurrency``
     at a time. Ray hands them the workers that already imported torch for the run's fine-tunes and
     conversions, and each worker keeps the generator it built (:func:`_warm_generator`), so a small stage
     pays neither a process start nor a second model load. Retries are bounded as the actor pool's are: a batch
     whose worker died, or whose code raised (``ray.retry_exceptions``), runs again at most
     ``ray.actor_task_retries`` times, then fails the stage (Ray Data's tasks would otherwise retry forever).
-    Each task runs :func:`common.platform.ray_runtime.cpu_threads` of ``threads`` threads: above 1 that is
+    Each task runs :func:`common.platform.ray_stages.cpu_threads` of ``threads`` threads: above 1 that is
     another runtime environment, so the stage's first task starts a worker of its own (kept for the next
     stages that run as many threads)."""
     import warnings
 
-    from ray.data import DataContext
+    from ray.data import DataContext, TaskPoolStrategy
 
-    from common.platform.ray_runtime import actor_fault_tolerance, cpu_threads, retried_errors, torch_task_options
+    from common.platform.ray_stages import actor_fault_tolerance, cpu_threads, retried_errors, torch_task_options
 
     retries = {"max_retries": actor_fault_tolerance()["max_task_retries"],
                "retry_exceptions": retried_errors(bool(DataContext.get_current().actor_task_retry_on_errors))}
@@ -202,7 +202,7 @@ def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: in
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
         return ds.repartition(target_num_rows_per_block=batch_size, strict=True).map_batches(
             _generate_batch, fn_kwargs={"generator_class": generator_class, "constructor_kwargs": constructor_kwargs},
-            concurrency=concurrency, batch_size=batch_size, batch_format="numpy",
+            compute=TaskPoolStrategy(size=concurrency), batch_size=batch_size, batch_format="numpy",
             **torch_task_options(threads=cpu_threads(threads, concurrency)), **retries)
 
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from common.models.generation.batching import read_pairs  # noqa: F401  (the fine-tune task reads with it; tests import it here)
-from common.platform.ray_runtime import TORCH_TASK_ENV, fit_cpus
+from common.platform.ray_stages import TORCH_TASK_ENV, fit_cpus
 
 if TYPE_CHECKING:
     from common.models.config import FineTuneConfig, T5ModelConfig
