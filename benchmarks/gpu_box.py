@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from gpu_stage import SOURCES, Bundle, _filters, _sources
+from gpu_bundle import SOURCES, Bundle, _filters, _sources
 
 
 def _pool_map(function, calls: list[tuple], workers: int):

@@ -244,6 +244,17 @@ def test_no_import_circles():
     assert not import_circles(graph), import_circles(graph)
 
 
+def test_no_import_circles_among_the_scripts():
+    """The scripts of ``benchmarks/`` and the helpers of ``tests/`` import each other by their file names (each
+    folder is on its own path): no circle there either (``gpu_stage`` and ``gpu_box`` shared one until 2026-12-05)."""
+    for folder in ("benchmarks", "tests", "tests/reliability", "tests/cluster"):
+        scripts = {path.stem: path.read_text() for path in sorted((ROOT / folder).glob("*.py"))}
+        graph = {name: {target.split(".")[0] for _, target in imported_modules(source, name)
+                        if target.split(".")[0] in scripts and target.split(".")[0] != name}
+                 for name, source in scripts.items()}
+        assert not import_circles(graph), (folder, import_circles(graph))
+
+
 def test_the_circle_finder_finds_circles():
     graph = import_graph({"common.models.a": "from common.models.b import x\n",
                           "common.models.b": "def f():\n    from common.models.c import y\n",

@@ -248,3 +248,20 @@ def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, ray_runtime,
     assert again["boostaug-filter"].outputs["boostaug_scored"].skipped
     assert not again["boostaug-filter"].outputs["boostaug_kept"].skipped
     assert lake.read("boostaug_kept").filter(F.col("confidence") <= 0.5).count() == 0
+
+
+def test_minilm_loads_as_a_masked_lm_without_transformers_calling_it_corrupted(capfd):
+    """all-MiniLM-L6-v2 has no masked-LM head by design: the surrogate's head starts fresh, and the log says so in one
+    line instead of transformers' "This checkpoint seem corrupted" and its table of missing keys (which a plain load
+    prints: the test would see them)."""
+    from transformers import AutoModelForMaskedLM
+
+    from common.models.pretrained import masked_lm, minilm_folder
+
+    capfd.readouterr()
+    AutoModelForMaskedLM.from_pretrained(str(minilm_folder()), use_safetensors=True)
+    assert "seem corrupted" in capfd.readouterr().err  # what the plain load logs
+    model = masked_lm(str(minilm_folder()))
+    logged = capfd.readouterr()
+    assert "seem corrupted" not in logged.err + logged.out and "MISSING" not in logged.err + logged.out
+    assert model.cls.predictions.decoder.out_features == model.config.vocab_size  # the fresh head is there

@@ -3,8 +3,11 @@ package, shared by the encoder classifiers (:mod:`common.models.classifiers`) an
 generator (:mod:`common.models.generation.warm_start`), and the float32 training load both use."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Optional
+
+log = logging.getLogger(__name__)
 
 
 def minilm_folder() -> Path:
@@ -33,3 +36,37 @@ def load_for_training(auto_class: Any, path: str) -> Any:
     import torch
 
     return auto_class.from_pretrained(path, use_safetensors=True, dtype=torch.float32)
+
+
+def masked_lm(path: str, dtype: Any = None) -> Any:
+    """``AutoModelForMaskedLM`` of ``path`` (safetensors only; in ``dtype`` when given). A checkpoint without a
+    masked-LM head (all-MiniLM-L6-v2 is a sentence encoder: no ``cls.predictions`` weights, by design) gets a fresh
+    head, as the encoder classifier intends: transformers' report of those missing weights ("This checkpoint seem
+    corrupted", a table of MISSING keys) is a fault to a reader of the log and is kept out of it, one line saying
+    what happened instead."""
+    from transformers import AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    kwargs: dict[str, Any] = {"use_safetensors": True, **({"dtype": dtype} if dtype is not None else {})}
+    if _has_masked_lm_head(path):
+        return AutoModelForMaskedLM.from_pretrained(path, **kwargs)
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model = AutoModelForMaskedLM.from_pretrained(path, **kwargs)
+    finally:
+        hf_logging.set_verbosity(level)
+    log.info("%s has no masked-LM head (a sentence encoder): its head starts fresh", path)
+    return model
+
+
+def _has_masked_lm_head(path: str) -> bool:
+    """Whether the folder ``path``'s ``model.safetensors`` holds masked-LM head weights; True where it cannot be told
+    (a hub name, another file layout): transformers then reports what it finds, as it would."""
+    from safetensors import safe_open
+
+    weights = Path(path) / "model.safetensors"
+    if not weights.is_file():
+        return True
+    with safe_open(str(weights), framework="pt") as handle:
+        return any(key.startswith(("cls.", "lm_head.")) for key in handle.keys())

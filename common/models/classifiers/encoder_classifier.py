@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.models.config import EncoderConfig
 from common.models.classifiers.hft import Source, read_rows
-from common.models.pretrained import encoder_checkpoint, load_for_training
+from common.models.pretrained import encoder_checkpoint, masked_lm
 from common.models.classifiers.manifest import write_manifest
 from common.platform.storage import local_copy, put_folder, worker_scratch
 from common.pyfunc.encoder import batch_logits, device_name as _device, mean_pooled, top_labels
@@ -152,7 +152,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     """
     import numpy as np
     import torch
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from common.models.optim import LinearWarmupAdamW
 
@@ -167,7 +167,7 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     index = {label: i for i, label in enumerate(labels)}
     path = encoder_checkpoint(spec.name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    surrogate = _Surrogate(load_for_training(AutoModelForMaskedLM, path), len(labels)).to(device)
+    surrogate = _Surrogate(masked_lm(path, dtype=torch.float32), len(labels)).to(device)
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
     optimizer = LinearWarmupAdamW(surrogate.parameters(), spec.learning_rate,
                                   int(spec.warmup_ratio * steps_per_epoch * spec.epochs), steps_per_epoch * spec.epochs)
