@@ -105,3 +105,48 @@ def test_maintain_job_then_rerun_writes_nothing(small_world, tmp_path):
         assert rerun.outputs.keys() == first[-1].outputs.keys()
     finally:
         ctx.close()
+
+
+def test_maintain_removes_registered_classifier_folders_and_keeps_the_rest(ctx, monkeypatch):
+    """A kept classifier folder a registered version names goes (listed first by ``shipped_models: list``); one no
+    version names (a cache, a classifier not shipped), one an unfinished shipping ledger names, and every folder when
+    the registry does not answer, stay."""
+    import socket
+    from pathlib import Path
+
+    from mlflow import MlflowClient
+
+    from common.registry import ledger
+    from common.registry.candidates import Candidate
+    from common.registry.cleanup import clean_shipped, shipped_folders
+    from common.registry.naming import FOLDER_TAG
+    from common.registry.store import registry_client
+
+    folders = {key: ctx.models_dir(key, "k1") for key in ("genre_fasttext", "boostaug_eda", "compositional_cg",
+                                                          "genre_generator")}
+    for folder in folders.values():
+        Path(folder).mkdir(parents=True)
+        (Path(folder) / "model.bin").write_bytes(b"weights")
+    client, prefix = registry_client(ctx), ctx.cfg.registry.name_prefix
+    for key in ("genre_fasttext", "compositional_cg"):
+        client.create_registered_model(prefix + key)
+        client.create_model_version(prefix + key, "file:///registered/copy", tags={FOLDER_TAG: folders[key]})
+    waiting = Candidate("compositional", "cg", folders["compositional_cg"], {}, {}, {}, {}, [])
+    ledger.save(f"{ledger.folder(ctx, 'compositional')}/run-1.json",
+                [ledger.Entry(waiting, name=prefix + "compositional_cg", version="1")])  # registered, not yet gated
+
+    listed = clean_shipped(ctx, "list")
+    assert listed == [f"would remove {folders['genre_fasttext']} (registered as {prefix}genre_fasttext v1)"]
+    assert all(Path(folder).is_dir() for folder in folders.values())
+    assert clean_shipped(ctx, "remove") == [listed[0].replace("would remove", "removed")]
+    assert [key for key, folder in folders.items() if not Path(folder).exists()] == ["genre_fasttext"]
+    assert clean_shipped(ctx, "keep") == [] and clean_shipped(ctx, "remove") == []
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    ledger.remove(f"{ledger.folder(ctx, 'compositional')}/run-1.json")
+    assert shipped_folders(ctx.cfg.lakehouse.root, MlflowClient(f"http://127.0.0.1:{closed}")) == []
+    assert shipped_folders(ctx.cfg.lakehouse.root, client) == [
+        (folders["compositional_cg"], f"{prefix}compositional_cg v1")]  # its ledger done: it may go now

@@ -272,6 +272,9 @@ class MaintenanceConfig:
     retention_hours: float = DELTA_SAFE_RETENTION_HOURS
     # Allow retention_hours below Delta's safety default: versions older than it may stop being readable.
     force_retention: bool = False
+    # Kept classifier folders under <lakehouse.root>/models whose models the registry holds (a registered version
+    # names the folder; no unfinished shipping names it): remove them, only list them (a dry run), or keep them.
+    shipped_models: Literal["remove", "list", "keep"] = "remove"
 
     def __post_init__(self) -> None:
         check(self.min_files >= 2, "maintenance.min_files", "must be >= 2")

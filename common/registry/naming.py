@@ -9,6 +9,8 @@ import re
 SHIPPING_PIPELINES = ("consistency", "boostaug", "genre", "compositional")
 # The version tags naming a version's pipeline, method and classifier kind.
 PIPELINE_TAG, METHOD_TAG, CLASSIFIER_TAG = "pipeline", "method", "classifier"
+# The kept classifier folder a version was registered from: what ``maintain`` may remove once it is registered.
+FOLDER_TAG = "classifier.folder"
 
 
 def word(text: str) -> str:

@@ -27,7 +27,7 @@ from common.platform.errors import one_line
 from common.registry import ledger
 from common.registry.compare import Compare, CompareOf, champion_cells, task_compare
 from common.registry.gate import RULES, Decision, decide
-from common.registry.naming import CLASSIFIER_TAG, METHOD_TAG, PIPELINE_TAG, registered_name
+from common.registry.naming import CLASSIFIER_TAG, FOLDER_TAG, METHOD_TAG, PIPELINE_TAG, registered_name
 from common.registry.store import (RegistryUnavailable, champion_version, create_registered_model, log_classifier,
                                    measure_tags, measures_of, registry_client, table_tags)
 
@@ -157,8 +157,8 @@ def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list,
         create_registered_model(client, name, f"{candidate.pipeline} pipeline's {candidate.method} classifier "
                                               f"({candidate.model}; catalog-augment)")
         tags = {**measure_tags(candidate.measures), PIPELINE_TAG: candidate.pipeline, METHOD_TAG: candidate.method,
-                CLASSIFIER_TAG: candidate.model, **candidate.lineage, **table_tags(ctx, "train", candidate.train),
-                **table_tags(ctx, "test", candidate.test)}
+                CLASSIFIER_TAG: candidate.model, FOLDER_TAG: candidate.folder, **candidate.lineage,
+                **table_tags(ctx, "train", candidate.train), **table_tags(ctx, "test", candidate.test)}
         entry.run_id = tr.run_id
         ledger.save(uri, entries)  # a kill after the next call: the rerun finds the version by this run
         version = client.create_model_version(name, entry.model_uri, run_id=tr.run_id, tags=tags,
