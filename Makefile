@@ -78,6 +78,7 @@ demo-full: $(STAMP)
 # The machine probe first (benchmarks/machine_speed.py, about 12 s): the same machine kind runs the suite in
 # 31 minutes on some days and 46 on others, and a run time means something only beside the probe's figures.
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
 	$(BIN)/python benchmarks/machine_speed.py
 	$(BIN)/python -m pytest -ra --durations=25 tests

@@ -38,7 +38,7 @@ ML = [
     "accelerate==1.15.0",
     "peft==0.21.2",
 ]
-DEV = ["pytest", "hypothesis", "psutil", "databricks-bundles==1.22.1",
+DEV = ["pytest", "hypothesis", "psutil", "databricks-bundles==1.22.1", "ruff==0.17.6",
        "mkdocs-material==9.8.2"]  # the docs site (make docs; tests/test_docs.py builds it)
 # The local cluster rehearsal (tests/cluster/local_cluster.py, make cluster-demo): a real S3-API server on loopback.
 CLUSTER = ["moto[server]==5.2.5"]

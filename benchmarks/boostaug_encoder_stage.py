@@ -4,7 +4,8 @@ GPU box), with the pipeline's own functions, from a bundle exported from the pip
 1. ``export`` (here): the latest ``boostaug_texts`` and ``boostaug_candidates`` versions of a lakehouse, read
    with delta-rs, into a bundle folder of Parquet files (candidates: their key, fold and text only).
 2. ``score`` (the GPU box): the k cross-boosting surrogates and the MonoAug one fine-tuned
-   (:func:`common.models.classifiers.encoder_classifier.fit_surrogate` on :func:`common.boostaug.surrogate.surrogate_sources`, the
+   (:func:`common.models.classifiers.encoder_classifier.fit_surrogate` on
+   :func:`common.boostaug.surrogate.surrogate_sources`, the
    plans of :func:`fold_plans` / :func:`mono_plan`), then every candidate scored by one
    :class:`common.boostaug.surrogate.EncoderPoolScorer` (the Ray Data pool's actor) in batches; writes
    ``scores.parquet`` and ``surrogates.json`` and prints training and scoring rates (the benchmark figures).
@@ -92,8 +93,8 @@ def score(args) -> None:
     import pyarrow.parquet as pq
     import torch
 
-    from common.models.classifiers.encoder_classifier import fit_surrogate
     from common.boostaug.surrogate import EncoderPoolScorer, fold_plans, mono_plan, surrogate_sources
+    from common.models.classifiers.encoder_classifier import fit_surrogate
 
     bundle, out = Path(args.bundle), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,8 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     from common.boostaug.backends import augment_text, synonym_table
-    from common.models.config import FastTextConfig
     from common.models.classifiers.hft import HFTModel, fasttext_params, fit_fasttext, predict_texts
+    from common.models.config import FastTextConfig
 
     with open(DATA, newline="", encoding="utf-8") as fh:
         rows = [(r["text"], r["label_name"]) for r in csv.DictReader(fh)]
@@ -96,16 +96,16 @@ def encoder_figures(train, candidates, model) -> dict:
     """Fine-tune one encoder surrogate on ``train`` for one epoch; time one scoring actor on ``candidates``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     import torch
 
-    from common.models.config import EncoderConfig
-    from common.models.classifiers.encoder_classifier import _device, fit_surrogate
     from common.boostaug.surrogate import EncoderPoolScorer
+    from common.models.classifiers.encoder_classifier import _device, fit_surrogate
+    from common.models.config import EncoderConfig
 
     out: dict = {"encoder_device": _device()}
     with tempfile.TemporaryDirectory() as tmp:
-        pq.write_table(pa.table({"text": [t for t, _ in train], "label": [lab for _, lab in train]}), f"{tmp}/t.parquet")
+        pq.write_table(pa.table({"text": [t for t, _ in train], "label": [lab for _, lab in train]}),
+                       f"{tmp}/t.parquet")
         # torch's own thread count (every core), as before the actor pool divides them
         spec = EncoderConfig(name_or_path=model, epochs=1, num_cpus=torch.get_num_threads())
         start = time.perf_counter()

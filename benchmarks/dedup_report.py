@@ -22,16 +22,16 @@ KINDS = ("labeled", "catalog", "interactions", "products", "texts", "documents",
 
 
 def main() -> None:
+    from pyspark.sql import functions as F
+
+    from common.algorithms.near_duplicates import CLUSTER_COL, split_near_duplicates
     from common.config import load_config
     from common.data.duplicates import report, with_duplicate_reasons
-    from common.algorithms.near_duplicates import CLUSTER_COL, split_near_duplicates
-    from common.data.quarantine import kept
-    from common.data.quarantine import reason_counts, with_reasons
+    from common.data.quarantine import kept, reason_counts, with_reasons
     from common.data.readers import read_input
     from common.data.schemas import CONTRACTS
     from common.platform.config import SparkConfig
     from common.platform.session import get_spark
-    from pyspark.sql import functions as F
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("configs", nargs="*")
@@ -43,7 +43,8 @@ def main() -> None:
                                   checkpoint_dir="/tmp/dedup-report-checkpoints"))
     spark.sparkContext.setLogLevel("ERROR")
     print(f"{'config':<24} {'input':<13} {'rows in':>8} {'kept':>8} {'dupl.':>6} {'confl.':>6} {'rep.id':>6} "
-          f"{'other':>6} {'valid s':>8} {'dedup s':>8}" + (f" {'near':>6} {'clust.':>6} {'near s':>7}" if args.near else ""))
+          f"{'other':>6} {'valid s':>8} {'dedup s':>8}" + (f" {'near':>6} {'clust.':>6} "
+                                                           f"{'near s':>7}" if args.near else ""))
     for path in configs:
         cfg = load_config(path)
         for kind in KINDS:

@@ -122,7 +122,6 @@ def main() -> None:
         print("skipped: ONNX Runtime is not installed (.venv/bin/pip install onnxruntime onnx)")  # make bench goes on
         return
     import onnxruntime
-
     from candidate_embedding import windows
     from sentence_transformers import SentenceTransformer
 

@@ -55,8 +55,8 @@ def main() -> None:
     from common.models.config import EndpointConfig
     from common.models.generation.causal_lm import materialise_smollm2, prompt_text
     from common.models.generation.ct2 import CT2Generator, prepare
-    from common.models.generation.served.client import EndpointClient, Request, sampling_params
     from common.models.generation.hf_engine import GenerationSpec
+    from common.models.generation.served.client import EndpointClient, Request, sampling_params
 
     texts = [TITLES[i % len(TITLES)] + (f" pack of {i // len(TITLES) + 1}" if i >= len(TITLES) else "")
              for i in range(args.sources)]

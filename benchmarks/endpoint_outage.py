@@ -59,7 +59,8 @@ def main() -> None:
     for pending in args.pending:
         server.start()
         killed: list[float] = []
-        proxy = FaultProxy(server.base, answers=3, then=lambda: (killed.append(time.monotonic()), server.kill()))
+        proxy = FaultProxy(server.base, answers=3,
+                           then=lambda killed=killed, server=server: (killed.append(time.monotonic()), server.kill()))
         folder = served_generator(scratch / f"endpoint_kill{pending}-1",
                                   EndpointConfig(base_url=proxy.base, model=server.folder, max_concurrency=3))
         ended = _outage(folder, pending + 3)

@@ -98,7 +98,8 @@ def main() -> None:
     for kind in args.models.split(","):
         figures[kind] = {}
         for name, grouped in (("random", False), ("grouped", True)):
-            runs = [run_one(kind, pairs, held_out, seed, args.steps, args.batch, grouped) for seed in range(args.seeds)]
+            runs = [run_one(kind, pairs, held_out, seed, args.steps, args.batch,
+                            grouped) for seed in range(args.seeds)]
             summary = {}
             for key in runs[0]:
                 values = [r[key] for r in runs]
@@ -107,7 +108,8 @@ def main() -> None:
             figures[kind][name] = summary
             print(f"  {kind:<12} {name:<8}: {summary['steps_per_s']:6.2f} ± {summary['steps_per_s_std']:.2f} steps/s  "
                   f"{summary['examples_per_s']:7.1f} examples/s  {summary['tokens_per_s']:8.0f} tokens/s  fill "
-                  f"{summary['fill_rate']:.2f}  held-out loss {summary['eval_loss']:.3f} ± {summary['eval_loss_std']:.3f}",
+                  f"{summary['fill_rate']:.2f}  held-out loss {summary['eval_loss']:.3f} ± "
+                  f"{summary['eval_loss_std']:.3f}",
                   flush=True)
         ratio = figures[kind]["grouped"]["steps_per_s"] / figures[kind]["random"]["steps_per_s"]
         print(f"  {kind:<12} grouped / random: {ratio:.2f}x steps/s")

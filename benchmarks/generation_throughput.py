@@ -154,7 +154,8 @@ def _pool_figures(name: str, ds, seconds: float, peak: int) -> dict:
                "peak_rss_gb": peak / 2**30, "seconds": seconds}
     tokens = f"{figures['tok_per_s']:9.0f} tokens/s" if counted else "    (no count)"
     print(f"  {name:<22}: {seconds:7.1f} s  {figures['seq_per_s']:8.1f} sequences/s  {tokens}  keep-rate "
-          f"{figures['keep_rate']:.3f}  mean BLEU {figures['mean_score']:.3f}  peak RSS {figures['peak_rss_gb']:.2f} GiB")
+          f"{figures['keep_rate']:.3f}  mean BLEU {figures['mean_score']:.3f}  peak RSS {figures['peak_rss_gb']:.2f} "
+          f"GiB")
     return figures
 
 
@@ -212,9 +213,9 @@ def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
 def memory_flatness(model: str, sizes: list[int]) -> None:
     import pyarrow as pa
 
-    from common.platform.config import LakehouseConfig
     from common.models.generation.filtering import FilterSpec, score_generated
     from common.models.generation.pool import GenerationSpec, generate
+    from common.platform.config import LakehouseConfig
     from common.platform.lakehouse import Lakehouse
 
     root = tempfile.mkdtemp(prefix="bench-gen-")
@@ -235,7 +236,8 @@ def memory_flatness(model: str, sizes: list[int]) -> None:
                 start = time.perf_counter()
                 written = lakehouse.write_ray(out, f"generated_{n}")
                 seconds = time.perf_counter() - start
-            print(f"  {n:>7,} inputs -> {written.num_rows:>8,} rows in {seconds:6.1f} s  peak RSS {rss.peak / 2**30:.2f} GiB")
+            print(f"  {n:>7,} inputs -> {written.num_rows:>8,} rows in {seconds:6.1f} s  peak RSS "
+                  f"{rss.peak / 2**30:.2f} GiB")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -264,7 +266,8 @@ def gpu_throughput(folder: str, batch: int = 128) -> None:
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
         produced = int((out[:, 1:] != tok.pad_token_id).sum())
-        print(f"GPU {torch.cuda.get_device_name()} {str(dtype).removeprefix('torch.')}: t5-small shape, batch {batch}, "
+        print(f"GPU {torch.cuda.get_device_name()} {str(dtype).removeprefix('torch.')}: t5-small shape, batch "
+              f"{batch}, "
               f"{new_tokens} new tokens: {produced / seconds:,.0f} tokens/s ({seconds:.2f} s)")
 
 

@@ -14,7 +14,8 @@ and fine-tune steps/s. Prints mean ± std over R seeds; ``--json PATH`` writes
 ``{"scratch_t5": {...}, "warm_minilm": {...}}`` with chrf, chrf_std, preserved, preserved_std, copy_rate,
 steps_per_s.
 
-``smollm2`` is the causal LM (common.models.generation.causal_lm), prompted with ``PROMPT`` and trained with LoRA adapters
+``smollm2`` is the causal LM (common.models.generation.causal_lm), prompted with ``PROMPT`` and trained with LoRA
+adapters
 of rank ``--lora-r`` (0: full fine-tuning).
 
 Run: .venv/bin/python benchmarks/generator_quality.py [--seeds 3] [--steps 500] [--batch 16] [--group-by-length]
@@ -87,7 +88,8 @@ def train_and_generate(kind: str, pairs, tests, seed: int, steps: int, batch: in
 
     rng = random.Random(seed)
     budget = [pairs[rng.randrange(len(pairs))] for _ in range(steps * batch)]  # one epoch = the step budget
-    extra = SCRATCH_SHAPE if kind == "scratch_t5" else {"prompt": PROMPT, "lora_r": lora_r} if kind == "smollm2" else {}
+    extra = SCRATCH_SHAPE if kind == "scratch_t5" else {"prompt": PROMPT,
+                                                        "lora_r": lora_r} if kind == "smollm2" else {}
     spec = ModelSpec(kind=kind, max_source_length=48, max_target_length=48, **extra)
     lr = lr or LEARNING_RATES[kind]
     with tempfile.TemporaryDirectory() as out:
@@ -187,7 +189,9 @@ def main(argv=None) -> dict:
         return {}
     summary = {}
     for kind, rs in runs.items():
-        sd = (lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0)
+        def sd(xs):
+            return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
         summary[kind] = {"chrf": statistics.mean(r["chrf"] for r in rs), "chrf_std": sd([r["chrf"] for r in rs]),
                          "preserved": statistics.mean(r["preserved"] for r in rs),
                          "preserved_std": sd([r["preserved"] for r in rs]),

@@ -32,7 +32,6 @@ def _generate_part(bundle_root: str, models_dir: str, indices: list[int], thread
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    import torch
 
     from common.models.generation.pool import GenerationSpec, ModelRoutedGenerator
     from common.models.generation.seq2seq import ModelSpec, TrainSpec, _fine_tune_task

@@ -82,9 +82,9 @@ def pipeline(args, augment_args) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    import common.models.classifiers.text_classifier as text_classifier
     import common.models.generation.pool as generation
     import common.models.generation.seq2seq as seq2seq
-    import common.models.classifiers.text_classifier as text_classifier
     import jobs.compositional as compositional
     from common.models.classifiers import encoder_classifier
     from jobs.cli import main as augment

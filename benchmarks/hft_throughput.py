@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.data import demo_data
-from common.models.classifiers.hft import HFTTrainerPool, fasttext_params, train_hft, train_level
 from common.data.config import DemoConfig
+from common.models.classifiers.hft import HFTTrainerPool, fasttext_params, train_hft, train_level
 from common.models.config import FastTextConfig
 from common.platform.config import RayConfig
 from common.platform.ray_runtime import RayRuntime
@@ -45,7 +45,8 @@ def main(scale: float = 4.0) -> None:
         hft_wall = time.perf_counter() - start
 
     print(f"{'model':<16} {'labels':>6} {'train s':>8} {'words/s/thread':>15}")
-    print(f"{'plain fastText':<16} {plain.labels:>6} {plain.seconds:>8.2f} {plain.words_per_second_per_thread:>15,.0f}")
+    print(f"{'plain fastText':<16} {plain.labels:>6} {plain.seconds:>8.2f} "
+          f"{plain.words_per_second_per_thread:>15,.0f}")
     for s in stats:
         print(f"{'HFT f' + str(s.level):<16} {s.labels:>6} {s.seconds:>8.2f} {s.words_per_second_per_thread:>15,.0f}")
     total = sum(s.seconds for s in stats)

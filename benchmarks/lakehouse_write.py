@@ -22,7 +22,8 @@ from common.platform.session import detect_capabilities, get_spark
 def frame(spark, n: int):
     return spark.range(n, numPartitions=8).select(
         F.col("id").cast("string").alias("item_id"),
-        F.concat(F.lit("Acme cotton t-shirt "), (F.col("id") % 997).cast("string"), F.lit(" - blue, XL")).alias("title"),
+        F.concat(F.lit("Acme cotton t-shirt "), (F.col("id") % 997).cast("string"),
+                 F.lit(" - blue, XL")).alias("title"),
         (F.col("id") % 5000).cast("string").alias("group_id"),
         (F.rand(1) * 100).cast("long").alias("count"),
     )

@@ -1,5 +1,6 @@
-"""Check and time the compositional pipeline's multi-label encoder (:mod:`common.models.classifiers.multilabel_encoder`,
-MiniLM with a sigmoid head) on whatever device torch sees; needs no Spark or Ray.
+"""Check and time the compositional pipeline's multi-label encoder
+(:mod:`common.models.classifiers.multilabel_encoder`, MiniLM with a sigmoid head) on whatever device torch sees;
+needs no Spark or Ray.
 
 Data: SemEval-2018 E-c (``--data``): trained on the train file, the best epoch and the decision threshold
 chosen on the first ``--val`` dev tweets, scored on the rest of dev (an iid split: the paper's iid column,
@@ -56,8 +57,8 @@ def no_aug_rows(args) -> dict:
     import pyarrow.parquet as pq
     import torch
 
-    from common.models.config import EncoderConfig
     from common.models.classifiers.multilabel_encoder import fit
+    from common.models.config import EncoderConfig
 
     def rows(*names):
         out = []
@@ -77,7 +78,8 @@ def no_aug_rows(args) -> dict:
             start = time.perf_counter()
             model, figures = fit(train[cut:], train[:cut], spec, 42 + repeat)
             results.append({"split": kind, "seed": 42 + repeat, "train": len(train) - cut, **figures,
-                            "seconds": time.perf_counter() - start, **_metrics(model, train[:cut], rows(f"{kind}_test"))})
+                            "seconds": time.perf_counter() - start, **_metrics(model, train[:cut],
+                                                                               rows(f"{kind}_test"))})
             print(json.dumps(results[-1]), flush=True)
             if args.json_path:
                 Path(args.json_path).write_text(json.dumps(results, indent=2))
@@ -105,8 +107,8 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from common.models.config import EncoderConfig
     from common.models.classifiers.multilabel_encoder import fit
+    from common.models.config import EncoderConfig
 
     train = read(Path(args.data, "2018-E-c-En-train.txt"))
     limit = args.limit if args.limit is not None else 0 if torch.cuda.is_available() else 400

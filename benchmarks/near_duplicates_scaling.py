@@ -4,7 +4,8 @@ The demo's catalog (``common/data/demo_data.catalog_rows``, generated on the exe
 ``generate-demo`` does) is the hard case for MinHash LSH: short templated titles over a small vocabulary, so
 many titles share shingles and LSH buckets without being near duplicates. Each size N (catalog rows, about
 3.6 per group) runs in a process of its own with a time budget: the titles are written to Parquet, exact
-copies dropped (ingest's exact step comes first), then ``split_near_duplicates`` (the step ingest runs) writes the staying rows and the near duplicates to Parquet.
+copies dropped (ingest's exact step comes first), then ``split_near_duplicates`` (the step ingest runs) writes the
+staying rows and the near duplicates to Parquet.
 Prints per N: wall time of the step, peak memory of the process tree (driver JVM and Python), near
 duplicates, clusters, the share of clusters inside one catalog group, the growth exponent of the time, and
 the driver JVM's peak heap use (what a collect to the driver would inflate).
@@ -85,7 +86,8 @@ def measure(n: int, threshold: float) -> dict:
 def main(sizes: list[int], threshold: float) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print(f"Jaccard >= {threshold}, {os.cpu_count()} CPUs, budget {BUDGET_S} s per size")
-    print(f"{'N':>9} {'rows':>9} {'unique':>9} {'step s':>8} {'peak GiB':>9} {'heap GiB':>9} {'near':>7} {'clusters':>9} "
+    print(f"{'N':>9} {'rows':>9} {'unique':>9} {'step s':>8} {'peak GiB':>9} {'heap GiB':>9} {'near':>7} "
+          f"{'clusters':>9} "
           f"{'in one group':>13}")
     done = []
     for n in sizes:
@@ -95,7 +97,8 @@ def main(sizes: list[int], threshold: float) -> None:
                   flush=True)
             continue
         share = f"{r['one_group'] / r['clusters']:.1%}" if r["clusters"] else "-"
-        print(f"{n:>9} {r['rows']:>9} {r['unique']:>9} {r['seconds']:>8.1f} {r['peak_gib']:>9.2f} {r['heap_gib']:>9.2f} "
+        print(f"{n:>9} {r['rows']:>9} {r['unique']:>9} {r['seconds']:>8.1f} {r['peak_gib']:>9.2f} "
+              f"{r['heap_gib']:>9.2f} "
               f"{r['near']:>7} {r['clusters']:>9} {share:>13}", flush=True)
         done.append((r["unique"], r["seconds"]))
     if len(done) >= 2:

@@ -19,7 +19,6 @@ import time
 
 import numpy as np
 import pandas as pd
-
 from budget import growth_exponent, run_in_budget
 
 BUDGET_S = 600
@@ -41,12 +40,12 @@ def synthetic_log(n: int, seed: int = 7) -> pd.DataFrame:
 
 def run_spark(n: int, out: dict) -> None:
     from common.platform.config import SparkConfig
-    from common.querygraph.config import QueryGraphConfig
+    from common.platform.session import get_spark
     from common.querygraph.clusters import cluster_products, reformulation_pairs, subgraphs
+    from common.querygraph.config import QueryGraphConfig
     from common.querygraph.normalization import normalize_interactions
     from common.querygraph.similarity import product_queries, similarities
     from common.querygraph.specificity import specificity
-    from common.platform.session import get_spark
 
     spark = get_spark(SparkConfig(master="local[2]", shuffle_partitions=8, driver_memory="6g"))
     cfg = QueryGraphConfig()
@@ -87,7 +86,8 @@ def run_pandas(n: int, out: dict) -> None:
     per_q["H"] = np.log(per_q.C) - per_q.s / per_q.C
     per_q["spec"] = 1 - per_q.H / per_q.H.max() if per_q.H.max() > 0 else 1.0
     pq = agg[agg.interaction == "purchase"].groupby(["product_id", "query"])["count"].sum().reset_index()
-    pq = pq.sort_values(["product_id", "count", "query"], ascending=[True, False, True]).groupby("product_id").head(1000)
+    pq = pq.sort_values(["product_id", "count", "query"],
+                        ascending=[True, False, True]).groupby("product_id").head(1000)
     N = pq.product_id.nunique()
     nq = pq.groupby("query").size()
     pairs = pq.merge(pq, on="product_id")
@@ -115,7 +115,8 @@ def run_pandas(n: int, out: dict) -> None:
             kept = prune(c, adj, 0.5)
             if 2 <= len(kept) < 10:
                 s = per_q.spec.reindex(sorted(kept)).values
-                n_pairs += int(sum(1 for a in s for b in s if a is not b and abs(b - a) <= 0.1 * abs(a) + 1e-12) - len(s))
+                close = sum(1 for a in s for b in s if a is not b and abs(b - a) <= 0.1 * abs(a) + 1e-12)
+                n_pairs += int(close - len(s))
     out["seconds"] = time.perf_counter() - t0
     out["pairs"] = n_pairs
 
@@ -135,7 +136,9 @@ def main(sizes: list[int], only: str | None = None) -> None:
         s_time, s_mem, s_pairs = measure(run_spark, n) if only != "pandas" else (None, 0.0, "skipped")
         p_time, p_mem, p_pairs = measure(run_pandas, n) if only != "spark" else (None, 0.0, "skipped")
         ratio = f"{p_time / s_time:.2f}" if s_time and p_time else "-"
-        fmt = lambda t: f"{t:.1f}" if t else "timeout"
+        def fmt(t):
+            return f"{t:.1f}" if t else "timeout"
+
         print(f"{n:>10} {fmt(s_time):>9} {s_mem:>10.2f} {fmt(p_time):>9} {p_mem:>11.2f} {ratio:>13} "
               f"{s_pairs} / {p_pairs}", flush=True)
         rows.append((n, s_time, p_time))

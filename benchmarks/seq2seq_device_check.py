@@ -51,7 +51,8 @@ def main(argv=None) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             result = fine_tune(pairs, tmp, ModelSpec(kind=name, **SHAPES[name]),
                                TrainSpec(epochs=args.epochs, learning_rate=RATES[name], batch_size=32))
-            out = {"dtype": result.dtype, "train_device": result.device, "examples_per_s": result.examples / result.seconds,
+            out = {"dtype": result.dtype, "train_device": result.device,
+                   "examples_per_s": result.examples / result.seconds,
                    "tokens_per_s": result.tokens / result.seconds, "first_loss": result.step_losses[0],
                    "last_loss": sum(result.step_losses[-20:]) / len(result.step_losses[-20:])}
             generator = T5Generator(tmp, "check", GenerationSpec(n_samples=8, bucket_size=256, max_new_tokens=48))

@@ -44,7 +44,7 @@ JOBS: dict[str, str] = {
     "genre-topics": "jobs.genre:topics_job",
     "genre-splits": "jobs.genre:splits_job",
     "genre-generate": "jobs.genre:generate_job",
-    "genre-evaluate": "jobs.genre:evaluate_job",
+    "genre-evaluate": "jobs.genre_evaluate:evaluate_job",
     "ingest-multilabel": "jobs.ingest:multilabel_job",
     "compositional-split": "jobs.compositional:split_job",
     "compositional-labels": "jobs.compositional:labels_job",

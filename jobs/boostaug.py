@@ -164,8 +164,10 @@ def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple
     elif kind == "features":
         # One task embeds every training text once and fits every fold's head on those embeddings.
         spec = cfg.surrogate.features
-        figures = run_tasks(ctx.ray(), fit_surrogates, [{"plans": [{k: j[k] for k in ("train", "validation", "out_dir")}
-                                                                   for j in jobs], "spec": spec, "seed": ctx.cfg.seed}],
+        figures = run_tasks(ctx.ray(), fit_surrogates, [{"plans": [{k: j[k] for k in ("train", "validation",
+                                                                                      "out_dir")}
+                                                                   for j in jobs], "spec": spec,
+                                                                   "seed": ctx.cfg.seed}],
                             spec.num_cpus, spec.num_gpus, torch=True)[0]
     else:
         figures = run_tasks(ctx.ray(), choose_and_fit, jobs)
@@ -282,8 +284,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.boostaug.evaluation import NONE, eval_sets, summary_table, variants
-    from common.data.leakage import COPIES_TEST
     from common.boostaug.filtering import unjudged_labels
+    from common.data.leakage import COPIES_TEST
     from common.models.classifiers.text_classifier import evaluate_many
     from common.registry.candidates import method_candidates, task_scoring
     from common.registry.naming import classifier_name

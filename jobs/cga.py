@@ -59,7 +59,8 @@ def pairs_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
     pairs = group_version_pairs(tr.read("unlabeled_pool"), ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed)
     tr.write(pairs, "cga_pairs", hash_of(ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed))
-    stats = tr.written("cga_pairs").agg(F.count("*").alias("pairs"), F.countDistinct("group_id").alias("groups")).first()
+    stats = tr.written("cga_pairs").agg(F.count("*").alias("pairs"),
+                                        F.countDistinct("group_id").alias("groups")).first()
     return {"pairs": stats["pairs"], "groups_with_pairs": stats["groups"]}
 
 
@@ -123,8 +124,18 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.models.config import generator_facts
     from common.registry.candidates import generator_lineage
     from common.registry.ship import resume, ship
-    from jobs.consistency_train import (RESULT_SCHEMA, candidate, evaluate_many, model_jobs, comparer, report,
-                                        summary_table, train_levels, training_stats, with_lifts)
+    from jobs.consistency_train import (
+        RESULT_SCHEMA,
+        candidate,
+        comparer,
+        evaluate_many,
+        model_jobs,
+        report,
+        summary_table,
+        train_levels,
+        training_stats,
+        with_lifts,
+    )
 
     cfg = ctx.cfg.cga
     repeats = ctx.cfg.consistency.repeats
@@ -152,7 +163,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     rows = []
     scores = evaluate_many(ctx, [(model, None) for _, _, model in models], accuracy_test, pairs)
-    for (repeat, seed, model), (f1, consistency) in zip(models, scores):
+    for (repeat, seed, _), (f1, consistency) in zip(models, scores):
         rows.append((tr.run_id, "cga", repeat, seed, f1, consistency, n_rows, n_aug))
         tr.log_metrics({"cga.f1_weighted": f1, "cga.consistency_rate": consistency}, step=repeat)
         log.info("cga repeat %d: F1 %.4f consistency %.4f (D_aug %d)", repeat, f1, consistency, n_aug)
@@ -202,7 +213,7 @@ def sweep_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                       cfg.sweep.repeats)
             train_levels(ctx, child, jobs)
             scores = evaluate_many(ctx, [(model, None) for _, _, model in models], accuracy_test, pairs)
-            for (repeat, seed, model), (f1, consistency) in zip(models, scores):
+            for (repeat, seed, _), (f1, consistency) in zip(models, scores):
                 child.log_metrics({"f1_weighted": f1, "consistency_rate": consistency, "n_augmented": n_aug},
                                   step=repeat)
                 rows.append((child.run_id, point.name, point.threshold, point.n, ",".join(point.experiments),
@@ -227,7 +238,8 @@ def figure2(ctx: JobContext, tr, pdf, sweep) -> None:
 
     folder = Path(ctx.reports_dir("cga"))
     means = pdf.groupby(["point", "threshold", "n", "experiments"], dropna=False).agg(
-        f1=("f1_weighted", "mean"), consistency=("consistency_rate", "mean"), n_aug=("n_augmented", "mean")).reset_index()
+        f1=("f1_weighted", "mean"), consistency=("consistency_rate", "mean"), n_aug=("n_augmented",
+                                                                                     "mean")).reset_index()
     panels = [("threshold", "threshold T", f"N = {sweep.fixed_size}"),
               ("size", "requested N", f"T = {sweep.fixed_threshold:g}"),
               ("tradeoff", "threshold T", "no sub-sampling (N = all)")]

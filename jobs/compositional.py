@@ -27,9 +27,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
-from common.platform.errors import InputError
 from common.models.classifiers.multilabel import classifier_params, fit_and_predict_many
 from common.models.generation.served.checks import served_preflight
+from common.platform.errors import InputError
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 
@@ -65,7 +65,8 @@ def split_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     dupes = [r["example_id"] for r in rows.groupBy("example_id").count().filter(F.col("count") > 1).limit(5).collect()]
     if dupes:
         raise DuplicateExampleError(f"{MULTILABEL}: example_id is not unique (e.g. {', '.join(map(repr, dupes))}); "
-                                    "give each row its own id (inputs.multilabel.rename can map an id column), or keep "
+                                    "give each row its own id (inputs.multilabel.rename can map an id column), or "
+                                    "keep "
                                     "ingest.dedup.exact on so that ingest quarantines the copies")
     # M rows: bounded by the config.
     chosen = ctx.spark.createDataFrame(test_compositions(rows, cfg, ctx.cfg.seed).collect(),
@@ -196,7 +197,8 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                                            "method string, model_path string, model_version string")
         # Sorted by model and read in that order: batches hold few models, and the same rows whatever the layout.
         routed = prompt_df.join(routes, "method").select(F.col("example_id").alias("source_id"), "source_text",
-                                                          "model_path", "model_version").orderBy("model_path", "source_id")
+                                                          "model_path", "model_version").orderBy("model_path",
+                                                                                                 "source_id")
         route_rows = tr.write(routed, f"{PROMPTS}_routed", config_hash)
         written = generate_routed_stage(ctx, tr, f"{PROMPTS}_routed", route_rows.version, gen.generation,
                                         [p for p, _ in models.values()], len(models), GENERATED, config_hash)
@@ -366,7 +368,8 @@ def report(ctx: JobContext, tr: JobRun, pdf) -> None:
     print(table)
     curve = curve_table(pdf)
     text = (f"# Compositional multi-label augmentation\n\nMLflow run `{tr.run_id}`; table `{RESULTS}`. Per-example "
-            f"metrics (points) averaged over the test set, mean ± sample std over {ctx.cfg.compositional.eval.repeats} "
+            f"metrics (points) averaged over the test set, mean ± sample std over "
+            f"{ctx.cfg.compositional.eval.repeats} "
             f"seeds; `cg`: the compositional split (test label sets never seen in training), `iid`: a random split "
             f"of the same sizes. Gain: exact-set accuracy over `no_aug` of the same split.\n\n```\n{table}\n```\n\n"
             f"## Accuracy vs synthetic size (CG)\n\n```\n{curve.to_string(index=False)}\n```\n")

@@ -67,8 +67,14 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from common.catalog.consistency import (group_labels, level_histogram, sample_size, truncated, uniform_sample,
-                                            version_pairs)
+    from common.catalog.consistency import (
+        group_labels,
+        level_histogram,
+        sample_size,
+        truncated,
+        uniform_sample,
+        version_pairs,
+    )
     from common.data.leakage import check_no_leak, with_copies, without_copies
     from common.data.sampling import subsample
     from common.models.classifiers.hft import predict

@@ -37,9 +37,9 @@ def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
     """D_L ∪ D_aug for ``method`` as (title, category, source) rows."""
     from pyspark.sql import functions as F
 
+    from common.catalog.blinding import blind_col
     from common.catalog.consistency import level_histogram
     from common.data.sampling import subsample
-    from common.catalog.blinding import blind_col
 
     base = d_l.select("title", "category", F.lit("labeled").alias("source"))
     if method == "baseline":
@@ -65,8 +65,8 @@ def evaluate(ctx: JobContext, model, accuracy_test, pairs, blind) -> tuple[float
     """(weighted F1 on the accuracy test, consistency rate on the pairs) of one model."""
     from pyspark.sql import functions as F
 
-    from common.models.classifiers.hft import predict
     from common.catalog.metrics import consistency_rate
+    from common.models.classifiers.hft import predict
     from common.models.classifiers.metrics import weighted_f1
 
     text = blind if blind is not None else (lambda c: c)
@@ -121,7 +121,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     rows = []
     scores = evaluate_many(ctx, [(model, blind if method == "cs_blind" else None) for method, _, _, model in keys],
                            accuracy_test, pairs)
-    for (method, repeat, seed, model), (f1, consistency) in zip(keys, scores):
+    for (method, repeat, seed, _), (f1, consistency) in zip(keys, scores):
         n_aug, n_train = trained[method]
         rows.append((tr.run_id, method, repeat, seed, f1, consistency, n_train, n_aug))
         tr.log_metrics({f"{method}.f1_weighted": f1, f"{method}.consistency_rate": consistency}, step=repeat)
@@ -138,7 +138,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     else:
         for method, model in first.items():
             tr.log_model_folder(model.uri, f"models/{method}")
-    for method, repeat, _, model in keys:
+    for _, repeat, _, model in keys:
         if repeat > 0:
             remove_tree(model.uri)  # repeats only feed the mean ± std
     means = pdf.groupby("method")[["f1_weighted", "consistency_rate"]].mean()
@@ -312,7 +312,8 @@ def report(ctx: JobContext, tr, pdf) -> None:
     markdown = folder / "report.md"
     markdown.write_text(
         "# Consistency results\n\n"
-        f"MLflow run `{tr.run_id}`; table `{RESULTS}`.\n\n```\n{table}\n```\n\n![F1 vs consistency](f1_vs_consistency.png)\n",
+        f"MLflow run `{tr.run_id}`; table `{RESULTS}`.\n\n```\n{table}\n```\n\n![F1 vs "
+        f"consistency](f1_vs_consistency.png)\n",
         encoding="utf-8")
     tr.log_artifact(str(chart), "report")
     tr.log_artifact(str(markdown), "report")

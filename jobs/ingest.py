@@ -2,7 +2,8 @@
 
 Reads: ``inputs.labeled``, ``inputs.catalog``, ``inputs.interactions``, ``inputs.products`` (paths in
 CSV, Parquet, JSON lines or Delta, or catalog table names); an unset input means the demo landing
-files (used only when no input is configured). With ``ingest.taxonomy`` set (or the demo's taxonomy), labels must be taxonomy categories.
+files (used only when no input is configured). With ``ingest.taxonomy`` set (or the demo's taxonomy), labels must be
+taxonomy categories.
 Writes: ``labeled_products``, ``catalog``, ``interactions``, ``products`` (valid rows, normalised),
 each with ``<table>_quarantine`` (rejected rows with a ``reason``), and ``taxonomy`` when one is given.
 
@@ -26,9 +27,9 @@ from typing import Optional
 
 from common.config import AppConfig
 from common.data.config import InputSpec
+from common.data.schemas import CATALOG_KINDS, CONTRACTS, DOCUMENTS, MULTILABEL, TEXTS, TOPIC_CORPUS, Contract
 from common.platform.errors import ConfigError
 from common.platform.job import JobContext, JobRun, hash_of, job
-from common.data.schemas import CATALOG_KINDS, CONTRACTS, DOCUMENTS, MULTILABEL, TEXTS, TOPIC_CORPUS, Contract
 from jobs import entry_point
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,8 @@ def documents_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 def _multilabel_set(cfg: AppConfig) -> None:
     """The multilabel job's preflight: raises ConfigError when ``inputs.multilabel`` is unset."""
     if cfg.inputs.multilabel is None:
-        raise ConfigError("nothing to ingest: set inputs.multilabel (text, labels), e.g. ../shared/data/semeval2018_ec "
+        raise ConfigError("nothing to ingest: set inputs.multilabel (text, labels), e.g. "
+                          "../shared/data/semeval2018_ec "
                          "with its 0/1 emotion columns as label_columns (conf/compositional_semeval.yaml)")
 
 

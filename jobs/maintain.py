@@ -7,7 +7,8 @@ files, then VACUUM with ``maintenance.retention_hours`` (never below Delta's 168
 native-path Ray write killed before its commit), and of the kept classifier folders under ``<root>/models`` whose
 models are registered (``maintenance.shipped_models``: remove, list, keep; :mod:`common.registry.cleanup`). Writes:
 no data; each compaction is one OPTIMIZE version that
-reads the same rows. The report (versions, live and stored files and bytes before and after) is printed, logged to the MLflow
+reads the same rows. The report (versions, live and stored files and bytes before and after) is printed, logged to the
+MLflow
 run as ``maintenance.json`` and summed into metrics. Scheduled weekly by the bundle (resources/maintenance.yml).
 """
 from __future__ import annotations

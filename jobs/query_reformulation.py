@@ -111,7 +111,8 @@ def augment_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         tr.write_card("augmented_interactions", generator_facts(qr.model, qr.fine_tune, qr.generation),
                       {"activity thresholds": graph.activity_threshold,
                        "default activity threshold": graph.default_activity_threshold},
-                      {k: metrics[k] for k in ("local_tuples", "augmented_tuples", "rejected_tuples", "growth_factor")})
+                      {k: metrics[k] for k in ("local_tuples", "augmented_tuples", "rejected_tuples",
+                                               "growth_factor")})
     finally:
         refs.unpersist()
     log.info("query augmentation: %d -> %d tuples over the threshold (growth factor %.2fx)",
@@ -151,8 +152,8 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.data.leakage import COPIES_TEST, mark_test_copies
-    from common.models.generation.filtering import FilterSpec
     from common.models.classifiers.hft import HFTModel, HFTTrainerPool, level_jobs
+    from common.models.generation.filtering import FilterSpec
     from common.models.generation.stages import fine_tune_stage, generate_stage
     from common.querygraph.matcher import evaluate, fasttext_config, is_holdout, relevant_products
     from common.querygraph.reformulation import augment_interactions, usable_reformulations
@@ -242,7 +243,8 @@ def matcher_report(ctx: JobContext, tr, pdf) -> None:
     for (k, variant), r in agg.sort_index(ascending=[True, False]).iterrows():
         cells = [fmt_mean(r[f"{c}_mean"], None if r["seeds"] < 2 else r[f"{c}_std"])
                  for c in ("precision", "recall", "hit_rate")]
-        lines.append(f"| {variant} | {int(r.tuples)} | {k} | {' | '.join(cells)} | {int(r.queries)} | {int(r.seeds)} |")
+        lines.append(f"| {variant} | {int(r.tuples)} | {k} | {' | '.join(cells)} | {int(r.queries)} | {int(r.seeds)} "
+                     f"|")
     text = "# Query -> product matcher: original vs augmented log\n\n" + "\n".join(lines) + "\n"
     path = Path(ctx.reports_dir("query_reformulation")) / "matcher.md"
     path.write_text(text, encoding="utf-8")

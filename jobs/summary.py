@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from common.catalog.metrics import by_method
-from common.registry.ship import registry_lines
 from common.platform.job import JobContext, JobRun, job
 from common.platform.results_pages import ResultsTable, beyond_std, fmt_mean, lift, page, text_block
+from common.registry.ship import registry_lines
 from jobs import entry_point
 from jobs.summary_facts import cga_facts, cut, matcher_facts, test_facts
 
@@ -53,7 +53,8 @@ PAPER = {
              "matcher trained on the augmented log",
     BOOSTAUG: "the paper (SST-2, 5 seeds): BERT accuracy 92.47 with no augmentation, 92.48 with BoostAug; larger "
               "gains on small sets and weak models (LSTM), and plain EDA can lower accuracy",
-    GENRE: "the paper (t5-small generators, 25 topics): +2 to +4 macro-F1 points for augmented over off-topic training",
+    GENRE: "the paper (t5-small generators, 25 topics): +2 to +4 macro-F1 points for augmented over off-topic "
+           "training",
     COMPOSITIONAL: "the paper (SemEval CG split, BERT): exact-set accuracy 2.85 with no augmentation, 8.29 with "
                    "LS-PT's and 8.01 with Flan-T5's quality-controlled synthetic texts",
 }

@@ -23,7 +23,8 @@ def pytest_configure(config):
         config.option.log_level = "INFO"
     config.addinivalue_line("markers", "slow: minutes-long tests, fault injection and whole pipelines (make test "
                                        "runs them; make test-fast leaves them out)")
-    config.addinivalue_line("markers", "cluster: the cluster tier (tests/cluster): a local multi-node cluster, started "
+    config.addinivalue_line("markers",
+                            "cluster: the cluster tier (tests/cluster): a local multi-node cluster, started "
                                        "once per session (also marked slow)")
 
 
@@ -117,8 +118,9 @@ def tracking_uri(tmp_path_factory) -> str:
 @pytest.fixture
 def app_config(tmp_path, tracking_uri):
     """A small-world config with its own lakehouse folder and the session's MLflow database."""
-    from common.config import load_config
     from worlds import DEMO
+
+    from common.config import load_config
 
     # Its own registered models' names: the session's tests share one registry, and a test's first version of a
     # model must not meet another test's champion.
@@ -168,8 +170,9 @@ def small_world(spark, capabilities, ray_runtime, tracking_uri, tmp_path_factory
 def server(tmp_path_factory):
     """``transformers serve`` of the packaged SmolLM2 on loopback (tests/model_server.py), started on first use for
     the endpoint tests of every file and killed at the session's end."""
-    from common.models.generation.causal_lm import materialise_smollm2
     from model_server import Server
+
+    from common.models.generation.causal_lm import materialise_smollm2
 
     server = Server(str(materialise_smollm2()), tmp_path_factory.mktemp("serve"))
     server.start()

@@ -169,7 +169,8 @@ def test_the_checker_accepts_arrows_the_right_way():
     assert violations("common.catalog.grouping", "from common.algorithms.graph import connected_components\n"
                                                  "from common.platform.config import check\n") == []
     assert violations("common.models.generation.seq2seq", "from common.models.pretrained import load_for_training\n"
-                                                          "from common.models.generation.batching import padded\n") == []
+                                                          "from common.models.generation.batching import "
+                                                          "padded\n") == []
 
 
 def test_no_module_is_over_the_size_limit():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from worlds import check_card
 
 from common.boostaug import backends as B
 from common.boostaug.config import BoostAugConfig, FilterConfig
 from common.boostaug.surrogate import fold_plans, mono_plan
-from worlds import check_card
 
 SENTENCE = "a stirring , funny and finally transporting re-imagining of beauty and the beast"
 SYNONYMS = {"funny": ("hilarious",), "beauty": ("loveliness",), "beast": ("monster",)}
@@ -77,9 +77,9 @@ def test_fold_plans_never_let_a_surrogate_judge_its_training_texts():
 def test_fold_rows_are_disjoint_in_the_written_table(spark, tmp_path):
     from pyspark.sql import functions as F
 
-    from common.models.classifiers.hft import read_rows
     from common.boostaug.data import assign_splits, with_source_ids
     from common.boostaug.surrogate import surrogate_sources
+    from common.models.classifiers.hft import read_rows
 
     rows = [(f"text {i} {'good' if i % 3 else 'bad'}", "pos" if i % 3 else "neg", None) for i in range(300)]
     texts = spark.createDataFrame(rows, "text string, label string, split string")

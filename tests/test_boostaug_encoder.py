@@ -12,9 +12,9 @@ import json
 import math
 
 import pytest
+from worlds import NEGATIVE_REVIEWS, POSITIVE_REVIEWS, write_reviews_csv
 
 from common.boostaug.config import BoostAugConfig, EncoderConfig, EvalConfig, FilterConfig, SurrogateConfig
-from worlds import NEGATIVE_REVIEWS, POSITIVE_REVIEWS, write_reviews_csv
 
 POSITIVE, NEGATIVE = POSITIVE_REVIEWS[:8], NEGATIVE_REVIEWS[:8]
 PPL_TEXTS = ["a great and moving film", "boring", "", "the worst film this year , truly"]
@@ -174,13 +174,13 @@ def _classify(folder: str, texts: list[str]) -> list:
 def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, ray_runtime, tmp_path):
     import mlflow
     from pyspark.sql import functions as F
+    from shipped_models import fresh_predictions
 
     from common.data.config import InputSpec
     from common.registry.compare import paired_cells
     from common.registry.gate import paired
     from common.registry.store import registry_client
     from jobs import run_pipeline
-    from shipped_models import fresh_predictions
 
     write_reviews_csv(tmp_path / "texts.csv", per_label=8, n_train=6)
     ctx.cfg.inputs.texts = InputSpec(path=str(tmp_path / "texts.csv"))

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from worlds import NEGATIVE_REVIEWS, POSITIVE_REVIEWS, write_reviews_csv
 
 from common.boostaug.config import FeatureSurrogateConfig, SurrogateConfig
 from common.boostaug.feature_surrogate import fit_head, fit_mlp_head, predict
-from worlds import NEGATIVE_REVIEWS, POSITIVE_REVIEWS, write_reviews_csv
 
 POSITIVE, NEGATIVE = POSITIVE_REVIEWS, NEGATIVE_REVIEWS
 
@@ -118,8 +118,13 @@ def _fit_and_judge(folder: str, head: str) -> dict:
     import pandas as pd
     import pyarrow as pa
 
-    from common.boostaug.feature_surrogate import (CandidateEmbedder, FeatureHeadScorer, embeddings_of,
-                                                   fit_surrogates, load_head)
+    from common.boostaug.feature_surrogate import (
+        CandidateEmbedder,
+        FeatureHeadScorer,
+        embeddings_of,
+        fit_surrogates,
+        load_head,
+    )
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
 
     rows = [(t, label, "train", i % 3) for texts, label in ((POSITIVE, "pos"), (NEGATIVE, "neg"))
@@ -190,10 +195,9 @@ def test_filter_job_scores_on_the_feature_pool_and_refilters_without_rescoring(c
     from pyspark.sql import functions as F
     from ray import cloudpickle
 
-    from common.models.classifiers.text_classifier import run_tasks
-
     from common.boostaug.config import BoostAugConfig, EvalConfig, FilterConfig
     from common.data.config import InputSpec
+    from common.models.classifiers.text_classifier import run_tasks
     from jobs import run_pipeline
 
     write_reviews_csv(tmp_path / "texts.csv", per_label=9, n_train=7)

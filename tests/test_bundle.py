@@ -46,7 +46,7 @@ def test_jobs_parse_into_the_typed_bundle_classes(bundle):
     from databricks.bundles.jobs import Job
 
     _, jobs = bundle
-    for key, job in jobs.items():
+    for job in jobs.values():
         parsed = Job.from_dict(job)
         assert parsed.name == f"augment-{job['tags']['pipeline']}"
         assert len(parsed.tasks) == len(job["tasks"])
@@ -89,7 +89,8 @@ def test_model_stages_run_on_the_gpu_cluster(bundle):
         for task in job["tasks"]:
             name = task["python_wheel_task"]["parameters"][1]
             expected = "gpu" if name in {"cga-generate", "query-reformulate", "query-matcher", "boostaug-augment",
-                                         "boostaug-filter", "boostaug-evaluate", "genre-generate", "compositional-generate",
+                                         "boostaug-filter", "boostaug-evaluate", "genre-generate",
+                                         "compositional-generate",
                                          "compositional-qc", "compositional-evaluate"} else "cpu"
             assert task["job_cluster_key"] == expected, name
 

@@ -14,7 +14,8 @@ def test_a_card_names_its_provenance_generator_filter_and_counts():
                       filter={"threshold T": 0.7, "sub-sample N": None}, counts={"candidates": 64920})
     text = render(facts)
     assert text.splitlines()[0] == "# Dataset card: cga_augmented v3"
-    for line in ("| rows | 13,310 |", "| written | 2026-11-18 11:06 UTC |", "| job | cga-train (MLflow run `abc123`) |",
+    for line in ("| rows | 13,310 |", "| written | 2026-11-18 11:06 UTC |",
+                 "| job | cga-train (MLflow run `abc123`) |",
                  "| config hash | `f00d` |", "| inputs | cga_generated v2, labeled_train v0 |", "## Generator",
                  "| kind | `smollm2` |", "| lora_r | `16` |", "| threshold T | `0.7` |", "| sub-sample N | `null` |",
                  "| candidates | `64920` |"):

@@ -77,8 +77,7 @@ def test_the_target_loss_is_the_models_loss_and_its_gradient(tiny_llama, lora_r)
     label-block batches."""
     import torch
 
-    from common.models.generation.causal_lm import (build_causal, prefix_training_batches, target_loss,
-                                                    training_batches)
+    from common.models.generation.causal_lm import build_causal, prefix_training_batches, target_loss, training_batches
     from common.models.generation.label_prefix import LabelPrefix
 
     tokenizer, net = build_causal("causal_checkpoint", tiny_llama, lora_r, 8, seed=0)
@@ -133,7 +132,8 @@ def test_lora_adapters_are_merged_before_the_save(tiny_llama, tmp_path):
     out = str(tmp_path / "lora")
     fine_tune(PAIRS, out, _spec(tiny_llama, lora_r=4), TrainSpec(epochs=3, batch_size=9, learning_rate=1e-2))
     assert not os.path.exists(os.path.join(out, "adapter_config.json"))
-    base, merged = load_file(os.path.join(tiny_llama, "model.safetensors")), load_file(os.path.join(out, "model.safetensors"))
+    base = load_file(os.path.join(tiny_llama, "model.safetensors"))
+    merged = load_file(os.path.join(out, "model.safetensors"))
     assert set(base) == set(merged)
     moved = [k for k in base if not torch.allclose(base[k], merged[k].float(), atol=1e-2)]
     assert moved and all("proj" in k for k in moved)  # only the adapted linear layers changed
@@ -267,8 +267,8 @@ def test_packaged_smollm2_materialises_fine_tunes_and_generates(tmp_path, monkey
     icl = str(tmp_path / "smollm2-icl")
     fine_tune(pairs, icl, ModelSpec(**{**spec.__dict__, "in_context": 2}), TrainSpec(epochs=0))
     assert len(json.load(open(os.path.join(icl, GENERATOR_FILE)))["stop_ids"]) > 10
-    samples = CT2Generator(icl, "v", GenerationSpec(n_samples=4, max_new_tokens=32, seed=1,
-                                                     engine="ctranslate2"))._generate(["Playmobil fire station 9462"])[0]
+    generator = CT2Generator(icl, "v", GenerationSpec(n_samples=4, max_new_tokens=32, seed=1, engine="ctranslate2"))
+    samples = generator._generate(["Playmobil fire station 9462"])[0]
     assert all(text and "\n" not in text and n < 32 for text, n in samples), samples
 
 
@@ -280,7 +280,8 @@ def test_the_actor_pool_serves_a_causal_generator(trained, ray_runtime, engine):
 
     from common.models.generation.pool import generate, split_quarantine
 
-    rows = [{"source_id": f"s{i}", "source_text": text} for i, text in enumerate(["acme mug", "zeta pan", "bolt lamp"])]
+    rows = [{"source_id": f"s{i}",
+             "source_text": text} for i, text in enumerate(["acme mug", "zeta pan", "bolt lamp"])]
     rows += [{"source_id": "empty", "source_text": " "}]
     spec = GenerationSpec(n_samples=2, max_new_tokens=16, max_source_tokens=32, engine=engine, seed=3)
     good, bad = split_quarantine(generate(ray.data.from_items(rows), trained, "llama@1", spec, batch_size=8)

@@ -5,16 +5,17 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from worlds import check_card
 
 from common.catalog.cga import augmentation_set, group_version_pairs, sweep_points
 from common.catalog.config import CGASweepConfig
 from jobs import REGISTRY
-from worlds import check_card
 
 
 def test_group_version_pairs_are_ordered_distinct_and_capped(spark):
     items = spark.createDataFrame([("g1", "red mug"), ("g1", "blue mug"), ("g1", "green mug"), ("g1", "red mug "),
-                                   ("g2", "lamp"), ("g2", "lamp"), ("g3", "pan"), ("g3", "")], "group_id string, title string")
+                                   ("g2", "lamp"), ("g2", "lamp"), ("g3", "pan"), ("g3", "")],
+                                   "group_id string, title string")
     pairs = {(r.group_id, r.source_text, r.target_text) for r in group_version_pairs(items, None, 1).collect()}
     # g1 has 3 distinct titles (trailing space aside): 3 * 2 ordered pairs; g2 and g3 have one title.
     assert len(pairs) == 6 and ("g1", "red mug", "blue mug") in pairs and ("g1", "blue mug", "red mug") in pairs

@@ -54,7 +54,8 @@ def test_real_hft_trains_in_ray_tasks_and_predicts_in_spark(spark, ray_runtime, 
     assert [o[0] for o in out] == ["Home > Kitchen > Mugs", "Home > Kitchen > Pans", "Toys > Dolls > Baby Dolls",
                                    "Toys > Blocks"]
     assert out[3][2] == 3 and 0 < out[3][1] <= 1  # "Toys > Blocks" is 2 deep but f3 still agrees
-    titles = spark.createDataFrame([("a", "new coffee mug"), ("b", "baby doll"), ("c", None)], "id string, title string")
+    titles = spark.createDataFrame([("a", "new coffee mug"), ("b", "baby doll"), ("c", None)],
+                                   "id string, title string")
     scored = {r.id: r for r in predict(titles, model).collect()}
     assert scored["a"].pred_label == "Home > Kitchen > Mugs" and scored["b"].pred_label == "Toys > Dolls > Baby Dolls"
     assert scored["c"].pred_label is not None  # an empty title still gets a (low-confidence) label

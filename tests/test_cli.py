@@ -33,13 +33,15 @@ def test_help_lists_the_commands():
         assert f"  {code}  {what} (retry: {retry})" in out.stdout
         assert f"| {code} | {what} | {retry} |" in page
     signals = {128 + signum for signum in SIGNALS}
-    assert {code for _, code, _ in USER_ERRORS} | {0, 1, SHIP_INCOMPLETE} | signals == {code for code, _, _ in EXIT_CODES}
+    assert {code for _, code, _ in USER_ERRORS} | {0, 1,
+                                                   SHIP_INCOMPLETE} | signals == {code for code, _, _ in EXIT_CODES}
 
 
 def test_jobs_lists_jobs_and_pipelines():
     out = _augment("jobs")
     assert out.returncode == 0
-    assert "generate-demo" in out.stdout and "ingest" in out.stdout and "foundation             generate-demo -> ingest" in out.stdout
+    assert "generate-demo" in out.stdout and "ingest" in out.stdout
+    assert "foundation             generate-demo -> ingest" in out.stdout
     assert "query-graph" in out.stdout and "consistency-train" in out.stdout
 
 

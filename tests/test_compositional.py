@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from worlds import LABELS, PLANTED_REASONS, check_card
+from worlds import multilabel_spec as _spec
+from worlds import multilabel_tsv as _multilabel_tsv
+from worlds import tweet as _tweet
 
 from common.compositional.config import EvalConfig, QualityConfig, SplitConfig
 from common.compositional.labels import MarkovLabelModel, sample_novel
-
-from worlds import LABELS, PLANTED_REASONS, check_card, multilabel_spec as _spec, multilabel_tsv as _multilabel_tsv, tweet as _tweet
 
 
 # ----------------------------------------------------------------------------- ingest
@@ -227,13 +229,14 @@ def test_label_prefix_blocks_do_not_depend_on_co_labels(ray_runtime):
 def test_multilabel_fasttext_learns_a_separable_toy_task(ray_runtime, tmp_path):
     import ray
 
-    from common.models.config import FastTextConfig
     from common.models.classifiers.hft import FASTTEXT_TASK_ENV, fasttext_params
     from common.models.classifiers.multilabel import fit_and_predict
+    from common.models.config import FastTextConfig
 
     _toy_parquet(tmp_path, 400, 100)
     task = ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)(fit_and_predict)
-    table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")], None)],
+    table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")],
+                                                                               None)],
                                 fasttext_params(FastTextConfig(loss="ova", epoch=25, lr=0.2, dim=20, bucket=10000)), 3,
                                 0.1, {"method": "no_aug", "repeat": 0}))
     assert table.num_rows == 100 and set(table.column("method").to_pylist()) == {"no_aug"}
@@ -267,11 +270,11 @@ def test_multilabel_encoder_learns_a_separable_toy_task_and_ships_as_a_pyfunc_mo
     import pyarrow.parquet as pq
     import ray
     from ray import cloudpickle
-
-    from common.models.config import EncoderConfig
-    from common.models.classifiers.multilabel import fit_and_predict
-    from common.registry.mlflow_model import model_arguments
     from shipped_models import fresh_predictions
+
+    from common.models.classifiers.multilabel import fit_and_predict
+    from common.models.config import EncoderConfig
+    from common.registry.mlflow_model import model_arguments
 
     _toy_parquet(tmp_path, 180, 60)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -280,7 +283,8 @@ def test_multilabel_encoder_learns_a_separable_toy_task_and_ships_as_a_pyfunc_mo
                          max_batch_tokens=512, num_cpus=2)
     # MiniLM fine-tuned with a sigmoid per label, in a worker of its own (torch stays out of pytest).
     task = ray.remote(num_cpus=1, max_calls=1)(fit_and_predict)
-    table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")], None)],
+    table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")],
+                                                                               None)],
                                 asdict(spec), 3, 0.1, {"method": "no_aug", "model": "encoder"}, kind="encoder",
                                 keep=str(tmp_path / "kept")))
     assert table.num_rows == 60 and set(table.column("model").to_pylist()) == {"encoder"}

@@ -179,7 +179,8 @@ def test_generative_defaults_are_the_papers():
     # CGA: 3 epochs, n = 8 samples, BLEU, T = 0.7, sweeps T in {0.5..0.8} and N in {50k..400k}.
     assert cfg.cga.fine_tune.epochs == 3 and cfg.cga.generation.n_samples == 8
     assert (cfg.cga.scorer, cfg.cga.threshold, cfg.cga.n) == ("bleu", 0.7, None)
-    assert cfg.cga.sweep.thresholds == [0.5, 0.6, 0.7, 0.8] and cfg.cga.sweep.sizes == [50_000, 100_000, 200_000, 400_000]
+    assert cfg.cga.sweep.thresholds == [0.5, 0.6, 0.7, 0.8] and cfg.cga.sweep.sizes == [50_000, 100_000, 200_000,
+                                                                                        400_000]
     assert (cfg.cga.generation.top_k, cfg.cga.generation.top_p) == (50, 0.95)
     # Query reformulation: 2 epochs, batch 32 x accumulation 16 = 512, lr 3e-4.
     ft = cfg.query_reformulation.fine_tune

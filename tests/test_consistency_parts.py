@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from common.catalog.blinding import blind_col, load_dictionary
 from common.catalog.consistency import group_labels, sample_size, uniform_sample, version_pairs
 from common.catalog.metrics import consistency_rate
-from common.models.classifiers.metrics import accuracy, weighted_f1
-from common.catalog.blinding import blind_col, load_dictionary
 from common.data.text import normalize_title
+from common.models.classifiers.metrics import accuracy, weighted_f1
 from jobs.consistency_train import with_lifts
 
 
@@ -29,7 +29,8 @@ def test_group_pseudo_labels(spark):
         ("g1", "A", 0.6), ("g1", "B", 0.9), ("g1", "A", 0.7),
         ("g2", "A", 0.5), ("g2", "B", 0.6),
     ], "group_id string, pred_label string, pred_confidence double")
-    best = {r.group_id: (r.group_label, r.group_confidence) for r in group_labels(predicted, "max_confidence").collect()}
+    best = {r.group_id: (r.group_label, r.group_confidence)
+            for r in group_labels(predicted, "max_confidence").collect()}
     assert best == {"g1": ("B", 0.9), "g2": ("B", 0.6)}
     vote = {r.group_id: r.group_label for r in group_labels(predicted, "majority").collect()}
     assert vote == {"g1": "A", "g2": "B"}  # g2 ties 1-1: the larger summed confidence wins

@@ -1,5 +1,6 @@
 """The production path: Spark's own Delta Lake beside delta-rs commits, read across; Delta's idempotent
-writes under concurrency; catalog tables; GraphFrames where present; the doctor. (spark-submit end to end: the cluster tier,
+writes under concurrency; catalog tables; GraphFrames where present; the doctor. (spark-submit end to end: the cluster
+tier,
 tests/cluster.)"""
 from __future__ import annotations
 
@@ -129,7 +130,8 @@ def test_graphframes_and_the_dataframe_algorithms_agree(spark, capabilities):
                     "io.graphframes:graphframes-spark4_2.13:<version>")
     from common.algorithms.graph import connected_components, triangle_counts
 
-    edges = spark.createDataFrame([("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("x", "y")], "src string, dst string")
+    edges = spark.createDataFrame([("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("x", "y")],
+                                  "src string, dst string")
     ours = connected_components(edges, use_graphframes=False)
     theirs = connected_components(edges, use_graphframes=True)
     as_sets = lambda df: sorted(sorted(r.members) for r in df.groupBy("component").agg(  # noqa: E731

@@ -69,7 +69,8 @@ def test_every_method_pipeline_has_a_page_in_the_nav():
 
 def test_site_builds_offline_with_strict(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+                         cwd=ROOT, capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1",
+                                                                        "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]
     for page in ("index.html", "pipelines/cga/index.html", "history/index.html", "search/search_index.json"):
         assert (tmp_path / "site" / page).is_file(), page

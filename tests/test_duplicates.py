@@ -157,8 +157,15 @@ def test_the_switch_is_checked(conflicts):
 
 
 def test_copies_of_a_test_text_join_the_test_side_and_leaks_are_refused(spark):
-    from common.data.leakage import (COPIES_TEST, LeakageError, check_no_leak, leak_count, mark_test_copies,
-                                     with_copies, without_copies)
+    from common.data.leakage import (
+        COPIES_TEST,
+        LeakageError,
+        check_no_leak,
+        leak_count,
+        mark_test_copies,
+        with_copies,
+        without_copies,
+    )
 
     population = spark.createDataFrame([(1, "Red  Mug"), (2, "red mug"), (3, "blue cup"), (4, "tea pot")],
                                        "item_id int, title string")
@@ -234,8 +241,8 @@ def test_near_duplicates_are_opt_in_and_each_cluster_keeps_one_text(ctx, tmp_pat
     # one member of each cluster stayed: every near duplicate has a kept text of its own label beside it
     assert {r.label for r in near} == {"pos", "neg"}
     assert cli.main(["tables", "--set", f"lakehouse.root={ctx.cfg.lakehouse.root}"]) == 0
-    assert "texts:                       7 rows in, 1 exact duplicates, 0 conflicting labels, 0 repeated ids, 3 near " \
-           "duplicates" in capsys.readouterr().out
+    assert ("texts:                       7 rows in, 1 exact duplicates, 0 conflicting labels, 0 repeated ids, "
+            "3 near duplicates") in capsys.readouterr().out
 
 
 def test_shingles_are_the_distinct_word_trigrams_or_one_shingle_for_a_short_text(spark):

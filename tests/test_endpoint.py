@@ -13,15 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cluster.local_cluster import free_port as _free_port
+from model_server import FaultProxy, served_generator
+
 from common.models.config import EndpointConfig
 from common.models.generation.served.checks import check_endpoint
 from common.models.generation.served.client import EndpointClient, Request, retry_after
 from common.models.generation.served.health import share
 from common.platform.config_loader import ConfigError
 from common.platform.errors import EndpointUnreachable
-from model_server import FaultProxy, served_generator
 
 KEY = "sk-test-4f1d0c9e-never-printed"
 
@@ -219,9 +219,9 @@ def test_a_pipeline_stage_survives_an_outage_a_broken_gateway_and_a_new_row_payi
     table holds each sample once, the server's own text with its usage. (4) The same run again sends nothing and
     writes no version. (5) One more source row and another batch size: only the new row's requests are sent. The
     key is in no log line, MLflow param or tag, card, Delta commit, response log or saved generator."""
-    import mlflow
     from dataclasses import replace
 
+    import mlflow
     import pyarrow.parquet as pq
 
     from common.models.config import T5ModelConfig

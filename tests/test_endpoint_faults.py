@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cluster.local_cluster import free_port
+from model_server import FaultProxy, served_generator
+
 from common.models.config import EndpointConfig
 from common.models.generation.hf_engine import GenerationSpec
 from common.models.generation.served.client import EndpointClient, Request
 from common.models.generation.served.engine import EndpointDown, EndpointGenerator, ServedGenerator, failed_share_check
 from common.models.generation.served.log import RESPONSES
 from common.platform.errors import EndpointUnreachable, user_error
-from model_server import FaultProxy, served_generator
 
 ONE = GenerationSpec(n_samples=1, max_new_tokens=2, seed=5)
 
@@ -257,9 +257,7 @@ def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runti
     assert isinstance(found, EndpointUnreachable) and str(found) == "http://h/v1/completions is down"
     # The generation pool's own path: an actor pool of Ray Data with the runtime's retry settings.
     from common.models.generation.pool import _outages_as_themselves
-    from common.platform.ray_stages import map_batches_on_actors
-
-    from common.platform.ray_stages import actor_fault_tolerance
+    from common.platform.ray_stages import actor_fault_tolerance, map_batches_on_actors
 
     class Failing:  # defined here: Ray pickles it by value (workers cannot import a test module)
         """A pool's callable that counts its tries in ``folder/error`` and raises an outage or a bug."""

@@ -7,11 +7,11 @@ import math
 import random
 
 import pytest
+from worlds import check_card
 
 from common.genre import text as T
 from common.genre.config import GenreConfig, SplitConfig
 from common.genre.topics import effective_sizes, split_sizes
-from worlds import check_card
 
 
 # ----------------------------------------------------------------------------- text
@@ -426,7 +426,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     # the encoder classifier (a tiny fine-tune) beside fastText, and the synthetic-only row
     from common.genre.config import EvalConfig
     from common.models.config import EncoderConfig
-    from jobs.genre import evaluate_job
+    from jobs.genre_evaluate import evaluate_job
 
     ctx.cfg.genre.eval = EvalConfig(repeats=1, models=["fasttext", "encoder"], synthetic_only=True,
                                     balanced_control=True,

@@ -7,8 +7,8 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from common.platform.lakehouse import Lineage
 from common.models.generation.scoring import bleu_scores, cosine_scores
+from common.platform.lakehouse import Lineage
 
 
 def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_runtime):
@@ -17,7 +17,8 @@ def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_
     written = lakehouse.write(df.repartition(4), "sources")
     ds = lakehouse.read_ray("sources", written.version)
     assert ds.count() == 5000 and set(ds.schema().names) == {"source_id", "source_text"}
-    upper = ds.map_batches(lambda b: {"source_id": b["source_id"], "generated_text": [t.upper() for t in b["source_text"]]},
+    upper = ds.map_batches(lambda b: {"source_id": b["source_id"],
+                                      "generated_text": [t.upper() for t in b["source_text"]]},
                            batch_format="numpy")
     lineage = Lineage(job="generate", config_hash="c1", inputs={"sources": str(written.version)})
     out = lakehouse.write_ray(upper, "generated", lineage=lineage)
@@ -67,7 +68,8 @@ def test_bleu_on_hand_checked_pairs():
 
 def test_minilm_cosine_on_hand_checked_pairs():
     scores = cosine_scores(["red cotton t-shirt size XL", "red cotton t-shirt size XL", "stainless steel frying pan"],
-                           ["red cotton t-shirt size XL", "crimson cotton tee, extra large", "red cotton t-shirt size XL"])
+                           ["red cotton t-shirt size XL", "crimson cotton tee, extra large",
+                            "red cotton t-shirt size XL"])
     assert scores[0] == pytest.approx(1.0, abs=1e-4)
     assert scores[1] > 0.6 > scores[2]  # a paraphrase is close, an unrelated product far
     assert cosine_scores([], []) == []
@@ -153,7 +155,8 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
     # A model of another layout (CLS pooling here) is left to sentence-transformers, saying why when asked.
     other = tmp_path / "cls-model"
     shutil.copytree(path, other)
-    (other / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 384, "pooling_mode_cls_token": true}')
+    (other / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 384, "pooling_mode_cls_token": '
+                                                     'true}')
     assert "not mean tokens" in ct2_reason(str(other))
     with caplog.at_level(logging.WARNING, logger="common.models.generation.scoring"):
         encoder = _encoder(str(other), None, "ctranslate2")

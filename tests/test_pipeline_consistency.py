@@ -7,9 +7,9 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from common.models.classifiers.hft import TrainingDataError
 from common.catalog.config import ConsistencyConfig
 from common.data.config import InputSpec
+from common.models.classifiers.hft import TrainingDataError
 from common.models.config import FastTextConfig
 from jobs import PIPELINES, group_catalog, run_pipeline
 
@@ -116,7 +116,8 @@ def test_single_class_labels_fail_before_training(ctx, tmp_path):
 def test_other_scripts_run_through_the_pipeline(ctx, tmp_path):
     vocab = {"Home > Kitchen > Mugs": ["кружка", "マグカップ", "mug"], "Toys > Dolls": ["кукла", "人形", "doll"]}
     labeled = [(f"l{i}", f"{vocab[c][i % 3]} {i % 5} цвет", c) for i in range(120) for c in [list(vocab)[i % 2]]]
-    catalog = [(f"c{g}-{k}", f"{vocab[list(vocab)[g % 2]][g % 3]} версия {k}", f"G{g}") for g in range(40) for k in range(3)]
+    catalog = [(f"c{g}-{k}", f"{vocab[list(vocab)[g % 2]][g % 3]} версия {k}",
+                f"G{g}") for g in range(40) for k in range(3)]
     _ingest_user_data(ctx, tmp_path, labeled, catalog)
     ctx.cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_full"], repeats=1, consistency_test=20,
                                             fasttext=FastTextConfig(epoch=10, bucket=5000))
@@ -140,7 +141,8 @@ def test_real_data_amazon_toys_with_wdc_groups(ctx, shared_data):
                  "number_available_in_stock", "number_of_reviews", "number_of_answered_questions", "average_rating"],
         rename={"uniq_id": "item_id", "product_name": "title", "amazon_category_and_sub_category": "category"})
     ctx.cfg.inputs.catalog = InputSpec(path=str(shared_data / "wdc_products" / "table[AB].csv"),
-                                       options={"multiLine": "true"}, rename={"id": "item_id", "cluster_id": "group_id"})
+                                       options={"multiLine": "true"}, rename={"id": "item_id",
+                                                                              "cluster_id": "group_id"})
     ctx.cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_full"], repeats=1, consistency_test=200,
                                             fasttext=FastTextConfig(bucket=50000))
     results = run_pipeline(ctx, "consistency", PIPELINES["consistency"])

@@ -9,7 +9,6 @@ from pathlib import Path
 import mlflow
 import pytest
 from deltalake import DeltaTable
-
 from worlds import WORLD_MODELS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from common.data.config import InputSpec
-from common.querygraph.config import QueryGraphConfig
 from common.querygraph.clusters import reformulation_pairs
+from common.querygraph.config import QueryGraphConfig
 from common.querygraph.normalization import normalize_interactions, normalize_query
 from common.querygraph.similarity import product_queries, similarities
 from common.querygraph.specificity import specificity, within_tolerance

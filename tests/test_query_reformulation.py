@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql import functions as F
+from worlds import QR_SOURCES, check_card
 
 from common.querygraph.config import QueryGraphConfig
 from common.querygraph.matcher import is_holdout, ranking_metrics
-from common.querygraph.reformulation import (augment_interactions, collected_tuples, distinct_queries,
-                                             usable_reformulations)
-from worlds import QR_SOURCES, check_card
+from common.querygraph.reformulation import (
+    augment_interactions,
+    collected_tuples,
+    distinct_queries,
+    usable_reformulations,
+)
 
 TUPLES = "query string, product_id string, interaction string, count long"
 
@@ -114,7 +118,8 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     # against the held-out set, case- and space-folded as the check folds them).
     held_keys = held_out.select(F.lower(F.regexp_replace(F.trim("query"), r"\s+", " ")).alias("k")).distinct()
     generated = lh.read("matcher_reformulations").filter(F.col("reason").isNull())
-    expected = generated.join(held_keys, F.lower(F.regexp_replace(F.trim("generated_text"), r"\s+", " ")) == held_keys.k)
+    expected = generated.join(held_keys,
+                              F.lower(F.regexp_replace(F.trim("generated_text"), r"\s+", " ")) == held_keys.k)
     copies = lh.read("matcher_test_copies")
     assert copies.count() == expected.count() == results["query-matcher"].metrics["test_copies_dropped"]
     assert copies.filter(F.col("reason") != "copies a test text").count() == 0
@@ -124,7 +129,8 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
                                                          for s in (ctx.cfg.seed, ctx.cfg.seed + 1)]
     assert sorted(set(zip(res.seed, res["repeat"]))) == [(ctx.cfg.seed, 0), (ctx.cfg.seed + 1, 1)]
     assert res.precision.between(0, 1).all() and (res.n_queries > 0).all()
-    assert res[res.variant == "augmented"].n_train_tuples.iloc[0] >= res[res.variant == "original"].n_train_tuples.iloc[0]
+    tuples = {variant: res[res.variant == variant].n_train_tuples.iloc[0] for variant in ("augmented", "original")}
+    assert tuples["augmented"] >= tuples["original"]
     before = {t.name: t.version for t in lh.tables()}
     again = small_world.rerun("query-reformulation")
     assert {t.name: t.version for t in lh.tables()} == before
@@ -156,7 +162,8 @@ def test_another_decoding_regenerates_the_matchers_reformulations_without_a_fine
         matcher_job(ctx)
         after = {t.name: t.version for t in lake.tables()}
         # the split and the generator stand; the reformulations, training logs and results are new versions
-        assert after["matcher_pairs"] == before["matcher_pairs"] and after["matcher_inputs"] == before["matcher_inputs"]
+        assert after["matcher_pairs"] == before["matcher_pairs"]
+        assert after["matcher_inputs"] == before["matcher_inputs"]
         assert marker.stat().st_mtime_ns == trained_at
         versions = lake.read("matcher_reformulations").select("model_version").distinct().collect()
         assert {r[0] for r in versions} == {model}

@@ -221,7 +221,8 @@ def test_a_stage_that_asks_for_a_gpu_the_cluster_cannot_have_fails_before_it_sta
     from common.platform.config_loader import ConfigError
     from common.platform.ray_stages import actor_pool_size, torch_task_options
 
-    with pytest.raises(ConfigError, match=r"generation asks for 1 GPU\(s\) and this Ray cluster has 0: .*ray.num_gpus"):
+    with pytest.raises(ConfigError,
+                       match=r"generation asks for 1 GPU\(s\) and this Ray cluster has 0: .*ray.num_gpus"):
         actor_pool_size(2, 1.0, stage="generation")
     with _capacity({"CPU": 4.0, "GPU": 0.0}), pytest.raises(ConfigError, match="ray.spark_num_gpus_per_node"):
         torch_task_options(1.0, stage="fine-tune")
@@ -412,10 +413,9 @@ def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where
     from pathlib import Path
 
     from common.platform import ray_on_spark
-    from common.platform.config_loader import ConfigError
-    from common.platform.doctor import cluster_checks
     from common.platform.config import BaseConfig
-    from common.platform.config_loader import from_mapping
+    from common.platform.config_loader import ConfigError, from_mapping
+    from common.platform.doctor import cluster_checks
 
     chosen = ray_on_spark.plan(RayConfig(mode="spark"), spark)
     assert chosen.executors == ray_on_spark.Executors(count=1, cores=2, memory_mb=1024)  # spark.executor.memory

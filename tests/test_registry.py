@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from common.registry.gate import RULES, Measure, decide
 from shipped_models import fresh_predictions
 from worlds import WORLD_MODELS
+
+from common.registry.gate import RULES, Measure, decide
+
 
 def wait_answering(server: subprocess.Popen, url: str, log: Path, what: str, limit_s: float = 120) -> None:
     """Until ``url`` answers: fails with the end of ``log`` when ``server`` exits first, or after ``limit_s``."""
@@ -112,12 +113,12 @@ def test_the_gate_fails_closed_when_the_registry_errs(monkeypatch, tmp_path, ctx
     model" (a real SQLite registry) mean no champion. A job result holding what it could not finish makes the CLI
     exit 7 (ship incomplete), and its summary says what."""
     from mlflow import MlflowClient
+    from model_server import FaultProxy
 
-    from common.registry.ship import take_alias
-    from common.registry.store import RegistryUnavailable, champion_version
     from common.platform.cli import exit_code
     from common.platform.job import JobResult
-    from model_server import FaultProxy
+    from common.registry.ship import take_alias
+    from common.registry.store import RegistryUnavailable, champion_version
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
@@ -152,8 +153,8 @@ def test_unity_catalog_names_are_checked_at_load_and_an_unpinnable_requirement_i
     from importlib.metadata import PackageNotFoundError, version
 
     from common.config import load_config
-    from common.registry.mlflow_model import requirements
     from common.platform.config_loader import ConfigError
+    from common.registry.mlflow_model import requirements
 
     repo = Path(__file__).resolve().parents[1]
     assert load_config(repo / "conf" / "databricks.yaml").registry.name_prefix == "main.augment."
@@ -177,14 +178,14 @@ def test_unity_catalog_names_are_checked_at_load_and_an_unpinnable_requirement_i
 def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_suite(small_world, tmp_path):
     import mlflow
     import pandas as pd
+    from cluster.local_cluster import free_port
     from pyspark.sql import functions as F
 
-    from cluster.local_cluster import free_port
     from common.genre.evaluation import clean_col
     from common.models.classifiers.hft import HFTModel, predict_texts
     from common.models.classifiers.multilabel import MultiLabelModel
-    from common.registry.store import registry_client
     from common.pyfunc.multilabel import decide as decide_labels
+    from common.registry.store import registry_client
 
     runs = {"consistency": small_world.run("cga")["consistency-train"],
             "boostaug": small_world.run("boostaug")["boostaug-evaluate"],
@@ -195,7 +196,8 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
     titles = [r["title"] for r in ctx.lakehouse.read("accuracy_test").select("title").limit(6).collect()]
     texts = titles + ["", "Ünïcode — ROT SCHUH Größe 42!"]
     # one version per method, registered by the job's run, the first of its name: champion
-    expected = {"consistency": ["baseline", "cst_ss"], "boostaug": ["none", "eda", "eda_boostaug", "spelling_boostaug"],
+    expected = {"consistency": ["baseline", "cst_ss"], "boostaug": ["none", "eda", "eda_boostaug",
+                                                                    "spelling_boostaug"],
                 "genre": [], "compositional": ["no_aug", "t5_labels", "label_prefix"]}
     for pipeline, methods in expected.items():
         assert any("@champion" in note for note in runs[pipeline].notes)
@@ -213,7 +215,8 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
     base = version_of(client, f"{WORLD_MODELS}consistency_cst_ss", runs["consistency"].run_id)
     logged = mlflow.MlflowClient(uri).get_logged_model(base.source.removeprefix("models:/"))  # the LoggedModel
     linked = {m.key: m.value for m in logged.metrics if m.dataset_name == "accuracy_test"}
-    assert set(linked) == {f"cst_ss.{m}.{p}" for m in ("f1_weighted", "consistency_rate") for p in ("mean", "std", "n")}
+    assert set(linked) == {f"cst_ss.{m}.{p}" for m in ("f1_weighted", "consistency_rate") for p in ("mean", "std",
+                                                                                                    "n")}
     assert logged.params["test.accuracy_test"] == base.tags["test.accuracy_test"]
     run = mlflow.MlflowClient(uri).get_run(base.run_id)  # its mlflow.data inputs: the Delta versions it read
     assert ("accuracy_test", f"v{base.tags['test.accuracy_test']}") in \
@@ -253,7 +256,8 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
            # the scoring server's uvicorn is a console script of this environment
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     log = open(tmp_path / "serve.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{kinds['hft']}@champion",
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m",
+                               f"models:/{kinds['hft']}@champion",
                                "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=tmp_path,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -276,11 +280,11 @@ def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world,
     written, nothing is registered, the run says the ship is incomplete (exit 7); the plain rerun trains nothing and
     finishes the ship from the ledger; the rerun after that registers nothing."""
     from mlflow import MlflowClient
+    from model_server import FaultProxy
 
     from common.platform.cli import exit_code
     from common.platform.lakehouse import Lineage
     from jobs.boostaug import EVAL_SETS, KEPT, REJECTS, RESULTS, TEXTS, evaluate_job
-    from model_server import FaultProxy
 
     small_world.run("boostaug")
     ctx = small_world.copy(tmp_path, [TEXTS, KEPT, REJECTS])  # its registered models' names of its own
@@ -388,9 +392,9 @@ def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
     it and takes the alias back."""
     import threading
 
+    from cluster.local_cluster import free_port
     from mlflow import MlflowClient
 
-    from cluster.local_cluster import free_port
     from common.registry.gate import Decision
     from common.registry.ship import take_alias
 

@@ -83,7 +83,8 @@ def test_draw_is_exact_and_deterministic(spark):
 def test_seeded_first_is_seeded_exact_and_layout_free(spark):
     rows = spark.createDataFrame([(f"i{k:03d}", f"title {k}") for k in range(100)], "item_id string, title string")
     ids = {r.item_id for r in seeded_first(rows, 10, 42, ["item_id"]).collect()}
-    assert len(ids) == 10 and ids == {r.item_id for r in seeded_first(rows.repartition(7), 10, 42, ["item_id"]).collect()}
+    assert len(ids) == 10 and ids == {r.item_id for r in seeded_first(rows.repartition(7), 10, 42,
+                                                                      ["item_id"]).collect()}
     assert ids != {r.item_id for r in seeded_first(rows, 10, 43, ["item_id"]).collect()}  # another seed, other rows
     assert seeded_first(rows, 500, 42, ["item_id"]).count() == 100
 

@@ -8,7 +8,6 @@ import pytest
 from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 from common.models.generation.unigram import train_tokenizer
 
-
 PAIRS = [(f"{brand} {noun} {colour}", f"{colour} {noun} by {brand}")
          for brand in ("acme", "zeta", "bolt", "nova") for noun in ("mug", "kettle", "lamp", "pan")
          for colour in ("red", "blue", "black")]

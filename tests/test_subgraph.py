@@ -7,8 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.querygraph.subgraph import (adjacency, cluster_subgraph, clustering_coefficient, merge_round, prune,
-    seed_clusters)
+from common.querygraph.subgraph import (
+    adjacency,
+    cluster_subgraph,
+    clustering_coefficient,
+    merge_round,
+    prune,
+    seed_clusters,
+)
 
 
 def test_c3_on_a_triangle_a_star_and_a_clique():

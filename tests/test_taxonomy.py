@@ -3,8 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from common.data.taxonomy import (Taxonomy, TaxonomyError, canonical_col, depth_col, malformed_col, split_path,
-    truncate, truncate_col)
+from common.data.taxonomy import (
+    Taxonomy,
+    TaxonomyError,
+    canonical_col,
+    depth_col,
+    malformed_col,
+    split_path,
+    truncate,
+    truncate_col,
+)
 
 
 @pytest.fixture(scope="module")

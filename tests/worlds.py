@@ -134,7 +134,8 @@ def _tiny_t5(vocab_size: int, d_model: int, heads: int, **lengths):
 
 
 # A tiny sentiment corpus for BoostAug's surrogate tests: each review's label is in its words.
-POSITIVE_REVIEWS = ["a great and moving film", "truly wonderful acting", "funny , warm and smart", "a delightful story",
+POSITIVE_REVIEWS = ["a great and moving film", "truly wonderful acting", "funny , warm and smart",
+                    "a delightful story",
                     "brilliant and beautiful", "the best film this year", "charming , witty fun", "an excellent cast",
                     "a joyous , tender triumph"]
 NEGATIVE_REVIEWS = ["a dull and tedious mess", "truly awful acting", "boring , cold and stupid", "a dreadful story",
@@ -166,8 +167,12 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
     from common.boostaug.config import BoostAugConfig, FilterConfig, SurrogateConfig
     from common.boostaug.config import EvalConfig as BoostEvalConfig
     from common.catalog.config import CGAConfig, CGASweepConfig, ConsistencyConfig
-    from common.compositional.config import (CompositionalConfig, LabelGeneratorConfig, QualityConfig,
-                                             TextGeneratorConfig)
+    from common.compositional.config import (
+        CompositionalConfig,
+        LabelGeneratorConfig,
+        QualityConfig,
+        TextGeneratorConfig,
+    )
     from common.compositional.config import EvalConfig as CompositionalEvalConfig
     from common.compositional.config import SplitConfig as CompositionalSplitConfig
     from common.data.config import InputSpec

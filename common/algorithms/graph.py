@@ -116,5 +116,6 @@ def triangle_counts(edges: "DataFrame", use_graphframes: bool = False) -> "DataF
         corners = closed.select(F.explode(F.array("a", "b", "c")).alias("id"))
         counts = corners.groupBy("id").agg(F.count("*").alias("triangles"))
     return degree.join(counts, "id", "left").fillna(0, ["triangles"]).withColumn(
-        "clustering", F.when(F.col("degree") >= 2, 2.0 * F.col("triangles") / (F.col("degree") * (F.col("degree") - 1)))
+        "clustering", F.when(F.col("degree") >= 2,
+                             2.0 * F.col("triangles") / (F.col("degree") * (F.col("degree") - 1)))
         .otherwise(F.lit(0.0)))

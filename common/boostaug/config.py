@@ -5,8 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Optional
 
-from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
-                                  ctranslate2_generation, generator_facts)
+from common.models.config import (
+    EncoderConfig,
+    FastTextConfig,
+    FineTuneConfig,
+    GenerationConfig,
+    T5ModelConfig,
+    ctranslate2_generation,
+    generator_facts,
+)
 from common.platform.config import check
 
 Backend = Literal["eda", "spelling", "split", "contextual"]
@@ -125,7 +132,8 @@ class FeatureSurrogateConfig:
     # each batch's activations back to the OS and a fifth of the actor's CPU went to faulting them in again (in the
     # pool on 2 cores, 1.16x the candidates a second at 40 words, 1.29x at 80). False: as before (2026-12-03).
     hold_heap: bool = True
-    # Ray CPUs per head-fitting task and embedding actor. A CPU actor must leave one of the cluster's CPUs to Ray Data's read
+    # Ray CPUs per head-fitting task and embedding actor. A CPU actor must leave one of the cluster's CPUs to Ray
+    # Data's read
     # and write tasks, so on 2 cores the actor holds 1 CPU and its encoder runs ``threads`` threads.
     num_cpus: int = 1
     # CTranslate2's threads per task or actor; 0: its num_cpus.

@@ -4,8 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from common.models.config import (FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig, check_generator,
-                                  ctranslate2_generation)
+from common.models.config import (
+    FastTextConfig,
+    FineTuneConfig,
+    GenerationConfig,
+    T5ModelConfig,
+    check_generator,
+    ctranslate2_generation,
+)
 from common.platform.config import check
 
 

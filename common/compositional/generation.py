@@ -19,7 +19,8 @@ def prompts(label_sets: "DataFrame", methods: Sequence[str]) -> "DataFrame":
 
     methods_df = label_sets.sparkSession.createDataFrame([(m,) for m in methods], "method string")
     rows = label_sets.withColumn("k", F.explode(F.sequence(F.lit(1), F.col("draws")))).crossJoin(methods_df)
-    return rows.select("method", F.concat_ws("/", "method", "composition", F.col("k").cast("string")).alias("example_id"),
+    return rows.select("method", F.concat_ws("/", "method", "composition",
+                                             F.col("k").cast("string")).alias("example_id"),
                        "composition", "labels", F.array_join("labels", PHRASE_JOIN).alias("source_text"))
 
 
@@ -41,7 +42,8 @@ def concat_texts(prompt_rows: "DataFrame", train: "DataFrame", seed: int) -> "Da
     return picked.groupBy("example_id").agg(
         F.array_join(F.transform(F.array_sort(F.collect_list(F.struct("pos", "part"))), lambda s: s["part"]), " ")
         .alias("text"),
-        F.array_join(F.array_sort(F.collect_set(F.when(F.col("part").isNull(), F.col("label")))), ", ").alias("_missing"),
+        F.array_join(F.array_sort(F.collect_set(F.when(F.col("part").isNull(), F.col("label")))),
+                     ", ").alias("_missing"),
     ).select("example_id", F.when(F.col("_missing") == "", F.col("text")).alias("text"),
              F.when(F.col("_missing") != "", F.concat(F.lit("no single-label text for "), F.col("_missing")))
              .alias("reason"))

@@ -264,7 +264,8 @@ def catalog_rows(cfg: DemoConfig, group_start: int, group_stop: int) -> pd.DataF
             pack = PACKS[int(combo) // (len(COLOURS) * len(sizes))]
             template = int(world.template[g]) if vrng.random() < 0.7 else int(vrng.integers(0, len(_TEMPLATES)))
             noun = family.nouns[int(world.noun[g])] if vrng.random() < 0.85 else family.nouns[int(vrng.integers(0, 3))]
-            title = _title(vrng, family, side, brand, family.materials[int(world.material[g]) % len(family.materials)], noun, model,
+            title = _title(vrng, family, side, brand,
+                           family.materials[int(world.material[g]) % len(family.materials)], noun, model,
                            colour, size, pack, bool(world.signal[g]), template)
             gtin = str(gtin_base + k)
             mpn = model
@@ -315,7 +316,8 @@ def interaction_rows(cfg: DemoConfig, start: int, stop: int) -> pd.DataFrame:
         else:
             query = rng.choice([noun, rng.choice(family.synonyms or (noun,)), family.l3.lower(),
                                 f"{family.materials[int(rng.integers(0, len(family.materials)))]} {noun}"])
-            candidates = np.concatenate([world.groups_by_leaf[2 * (leaf // 2)], world.groups_by_leaf[2 * (leaf // 2) + 1]])
+            candidates = np.concatenate([world.groups_by_leaf[2 * (leaf // 2)],
+                                         world.groups_by_leaf[2 * (leaf // 2) + 1]])
         if rng.random() < 0.12:
             query = _typo(rng, query)
         if rng.random() < 0.5:

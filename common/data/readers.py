@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from common.data.config import FILE_FORMATS, InputSpec, looks_like_table_name
+from common.data.schemas import Contract
 from common.platform.errors import InputError, one_line
 from common.platform.lakehouse import fingerprint_files, read_delta_rs
-from common.data.schemas import Contract
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -184,7 +184,8 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
             df = df.withColumn(name, F.lit(value))
     if spec.label_columns:
         df = _fold_label_columns(df, spec.label_columns, label_separator, location)
-    if "labels" in contract.column_names and "labels" in df.columns and df.schema["labels"].dataType.typeName() == "array":
+    if ("labels" in contract.column_names and "labels" in df.columns
+            and df.schema["labels"].dataType.typeName() == "array"):
         df = df.withColumn("labels", F.array_join("labels", label_separator))
     missing = [c.name for c in contract.required if c.name not in df.columns]
     if missing:

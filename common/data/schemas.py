@@ -1,6 +1,7 @@
 """The input contracts: which columns each kind of dataset must have, with which types.
 
-These are the schemas docs/reference/input-schemas.md documents; readers check them on read and name the file and column
+These are the schemas docs/reference/input-schemas.md documents; readers check them on read and name the file and
+column
 that break them.
 """
 from __future__ import annotations

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from common.platform.errors import InputError
+
 # The canonical path separator, " > ": defined in the code a registered model carries, which cuts labels by it.
 from common.pyfunc.hft import SEPARATOR
 

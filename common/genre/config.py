@@ -6,8 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from common.models.config import (EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig, T5ModelConfig,
-                                  check_generator)
+from common.models.config import (
+    EncoderConfig,
+    FastTextConfig,
+    FineTuneConfig,
+    GenerationConfig,
+    T5ModelConfig,
+    check_generator,
+)
 from common.platform.config import check
 
 

@@ -43,7 +43,8 @@ def clean_col(text: "Column") -> "Column":
     return F.trim(F.regexp_replace(F.regexp_replace(text, r"[^\p{L}]+", " "), r"\s+", " "))
 
 
-def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame", chars: int, seed: int) -> "DataFrame":
+def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame", chars: int,
+              seed: int) -> "DataFrame":
     """(topic, n, set, doc_id, label, text): each split document as one cleaned window of ``chars``
     characters drawn by (``seed``, doc_id) (the same window wherever the document appears), set = its role
     (test, on_topic, off_topic); plus every synthetic document, cleaned, labelled with its generator's genre,

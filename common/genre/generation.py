@@ -76,7 +76,8 @@ def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFra
     from pyspark.sql import functions as F
 
     counts = passage_rows.groupBy("doc_id").agg(F.count(F.lit(1)).alias("_passages"))
-    chosen = counts.withColumn("passage_idx", F.pmod(F.xxhash64(F.lit(seed), "doc_id"), F.col("_passages")).cast("int"))
+    chosen = counts.withColumn("passage_idx",
+                               F.pmod(F.xxhash64(F.lit(seed), "doc_id"), F.col("_passages")).cast("int"))
     keywords = chosen.join(passage_rows, ["doc_id", "passage_idx"]).select("doc_id", "keywords")
     out = prompt_sources(splits, ratio, seed, control).join(keywords.withColumnRenamed("doc_id", "source_doc_id"),
                                                             "source_doc_id") \
@@ -102,5 +103,6 @@ def synthetic(generated: "DataFrame", prompt_rows: "DataFrame") -> "DataFrame":
     reason = F.coalesce(F.col("reason"), F.when(F.length(clean_col(F.coalesce("generated_text", F.lit("")))) == 0,
                                                 F.lit("empty generation: no letters")))
     return joined.select("topic", "n", "genre", "source_doc_id", "source_genre", "keywords_from", "source_id",
-                         F.col("source_text").alias("keywords"), F.col("generated_text").alias("text"), "model_version",
+                         F.col("source_text").alias("keywords"), F.col("generated_text").alias("text"),
+                         "model_version",
                          "generated_tokens", reason.alias("reason"))

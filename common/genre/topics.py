@@ -220,7 +220,8 @@ def effective_sizes(genre_counts: Mapping[str, int], cfg: SplitConfig) -> list[i
     return kept
 
 
-def topic_splits(doc_weights: "DataFrame", topics: Sequence[int], sizes: Sequence[int], cfg: SplitConfig) -> "DataFrame":
+def topic_splits(doc_weights: "DataFrame", topics: Sequence[int], sizes: Sequence[int],
+                 cfg: SplitConfig) -> "DataFrame":
     """(topic, n, doc_id, genre, role, weight, rank) for every evaluated topic and size: per genre, documents
     ranked by their weight for the topic (heaviest first, ties by doc_id); the first ones are the on-topic
     ``test`` set, the next ones the ``on_topic`` training set, the last (lowest weight) ones the

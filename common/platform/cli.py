@@ -19,8 +19,15 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.platform.config_loader import ConfigError
-from common.platform.errors import SHIP_INCOMPLETE, USER_ERRORS, exit_code_table, interruption, one_line, report
-from common.platform.errors import user_error
+from common.platform.errors import (
+    SHIP_INCOMPLETE,
+    USER_ERRORS,
+    exit_code_table,
+    interruption,
+    one_line,
+    report,
+    user_error,
+)
 
 if TYPE_CHECKING:
     from common.platform.pipeline import JobRegistry

@@ -124,7 +124,8 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
                 f"a time: run the writers one after the other, raise lakehouse.commit_wait_s, or configure a "
                 f"multi-writer log store (docs: Running on a cluster)")
         if holder is not None and not announced:
-            log.info("waiting for the commit lease of %s, held by %s since %s", table, holder["owner"], holder["since"])
+            log.info("waiting for the commit lease of %s, held by %s since %s", table, holder["owner"],
+                     holder["since"])
             announced = True
         # A holder gone between our put and our look: again, soon.
         time.sleep(settings.poll_s if holder is not None else min(settings.poll_s, 0.1))

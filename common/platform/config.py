@@ -13,8 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
 
-from common.platform.config_loader import (ConfigError, apply_overrides, flatten, from_mapping, load_tree, mask_secrets,
-                                          to_mapping)
+from common.platform.config_loader import (
+    ConfigError,
+    apply_overrides,
+    flatten,
+    from_mapping,
+    load_tree,
+    mask_secrets,
+    to_mapping,
+)
 
 DEFAULT_CONF_ENV = "AUGMENT_CONF"
 

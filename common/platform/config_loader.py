@@ -1,6 +1,7 @@
 """Typed configuration loading: YAML files and ``--set a.b=value`` overrides into nested dataclasses.
 
-The dataclasses live with their domains (``common/<domain>/config.py``, composed by :mod:`common.config`); this module only knows how to turn plain
+The dataclasses live with their domains (``common/<domain>/config.py``, composed by :mod:`common.config`); this module
+only knows how to turn plain
 mappings into them, so every bad key or value fails at start-up with a message naming the key.
 """
 from __future__ import annotations

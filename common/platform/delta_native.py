@@ -9,8 +9,15 @@ import uuid
 from typing import TYPE_CHECKING, Optional
 
 from common.platform.commit_lease import LeaseSettings, commit_lock
-from common.platform.tables import (RECENT_COMMITS, Commit, LakehouseError, WriteMode, WriteResult,
-                                    check_same_schema, parse_lineage)
+from common.platform.tables import (
+    RECENT_COMMITS,
+    Commit,
+    LakehouseError,
+    WriteMode,
+    WriteResult,
+    check_same_schema,
+    parse_lineage,
+)
 
 # How often a write that lost a race to a concurrent writer of another lineage is run again.
 COMMIT_RETRIES = 5
@@ -49,7 +56,8 @@ def history(spark: "SparkSession", ident: str, limit: Optional[int] = None) -> l
 
 def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ident: str, as_catalog_table: bool,
           mode: WriteMode, metadata: Optional[str], txn_app_id: Optional[str] = None,
-          storage: Optional[dict[str, str]] = None, lease: LeaseSettings = LeaseSettings()) -> WriteResult:
+          storage: Optional[dict[str, str]] = None,
+          lease: LeaseSettings = LeaseSettings()) -> WriteResult:  # noqa: B008  (frozen: one shared default is safe)
     """Write ``df`` with Spark's Delta writer as one new version (``overwrite`` replaces the schema too).
 
     With ``txn_app_id``, the write is one of Delta's idempotent writes (``txnAppId``/``txnVersion`` 0): Delta

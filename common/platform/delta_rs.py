@@ -12,8 +12,15 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from common.platform.storage import filesystem, list_files, remove_tree
-from common.platform.tables import (RECENT_COMMITS, LakehouseError, TableInfo, WriteMode, WriteResult,
-                                    check_same_schema, parse_lineage)
+from common.platform.tables import (
+    RECENT_COMMITS,
+    LakehouseError,
+    TableInfo,
+    WriteMode,
+    WriteResult,
+    check_same_schema,
+    parse_lineage,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 from common.platform.config import BaseConfig
 from common.platform.lakehouse import Lakehouse, Lineage, WriteMode, WriteResult
 from common.platform.reports import Reports
+from common.platform.run_status import check_server
 from common.platform.session import SparkCapabilities, configure_session, detect_capabilities, get_spark
 from common.platform.signals import reclaim
-from common.platform.run_status import check_server
 from common.platform.tracking import TrackedRun, Tracker
 
 if TYPE_CHECKING:
@@ -120,7 +120,8 @@ class JobContext:
         self.chosen[self.lakehouse.location(table)] = result.version
         return result
 
-    def existing_version(self, run: TrackedRun, table: str, config_hash: str, inputs: Mapping[str, str]) -> Optional[int]:
+    def existing_version(self, run: TrackedRun, table: str, config_hash: str,
+                         inputs: Mapping[str, str]) -> Optional[int]:
         """The version of ``table`` this job already wrote from the same config and inputs (None if none,
         or when forced): lets a job skip expensive work (model training) whose output exists."""
         if self.force:
@@ -183,12 +184,12 @@ def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSe
     check_server(cfg.tracking_uri, cfg.tracking.start_timeout_s)
     tracker = Tracker(cfg)
     if spark is None:
-        from concurrent.futures import ThreadPoolExecutor
-
         # pyspark is imported before the MLflow thread starts: two threads importing at once can deadlock on a
         # module both import (the cluster rehearsal's genre-transfer driver died of _DeadlockError on
         # importlib.resources.abc, pyspark.errors against MLflow's imports). What overlaps is the JVM's start.
         import importlib.resources  # noqa: F401
+        from concurrent.futures import ThreadPoolExecutor
+
         import pyspark.sql  # noqa: F401
 
         # A fresh process (every `augment run`, spark-submit job and scheduled task) spends 3-4 s importing

@@ -4,7 +4,8 @@ A local session's JVM spends seconds of its start on 2 cores loading, parsing an
 classes, and every ``augment`` command, scheduled local batch and test subprocess starts one. Java's
 dynamic CDS (JDK 13+) writes the classes one run loaded into an archive that later JVMs map instead:
 measured on 2 cores, an ``augment run ingest`` of the small reliability world reached its first write
-after 8.4-10.0 s instead of 10.6-13.9 s (README, Tests). :func:`common.platform.session.get_spark` passes the archive to
+after 8.4-10.0 s instead of 10.6-13.9 s (README, Tests). :func:`common.platform.session.get_spark` passes the archive
+to
 local sessions when it exists (``spark.class_data_sharing``). The JVM checks the archive itself: one from
 another JDK build or Spark version is refused with a one-line warning and the JVM starts as before.
 
@@ -26,7 +27,8 @@ def _workload(spark, folder: str, native_delta: bool) -> None:
     """What the suite's jobs make the driver load: CSV and Parquet I/O, joins, windows, aggregations, an
     Arrow pandas UDF with its Python workers, and Spark's Delta writer and reader when the jars are present."""
     import pandas as pd
-    from pyspark.sql import Window, functions as F
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
     pd.DataFrame({"id": range(200), "title": [f"item {i % 17} title" for i in range(200)]}).to_csv(
         os.path.join(folder, "in.csv"), index=False)

@@ -2,10 +2,13 @@
 
 Two write paths, one contract (this module is the table API; each path has its own module):
 
-* **native** (:mod:`common.platform.delta_native`; cluster, Databricks): Spark's own Delta writer, path tables or catalog tables.
-* **delta-rs** (:mod:`common.platform.delta_rs`; no Delta jar): Spark executors write the Parquet data files in parallel
-  into a fresh folder inside the table; the driver reads only their footers and commits them with
+* **native** (:mod:`common.platform.delta_native`; cluster, Databricks): Spark's own Delta writer, path tables or
+  catalog tables.
+* **delta-rs** (:mod:`common.platform.delta_rs`; no Delta jar): Spark executors write the Parquet data files in
+  parallel into a fresh folder inside the table; the driver reads only their footers and commits them with
   delta-rs as ONE new table version. Rows never pass through the driver.
+
+Ray Datasets come in and go out through the same contract (:mod:`common.platform.lakehouse_ray`).
 
 Every commit carries lineage (job, run id, config hash, input versions) in ``commitInfo.userMetadata``,
 which both Spark's ``DESCRIBE HISTORY`` and delta-rs ``history()`` show. A write whose lineage key is
@@ -13,20 +16,28 @@ already in the table's history is skipped (idempotent re-runs) unless forced.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import os
 import time
-import uuid
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from common.platform import delta_native, delta_rs
 from common.platform.config import LakehouseConfig
 from common.platform.delta_rs import read_delta_rs
-from common.platform.storage import arrow_uri, remove_tree
-from common.platform.tables import (LINEAGE_MARK, Commit, LakehouseError, Lineage, TableInfo, WriteMode, WriteResult,
-                                    parse_lineage)
+from common.platform.lakehouse_ray import RayHandoff
+from common.platform.storage import arrow_uri
+from common.platform.tables import (
+    LINEAGE_MARK,
+    Commit,
+    LakehouseError,
+    Lineage,
+    TableInfo,
+    WriteMode,
+    WriteResult,
+    app_id,
+    check_name,
+    parse_lineage,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,7 +48,7 @@ __all__ = ["Lakehouse", "LakehouseError", "Lineage", "WriteResult", "WriteMode",
 log = logging.getLogger(__name__)
 
 
-class Lakehouse:
+class Lakehouse(RayHandoff):
     """Named Delta tables under ``cfg.root`` (path tables) or in ``cfg.catalog`` (catalog tables).
 
     ``spark`` may be None for metadata-only use (``tables``, ``history``, ``version``) of path tables;
@@ -57,7 +68,7 @@ class Lakehouse:
     # ------------------------------------------------------------------ naming
     def location(self, table: str) -> str:
         """The table's path (path tables) or fully qualified name (catalog tables)."""
-        _check_name(table)
+        check_name(table)
         if self.cfg.catalog:
             return f"{self.cfg.catalog}.{table}"
         return f"{self.cfg.root.rstrip('/')}/{table}"
@@ -228,14 +239,14 @@ class Lakehouse:
         """
         if mode not in ("overwrite", "append"):
             raise LakehouseError(f"write mode must be 'overwrite' or 'append', got {mode!r}")
-        _check_name(table)
+        check_name(table)
         done = self.already_written(table, lineage, force)
         if done is not None:
             return done
         metadata = lineage.to_metadata(table) if lineage else None
         if self.native_delta:
-            return self._write_native(df, table, mode, metadata, _app_id(table, lineage, force))
-        return self._write_delta_rs(df, table, mode, metadata, _app_id(table, lineage, force))
+            return self._write_native(df, table, mode, metadata, app_id(table, lineage, force))
+        return self._write_delta_rs(df, table, mode, metadata, app_id(table, lineage, force))
 
     def already_written(self, table: str, lineage: Optional[Lineage], force: bool) -> Optional[WriteResult]:
         """The skipped-write result when ``table`` already holds ``lineage``'s output (and not ``force``)."""
@@ -279,75 +290,6 @@ class Lakehouse:
         return delta_rs.commit_files(table, self.location(table), self.cfg.storage_options or None, mode, metadata,
                                      write_files, arrow_schema, app_id)
 
-    # ------------------------------------------------------------------ Ray handoff
-    def read_ray(self, table: str, version: Optional[int] = None, columns: Optional[list[str]] = None):
-        """The table version as a Ray Dataset read from its Parquet files by Ray's workers (no driver copy)."""
-        import ray
-
-        return ray.data.read_parquet(self.file_uris(table, version), columns=columns)
-
-    @contextlib.contextmanager
-    def read_ray_ordered(self, table: str, version: Optional[int], columns: Sequence[str], order_by: Sequence[str]):
-        """A context giving the table version's ``columns`` as a Ray Dataset whose rows come in ``order_by``
-        order, whatever the version's file layout: Spark sorts them into a staging folder of Parquet files
-        that Ray reads in order (the dataset's ``preserve_order``). Batches cut from it in order, as the
-        generation pool's are, then hold the same rows however many files or Spark partitions the table has.
-        ``order_by`` should be a total order (a unique id). The staging folder is removed on exit, so the
-        dataset must have run (been written) inside the context."""
-        import ray
-
-        from common.platform.storage import list_files
-
-        staging = f"{self.cfg.root.rstrip('/')}/_staging/{table}-v{version}-{uuid.uuid4().hex[:12]}"
-        try:
-            self.read(table, version).select(*columns).orderBy(*order_by).write.parquet(staging)
-            # Spark's part files hold consecutive ranges of the sort, numbered in order.
-            names = sorted(os.path.basename(f.path) for f in list_files(staging) if f.path.endswith(".parquet"))
-            ds = ray.data.read_parquet([arrow_uri(f"{staging}/{name}") for name in names])  # ``columns`` only
-            ds.context.execution_options.preserve_order = True  # this dataset's context, a copy made at read
-            yield ds
-        finally:
-            remove_tree(staging)
-
-    def write_ray(self, ds, table: str, mode: WriteMode = "overwrite", lineage: Optional[Lineage] = None,
-                  force: bool = False, before_commit: Optional[Callable[[], None]] = None) -> WriteResult:
-        """Write a Ray Dataset as ONE new version of ``table`` (lineage and idempotence as in :meth:`write`).
-
-        Ray's workers write the Parquet files. delta-rs path: the driver commits them in place. Native path (and
-        catalog tables): they land in a staging folder that Spark's executors read and commit with Spark's Delta
-        writer, so the table's every commit is Spark's; the staging folder is then removed. A stage that fails
-        because the cluster lost a node runs again from its inputs (``ray.stage_retries``, :func:`run_stage`): the
-        files of the failed attempt are removed first. ``before_commit()`` runs then; what it raises leaves no
-        version."""
-        _check_name(table)
-        if (done := self.already_written(table, lineage, force)) is not None:
-            return done
-        # Batches read from Spark-written files carry Spark's schema in their metadata (Ray Data's V1 Parquet
-        # reader keeps it), stale once a stage adds columns; Spark would read the written files back with it.
-        ds = ds.map_batches(_without_spark_schema, batch_format="pyarrow", zero_copy_batch=True)
-
-        def run(staging: str) -> None:
-            # Runs the stage, lazily (a lost node: again); Ray names S3 as pyarrow does, Spark reads it as given.
-            from common.platform.ray_stages import run_stage
-
-            run_stage(lambda: ds.write_parquet(arrow_uri(staging)), f"the stage writing {table}",
-                      lambda: remove_tree(staging))
-            (before_commit or (lambda: None))()
-
-        if not self.native_delta:
-            if self.cfg.catalog:
-                raise LakehouseError("catalog tables are written with Spark's Delta writer (spark.delta: native)")
-            metadata = lineage.to_metadata(table) if lineage else None
-            return self._commit_written(table, mode, metadata, run, None, _app_id(table, lineage, force))
-        staging = f"{self.cfg.root.rstrip('/')}/_staging/{table}-{uuid.uuid4().hex[:12]}"
-        try:
-            run(staging)
-            # ds.schema, not ds.schema(): the dataset is lazy, and its schema would run it (the model) again.
-            return self.write(delta_rs.read_parquet_folder(self._require_spark(), staging, ds.schema), table,
-                              mode, lineage, force)
-        finally:
-            remove_tree(staging)
-
     # ------------------------------------------------------------------ helpers
     def _require_spark(self) -> "SparkSession":
         if self.spark is None:
@@ -362,34 +304,11 @@ class Lakehouse:
         return delta_rs.open_table(table, self.location(table), self.cfg.storage_options or None)
 
 
-def _without_spark_schema(batch):
-    """The Arrow ``batch`` without the Spark schema in its metadata (``org.apache.spark.*`` keys). Spark reads a
-    Parquet file's columns from that key when it is there, not from the file's own schema, so a file written
-    with a stale copy (a batch read from a Spark-written table, then given more columns) would lose the new
-    columns when Spark reads it."""
-    metadata = batch.schema.metadata
-    if not metadata or not any(key.startswith(b"org.apache.spark.") for key in metadata):
-        return batch
-    return batch.replace_schema_metadata({k: v for k, v in metadata.items() if not k.startswith(b"org.apache.spark.")})
-
-
-def _app_id(table: str, lineage: Optional[Lineage], force: bool) -> Optional[str]:
-    """The Delta transaction id of a lineage's write (both paths): Delta's own idempotence, keyed by the lineage,
-    guards the gap between the history check and the commit, so two concurrent runs of one job cannot both
-    commit. None (no guard) without lineage or with ``force``."""
-    return f"augment-{lineage.key(table)}" if lineage and not force else None
-
-
 def _local_path(uri: str) -> str:
     """``file:/x`` and ``file:///x`` as the plain path ``/x`` (Ray and pyarrow take both); other URIs unchanged."""
     if uri.startswith("file:"):
         return "/" + uri[len("file:"):].lstrip("/")
     return uri
-
-
-def _check_name(table: str) -> None:
-    if not table or not all(c.isalnum() or c == "_" for c in table):
-        raise LakehouseError(f"table names are letters, digits and '_' only, got {table!r}")
 
 
 def fingerprint_files(paths: Iterable[tuple[str, int, float]]) -> str:

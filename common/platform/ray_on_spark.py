@@ -150,7 +150,8 @@ def plan(cfg: RayConfig, spark: "SparkSession") -> RayOnSparkPlan:
     if cpus > found.cores:
         raise ConfigError(f"ray.spark_num_cpus_per_node ({cpus}) is more than a Spark executor has: the application "
                           f"has {found.describe()}, and a Ray worker node is one Spark task holding its CPUs, which "
-                          f"would never be scheduled; set ray.spark_num_cpus_per_node to at most {found.cores} (unset: "
+                          f"would never be scheduled; set ray.spark_num_cpus_per_node to at most {found.cores} "
+                          f"(unset: "
                           "an executor's cores), or give the executors more cores (spark.executor.cores)")
     memory = cfg.spark_memory_per_node_mb or max(256, found.memory_mb * cpus // found.cores)
     return RayOnSparkPlan(min_nodes=cfg.spark_min_worker_nodes, max_nodes=cfg.spark_max_worker_nodes, cpus=cpus,

@@ -11,8 +11,13 @@ import os
 from typing import Any, Optional
 
 from common.platform.config import RayConfig
-from common.platform.ray_stages import (CAPACITY_KEY, FAULT_TOLERANCE_KEY, STAGE_RETRIES_KEY, fault_tolerance,
-                                        retried_errors)
+from common.platform.ray_stages import (
+    CAPACITY_KEY,
+    FAULT_TOLERANCE_KEY,
+    STAGE_RETRIES_KEY,
+    fault_tolerance,
+    retried_errors,
+)
 from common.platform.signals import reclaim
 
 log = logging.getLogger(__name__)

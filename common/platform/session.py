@@ -5,8 +5,8 @@ take the session that spark-submit or the notebook already created.
 """
 from __future__ import annotations
 
-import logging
 import glob
+import logging
 import os
 import re
 import sys
@@ -249,7 +249,7 @@ def detect_capabilities(spark: "SparkSession", cfg: SparkConfig) -> SparkCapabil
 def _has_delta_source(spark: "SparkSession") -> bool:
     missing_dir = os.path.join(tempfile.gettempdir(), "augment-delta-probe-does-not-exist")
     try:
-        spark.read.format("delta").load(missing_dir).schema
+        _ = spark.read.format("delta").load(missing_dir).schema  # resolving the schema is what fails or not
     except Exception as exc:  # the message tells "no such source" apart from "no such table"
         text = str(exc)
         return not ("DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source" in text)

@@ -85,7 +85,8 @@ def handled(grace_s: float) -> Iterator[None]:
         os.write(2, f"augment: {signal.Signals(signum).name} received: stopping (cleanup bounded by {grace_s:g} s; a "
                     "second signal exits at once)\n".encode())
         deadline.append(threading.Timer(grace_s, _exit_now, (signum, f"cleanup passed {grace_s:g} s "
-                                                                    "(tracking.shutdown_grace_s): exited without cleanup")))
+                                                                    "(tracking.shutdown_grace_s): exited without "
+                                                                    "cleanup")))
         deadline[0].daemon = True
         deadline[0].start()
         _stop_spark_jobs()

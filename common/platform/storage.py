@@ -309,7 +309,8 @@ def local_commit_lock(location: str, wait_s: float = 600.0, poll_s: float = 0.2)
     both "succeed", the later silently replacing the earlier (and Hadoop's checksum sidecar of the one no
     longer matching the other's file). delta-rs commits locally with an atomic no-replace rename; this lock
     gives Spark's writer the same guarantee on a local lakehouse (on S3 the commit lease does:
-    :mod:`common.platform.commit_lease`). It is a ``flock`` on ``.<folder>.commit-lock`` beside the table folder, taken on a
+    :mod:`common.platform.commit_lease`). It is a ``flock`` on ``.<folder>.commit-lock`` beside the table folder,
+    taken on a
     descriptor of its own per call, so it serializes writers in other processes and in other threads alike;
     the kernel releases it when a holder dies.
     """

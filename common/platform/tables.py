@@ -118,3 +118,16 @@ def check_same_schema(table: str, current, new) -> None:
             f"append to {table!r} with a different schema: missing columns {missing}, new columns {extra}, "
             f"changed types {changed}; write with mode='overwrite' to replace the schema"
         )
+
+
+def app_id(table: str, lineage: Optional[Lineage], force: bool) -> Optional[str]:
+    """The Delta transaction id of a lineage's write (both paths): Delta's own idempotence, keyed by the lineage,
+    guards the gap between the history check and the commit, so two concurrent runs of one job cannot both
+    commit. None (no guard) without lineage or with ``force``."""
+    return f"augment-{lineage.key(table)}" if lineage and not force else None
+
+
+def check_name(table: str) -> None:
+    """Raise LakehouseError unless ``table`` is a valid table name (letters, digits and '_')."""
+    if not table or not all(c.isalnum() or c == "_" for c in table):
+        raise LakehouseError(f"table names are letters, digits and '_' only, got {table!r}")

@@ -157,7 +157,8 @@ class Tracker:
         close_dead_runs(self._experiment_id)
 
     @contextlib.contextmanager
-    def run(self, name: str, tags: Optional[Mapping[str, Any]] = None, log_config: bool = True) -> Iterator[TrackedRun]:
+    def run(self, name: str, tags: Optional[Mapping[str, Any]] = None,
+            log_config: bool = True) -> Iterator[TrackedRun]:
         """Open a run named ``name``; nested under the active run when there is one (pipeline children).
 
         Logs the flattened config as params when ``log_config``. The run ends FAILED if the body raises.

@@ -98,7 +98,8 @@ class MultiLabelClassifier:
         self.threshold = float(manifest["threshold"])
 
     def predict(self, model_input: Any, params: Optional[dict[str, Any]] = None):
-        return _label_sets(self.labels, self.threshold, ova_probabilities(self.model, self.labels, _texts(model_input)))
+        return _label_sets(self.labels, self.threshold,
+                           ova_probabilities(self.model, self.labels, _texts(model_input)))
 
 
 class EncoderTextClassifier:

@@ -30,7 +30,8 @@ def subgraphs(pq: "DataFrame", sims: "DataFrame") -> "DataFrame":
     vn = vq.join(sims.select(F.col("query").alias("vertex"), "similar_query"), "vertex") \
         .select("product_id", F.col("similar_query").alias("vertex"))
     vertices = vq.unionByName(vn).distinct()
-    edges = sims.select(F.least("query", "similar_query").alias("u"), F.greatest("query", "similar_query").alias("v")) \
+    edges = sims.select(F.least("query", "similar_query").alias("u"), F.greatest("query",
+                                                                                 "similar_query").alias("v")) \
         .distinct()
     inside = vertices.withColumnRenamed("vertex", "u").join(edges, "u") \
         .join(vertices.select("product_id", F.col("vertex").alias("v")), ["product_id", "v"])
@@ -80,9 +81,11 @@ def reformulation_pairs(clusters: "DataFrame", spec: "DataFrame", sims: "DataFra
     pairs = a.join(b, ["product_id", "cluster_id"]).filter(F.col("a.q") != F.col("b.q")).select(
         "product_id", "cluster_id", F.col("a.q").alias("source_query"), F.col("b.q").alias("target_query"))
     s = spec.select("query", "specificity")
-    with_spec = pairs.join(s.select(F.col("query").alias("source_query"), F.col("specificity").alias("source_specificity")),
+    with_spec = pairs.join(s.select(F.col("query").alias("source_query"),
+                                    F.col("specificity").alias("source_specificity")),
                            "source_query").join(
-        s.select(F.col("query").alias("target_query"), F.col("specificity").alias("target_specificity")), "target_query")
+        s.select(F.col("query").alias("target_query"), F.col("specificity").alias("target_specificity")),
+        "target_query")
     kept = with_spec.filter(within_tolerance(F.col("target_specificity"), F.col("source_specificity"),
                                              cfg.specificity_tolerance, cfg.tolerance_mode))
     pmi = sims.select(F.col("query").alias("source_query"), F.col("similar_query").alias("target_query"), "pmi")

@@ -60,8 +60,8 @@ def evaluate(queries: "DataFrame", model: "HFTModel", ks: Sequence[int]) -> "Dat
     """
     from pyspark.sql import types as T
 
-    from common.models.classifiers.hft import load_levels
     from common.data.text import normalize_title
+    from common.models.classifiers.hft import load_levels
 
     ks = sorted(set(ks))
     names = [f"{m}_at_{k}" for k in ks for m in ("precision", "recall", "hit")]

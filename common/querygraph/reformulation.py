@@ -75,7 +75,8 @@ def augment_interactions(tuples: "DataFrame", reformulations: "DataFrame", cfg: 
     both = original.withColumn("_orig", F.col("count")).withColumn("_gen", F.lit(0).cast("long")).unionByName(
         reformulated.withColumn("_orig", F.lit(0).cast("long")).withColumn("_gen", F.col("count").cast("long")))
     aggregated = both.groupBy("query", "product_id", "interaction").agg(
-        F.sum("count").alias("count"), F.sum("_orig").alias("original_count"), F.sum("_gen").alias("reformulated_count"))
+        F.sum("count").alias("count"), F.sum("_orig").alias("original_count"),
+        F.sum("_gen").alias("reformulated_count"))
     kept, rejected = apply_activity_threshold(aggregated, cfg)
     base_kept, _ = apply_activity_threshold(aggregated.withColumn("count", F.col("original_count")), cfg)
     was_kept = base_kept.filter(F.col("original_count") > 0).select("query", "product_id", "interaction",

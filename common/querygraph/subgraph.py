@@ -7,7 +7,8 @@ sorted order, so the same subgraph always gives the same clusters.
 1. Seeds: a vertex with clustering coefficient C3(i) = 2 T_i / (d_i (d_i - 1)) above ``c3_threshold``
    (0.33) seeds the cluster {i} ∪ N(i); any other vertex seeds the singleton {i}.
 2. Merging, in rounds: all pairs of clusters with a common vertex, in order of intersection size (largest
-   first; ties by overlap ratio |ci ∩ cj| / min size, then by members); a pair merges when |ci ∩ cj| >= θ·min(|ci|, |cj|) (θ = 0.4), and the round ends at the first
+   first; ties by overlap ratio |ci ∩ cj| / min size, then by members); a pair merges when |ci ∩ cj| >= θ·min(|ci|,
+   |cj|) (θ = 0.4), and the round ends at the first
    pair that fails that test. A cluster merges at most once per round; rounds repeat until one merges
    nothing.
 3. Pruning, after the last merge: a vertex leaves its cluster when its internal degree / external degree

@@ -95,7 +95,8 @@ def method_candidates(pipeline: str, results, folders: Mapping[tuple[str, str], 
 
 
 def task_scoring(test: Sequence[Any], encoder: Optional["EncoderConfig"] = None, multilabel: bool = False) -> dict:
-    """A candidate's ``scoring`` (JSON, kept in the shipping ledger) for :func:`~common.registry.compare.task_compare`: its test rows
+    """A candidate's ``scoring`` (JSON, kept in the shipping ledger) for
+    :func:`~common.registry.compare.task_compare`: its test rows
     (row sources, (files, filters)), single- or multi-label, and the CPUs and GPUs of an encoder's task
     (``encoder``: the job's evaluation encoder config)."""
     return {"test": [[list(files), [list(f) for f in filters] if filters else None] for files, filters in test],

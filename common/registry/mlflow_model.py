@@ -1,5 +1,6 @@
 """A classifier folder as an MLflow Model with the pyfunc flavour: the loader (:mod:`common.pyfunc.loader`, carried in
-``code_paths`` as :data:`SHIPPED_PACKAGE`), the classifier's files and its manifest as the model's data, a signature per
+``code_paths`` as :data:`SHIPPED_PACKAGE`), the classifier's files and its manifest as the model's data, a signature
+per
 classifier kind, an input example and pinned pip requirements. :mod:`common.registry` logs and registers
 these; :func:`model_arguments` also serves ``mlflow.pyfunc.save_model`` for a model outside any run.
 """
@@ -125,7 +126,8 @@ def log_model(name: str, params: Mapping[str, str], source_uri: str, manifest: M
     from common.pyfunc.loader import KINDS
 
     with tempfile.TemporaryDirectory(prefix="augment-model-") as tmp:
-        arguments = {"name": name, "params": dict(params), **model_arguments(source_uri, manifest, examples, Path(tmp))}
+        arguments = {"name": name, "params": dict(params),
+                     **model_arguments(source_uri, manifest, examples, Path(tmp))}
         if KINDS[manifest["kind"]].TORCH:
             # MLflow tries the input example by loading the model and predicting in this process: for an encoder that
             # is torch and the model in the job's driver (Ray tasks hold the suite's torch work). The job has just

@@ -22,14 +22,22 @@ import math
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from common.registry.candidates import Candidate, Shipped
 from common.platform.errors import one_line
 from common.registry import ledger
+from common.registry.candidates import Candidate, Shipped
 from common.registry.compare import Compare, CompareOf, champion_cells, task_compare
 from common.registry.gate import RULES, Decision, decide
 from common.registry.naming import CLASSIFIER_TAG, FOLDER_TAG, METHOD_TAG, PIPELINE_TAG, registered_name
-from common.registry.store import (RegistryUnavailable, champion_version, create_registered_model, log_classifier,
-                                   measure_tags, measures_of, registry_client, table_tags)
+from common.registry.store import (
+    RegistryUnavailable,
+    champion_version,
+    create_registered_model,
+    log_classifier,
+    measure_tags,
+    measures_of,
+    registry_client,
+    table_tags,
+)
 
 if TYPE_CHECKING:
     from common.platform.job import JobContext, JobRun
@@ -245,7 +253,8 @@ def settle(ctx: "JobContext", tr: "JobRun", client, name: str, model_version, ca
     verdict = "promoted" if decision.promote else "undecided" if undecided else "kept"
     # The verdict last: a version with gate.decision has its reason and figures (a kill in between leaves it to the
     # next run to gate again).
-    tags = {"gate.reason": decision.reason, **decision.figures, "gate.test": json.dumps(candidate.test, sort_keys=True),
+    tags = {"gate.reason": decision.reason, **decision.figures, "gate.test": json.dumps(candidate.test,
+                                                                                        sort_keys=True),
             "gate.decision": verdict}
     try:
         for key, value in tags.items():

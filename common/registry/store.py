@@ -31,8 +31,8 @@ def log_classifier(ctx: "JobContext", candidate: "Candidate"):
     ``ModelInfo``."""
     import mlflow
 
-    from common.registry.mlflow_model import log_model
     from common.platform.tracking import delta_dataset
+    from common.registry.mlflow_model import log_model
 
     lakehouse = ctx.lakehouse
     params = {"pipeline": candidate.pipeline, "method": candidate.method, "classifier": candidate.model,

@@ -233,7 +233,8 @@ class LocalCluster:
         # Checked while the processes start (the imports take seconds); up() reads the answer.
         self._node_check = subprocess.Popen(
             [str(self.node_python), "-c", "import ray, pyspark, deltalake, mlflow, torch\n"
-             "try:\n    import common\nexcept ImportError:\n    print('no project')\nelse:\n    print(common.__file__)"],
+             "try:\n    import common\nexcept ImportError:\n    print('no project')\nelse:\n    "
+             "print(common.__file__)"],
             cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self._plain_env())
 
     def _node_env_checked(self) -> None:
@@ -317,9 +318,11 @@ class LocalCluster:
         temp = self.ray_temp / name
         temp.mkdir(parents=True, exist_ok=True)
         cpus = self.state["ray_cpus"][RAY_NODES.index(name)]
-        start = [py, str(HERE / "ray_node.py"), "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}",
+        start = [py, str(HERE / "ray_node.py"), "start", "--block", "--node-ip-address=127.0.0.1",
+                 f"--num-cpus={cpus}",
                  "--object-store-memory=800000000", f"--temp-dir={temp}", "--disable-usage-stats",
-                 f"--dashboard-agent-listen-port={p(f'{name}-agent')}", f"--metrics-export-port={p(f'{name}-metrics')}"]
+                 f"--dashboard-agent-listen-port={p(f'{name}-agent')}",
+                 f"--metrics-export-port={p(f'{name}-metrics')}"]
         if name == "ray-head":
             return start + ["--head", f"--port={p('ray-gcs')}", "--include-dashboard=true",
                             "--dashboard-host=127.0.0.1", f"--dashboard-port={p('ray-dashboard')}",
@@ -331,7 +334,8 @@ class LocalCluster:
         with open(self.log(name), "ab") as log:
             log.write(f"\n--- {time.strftime('%H:%M:%S')} start: {' '.join(command)}\n".encode())
             # Each in a session of its own: a kill of its process group is the loss of that node.
-            process = subprocess.Popen(command, env=env, cwd=self.root / "scratch", stdout=log, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(command, env=env, cwd=self.root / "scratch", stdout=log,
+                                       stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         self.state["pids"][name] = process.pid
         self._save()
@@ -856,7 +860,8 @@ def start_model_server(python: str, folder: str, port: int, log: Path, hub: Path
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
-                raise ClusterError(f"transformers serve did not start: {log.read_text(errors='replace')[-3000:]}")
+                raise ClusterError(
+                    f"transformers serve did not start: {log.read_text(errors='replace')[-3000:]}") from None
             time.sleep(0.5)
 
 

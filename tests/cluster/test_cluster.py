@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from local_cluster import BUCKET, SPARK_WORKERS, VENV, LocalCluster, free_port
 from worlds import WORLD_MODELS
 

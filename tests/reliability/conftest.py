@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from ingest_world import ingest_config, settings
 
 from common.config import load_config
-from ingest_world import ingest_config, settings
 
 
 @pytest.fixture(scope="session")

@@ -115,9 +115,9 @@ def ray_stage(root: str, rows: int, path: str) -> int:
 
     spark = None
     if path == "native":
-        from common.platform.session import get_spark
-
         from ingest_world import SHORT_JVM, SHORT_SPARK_CONF
+
+        from common.platform.session import get_spark
 
         spark = get_spark(SparkConfig(master="local[1]", shuffle_partitions=1, java_options=SHORT_JVM,
                                       conf=dict(SHORT_SPARK_CONF)))

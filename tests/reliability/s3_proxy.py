@@ -68,7 +68,8 @@ class S3Proxy:
         server.start()
         proxy = cls(f"http://127.0.0.1:{port}")
         for name, value in {"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": "test",
-                            "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+                            "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+                            "AWS_REGION": "us-east-1",
                             "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}.items():
             monkeypatch.setenv(name, value)
         try:

@@ -7,8 +7,8 @@ import json
 import time
 
 import pytest
-
 from s3_proxy import DENIED, S3Proxy
+
 
 @pytest.fixture()
 def s3_denying_deletes(monkeypatch):

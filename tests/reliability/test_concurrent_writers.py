@@ -18,15 +18,15 @@ import threading
 import time
 from pathlib import Path
 
+import killable_job
 import pytest
 from deltalake import DeltaTable
+from ingest_world import REPO, ingest_args
 from pyspark.sql import functions as F
 
-import killable_job
 from common.platform import delta_native, delta_rs
 from common.platform.config import LakehouseConfig
 from common.platform.lakehouse import Lakehouse, Lineage
-from ingest_world import REPO, ingest_args
 
 
 def _frame(spark, n: int, tag: str):
@@ -142,12 +142,12 @@ def test_delta_rs_commits_of_one_lineage_racing_for_one_version_commit_once(tmp_
         lineage = Lineage(job="ingest", config_hash=f"cfg{round_}", inputs={"raw": "files:1"})
         barrier = threading.Barrier(2)
 
-        def write_files(folder):
+        def write_files(folder, barrier=barrier):
             parquet(folder, 3)
             barrier.wait(timeout=60)  # both runs' files are written; their commits start together
 
         results, errors = _together([
-            lambda i=i: delta_rs.commit_files(
+            lambda i=i, location=location, lineage=lineage, write_files=write_files: delta_rs.commit_files(
                 "items", location, None, mode,
                 Lineage(lineage.job, lineage.config_hash, lineage.inputs, run_id=f"run{i}").to_metadata("items"),
                 write_files, None, f"augment-{lineage.key('items')}")
@@ -315,7 +315,8 @@ def test_two_runs_logging_one_table_version_at_once_both_record_it(tmp_path):
             runs = [client.create_run(experiment).info.run_id for _ in range(2)]
             dataset = MetaDataset(source=DeltaDatasetSource(path=str(tmp_path / "items"), delta_table_version=round_),
                                   name="items", digest=f"v{round_}")
-            _, errors = _together([lambda run=run: log_dataset(run, dataset, "output") for run in runs])
+            _, errors = _together([lambda run=run, dataset=dataset: log_dataset(run, dataset, "output")
+                                   for run in runs])
             assert not errors, errors
             assert all([d.dataset.digest for d in client.get_run(run).inputs.dataset_inputs] == [f"v{round_}"]
                        for run in runs)

@@ -19,12 +19,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import killable_job
 import psutil
 import pytest
 from deltalake import DeltaTable
-
-import killable_job
 from ingest_world import REPO, ingest_args, ingest_config
+
 from common.platform.config import MaintenanceConfig
 from common.platform.job import build_context
 from common.platform.lakehouse import Lakehouse
@@ -158,7 +158,7 @@ def _recover(lakehouse: Lakehouse, expected: dict[str, int], rerun) -> int:
     """Rerun; check one version per table with the clean rows; VACUUM what the kill left. Returns orphans."""
     rerun()
     orphans = 0
-    for table, rows in expected.items():
+    for table in expected:
         location = lakehouse.location(table)
         assert DeltaTable(location).version() == 0, f"{table}: the rerun added a second version"
         assert lakehouse.history(table)[0].lineage, table

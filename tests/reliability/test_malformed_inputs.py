@@ -153,7 +153,8 @@ CASES = [
     Case("empty interaction", INTERACTIONS, counts("q,p1,,3", "q,p2,click,2"), {"empty interaction": 1, None: 1}),
     # --- Parquet
     Case("truncated Parquet footer", LABELED, parquet(transform=lambda b: b[:-20], item_id=["1"], title=["Mug"],
-                                                      category=["Home"]), error=r"cannot read:.*CANNOT_READ_FILE_FOOTER"),
+                                                      category=["Home"]),
+                                                      error=r"cannot read:.*CANNOT_READ_FILE_FOOTER"),
     Case("zero-byte Parquet", LABELED, {"data.parquet": b""}, error=r"empty input"),
     Case("CSV text named .parquet", LABELED, {"data.parquet": (LABELED_HEAD + GOOD).encode()},
          error=r"cannot read:.*not a Parquet file"),
@@ -185,7 +186,8 @@ CASES = [
          error=r"cannot read:.*COLUMN_ALREADY_EXISTS"),
     Case("plain text named .jsonl", CATALOG, jsonl("hello world", "not json"),
          error=r"missing required column 'item_id'.*no line of it parses as a JSON object"),
-    Case("null and numeric titles", CATALOG, jsonl('{"item_id": "a", "title": null}', '{"item_id": "b", "title": 123}'),
+    Case("null and numeric titles", CATALOG, jsonl('{"item_id": "a", "title": null}',
+                                                   '{"item_id": "b", "title": 123}'),
          {"empty title": 1, None: 1}),
     # --- labels
     Case("unknown split", TEXTS, {"texts.csv": b"text,label,split\ngreat film,pos,validation\nbad film,neg,train\n"},
@@ -198,7 +200,8 @@ CASES = [
     Case("indicator column not 0/1", MULTILABEL, {"ml.csv": b"text,joy,fear\nso happy,1,0\nhm,2,yes\n"},
          {"label column joy is not 0/1": 1, None: 1}, spec={"label_columns": ["joy", "fear"]}),
     Case("indicator column missing", MULTILABEL, {"ml.csv": b"text,joy\nso happy,1\n"},
-         error=r"label column 'fear' \(inputs.multilabel.label_columns\) not found", spec={"label_columns": ["joy", "fear"]}),
+         error=r"label column 'fear' \(inputs.multilabel.label_columns\) not found", spec={"label_columns": ["joy",
+                                                                                                             "fear"]}),
     # --- paths
     Case("path that does not exist", LABELED, {}, error=r"input not found", path="nope.csv"),
     Case("unknown suffix", LABELED, {"labeled.xlsx": b"PK\x03\x04"}, error=r"unknown file suffix '.xlsx'"),

@@ -38,7 +38,8 @@ def tiny_model(tmp_path_factory, ray_runtime):
     pairs = [(f"{b} {n}", f"{n} by {b}") for b in BRANDS for n in NOUNS]
     path = str(tmp_path_factory.mktemp("t5") / "model")
     task = ray.remote(num_cpus=1, max_calls=1)(fine_tune)
-    ray.get(task.remote(pairs, path, ModelSpec(vocab_size=40, max_source_length=16), TrainSpec(epochs=3, batch_size=8)))
+    ray.get(task.remote(pairs, path, ModelSpec(vocab_size=40, max_source_length=16),
+                        TrainSpec(epochs=3, batch_size=8)))
     return path
 
 
@@ -179,8 +180,8 @@ def test_classifier_training_workers_killed_mid_training_are_retried_and_train_t
     import psutil
     import ray
 
-    from common.models.config import FastTextConfig
     from common.models.classifiers.hft import FASTTEXT_TASK_ENV, HFTTrainerPool, train_hft
+    from common.models.config import FastTextConfig
 
     files, cfg = _training_files(tmp_path), FastTextConfig(epoch=150, bucket=20000, dim=32)
     pool = HFTTrainerPool(ray_runtime)

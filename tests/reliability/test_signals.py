@@ -16,10 +16,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import killable_job
 import psutil
 import pytest
-
-import killable_job
 from ingest_world import REPO, ingest_args, ingest_config, settings
 from test_kill_mid_write import _check_tables, _recover, _start, _stop
 
@@ -76,7 +75,7 @@ def _terminate_at(proc: subprocess.Popen, marker: Path, prefix: str, log: Path,
         proc.wait(timeout=GRACE_S + 30)
     except subprocess.TimeoutExpired:
         _stop(proc)
-        raise AssertionError(f"no exit {GRACE_S + 30:g} s after SIGTERM:\n{log.read_text()[-3000:]}")
+        raise AssertionError(f"no exit {GRACE_S + 30:g} s after SIGTERM:\n{log.read_text()[-3000:]}") from None
     return time.monotonic() - start, children
 
 

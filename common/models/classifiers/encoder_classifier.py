@@ -31,12 +31,13 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from common.models.config import EncoderConfig
 from common.models.classifiers.hft import Source, read_rows
-from common.models.pretrained import encoder_checkpoint, masked_lm
 from common.models.classifiers.manifest import write_manifest
+from common.models.config import EncoderConfig
+from common.models.pretrained import encoder_checkpoint, masked_lm
 from common.platform.storage import local_copy, put_folder, worker_scratch
-from common.pyfunc.encoder import batch_logits, device_name as _device, mean_pooled, top_labels
+from common.pyfunc.encoder import batch_logits, mean_pooled, top_labels
+from common.pyfunc.encoder import device_name as _device
 
 if TYPE_CHECKING:
     import torch
@@ -122,7 +123,8 @@ def _accuracy(surrogate: _Surrogate, tokenizer, rows: Sequence[tuple[str, str]],
     return correct / len(rows)
 
 
-def _save(surrogate: _Surrogate, tokenizer, labels: list[str], spec: EncoderConfig, figures: dict, folder: str) -> None:
+def _save(surrogate: _Surrogate, tokenizer, labels: list[str], spec: EncoderConfig, figures: dict,
+          folder: str) -> None:
     from safetensors.torch import save_file
 
     surrogate.lm.save_pretrained(os.path.join(folder, "lm"))
@@ -170,7 +172,8 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     surrogate = _Surrogate(masked_lm(path, dtype=torch.float32), len(labels)).to(device)
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
     optimizer = LinearWarmupAdamW(surrogate.parameters(), spec.learning_rate,
-                                  int(spec.warmup_ratio * steps_per_epoch * spec.epochs), steps_per_epoch * spec.epochs)
+                                  int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
+                                  steps_per_epoch * spec.epochs)
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     best: Optional[dict[str, Any]] = None

@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
+from common.data.text import normalize_title
 from common.models.config import FastTextConfig
 from common.platform.errors import ClusterError, InputError
 from common.platform.native_heap import glibc
 from common.platform.storage import local_copy, put_file, read_parquet_files, worker_scratch
-from common.data.text import normalize_title
 from common.pyfunc.hft import fasttext_module as _fasttext
 from common.pyfunc.hft import load_level_files, score_levels, truncate_label
 from common.pyfunc.multilabel import LABEL_PREFIX

@@ -2,7 +2,8 @@
 macro-F1 of single-label predictions, Jaccard and the decision threshold of multi-label ones. The Spark
 aggregates over whole prediction tables are :mod:`common.models.classifiers.metrics`. A leaf module: the classifiers
 (:mod:`~common.models.classifiers.text_classifier`, :mod:`~common.models.classifiers.encoder_classifier`,
-:mod:`~common.models.classifiers.multilabel`, :mod:`~common.models.classifiers.multilabel_encoder`) all import it and it imports none
+:mod:`~common.models.classifiers.multilabel`, :mod:`~common.models.classifiers.multilabel_encoder`) all import it and
+it imports none
 of them.
 """
 from __future__ import annotations

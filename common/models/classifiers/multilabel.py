@@ -14,8 +14,8 @@ import os
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.data.text import normalize_title
-from common.models.classifiers.label_metrics import best_threshold, decide
 from common.models.classifiers.hft import Source, train_file_to_model
+from common.models.classifiers.label_metrics import best_threshold, decide
 from common.platform.storage import read_parquet_files, worker_scratch
 from common.pyfunc.hft import fasttext_module
 from common.pyfunc.multilabel import LABEL_PREFIX, ova_probabilities
@@ -104,8 +104,8 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
     targets = read_examples(predict, predict_id_col, "text", predict_labels_col)
     with worker_scratch("multilabel-") as tmp:
         if kind == "encoder":
-            from common.models.config import EncoderConfig
             from common.models.classifiers.multilabel_encoder import fit as fit_encoder
+            from common.models.config import EncoderConfig
 
             model: Any = fit_encoder(fit_rows, val, EncoderConfig(**params), seed)[0]
         elif kind == "fasttext":

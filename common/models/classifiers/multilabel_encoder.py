@@ -3,7 +3,8 @@ package by default; BERT, DeBERTa or any HF encoder by ``name_or_path``) fine-tu
 label on its mean-pooled last hidden state (binary cross-entropy), the paper's BERT classifier in the
 compositional pipeline's evaluation and, optionally, its quality control.
 
-Runs inside a Ray task (GPU when the task has one) through :func:`common.models.classifiers.multilabel.fit_and_predict`,
+Runs inside a Ray task (GPU when the task has one) through
+:func:`common.models.classifiers.multilabel.fit_and_predict`,
 which holds out the validation slice and chooses the decision threshold; here the same slice also chooses
 the epoch (the one with the highest mean Jaccard at its best threshold; ties: the earlier).
 """
@@ -110,7 +111,8 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
     index = {label: i for i, label in enumerate(labels)}
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
     optimizer = LinearWarmupAdamW(model.parameters(), spec.learning_rate,
-                                  int(spec.warmup_ratio * steps_per_epoch * spec.epochs), steps_per_epoch * spec.epochs)
+                                  int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
+                                  steps_per_epoch * spec.epochs)
     rng = np.random.default_rng(seed)
     best: Optional[tuple[float, int, dict]] = None
     loss_value = float("nan")

@@ -1,10 +1,12 @@
 """Text classifiers trained and evaluated inside Ray tasks (BoostAug's and genre transfer's evaluation
-classifiers): fastText here, the fine-tuned encoder in :mod:`common.models.classifiers.encoder_classifier`, one dispatch
+classifiers): fastText here, the fine-tuned encoder in :mod:`common.models.classifiers.encoder_classifier`, one
+dispatch
 for both (:func:`evaluate_many`).
 
 A task reads its rows straight from the Parquet files of Delta table versions (``sources``: a list of
 (files, pyarrow filters) so one table can hold many folds, methods or splits;
-:func:`common.models.classifiers.hft.read_rows`), trains with :func:`common.models.classifiers.hft.fit_rows`, and returns figures;
+:func:`common.models.classifiers.hft.read_rows`), trains with :func:`common.models.classifiers.hft.fit_rows`, and
+returns figures;
 nothing passes through the driver.
 """
 from __future__ import annotations
@@ -12,8 +14,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from common.models.classifiers.hft import (HFTModel, Source, fasttext_params, fit_rows, predict_texts, read_rows,
-                                           task_options)
+from common.models.classifiers.hft import (
+    HFTModel,
+    Source,
+    fasttext_params,
+    fit_rows,
+    predict_texts,
+    read_rows,
+    task_options,
+)
 from common.models.classifiers.label_metrics import accuracy_and_macro_f1
 from common.models.classifiers.manifest import write_manifest
 from common.platform.storage import worker_scratch

@@ -9,7 +9,8 @@ so the rows do not depend on which actor got a batch) and swaps only the decodin
 sampling generator cannot be re-seeded once drawn from, so a sampled bucket after the first reloads the
 translator (milliseconds on CPU: 24 ms for t5-small's int8 weights); beams and greedy decoding never reload.
 
-A causal LM (:mod:`common.models.generation.causal_lm`, a folder with ``generator.json``) converts the same way and runs
+A causal LM (:mod:`common.models.generation.causal_lm`, a folder with ``generator.json``) converts the same way and
+runs
 on CTranslate2's ``Generator``: its prompt tokens are forwarded at once (``include_prompt_in_result=False``)
 and the samples are what follows them.
 
@@ -84,7 +85,10 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None, la
     try:
         scratch = tempfile.mkdtemp(prefix=".ct2-", dir=os.path.dirname(target))
     except OSError as exc:
-        raise user_error(exc) or exc
+        found = user_error(exc)  # a full disk is DiskFull (exit 9), not a reason to serve with the slower engine
+        if found is None:
+            raise
+        raise found from exc
     try:
         out = os.path.join(scratch, "model")
         try:

@@ -20,7 +20,8 @@ class FilterSpec:
     # None: score only (threshold-free reasons), so several thresholds can be applied later (CGA sweeps).
     threshold: Optional[float] = 0.7
     model_path: Optional[str] = None  # a sentence-transformers model for "minilm" (default: the packaged MiniLM)
-    encoder_engine: str = "auto"  # the "minilm" encoder's engine: auto | ctranslate2 | torch (common.models.generation.scoring)
+    # the "minilm" encoder's engine: auto | ctranslate2 | torch (common.models.generation.scoring)
+    encoder_engine: str = "auto"
 
 
 def score_batch(table, spec: FilterSpec):
@@ -59,7 +60,8 @@ def score_batch(table, spec: FilterSpec):
         else:
             reasons.append(None)
     table = table.drop_columns([c for c in ("score", "reason") if c in table.column_names])
-    return table.append_column("score", pa.array(scores, pa.float64())).append_column("reason", pa.array(reasons, pa.string()))
+    return table.append_column("score", pa.array(scores, pa.float64())).append_column("reason",
+                                                                                      pa.array(reasons, pa.string()))
 
 
 def score_generated(ds, spec: FilterSpec, batch_size: int = 1024):

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from common.models.config import Decoding
+
 # The rows' columns and schema, imported from here by the pools, jobs and tests.
 from common.models.generation.formats import OUTPUT_COLUMNS, output_schema  # noqa: F401
 

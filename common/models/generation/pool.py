@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from common.models.generation.ct2 import CT2Generator, prepare
+
 # The engine's names, imported from here by the jobs, benchmarks and tests.
 from common.models.generation.hf_engine import OUTPUT_COLUMNS, GenerationSpec, T5Generator, output_schema  # noqa: F401
 from common.models.generation.seq2seq import MODEL_MARKER

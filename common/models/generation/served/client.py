@@ -30,8 +30,8 @@ import asyncio
 import email.utils
 import hashlib
 import json
-import os
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass
