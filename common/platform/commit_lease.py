@@ -27,10 +27,12 @@ import time
 import uuid
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Iterator, Optional
 
-from common.platform.storage import StorageBusy, arrow_uri
+from common.platform.storage import StorageBusy, arrow_uri, is_local
 from common.platform.tables import LakehouseError
+from common.platform.termination import Terminated
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class LeaseSettings:
 
 def lease_key(location: str) -> tuple[str, str]:
     """(bucket, key) of the lease object of the table at ``location``: ``.<table>.commit-lock`` beside the table's
-    folder, the name the local flock takes (:func:`common.platform.storage.local_commit_lock`)."""
+    folder, the name the local flock takes (:func:`local_commit_lock`)."""
     path = arrow_uri(location).split("://", 1)[1].rstrip("/")
     bucket, _, key = path.partition("/")
     parent, _, name = key.rpartition("/")
@@ -134,12 +136,10 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
     released = True
     try:
         yield
-    except Exception:
-        raise
-    except BaseException:
-        # A signal (Terminated) or Ctrl-C: the driver stopped waiting, but its JVM may still be writing the log's
-        # next commit. The lease is left to expire (ttl_s, no longer renewed) so that no other driver writes that
-        # same commit file meanwhile.
+    except Terminated:
+        # A signal: the run ends, but its JVM may still be writing the log's next commit. The lease is left to
+        # expire (ttl_s, no longer renewed) so that no other driver writes that same commit file meanwhile. A
+        # notebook's interrupt (the process goes on) releases it as an error does.
         released = False
         raise
     finally:
@@ -199,12 +199,85 @@ class _Renewer(threading.Thread):
 
 def commit_lock(location: str, table: str, settings: LeaseSettings = LeaseSettings()):
     """The guard around a native Delta write to the path table at ``location``: the local table's flock
-    (:func:`~common.platform.storage.local_commit_lock`), the S3 commit lease, or nothing on stores whose Delta
+    (:func:`local_commit_lock`), the S3 commit lease, or nothing on stores whose Delta
     log stores are multi-writer safe (GCS and Azure commit with put-if-absent or an atomic rename)."""
-    from common.platform.storage import is_local, is_s3, local_commit_lock
+    from common.platform.storage import is_s3
 
     if is_local(location):
         return local_commit_lock(location, settings.wait_s)
     if is_s3(location):
         return s3_commit_lease(location, table, settings)
     return contextlib.nullcontext()
+
+
+class LockTimeout(StorageBusy):
+    """Another process held a local lock for longer than this one would wait."""
+
+
+@contextlib.contextmanager
+def local_commit_lock(location: str, wait_s: float = 600.0, poll_s: float = 0.2) -> Iterator[None]:
+    """Hold an exclusive lock on the local table folder ``location`` for the body (a no-op for object stores);
+    raises :class:`LockTimeout` naming the lock file after ``wait_s`` seconds of another holder.
+
+    Why: on a local file system Spark's Delta log store commits version N by checking that N's file is absent
+    and then renaming onto it, and a POSIX rename replaces: two processes committing one version at once can
+    both "succeed", the later silently replacing the earlier (and Hadoop's checksum sidecar of the one no
+    longer matching the other's file). delta-rs commits locally with an atomic no-replace rename; this lock
+    gives Spark's writer the same guarantee on a local lakehouse (on S3 the commit lease does:
+    :mod:`common.platform.commit_lease`). It is a ``flock`` on ``.<folder>.commit-lock`` beside the table folder,
+    taken on a
+    descriptor of its own per call, so it serializes writers in other processes and in other threads alike;
+    the kernel releases it when a holder dies.
+    """
+    if not is_local(location):
+        yield
+        return
+    import fcntl
+
+    folder = Path(location.removeprefix("file://"))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.commit-lock", "a") as handle:
+        try:
+            _flock_within(handle, wait_s, poll_s, location)
+        except LockTimeout:
+            raise
+        except OSError as exc:  # a mount without locks (some FUSE file systems): commit as Spark alone would
+            log.warning("no commit lock for %s (%s): concurrent Spark writers of it are not serialized",
+                        location, exc)
+            yield
+            return
+        held = False
+        try:
+            yield
+        except Terminated:  # the run ends: its JVM may still be committing; the lock goes with this process
+            _HELD_TO_EXIT.append(os.dup(handle.fileno()))
+            held = True
+            raise
+        finally:
+            if not held:  # an error, or a notebook's interrupt: the process goes on and writes again
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# Descriptors of commit locks a signalled run keeps until it exits (a flock lasts while one of them is open).
+_HELD_TO_EXIT: list[int] = []
+
+
+def _flock_within(handle, wait_s: float, poll_s: float, location: str) -> None:
+    """``flock`` ``handle`` exclusively, polling without blocking (a blocking flock has no timeout) until ``wait_s``;
+    raises :class:`LockTimeout`."""
+    import fcntl
+
+    deadline, announced = time.monotonic() + wait_s, False
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"{handle.name}: another process held the commit lock of {location} for more than "
+                                  f"{wait_s:.0f} s (lakehouse.commit_wait_s); is another run writing that table?") \
+                    from None
+            if not announced:
+                log.info("waiting for another writer of %s to commit", location)
+                announced = True
+            time.sleep(poll_s)

@@ -16,23 +16,11 @@ import sys
 import threading
 from typing import Iterator, Optional
 
+from common.platform.termination import Terminated
+
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class Terminated(BaseException):
-    """The run was told to stop by ``signum``. A BaseException, as KeyboardInterrupt is: no ``except Exception`` of a
-    job (a retry, a shipping ledger's failed attempt, a fallback engine) takes it for a fault it may handle."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(f"{signal.Signals(signum).name} received: the run stopped; its MLflow runs end KILLED")
-
-    @property
-    def exit_code(self) -> int:
-        """``128 + signum``: the shell's and schedulers' code of a process ended by that signal."""
-        return 128 + self.signum
 
 
 def _exit_now(signum: int, why: str) -> None:

@@ -75,8 +75,14 @@ def claim(uri: str) -> Iterator[bool]:
     """Hold the ledger file ``uri`` for the body, so that two runs of one job never finish one ledger at once: yields
     True, or False at once where another run holds it (a local flock beside the file; on S3 a lease object, as
     tables' commits take; other stores: no lock)."""
-    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, s3_commit_lease
-    from common.platform.storage import LockTimeout, exists, is_local, is_s3, local_commit_lock
+    from common.platform.commit_lease import (
+        CommitLeaseTimeout,
+        LeaseSettings,
+        LockTimeout,
+        local_commit_lock,
+        s3_commit_lease,
+    )
+    from common.platform.storage import exists, is_local, is_s3
 
     if is_local(uri):
         guard = local_commit_lock(uri, wait_s=0.0)

@@ -66,7 +66,7 @@ def test_a_local_commit_lock_held_by_another_process_ends_in_the_bound(tmp_path)
     import subprocess
     import sys
 
-    from common.platform.storage import LockTimeout, local_commit_lock
+    from common.platform.commit_lease import LockTimeout, local_commit_lock
 
     location = str(tmp_path / "items")
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / ".items.commit-lock"), "60"],
@@ -82,4 +82,30 @@ def test_a_local_commit_lock_held_by_another_process_ends_in_the_bound(tmp_path)
         holder.kill()
         holder.wait(timeout=10)
     with local_commit_lock(location, wait_s=1.0):  # its holder gone, the kernel released it
+        pass
+
+
+def test_a_notebooks_interrupt_releases_the_local_lock_and_a_signal_keeps_it_until_exit(tmp_path):
+    """A run ended by a signal keeps its table's commit lock until the process exits (its JVM may still be
+    committing); a notebook user's interrupt releases it at once, as an error does: the process goes on and writes
+    the table again."""
+    import os
+
+    from common.platform.commit_lease import _HELD_TO_EXIT, LockTimeout, local_commit_lock
+    from common.platform.termination import Terminated
+
+    location = str(tmp_path / "items")
+    with pytest.raises(KeyboardInterrupt):
+        with local_commit_lock(location, wait_s=1.0):
+            raise KeyboardInterrupt
+    with local_commit_lock(location, wait_s=1.0):  # the notebook writes again
+        pass
+    with pytest.raises(Terminated):
+        with local_commit_lock(location, wait_s=1.0):
+            raise Terminated(15)
+    with pytest.raises(LockTimeout):  # held by the ending run, as by another process
+        with local_commit_lock(location, wait_s=0.5):
+            pytest.fail("the lock was taken")
+    os.close(_HELD_TO_EXIT.pop())  # this test process goes on: let it go
+    with local_commit_lock(location, wait_s=1.0):
         pass

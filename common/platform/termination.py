@@ -1,0 +1,20 @@
+"""The exception a signal raises in a run's main thread (:mod:`common.platform.signals`), in a module of its own: what
+holds a lock or a lease for a commit (:mod:`common.platform.storage`, :mod:`common.platform.commit_lease`) tells it
+apart from a notebook user's interrupt without importing the signal handling."""
+from __future__ import annotations
+
+import signal
+
+
+class Terminated(BaseException):
+    """The run was told to stop by ``signum``. A BaseException, as KeyboardInterrupt is: no ``except Exception`` of a
+    job (a retry, a shipping ledger's failed attempt, a fallback engine) takes it for a fault it may handle."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"{signal.Signals(signum).name} received: the run stopped; its MLflow runs end KILLED")
+
+    @property
+    def exit_code(self) -> int:
+        """``128 + signum``: the shell's and schedulers' code of a process ended by that signal."""
+        return 128 + self.signum
