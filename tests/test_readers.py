@@ -42,7 +42,7 @@ def test_messy_csv_rows_are_kept_or_quarantined_with_reasons(spark, tmp_path):
         "4": "invalid text in title: control or undecodable characters",
         "5": None,  # other scripts are valid text
         "6": "invalid text in title: no letters or digits",
-        "7": MALFORMED_CSV["true"],  # read record by record (multiLine, the default): the reason says so
+        "7": MALFORMED_CSV["auto"],  # a record that does not parse: read line by line, the reason says why
         "8": "empty category",
         "9": None,
     }

@@ -25,12 +25,15 @@ if TYPE_CHECKING:
 SOURCE_COL = "_source"
 CORRUPT_COL = "_corrupt_record"
 MALFORMED_LINE = "malformed line: could not be parsed"
-# RFC 4180 lets a quoted field hold line breaks: a CSV is read record by record by default (multiLine), and a reason
-# says which way it was read, since the two modes part a file with an open quote into records differently.
-MALFORMED_CSV = {"true": "malformed record: could not be parsed (CSV read with multiLine on: a quote left open runs "
-                         "on to the next quote, taking the lines between into this record)",
+# RFC 4180 lets a quoted field hold line breaks, so a CSV is read record by record (multiLine) unless the user says
+# otherwise or the file cannot be (:func:`_record_by_record`); the reason of a record that does not parse says which
+# way the file was read, since the two ways part it into records differently.
+MALFORMED_CSV = {"true": "malformed record: could not be parsed (CSV read record by record, multiLine on: a quoted "
+                         "field may span lines)",
                  "false": "malformed line: could not be parsed (CSV read line by line, multiLine off: a quoted line "
-                          "break splits its record)"}
+                          "break splits its record)",
+                 "auto": "malformed line: could not be parsed (CSV read line by line: read record by record, a quote "
+                         "left open or unescaped in the file would join the lines after it into one record)"}
 ROW_COL = "_row"
 
 
@@ -167,7 +170,7 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
     """:func:`read_input`'s body, its engine errors turned into one-line errors by the caller."""
     from pyspark.sql import functions as F
 
-    df, location, version = _read_raw(spark, spec, fmt, native_delta)
+    df, location, version, malformed = _read_raw(spark, spec, fmt, native_delta)
     if since is not None:
         df, since = _appended_since(spark, df, spec, fmt, since, version)
     for old, new in spec.rename.items():
@@ -211,10 +214,6 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
     # Read order within the scan (increasing along each file): which of two copies came first, for ingest's
     # duplicate detection. The same files give the same ids, so the kept copy is the same on every run.
     df = df.withColumn(ROW_COL, F.monotonically_increasing_id())
-    malformed = MALFORMED_LINE
-    if fmt == "csv":
-        multiline = str({k.lower(): v for k, v in spec.options.items()}.get("multiline", "true")).lower()
-        malformed = MALFORMED_CSV.get(multiline, MALFORMED_CSV["true"])
     return RawInput(df=df, location=location, version=version, format=fmt, since=since, absent=absent,
                     malformed=malformed)
 
@@ -252,12 +251,13 @@ def _appended_since(spark: "SparkSession", df: "DataFrame", spec: InputSpec, fmt
     return read_delta_rs(spark, spec.path, int(version), files=files), since
 
 
-def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bool) -> tuple["DataFrame", str, str]:
+def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str,
+              native_delta: bool) -> tuple["DataFrame", str, str, str]:
     from pyspark.sql import types as T
 
     if fmt == "table":
         df = spark.read.table(spec.path)
-        return df, spec.path, _table_version(spark, spec.path)
+        return df, spec.path, _table_version(spark, spec.path), MALFORMED_LINE
     if fmt == "delta":
         if native_delta:
             df = spark.read.format("delta").load(spec.path)
@@ -267,21 +267,21 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bo
 
             version = str(DeltaTable(spec.path).version())
             df = read_delta_rs(spark, spec.path, int(version))
-        return df, spec.path, version
+        return df, spec.path, version, MALFORMED_LINE
     entries = _file_entries(spec.path)
     if entries and all(e.size == 0 for e in entries):
         raise InputSchemaError(f"{spec.path}: empty input: {len(entries)} file(s), all of 0 bytes")
     version = _fingerprint(entries)
     if fmt == "parquet":
-        return spark.read.options(**spec.options).parquet(spec.path), spec.path, version
+        return spark.read.options(**spec.options).parquet(spec.path), spec.path, version, MALFORMED_LINE
     if fmt == "json":
         # Strings for every primitive: values are typed per row by validation, so a bad value is a
         # quarantined row rather than a failed job.
         reader = spark.read.options(primitivesAsString="true", mode="PERMISSIVE",
                                     columnNameOfCorruptRecord=CORRUPT_COL, **spec.options)
-        return reader.json(spec.path), spec.path, version
+        return reader.json(spec.path), spec.path, version, MALFORMED_LINE
     options = {"escape": '"', "quote": '"', "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL,
-               "multiLine": "true"}
+               "multiLine": "false"}
     if spec.path.endswith(".tsv"):
         options["sep"] = "\t"
     options.update(spec.options)
@@ -298,30 +298,32 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bo
         header = True
     schema = T.StructType([T.StructField(n, T.StringType()) for n in names]
                           + [T.StructField(CORRUPT_COL, T.StringType())])
-    df = spark.read.options(**options).option("header", str(header).lower()).schema(schema).csv(spec.path)
-    if str({k.lower(): v for k, v in options.items()}["multiline"]).lower() == "true":
-        df = _joined_records(df, names, options.get("sep", options.get("delimiter", ",")))
-    return df, spec.path, version
+    chosen = {k.lower(): str(v).lower() for k, v in spec.options.items()}.get("multiline")
+    if chosen is None:  # neither said: record by record where the file reads so cleanly
+        chosen = "true" if _record_by_record(spark, options, header, schema, spec.path, names[0]) else "auto"
+    options = {k: v for k, v in options.items() if k.lower() != "multiline"}
+    reader = spark.read.options(**options).option("multiLine", "true" if chosen == "true" else "false")
+    df = reader.option("header", str(header).lower()).schema(schema).csv(spec.path)
+    return df, spec.path, version, MALFORMED_CSV.get(chosen, MALFORMED_CSV["true"])
 
 
-def _joined_records(df: "DataFrame", names: list[str], sep: str) -> "DataFrame":
-    """``df`` (a CSV read with multiLine) with each record that an open quote joined to the lines after it marked
-    corrupt: a field other than a long ``text`` holding a line break followed by a line with a separator for every
-    column after the first (a whole record of the file, taken into this one's field). Read record by record, an
-    unbalanced quote runs on to the next quote and the record between can parse: kept, it would hide the rows it
-    took. A title whose quoted line break is followed by ordinary text is a valid record and stays one."""
+def _record_by_record(spark: "SparkSession", options: dict, header: bool, schema, path: str, first: str) -> bool:
+    """Whether the CSV at ``path`` reads record by record (multiLine) with every record parsed and no quote unescaped
+    in a quoted field (a valid RFC 4180 file: its quoted line breaks must not split records). Else an open quote would
+    take the lines after it into one record: it is read line by line, each bad line quarantined alone. One pass."""
     from pyspark.sql import functions as F
 
-    if len(names) < 2 or len(sep) != 1:
-        return df
-    cell = re.escape(sep)
-    whole_line = f"\n([^\n{cell}]*{cell}){{{len(names) - 1}}}"
-    joined = F.lit(False)
-    for name in names:
-        if name != "text":
-            joined = joined | F.coalesce(F.col(name).rlike(whole_line), F.lit(False))
-    raw = F.concat_ws(sep, *[F.coalesce(F.col(n), F.lit("")) for n in names])
-    return df.withColumn(CORRUPT_COL, F.when(F.col(CORRUPT_COL).isNull() & joined, raw).otherwise(F.col(CORRUPT_COL)))
+    probe = spark.read.options(**{**options, "multiLine": "true", "unescapedQuoteHandling": "RAISE_ERROR"}) \
+        .option("header", str(header).lower()).schema(schema).csv(path)
+    try:
+        # The corrupt column alone may not be asked for (Spark refuses it): counted beside the first column.
+        found = probe.select(F.count(F.col(first)).alias("n"),
+                             F.sum(F.col(CORRUPT_COL).isNotNull().cast("int")).alias("bad")).first()
+    except Exception as exc:  # an unescaped quote: univocity stops the read
+        if "Unescaped quote" in str(exc) or "TextParsingException" in str(exc):
+            return False
+        raise
+    return not found["bad"]
 
 
 def _check_header(path: str, names: list[str]) -> None:

@@ -69,4 +69,5 @@ def _has_masked_lm_head(path: str) -> bool:
     if not weights.is_file():
         return True
     with safe_open(str(weights), framework="pt") as handle:
-        return any(key.startswith(("cls.", "lm_head.")) for key in handle.keys())
+        # BERT's cls.predictions, RoBERTa's lm_head, DistilBERT's vocab_projector, ALBERT's predictions
+        return any(part in key for key in handle.keys() for part in ("cls.", "lm_head.", "vocab_", "predictions."))

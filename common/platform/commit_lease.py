@@ -32,7 +32,7 @@ from typing import Iterator, Optional
 
 from common.platform.storage import StorageBusy, arrow_uri, is_local
 from common.platform.tables import LakehouseError
-from common.platform.termination import Terminated
+from common.platform.termination import cause
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,9 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
     released = True
     try:
         yield
-    except Terminated:
+    except BaseException as exc:
+        if cause(exc) is None:  # an error, or a notebook's interrupt: released below
+            raise
         # A signal: the run ends, but its JVM may still be writing the log's next commit. The lease is left to
         # expire (ttl_s, no longer renewed) so that no other driver writes that same commit file meanwhile. A
         # notebook's interrupt (the process goes on) releases it as an error does.
@@ -249,9 +251,10 @@ def local_commit_lock(location: str, wait_s: float = 600.0, poll_s: float = 0.2)
         held = False
         try:
             yield
-        except Terminated:  # the run ends: its JVM may still be committing; the lock goes with this process
-            _HELD_TO_EXIT.append(os.dup(handle.fileno()))
-            held = True
+        except BaseException as exc:
+            if cause(exc) is not None:  # the run ends: its JVM may still be committing; the lock goes with the process
+                _HELD_TO_EXIT.append(os.dup(handle.fileno()))
+                held = True
             raise
         finally:
             if not held:  # an error, or a notebook's interrupt: the process goes on and writes again

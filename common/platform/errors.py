@@ -106,7 +106,8 @@ _STORE_JVM = ("AWSStatus500Exception", "AWSServiceThrottledException", "AWSServi
               "AWSClientIOException", "Unable to execute HTTP request", "Status Code: 503", "Status Code: 500")
 _STORE_PY = ("HTTP status 5", "SLOW_DOWN", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "NETWORK_CONNECTION",
              "curlCode", "Generic S3 error")
-_STORE_REFUSED = ("ACCESS_DENIED", "AccessDenied", "403", "401", "Forbidden", "InvalidAccessKeyId",
+_STORE_REFUSED = ("ACCESS_DENIED", "AccessDenied", "HTTP status 403", "HTTP status 401", "Status Code: 403",
+                  "Status Code: 401", "status code: 403", "status code: 401", "Forbidden", "InvalidAccessKeyId",
                   "SignatureDoesNotMatch")
 
 

@@ -119,18 +119,22 @@ def run_stage(run: Callable[[], T], stage: str, before_retry: Callable[[], None]
     raise AssertionError("unreachable")
 
 
-def map_batches_on_actors(ds, fn, concurrency: int, **kwargs):
+def map_batches_on_actors(ds, fn, concurrency: Optional[int] = None, compute=None, **kwargs):
     """``ds.map_batches(fn, **kwargs)`` on a pool of ``concurrency`` actors (Ray Data's ``compute``: its
-    ``concurrency=`` is deprecated) with :func:`actor_fault_tolerance`'s restart and retry limits. Ray 2.60 takes
-    actor options only as ``**ray_remote_args``, which it has deprecated with no named replacement for these two
-    yet: its warning is silenced here, once, not in every caller."""
+    ``concurrency=`` is deprecated), or on the pool ``compute`` names (an ``ActorPoolStrategy`` with options of its
+    own), with :func:`actor_fault_tolerance`'s restart and retry limits. Ray 2.60 takes actor options only as
+    ``**ray_remote_args``, which it has deprecated with no named replacement for these two yet: its warning is
+    silenced here, once, not in every caller."""
     import warnings
 
     from ray.data import ActorPoolStrategy
 
+    if (compute is None) == (concurrency is None):
+        raise TypeError("map_batches_on_actors takes concurrency or compute, one of them")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        return ds.map_batches(fn, compute=ActorPoolStrategy(size=concurrency), **kwargs, **actor_fault_tolerance())
+        return ds.map_batches(fn, compute=compute or ActorPoolStrategy(size=concurrency), **kwargs,
+                              **actor_fault_tolerance())
 
 
 def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, stage: str = "actor pool") -> int:

@@ -55,11 +55,12 @@ def _process_start(pid: int) -> str:
 
 def _dead(tags: Mapping[str, str]) -> bool:
     """Whether the process a run's :func:`process_tags` name is certainly gone: seen from the same boot and pid
-    namespace (else it cannot be checked from here), its pid is free or another process's (a later start)."""
+    namespace (else it cannot be checked from here; a host without /proc records none on either side and is judged by
+    the pid alone), its pid is free or another process's (a later start)."""
     import os
 
     space, pid = _pid_space(), tags.get("process.pid", "")
-    if not space or tags.get("process.space") != space or not pid.isdigit():
+    if tags.get("process.space", "") != space or not pid.isdigit():  # another boot or namespace: not ours to judge
         return False
     try:
         os.kill(int(pid), 0)

@@ -14,9 +14,9 @@ import os
 import signal
 import sys
 import threading
-from typing import Iterator, Optional
+from typing import Iterator
 
-from common.platform.termination import Terminated
+from common.platform.termination import Terminated, cause  # noqa: F401  (the suite imports both from here)
 
 log = logging.getLogger(__name__)
 
@@ -25,24 +25,14 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 def _exit_now(signum: int, why: str) -> None:
     """Leave at once (nothing can hang it: not a full stderr pipe, not a lock the main thread holds): one line
-    written straight to file descriptor 2, without blocking, then ``os._exit``."""
-    try:
-        os.set_blocking(2, False)
-        os.write(2, f"augment: terminated: {signal.Signals(signum).name}; {why}\n".encode())
-    except OSError:
-        pass
-    finally:
-        os._exit(128 + signum)
-
-
-def cause(exc: Optional[BaseException]) -> Optional[Terminated]:
-    """The :class:`Terminated` that ``exc`` is or was raised from (Ray's C++ waits turn an exception a signal handler
-    raised into ``SystemError`` with it as the cause), or None."""
-    for _ in range(20):
-        if exc is None or isinstance(exc, Terminated):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
+    written straight to file descriptor 2, then ``os._exit``."""
+    line = f"augment: terminated: {signal.Signals(signum).name}; {why}\n".encode()
+    # From a thread of its own, given a second at most: a full stderr pipe blocks that thread, never the exit (and
+    # stderr, shared with the parent and the JVM, keeps its blocking mode).
+    writer = threading.Thread(target=lambda: os.write(2, line), daemon=True)
+    writer.start()
+    writer.join(1.0)
+    os._exit(128 + signum)
 
 
 # The handler of the innermost handled() block, for reclaim().

@@ -4,6 +4,7 @@ apart from a notebook user's interrupt without importing the signal handling."""
 from __future__ import annotations
 
 import signal
+from typing import Optional
 
 
 class Terminated(BaseException):
@@ -18,3 +19,13 @@ class Terminated(BaseException):
     def exit_code(self) -> int:
         """``128 + signum``: the shell's and schedulers' code of a process ended by that signal."""
         return 128 + self.signum
+
+
+def cause(exc: Optional[BaseException]) -> Optional[Terminated]:
+    """The :class:`Terminated` that ``exc`` is or was raised from (Ray's C++ waits turn an exception a signal handler
+    raised into ``SystemError`` with it as the cause), or None."""
+    for _ in range(20):
+        if exc is None or isinstance(exc, Terminated):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None

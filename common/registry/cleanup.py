@@ -10,8 +10,10 @@ them all.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import TYPE_CHECKING, Literal
+import os
+from typing import TYPE_CHECKING, Iterator, Literal
 
 from common.registry.naming import FOLDER_TAG
 
@@ -24,12 +26,14 @@ ShippedModels = Literal["remove", "list", "keep"]
 
 
 def shipped_folders(root: str, client) -> list[tuple[str, str]]:
-    """(folder, ``<registered name> v<version>``) for each folder directly under ``<root>/models`` that a registered
-    version of the registry ``client`` names in its :data:`FOLDER_TAG` and no unfinished ledger entry names. A
-    folder whose lookup fails is left out (logged): nothing is removed on a guess."""
+    """(folder, ``<registered name> v<version>``) for each folder directly under ``<root>/models`` that a READY
+    registered version of the registry ``client`` names in its :data:`FOLDER_TAG` (checked on the version itself,
+    whatever the registry's search matched), that no unfinished ledger entry names and that no writer is writing
+    (its ``_WRITING`` mark). The registry is asked once per folder without the client's retries; the first question
+    it does not answer ends the listing with what was found before it (logged): nothing is removed on a guess."""
     import pyarrow.fs as pafs
 
-    from common.platform.storage import filesystem
+    from common.platform.storage import filesystem, folder_state
 
     base = f"{root.rstrip('/')}/models"
     fs, path = filesystem(base)
@@ -37,20 +41,39 @@ def shipped_folders(root: str, client) -> list[tuple[str, str]]:
         return []
     waiting = _unfinished(base)
     found = []
-    for info in sorted(fs.get_file_info(pafs.FileSelector(path)), key=lambda i: i.base_name):
-        folder = f"{base}/{info.base_name}"
-        if info.type != pafs.FileType.Directory or info.base_name == "shipping" or folder in waiting \
-                or "'" in folder:
-            continue
-        try:
-            versions = client.search_model_versions(f"tags.`{FOLDER_TAG}` = '{folder}'")
-        except Exception as exc:  # the registry down or refusing: this folder stays
-            log.warning("kept %s: the registry could not say whether it was shipped (%s)", folder,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-            continue
-        if versions:
-            found.append((folder, f"{versions[0].name} v{versions[0].version}"))
+    with _quick_registry():
+        for info in sorted(fs.get_file_info(pafs.FileSelector(path)), key=lambda i: i.base_name):
+            folder = f"{base}/{info.base_name}"
+            if info.type != pafs.FileType.Directory or info.base_name == "shipping" or folder in waiting \
+                    or "'" in folder or folder_state(folder) == "incomplete":
+                continue
+            try:
+                versions = client.search_model_versions(f"tags.`{FOLDER_TAG}` = '{folder}'")
+            except Exception as exc:  # the registry down or refusing: this folder and the rest stay
+                log.warning("shipped classifier folders: the registry did not answer (%s); %s and the folders after "
+                            "it kept", str(exc).splitlines()[0] if str(exc) else type(exc).__name__, folder)
+                break
+            shipped = [v for v in versions if v.tags.get(FOLDER_TAG) == folder and v.status == "READY"]
+            if shipped:
+                found.append((folder, f"{shipped[0].name} v{shipped[0].version}"))
     return found
+
+
+@contextlib.contextmanager
+def _quick_registry() -> Iterator[None]:
+    """MLflow's client without its retries, each request within 10 s, for the block (it reads these at each
+    request): a registry that is down is found at the first folder, not after minutes of backoff per folder."""
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    before = {name: os.environ.get(name) for name in quick}
+    os.environ.update(quick)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _unfinished(base: str) -> set[str]:
@@ -67,7 +90,7 @@ def _unfinished(base: str) -> set[str]:
                 folders |= {e.candidate.folder for e in ledger.load(uri) if not e.done}
             except FileNotFoundError:  # finished and removed meanwhile
                 continue
-            except ValueError as exc:
+            except (ValueError, OSError) as exc:  # no ledger, or the store would not hand it: keep everything
                 raise RuntimeError(f"shipped classifier folders kept: {exc}") from exc
     return folders
 
@@ -75,7 +98,7 @@ def _unfinished(base: str) -> set[str]:
 def clean_shipped(ctx: "JobContext", mode: ShippedModels) -> list[str]:
     """Remove (``remove``) or only list (``list``) the kept classifier folders of ``ctx``'s lakehouse that are
     registered (:func:`shipped_folders`); ``keep`` does nothing. Returns one line per folder."""
-    from common.platform.storage import remove_tree
+    from common.platform.storage import exists, remove_tree
     from common.registry.store import registry_client
 
     if mode == "keep":
@@ -87,7 +110,10 @@ def clean_shipped(ctx: "JobContext", mode: ShippedModels) -> list[str]:
         return [str(exc)]
     lines = []
     for folder, version in shipped:
-        if mode == "remove":
-            remove_tree(folder)
-        lines.append(f"{'removed' if mode == 'remove' else 'would remove'} {folder} (registered as {version})")
+        if mode == "list":
+            lines.append(f"would remove {folder} (registered as {version})")
+            continue
+        remove_tree(folder)  # logs what it could not remove
+        done = not exists(folder)
+        lines.append(f"{'removed' if done else 'could not remove'} {folder} (registered as {version})")
     return lines

@@ -29,7 +29,8 @@ COUNTS_HEAD = "query,product_id,interaction,count\n"
 CONTROL = "invalid text in title: control or undecodable characters"
 NO_LETTERS = "invalid text in title: no letters or digits"
 MALFORMED = MALFORMED_LINE  # a JSON line
-RECORD, LINE = MALFORMED_CSV["true"], MALFORMED_CSV["false"]  # a CSV record read with multiLine on (the default), off
+# A CSV's record read record by record (multiLine), line by line as the user asked, line by line as the reader chose
+RECORD, LINE, CHOSEN = MALFORMED_CSV["true"], MALFORMED_CSV["false"], MALFORMED_CSV["auto"]
 EMPTY_LEVEL = "malformed category path: empty level"
 NOT_INT = "count is not an integer"
 
@@ -93,23 +94,23 @@ CASES = [
          {CONTROL: 1, None: 1}),
     Case("zero-width characters only", LABELED, labeled("1,\u200b\u200b\u200b,Home", GOOD), {NO_LETTERS: 1, None: 1}),
     # --- quoting and line structure
+    # A valid file (RFC 4180: a quoted field may hold line breaks and commas) is read record by record; one that
+    # cannot be (a quote left open or unescaped would join lines into one record, silently where a later quote closes
+    # it) is read line by line, each bad line quarantined alone, the reason saying so.
     Case("embedded newline (RFC 4180), read by default", LABELED, labeled('1,"Blue\nmug",Home > Mugs', GOOD),
+         {None: 2}),
+    Case("a quoted line break, then text with a comma", LABELED, labeled('1,"Mug\n10,5 cm",Home', GOOD),
          {None: 2}),
     Case("embedded newline, multiLine off", LABELED, labeled('1,"Blue\nmug",Home > Mugs', GOOD),
          {LINE: 2, None: 1}, spec={"options": {"multiLine": "false"}}),
     Case("escaped quotes and commas", LABELED, labeled('1,"Acme ""Pro"" mug, blue",Home > Mugs'), {None: 1}),
-    # Read record by record, an open quote takes the lines after it into its record: quarantined whole, the lines it
-    # took in its raw_line (rows in = records read); up to a later quote, the record between parses and is caught by
-    # the whole line a field holds.
-    Case("unbalanced quote", LABELED, labeled('1,"Blue mug,Home > Mugs', GOOD), {RECORD: 1}),
+    Case("unbalanced quote", LABELED, labeled('1,"Blue mug,Home > Mugs', GOOD), {CHOSEN: 1, None: 1}),
     Case("unbalanced quote, then a quote later", LABELED,
-         labeled('1,"Blue mug,Home > Mugs', GOOD, '2,"Red" mug,Home', "3,Pan,Home"), {RECORD: 1, None: 1}),
-    Case("a quoted line break, then text with a comma", LABELED, labeled('1,"Mug\n10,5 cm",Home', GOOD),
-         {None: 2}),
-    Case("unbalanced quote, multiLine off", LABELED, labeled('1,"Blue mug,Home > Mugs', GOOD), {LINE: 1, None: 1},
-         spec={"options": {"multiLine": "false"}}),
-    Case("too many fields", LABELED, labeled("1,Mug,Home,extra,fields", GOOD), {RECORD: 1, None: 1}),
-    Case("too few fields", LABELED, labeled("1,Mug", GOOD), {RECORD: 1, None: 1}),
+         labeled('1,"Blue mug,Home > Mugs', GOOD, '2,"Red mug",Home', "3,Pan,Home"), {CHOSEN: 1, None: 3}),
+    Case("unbalanced quote, multiLine on", LABELED, labeled('1,"Blue mug,Home > Mugs', GOOD), {RECORD: 1},
+         spec={"options": {"multiLine": "true"}}),
+    Case("too many fields", LABELED, labeled("1,Mug,Home,extra,fields", GOOD), {CHOSEN: 1, None: 1}),
+    Case("too few fields", LABELED, labeled("1,Mug", GOOD), {CHOSEN: 1, None: 1}),
     Case("CRLF line endings", LABELED, {"labeled.csv": (LABELED_HEAD + GOOD + "\n").replace("\n", "\r\n").encode()},
          {None: 1}),
     Case("a line of separators only", LABELED, labeled(",,", GOOD), {"empty item_id": 1, None: 1}),
@@ -291,8 +292,8 @@ def test_any_csv_a_writer_produces_is_accounted_for(spark, tmp_path_factory, row
     writer.writerow(["item_id", "title", "category"])
     writer.writerows((f"id{i}", title, category) for i, (title, category) in enumerate(rows))
     result = _accounted(spark, tmp_path_factory.mktemp("csv"), "labeled.csv", out.getvalue().encode(), LABELED,
-                        len(rows), options={"multiLine": "true"})
-    assert RECORD not in result  # a well-formed file parses record for record
+                        len(rows))
+    assert not {RECORD, LINE, CHOSEN} & set(result)  # a well-formed file is read record by record, every record parsed
 
 
 @PROPERTY
