@@ -47,13 +47,13 @@ def masked_lm(path: str, dtype: Any = None) -> Any:
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    kwargs: dict[str, Any] = {"use_safetensors": True, **({"dtype": dtype} if dtype is not None else {})}
+    kwargs: dict[str, Any] = {"dtype": dtype} if dtype is not None else {}
     if _has_masked_lm_head(path):
-        return AutoModelForMaskedLM.from_pretrained(path, **kwargs)
+        return AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True, **kwargs)
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        model = AutoModelForMaskedLM.from_pretrained(path, **kwargs)
+        model = AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True, **kwargs)
     finally:
         hf_logging.set_verbosity(level)
     log.info("%s has no masked-LM head (a sentence encoder): its head starts fresh", path)
