@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from common.platform.errors import TrackingUnreachable
 
@@ -109,28 +109,37 @@ def end_killed(run_id: str, reason: str) -> None:
     run has its grace to spend, not the client's minutes of retries); MLflow's stack of active runs loses it either
     way, so its context ends nothing twice. A server that does not answer leaves the run RUNNING for the next start
     on this host to close (:func:`close_dead_runs`)."""
-    import os
-
     import mlflow
 
-    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    with quick_mlflow(5.0):
+        try:
+            client = mlflow.MlflowClient()
+            client.set_tag(run_id, "closed.reason", reason)
+            active = mlflow.active_run()
+            if active is not None and active.info.run_id == run_id:
+                mlflow.end_run("KILLED")  # pops the run before it asks the server
+            else:
+                client.set_terminated(run_id, "KILLED")
+        except Exception as exc:  # the server is down: the next start on this host closes it
+            log.warning("MLflow run %s not marked KILLED (%s); the next run's start on this host closes it", run_id,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            active = mlflow.active_run()
+            if active is not None and active.info.run_id == run_id:
+                with contextlib.suppress(Exception):
+                    mlflow.end_run("KILLED")
+
+
+@contextlib.contextmanager
+def quick_mlflow(timeout_s: float) -> Iterator[None]:
+    """MLflow's client without its retries, each request within ``timeout_s``, for the block (it reads both at each
+    request): a server that is down is found at once, not after the client's minutes of backoff per call."""
+    import os
+
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": f"{timeout_s:g}"}
     before = {name: os.environ.get(name) for name in quick}
-    os.environ.update(quick)  # read by MLflow's client at each request
+    os.environ.update(quick)
     try:
-        client = mlflow.MlflowClient()
-        client.set_tag(run_id, "closed.reason", reason)
-        active = mlflow.active_run()
-        if active is not None and active.info.run_id == run_id:
-            mlflow.end_run("KILLED")  # pops the run before it asks the server
-        else:
-            client.set_terminated(run_id, "KILLED")
-    except Exception as exc:  # the server is down: the next start on this host closes it
-        log.warning("MLflow run %s not marked KILLED (%s); the next run's start on this host closes it", run_id,
-                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        active = mlflow.active_run()
-        if active is not None and active.info.run_id == run_id:
-            with contextlib.suppress(Exception):
-                mlflow.end_run("KILLED")
+        yield
     finally:
         for name, value in before.items():
             if value is None:

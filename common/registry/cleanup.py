@@ -10,10 +10,8 @@ them all.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-from typing import TYPE_CHECKING, Iterator, Literal
+from typing import TYPE_CHECKING, Literal
 
 from common.registry.naming import FOLDER_TAG
 
@@ -33,6 +31,7 @@ def shipped_folders(root: str, client) -> list[tuple[str, str]]:
     it does not answer ends the listing with what was found before it (logged): nothing is removed on a guess."""
     import pyarrow.fs as pafs
 
+    from common.platform.run_status import quick_mlflow
     from common.platform.storage import filesystem, folder_state
 
     base = f"{root.rstrip('/')}/models"
@@ -41,7 +40,7 @@ def shipped_folders(root: str, client) -> list[tuple[str, str]]:
         return []
     waiting = _unfinished(base)
     found = []
-    with _quick_registry():
+    with quick_mlflow(10.0):  # a registry that is down found at the first folder
         for info in sorted(fs.get_file_info(pafs.FileSelector(path)), key=lambda i: i.base_name):
             folder = f"{base}/{info.base_name}"
             if info.type != pafs.FileType.Directory or info.base_name == "shipping" or folder in waiting \
@@ -57,23 +56,6 @@ def shipped_folders(root: str, client) -> list[tuple[str, str]]:
             if shipped:
                 found.append((folder, f"{shipped[0].name} v{shipped[0].version}"))
     return found
-
-
-@contextlib.contextmanager
-def _quick_registry() -> Iterator[None]:
-    """MLflow's client without its retries, each request within 10 s, for the block (it reads these at each
-    request): a registry that is down is found at the first folder, not after minutes of backoff per folder."""
-    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-    before = {name: os.environ.get(name) for name in quick}
-    os.environ.update(quick)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _unfinished(base: str) -> set[str]:
