@@ -212,7 +212,8 @@ class LakehouseConfig:
     root: str = "./lakehouse"
     # e.g. "main.augment" on Databricks Unity Catalog; when set, tables are catalog tables (native Delta).
     catalog: Optional[str] = None
-    # delta-rs storage options for object stores (credentials as ${ENV_VAR} references, never literal).
+    # delta-rs storage options for object stores (credentials as ${ENV_VAR} references, never literal). Its bound on
+    # a failing store: max_retries (10) and retry_timeout ("3m") per request, after which the write fails (exit 4).
     storage_options: dict[str, str] = field(default_factory=dict)
     # S3 tables written with Spark's Delta writer: its log store is safe for one writing driver at a time, so each
     # write holds the table's commit lease (common/platform/commit_lease.py). A lease not renewed for this many

@@ -93,7 +93,12 @@ RAY_DATA_ADVICE = "\nFailed to apply UDF transform"
 
 
 def _line_with(text: str, markers: tuple) -> str:
-    """The first line of ``text`` holding one of ``markers`` (a JVM error's message, not its stack)."""
+    """The first line of ``text`` holding one of ``markers`` (a JVM error's message, not its stack); a delta-rs error's
+    chain of causes (lines marked with an arrow) joined into that line first, so that it holds the request and the
+    status (a 503's or a 403's), without the store's XML body."""
+    if "\u21b3" in text:
+        parts = [re.sub(r"\x1b\[[0-9;]*m", "", line).replace("\u21b3", "").strip() for line in text.splitlines()]
+        text = ": ".join(part for part in parts if part and not part.startswith("<"))
     return next((line.strip() for line in text.splitlines() if any(m in line for m in markers)), text[:300])
 
 

@@ -12,13 +12,12 @@ from s3_proxy import DENIED, S3Proxy
 
 @pytest.fixture()
 def s3_denying_deletes(monkeypatch):
-    """A moto S3 server (a real HTTP server in this process) behind an :class:`S3Proxy` answering every DELETE with
-    S3's 403 AccessDenied while its ``deny`` is set; boto3 pointed at the proxy."""
+    """A moto S3 server (a real HTTP server, in a process of its own) behind an :class:`S3Proxy` answering every
+    DELETE with S3's 403 AccessDenied (until told otherwise); boto3 pointed at the proxy."""
     from common.platform import commit_lease
 
     with S3Proxy.over_moto(monkeypatch) as proxy:
-        proxy.deny = True
-        proxy.refuse = lambda method, path: (403, DENIED) if method == "DELETE" and proxy.deny else None
+        proxy.refuse("DELETE", status=403, body=DENIED)
         commit_lease._client.cache_clear()
         try:
             yield proxy
@@ -44,7 +43,7 @@ def test_a_stale_lease_that_cannot_be_deleted_ends_in_the_bound(s3_denying_delet
     assert s3_denying_deletes.refused == 1  # one try at the stale lease, then the wait: never a loop of deletes
     # allowed to delete, a writer that may not wait at all (a shipping ledger's claim) still breaks a dead writer's
     # lease, and leaves a live one's alone
-    s3_denying_deletes.deny = False
+    s3_denying_deletes.refuse(status=0)
     with s3_commit_lease(location, "items", LeaseSettings(ttl_s=1.0, wait_s=0.0, poll_s=0.25)):
         with pytest.raises(CommitLeaseTimeout, match="held by"):
             with s3_commit_lease(location, "items", LeaseSettings(ttl_s=1.0, wait_s=0.0, poll_s=0.25)):

@@ -146,3 +146,53 @@ def test_the_spark_submit_entry_says_a_fault_in_one_line_with_its_code(tmp_path)
     bad = subprocess.run([*args, "--set", "tracking.start_timeout_s=0"], capture_output=True, text=True, timeout=120,
                          env=env)
     assert bad.returncode == 2 and "tracking.start_timeout_s" in bad.stderr.strip().splitlines()[-1], bad.stderr
+
+
+def test_an_object_store_answering_503_to_a_commit_leaves_no_version_and_the_rerun_commits_once(monkeypatch):
+    """delta-rs's commit of a table version to an S3 server (moto's, over HTTP) whose proxy answers 503 to the put
+    of the log entry, after the data files were written: the retryable class naming the request and the status, no
+    version, the written files removed; the rerun of the same write (same transaction id) commits once, and a third
+    finds its commit and skips. The client's retries end in their bound (``max_retries``/``retry_timeout``, keys
+    of ``lakehouse.storage_options``)."""
+    import boto3
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+    from s3_proxy import UNAVAILABLE, S3Proxy
+
+    from common.platform.delta_rs import commit_files
+    from common.platform.storage import filesystem
+
+    def rows(values):
+        def write(folder):
+            store, path = filesystem(folder)
+            pq.write_table(pa.table({"a": values}), f"{path}/part-0.parquet", filesystem=store)
+        return write
+
+    with S3Proxy.over_moto(monkeypatch) as proxy:
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="lake")
+        storage = {"AWS_S3_ALLOW_UNSAFE_RENAME": "true", "max_retries": "2", "retry_timeout": "5s"}
+        location = "s3://lake/t"
+        assert commit_files("t", location, storage, "overwrite", None, rows([1, 2, 3]), app_id="day-1").version == 0
+        proxy.refuse("PUT", "/_delta_log/", 503, UNAVAILABLE)
+        start = time.monotonic()
+        with pytest.raises(OSError) as raised:
+            commit_files("t", location, storage, "append", None, rows([4, 5]), app_id="day-2")
+        assert time.monotonic() - start < 30 and proxy.refused == 3  # the first try and the 2 retries
+        found = user_error(raised.value)
+        assert isinstance(found, StorageUnreachable) and report(found) == 4
+        assert "PUT http://127.0.0.1:" in str(found) and "/lake/t/_delta_log/00000000000000000001.json" in str(found)
+        assert "503 Service Unavailable" in str(found) and "\n" not in str(found) and "<Error>" not in str(found)
+        assert DeltaTable(location, storage_options=storage).version() == 0
+        # the failed write's files went with its folder: the data files left are version 0's
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="lake")["Contents"]]
+        committed = DeltaTable(location, storage_options=storage).file_uris()
+        assert [f"s3://lake/{k}" for k in keys if k.endswith(".parquet")] == committed and len(committed) == 1
+        assert [k for k in keys if "_delta_log" in k] == ["t/_delta_log/00000000000000000000.json"]
+        proxy.refuse(status=0)
+        assert commit_files("t", location, storage, "append", None, rows([4, 5]), app_id="day-2").version == 1
+        again = commit_files("t", location, storage, "append", None, rows([4, 5]), app_id="day-2")
+        assert again.skipped and again.version == 1
+        table = DeltaTable(location, storage_options=storage)
+        assert table.version() == 1 and sorted(table.to_pyarrow_table()["a"].to_pylist()) == [1, 2, 3, 4, 5]
