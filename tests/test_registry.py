@@ -273,12 +273,73 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
         log.close()
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (a server killed)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def sigterm_while_gating(ctx, client, name: str) -> None:
+    """Run boostaug-evaluate as ``augment run`` does (SIGTERM handled), signalled the moment its ship has registered
+    ``name``'s version 2, while the gate judges it: the run ends in Terminated within seconds, its MLflow run KILLED,
+    the version registered without a verdict, the alias where it was, the ledger naming the version."""
+    import signal
+    import threading
+
+    from mlflow import MlflowClient
+
+    from common.platform.signals import Terminated, handled
+    from common.registry import ledger
+    from jobs.boostaug import evaluate_job
+
+    signalled: list[float] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            if any(str(v.version) == "2" for v in client.search_model_versions(f"name = '{name}'")):
+                signalled.append(time.monotonic())
+                # to the main thread, where a scheduler's SIGTERM to the process is handled
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(Terminated):
+            with handled(grace_s=120):
+                evaluate_job(ctx)
+    finally:
+        stop.set()
+        watcher.join(10)
+    assert signalled, "the run ended before its version was registered"
+    took = time.monotonic() - signalled[0]
+    assert took < 30, f"{took:.1f} s from SIGTERM to the run's end"
+    print(f"\nSIGTERM while gating: the run ended {took:.2f} s after the signal")
+    version = client.get_model_version(name, "2")
+    assert "gate.decision" not in version.tags and str(client.get_model_version_by_alias(name, "champion").version) \
+        == "1"
+    entries = [e for uri in ledger.pending(ctx, "boostaug-evaluate") for e in ledger.load(uri) if e.name == name]
+    assert [(e.version, e.done) for e in entries] == [("2", False)], entries
+    runs = MlflowClient(ctx.cfg.tracking_uri).search_runs(
+        [MlflowClient(ctx.cfg.tracking_uri).get_experiment_by_name(ctx.cfg.tracking.experiment).experiment_id],
+        filter_string="attributes.run_name = 'boostaug-evaluate'", order_by=["attributes.start_time DESC"],
+        max_results=1)
+    assert runs[0].info.status == "KILLED" and "SIGTERM" in runs[0].data.tags["closed.reason"], runs[0].info
+
+
 @pytest.mark.slow
 def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world, tmp_path, monkeypatch):
     """Weekly retrains of one seed each, gated on the two artifacts' predictions on the week's test rows. The
     better week's ship is cut short by a registry answering 503 (a real HTTP server on loopback): its results are
-    written, nothing is registered, the run says the ship is incomplete (exit 7); the plain rerun trains nothing and
-    finishes the ship from the ledger; the rerun after that registers nothing."""
+    written, nothing is registered, the run says the ship is incomplete (exit 7); so is the next run's, the registry's
+    server killed; the run after that is signalled (SIGTERM) while it gates the version it registered; the plain rerun
+    trains nothing and finishes the ship from the ledger, registering nothing again; the rerun after that registers
+    nothing."""
     from mlflow import MlflowClient
     from model_server import FaultProxy
 
@@ -322,8 +383,16 @@ def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world,
             cfg.tracking.registry_uri = registry
             proxy.close()
         assert exit_code([cut]) == 7 and any(line.startswith(f"{name}: not shipped") for line in cut.incomplete)
+        # the registry's server killed: nothing listens at its address any more
+        cfg.tracking.registry_uri = f"http://127.0.0.1:{closed_port()}"
+        try:
+            gone = evaluate_job(ctx)
+        finally:
+            cfg.tracking.registry_uri = registry
+        assert exit_code([gone]) == 7 and any(line.startswith(f"{name}: not shipped") for line in gone.incomplete)
         assert len(client.search_model_versions(f"name = '{name}'")) == 1
         results_version = ctx.lakehouse.version(RESULTS)
+        sigterm_while_gating(ctx, client, name)  # the next run signalled once its version is registered
         finished = evaluate_job(ctx)  # the plain rerun: results exist, the ship is finished from the ledger
         assert ctx.lakehouse.version(RESULTS) == results_version and EVAL_SETS not in finished.outputs
         assert finished.incomplete == [] and exit_code([finished]) == 0

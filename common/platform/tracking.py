@@ -175,22 +175,35 @@ class Tracker:
                 if log_config:
                     handle.log_params(self.cfg.flat())
                 yield handle
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 # A watchdog's error (Ray on Spark's nodes never up) arrives as an interrupt: the run fails with it.
                 error = interruption()
                 if error is None:
+                    _release(exc)
                     end_killed(handle.run_id, "interrupted (KeyboardInterrupt)")
                     raise
                 raise error from None
             except Terminated as exc:
+                _release(exc)
                 end_killed(handle.run_id, str(exc))
                 raise
             except Exception as exc:
                 signalled = cause(exc)  # a signal that reached a C extension's wait comes back as its error
                 if signalled is None:
                     raise
+                _release(exc)
                 end_killed(handle.run_id, str(signalled))
                 raise signalled from None
+
+
+def _release(exc: BaseException) -> None:
+    """Drop what the frames ``exc`` interrupted hold (their locals; the traceback's lines stay). A signal that lands
+    between a SQLite read's execute and its fetch leaves that cursor's statement open, and with it the read lock on
+    the tracking database, for as long as the traceback lives: the KILLED mark then waits out SQLite's busy timeouts
+    (40 s) and fails, the run left RUNNING."""
+    import traceback
+
+    traceback.clear_frames(exc.__traceback__)
 
 
 @functools.lru_cache(maxsize=1)

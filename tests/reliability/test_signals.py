@@ -190,3 +190,40 @@ def test_sigterm_during_a_wait_on_ray_tasks_is_the_signal_not_an_error(tmp_path)
     text = log.read_text()
     assert proc.returncode == 143 and time.monotonic() - started < GRACE_S, (proc.returncode, text[-3000:])
     assert TERMINATED in text and "an ordinary error" not in text, text[-3000:]
+
+
+def test_a_signal_between_a_tracking_read_and_its_fetch_still_ends_the_run_killed(tmp_path):
+    """SIGTERM delivered the moment a read of the SQLite tracking store has executed, before its rows are fetched
+    (where a scheduler's signal often lands during shipping: the registry's reads): the open statement held the
+    database's read lock for as long as the signal's traceback lived, so the KILLED mark waited out SQLite's busy
+    timeouts (40 s) and failed, the run left RUNNING. Now the run ends KILLED at once."""
+    import threading
+
+    from mlflow import MlflowClient
+    from sqlalchemy import event
+
+    from common.config import load_config
+    from common.platform.signals import Terminated, handled
+    from common.platform.tracking import Tracker
+
+    cfg = load_config(None, [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"lakehouse.root={tmp_path / 'lake'}",
+                             "tracking.experiment=signal-mid-read"])
+    armed: list[bool] = []
+    signalled: list[float] = []
+    with pytest.raises(Terminated):
+        with handled(grace_s=60):
+            with Tracker(cfg).run("ship", log_config=False) as run:
+                engine = MlflowClient()._tracking_client.store.engine
+
+                @event.listens_for(engine, "after_cursor_execute")
+                def signal_once_read(conn, cursor, statement, *args):
+                    if armed and statement.lstrip().upper().startswith("SELECT"):
+                        armed.clear()
+                        signalled.append(time.monotonic())
+                        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+                armed.append(True)
+                MlflowClient().search_experiments()
+                pytest.fail("the signal did not stop the run")
+    took = time.monotonic() - signalled[0]
+    assert MlflowClient(cfg.tracking_uri).get_run(run.run_id).info.status == "KILLED" and took < 5, took
