@@ -63,8 +63,15 @@ def test_task_order_is_the_pipeline_order_and_tasks_run_the_cli(bundle):
     for job in jobs.values():
         pipeline = job["tags"]["pipeline"]
         clusters = {c["job_cluster_key"] for c in job["job_clusters"]}
-        names, previous = [], None
-        for task in job["tasks"]:
+        # First the config checked, once, without retries (a config error is the same on every try; exit 2)
+        check, *tasks = job["tasks"]
+        assert check["task_key"] == "check_config" and check["max_retries"] == 0 and "depends_on" not in check
+        params = check["python_wheel_task"]["parameters"]
+        assert params[0] == "config" and _parser(REGISTRY).parse_args(
+            [p.replace("{{job.parameters.conf}}", "conf/databricks.yaml").replace("{{job.parameters.overrides}}", "")
+             for p in params]).command == "config"
+        names, previous = [], "check_config"
+        for task in tasks:
             wheel = task["python_wheel_task"]
             assert (wheel["package_name"], wheel["entry_point"]) == (dist_name, "augment")
             params = wheel["parameters"]
@@ -77,7 +84,7 @@ def test_task_order_is_the_pipeline_order_and_tasks_run_the_cli(bundle):
             assert args.name in REGISTRY.jobs and override_list(args) == ["cga.threshold=0.8"]
             assert callable(REGISTRY.runner(args.name))
             assert task["job_cluster_key"] in clusters
-            assert task.get("depends_on", []) == ([{"task_key": previous}] if previous else [])
+            assert task.get("depends_on", []) == [{"task_key": previous}]
             assert task["max_retries"] >= 1  # every job is idempotent through its lineage
             previous = task["task_key"]
         assert names == list(PIPELINES[pipeline]), pipeline
