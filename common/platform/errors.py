@@ -140,8 +140,17 @@ def _translated(exc: BaseException) -> BaseException:
     # with error code 503 != 200": a server down or failing, not a refused token (4xx), whose body is not printed.
     if type(exc).__name__ == "MlflowException" and text.startswith("API request to") and (
             "failed with exception" in text or re.search(r"error code 5\d\d != 200", text)):
-        return TrackingUnreachable(f"MLflow: {text.split('. Response body', 1)[0]}")
+        return TrackingUnreachable(f"MLflow: {_mlflow_line(text)}")
     return exc
+
+
+def _mlflow_line(text: str) -> str:
+    """An unanswered MLflow request in a line: the URL and the innermost reason (urllib3's pool and retry wrappers
+    and the answer's body left out)."""
+    text = text.split(". Response body", 1)[0]
+    found = re.match(r"API request to (\S+) failed with exception", text)
+    reason = re.search(r"(\[Errno -?\d+\] [^\"')]+|Read timed out|timed out)", text)
+    return f"API request to {found.group(1)} failed: {reason.group(1)}" if found and reason else text[:300]
 
 
 class _RetriedByRayMeta(type):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from common.platform.config import BaseConfig
+from common.platform.errors import TrackingUnreachable
 from common.platform.lakehouse import Lakehouse, Lineage, WriteMode, WriteResult
 from common.platform.reports import Reports
 from common.platform.run_status import check_server
@@ -372,6 +373,9 @@ def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callabl
                         result.metrics.update({k: float(v) for k, v in metrics.items()})
                         tracked.log_metrics(result.metrics)
                     ctx.reports.publish()  # an object-store lakehouse's reports leave the driver's disk
+                    if tracked.offline:  # the work is done and committed; what MLflow missed is in the outbox
+                        raise TrackingUnreachable(f"{tracked.offline}; the run's work is committed, its "
+                                                  f"{tracked.outbox.summary()} (the next start logs it)")
             finally:
                 ctx.reports.discard()
             return result

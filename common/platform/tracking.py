@@ -16,11 +16,12 @@ import logging
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from common.platform.config import BaseConfig
-from common.platform.errors import interruption
-from common.platform.run_status import close_dead_runs, end_killed, process_tags
+from common.platform.errors import TrackingUnreachable, interruption, user_error
+from common.platform.run_outbox import Outbox, deliver
+from common.platform.run_status import close_dead_runs, end_killed, process_tags, quick_mlflow
 from common.platform.signals import Terminated, cause
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,29 @@ DISTRIBUTION = "catalog-augment"  # setup.py's name
 
 @dataclass
 class TrackedRun:
-    """Handle on the active MLflow run, with the suite's logging conventions."""
+    """Handle on the active MLflow run, with the suite's logging conventions. Once a call gets no answer from the
+    tracking server (:class:`~common.platform.errors.TrackingUnreachable`), the run is ``offline``: that call and
+    every later one go to its ``outbox`` (:mod:`common.platform.run_outbox`) instead of the server."""
 
     run_id: str
     name: str
+    outbox: Optional[Outbox] = None
+    offline: Optional[str] = None  # the first unanswered call's error, in one line
+
+    def _call(self, call: Callable[[], Any], keep: Callable[[Outbox], None]) -> None:
+        """``call()`` against the server, or ``keep(outbox)`` once the server has not answered."""
+        if self.offline is None:
+            try:
+                call()
+                return
+            except Exception as exc:
+                found = user_error(exc)
+                if self.outbox is None or not isinstance(found, TrackingUnreachable):
+                    raise
+                self.offline = str(found)
+                log.warning("MLflow run %s is offline from here (%s): what it logs is kept in %s", self.run_id,
+                            self.offline, self.outbox.uri)
+        keep(self.outbox)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params (values stringified, truncated to MLflow's limit), 100 per batch."""
@@ -42,54 +62,56 @@ class TrackedRun:
 
         items = [(k, _param_value(v)) for k, v in params.items()]
         for start in range(0, len(items), 100):
-            mlflow.log_params(dict(items[start:start + 100]))
+            batch = dict(items[start:start + 100])
+            self._call(lambda b=batch: mlflow.log_params(b), lambda box, b=batch: box.add("params", b))
 
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
         """Log numeric metrics; None values are skipped."""
         import mlflow
 
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None}, step=step)
+        values = {k: float(v) for k, v in metrics.items() if v is not None}
+        self._call(lambda: mlflow.log_metrics(values, step=step), lambda box: box.add("metrics", values))
 
     def log_input_table(self, name: str, version: str | int, location: str, context: str = "input") -> None:
-        """Record an input (or output) table version as an MLflow dataset and as tags."""
-        import mlflow
-
+        """Record an input (or output) table version as an MLflow dataset and as tags (only the tags while
+        offline)."""
         tag_prefix = "input" if context == "input" else "output"
-        mlflow.set_tags({f"{tag_prefix}.{name}.version": str(version), f"{tag_prefix}.{name}.location": location})
+        self.set_tags({f"{tag_prefix}.{name}.version": str(version), f"{tag_prefix}.{name}.location": location})
         if isinstance(version, int) or str(version).isdigit():
-            log_dataset(self.run_id, delta_dataset(name, int(version), location), context)
+            self._call(lambda: log_dataset(self.run_id, delta_dataset(name, int(version), location), context),
+                       lambda box: None)
 
     def log_output_table(self, name: str, version: int, location: str, skipped: bool = False) -> None:
         """Record a table version this run wrote (or found already written, when ``skipped``)."""
-        import mlflow
-
         self.log_input_table(name, version, location, context="output")
         if skipped:
-            mlflow.set_tag(f"output.{name}.skipped", "true")
+            self.set_tags({f"output.{name}.skipped": "true"})
 
     def log_dict(self, data: Any, artifact_file: str) -> None:
         """Store a JSON/YAML artifact."""
         import mlflow
 
-        mlflow.log_dict(data, artifact_file)
+        self._call(lambda: mlflow.log_dict(data, artifact_file),
+                   lambda box: box.add_text(json.dumps(data, indent=2, default=str), artifact_file))
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Store a text artifact (reports, tables)."""
         import mlflow
 
-        mlflow.log_text(text, artifact_file)
+        self._call(lambda: mlflow.log_text(text, artifact_file), lambda box: box.add_text(text, artifact_file))
 
     def log_artifact(self, path: str, artifact_path: Optional[str] = None) -> None:
         """Store a local file as an artifact."""
         import mlflow
 
-        mlflow.log_artifact(path, artifact_path)
+        self._call(lambda: mlflow.log_artifact(path, artifact_path), lambda box: box.add_file(path, artifact_path))
 
     def log_artifacts(self, folder: str, artifact_path: Optional[str] = None) -> None:
         """Store a local folder's files as artifacts under ``artifact_path``."""
         import mlflow
 
-        mlflow.log_artifacts(folder, artifact_path)
+        self._call(lambda: mlflow.log_artifacts(folder, artifact_path),
+                   lambda box: box.add_folder(folder, artifact_path))
 
     def log_model_folder(self, uri: str, artifact_path: str) -> None:
         """Store a model folder (a local path or an object-store URI: copied through a scratch folder, removed
@@ -112,7 +134,8 @@ class TrackedRun:
         """Set string tags on the run."""
         import mlflow
 
-        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+        values = {k: str(v) for k, v in tags.items()}
+        self._call(lambda: mlflow.set_tags(values), lambda box: box.add("tags", values))
 
 
 class Tracker:
@@ -154,6 +177,7 @@ class Tracker:
                 log.info("experiment %s was created by a concurrent run (%s)", self.cfg.tracking.experiment,
                          str(exc).splitlines()[0])
         self._experiment_id = mlflow.set_experiment(self.cfg.tracking.experiment).experiment_id
+        deliver(self.cfg.lakehouse.root)  # first: a run whose metrics it logs is ended FAILED, not judged dead
         close_dead_runs(self._experiment_id)
 
     @contextlib.contextmanager
@@ -170,7 +194,8 @@ class Tracker:
         with mlflow.start_run(run_name=name, nested=nested, experiment_id=self._experiment_id,
                               tags={**code_tags(), **process_tags(),
                                     **{k: str(v) for k, v in (tags or {}).items()}}) as r:
-            handle = TrackedRun(run_id=r.info.run_id, name=name)
+            handle = TrackedRun(run_id=r.info.run_id, name=name, outbox=Outbox(self.cfg.lakehouse.root,
+                                                                               r.info.run_id))
             try:
                 if log_config:
                     handle.log_params(self.cfg.flat())
@@ -190,6 +215,11 @@ class Tracker:
             except Exception as exc:
                 signalled = cause(exc)  # a signal that reached a C extension's wait comes back as its error
                 if signalled is None:
+                    if isinstance(user_error(exc), TrackingUnreachable):
+                        # The server did not answer: the run's end asked once (its context would ask again with
+                        # the client's retries); RUNNING where it fails, for a later start to close.
+                        with quick_mlflow(2.0), contextlib.suppress(Exception):
+                            mlflow.end_run("FAILED")
                     raise
                 _release(exc)
                 end_killed(handle.run_id, str(signalled))

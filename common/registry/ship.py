@@ -69,6 +69,9 @@ def resume(ctx: "JobContext", tr: "JobRun", compare_of: Optional[CompareOf] = No
     files = ledger.pending(ctx, tr.result.job)
     if not files:
         return []
+    if getattr(tr, "offline", None):  # every registry call would wait out the client's retries again, per entry
+        tr.result.incomplete.append(f"{len(files)} ship(s) left to the next run: the MLflow server is not answering")
+        return []
     client = client or registry_client(ctx)
     build = compare_of or (lambda scoring: task_compare(ctx, scoring))
     done: list[Shipped] = []

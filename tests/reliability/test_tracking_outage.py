@@ -1,0 +1,99 @@
+"""The MLflow tracking server killed mid-run (a real ``mlflow server`` process, SIGKILLed after a job committed its
+first table): the job finishes its work, keeps what MLflow missed in the run outbox instead of asking the dead server
+again for each call, and exits 8 saying so; once the server is back, the next start logs what was kept to that run
+and ends it FAILED with the reason."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _mlflow_server(folder: Path, port: int) -> subprocess.Popen:
+    """``mlflow server`` on ``port`` over the SQLite store and artifact folder in ``folder``, answering."""
+    from test_registry import wait_answering
+
+    log = folder / f"mlflow-{time.monotonic_ns()}.log"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+         "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"], env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    wait_answering(server, f"http://127.0.0.1:{port}/health", log, "mlflow server")
+    return server
+
+
+def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_logs_it(spark, capabilities, tmp_path,
+                                                                                    monkeypatch):
+    from cluster.local_cluster import free_port
+    from mlflow import MlflowClient
+
+    from common.config import load_config
+    from common.platform.errors import TrackingUnreachable, report, user_error
+    from common.platform.job import build_context, job
+
+    # the client asks a dead server once (its default retries would take minutes: the same path, only slower)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = _mlflow_server(tmp_path, port)
+    cfg = load_config(None, [f"tracking.uri={url}", f"lakehouse.root={tmp_path / 'lake'}",
+                             "tracking.experiment=outage"])
+    ctx = build_context(cfg, spark=spark, capabilities=capabilities)
+    killed: list[float] = []
+
+    @job("outage-probe")
+    def probe(ctx, tr):
+        """Commits a table, loses its tracking server, then does the rest of a job's work: another table, an
+        artifact, its metrics."""
+        tr.write(ctx.spark.createDataFrame([(1, "a"), (2, "b")], "id int, label string"), "first", "h1")
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+        killed.append(time.monotonic())
+        tr.write(ctx.spark.createDataFrame([(3, "c")], "id int, label string"), "second", "h1")
+        tr.log_dict({"rows": 3}, "report/summary.json")
+        return {"accuracy": 0.75}
+
+    try:
+        with pytest.raises(Exception) as raised:
+            probe(ctx)
+        took = time.monotonic() - killed[0]
+        found = user_error(raised.value)
+        assert isinstance(found, TrackingUnreachable) and report(found) == 8, raised.value
+        line = str(found)
+        assert "the run's work is committed" in line and "1 metric" in line and "1 artifact" in line, line
+        assert "(the next start logs it)" in line and "_tracking/outbox/" in line, line
+        assert took < 60, f"{took:.0f} s from the kill to the run's end"  # one unanswered call, not one per call
+        print(f"\ntracking server killed mid-run: the run ended {took:.1f} s after; {line}")
+        assert ctx.lakehouse.version("first") == 0 and ctx.lakehouse.version("second") == 0
+        assert ctx.lakehouse.read("second").count() == 1
+        kept_folder = Path(cfg.lakehouse.root) / "_tracking" / "outbox"
+        [run_id] = [p.name for p in kept_folder.iterdir()]
+        kept = json.loads((kept_folder / run_id / "run.json").read_text())
+        assert kept["metrics"] == {"accuracy": 0.75} and kept["tags"]["output.second.version"] == "0"
+
+        server = _mlflow_server(tmp_path, port)  # back: the next start logs what was kept
+    finally:
+        ctx.close()
+    restarted = build_context(cfg, spark=spark, capabilities=capabilities)
+    try:
+        restarted.tracker.setup()
+        run = MlflowClient(url).get_run(run_id)
+        assert run.data.metrics == {"accuracy": 0.75}
+        assert run.data.tags["output.second.version"] == "0" and run.data.tags["output.first.version"] == "0"
+        assert run.info.status == "FAILED" and "run outbox" in run.data.tags["closed.reason"]
+        assert [a.path for a in MlflowClient(url).list_artifacts(run_id, "report")] == ["report/summary.json"]
+        assert not (kept_folder / run_id).exists()
+    finally:
+        restarted.close()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
