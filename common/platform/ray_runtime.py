@@ -5,9 +5,11 @@ Modes: ``local`` (a loopback-only runtime on this machine), ``address`` (join an
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import signal
 from typing import Any, Optional
 
 from common.platform.config import RayConfig
@@ -18,7 +20,7 @@ from common.platform.ray_stages import (
     fault_tolerance,
     retried_errors,
 )
-from common.platform.signals import reclaim
+from common.platform.signals import handle_taken, reclaim
 
 log = logging.getLogger(__name__)
 class RayRuntime:
@@ -71,11 +73,13 @@ class RayRuntime:
                 kwargs["_system_config"] = {"num_workers_soft_limit": self.cfg.max_workers}
             if self.cfg.object_store_memory_mb:
                 kwargs["object_store_memory"] = self.cfg.object_store_memory_mb * 1024 * 1024
-            ray.init(**{k: v for k, v in kwargs.items() if v is not None})
+            with _signal_in_start():
+                ray.init(**{k: v for k, v in kwargs.items() if v is not None})
             self._capacity = {key: float(ray.cluster_resources().get(key, 0.0)) for key in ("CPU", "GPU")}
             self._capacity["node_CPU"] = self._capacity["CPU"]  # one node
         elif self.cfg.mode == "address":
-            ray.init(address=self.cfg.address, runtime_env=self.runtime_env())
+            with _signal_in_start():
+                ray.init(address=self.cfg.address, runtime_env=self.runtime_env())
         else:
             from pyspark.sql import SparkSession
 
@@ -89,7 +93,8 @@ class RayRuntime:
             self._capacity = chosen.capacity()
             self._spark_cluster = True
             try:
-                ray.init(runtime_env=self.runtime_env())
+                with _signal_in_start():
+                    ray.init(runtime_env=self.runtime_env())
             except BaseException:
                 self.stop()
                 raise
@@ -184,6 +189,25 @@ class RayRuntime:
 
 
 @functools.lru_cache(maxsize=None)
+@contextlib.contextmanager
+def _signal_in_start():
+    """Within: ``ray.init``. Ray's driver sets its own SIGTERM handler first thing there (``sys.exit(15)``), so a
+    scheduler's signal during the seconds Ray takes to start would end the run with an undocumented 15 and its MLflow
+    run FAILED: the SystemExit is stopped here, what Ray had started is shut down, and the signal handled as the
+    suite's (Terminated: runs KILLED, exit 143)."""
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM:
+            raise
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        handle_taken(signal.SIGTERM)
+        raise
+
+
 def package_folders(packages: tuple[str, ...]) -> list[str]:
     """Local folders holding the importable ``packages`` (each a folder named after its package), for Ray's
     ``py_modules``: a package imported from files is its own folder; one imported from a zip archive (``spark-submit

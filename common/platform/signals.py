@@ -93,6 +93,16 @@ def reclaim() -> None:
             signal.signal(signum, _active[-1])
 
 
+def handle_taken(signum: int) -> None:
+    """Handle ``signum`` now as the innermost :func:`handled` block would have (its line, its grace, ``Terminated``
+    raised here), where an engine's own handler took it while the engine started: Ray's driver sets one first thing
+    in ``ray.init`` and exits 15 on SIGTERM. The suite's handlers are put back first. Outside a block (or the main
+    thread) nothing happens: the caller raises what it had."""
+    if _active and threading.current_thread() is threading.main_thread():
+        reclaim()
+        _active[-1](signum, None)
+
+
 def _stop_spark_jobs() -> None:
     """Cancel the Spark jobs of this process's SparkContext, if it has one. The signal may have cut a py4j call of
     the main thread short, its answer still to come on that thread's connection: the connection is dropped first

@@ -227,3 +227,43 @@ def test_a_signal_between_a_tracking_read_and_its_fetch_still_ends_the_run_kille
                 pytest.fail("the signal did not stop the run")
     took = time.monotonic() - signalled[0]
     assert MlflowClient(cfg.tracking_uri).get_run(run.run_id).info.status == "KILLED" and took < 5, took
+
+
+STARTS_RAY = """
+import sys
+from common.platform.config import RayConfig
+from common.platform.ray_runtime import RayRuntime
+from common.platform.signals import Terminated, handled
+import ray
+
+with handled(20.0):
+    try:
+        print("starting", flush=True)
+        RayRuntime(RayConfig(num_cpus=1)).start()
+        print("started", flush=True)
+    except Terminated as exc:
+        print(f"augment: terminated: {exc}", flush=True)
+        sys.exit(exc.exit_code)
+"""
+
+
+def test_sigterm_while_ray_starts_is_the_suites_signal_not_rays_exit_15(tmp_path):
+    """``ray.init`` sets Ray's own SIGTERM handler (``sys.exit(15)``) first thing, seconds before it returns: a signal
+    then ends the run as any other (143, the run's line), with what Ray had started shut down."""
+    log = tmp_path / "start.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", STARTS_RAY], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 120
+    while "starting" not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.02)
+    time.sleep(0.5)  # inside ray.init: Ray's handler set, its processes starting
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    text = log.read_text()
+    assert proc.returncode == 143 and "augment: terminated: SIGTERM" in text and "started" not in text, \
+        (proc.returncode, text[-3000:])
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, [(p.pid, p.cmdline()[:3]) for p in alive if p.is_running()]
