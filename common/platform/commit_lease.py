@@ -30,6 +30,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Iterator, Optional
 
+from common.platform.run_status import process_gone, process_tags
 from common.platform.storage import StorageBusy, arrow_uri, is_local
 from common.platform.tables import LakehouseError
 from common.platform.termination import cause
@@ -49,6 +50,11 @@ class LeaseSettings:
     ttl_s: float = 60.0
     wait_s: float = 600.0
     poll_s: float = 2.0
+
+
+# A lease whose writer's process is gone is broken once it is this old, not ttl_s: the JVM a signalled driver leaves
+# (the one that may still be writing a commit) ends with it within seconds.
+GONE_GRACE_S = 10.0
 
 
 def lease_key(location: str) -> tuple[str, str]:
@@ -88,7 +94,7 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
     client = _client()
     bucket, key = lease_key(location)
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    body = json.dumps({"owner": owner, "table": table, "location": location,
+    body = json.dumps({"owner": owner, "table": table, "location": location, "process": process_tags(),
                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
     started, announced, denied = time.monotonic(), False, None
     holder: Optional[dict] = None
@@ -101,11 +107,15 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
             if not _conditional_failed(exc):
                 raise
         holder = _holder(client, bucket, key)
-        if holder is not None and holder["age_s"] > settings.ttl_s and holder["etag"] not in tried:
-            # Before the bound: a writer that may not wait (wait_s 0) still breaks a dead writer's lease.
+        gone = holder is not None and holder["age_s"] > min(GONE_GRACE_S, settings.ttl_s) and \
+            process_gone(holder["process"])
+        if holder is not None and (holder["age_s"] > settings.ttl_s or gone) and holder["etag"] not in tried:
+            # Before the bound: a writer that may not wait (wait_s 0) still breaks a dead writer's lease. A writer of
+            # this host whose process is gone (a signal, a kill) is known dead: its lease is broken without the ttl.
             tried.add(holder["etag"])
-            log.warning("breaking the commit lease of %s held by %s: not renewed for %.0f s (its writer died?)",
-                        table, holder["owner"], holder["age_s"])
+            log.warning("breaking the commit lease of %s held by %s: %s", table, holder["owner"],
+                        "its process on this host is gone" if gone else
+                        f"not renewed for {holder['age_s']:.0f} s (its writer died?)")
             try:
                 client.delete_object(Bucket=bucket, Key=key, IfMatch=holder["etag"])
                 continue
@@ -140,8 +150,9 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
         if cause(exc) is None:  # an error, or a notebook's interrupt: released below
             raise
         # A signal: the run ends, but its JVM may still be writing the log's next commit. The lease is left to
-        # expire (ttl_s, no longer renewed) so that no other driver writes that same commit file meanwhile. A
-        # notebook's interrupt (the process goes on) releases it as an error does.
+        # expire (ttl_s, no longer renewed) so that no other driver writes that same commit file meanwhile; once
+        # this process (and the JVM with it) is gone, a writer on this host breaks it at once. A notebook's
+        # interrupt (the process goes on) releases it as an error does.
         released = False
         raise
     finally:
@@ -168,7 +179,7 @@ def _holder(client, bucket: str, key: str) -> Optional[dict]:
     info = json.loads(response["Body"].read() or b"{}")
     now = parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
     return {"owner": info.get("owner", "?"), "since": info.get("since", "?"), "etag": response["ETag"],
-            "age_s": (now - response["LastModified"]).total_seconds()}
+            "age_s": (now - response["LastModified"]).total_seconds(), "process": info.get("process") or {}}
 
 
 class _Renewer(threading.Thread):

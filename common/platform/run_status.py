@@ -53,6 +53,14 @@ def _process_start(pid: int) -> str:
         return ""
 
 
+def process_gone(tags: Mapping[str, str]) -> bool:
+    """Whether the process that :func:`process_tags` ``tags`` name ran on this host and is certainly gone (a lease or
+    lock it left is no one's)."""
+    import socket
+
+    return tags.get("process.host") == socket.gethostname() and _dead(tags)
+
+
 def _dead(tags: Mapping[str, str]) -> bool:
     """Whether the process a run's :func:`process_tags` name is certainly gone: seen from the same boot and pid
     namespace (else it cannot be checked from here; a host without /proc records none on either side and is judged by

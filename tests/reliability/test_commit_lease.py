@@ -108,3 +108,55 @@ def test_a_notebooks_interrupt_releases_the_local_lock_and_a_signal_keeps_it_unt
     os.close(_HELD_TO_EXIT.pop())  # this test process goes on: let it go
     with local_commit_lock(location, wait_s=1.0):
         pass
+
+
+TAGS = "import json; from common.platform.run_status import process_tags; print(json.dumps(process_tags()), flush=True)"
+
+
+def test_a_lease_left_by_a_process_gone_from_this_host_is_broken_without_the_ttl(monkeypatch):
+    """A signalled driver leaves its S3 lease to expire (its JVM may still be committing); once that process is gone
+    from this host, the next writer here breaks it after ``GONE_GRACE_S``, not the lease's ttl. A live process's
+    lease is waited for."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from common.platform import commit_lease
+    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, _client, lease_key, s3_commit_lease
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    monkeypatch.setattr(commit_lease, "GONE_GRACE_S", 1.0)
+    with S3Proxy.over_moto(monkeypatch):
+        commit_lease._client.cache_clear()
+        try:
+            location = "s3://lake/tables/items"
+            bucket, key = lease_key(location)
+            client = _client()
+            client.create_bucket(Bucket=bucket)
+            gone = json.loads(subprocess.run([sys.executable, "-c", TAGS], capture_output=True, text=True, env=env,
+                                             cwd=repo, timeout=60, check=True).stdout)
+            live = subprocess.Popen([sys.executable, "-c", f"{TAGS}; import time; time.sleep(60)"],
+                                    stdout=subprocess.PIPE, text=True, env=env, cwd=repo)
+            alive = json.loads(live.stdout.readline())
+            settings = LeaseSettings(ttl_s=600.0, wait_s=3.0, poll_s=0.25)
+            try:
+                for tags in (alive, gone):
+                    owner = f"{tags['process.host']}:{tags['process.pid']}:x"
+                    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(
+                        {"owner": owner, "since": "then", "process": tags}).encode())
+                    started = time.monotonic()
+                    if tags is alive:
+                        with pytest.raises(CommitLeaseTimeout, match=f"held by {owner}"):
+                            with s3_commit_lease(location, "items", settings):
+                                pytest.fail("a live writer's lease was taken")
+                        continue
+                    with s3_commit_lease(location, "items", settings):
+                        took = time.monotonic() - started
+                    assert 1.0 <= took < 3.0, took  # the grace, then broken: not the ttl's 600 s
+            finally:
+                live.kill()
+                live.wait(timeout=10)
+        finally:
+            commit_lease._client.cache_clear()
