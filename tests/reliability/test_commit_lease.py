@@ -110,7 +110,8 @@ def test_a_notebooks_interrupt_releases_the_local_lock_and_a_signal_keeps_it_unt
         pass
 
 
-TAGS = "import json; from common.platform.run_status import process_tags; print(json.dumps(process_tags()), flush=True)"
+TAGS = ("import json; from common.platform.run_status import process_tags; "
+        "print(json.dumps(process_tags()), flush=True)")
 
 
 def test_a_lease_left_by_a_process_gone_from_this_host_is_broken_without_the_ttl(monkeypatch):
