@@ -188,13 +188,13 @@ class RayRuntime:
         self.stop()
 
 
-@functools.lru_cache(maxsize=None)
 @contextlib.contextmanager
 def _signal_in_start():
     """Within: ``ray.init``. Ray's driver sets its own SIGTERM handler first thing there (``sys.exit(15)``), so a
     scheduler's signal during the seconds Ray takes to start would end the run with an undocumented 15 and its MLflow
-    run FAILED: the SystemExit is stopped here, what Ray had started is shut down, and the signal handled as the
-    suite's (Terminated: runs KILLED, exit 143)."""
+    run FAILED: the suite's handlers are put back the moment ``ray.init`` returns, and a SystemExit(15) from Ray's
+    handler is handled as the suite's signal (its line, its grace, Terminated: runs KILLED, exit 143), what Ray had
+    started shut down within that grace."""
     try:
         yield
     except SystemExit as exc:
@@ -202,12 +202,16 @@ def _signal_in_start():
             raise
         import ray
 
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        handle_taken(signal.SIGTERM)
+        try:
+            handle_taken(signal.SIGTERM)  # raises Terminated in a handled run, its grace timer started
+        finally:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
         raise
+    reclaim()
 
 
+@functools.lru_cache(maxsize=None)
 def package_folders(packages: tuple[str, ...]) -> list[str]:
     """Local folders holding the importable ``packages`` (each a folder named after its package), for Ray's
     ``py_modules``: a package imported from files is its own folder; one imported from a zip archive (``spark-submit

@@ -24,6 +24,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cluster_probes import (
+    executor_busy,
+    experiment_id,
+    hold_lease,
+    map_actors,
+    mlflow_post,
+    second_node_actors,
+    table_rows,
+    when_busy,
+)
 from local_cluster import BUCKET, SPARK_WORKERS, VENV, LocalCluster, free_port
 from worlds import WORLD_MODELS
 
@@ -101,13 +111,13 @@ def pipeline_run(cluster, cluster_conf):
     restarts = []
     try:
         victim = SPARK_WORKERS[1]
-        if _when_busy(job, lambda: _executor_busy(cluster, ui, victim), 600):
+        if when_busy(job, lambda: executor_busy(cluster, ui, victim), 600):
             record["spark_kill_at"] = time.monotonic() - started
             record["spark_killed"] = cluster.kill(victim)
             restarts.append(threading.Thread(target=cluster.restart, args=(victim,)))
             restarts[-1].start()
         second: set = set()
-        if _when_busy(job, lambda: bool(second.update(_second_node_actors(cluster)) or second), 900):
+        if when_busy(job, lambda: bool(second.update(second_node_actors(cluster)) or second), 900):
             record["ray_kill_at"] = time.monotonic() - started
             record["ray_actors_there"] = set(second)
             record["ray_killed"] = cluster.kill("ray-node-2")
@@ -115,7 +125,7 @@ def pipeline_run(cluster, cluster_conf):
             restarts[-1].start()
         record["returncode"] = job.wait(timeout=1200)
         record["seconds"] = time.monotonic() - started
-        record["actors"] = _map_actors(cluster)
+        record["actors"] = map_actors(cluster)
     finally:
         if job.poll() is None:
             job.kill()
@@ -152,7 +162,7 @@ def test_a_pipeline_runs_through_spark_submit_as_it_runs_locally(cluster, pipeli
     assert {t: remote.get(t) for t in local} == local
     columns = ("source_id", "sample_idx", "generated_text")
     local_rows = small_world.lakehouse.read("genre_generated", local["genre_generated"][0]).select(*columns).collect()
-    assert _rows(cluster, "genre_generated", remote["genre_generated"][0], columns) == \
+    assert table_rows(cluster, "genre_generated", remote["genre_generated"][0], columns) == \
         sorted(tuple(str(v) for v in r) for r in local_rows)
     # Where the work ran: Spark's event log of this application, Ray's state API.
     spark = next(counts for app, counts in cluster.spark_tasks().items() if app.startswith(PIPELINE))
@@ -161,7 +171,7 @@ def test_a_pipeline_runs_through_spark_submit_as_it_runs_locally(cluster, pipeli
     assert ray.get("head") and ray.get("node-2"), ray
     print(f"Spark tasks {spark}; Ray work {ray}")
     # MLflow: the pipeline's parent run and one child per job, with the report and models as artifacts in the bucket.
-    runs = _mlflow("runs/search", cluster, {"experiment_ids": [_experiment(cluster, "cluster-tier")],
+    runs = mlflow_post("runs/search", cluster, {"experiment_ids": [experiment_id(cluster, "cluster-tier")],
                                             "max_results": 100})["runs"]
     names = {r["info"]["run_name"] for r in runs}
     assert {f"pipeline:{PIPELINE}", "ingest-documents", "genre-generate", "genre-evaluate"} <= names, names
@@ -235,7 +245,7 @@ def test_the_commit_lease_makes_a_second_writer_wait_or_fail(cluster, monkeypatc
             monkeypatch.setenv(key, value)
     location = f"s3a://{BUCKET}/lease-test/items"
     assert lease_key(location) == (BUCKET, "lease-test/.items.commit-lock")
-    holder = _hold_lease(cluster, location, ttl=4, seconds=3)
+    holder = hold_lease(cluster, location, ttl=4, seconds=3)
     try:
         with pytest.raises(CommitLeaseTimeout, match=rf"held by \S+:{holder.pid}:"):
             with s3_commit_lease(location, "items", LeaseSettings(ttl_s=4, wait_s=1, poll_s=0.2)):
@@ -246,7 +256,7 @@ def test_the_commit_lease_makes_a_second_writer_wait_or_fail(cluster, monkeypatc
         assert 0.5 < waited < 15  # until the holder let go, not its TTL
     finally:
         holder.kill()
-    killed = _hold_lease(cluster, location, ttl=3, seconds=60)
+    killed = hold_lease(cluster, location, ttl=3, seconds=60)
     killed.kill()
     killed.wait()
     started = time.monotonic()
@@ -340,77 +350,3 @@ def test_ray_on_spark_sizes_its_nodes_from_the_executors_and_never_waits_silentl
 
 
 # ---------------------------------------------------------------------- helpers
-def _when_busy(job: subprocess.Popen, busy, timeout: float) -> bool:
-    """Poll ``busy()`` until it holds (True), the job ends or ``timeout`` passes (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and job.poll() is None:
-        try:
-            if busy():
-                return True
-        except (OSError, ValueError, KeyError):
-            pass  # the driver's UI or the dashboard not up yet
-        time.sleep(0.1)
-    return False
-
-
-def _executor_busy(cluster: LocalCluster, ui: int, worker: str) -> bool:
-    """Whether the executor on ``worker`` runs a task now (the driver's REST API)."""
-    apps = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/applications", timeout=2).read())
-    executors = json.loads(urllib.request.urlopen(
-        f"http://127.0.0.1:{ui}/api/v1/applications/{apps[0]['id']}/executors", timeout=2).read())
-    port = f":{cluster.port(f'{worker}-ui')}/"
-    return any(e["activeTasks"] > 0 and port in json.dumps(e.get("executorLogs", {})) for e in executors)
-
-
-def _state(cluster: LocalCluster, resource: str, **filters) -> list[dict]:
-    """Rows of Ray's state API (``actors``, ``tasks``...) with ``key=value`` filters, through the dashboard with
-    the cluster's token."""
-    query = "".join(f"&filter_keys={k}&filter_predicates=%3D&filter_values={v}" for k, v in filters.items())
-    url = f"http://127.0.0.1:{cluster.port('ray-dashboard')}/api/v0/{resource}?limit=1000&detail=1{query}"
-    token = (cluster.root / "secrets" / "ray-token").read_text().strip()
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    return json.loads(urllib.request.urlopen(request, timeout=5).read())["data"]["result"]["result"]
-
-
-def _map_actors(cluster: LocalCluster, **filters) -> list[dict]:
-    """Ray Data's map actors (the generation pool's ``_MapWorker``) in the state API."""
-    return [a for a in _state(cluster, "actors", **filters) if "MapWorker" in a.get("class_name", "")]
-
-
-def _second_node_actors(cluster: LocalCluster) -> set[str]:
-    """The live map actors (a generation pool's) on the second node."""
-    second = {n["node_id"] for n in cluster.ray_nodes() if not n.get("is_head_node")}
-    return {a["actor_id"] for a in _map_actors(cluster, state="ALIVE") if a.get("node_id") in second}
-
-
-def _rows(cluster: LocalCluster, table: str, version: int, columns=None) -> list:
-    """The sorted rows of a table version in the bucket (delta-rs)."""
-    from deltalake import DeltaTable
-
-    storage = {k: v for k, v in cluster.env("driver").items() if k.startswith("AWS_")}
-    data = DeltaTable(f"s3://{BUCKET}/lakehouse/{table}", version=version, storage_options=storage) \
-        .to_pyarrow_table(columns=list(columns) if columns else None)
-    return sorted(tuple(str(v) for v in row.values()) for row in data.to_pylist())
-
-
-def _hold_lease(cluster: LocalCluster, location: str, ttl: float, seconds: float) -> subprocess.Popen:
-    """A process holding the commit lease of ``location`` for ``seconds``; returns once it holds it."""
-    script = ("import sys, time\nfrom common.platform.commit_lease import LeaseSettings, s3_commit_lease\n"
-              f"with s3_commit_lease({location!r}, 'items', LeaseSettings(ttl_s={ttl}, wait_s=5)):\n"
-              "    print('held', flush=True)\n"
-              f"    time.sleep({seconds})\n")
-    process = subprocess.Popen([str(VENV / "bin" / "python"), "-c", script], env=cluster.env("lease-holder"),
-                               stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "held"
-    return process
-
-
-def _experiment(cluster: LocalCluster, name: str) -> str:
-    url = f"http://127.0.0.1:{cluster.port('mlflow')}/api/2.0/mlflow/experiments/get-by-name?experiment_name={name}"
-    return json.loads(urllib.request.urlopen(url, timeout=30).read())["experiment"]["experiment_id"]
-
-
-def _mlflow(endpoint: str, cluster: LocalCluster, body: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{cluster.port('mlflow')}/api/2.0/mlflow/{endpoint}",
-                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(request, timeout=30).read())
