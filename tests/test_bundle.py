@@ -63,13 +63,15 @@ def test_task_order_is_the_pipeline_order_and_tasks_run_the_cli(bundle):
     for job in jobs.values():
         pipeline = job["tags"]["pipeline"]
         clusters = {c["job_cluster_key"] for c in job["job_clusters"]}
-        # First the config checked, once, without retries (a config error is the same on every try; exit 2)
+        # First the config checked (every job's own checks too), once, without retries (exit 2 on a config error)
         check, *tasks = job["tasks"]
         assert check["task_key"] == "check_config" and check["max_retries"] == 0 and "depends_on" not in check
         params = check["python_wheel_task"]["parameters"]
-        assert params[0] == "config" and _parser(REGISTRY).parse_args(
+        checked = _parser(REGISTRY).parse_args(
             [p.replace("{{job.parameters.conf}}", "conf/databricks.yaml").replace("{{job.parameters.overrides}}", "")
-             for p in params]).command == "config"
+             for p in params])
+        ran = [t["python_wheel_task"]["parameters"][1] for t in tasks]
+        assert checked.command == "check" and list(PIPELINES.get(checked.name, [checked.name])) == ran
         names, previous = [], "check_config"
         for task in tasks:
             wheel = task["python_wheel_task"]

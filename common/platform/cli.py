@@ -57,6 +57,11 @@ def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
     history.add_argument("table")
     add_common_args(history)
     sub.add_parser("jobs", help="list jobs and pipelines")
+    check = sub.add_parser("check", help="check a job's or pipeline's config (every job's own checks too), starting "
+                                         "nothing: exit 2 on a config error; what only a rerun can cure (a model "
+                                         "server not answering) is said and left to the run")
+    check.add_argument("name", help="job or pipeline name")
+    add_common_args(check)
     config = sub.add_parser("config", help="print the resolved configuration")
     add_common_args(config)
     config.add_argument("--reference", action="store_true",
@@ -112,6 +117,8 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
         if lines:
             print("\n" + "\n".join(lines))
         return 0
+    if args.command == "check":
+        return _check(cfg, registry, args.name)
     if args.command == "history":
         print(format_history(_metadata_lakehouse(cfg).history(args.table)))
         return 0
@@ -126,6 +133,28 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
 
 
 USER_ERRORS_TYPES = tuple(cls for cls, _, _ in USER_ERRORS)
+
+
+def _check(cfg, registry: "JobRegistry", name: str) -> int:
+    """``augment check NAME``: the config of job or pipeline ``name`` with every job's own check, before anything
+    starts (the bundle's first task, run once without retries): 2 on a config error; any other fault a check meets
+    (a model server that does not answer) is said and left to the run, whose tasks retry it (0)."""
+    from common.platform.pipeline import preflight
+
+    if name not in registry.jobs and name not in registry.pipelines:
+        print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
+              f"pipelines: {', '.join(registry.pipelines)}", file=sys.stderr)
+        return 2
+    try:
+        preflight(cfg, registry.pipelines.get(name, [name]), registry.runner)
+    except ConfigError as exc:
+        print(f"augment: config error: {exc}", file=sys.stderr)
+        return 2
+    except USER_ERRORS_TYPES as exc:
+        print(f"augment: check: the config holds; {one_line(str(exc))} (left to the run, which retries it)",
+              file=sys.stderr)
+    print(f"augment: check: the config of {name} holds")
+    return 0
 
 
 def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -52,8 +53,8 @@ class LeaseSettings:
     poll_s: float = 2.0
 
 
-# A lease whose writer's process is gone is broken once it is this old, not ttl_s: the JVM a signalled driver leaves
-# (the one that may still be writing a commit) ends with it within seconds.
+# A lease whose writer (its driver and the JVMs committing for it) is gone from this host is broken this long after a
+# waiter first saw it gone, not after ttl_s: what the JVM had in flight has landed or failed by then.
 GONE_GRACE_S = 10.0
 
 
@@ -95,10 +96,12 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
     bucket, key = lease_key(location)
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     body = json.dumps({"owner": owner, "table": table, "location": location, "process": process_tags(),
+                       "jvms": [process_tags(pid) for pid in _jvm_pids()],
                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
     started, announced, denied = time.monotonic(), False, None
     holder: Optional[dict] = None
     tried: set[str] = set()  # the stale leases this writer tried to break: once each, never a loop of deletes
+    gone_since: dict[str, float] = {}  # leases whose writer was first seen gone, when
     while True:
         try:
             etag = client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")["ETag"]
@@ -107,8 +110,10 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
             if not _conditional_failed(exc):
                 raise
         holder = _holder(client, bucket, key)
-        gone = holder is not None and holder["age_s"] > min(GONE_GRACE_S, settings.ttl_s) and \
-            process_gone(holder["process"])
+        gone = False
+        if holder is not None and _writer_gone(holder):  # on this writer's clock: the lease's age says nothing
+            gone = time.monotonic() - gone_since.setdefault(holder["etag"], time.monotonic()) >= \
+                min(GONE_GRACE_S, settings.ttl_s)
         if holder is not None and (holder["age_s"] > settings.ttl_s or gone) and holder["etag"] not in tried:
             # Before the bound: a writer that may not wait (wait_s 0) still breaks a dead writer's lease. A writer of
             # this host whose process is gone (a signal, a kill) is known dead: its lease is broken without the ttl.
@@ -179,7 +184,32 @@ def _holder(client, bucket: str, key: str) -> Optional[dict]:
     info = json.loads(response["Body"].read() or b"{}")
     now = parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
     return {"owner": info.get("owner", "?"), "since": info.get("since", "?"), "etag": response["ETag"],
-            "age_s": (now - response["LastModified"]).total_seconds(), "process": info.get("process") or {}}
+            "age_s": (now - response["LastModified"]).total_seconds(), "process": info.get("process") or {},
+            "jvms": info.get("jvms") or []}
+
+
+def _jvm_pids() -> list[int]:
+    """The JVMs that commit for this driver: its parent under spark-submit (the JVM starts the Python driver), or
+    the gateway JVM the driver started itself (pyspark in local mode)."""
+    pids = []
+    try:
+        with open(f"/proc/{os.getppid()}/comm", encoding="ascii") as handle:
+            if handle.read().strip() == "java":
+                pids.append(os.getppid())
+    except OSError:
+        pass
+    if "pyspark" in sys.modules:
+        from pyspark import SparkContext
+
+        process = getattr(SparkContext._gateway, "proc", None)
+        if process is not None and process.pid not in pids:
+            pids.append(process.pid)
+    return pids
+
+
+def _writer_gone(holder: dict) -> bool:
+    """Whether the lease's writer, the Python driver and every JVM committing for it, ran on this host and is gone."""
+    return process_gone(holder["process"]) and all(process_gone(jvm) for jvm in holder["jvms"])
 
 
 class _Renewer(threading.Thread):
@@ -208,6 +238,34 @@ class _Renewer(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=30)
+
+
+@contextlib.contextmanager
+def claim(uri: str, what: str) -> Iterator[bool]:
+    """Hold the file or folder ``uri`` for the body so that two processes never work on it at once: yields True, or
+    False at once where another holds it (a local flock beside it; on S3 a lease object, as tables' commits take;
+    other stores: no lock). A local lock file beside a ``uri`` the body removed goes too."""
+    from common.platform.storage import exists, is_s3
+
+    if is_local(uri):
+        guard = local_commit_lock(uri, wait_s=0.0)
+    elif is_s3(uri):
+        guard = s3_commit_lease(uri, what, LeaseSettings(wait_s=0.0, poll_s=0.1))
+    else:
+        guard = contextlib.nullcontext()
+    try:
+        guard.__enter__()
+    except (LockTimeout, CommitLeaseTimeout):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if is_local(uri) and not exists(uri):  # the file done and removed: its lock file goes too
+            with contextlib.suppress(OSError):
+                lock = Path(uri.removeprefix("file://"))
+                (lock.parent / f".{lock.name}.commit-lock").unlink()
+        guard.__exit__(None, None, None)
 
 
 def commit_lock(location: str, table: str, settings: LeaseSettings = LeaseSettings()):

@@ -145,9 +145,9 @@ def _translated(exc: BaseException) -> BaseException:
 
 
 def _mlflow_line(text: str) -> str:
-    """An unanswered MLflow request in a line: the URL and the innermost reason (urllib3's pool and retry wrappers
-    and the answer's body left out)."""
-    text = text.split(". Response body", 1)[0]
+    """An unanswered MLflow request in a line: the URL (without a user or password) and the innermost reason
+    (urllib3's pool and retry wrappers and the answer's body left out)."""
+    text = re.sub(r"://[^/@\s]*@", "://", text.split(". Response body", 1)[0])  # a URI's user and password: never
     found = re.match(r"API request to (\S+) failed with exception", text)
     reason = re.search(r"(\[Errno -?\d+\] [^\"')]+|Read timed out|timed out)", text)
     return f"API request to {found.group(1)} failed: {reason.group(1)}" if found and reason else text[:300]
@@ -193,8 +193,9 @@ EXIT_CODES = ((0, "success", "-"),
                "yes, after a wait (answers already paid for are kept)"),
               (SHIP_INCOMPLETE, "ship incomplete: tables and run complete, a model not registered or gated",
                "yes: the rerun finishes the ship without training"),
-              (8, "tracking unreachable: the MLflow server did not answer (at the start, or mid-run: tables "
-                  "committed stay; the rerun skips them and ships what is left)", "yes"),
+              (8, "tracking unreachable: the MLflow server did not answer (at the start; or mid-run: the run "
+                  "finishes its work without it, keeps what it could not log in the run outbox, and the next start "
+                  "logs that to the run; the rerun skips what was committed and ships what is left)", "yes"),
               (9, "disk full: a local disk or quota ran out while writing (the line names the file)",
                "yes, once space is freed"),
               (130, "interrupted (SIGINT): open MLflow runs marked KILLED", "yes"),

@@ -366,6 +366,7 @@ def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callabl
                 preflight(ctx.cfg)
             result = JobResult(job=name)
             try:
+                earlier = len(ctx.tracker.offline)
                 with ctx.tracked(name) as tracked:
                     result.run_id = tracked.run_id
                     metrics = body(ctx, JobRun(ctx, tracked, result))
@@ -373,9 +374,12 @@ def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callabl
                         result.metrics.update({k: float(v) for k, v in metrics.items()})
                         tracked.log_metrics(result.metrics)
                     ctx.reports.publish()  # an object-store lakehouse's reports leave the driver's disk
-                    if tracked.offline:  # the work is done and committed; what MLflow missed is in the outbox
-                        raise TrackingUnreachable(f"{tracked.offline}; the run's work is committed, its "
-                                                  f"{tracked.outbox.summary()} (the next start logs it)")
+                    # The work is done and committed; what MLflow missed (this run's, or a run it opened) is kept.
+                    offline = ctx.tracker.offline[earlier:] + ([tracked] if tracked.offline else [])
+                    if offline:
+                        raise TrackingUnreachable(f"{offline[0].offline}; the run's work is committed, "
+                                                  + "; ".join(f"run {r.run_id}'s {r.outbox.summary()}"
+                                                              for r in offline) + " (the next start logs it)")
             finally:
                 ctx.reports.discard()
             return result

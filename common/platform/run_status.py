@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Optional
 
 from common.platform.errors import TrackingUnreachable
 
 log = logging.getLogger(__name__)
 
 
-def process_tags() -> dict[str, str]:
-    """``process.host``, ``process.pid``, ``process.start`` (the process's start, in clock ticks since boot, from
-    /proc) and ``process.space`` (the boot id and the pid namespace: two containers of one host name share neither):
-    what :func:`close_dead_runs` tells a dead run's process from a live one, or from a later process given the same
-    pid, by. The last two are empty where there is no /proc."""
+def process_tags(pid: Optional[int] = None) -> dict[str, str]:
+    """Of process ``pid`` (this one by default): ``process.host``, ``process.pid``, ``process.start`` (its start, in
+    clock ticks since boot, from /proc) and ``process.space`` (the boot id and the pid namespace: two containers of one
+    host name share neither): what :func:`close_dead_runs` tells a dead run's process from a live one, or from a
+    later process given the same pid, by. The last two are empty where there is no /proc."""
     import os
     import socket
 
-    return {"process.host": socket.gethostname(), "process.pid": str(os.getpid()),
-            "process.start": _process_start(os.getpid()), "process.space": _pid_space()}
+    pid = os.getpid() if pid is None else pid
+    return {"process.host": socket.gethostname(), "process.pid": str(pid), "process.start": _process_start(pid),
+            "process.space": _pid_space()}
 
 
 def _pid_space() -> str:

@@ -70,7 +70,7 @@ class TrackedRun:
         import mlflow
 
         values = {k: float(v) for k, v in metrics.items() if v is not None}
-        self._call(lambda: mlflow.log_metrics(values, step=step), lambda box: box.add("metrics", values))
+        self._call(lambda: mlflow.log_metrics(values, step=step), lambda box: box.add_metrics(values, step))
 
     def log_input_table(self, name: str, version: str | int, location: str, context: str = "input") -> None:
         """Record an input (or output) table version as an MLflow dataset and as tags (only the tags while
@@ -144,6 +144,7 @@ class Tracker:
     def __init__(self, cfg: BaseConfig):
         self.cfg = cfg
         self._experiment_id: Optional[str] = None
+        self.offline: list[TrackedRun] = []  # runs that ended with their server not answering, oldest first
 
     def setup(self) -> None:
         """Point MLflow at this config's tracking URI, creating its experiment when missing (looked up once
@@ -177,7 +178,7 @@ class Tracker:
                 log.info("experiment %s was created by a concurrent run (%s)", self.cfg.tracking.experiment,
                          str(exc).splitlines()[0])
         self._experiment_id = mlflow.set_experiment(self.cfg.tracking.experiment).experiment_id
-        deliver(self.cfg.lakehouse.root)  # first: a run whose metrics it logs is ended FAILED, not judged dead
+        deliver(self.cfg.lakehouse.root, uri)  # first: a run whose outbox it logs is ended FAILED, not judged dead
         close_dead_runs(self._experiment_id)
 
     @contextlib.contextmanager
@@ -194,8 +195,8 @@ class Tracker:
         with mlflow.start_run(run_name=name, nested=nested, experiment_id=self._experiment_id,
                               tags={**code_tags(), **process_tags(),
                                     **{k: str(v) for k, v in (tags or {}).items()}}) as r:
-            handle = TrackedRun(run_id=r.info.run_id, name=name, outbox=Outbox(self.cfg.lakehouse.root,
-                                                                               r.info.run_id))
+            handle = TrackedRun(run_id=r.info.run_id, name=name,
+                                outbox=Outbox(self.cfg.lakehouse.root, r.info.run_id, self.cfg.tracking_uri))
             try:
                 if log_config:
                     handle.log_params(self.cfg.flat())
@@ -224,6 +225,15 @@ class Tracker:
                 _release(exc)
                 end_killed(handle.run_id, str(signalled))
                 raise signalled from None
+            finally:
+                if handle.offline:
+                    handle.outbox.end()  # a later start may log what it kept
+                    self.offline.append(handle)
+                    active = mlflow.active_run()
+                    if active is not None and active.info.run_id == handle.run_id:
+                        # Its end asked once: the context would ask again with the client's retries.
+                        with quick_mlflow(2.0), contextlib.suppress(Exception):
+                            mlflow.end_run("FAILED")
 
 
 def _release(exc: BaseException) -> None:

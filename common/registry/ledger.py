@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from common.registry.candidates import Candidate
@@ -73,36 +72,11 @@ def load(uri: str) -> list[Entry]:
 @contextlib.contextmanager
 def claim(uri: str) -> Iterator[bool]:
     """Hold the ledger file ``uri`` for the body, so that two runs of one job never finish one ledger at once: yields
-    True, or False at once where another run holds it (a local flock beside the file; on S3 a lease object, as
-    tables' commits take; other stores: no lock)."""
-    from common.platform.commit_lease import (
-        CommitLeaseTimeout,
-        LeaseSettings,
-        LockTimeout,
-        local_commit_lock,
-        s3_commit_lease,
-    )
-    from common.platform.storage import exists, is_local, is_s3
+    True, or False at once where another run holds it (:func:`common.platform.commit_lease.claim`)."""
+    from common.platform.commit_lease import claim as claim_file
 
-    if is_local(uri):
-        guard = local_commit_lock(uri, wait_s=0.0)
-    elif is_s3(uri):
-        guard = s3_commit_lease(uri, "shipping ledger", LeaseSettings(wait_s=0.0, poll_s=0.1))
-    else:
-        guard = contextlib.nullcontext()
-    try:
-        guard.__enter__()
-    except (LockTimeout, CommitLeaseTimeout):
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        if is_local(uri) and not exists(uri):  # the ledger done and removed: its lock file goes too
-            with contextlib.suppress(OSError):
-                lock = Path(uri.removeprefix("file://"))
-                (lock.parent / f".{lock.name}.commit-lock").unlink()
-        guard.__exit__(None, None, None)
+    with claim_file(uri, "shipping ledger") as mine:
+        yield mine
 
 
 def pending(ctx: "JobContext", job: str) -> list[str]:

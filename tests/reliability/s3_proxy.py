@@ -63,12 +63,19 @@ class S3Proxy:
         """A moto S3 server behind a proxy that forwards everything (until :meth:`refuse`), in a process of their
         own; the AWS environment (endpoint, test credentials, region, plain HTTP) pointed at the proxy for boto3,
         pyarrow and delta-rs."""
+        import select
+        import tempfile
+
+        errors = tempfile.TemporaryFile()
         process = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        line = process.stdout.readline()  # the proxy's port, once both listen
+                                   stderr=errors, text=True, start_new_session=True)
+        # the proxy's port, once both listen: within a minute, or the process's own words
+        ready = select.select([process.stdout], [], [], 60)[0]
+        line = process.stdout.readline() if ready else ""
         if not line.strip().isdigit():
             process.kill()
-            raise AssertionError(f"the S3 proxy did not start: {line!r}")
+            errors.seek(0)
+            raise AssertionError(f"the S3 proxy did not start: {line!r} {errors.read()[-2000:]!r}")
         proxy = cls(process, int(line))
         for name, value in {"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": "test",
                             "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",

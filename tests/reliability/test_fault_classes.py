@@ -101,12 +101,13 @@ def test_an_mlflow_server_gone_or_failing_is_tracking_unreachable_and_a_refusal_
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
     found = []
-    for uri in (f"http://127.0.0.1:{_closed_port()}", *unavailable_store):
+    for uri in (f"http://user:s3cret@127.0.0.1:{_closed_port()}", *unavailable_store):
         with pytest.raises(Exception) as raised:
             MlflowClient(uri).log_metric("0" * 32, "f1", 0.5)
         found.append(user_error(raised.value))
     gone, failing, refused = found
     assert isinstance(gone, TrackingUnreachable) and isinstance(failing, TrackingUnreachable), found
+    assert "s3cret" not in str(gone) and "Connection refused" in str(gone), gone  # the URI's password never said
     assert "down for maintenance" not in str(failing)  # the server's answer is not printed
     assert refused is None, refused
 

@@ -37,6 +37,7 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
     from mlflow import MlflowClient
 
     from common.config import load_config
+    from common.platform import run_outbox
     from common.platform.errors import TrackingUnreachable, report, user_error
     from common.platform.job import build_context, job
 
@@ -61,6 +62,9 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         killed.append(time.monotonic())
         tr.write(ctx.spark.createDataFrame([(3, "c")], "id int, label string"), "second", "h1")
         tr.log_dict({"rows": 3}, "report/summary.json")
+        tr.log_metrics({"f1": 0.5}, step=0)  # a metric per repeat: each step kept
+        tr.log_metrics({"f1": 0.7}, step=1)
+        assert run_outbox.deliver(cfg.lakehouse.root, url) == []  # a run still going is never logged under it
         return {"accuracy": 0.75}
 
     try:
@@ -70,16 +74,17 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         found = user_error(raised.value)
         assert isinstance(found, TrackingUnreachable) and report(found) == 8, raised.value
         line = str(found)
-        assert "the run's work is committed" in line and "1 metric" in line and "1 artifact" in line, line
+        assert "the run's work is committed" in line and "3 metrics, 2 tags, 1 artifact" in line, line
         assert "(the next start logs it)" in line and "_tracking/outbox/" in line, line
         assert took < 60, f"{took:.0f} s from the kill to the run's end"  # one unanswered call, not one per call
         print(f"\ntracking server killed mid-run: the run ended {took:.1f} s after; {line}")
         assert ctx.lakehouse.version("first") == 0 and ctx.lakehouse.version("second") == 0
         assert ctx.lakehouse.read("second").count() == 1
         kept_folder = Path(cfg.lakehouse.root) / "_tracking" / "outbox"
-        [run_id] = [p.name for p in kept_folder.iterdir()]
+        [run_id] = [p.name for p in kept_folder.iterdir() if not p.name.startswith(".")]
         kept = json.loads((kept_folder / run_id / "run.json").read_text())
-        assert kept["metrics"] == {"accuracy": 0.75} and kept["tags"]["output.second.version"] == "0"
+        assert [m[:3] for m in kept["metrics"]] == [["f1", 0.5, 0], ["f1", 0.7, 1], ["accuracy", 0.75, 0]]
+        assert kept["tags"]["output.second.version"] == "0" and kept["ended"] and kept["server"] == url
 
         server = _mlflow_server(tmp_path, port)  # back: the next start logs what was kept
     finally:
@@ -88,7 +93,8 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
     try:
         restarted.tracker.setup()
         run = MlflowClient(url).get_run(run_id)
-        assert run.data.metrics == {"accuracy": 0.75}
+        assert run.data.metrics == {"accuracy": 0.75, "f1": 0.7}
+        assert [(m.value, m.step) for m in MlflowClient(url).get_metric_history(run_id, "f1")] == [(0.5, 0), (0.7, 1)]
         assert run.data.tags["output.second.version"] == "0" and run.data.tags["output.first.version"] == "0"
         assert run.info.status == "FAILED" and "run outbox" in run.data.tags["closed.reason"]
         assert [a.path for a in MlflowClient(url).list_artifacts(run_id, "report")] == ["report/summary.json"]
