@@ -9,8 +9,9 @@ are there; when they are not, it records what the stage needs into the bundle fo
   routed prompts and the generation spec): the compositional and genre-transfer generators; and their one-model
   forms ``fine_tune_on_ray`` and ``generate`` (every prompt routed to the one model): CGA's and query
   reformulation's generator;
-* ``qc`` / ``evaluate``: ``jobs.compositional.fit_and_predict_many`` (every multi-label classifier job: its
-  training and prediction sources' Parquet files, filters, kind, parameters, seed, keys);
+* ``qc`` / ``evaluate``: ``fit_and_predict_many`` of ``jobs.compositional`` and ``jobs.compositional_evaluate``
+  (every multi-label classifier job: its training and prediction sources' Parquet files, filters, kind, parameters,
+  seed, keys);
 * ``encoder-eval``: ``common.models.classifiers.text_classifier.run_tasks`` when it runs the encoder classifier's
   ``fit_and_evaluate`` (genre transfer's and BoostAug's ``eval.models: [encoder]``); other tasks run here.
 
@@ -86,6 +87,7 @@ def pipeline(args, augment_args) -> int:
     import common.models.generation.pool as generation
     import common.models.generation.seq2seq as seq2seq
     import jobs.compositional as compositional
+    import jobs.compositional_evaluate as compositional_evaluate
     from common.models.classifiers import encoder_classifier
     from jobs.cli import main as augment
 
@@ -180,7 +182,7 @@ def pipeline(args, augment_args) -> int:
         generation.generate_routed = generate_routed
         seq2seq.fine_tune_on_ray = fine_tune_on_ray
         generation.generate = generate_one
-    compositional.fit_and_predict_many = run_classifiers
+    compositional.fit_and_predict_many = compositional_evaluate.fit_and_predict_many = run_classifiers
     text_classifier.run_tasks = run_tasks
     try:
         return augment(augment_args)

@@ -50,7 +50,7 @@ JOBS: dict[str, str] = {
     "compositional-labels": "jobs.compositional:labels_job",
     "compositional-generate": "jobs.compositional:generate_job",
     "compositional-qc": "jobs.compositional:qc_job",
-    "compositional-evaluate": "jobs.compositional:evaluate_job",
+    "compositional-evaluate": "jobs.compositional_evaluate:evaluate_job",
     "maintain": "jobs.maintain",
     "results-summary": "jobs.summary",
 }

@@ -1,4 +1,6 @@
-"""The compositional multi-label augmentation jobs (paper 4, METHODS.md section 4): one module, five thin jobs.
+"""The compositional multi-label augmentation jobs (paper 4, METHODS.md section 4): five thin jobs, the fifth
+(``compositional-evaluate``) in :mod:`jobs.compositional_evaluate`, the tables both use in
+:mod:`jobs.compositional_tables`.
 
 * ``compositional-split`` writes the compositional split of ``multilabel``: ``cg_train``, ``cg_support`` and
   ``cg_test`` (M label compositions on the test side, none of them in training; N_s test-side examples as
@@ -24,7 +26,6 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Optional
 
 from common.models.classifiers.multilabel import classifier_params, fit_and_predict_many
@@ -32,16 +33,29 @@ from common.models.generation.served.checks import served_preflight
 from common.platform.errors import InputError
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
+from jobs.compositional_evaluate import evaluate_job
+from jobs.compositional_tables import (  # noqa: F401  (the pipeline's tables, also by this module's name)
+    CANDIDATES,
+    CG_SUPPORT,
+    CG_TEST,
+    CG_TRAIN,
+    GENERATED,
+    IID_TEST,
+    IID_TRAIN,
+    LABEL_SETS,
+    MULTILABEL,
+    PAIRS,
+    PREDICTIONS,
+    PROMPTS,
+    QC_PREDICTIONS,
+    REJECTS,
+    RESULTS,
+    SEQ2SEQ,
+    SYNTHETIC,
+)
 
 log = logging.getLogger(__name__)
 
-MULTILABEL = "multilabel"
-CG_TRAIN, CG_SUPPORT, CG_TEST, IID_TRAIN, IID_TEST = "cg_train", "cg_support", "cg_test", "iid_train", "iid_test"
-LABEL_SETS = "cg_label_sets"
-PROMPTS, PAIRS, GENERATED, CANDIDATES = "cg_prompts", "cg_gen_pairs", "cg_generated", "cg_candidates"
-QC_PREDICTIONS, SYNTHETIC, REJECTS = "cg_qc_predictions", "cg_synthetic", "cg_rejects"
-PREDICTIONS, RESULTS = "compositional_predictions", "compositional_results"
-SEQ2SEQ = ("t5_labels", "label_prefix")
 
 
 class DuplicateExampleError(InputError):
@@ -267,119 +281,6 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     return {f"{m}.kept": float(n) for m, (n, _) in stats.items()} | \
         {f"{m}.kept_jaccard": float(j) for m, (_, j) in stats.items()} | \
         {f"{m}.candidate_jaccard": float(j or 0) for m, j in all_stats.items()} | {"rejects": float(n_rejected)}
-
-
-RESULT_COLUMNS = ["split_kind", "method", "model", "size", "repeat", "seed", "jaccard", "accuracy", "correctness",
-                  "completeness", "n_train", "n_augmented", "n_test", "threshold"]
-
-
-@job("compositional-evaluate")
-def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
-    """``compositional-evaluate``: no_aug vs each generator on the CG split, no_aug on iid, R seeds."""
-    from pyspark.sql import functions as F
-
-    from common.compositional.evaluation import results
-    from common.models.config import used_settings
-    from common.registry.naming import classifier_name
-    from common.registry.ship import resume
-
-    cfg = ctx.cfg.compositional
-    for table in (CG_TRAIN, CG_SUPPORT, CG_TEST, IID_TRAIN, IID_TEST, SYNTHETIC):
-        tr.read(table)
-    config_hash = hash_of(used_settings(cfg.eval, cfg.eval.models), ctx.cfg.seed)
-    if tr.already_written(RESULTS, config_hash):
-        report(ctx, tr, tr.written(RESULTS).toPandas())
-        resume(ctx, tr)  # what an earlier run left unshipped: shipped now, nothing trained
-        return None
-    files = {t: ctx.lakehouse.file_uris(t, tr.versions[t]) for t in tr.versions}
-    # One row per method: bounded by the config.
-    kept = {r["method"]: r["n"] for r in tr.read(SYNTHETIC).groupBy("method").agg(F.count(F.lit(1)).alias("n"))
-            .collect()}
-    cg_base = [(files[CG_TRAIN], None), (files[CG_SUPPORT], None)]
-    runs = [("iid", "no_aug", 0, [(files[IID_TRAIN], None)], IID_TEST), ("cg", "no_aug", 0, cg_base, CG_TEST)]
-    for method in sorted(kept):
-        sizes = sorted({max(1, round(share * kept[method])) for share in cfg.eval.curve} | {kept[method]})
-        for size in sizes:
-            runs.append(("cg", method, size, cg_base + [(files[SYNTHETIC], [("method", "=", method),
-                                                                            ("rank", "<=", size)])], CG_TEST))
-    # Each method's CG classifier on all its synthetic texts, first seed, of each model: kept to ship.
-    keep = {(model, method): ctx.models_dir(f"compositional_{classifier_name(method, model)}",
-                                            hash_of(config_hash, tr.inputs))
-            for model in cfg.eval.models for kind, method, size, _, _ in runs
-            if kind == "cg" and size == kept.get(method, 0) and ctx.cfg.registry.ships("compositional", model)}
-    jobs = []
-    for model in cfg.eval.models:
-        params = classifier_params(model, cfg.eval.fasttext, cfg.eval.encoder)
-        for kind, method, size, train, test in runs:
-            for repeat in range(cfg.eval.repeats):
-                seed = ctx.cfg.seed + repeat
-                keys = {"split_kind": kind, "method": method, "model": model, "size": size, "repeat": repeat,
-                        "seed": seed, "n_augmented": size}
-                shipped = keep.get((model, method)) if (repeat, kind, size) == (0, "cg", kept.get(method, 0)) else None
-                jobs.append({"train": train, "predict": [(files[test], None)], "kind": model, "params": params,
-                             "seed": seed, "validation_fraction": cfg.eval.validation_fraction, "keys": keys,
-                             **({"keep": shipped} if shipped else {})})
-    log.info("compositional evaluate: %d training sets x %d seeds x %d models = %d classifiers", len(runs),
-             cfg.eval.repeats, len(cfg.eval.models), len(jobs))
-    predictions = tr.write_ray(fit_and_predict_many(ctx.ray(), jobs, cfg.eval.encoder), PREDICTIONS, config_hash)
-    frame = results(ctx.lakehouse.read(PREDICTIONS, predictions.version)).select(*RESULT_COLUMNS)
-    written = tr.write(frame.orderBy("split_kind", "method", "size", "repeat"), RESULTS, config_hash)
-    pdf = ctx.lakehouse.read(RESULTS, written.version).toPandas()
-    report(ctx, tr, pdf)
-    if keep:
-        ship_classifiers(ctx, tr, pdf, keep, kept, config_hash, [(files[CG_TEST], None)])
-    keys = ["model", "split_kind", "method"]
-    full = pdf[pdf["size"] == pdf.groupby(keys)["size"].transform("max")]
-    means = full.groupby(keys)[["accuracy", "jaccard"]].mean()
-    return {f"{model}.{kind}.{method}.{metric}": float(means.loc[(model, kind, method), metric])
-            for model, kind, method in means.index for metric in ("accuracy", "jaccard")}
-
-
-def ship_classifiers(ctx: JobContext, tr: JobRun, pdf, keep: dict[tuple[str, str], str], kept: dict[str, int],
-                     config_hash: str, test: list) -> None:
-    """Ship (:func:`common.registry.ship.ship`) each kept (model, method) CG classifier with its seeds' exact-set
-    accuracy and Jaccard (``pdf``: the results; ``kept``: each method's synthetic texts; ``test``: CG_TEST's rows)."""
-    from common.registry.candidates import generator_lineage, method_candidates, task_scoring
-    from common.registry.ship import ship
-
-    cg = pdf[pdf["split_kind"] == "cg"]
-    full = cg[cg["size"] == cg["method"].map(lambda m: kept.get(m, 0))]
-    base = {CG_TRAIN: tr.data_versions[CG_TRAIN], CG_SUPPORT: tr.data_versions[CG_SUPPORT]}
-    examples = [r["text"] for r in ctx.lakehouse.read(CG_TEST, tr.versions[CG_TEST]).select("text").limit(3)
-                .collect()]
-    candidates = method_candidates(
-        "compositional", full, keep, ("accuracy", "jaccard"),
-        lambda m: {**base, **({SYNTHETIC: tr.data_versions[SYNTHETIC]} if m != "no_aug" else {})},
-        test={CG_TEST: tr.data_versions[CG_TEST]}, examples=examples, lineage={"config_hash": config_hash},
-        scoring=task_scoring(test, ctx.cfg.compositional.eval.encoder, multilabel=True))
-    for c in candidates:
-        if c.method in SEQ2SEQ:  # the generative methods
-            c.lineage.update(generator_lineage(ctx.cfg.compositional.generator.model))
-    ship(ctx, tr, candidates)
-
-
-def report(ctx: JobContext, tr: JobRun, pdf) -> None:
-    """Write the Table-2 summary and the Figure-4 curve (markdown and PNG), log them to MLflow, print the
-    summary."""
-    from common.compositional.evaluation import curve_table, plot_curve, summary_table
-
-    folder = Path(ctx.reports_dir("compositional"))
-    table = summary_table(pdf).to_string(index=False)
-    print(table)
-    curve = curve_table(pdf)
-    text = (f"# Compositional multi-label augmentation\n\nMLflow run `{tr.run_id}`; table `{RESULTS}`. Per-example "
-            f"metrics (points) averaged over the test set, mean ± sample std over "
-            f"{ctx.cfg.compositional.eval.repeats} "
-            f"seeds; `cg`: the compositional split (test label sets never seen in training), `iid`: a random split "
-            f"of the same sizes. Gain: exact-set accuracy over `no_aug` of the same split.\n\n```\n{table}\n```\n\n"
-            f"## Accuracy vs synthetic size (CG)\n\n```\n{curve.to_string(index=False)}\n```\n")
-    chart = folder / "accuracy_vs_synthetic.png"
-    plot_curve(curve, chart)
-    text += "\n![accuracy vs synthetic size](accuracy_vs_synthetic.png)\n"
-    path = folder / "report.md"
-    path.write_text(text, encoding="utf-8")
-    for file in (path, chart):
-        tr.log_artifact(str(file), "report")
 
 
 def run(ctx: JobContext) -> JobResult:
