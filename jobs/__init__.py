@@ -39,7 +39,7 @@ JOBS: dict[str, str] = {
     "boostaug-splits": "jobs.boostaug:splits_job",
     "boostaug-augment": "jobs.boostaug:augment_job",
     "boostaug-filter": "jobs.boostaug:filter_job",
-    "boostaug-evaluate": "jobs.boostaug:evaluate_job",
+    "boostaug-evaluate": "jobs.boostaug_evaluate:evaluate_job",
     "ingest-documents": "jobs.ingest:documents_job",
     "genre-topics": "jobs.genre:topics_job",
     "genre-splits": "jobs.genre:splits_job",
