@@ -72,6 +72,18 @@ def test_config_errors_exit_2_naming_the_key(tmp_path):
     assert shown.returncode == 0 and "scale: 3.0" in shown.stdout
 
 
+def test_check_runs_every_jobs_own_check_and_leaves_outages_to_the_run(tmp_path):
+    """``augment check`` (the bundle's first task, run without retries): a config error a job's own check finds is
+    2; a model server that does not answer is said and left to the run (0), which retries it; nothing starts."""
+    bad = _augment("check", "cga", "--set", "cga.model.kind=endpoint", cwd=tmp_path)
+    assert bad.returncode == 2 and "cga.model.endpoint.base_url" in bad.stderr, bad.stderr
+    down = _augment("check", "cga", "--set", "cga.model.kind=endpoint", "cga.model.endpoint.base_url=http://127.0.0.1:9"
+                    "/v1", "cga.model.endpoint.model=m", cwd=tmp_path)
+    assert down.returncode == 0 and "left to the run" in down.stderr, down.stderr
+    assert _augment("check", "boostaug", cwd=tmp_path).returncode == 0
+    assert not list(tmp_path.iterdir())  # no lakehouse, no MLflow database: nothing started
+
+
 def test_a_pipeline_checks_every_jobs_config_before_its_first_job(ctx):
     """run_pipeline (the notebooks' and the CLI's path) runs each job's preflight first: a key the third job
     needs fails the run before the first job opens its MLflow run or writes a table."""

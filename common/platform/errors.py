@@ -144,10 +144,16 @@ def _translated(exc: BaseException) -> BaseException:
     return exc
 
 
+def without_credentials(text: str) -> str:
+    """``text`` with each URI's user and password left out (``http://user:secret@host`` -> ``http://host``): what a
+    line about a server may say of its address."""
+    return re.sub(r"://[^\s@]*@", "://", text)
+
+
 def _mlflow_line(text: str) -> str:
     """An unanswered MLflow request in a line: the URL (without a user or password) and the innermost reason
     (urllib3's pool and retry wrappers and the answer's body left out)."""
-    text = re.sub(r"://[^/@\s]*@", "://", text.split(". Response body", 1)[0])  # a URI's user and password: never
+    text = without_credentials(text.split(". Response body", 1)[0])
     found = re.match(r"API request to (\S+) failed with exception", text)
     reason = re.search(r"(\[Errno -?\d+\] [^\"')]+|Read timed out|timed out)", text)
     return f"API request to {found.group(1)} failed: {reason.group(1)}" if found and reason else text[:300]

@@ -375,7 +375,7 @@ def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callabl
                         tracked.log_metrics(result.metrics)
                     ctx.reports.publish()  # an object-store lakehouse's reports leave the driver's disk
                     # The work is done and committed; what MLflow missed (this run's, or a run it opened) is kept.
-                    offline = ctx.tracker.offline[earlier:] + ([tracked] if tracked.offline else [])
+                    offline = ([tracked] if tracked.offline else []) + ctx.tracker.offline[earlier:]
                     if offline:
                         raise TrackingUnreachable(f"{offline[0].offline}; the run's work is committed, "
                                                   + "; ".join(f"run {r.run_id}'s {r.outbox.summary()}"

@@ -6,21 +6,23 @@ computing it again. So when a call gets no answer (after the client's own retrie
 and ``MLFLOW_HTTP_REQUEST_TIMEOUT``), the run does not stop there, nor ask the server again for every later call (a
 wait per call would grow with the work left): its :class:`~common.platform.tracking.TrackedRun` goes offline and each
 later metric (with its step and time), param, tag and artifact is kept in ``<lakehouse.root>/_tracking/outbox/<run
-id>/`` (``run.json`` and the artifacts' files). The job finishes its work, skips its ship (the ledger keeps it for
-the next run) and exits 8 naming what was kept.
+id>/`` (``run.json`` and the artifacts' files). A run the job opens after that (a sweep's point) asks the server once,
+quickly, and where it still does not answer is kept whole (``offline-<id>``), to be opened by the delivering start.
+The job finishes its work, skips its ship (the ledger keeps it for the next run) and exits 8 naming what was kept.
 
-A later start of a job of the same config and tracking server (its tracker's setup, once the server answers) logs a
-kept run whose process has ended (it marked it so, or it is gone from this host: a kill) to the run it belongs to,
-ends that run FAILED (KILLED for a kill) with ``closed.reason`` and removes its folder: one start at a time (a claim
-on the folder), never a run still going. A kept run that cannot be logged (the run deleted meanwhile, the server
-failing again, an artifact missing) stays for the start after, and is said in the log.
+A later start of a job of the same config and tracking server (its tracker's setup, once the server answers) logs
+each kept run whose process has ended (it closed its outbox with how it ended; or its process is gone from this
+host, a kill; or its outbox has not changed for :data:`STALE_S`, a process on a host or container gone for good) to
+the run it belongs to, ends that run with the status it ended with (KILLED for a kill) and ``closed.reason``, and
+removes its folder: one start at a time where the lakehouse can be locked (local disks, S3), never a run still going.
+A kept run that cannot be logged (the server failing again, an artifact missing) stays for the start after, and is
+said in the log; nothing a kept run does stops a start.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from typing import Any, Mapping, Optional
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 REASON = ("the tracking server stopped answering mid-run (exit 8); what the run logged after that was kept in the run "
           "outbox and logged by a later start")
 RUN_FILE = "run.json"
+# A kept run not closed and not seen to die (its host, container or boot gone) is taken for killed after this long.
+STALE_S = 24 * 3600.0
 
 
 def folder(root: str) -> str:
@@ -39,22 +43,26 @@ def folder(root: str) -> str:
 
 def server(tracking_uri: str) -> str:
     """``tracking_uri`` without a user or password: what a kept run names its server by."""
-    return re.sub(r"://[^/@\s]*@", "://", tracking_uri)
+    from common.platform.errors import without_credentials
+
+    return without_credentials(tracking_uri)
 
 
 class Outbox:
-    """What one run keeps while its tracking server does not answer; nothing is written until something is kept."""
+    """What one run keeps while its tracking server does not answer; nothing is written until something is kept.
+    ``pending``: the run was never opened on the server (``experiment_id``, ``name``, ``tags``, ``parent_run_id``)."""
 
-    def __init__(self, root: str, run_id: str, tracking_uri: str):
+    def __init__(self, root: str, run_id: str, tracking_uri: str, pending: Optional[dict] = None):
         from common.platform.run_status import process_tags
 
         self.run_id, self.uri = run_id, f"{folder(root)}/{run_id}"
         self.kept: dict[str, Any] = {"run_id": run_id, "server": server(tracking_uri), "process": process_tags(),
-                                     "ended": False, "metrics": [], "params": {}, "tags": {}, "artifacts": []}
+                                     "pending": pending, "ended": None, "metrics": [], "params": {}, "tags": {},
+                                     "artifacts": []}
 
     @property
     def used(self) -> bool:
-        return any(self.kept[k] for k in ("metrics", "params", "tags", "artifacts"))
+        return bool(self.kept["pending"]) or any(self.kept[k] for k in ("metrics", "params", "tags", "artifacts"))
 
     def add_metrics(self, values: Mapping[str, float], step: Optional[int]) -> None:
         """Keep ``values`` as logged now at ``step`` (0 when None)."""
@@ -90,16 +98,18 @@ class Outbox:
     def _add_files(self, files: list[tuple[str, str]], artifact_path: Optional[str]) -> None:
         from common.platform.storage import put_file
 
+        if not files:  # an empty folder: nothing to log
+            return
         slot = str(len(self.kept["artifacts"]))
         for local, relative in files:
             put_file(local, f"{self.uri}/artifacts/{slot}/{relative}")
         self.kept["artifacts"].append({"slot": slot, "artifact_path": artifact_path, "files": len(files)})
         self._save()
 
-    def end(self) -> None:
-        """The run is over: a later start may log what it kept."""
+    def end(self, status: str) -> None:
+        """The run is over (``status``: FINISHED, FAILED or KILLED): a later start may log what it kept."""
         if self.used:
-            self.kept["ended"] = True
+            self.kept["ended"] = status
             self._save()
 
     def _save(self) -> None:
@@ -116,68 +126,87 @@ class Outbox:
 
 def deliver(root: str, tracking_uri: str) -> list[str]:
     """Log each kept run of the outbox of the lakehouse at ``root`` that belongs to ``tracking_uri``'s server and
-    whose process has ended to its run (MLflow's client is set to that server), end the run FAILED (KILLED where its
-    process was killed) where it is still RUNNING, and remove its folder; returns the runs done. What fails is logged
-    and left for the next start: never a reason for this run not to start."""
+    whose process has ended (see the module) to its run (opened now where it never was; MLflow's client is set to
+    that server), end the run as it ended, and remove its folder; returns the runs done. Whatever fails is logged and
+    left for the next start: never a reason for this run not to start."""
     from common.platform.commit_lease import claim
+    from common.platform.errors import without_credentials
     from common.platform.storage import list_files
 
+    base, done = folder(root), []
     try:
-        base = folder(root)
-        runs = sorted({info.path.rsplit("/", 2)[-2] for info in list_files(base)
-                       if info.base_name == RUN_FILE and info.path.rsplit("/", 3)[-3] == "outbox"})
-    except OSError as exc:
-        log.warning("the run outbox under %s could not be read: %s", root, exc)
-        return []
-    done = []
-    for run_id in runs:
+        infos = {info.path.rsplit("/", 2)[-2]: info for info in list_files(base)
+                 if info.base_name == RUN_FILE and info.path.rsplit("/", 3)[-3] == "outbox"}
+    except Exception as exc:  # noqa: BLE001 - an outbox that cannot be read is said, never a failed start
+        log.warning("the run outbox under %s could not be read: %s", root, without_credentials(str(exc)))
+        return done
+    for run_id, info in sorted(infos.items()):
         uri = f"{base}/{run_id}"
-        with claim(uri, "run outbox") as mine:
-            if mine and _deliver_one(uri, run_id, server(tracking_uri)):
-                done.append(run_id)
+        try:
+            with claim(uri, "run outbox") as mine:
+                stale = info.mtime is not None and time.time() - info.mtime.timestamp() > STALE_S
+                if mine and _deliver_one(uri, server(tracking_uri), stale):
+                    done.append(run_id)
+        except Exception as exc:  # noqa: BLE001 - left for the next start, never a failed start
+            log.warning("the outbox of MLflow run %s (%s) was not logged; left for the next start: %s", run_id, uri,
+                        without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
     return done
 
 
-def _deliver_one(uri: str, run_id: str, this_server: str) -> bool:
-    """Log the kept run in ``uri`` (see :func:`deliver`); returns whether it was logged and removed."""
+def _deliver_one(uri: str, this_server: str, stale: bool) -> bool:
+    """Log the kept run in ``uri`` (see :func:`deliver`); returns whether it was logged and removed (False: not
+    this server's, or its run still going). Raises what the server or the store raised."""
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
-    from mlflow.exceptions import MlflowException
 
     from common.platform.run_status import process_gone
-    from common.platform.storage import list_files, local_copy, read_text, remove_tree
+    from common.platform.storage import list_files, read_text, remove_tree, write_text
 
-    try:
-        kept = json.loads(read_text(f"{uri}/{RUN_FILE}"))
-        if kept.get("server") != this_server:
-            return False  # another tracking server's run: its own config's start logs it
-        killed = not kept.get("ended") and process_gone(kept.get("process") or {})
+    kept = json.loads(read_text(f"{uri}/{RUN_FILE}"))
+    if kept.get("server") != this_server:
+        return False  # another tracking server's run: its own config's start logs it
+    if not kept.get("delivered"):
+        killed = not kept.get("ended") and (process_gone(kept.get("process") or {}) or stale)
         if not kept.get("ended") and not killed:
-            return False  # still going (or on a host that cannot be checked from here): never logged under it
-        client = MlflowClient()
+            return False  # still going: never logged under it
+        for artifact in kept["artifacts"]:  # every file there before anything is logged
+            found = len(list_files(f"{uri}/artifacts/{artifact['slot']}"))
+            if found != artifact["files"]:
+                raise OSError(f"artifact folder {uri}/artifacts/{artifact['slot']} holds {found} of its "
+                              f"{artifact['files']} files")
+        client, pending = MlflowClient(), kept.get("pending")
+        run_id = kept["run_id"]
+        if pending:  # never opened on the server: opened now, under its parent, as it started
+            tags = {**pending["tags"], "mlflow.runName": pending["name"], "outbox.kept_as": run_id,
+                    **({"mlflow.parentRunId": pending["parent_run_id"]} if pending.get("parent_run_id") else {})}
+            run_id = client.create_run(pending["experiment_id"], tags=tags, run_name=pending["name"]).info.run_id
         client.log_batch(run_id, metrics=[Metric(k, v, ts, step) for k, v, step, ts in kept["metrics"]],
                          params=[Param(k, v) for k, v in kept["params"].items()],
                          tags=[RunTag(k, v) for k, v in kept["tags"].items()])
         for artifact in kept["artifacts"]:
-            slot = f"{uri}/artifacts/{artifact['slot']}"
-            if len(list_files(slot)) != artifact["files"]:
-                raise OSError(f"artifact folder {slot} holds {len(list_files(slot))} of its {artifact['files']} files")
-            local = local_copy(slot)
-            try:
-                client.log_artifacts(run_id, local, artifact["artifact_path"])
-            finally:
-                if local != slot.removeprefix("file://"):
-                    shutil.rmtree(local, ignore_errors=True)
-        status = client.get_run(run_id).info.status
-        client.set_tag(run_id, "closed.reason" if status == "RUNNING" else "outbox.logged", REASON)
-        if status == "RUNNING":
-            client.set_terminated(run_id, "KILLED" if killed else "FAILED")
-    except (MlflowException, OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("the outbox of MLflow run %s (%s) was not logged; left for the next start: %s", run_id, uri,
-                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        return False
+            _log_artifacts(client, run_id, f"{uri}/artifacts/{artifact['slot']}", artifact["artifact_path"])
+        status = "KILLED" if killed else kept["ended"]
+        if client.get_run(run_id).info.status == "RUNNING":
+            client.set_tag(run_id, "closed.reason", REASON)
+            client.set_terminated(run_id, status)
+        else:
+            client.set_tag(run_id, "outbox.logged", REASON)
+        # Logged: said in the file before it goes, so a removal that fails is finished by the next start, never
+        # logged twice.
+        write_text(f"{uri}/{RUN_FILE}", json.dumps({**kept, "delivered": run_id}, sort_keys=True))
+        log.warning("MLflow run %s: %s logged from the run outbox; the run ended %s", run_id,
+                    ", ".join(f"{len(kept[k])} {k}" for k in ("metrics", "params", "tags", "artifacts")), status)
     remove_tree(uri)
-    log.warning("MLflow run %s: %s logged from the run outbox; the run ended %s", run_id,
-                ", ".join(f"{len(kept[k])} {k}" for k in ("metrics", "params", "tags", "artifacts")),
-                "KILLED" if killed else "FAILED")
     return True
+
+
+def _log_artifacts(client, run_id: str, slot: str, artifact_path: Optional[str]) -> None:
+    """Log the files of the outbox folder ``slot`` to run ``run_id`` under ``artifact_path``."""
+    from common.platform.storage import local_copy
+
+    local = local_copy(slot)
+    try:
+        client.log_artifacts(run_id, local, artifact_path)
+    finally:
+        if local != slot.removeprefix("file://"):
+            shutil.rmtree(local, ignore_errors=True)

@@ -13,7 +13,7 @@ import contextlib
 import logging
 from typing import Iterator, Mapping, Optional
 
-from common.platform.errors import TrackingUnreachable
+from common.platform.errors import TrackingUnreachable, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,8 @@ def close_dead_runs(experiment_id: str, limit: int = 200) -> list[str]:
                         run.info.run_name, reason)
             closed.append(run.info.run_id)
     except (MlflowException, OSError) as exc:
-        log.warning("runs left RUNNING by dead processes not closed: %s", str(exc).splitlines()[0])
+        log.warning("runs left RUNNING by dead processes not closed: %s",
+                    without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
     return closed
 
 
@@ -131,7 +132,7 @@ def end_killed(run_id: str, reason: str) -> None:
                 client.set_terminated(run_id, "KILLED")
         except Exception as exc:  # the server is down: the next start on this host closes it
             log.warning("MLflow run %s not marked KILLED (%s); the next run's start on this host closes it", run_id,
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                        without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
             active = mlflow.active_run()
             if active is not None and active.info.run_id == run_id:
                 with contextlib.suppress(Exception):

@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
@@ -40,6 +41,7 @@ class TrackedRun:
     name: str
     outbox: Optional[Outbox] = None
     offline: Optional[str] = None  # the first unanswered call's error, in one line
+    silent: Optional[list] = None  # its tracker's: where it says the server went silent, for the runs opened next
 
     def _call(self, call: Callable[[], Any], keep: Callable[[Outbox], None]) -> None:
         """``call()`` against the server, or ``keep(outbox)`` once the server has not answered."""
@@ -52,6 +54,8 @@ class TrackedRun:
                 if self.outbox is None or not isinstance(found, TrackingUnreachable):
                     raise
                 self.offline = str(found)
+                if self.silent is not None:
+                    self.silent.append(self.offline)
                 log.warning("MLflow run %s is offline from here (%s): what it logs is kept in %s", self.run_id,
                             self.offline, self.outbox.uri)
         keep(self.outbox)
@@ -145,6 +149,7 @@ class Tracker:
         self.cfg = cfg
         self._experiment_id: Optional[str] = None
         self.offline: list[TrackedRun] = []  # runs that ended with their server not answering, oldest first
+        self._silent: list[str] = []  # why the server was last found silent by a run of this tracker
 
     def setup(self) -> None:
         """Point MLflow at this config's tracking URI, creating its experiment when missing (looked up once
@@ -191,49 +196,93 @@ class Tracker:
         import mlflow
 
         self.setup()
-        nested = mlflow.active_run() is not None
-        with mlflow.start_run(run_name=name, nested=nested, experiment_id=self._experiment_id,
-                              tags={**code_tags(), **process_tags(),
-                                    **{k: str(v) for k, v in (tags or {}).items()}}) as r:
-            handle = TrackedRun(run_id=r.info.run_id, name=name,
-                                outbox=Outbox(self.cfg.lakehouse.root, r.info.run_id, self.cfg.tracking_uri))
-            try:
+        parent = mlflow.active_run()
+        run_tags = {**code_tags(), **process_tags(), **{k: str(v) for k, v in (tags or {}).items()}}
+        started, offline = None, self._silent[-1] if self._silent else None
+        try:
+            # After a run of this process found the server silent, one quick try: not the client's minutes again.
+            with quick_mlflow(2.0) if offline else contextlib.nullcontext():
+                started = mlflow.start_run(run_name=name, nested=parent is not None, experiment_id=self._experiment_id,
+                                           tags=run_tags)
+        except Exception as exc:
+            if not isinstance(user_error(exc), TrackingUnreachable):
+                raise
+            offline = str(user_error(exc))
+            self._silent.append(offline)
+        else:
+            self._silent.clear()  # it answers (again): later runs ask it as usual
+        if started is None:  # no server to open it on: the run is kept whole, and opened by a later start
+            pending = {"experiment_id": self._experiment_id, "name": name, "tags": run_tags,
+                       "parent_run_id": parent.info.run_id if parent is not None else None}
+            run_id = f"offline-{uuid.uuid4().hex}"
+            handle = TrackedRun(run_id=run_id, name=name, offline=offline, silent=self._silent,
+                                outbox=Outbox(self.cfg.lakehouse.root, run_id, self.cfg.tracking_uri, pending))
+            with self._ending(handle, mlflow):
                 if log_config:
                     handle.log_params(self.cfg.flat())
                 yield handle
-            except KeyboardInterrupt as exc:
-                # A watchdog's error (Ray on Spark's nodes never up) arrives as an interrupt: the run fails with it.
-                error = interruption()
-                if error is None:
+            return
+        with started as r:
+            handle = TrackedRun(run_id=r.info.run_id, name=name, silent=self._silent,
+                                outbox=Outbox(self.cfg.lakehouse.root, r.info.run_id, self.cfg.tracking_uri))
+            with self._ending(handle, mlflow):
+                try:
+                    if log_config:
+                        handle.log_params(self.cfg.flat())
+                    yield handle
+                except KeyboardInterrupt as exc:
+                    # A watchdog's error (Ray on Spark's nodes never up) arrives as an interrupt: the run fails with
+                    # it.
+                    error = interruption()
+                    if error is None:
+                        _release(exc)
+                        end_killed(handle.run_id, "interrupted (KeyboardInterrupt)")
+                        raise
+                    raise error from None
+                except Terminated as exc:
                     _release(exc)
-                    end_killed(handle.run_id, "interrupted (KeyboardInterrupt)")
+                    end_killed(handle.run_id, str(exc))
                     raise
-                raise error from None
-            except Terminated as exc:
-                _release(exc)
-                end_killed(handle.run_id, str(exc))
-                raise
-            except Exception as exc:
-                signalled = cause(exc)  # a signal that reached a C extension's wait comes back as its error
-                if signalled is None:
-                    if isinstance(user_error(exc), TrackingUnreachable):
-                        # The server did not answer: the run's end asked once (its context would ask again with
-                        # the client's retries); RUNNING where it fails, for a later start to close.
-                        with quick_mlflow(2.0), contextlib.suppress(Exception):
-                            mlflow.end_run("FAILED")
-                    raise
-                _release(exc)
-                end_killed(handle.run_id, str(signalled))
-                raise signalled from None
-            finally:
-                if handle.offline:
-                    handle.outbox.end()  # a later start may log what it kept
-                    self.offline.append(handle)
-                    active = mlflow.active_run()
-                    if active is not None and active.info.run_id == handle.run_id:
-                        # Its end asked once: the context would ask again with the client's retries.
-                        with quick_mlflow(2.0), contextlib.suppress(Exception):
-                            mlflow.end_run("FAILED")
+                except Exception as exc:
+                    signalled = cause(exc)  # a signal that reached a C extension's wait comes back as its error
+                    if signalled is None:
+                        if isinstance(user_error(exc), TrackingUnreachable):
+                            # The server did not answer: the run's end asked once (its context would ask again
+                            # with the client's retries); RUNNING where it fails, for a later start to close.
+                            with quick_mlflow(2.0), contextlib.suppress(Exception):
+                                mlflow.end_run("FAILED")
+                        raise
+                    _release(exc)
+                    end_killed(handle.run_id, str(signalled))
+                    raise signalled from None
+
+    @contextlib.contextmanager
+    def _ending(self, handle: TrackedRun, mlflow) -> Iterator[None]:
+        """Around a run's body: where the run went offline, its outbox is closed with how the body ended (FINISHED,
+        FAILED, or KILLED for a signal), the run is listed in :attr:`offline`, and its end asked of the server once
+        (its context would ask again with the client's retries). A lakehouse error closing the outbox is logged,
+        never the run's exit."""
+        status = "FAILED"
+        try:
+            yield
+            status = "FINISHED"
+        except (Terminated, KeyboardInterrupt):
+            status = "KILLED"
+            raise
+        except Exception as exc:
+            status = "KILLED" if cause(exc) is not None else "FAILED"
+            raise
+        finally:
+            if handle.offline:
+                self.offline.append(handle)
+                try:
+                    handle.outbox.end(status)
+                except Exception as exc:  # noqa: BLE001 - the run's own error or signal is what it exits with
+                    log.warning("the outbox of run %s could not be closed: %s", handle.run_id, exc)
+                active = mlflow.active_run()
+                if active is not None and active.info.run_id == handle.run_id:
+                    with quick_mlflow(2.0), contextlib.suppress(Exception):
+                        mlflow.end_run(status)
 
 
 def _release(exc: BaseException) -> None:

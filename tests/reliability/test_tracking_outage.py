@@ -41,8 +41,10 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
     from common.platform.errors import TrackingUnreachable, report, user_error
     from common.platform.job import build_context, job
 
-    # the client asks a dead server once (its default retries would take minutes: the same path, only slower)
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    # the client's retries of a dead server take 3 + 6 s (plus jitter) here, minutes by default: paid by the first
+    # unanswered call only
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "3")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -51,6 +53,7 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
                              "tracking.experiment=outage"])
     ctx = build_context(cfg, spark=spark, capabilities=capabilities)
     killed: list[float] = []
+    opened_in: list[float] = []
 
     @job("outage-probe")
     def probe(ctx, tr):
@@ -65,6 +68,10 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         tr.log_metrics({"f1": 0.5}, step=0)  # a metric per repeat: each step kept
         tr.log_metrics({"f1": 0.7}, step=1)
         assert run_outbox.deliver(cfg.lakehouse.root, url) == []  # a run still going is never logged under it
+        opening = time.monotonic()
+        with ctx.tracker.run("probe-point", log_config=False) as point:  # a run the job opens itself (a sweep's)
+            point.log_metrics({"threshold": 0.8})
+        opened_in.append(time.monotonic() - opening)
         return {"accuracy": 0.75}
 
     try:
@@ -75,16 +82,21 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         assert isinstance(found, TrackingUnreachable) and report(found) == 8, raised.value
         line = str(found)
         assert "the run's work is committed" in line and "3 metrics, 2 tags, 1 artifact" in line, line
+        assert "run offline-" in line and "1 metric kept" in line, line  # the point, kept whole
         assert "(the next start logs it)" in line and "_tracking/outbox/" in line, line
         assert took < 60, f"{took:.0f} s from the kill to the run's end"  # one unanswered call, not one per call
+        assert opened_in[0] < 6, opened_in  # the point asked the silent server once, quickly: no retries again
         print(f"\ntracking server killed mid-run: the run ended {took:.1f} s after; {line}")
         assert ctx.lakehouse.version("first") == 0 and ctx.lakehouse.version("second") == 0
         assert ctx.lakehouse.read("second").count() == 1
         kept_folder = Path(cfg.lakehouse.root) / "_tracking" / "outbox"
-        [run_id] = [p.name for p in kept_folder.iterdir() if not p.name.startswith(".")]
+        [run_id] = [p.name for p in kept_folder.iterdir() if not p.name.startswith((".", "offline-"))]
+        [point_id] = [p.name for p in kept_folder.iterdir() if p.name.startswith("offline-")]
         kept = json.loads((kept_folder / run_id / "run.json").read_text())
         assert [m[:3] for m in kept["metrics"]] == [["f1", 0.5, 0], ["f1", 0.7, 1], ["accuracy", 0.75, 0]]
-        assert kept["tags"]["output.second.version"] == "0" and kept["ended"] and kept["server"] == url
+        assert kept["tags"]["output.second.version"] == "0" and kept["ended"] == "FAILED" and kept["server"] == url
+        point = json.loads((kept_folder / point_id / "run.json").read_text())
+        assert point["ended"] == "FINISHED" and point["pending"]["parent_run_id"] == run_id
 
         server = _mlflow_server(tmp_path, port)  # back: the next start logs what was kept
     finally:
@@ -98,7 +110,11 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         assert run.data.tags["output.second.version"] == "0" and run.data.tags["output.first.version"] == "0"
         assert run.info.status == "FAILED" and "run outbox" in run.data.tags["closed.reason"]
         assert [a.path for a in MlflowClient(url).list_artifacts(run_id, "report")] == ["report/summary.json"]
-        assert not (kept_folder / run_id).exists()
+        assert not (kept_folder / run_id).exists() and not (kept_folder / point_id).exists()
+        [opened] = MlflowClient(url).search_runs([run.info.experiment_id],
+                                                 filter_string=f"tags.`outbox.kept_as` = '{point_id}'")
+        assert opened.data.tags["mlflow.parentRunId"] == run_id and opened.data.metrics == {"threshold": 0.8}
+        assert opened.info.status == "FINISHED" and opened.info.run_name == "probe-point"
     finally:
         restarted.close()
         os.killpg(server.pid, signal.SIGTERM)
