@@ -147,7 +147,7 @@ def _translated(exc: BaseException) -> BaseException:
 def without_credentials(text: str) -> str:
     """``text`` with each URI's user and password left out (``http://user:secret@host`` -> ``http://host``): what a
     line about a server may say of its address."""
-    return re.sub(r"://[^\s@]*@", "://", text)
+    return re.sub(r"://[^/\s]*@", "://", text)  # the authority only: an "@" in a path is no user
 
 
 def _mlflow_line(text: str) -> str:

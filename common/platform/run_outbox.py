@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 REASON = ("the tracking server stopped answering mid-run (exit 8); what the run logged after that was kept in the run "
           "outbox and logged by a later start")
 RUN_FILE = "run.json"
-# A kept run not closed and not seen to die (its host, container or boot gone) is taken for killed after this long.
-STALE_S = 24 * 3600.0
+# A kept run not closed and not seen to die (its host, container or boot gone) is taken for killed after this long
+# without a change to its outbox (a run still going there, idle that long, would find its outbox delivered).
+STALE_S = 7 * 24 * 3600.0
 
 
 def folder(root: str) -> str:
@@ -140,7 +141,7 @@ def deliver(root: str, tracking_uri: str) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - an outbox that cannot be read is said, never a failed start
         log.warning("the run outbox under %s could not be read: %s", root, without_credentials(str(exc)))
         return done
-    for run_id, info in sorted(infos.items()):
+    for run_id, info in sorted(infos.items(), key=lambda item: _started(f"{base}/{item[0]}")):  # parents first
         uri = f"{base}/{run_id}"
         try:
             with claim(uri, "run outbox") as mine:
@@ -151,6 +152,24 @@ def deliver(root: str, tracking_uri: str) -> list[str]:
             log.warning("the outbox of MLflow run %s (%s) was not logged; left for the next start: %s", run_id, uri,
                         without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
     return done
+
+
+def _started(uri: str) -> int:
+    """When the kept run in ``uri`` started (runs kept whole: their start; others: 0, first); a file that cannot be
+    read sorts first, and says why when it is delivered."""
+    from common.platform.storage import read_text
+
+    try:
+        return int((json.loads(read_text(f"{uri}/{RUN_FILE}")).get("pending") or {}).get("start_ms", 0))
+    except Exception:  # noqa: BLE001 - said by the delivery itself
+        return 0
+
+
+def _opened(client, experiment_id: str, kept_as: str) -> Optional[str]:
+    """The id of the run a delivery opened for the run kept whole as ``kept_as`` (its ``outbox.kept_as`` tag), or
+    None: a delivery cut short after opening it reuses it, and a child finds its parent by it."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.`outbox.kept_as` = '{kept_as}'", max_results=1)
+    return found[0].info.run_id if found else None
 
 
 def _deliver_one(uri: str, this_server: str, stale: bool) -> bool:
@@ -176,10 +195,16 @@ def _deliver_one(uri: str, this_server: str, stale: bool) -> bool:
                               f"{artifact['files']} files")
         client, pending = MlflowClient(), kept.get("pending")
         run_id = kept["run_id"]
-        if pending:  # never opened on the server: opened now, under its parent, as it started
+        if pending:  # never opened on the server: opened now (once), under its parent, as it started
+            experiment, parent = pending["experiment_id"], pending.get("parent_run_id")
+            if parent and parent.startswith("offline-"):
+                parent = _opened(client, experiment, parent)
+                if parent is None:
+                    return False  # its parent is not opened yet: after it
             tags = {**pending["tags"], "mlflow.runName": pending["name"], "outbox.kept_as": run_id,
-                    **({"mlflow.parentRunId": pending["parent_run_id"]} if pending.get("parent_run_id") else {})}
-            run_id = client.create_run(pending["experiment_id"], tags=tags, run_name=pending["name"]).info.run_id
+                    **({"mlflow.parentRunId": parent} if parent else {})}
+            run_id = _opened(client, experiment, run_id) or client.create_run(
+                experiment, start_time=pending.get("start_ms"), tags=tags, run_name=pending["name"]).info.run_id
         client.log_batch(run_id, metrics=[Metric(k, v, ts, step) for k, v, step, ts in kept["metrics"]],
                          params=[Param(k, v) for k, v in kept["params"].items()],
                          tags=[RunTag(k, v) for k, v in kept["tags"].items()])

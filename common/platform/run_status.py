@@ -99,7 +99,7 @@ def close_dead_runs(experiment_id: str, limit: int = 200) -> list[str]:
             [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`process.host` = '{host}'",
             max_results=limit)
         for run in runs:
-            if not _dead(run.data.tags):
+            if not _dead(run.data.tags) or "outbox.kept_as" in run.data.tags:  # a kept run: its deliverer ends it
                 continue
             reason = (f"its process {run.data.tags['process.pid']} on {host} ended without closing it; closed by a "
                       "later run's start")

@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +151,7 @@ class Tracker:
         self._experiment_id: Optional[str] = None
         self.offline: list[TrackedRun] = []  # runs that ended with their server not answering, oldest first
         self._silent: list[str] = []  # why the server was last found silent by a run of this tracker
+        self._born: list[TrackedRun] = []  # the runs kept whole (never opened on the server) now open, innermost last
 
     def setup(self) -> None:
         """Point MLflow at this config's tracking URI, creating its experiment when missing (looked up once
@@ -199,28 +201,36 @@ class Tracker:
         parent = mlflow.active_run()
         run_tags = {**code_tags(), **process_tags(), **{k: str(v) for k, v in (tags or {}).items()}}
         started, offline = None, self._silent[-1] if self._silent else None
-        try:
-            # After a run of this process found the server silent, one quick try: not the client's minutes again.
-            with quick_mlflow(2.0) if offline else contextlib.nullcontext():
-                started = mlflow.start_run(run_name=name, nested=parent is not None, experiment_id=self._experiment_id,
-                                           tags=run_tags)
-        except Exception as exc:
-            if not isinstance(user_error(exc), TrackingUnreachable):
-                raise
-            offline = str(user_error(exc))
-            self._silent.append(offline)
+        if self._born:  # inside a run kept whole: its children are too (their parent is not on the server yet)
+            offline = offline or self._born[-1].offline
         else:
-            self._silent.clear()  # it answers (again): later runs ask it as usual
+            try:
+                # After a run of this process found the server silent, one quick try: not the client's minutes again.
+                with quick_mlflow(2.0) if offline else contextlib.nullcontext():
+                    started = mlflow.start_run(run_name=name, nested=parent is not None,
+                                               experiment_id=self._experiment_id, tags=run_tags)
+            except Exception as exc:
+                if not isinstance(user_error(exc), TrackingUnreachable):
+                    raise
+                offline = str(user_error(exc))
+                self._silent.append(offline)
+            else:
+                self._silent.clear()  # it answers (again): later runs ask it as usual
         if started is None:  # no server to open it on: the run is kept whole, and opened by a later start
+            parent_id = self._born[-1].run_id if self._born else parent.info.run_id if parent is not None else None
             pending = {"experiment_id": self._experiment_id, "name": name, "tags": run_tags,
-                       "parent_run_id": parent.info.run_id if parent is not None else None}
+                       "parent_run_id": parent_id, "start_ms": int(time.time() * 1000)}
             run_id = f"offline-{uuid.uuid4().hex}"
             handle = TrackedRun(run_id=run_id, name=name, offline=offline, silent=self._silent,
                                 outbox=Outbox(self.cfg.lakehouse.root, run_id, self.cfg.tracking_uri, pending))
-            with self._ending(handle, mlflow):
-                if log_config:
-                    handle.log_params(self.cfg.flat())
-                yield handle
+            self._born.append(handle)
+            try:
+                with self._ending(handle, mlflow):
+                    if log_config:
+                        handle.log_params(self.cfg.flat())
+                    yield handle
+            finally:
+                self._born.pop()
             return
         with started as r:
             handle = TrackedRun(run_id=r.info.run_id, name=name, silent=self._silent,

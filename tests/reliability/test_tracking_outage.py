@@ -71,6 +71,8 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         opening = time.monotonic()
         with ctx.tracker.run("probe-point", log_config=False) as point:  # a run the job opens itself (a sweep's)
             point.log_metrics({"threshold": 0.8})
+            with ctx.tracker.run("probe-leaf", log_config=False):  # and one inside it
+                pass
         opened_in.append(time.monotonic() - opening)
         return {"accuracy": 0.75}
 
@@ -82,7 +84,7 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         assert isinstance(found, TrackingUnreachable) and report(found) == 8, raised.value
         line = str(found)
         assert "the run's work is committed" in line and "3 metrics, 2 tags, 1 artifact" in line, line
-        assert "run offline-" in line and "1 metric kept" in line, line  # the point, kept whole
+        assert "run offline-" in line and "1 metric kept" in line, line  # the point (and its leaf), kept whole
         assert "(the next start logs it)" in line and "_tracking/outbox/" in line, line
         assert took < 60, f"{took:.0f} s from the kill to the run's end"  # one unanswered call, not one per call
         assert opened_in[0] < 6, opened_in  # the point asked the silent server once, quickly: no retries again
@@ -91,7 +93,11 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         assert ctx.lakehouse.read("second").count() == 1
         kept_folder = Path(cfg.lakehouse.root) / "_tracking" / "outbox"
         [run_id] = [p.name for p in kept_folder.iterdir() if not p.name.startswith((".", "offline-"))]
-        [point_id] = [p.name for p in kept_folder.iterdir() if p.name.startswith("offline-")]
+        points = [json.loads((p / "run.json").read_text()) for p in kept_folder.iterdir()
+                  if p.name.startswith("offline-")]
+        [point_id] = [p["run_id"] for p in points if p["pending"]["name"] == "probe-point"]
+        [leaf] = [p for p in points if p["pending"]["name"] == "probe-leaf"]
+        assert leaf["pending"]["parent_run_id"] == point_id  # kept under the run it ran in
         kept = json.loads((kept_folder / run_id / "run.json").read_text())
         assert [m[:3] for m in kept["metrics"]] == [["f1", 0.5, 0], ["f1", 0.7, 1], ["accuracy", 0.75, 0]]
         assert kept["tags"]["output.second.version"] == "0" and kept["ended"] == "FAILED" and kept["server"] == url
@@ -115,6 +121,10 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
                                                  filter_string=f"tags.`outbox.kept_as` = '{point_id}'")
         assert opened.data.tags["mlflow.parentRunId"] == run_id and opened.data.metrics == {"threshold": 0.8}
         assert opened.info.status == "FINISHED" and opened.info.run_name == "probe-point"
+        [opened_leaf] = MlflowClient(url).search_runs([run.info.experiment_id],
+                                                      filter_string="attributes.run_name = 'probe-leaf'")
+        assert opened_leaf.data.tags["mlflow.parentRunId"] == opened.info.run_id
+        assert not list(kept_folder.iterdir())  # every kept run delivered, no lock file left
     finally:
         restarted.close()
         os.killpg(server.pid, signal.SIGTERM)
