@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 from common.catalog.metrics import by_method
 from common.platform.job import JobContext, JobRun, job
 from common.platform.results_pages import ResultsTable, beyond_std, fmt_mean, lift, page, text_block
-from common.registry.ship import registry_lines
+from common.registry.listing import registry_lines
 from jobs import entry_point
 from jobs.summary_facts import cga_facts, cut, matcher_facts, test_facts
 
