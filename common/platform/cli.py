@@ -135,15 +135,22 @@ def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
 USER_ERRORS_TYPES = tuple(cls for cls, _, _ in USER_ERRORS)
 
 
+def _known(registry: "JobRegistry", name: str) -> bool:
+    """Whether ``name`` is a job or pipeline of ``registry``; where not, says so with the names there are."""
+    if name in registry.jobs or name in registry.pipelines:
+        return True
+    print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
+          f"pipelines: {', '.join(registry.pipelines)}", file=sys.stderr)
+    return False
+
+
 def _check(cfg, registry: "JobRegistry", name: str) -> int:
     """``augment check NAME``: the config of job or pipeline ``name`` with every job's own check, before anything
     starts (the bundle's first task, run once without retries): 2 on a config error; any other fault a check meets
     (a model server that does not answer) is said and left to the run, whose tasks retry it (0)."""
     from common.platform.pipeline import preflight
 
-    if name not in registry.jobs and name not in registry.pipelines:
-        print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
-              f"pipelines: {', '.join(registry.pipelines)}", file=sys.stderr)
+    if not _known(registry, name):
         return 2
     try:
         preflight(cfg, registry.pipelines.get(name, [name]), registry.runner)
@@ -162,9 +169,7 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
     from common.platform.pipeline import preflight, run_pipeline
     from common.platform.signals import cause
 
-    if name not in registry.jobs and name not in registry.pipelines:
-        print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
-              f"pipelines: {', '.join(registry.pipelines)}", file=sys.stderr)
+    if not _known(registry, name):
         return 2
     try:
         # Before the JVM, Ray and MLflow start: a missing key costs the user a second, not an engine's start.
