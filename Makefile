@@ -79,6 +79,7 @@ demo-full: $(STAMP)
 # 31 minutes on some days and 46 on others, and a run time means something only beside the probe's figures.
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
 	$(BIN)/python benchmarks/machine_speed.py
 	$(BIN)/python -m pytest -ra --durations=25 tests

@@ -3,6 +3,7 @@
 Versions are pinned to a set that installs and works together offline (../shared/docs/ENVIRONMENT.md).
 torch is pinned on purpose: an unpinned torch pulls several GB of CUDA packages.
 """
+
 from setuptools import find_packages, setup
 
 CORE = [
@@ -38,8 +39,14 @@ ML = [
     "accelerate==1.15.0",
     "peft==0.21.2",
 ]
-DEV = ["pytest", "hypothesis", "psutil", "databricks-bundles==1.22.1", "ruff==0.17.6",
-       "mkdocs-material==9.8.2"]  # the docs site (make docs; tests/test_docs.py builds it)
+DEV = [
+    "pytest",
+    "hypothesis",
+    "psutil",
+    "databricks-bundles==1.22.1",
+    "ruff==0.17.6",
+    "mkdocs-material==9.8.2",
+]  # the docs site (make docs; tests/test_docs.py builds it)
 # The local cluster rehearsal (tests/cluster/local_cluster.py, make cluster-demo): a real S3-API server on loopback.
 CLUSTER = ["moto[server]==5.2.5"]
 
@@ -47,7 +54,7 @@ setup(
     name="catalog-augment",
     version="0.1.0",
     description="Catalog-scale training-data augmentation for product text classifiers "
-                "(Spark jobs, Ray model stages, Delta tables, MLflow runs)",
+    "(Spark jobs, Ray model stages, Delta tables, MLflow runs)",
     python_requires=">=3.10",
     packages=find_packages(include=["common", "common.*", "jobs"]),
     # CS-Blind's colour and size lists, read with importlib.resources (also from make dist's zip).

@@ -24,6 +24,7 @@ Run:
 ``--set`` takes ``EncoderConfig`` fields (``max_batch_tokens=32768``) and ``quantile=0.95``; ``load`` must be
 given the same (as ``boostaug.surrogate.encoder.*`` / ``boostaug.filter.perplexity_quantile``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_stage import split_argv, tf32  # noqa: E402  (this folder: the tools' shared argv and TF32 switches)
 
 KEY = ["source_id", "backend", "aug_idx"]
-SCORE_COLUMNS = ["confidence", "pred_label", "perplexity", "perplexity_limit",
-                 "mono_confidence", "mono_label", "mono_perplexity", "mono_perplexity_limit"]
+SCORE_COLUMNS = [
+    "confidence",
+    "pred_label",
+    "perplexity",
+    "perplexity_limit",
+    "mono_confidence",
+    "mono_label",
+    "mono_perplexity",
+    "mono_perplexity_limit",
+]
 
 
 def export(args) -> None:
@@ -66,8 +75,12 @@ def export(args) -> None:
         data = table.to_pyarrow_table()
         wanted = pc.is_in(data["method"], value_set=pa.array(args.eval_sets))
         data = data.filter(pc.and_(wanted, pc.equal(data["n_aug"], args.n_aug)))
-        pq.write_table(data.select(["method", "text", "label"]), bundle / "eval_sets.parquet",
-                       compression="zstd", compression_level=19)
+        pq.write_table(
+            data.select(["method", "text", "label"]),
+            bundle / "eval_sets.parquet",
+            compression="zstd",
+            compression_level=19,
+        )
     (bundle / "versions.json").write_text(json.dumps(versions))
     print(json.dumps(versions), {p.name: p.stat().st_size for p in bundle.iterdir()})
 
@@ -78,8 +91,11 @@ def _spec(args, **overrides):
     values = dict(kv.split("=", 1) for kv in args.set or [])
     quantile = float(values.pop("quantile")) if "quantile" in values else None
     fields = EncoderConfig.__dataclass_fields__
-    typed = {k: type(getattr(EncoderConfig(), k))(v) if getattr(EncoderConfig(), k) is not None else v
-             for k, v in values.items() if k in fields}
+    typed = {
+        k: type(getattr(EncoderConfig(), k))(v) if getattr(EncoderConfig(), k) is not None else v
+        for k, v in values.items()
+        if k in fields
+    }
     unknown = set(values) - set(fields)
     if unknown:
         raise SystemExit(f"unknown --set keys: {sorted(unknown)}")
@@ -108,9 +124,12 @@ def score(args) -> None:
         figures = fit_surrogate(train, validation, spec, args.seed, str(out / "models" / name))
         report[name] = figures
         uris[plan.boost] = figures["uri"]
-        print(f"surrogate {name}: {figures['rows']} rows, epoch {figures['epoch']}, val accuracy "
-              f"{figures['val_accuracy']:.4f}, {figures['seconds']:.1f} s on {figures['device']}, "
-              f"perplexity median {figures['val_perplexity_median']:.1f}", flush=True)
+        print(
+            f"surrogate {name}: {figures['rows']} rows, epoch {figures['epoch']}, val accuracy "
+            f"{figures['val_accuracy']:.4f}, {figures['seconds']:.1f} s on {figures['device']}, "
+            f"perplexity median {figures['val_perplexity_median']:.1f}",
+            flush=True,
+        )
     (out / "surrogates.json").write_text(json.dumps(report, indent=2))
     candidates = pq.read_table(bundle / "candidates.parquet")
     if args.limit:
@@ -124,12 +143,17 @@ def score(args) -> None:
             print(f"scored {done:,} candidates, {done / (time.perf_counter() - start):,.0f}/s", flush=True)
     seconds = time.perf_counter() - start
     pq.write_table(pa.concat_tables(parts), out / "scores.parquet", compression="zstd")
-    timing = {"candidates": candidates.num_rows, "scoring_s": seconds, "device": report["mono"]["device"],
-              "candidates_per_s_per_actor": candidates.num_rows / seconds,
-              "surrogate_rows_per_s": {k: v["rows"] * v["epoch"] / v["seconds"] for k, v in report.items()},
-              "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-              "spec": {k: str(v) for k, v in vars(spec).items()}, "quantile": quantile,
-              "tf32": bool(args.tf32)}
+    timing = {
+        "candidates": candidates.num_rows,
+        "scoring_s": seconds,
+        "device": report["mono"]["device"],
+        "candidates_per_s_per_actor": candidates.num_rows / seconds,
+        "surrogate_rows_per_s": {k: v["rows"] * v["epoch"] / v["seconds"] for k, v in report.items()},
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "spec": {k: str(v) for k, v in vars(spec).items()},
+        "quantile": quantile,
+        "tf32": bool(args.tf32),
+    }
     (out / "timing.json").write_text(json.dumps(timing, indent=2))
     print(json.dumps(timing, indent=2))
 
@@ -148,10 +172,11 @@ def load(args, augment_args) -> int:
 
     def surrogates(ctx, tr, key, with_mono):
         if tr.versions["boostaug_candidates"] != versions["boostaug_candidates"]:
-            raise SystemExit(f"the bundle scored boostaug_candidates version {versions['boostaug_candidates']}, "
-                             f"the pipeline reads {tr.versions['boostaug_candidates']}")
-        tr.log_dict({**report, "scored_on": json.loads((scores_dir / "timing.json").read_text())},
-                    "surrogates.json")
+            raise SystemExit(
+                f"the bundle scored boostaug_candidates version {versions['boostaug_candidates']}, "
+                f"the pipeline reads {tr.versions['boostaug_candidates']}"
+            )
+        tr.log_dict({**report, "scored_on": json.loads((scores_dir / "timing.json").read_text())}, "surrogates.json")
         folds = {int(name[4:]): f["uri"] for name, f in report.items() if name != "mono"}
         return folds, report["mono"]["uri"] if with_mono else None
 
@@ -164,8 +189,11 @@ def load(args, augment_args) -> int:
         # The candidates gathered here: this is a replay tool run once, not a pipeline stage.
         table = pa.concat_tables(ray.get(candidates))
         joined = table.join(scores, KEY, join_type="left outer")
-        if joined.num_rows != table.num_rows or scores.num_rows != table.num_rows \
-                or joined.column("confidence").null_count:
+        if (
+            joined.num_rows != table.num_rows
+            or scores.num_rows != table.num_rows
+            or joined.column("confidence").null_count
+        ):
             raise SystemExit(f"{table.num_rows} candidates, {scores.num_rows} scores: not the same rows")
         return ray.data.from_arrow(joined.select([*table.column_names, *SCORE_COLUMNS]))
 
@@ -198,8 +226,12 @@ def evaluate(args) -> None:
     results = []
     for repeat in range(args.start, args.start + args.repeats):
         for method in methods:
-            figures = fit_and_evaluate([([str(out / f"train_{method}.parquet")], None)],
-                                       [([str(out / "test.parquet")], None)], spec, args.seed + repeat)
+            figures = fit_and_evaluate(
+                [([str(out / f"train_{method}.parquet")], None)],
+                [([str(out / "test.parquet")], None)],
+                spec,
+                args.seed + repeat,
+            )
             results.append({"method": method, "repeat": repeat, "seed": args.seed + repeat, **figures})
             print(json.dumps(results[-1]), flush=True)
             (out / "eval_results.json").write_text(json.dumps(results, indent=2))

@@ -11,6 +11,7 @@ over-confident fine-tuned classifier; this shows which head's confidences live o
 
 Run: .venv/bin/python benchmarks/boostaug_heads.py LAKEHOUSE [--sources 400] [--n-aug 8] [--threshold 0.99]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,8 +86,10 @@ def main(argv=None) -> None:
         frame["rank"] = frame.groupby(["source_id", "backend"]).conf.rank(ascending=False, method="first")
         kept = frame[(frame["rank"] <= args.n_aug) & (frame.conf > args.threshold) & (frame.pred == frame.label)]
         share = (kept.groupby("backend").size() / frame.groupby("backend").size()).fillna(0).round(3).to_dict()
-        print(f"{name:<14} validation {np.mean([a for _, a in parts]):.4f}  above {args.threshold:g}: "
-              f"{np.mean(frame.conf > args.threshold):.3f}  kept {len(kept) / len(frame):.3f} {share}")
+        print(
+            f"{name:<14} validation {np.mean([a for _, a in parts]):.4f}  above {args.threshold:g}: "
+            f"{np.mean(frame.conf > args.threshold):.3f}  kept {len(kept) / len(frame):.3f} {share}"
+        )
 
 
 if __name__ == "__main__":

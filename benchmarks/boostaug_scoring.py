@@ -20,6 +20,7 @@ head).
 
 Run: .venv/bin/python benchmarks/boostaug_scoring.py [--texts N] [--encoder] [--features] [--json PATH]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,31 +60,43 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     synonyms = synonym_table()
     figures: dict = {"synonym_table_s": time.perf_counter() - start, "texts": args.texts}
-    sources = rows[:args.texts]
+    sources = rows[: args.texts]
     candidates = []
     for backend in ("eda", "spelling", "split"):
         start = time.perf_counter()
-        out = [c for i, (text, _) in enumerate(sources) for c in augment_text(text, str(i), backend, 16, 42, 0.1,
-                                                                               synonyms)]
+        out = [
+            c
+            for i, (text, _) in enumerate(sources)
+            for c in augment_text(text, str(i), backend, 16, 42, 0.1, synonyms)
+        ]
         figures[f"{backend}_candidates_per_s"] = len(out) / (time.perf_counter() - start)
         candidates += out
     train = [r for i, r in enumerate(rows) if i % 5 in (2, 3, 4)]  # 3 of 5 folds
     with tempfile.TemporaryDirectory() as tmp:
-        _, _, seconds = fit_fasttext([t for t, _ in train], [lab for _, lab in train],
-                                     {**fasttext_params(FastTextConfig()), "epoch": 10}, 42, tmp, "level_1")
+        _, _, seconds = fit_fasttext(
+            [t for t, _ in train],
+            [lab for _, lab in train],
+            {**fasttext_params(FastTextConfig()), "epoch": 10},
+            42,
+            tmp,
+            "level_1",
+        )
         figures.update({"surrogate_train_rows": len(train), "surrogate_train_s": seconds})
         model = HFTModel(tmp, 1)
         predict_texts(model, candidates[:10])  # load once, as a worker does
         start = time.perf_counter()
         for i in range(0, len(candidates), 10_000):
-            predict_texts(model, candidates[i:i + 10_000])
+            predict_texts(model, candidates[i : i + 10_000])
         figures["candidates_scored_per_s"] = len(candidates) / (time.perf_counter() - start)
         figures["candidates_scored"] = len(candidates)
     if args.encoder:
-        figures.update(encoder_figures(train[:args.encoder_train], candidates[:args.encoder_candidates], args.model))
+        figures.update(encoder_figures(train[: args.encoder_train], candidates[: args.encoder_candidates], args.model))
     if args.features:
-        figures.update(features_figures(rows, candidates[:args.features_candidates], args.compute_types, args.heads,
-                                        args.threads))
+        figures.update(
+            features_figures(
+                rows, candidates[: args.features_candidates], args.compute_types, args.heads, args.threads
+            )
+        )
     for key, value in figures.items():
         shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value
         print(f"{key:<42} {shown}")
@@ -104,8 +117,9 @@ def encoder_figures(train, candidates, model) -> dict:
 
     out: dict = {"encoder_device": _device()}
     with tempfile.TemporaryDirectory() as tmp:
-        pq.write_table(pa.table({"text": [t for t, _ in train], "label": [lab for _, lab in train]}),
-                       f"{tmp}/t.parquet")
+        pq.write_table(
+            pa.table({"text": [t for t, _ in train], "label": [lab for _, lab in train]}), f"{tmp}/t.parquet"
+        )
         # torch's own thread count (every core), as before the actor pool divides them
         spec = EncoderConfig(name_or_path=model, epochs=1, num_cpus=torch.get_num_threads())
         start = time.perf_counter()
@@ -134,9 +148,14 @@ def features_figures(rows, candidates, compute_types, heads, threads: int) -> di
 
     out: dict = {"features_threads": threads}
     with tempfile.TemporaryDirectory() as tmp:
-        table = pa.table({"text": [t for t, _ in rows], "label": [lab for _, lab in rows],
-                          "split": ["train" if i % 10 else "dev" for i in range(len(rows))],
-                          "fold": [i % 5 for i in range(len(rows))]})
+        table = pa.table(
+            {
+                "text": [t for t, _ in rows],
+                "label": [lab for _, lab in rows],
+                "split": ["train" if i % 10 else "dev" for i in range(len(rows))],
+                "fold": [i % 5 for i in range(len(rows))],
+            }
+        )
         pq.write_table(table, f"{tmp}/texts.parquet")
         plans = fold_plans(5) + [mono_plan(5)]
         batch = pa.table({"fold": [0] * len(candidates), "text": candidates})
@@ -148,8 +167,13 @@ def features_figures(rows, candidates, compute_types, heads, threads: int) -> di
             out[f"features_{kind}_candidates_per_s"] = len(candidates) / (time.perf_counter() - start)
             for head in heads:
                 spec = FeatureSurrogateConfig(compute_type=kind, threads=threads, head=head)
-                jobs = [dict(zip(("train", "validation"), surrogate_sources([f"{tmp}/texts.parquet"], p)),
-                             out_dir=f"{tmp}/{kind}/{head}/{p.boost}") for p in plans]
+                jobs = [
+                    dict(
+                        zip(("train", "validation"), surrogate_sources([f"{tmp}/texts.parquet"], p)),
+                        out_dir=f"{tmp}/{kind}/{head}/{p.boost}",
+                    )
+                    for p in plans
+                ]
                 start = time.perf_counter()
                 fitted = fit_surrogates(jobs, spec, 42)
                 out[f"features_{kind}_{head}_fit_s"] = time.perf_counter() - start

@@ -1,4 +1,5 @@
 """Run one benchmark measurement in a spawned process of its own, under a time budget, sampling its memory."""
+
 from __future__ import annotations
 
 import math

@@ -25,6 +25,7 @@ the most the pool could reach.
 
 Run: ``.venv/bin/python benchmarks/candidate_embedding.py [--rows 3072] [--words 20 40 80 160]``
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,11 +41,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # FeatureSurrogateConfig overrides per variant
-VARIANTS = {"before": {"batch_tokens": 0, "max_tokens": 0, "parallel_batches": False, "hold_heap": False, "layers": 0,
-                       "calls_per_actor": 1},
-            "batched": {"parallel_batches": False, "hold_heap": False, "layers": 0, "calls_per_actor": 1},
-            "parallel": {"hold_heap": False, "layers": 0, "calls_per_actor": 1},
-            "held heap": {"layers": 0, "calls_per_actor": 1}, "now": {}, "layers 3": {"layers": 3}}
+VARIANTS = {
+    "before": {
+        "batch_tokens": 0,
+        "max_tokens": 0,
+        "parallel_batches": False,
+        "hold_heap": False,
+        "layers": 0,
+        "calls_per_actor": 1,
+    },
+    "batched": {"parallel_batches": False, "hold_heap": False, "layers": 0, "calls_per_actor": 1},
+    "parallel": {"hold_heap": False, "layers": 0, "calls_per_actor": 1},
+    "held heap": {"layers": 0, "calls_per_actor": 1},
+    "now": {},
+    "layers 3": {"layers": 3},
+}
 
 
 def windows(n_words: int, rows: int, seed: int = 0) -> list[str]:
@@ -55,7 +66,7 @@ def windows(n_words: int, rows: int, seed: int = 0) -> list[str]:
     rnd, out = random.Random(seed), {}
     while len(out) < rows:
         start = rnd.randrange(len(words) - n_words)
-        out.setdefault(" ".join(words[start:start + n_words]), None)
+        out.setdefault(" ".join(words[start : start + n_words]), None)
     return list(out)
 
 
@@ -96,7 +107,7 @@ def alone_rate(texts: list[str], spec) -> float:
     embed(encoder, texts[:step], step, spec.batch_tokens)
     start = time.perf_counter()
     for i in range(0, len(texts), step):
-        embed(encoder, texts[i:i + step], step, spec.batch_tokens)
+        embed(encoder, texts[i : i + step], step, spec.batch_tokens)
     return len(texts) / (time.perf_counter() - start)
 
 
@@ -115,11 +126,16 @@ def main() -> None:
 
     base = FeatureSurrogateConfig()
     RayRuntime(RayConfig(num_cpus=args.cpus)).start()
-    print(f"encoder: packaged all-MiniLM-L6-v2, {base.engine} {base.compute_type}, {base.concurrency} actor of "
-          f"{base.num_cpus} CPU, {base.threads} threads, blocks of {base.batch_size}; {args.cpus} Ray CPUs; steady "
-          f"rate over n distinct candidates per length and variant (n = {args.rows} x 40 / words, >= 3 blocks)")
-    print("| words | " + " | ".join(f"{v} cand/s" for v in VARIANTS)
-          + " | encoder alone | now / before | layers 3 / before | alone / before |")
+    print(
+        f"encoder: packaged all-MiniLM-L6-v2, {base.engine} {base.compute_type}, {base.concurrency} actor of "
+        f"{base.num_cpus} CPU, {base.threads} threads, blocks of {base.batch_size}; {args.cpus} Ray CPUs; steady "
+        f"rate over n distinct candidates per length and variant (n = {args.rows} x 40 / words, >= 3 blocks)"
+    )
+    print(
+        "| words | "
+        + " | ".join(f"{v} cand/s" for v in VARIANTS)
+        + " | encoder alone | now / before | layers 3 / before | alone / before |"
+    )
     print("|---|" + "---|" * (len(VARIANTS) + 4))
     # Each variant's encoder converted once before any is timed: a conversion inside the first (one-text) pass
     # would be subtracted from the steady rate.
@@ -131,8 +147,10 @@ def main() -> None:
         rates = [steady_rate(texts, dataclasses.replace(base, **overrides)) for overrides in VARIANTS.values()]
         rates.append(alone_rate(texts, base))
         ratios = [rates[list(VARIANTS).index(v)] / rates[0] for v in ("now", "layers 3")] + [rates[-1] / rates[0]]
-        print(f"| {n} | " + " | ".join(f"{r:.0f}" for r in rates)
-              + "".join(f" | {x:.2f}x" for x in ratios) + " |", flush=True)
+        print(
+            f"| {n} | " + " | ".join(f"{r:.0f}" for r in rates) + "".join(f" | {x:.2f}x" for x in ratios) + " |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

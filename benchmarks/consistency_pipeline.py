@@ -5,6 +5,7 @@ process tree (driver, JVM, Python workers, Ray workers), sampled every 0.25 s. P
 growth exponent of wall time in the data size (log-log slope between the smallest and largest size).
 Run: .venv/bin/python benchmarks/consistency_pipeline.py [scale ...]   (default 0.5 1 2)
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,19 @@ def tree_rss(proc: psutil.Process) -> int:
 
 def run(scale: float) -> tuple[float, float, int]:
     root = tempfile.mkdtemp(prefix=f"bench-consistency-{scale}-")
-    cmd = [str(Path(sys.executable).parent / "augment"), "run", "consistency", "--conf", str(REPO / "conf/local.yaml"),
-           "--set", f"lakehouse.root={root}", f"demo.scale={scale}", "consistency.repeats=1", "--log-level", "WARNING"]
+    cmd = [
+        str(Path(sys.executable).parent / "augment"),
+        "run",
+        "consistency",
+        "--conf",
+        str(REPO / "conf/local.yaml"),
+        "--set",
+        f"lakehouse.root={root}",
+        f"demo.scale={scale}",
+        "consistency.repeats=1",
+        "--log-level",
+        "WARNING",
+    ]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO)
@@ -63,8 +75,10 @@ def main(scales: list[float]) -> None:
         results.append((items, wall))
         print(f"{scale:>6} {items:>8} {wall:>8.1f} {peak:>9.2f}", flush=True)
     (n0, t0), (n1, t1) = results[0], results[-1]
-    print(f"growth exponent of wall time in items: {math.log(t1 / t0) / math.log(n1 / n0):.2f} "
-          "(1.0 = linear; fixed start-up costs pull it below 1 at small sizes)")
+    print(
+        f"growth exponent of wall time in items: {math.log(t1 / t0) / math.log(n1 / n0):.2f} "
+        "(1.0 = linear; fixed start-up costs pull it below 1 at small sizes)"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Counts, per test module, the ``assert`` statements and the ``pytest.raises`` / `
 expected failure is an assertion too) inside test functions and the helpers and fixtures they call, and
 the number of test functions. Prints one total line, or a line per file with ``--by-file``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,13 @@ from pathlib import Path
 
 def _is_raises(node: ast.AST) -> bool:
     """Whether ``node`` is a call of ``pytest.raises`` or ``pytest.warns``."""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("raises", "warns")
-            and isinstance(node.func.value, ast.Name) and node.func.value.id == "pytest")
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("raises", "warns")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "pytest"
+    )
 
 
 def count_file(path: Path) -> tuple[int, int]:
@@ -25,10 +30,15 @@ def count_file(path: Path) -> tuple[int, int]:
     blocks anywhere in the module, and the functions whose names start with ``test_``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     asserts = sum(isinstance(n, ast.Assert) for n in ast.walk(tree))
-    raises = sum(_is_raises(item.context_expr) for n in ast.walk(tree) if isinstance(n, (ast.With, ast.AsyncWith))
-                 for item in n.items)
-    tests = sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test_")
-                for n in ast.walk(tree))
+    raises = sum(
+        _is_raises(item.context_expr)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.With, ast.AsyncWith))
+        for item in n.items
+    )
+    tests = sum(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test_") for n in ast.walk(tree)
+    )
     return asserts + raises, tests
 
 

@@ -8,6 +8,7 @@ then prints rows in, kept, and the rows quarantined as exact duplicates, conflic
 for other reasons, with the time the detection took (the read and validation alone, then with dedup).
 Writes nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,14 +38,22 @@ def main() -> None:
     parser.add_argument("configs", nargs="*")
     parser.add_argument("--near", type=float, default=None, help="also count near duplicates at this Jaccard")
     args = parser.parse_args()
-    configs = args.configs or sorted(str(p) for p in (REPO / "conf").glob("*.yaml")
-                                     if p.name not in ("local.yaml", "demo.yaml", "cluster.yaml", "databricks.yaml"))
-    spark = get_spark(SparkConfig(master="local[2]", shuffle_partitions=4, driver_memory="2g",
-                                  checkpoint_dir="/tmp/dedup-report-checkpoints"))
+    configs = args.configs or sorted(
+        str(p)
+        for p in (REPO / "conf").glob("*.yaml")
+        if p.name not in ("local.yaml", "demo.yaml", "cluster.yaml", "databricks.yaml")
+    )
+    spark = get_spark(
+        SparkConfig(
+            master="local[2]", shuffle_partitions=4, driver_memory="2g", checkpoint_dir="/tmp/dedup-report-checkpoints"
+        )
+    )
     spark.sparkContext.setLogLevel("ERROR")
-    print(f"{'config':<24} {'input':<13} {'rows in':>8} {'kept':>8} {'dupl.':>6} {'confl.':>6} {'rep.id':>6} "
-          f"{'other':>6} {'valid s':>8} {'dedup s':>8}" + (f" {'near':>6} {'clust.':>6} "
-                                                           f"{'near s':>7}" if args.near else ""))
+    print(
+        f"{'config':<24} {'input':<13} {'rows in':>8} {'kept':>8} {'dupl.':>6} {'confl.':>6} {'rep.id':>6} "
+        f"{'other':>6} {'valid s':>8} {'dedup s':>8}"
+        + (f" {'near':>6} {'clust.':>6} {'near s':>7}" if args.near else "")
+    )
     for path in configs:
         cfg = load_config(path)
         for kind in KINDS:
@@ -57,8 +66,13 @@ def main() -> None:
             plain = reason_counts(with_reasons(raw.df, contract, cfg.ingest, None, spec.strip_markup), raw.location)
             valid_s = time.perf_counter() - start
             start = time.perf_counter()
-            validated = with_duplicate_reasons(with_reasons(raw.df, contract, cfg.ingest, None, spec.strip_markup),
-                                               contract, cfg.ingest, None, raw.absent).cache()
+            validated = with_duplicate_reasons(
+                with_reasons(raw.df, contract, cfg.ingest, None, spec.strip_markup),
+                contract,
+                cfg.ingest,
+                None,
+                raw.absent,
+            ).cache()
             counts = reason_counts(validated, raw.location)
             dedup_s = time.perf_counter() - start
             near = ""
@@ -75,9 +89,11 @@ def main() -> None:
             n_in = sum(counts.values())
             assert n_in == sum(plain.values())  # dedup only fills reasons: rows in are the same
             other = n_in - counts.get(None, 0) - sum(dedup.values())
-            print(f"{Path(path).stem:<24} {kind:<13} {n_in:>8} {counts.get(None, 0):>8} {dedup['duplicate']:>6} "
-                  f"{dedup['conflicting']:>6} {dedup['repeated_id']:>6} {other:>6} {valid_s:>8.1f} {dedup_s:>8.1f}"
-                  + near)
+            print(
+                f"{Path(path).stem:<24} {kind:<13} {n_in:>8} {counts.get(None, 0):>8} {dedup['duplicate']:>6} "
+                f"{dedup['conflicting']:>6} {dedup['repeated_id']:>6} {other:>6} {valid_s:>8.1f} {dedup_s:>8.1f}"
+                + near
+            )
             validated.unpersist()
     spark.stop()
 

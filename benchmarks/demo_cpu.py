@@ -9,6 +9,7 @@ or needs less work.
 The figures count every process on the machine (the driver, its JVM, Ray's workers, and anything else running):
 run it on an otherwise idle machine, and read them beside benchmarks/machine_speed.py's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,12 @@ def run(pipeline: str, conf: str, root: str, log: Path) -> list[tuple[str, float
     started: dict[str, float] = {}
     jobs: list[tuple[str, float, float]] = []
     command = [sys.executable, "-m", "jobs.cli", "run", pipeline, "--conf", conf, "--set", f"lakehouse.root={root}"]
-    with open(log, "w", encoding="utf-8") as out, subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+    with (
+        open(log, "w", encoding="utf-8") as out,
+        subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        ) as proc,
+    ):
         for line in proc.stdout:
             out.write(line)
             match = PROGRESS.match(line)
@@ -81,11 +86,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="demo-cpu-") as root:
         jobs = run(args.pipeline, args.conf, str(Path(root) / "lakehouse"), Path(root).parent / "demo-cpu.log")
     wall, work = sum(w for _, w, _ in jobs), sum(c for _, _, c in jobs)
-    print(f"\n{len(jobs)} jobs: {wall:.0f} s of wall time, {work:.0f} core-seconds on {cores} cores "
-          f"({100 * work / (cores * wall):.0f}% of them busy)")
-    print(f"shortest wall time for this work, every core busy throughout: {work / cores:.0f} s; the budget of "
-          f"{args.budget_s:.0f} s holds {cores * args.budget_s:.0f} core-seconds: "
-          f"{'fits' if work <= cores * args.budget_s else 'does not fit, whatever runs concurrently'}")
+    print(
+        f"\n{len(jobs)} jobs: {wall:.0f} s of wall time, {work:.0f} core-seconds on {cores} cores "
+        f"({100 * work / (cores * wall):.0f}% of them busy)"
+    )
+    print(
+        f"shortest wall time for this work, every core busy throughout: {work / cores:.0f} s; the budget of "
+        f"{args.budget_s:.0f} s holds {cores * args.budget_s:.0f} core-seconds: "
+        f"{'fits' if work <= cores * args.budget_s else 'does not fit, whatever runs concurrently'}"
+    )
     heavy = sorted(jobs, key=lambda j: -j[2])[:5]
     print("most work: " + ", ".join(f"{job} {c:.0f} core-s" for job, _, c in heavy))
     return 0

@@ -13,6 +13,7 @@ ONNX Runtime is not a dependency of the suite: ``pip install onnxruntime onnx`` 
 it the script says so and stops, ``make bench`` going on).
 Run: ``.venv/bin/python benchmarks/encoder_runtimes.py [--rows 1024]``
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,17 +48,24 @@ def export_onnx(model_dir: str, out: str) -> tuple[str, str]:
             self.bert = bert
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                        token_type_ids=token_type_ids).last_hidden_state
+            return self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
 
     dummy = torch.ones(2, 16, dtype=torch.long)
     fp32, int8 = os.path.join(out, "model.onnx"), os.path.join(out, "model.int8.onnx")
     axes = {0: "batch", 1: "seq"}
     with torch.no_grad():
-        torch.onnx.export(Hidden(), (dummy, dummy, torch.zeros_like(dummy)), fp32, dynamo=False,
-                          input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["hidden"],
-                          dynamic_axes={name: axes for name in ("input_ids", "attention_mask", "token_type_ids",
-                                                                "hidden")}, opset_version=17)
+        torch.onnx.export(
+            Hidden(),
+            (dummy, dummy, torch.zeros_like(dummy)),
+            fp32,
+            dynamo=False,
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["hidden"],
+            dynamic_axes={name: axes for name in ("input_ids", "attention_mask", "token_type_ids", "hidden")},
+            opset_version=17,
+        )
     # MatMul weights only, per channel: the most faithful of quantize_dynamic's settings here (mean-pooled
     # cosine to float32 0.98-0.99 on two test sentences; its defaults, which also quantize the embeddings' Gather,
     # 0.78-0.89)
@@ -92,9 +100,10 @@ class OrtEncoder:
             input_ids = np.zeros((len(batch), max(len(ids[i]) for i in batch)), dtype=np.int64)
             mask = np.zeros_like(input_ids)
             for row, i in enumerate(batch):
-                input_ids[row, :len(ids[i])], mask[row, :len(ids[i])] = ids[i], 1
-            hidden = self.session.run(None, {"input_ids": input_ids, "attention_mask": mask,
-                                             "token_type_ids": np.zeros_like(input_ids)})[0]
+                input_ids[row, : len(ids[i])], mask[row, : len(ids[i])] = ids[i], 1
+            hidden = self.session.run(
+                None, {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
+            )[0]
             vectors = mean_pool(hidden, [len(ids[i]) for i in batch])
             return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
@@ -134,18 +143,25 @@ def main() -> None:
     reference.max_seq_length = max_length
     with tempfile.TemporaryDirectory() as tmp:
         fp32, int8 = export_onnx(path, tmp)
-        encoders = {"ct2 int8": ct2, "ort fp32": OrtEncoder(fp32, path, args.threads, max_length, False),
-                    "ort int8": OrtEncoder(int8, path, args.threads, max_length, False),
-                    "ort int8 parallel": OrtEncoder(int8, path, args.threads, max_length, True)}
-        print(f"MiniLM, {args.threads} threads, {args.rows} Brown windows per length, batches of 512 tokens, cut "
-              f"at {max_length} word pieces; onnxruntime {onnxruntime.__version__}; texts/s (mean cosine to torch "
-              "float32 over 256 texts)")
+        encoders = {
+            "ct2 int8": ct2,
+            "ort fp32": OrtEncoder(fp32, path, args.threads, max_length, False),
+            "ort int8": OrtEncoder(int8, path, args.threads, max_length, False),
+            "ort int8 parallel": OrtEncoder(int8, path, args.threads, max_length, True),
+        }
+        print(
+            f"MiniLM, {args.threads} threads, {args.rows} Brown windows per length, batches of 512 tokens, cut "
+            f"at {max_length} word pieces; onnxruntime {onnxruntime.__version__}; texts/s (mean cosine to torch "
+            "float32 over 256 texts)"
+        )
         print("words  " + "  ".join(f"{name:>18}" for name in encoders))
         for words in args.words:
             texts = windows(words, args.rows)
             exact = reference.encode(texts[:256], normalize_embeddings=True)
-            cells = [f"{rate(e.encode, texts):8.0f} ({float(np.mean(np.sum(e.encode(texts[:256]) * exact, 1))):.4f})"
-                     for e in encoders.values()]
+            cells = [
+                f"{rate(e.encode, texts):8.0f} ({float(np.mean(np.sum(e.encode(texts[:256]) * exact, 1))):.4f})"
+                for e in encoders.values()
+            ]
             print(f"{words:5d}  " + "  ".join(f"{c:>18}" for c in cells))
 
 

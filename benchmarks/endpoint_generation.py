@@ -10,6 +10,7 @@ called by :class:`common.models.generation.served.client.EndpointClient` with 1,
 samples a second, completion tokens a second, and for the endpoint the latency percentiles and the time of a
 one-token request (the HTTP round trip and the prompt's prefill, without decoding). Prints one table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,12 +26,21 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "cluster")]
 
 from local_cluster import free_port, start_model_server  # noqa: E402
 
-TITLES = ["wooden train set with 40 pieces", "stainless steel water bottle 750 ml", "kids rain boots yellow size 9",
-          "usb c charging cable 2 m braided", "ceramic coffee mug blue 350 ml", "cotton bath towel set of 4 grey",
-          "led desk lamp with dimmer black", "yoga mat 6 mm non slip purple"]
-PAIRS = [("red toy car with remote control", "remote control toy car, red"),
-         ("non stick frying pan 28 cm", "28 cm frying pan, non-stick"),
-         ("wireless mouse silent click", "silent wireless computer mouse")]
+TITLES = [
+    "wooden train set with 40 pieces",
+    "stainless steel water bottle 750 ml",
+    "kids rain boots yellow size 9",
+    "usb c charging cable 2 m braided",
+    "ceramic coffee mug blue 350 ml",
+    "cotton bath towel set of 4 grey",
+    "led desk lamp with dimmer black",
+    "yoga mat 6 mm non slip purple",
+]
+PAIRS = [
+    ("red toy car with remote control", "remote control toy car, red"),
+    ("non stick frying pan 28 cm", "28 cm frying pan, non-stick"),
+    ("wireless mouse silent click", "silent wireless computer mouse"),
+]
 
 
 def in_context_folder(out: str) -> str:
@@ -39,8 +49,12 @@ def in_context_folder(out: str) -> str:
     from common.models.generation.in_context import in_context_generator
     from common.models.generation.seq2seq import ModelSpec
 
-    in_context_generator(PAIRS, out, ModelSpec(kind="smollm2", prompt=CGA_PROMPT, in_context=3,
-                                               max_source_length=32, max_target_length=32), seed=1)
+    in_context_generator(
+        PAIRS,
+        out,
+        ModelSpec(kind="smollm2", prompt=CGA_PROMPT, in_context=3, max_source_length=32, max_target_length=32),
+        seed=1,
+    )
     return out
 
 
@@ -58,8 +72,10 @@ def main() -> None:
     from common.models.generation.hf_engine import GenerationSpec
     from common.models.generation.served.client import EndpointClient, Request, sampling_params
 
-    texts = [TITLES[i % len(TITLES)] + (f" pack of {i // len(TITLES) + 1}" if i >= len(TITLES) else "")
-             for i in range(args.sources)]
+    texts = [
+        TITLES[i % len(TITLES)] + (f" pack of {i // len(TITLES) + 1}" if i >= len(TITLES) else "")
+        for i in range(args.sources)
+    ]
     work = tempfile.mkdtemp(prefix="endpoint-bench-")
     folder = in_context_folder(os.path.join(work, "generator"))
     template = json.load(open(os.path.join(folder, "generator.json")))["prompt"]
@@ -78,8 +94,9 @@ def main() -> None:
 
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
-    server = start_model_server(sys.executable, str(materialise_smollm2()), port, Path(work) / "serve.log",
-                                Path(work) / "hub")
+    server = start_model_server(
+        sys.executable, str(materialise_smollm2()), port, Path(work) / "serve.log", Path(work) / "hub"
+    )
     try:
         cfg = EndpointConfig(base_url=base, model=str(materialise_smollm2()), max_concurrency=max(args.in_flight))
         prompts = [prompt_text(template, t) for t in texts]
@@ -93,15 +110,23 @@ def main() -> None:
             seconds = time.perf_counter() - start
             ok = [o for o in outcomes if o.ok]
             latencies = sorted(o.latency_s for o in ok)
-            rows.append((f"endpoint, {in_flight} in flight (transformers serve, float32)", in_flight,
-                         len(ok) / seconds, sum(o.completion_tokens for o in ok) / seconds,
-                         f"{statistics.median(latencies):.2f} / {latencies[int(0.9 * (len(latencies) - 1))]:.2f}",
-                         f"{statistics.median(first):.2f}"))
+            rows.append(
+                (
+                    f"endpoint, {in_flight} in flight (transformers serve, float32)",
+                    in_flight,
+                    len(ok) / seconds,
+                    sum(o.completion_tokens for o in ok) / seconds,
+                    f"{statistics.median(latencies):.2f} / {latencies[int(0.9 * (len(latencies) - 1))]:.2f}",
+                    f"{statistics.median(first):.2f}",
+                )
+            )
     finally:
         server.terminate()
         server.wait(timeout=30)
-    print(f"{args.sources} CGA title prompts ({len(template.split())} words of examples and template), 1 sample "
-          f"each, at most {args.tokens} new tokens, SmolLM2-135M-Instruct, {os.cpu_count()} cores")
+    print(
+        f"{args.sources} CGA title prompts ({len(template.split())} words of examples and template), 1 sample "
+        f"each, at most {args.tokens} new tokens, SmolLM2-135M-Instruct, {os.cpu_count()} cores"
+    )
     print(f"{'engine':<56} {'samples/s':>9} {'tokens/s':>9} {'latency p50/p90 s':>18} {'1-token s':>9}")
     for name, _, sps, tps, lat, first_s in rows:
         print(f"{name:<56} {sps:>9.2f} {tps:>9.1f} {lat:>18} {first_s:>9}")

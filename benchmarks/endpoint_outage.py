@@ -9,6 +9,7 @@ after the fault. The bound must not grow with what is pending.
 
     .venv/bin/python benchmarks/endpoint_outage.py [--pending 10 1000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,10 @@ from model_server import FaultProxy, Server, served_generator  # noqa: E402
 def _batch(n: int) -> dict:
     import numpy as np
 
-    return {"source_id": np.array([f"s{i}" for i in range(n)]),
-            "source_text": np.array([f"toy number {i}" for i in range(n)])}
+    return {
+        "source_id": np.array([f"s{i}" for i in range(n)]),
+        "source_text": np.array([f"toy number {i}" for i in range(n)]),
+    }
 
 
 def _outage(folder: str, n: int) -> float:
@@ -37,8 +40,9 @@ def _outage(folder: str, n: int) -> float:
     from common.models.generation.served.engine import EndpointGenerator, ServedGenerator
     from common.platform.errors import EndpointUnreachable
 
-    engine = EndpointGenerator(ServedGenerator.read(folder), "bench", GenerationSpec(n_samples=1, max_new_tokens=2,
-                                                                                     seed=1), tag="bench")
+    engine = EndpointGenerator(
+        ServedGenerator.read(folder), "bench", GenerationSpec(n_samples=1, max_new_tokens=2, seed=1), tag="bench"
+    )
     try:
         engine(_batch(n))
     except EndpointUnreachable:
@@ -59,24 +63,34 @@ def main() -> None:
     for pending in args.pending:
         server.start()
         killed: list[float] = []
-        proxy = FaultProxy(server.base, answers=3,
-                           then=lambda killed=killed, server=server: (killed.append(time.monotonic()), server.kill()))
-        folder = served_generator(scratch / f"endpoint_kill{pending}-1",
-                                  EndpointConfig(base_url=proxy.base, model=server.folder, max_concurrency=3))
+        proxy = FaultProxy(
+            server.base,
+            answers=3,
+            then=lambda killed=killed, server=server: (killed.append(time.monotonic()), server.kill()),
+        )
+        folder = served_generator(
+            scratch / f"endpoint_kill{pending}-1",
+            EndpointConfig(base_url=proxy.base, model=server.folder, max_concurrency=3),
+        )
         ended = _outage(folder, pending + 3)
-        print(f"{'server killed after 3 answers':<34} {pending:>7} {ended - killed[0]:>15.2f} "
-              f"{proxy.since(killed[0]):>21}")
+        print(
+            f"{'server killed after 3 answers':<34} {pending:>7} {ended - killed[0]:>15.2f} "
+            f"{proxy.since(killed[0]):>21}"
+        )
         proxy.close()
         proxy = FaultProxy(server.base, down=True)
-        folder = served_generator(scratch / f"endpoint_down{pending}-1",
-                                  EndpointConfig(base_url=proxy.base, model=server.folder, max_concurrency=3))
+        folder = served_generator(
+            scratch / f"endpoint_down{pending}-1",
+            EndpointConfig(base_url=proxy.base, model=server.folder, max_concurrency=3),
+        )
         started = time.monotonic()
         ended = _outage(folder, pending)
         print(f"{'gateway: 503 to everything':<34} {pending:>7} {ended - started:>15.2f} {len(proxy.seen):>21}")
         proxy.close()
-        folder = served_generator(scratch / f"endpoint_none{pending}-1",
-                                  EndpointConfig(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m",
-                                                 max_concurrency=3))
+        folder = served_generator(
+            scratch / f"endpoint_none{pending}-1",
+            EndpointConfig(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", max_concurrency=3),
+        )
         started = time.monotonic()
         ended = _outage(folder, pending)
         print(f"{'nothing listening':<34} {pending:>7} {ended - started:>15.2f} {'-':>21}")

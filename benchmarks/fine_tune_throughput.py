@@ -17,6 +17,7 @@ seeds; ``--json PATH`` writes ``{model: {random|grouped: {steps_per_s, tokens_pe
 Run: .venv/bin/python benchmarks/fine_tune_throughput.py [--seeds 2] [--steps 150] [--batch 32] [--threads 1]
      [--models scratch_t5,warm_minilm] [--json PATH]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generator_quality import DATA, load_clusters, split  # noqa: E402  (the same WDC split)
 
 # The demo's CGA generator (conf/demo.yaml: cga.model.scratch) and the local default.
-SHAPES = {"scratch_t5": {"vocab_size": 2000, "d_model": 64, "d_ff": 128, "num_layers": 2, "num_heads": 4},
-          "warm_minilm": {}}
+SHAPES = {
+    "scratch_t5": {"vocab_size": 2000, "d_model": 64, "d_ff": 128, "num_layers": 2, "num_heads": 4},
+    "warm_minilm": {},
+}
 RATES = {"scratch_t5": 3e-3, "warm_minilm": 1e-4}
 
 
@@ -47,10 +50,11 @@ def eval_loss(folder: str, pairs: list[tuple[str, str]], batch: int = 32) -> flo
     total, count = 0.0, 0
     with torch.inference_mode():
         for b in range(0, len(pairs), batch):
-            chunk = pairs[b:b + batch]
+            chunk = pairs[b : b + batch]
             enc = tok([s for s, _ in chunk], max_length=48, truncation=True, padding=True, return_tensors="pt")
-            labels = tok([t for _, t in chunk], max_length=48, truncation=True, padding=True,
-                         return_tensors="pt").input_ids
+            labels = tok(
+                [t for _, t in chunk], max_length=48, truncation=True, padding=True, return_tensors="pt"
+            ).input_ids
             if start is not None and bool((labels[:, 0] == start).all()):
                 labels = labels[:, 1:].contiguous()
             labels[labels == tok.pad_token_id] = -100
@@ -67,12 +71,21 @@ def run_one(kind: str, pairs, held_out, seed: int, steps: int, batch: int, group
     budget = [pairs[rng.randrange(len(pairs))] for _ in range(steps * batch)]
     spec = ModelSpec(kind=kind, max_source_length=48, max_target_length=48, **SHAPES[kind])
     with tempfile.TemporaryDirectory() as out:
-        result = fine_tune(budget, out, spec, TrainSpec(epochs=1, learning_rate=RATES[kind], batch_size=batch,
-                                                        seed=seed, group_by_length=grouped))
+        result = fine_tune(
+            budget,
+            out,
+            spec,
+            TrainSpec(epochs=1, learning_rate=RATES[kind], batch_size=batch, seed=seed, group_by_length=grouped),
+        )
         loss = eval_loss(out, held_out)
-    return {"steps_per_s": len(result.step_losses) / result.seconds, "examples_per_s": len(budget) / result.seconds,
-            "tokens_per_s": result.tokens / result.seconds, "fill_rate": result.tokens / result.padded_tokens,
-            "eval_loss": loss, "seconds": result.seconds}
+    return {
+        "steps_per_s": len(result.step_losses) / result.seconds,
+        "examples_per_s": len(budget) / result.seconds,
+        "tokens_per_s": result.tokens / result.seconds,
+        "fill_rate": result.tokens / result.padded_tokens,
+        "eval_loss": loss,
+        "seconds": result.seconds,
+    }
 
 
 def main() -> None:
@@ -91,26 +104,31 @@ def main() -> None:
     pairs, tests, _ = split(clusters, seed=0)
     held_out = [(s, r) for s, r, _ in tests][:256]
     lengths = sorted(len(s.split()) + len(t.split()) for s, t in pairs)
-    print(f"WDC title pairs: {len(pairs):,} training pairs (words per pair: median {lengths[len(lengths) // 2]}, "
-          f"90th percentile {lengths[int(len(lengths) * 0.9)]}), {len(held_out)} held out; {args.steps} steps x "
-          f"{args.batch}, {args.threads} torch thread(s), {args.seeds} seeds")
+    print(
+        f"WDC title pairs: {len(pairs):,} training pairs (words per pair: median {lengths[len(lengths) // 2]}, "
+        f"90th percentile {lengths[int(len(lengths) * 0.9)]}), {len(held_out)} held out; {args.steps} steps x "
+        f"{args.batch}, {args.threads} torch thread(s), {args.seeds} seeds"
+    )
     figures: dict = {}
     for kind in args.models.split(","):
         figures[kind] = {}
         for name, grouped in (("random", False), ("grouped", True)):
-            runs = [run_one(kind, pairs, held_out, seed, args.steps, args.batch,
-                            grouped) for seed in range(args.seeds)]
+            runs = [
+                run_one(kind, pairs, held_out, seed, args.steps, args.batch, grouped) for seed in range(args.seeds)
+            ]
             summary = {}
             for key in runs[0]:
                 values = [r[key] for r in runs]
                 summary[key] = statistics.mean(values)
                 summary[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
             figures[kind][name] = summary
-            print(f"  {kind:<12} {name:<8}: {summary['steps_per_s']:6.2f} ± {summary['steps_per_s_std']:.2f} steps/s  "
-                  f"{summary['examples_per_s']:7.1f} examples/s  {summary['tokens_per_s']:8.0f} tokens/s  fill "
-                  f"{summary['fill_rate']:.2f}  held-out loss {summary['eval_loss']:.3f} ± "
-                  f"{summary['eval_loss_std']:.3f}",
-                  flush=True)
+            print(
+                f"  {kind:<12} {name:<8}: {summary['steps_per_s']:6.2f} ± {summary['steps_per_s_std']:.2f} steps/s  "
+                f"{summary['examples_per_s']:7.1f} examples/s  {summary['tokens_per_s']:8.0f} tokens/s  fill "
+                f"{summary['fill_rate']:.2f}  held-out loss {summary['eval_loss']:.3f} ± "
+                f"{summary['eval_loss_std']:.3f}",
+                flush=True,
+            )
         ratio = figures[kind]["grouped"]["steps_per_s"] / figures[kind]["random"]["steps_per_s"]
         print(f"  {kind:<12} grouped / random: {ratio:.2f}x steps/s")
     if args.json:

@@ -13,6 +13,7 @@ process's heap); ``--model`` takes a fine-tuned one instead (e.g. ``<lakehouse>/
 Run: .venv/bin/python benchmarks/generation_memory.py [--model DIR] [--calls 6] [--size 64] [--no-trim]
      [--titles CSV --column 1]   (default titles: ../shared/data's Amazon UK toys, else the demo world's)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,15 @@ from multiprocessing import get_context
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-TOYS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "amazon_uk_toys",
-                    "amazon_co-ecommerce_sample.noheader.csv")
+TOYS = os.path.join(
+    os.path.dirname(__file__),
+    "..",
+    "..",
+    "shared",
+    "data",
+    "amazon_uk_toys",
+    "amazon_co-ecommerce_sample.noheader.csv",
+)
 
 
 def read_titles(path: str, column: int, n: int) -> list[str]:
@@ -48,9 +56,12 @@ def fine_tuned(path: str, corpus: list[str], steps: int = 30) -> str:
     from common.catalog.config import CGA_PROMPT
     from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
-    fine_tune([(t, t) for t in corpus[:steps * 8]], path,
-              ModelSpec(kind="smollm2", prompt=CGA_PROMPT, max_source_length=48, max_target_length=48),
-              TrainSpec(epochs=1, batch_size=8, learning_rate=5e-4))
+    fine_tune(
+        [(t, t) for t in corpus[: steps * 8]],
+        path,
+        ModelSpec(kind="smollm2", prompt=CGA_PROMPT, max_source_length=48, max_target_length=48),
+        TrainSpec(epochs=1, batch_size=8, learning_rate=5e-4),
+    )
     return path
 
 
@@ -89,16 +100,21 @@ def main() -> None:
             time.sleep(0.2)
 
     threading.Thread(target=sample, daemon=True).start()
-    print(f"CTranslate2 int8 generation, {args.size} titles x 8 samples a call, heap trim "
-          f"{'off' if args.no_trim else 'on'}; resting RSS {process.memory_info().rss / 2**30:.2f} GiB")
+    print(
+        f"CTranslate2 int8 generation, {args.size} titles x 8 samples a call, heap trim "
+        f"{'off' if args.no_trim else 'on'}; resting RSS {process.memory_info().rss / 2**30:.2f} GiB"
+    )
     for call in range(args.calls):
-        texts = corpus[call * args.size:(call + 1) * args.size]
+        texts = corpus[call * args.size : (call + 1) * args.size]
         peak[0] = 0
         start = time.perf_counter()
         out = generator({"source_id": np.array([str(i) for i in range(len(texts))]), "source_text": np.array(texts)})
         seconds = time.perf_counter() - start
-        print(f"  call {call + 1}: {out.num_rows:5d} rows  {out.num_rows / seconds:6.1f} sequences/s  RSS after "
-              f"{process.memory_info().rss / 2**30:5.2f} GiB  peak {peak[0] / 2**30:5.2f} GiB", flush=True)
+        print(
+            f"  call {call + 1}: {out.num_rows:5d} rows  {out.num_rows / seconds:6.1f} sequences/s  RSS after "
+            f"{process.memory_info().rss / 2**30:5.2f} GiB  peak {peak[0] / 2**30:5.2f} GiB",
+            flush=True,
+        )
     stop.set()
 
 

@@ -19,6 +19,7 @@ Run: .venv/bin/python benchmarks/generation_throughput.py [--inputs 512] [--warm
      [--skip-naive] [--skip-memory]
      [--sizes 500,2000,8000] [--gpu-only] [--json PATH]   (JSON: {model: {naive|hf_pool|ct2_pool: figures}})
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,13 +49,24 @@ def build(path: str, shape: str, corpus: list[str]) -> str:
     from common.models.generation.unigram import train_tokenizer
 
     torch.manual_seed(0)
-    dims = {"tiny": dict(d_model=64, d_ff=128, num_layers=2, num_heads=4, vocab=2000),
-            "t5-small": dict(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab=8000)}[shape]
+    dims = {
+        "tiny": dict(d_model=64, d_ff=128, num_layers=2, num_heads=4, vocab=2000),
+        "t5-small": dict(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab=8000),
+    }[shape]
     tok = train_tokenizer(corpus, dims["vocab"])
     vocab = 32128 if shape == "t5-small" else len(tok)  # t5-small's embedding and output layer size
-    config = T5Config(vocab_size=vocab, d_model=dims["d_model"], d_kv=dims["d_model"] // dims["num_heads"],
-                      d_ff=dims["d_ff"], num_layers=dims["num_layers"], num_decoder_layers=dims["num_layers"],
-                      num_heads=dims["num_heads"], pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    config = T5Config(
+        vocab_size=vocab,
+        d_model=dims["d_model"],
+        d_kv=dims["d_model"] // dims["num_heads"],
+        d_ff=dims["d_ff"],
+        num_layers=dims["num_layers"],
+        num_decoder_layers=dims["num_layers"],
+        num_heads=dims["num_heads"],
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
     T5ForConditionalGeneration(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -102,8 +114,14 @@ def train_copy_model(path: str, corpus: list[str]) -> str:
     from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     task = ray.remote(num_cpus=1, max_calls=1)(fine_tune)
-    ray.get(task.remote([(t, t) for t in corpus], path, ModelSpec(vocab_size=2000, max_source_length=48),
-                        TrainSpec(epochs=8, batch_size=32, learning_rate=0.003)))
+    ray.get(
+        task.remote(
+            [(t, t) for t in corpus],
+            path,
+            ModelSpec(vocab_size=2000, max_source_length=48),
+            TrainSpec(epochs=8, batch_size=32, learning_rate=0.003),
+        )
+    )
     return path
 
 
@@ -118,9 +136,14 @@ def train_warm_copy_model(path: str, corpus: list[str], steps: int = 120) -> str
     from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     task = ray.remote(num_cpus=2, max_calls=1)(fine_tune)
-    ray.get(task.remote([(t, t) for t in corpus[:steps * 16]], path,
-                        ModelSpec(kind="warm_minilm", max_source_length=48, max_target_length=48),
-                        TrainSpec(epochs=1, batch_size=16, learning_rate=3e-4)))
+    ray.get(
+        task.remote(
+            [(t, t) for t in corpus[: steps * 16]],
+            path,
+            ModelSpec(kind="warm_minilm", max_source_length=48, max_target_length=48),
+            TrainSpec(epochs=1, batch_size=16, learning_rate=3e-4),
+        )
+    )
     return path
 
 
@@ -134,9 +157,14 @@ def train_smollm2_model(path: str, corpus: list[str], steps: int = 30) -> str:
     from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     task = ray.remote(num_cpus=2, max_calls=1)(fine_tune)
-    ray.get(task.remote([(t, t) for t in corpus[:steps * 8]], path,
-                        ModelSpec(kind="smollm2", prompt=CGA_PROMPT, max_source_length=48, max_target_length=48),
-                        TrainSpec(epochs=1, batch_size=8, learning_rate=5e-4)))
+    ray.get(
+        task.remote(
+            [(t, t) for t in corpus[: steps * 8]],
+            path,
+            ModelSpec(kind="smollm2", prompt=CGA_PROMPT, max_source_length=48, max_target_length=48),
+            TrainSpec(epochs=1, batch_size=8, learning_rate=5e-4),
+        )
+    )
     return path
 
 
@@ -148,14 +176,20 @@ def _pool_figures(name: str, ds, seconds: float, peak: int) -> dict:
     counted = rows.generated_tokens.notna().all()
     # keep_rate: the share of samples the CGA filter (BLEU to the source >= 0.7) keeps; mean_score: their mean
     # BLEU, which still compares the engines' samples where few pass the threshold.
-    figures = {"seq_per_s": len(rows) / seconds,
-               "tok_per_s": float(rows.generated_tokens.sum()) / seconds if counted else None,
-               "keep_rate": float(scored.reason.isna().mean()), "mean_score": float(scored.score.mean()),
-               "peak_rss_gb": peak / 2**30, "seconds": seconds}
+    figures = {
+        "seq_per_s": len(rows) / seconds,
+        "tok_per_s": float(rows.generated_tokens.sum()) / seconds if counted else None,
+        "keep_rate": float(scored.reason.isna().mean()),
+        "mean_score": float(scored.score.mean()),
+        "peak_rss_gb": peak / 2**30,
+        "seconds": seconds,
+    }
     tokens = f"{figures['tok_per_s']:9.0f} tokens/s" if counted else "    (no count)"
-    print(f"  {name:<22}: {seconds:7.1f} s  {figures['seq_per_s']:8.1f} sequences/s  {tokens}  keep-rate "
-          f"{figures['keep_rate']:.3f}  mean BLEU {figures['mean_score']:.3f}  peak RSS {figures['peak_rss_gb']:.2f} "
-          f"GiB")
+    print(
+        f"  {name:<22}: {seconds:7.1f} s  {figures['seq_per_s']:8.1f} sequences/s  {tokens}  keep-rate "
+        f"{figures['keep_rate']:.3f}  mean BLEU {figures['mean_score']:.3f}  peak RSS {figures['peak_rss_gb']:.2f} "
+        f"GiB"
+    )
     return figures
 
 
@@ -177,17 +211,29 @@ def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
     # (Lakehouse.read_ray): a from_items Dataset would add hundreds of tiny blocks and seconds of tasks.
     inputs = os.path.join(os.path.dirname(model), f"inputs-{n_inputs}.parquet")  # main() removes the folder
     pq.write_table(pa.table({"source_id": [str(i) for i in range(n_inputs)], "source_text": texts}), inputs)
-    print(f"{model.rsplit('/', 1)[-1]}: {n_inputs} inputs x {spec.n_samples} samples, max {spec.max_new_tokens} new "
-          f"tokens, 1 CPU thread each (pools: incl. actor start)")
+    print(
+        f"{model.rsplit('/', 1)[-1]}: {n_inputs} inputs x {spec.n_samples} samples, max {spec.max_new_tokens} new "
+        f"tokens, 1 CPU thread each (pools: incl. actor start)"
+    )
     out = {}
     if naive:
         with PeakRSS() as rss:
             start = time.perf_counter()
             samples = naive_generate(model, texts, spec)
             seconds = time.perf_counter() - start
-        rows = [{"source_id": str(i), "source_text": t, "generated_text": g, "sample_idx": k, "model_version": "naive",
-                 "generated_tokens": None, "reason": None} for i, (t, gs) in enumerate(zip(texts, samples))
-                for k, g in enumerate(gs)]
+        rows = [
+            {
+                "source_id": str(i),
+                "source_text": t,
+                "generated_text": g,
+                "sample_idx": k,
+                "model_version": "naive",
+                "generated_tokens": None,
+                "reason": None,
+            }
+            for i, (t, gs) in enumerate(zip(texts, samples))
+            for k, g in enumerate(gs)
+        ]
         # The loop keeps no token counts (tokens/s: None).
         out["naive"] = _pool_figures("naive per-row HF", ray.data.from_items(rows).materialize(), seconds, rss.peak)
     for name, engine in (("hf_pool", "hf"), ("ct2_pool", "ctranslate2")):
@@ -200,13 +246,16 @@ def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
             print(f"  one-off conversion    : {out['ct2_conversion_s']:7.1f} s (Ray task; not in the pool's time)")
         with PeakRSS() as rss:
             start = time.perf_counter()
-            ds = generate(ray.data.read_parquet(inputs), model, "bench", engine_spec, concurrency=1,
-                          batch_size=256).materialize()
+            ds = generate(
+                ray.data.read_parquet(inputs), model, "bench", engine_spec, concurrency=1, batch_size=256
+            ).materialize()
             seconds = time.perf_counter() - start
         out[name] = _pool_figures(f"{engine} actor pool", ds, seconds, rss.peak)
     if naive:
-        print(f"  speed-up over naive    : hf pool {out['naive']['seconds'] / out['hf_pool']['seconds']:.1f}x, "
-              f"ctranslate2 pool {out['naive']['seconds'] / out['ct2_pool']['seconds']:.1f}x")
+        print(
+            f"  speed-up over naive    : hf pool {out['naive']['seconds'] / out['hf_pool']['seconds']:.1f}x, "
+            f"ctranslate2 pool {out['naive']['seconds'] / out['ct2_pool']['seconds']:.1f}x"
+        )
     return out
 
 
@@ -227,17 +276,22 @@ def memory_flatness(model: str, sizes: list[int]) -> None:
             import deltalake
 
             texts = titles(n)
-            deltalake.write_deltalake(lakehouse.location(f"inputs_{n}"),
-                                      pa.table({"source_id": [str(i) for i in range(n)], "source_text": texts}))
+            deltalake.write_deltalake(
+                lakehouse.location(f"inputs_{n}"),
+                pa.table({"source_id": [str(i) for i in range(n)], "source_text": texts}),
+            )
             ds = lakehouse.read_ray(f"inputs_{n}")
-            out = score_generated(generate(ds, model, "bench", spec, concurrency=1, batch_size=256),
-                                  FilterSpec(threshold=None))
+            out = score_generated(
+                generate(ds, model, "bench", spec, concurrency=1, batch_size=256), FilterSpec(threshold=None)
+            )
             with PeakRSS() as rss:
                 start = time.perf_counter()
                 written = lakehouse.write_ray(out, f"generated_{n}")
                 seconds = time.perf_counter() - start
-            print(f"  {n:>7,} inputs -> {written.num_rows:>8,} rows in {seconds:6.1f} s  peak RSS "
-                  f"{rss.peak / 2**30:.2f} GiB")
+            print(
+                f"  {n:>7,} inputs -> {written.num_rows:>8,} rows in {seconds:6.1f} s  peak RSS "
+                f"{rss.peak / 2**30:.2f} GiB"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -261,14 +315,17 @@ def gpu_throughput(folder: str, batch: int = 128) -> None:
             model.generate(**enc, max_new_tokens=8, do_sample=True, top_k=50, top_p=0.95)  # warm-up
             torch.cuda.synchronize()
             start = time.perf_counter()
-            out = model.generate(**enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True,
-                                 top_k=50, top_p=0.95)
+            out = model.generate(
+                **enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, top_k=50, top_p=0.95
+            )
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
         produced = int((out[:, 1:] != tok.pad_token_id).sum())
-        print(f"GPU {torch.cuda.get_device_name()} {str(dtype).removeprefix('torch.')}: t5-small shape, batch "
-              f"{batch}, "
-              f"{new_tokens} new tokens: {produced / seconds:,.0f} tokens/s ({seconds:.2f} s)")
+        print(
+            f"GPU {torch.cuda.get_device_name()} {str(dtype).removeprefix('torch.')}: t5-small shape, batch "
+            f"{batch}, "
+            f"{new_tokens} new tokens: {produced / seconds:,.0f} tokens/s ({seconds:.2f} s)"
+        )
 
 
 def main() -> None:

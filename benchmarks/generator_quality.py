@@ -24,6 +24,7 @@ Run: .venv/bin/python benchmarks/generator_quality.py [--seeds 3] [--steps 500] 
 On a lent GPU box (torch and transformers, no MiniLM weights): ``--outputs O.json --data WDC_FOLDER`` trains and
 generates only; here, ``--from-outputs O.json`` scores those outputs with the same split and metrics.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,7 +66,7 @@ def split(clusters: dict[str, list[str]], seed: int, n_train: int = 600, n_test:
     rng = random.Random(seed)
     ids = sorted(clusters)
     rng.shuffle(ids)
-    train_ids, test_ids = ids[:n_train], ids[n_train:n_train + n_test]
+    train_ids, test_ids = ids[:n_train], ids[n_train : n_train + n_test]
     pairs = [(a, b) for c in train_ids for a in clusters[c] for b in clusters[c] if a != b]
     tests = []
     for c in test_ids:
@@ -77,8 +78,17 @@ def split(clusters: dict[str, list[str]], seed: int, n_train: int = 600, n_test:
     return pairs, tests, test_ids
 
 
-def train_and_generate(kind: str, pairs, tests, seed: int, steps: int, batch: int, group_by_length: bool = False,
-                       lr: float | None = None, lora_r: int = 16) -> dict:
+def train_and_generate(
+    kind: str,
+    pairs,
+    tests,
+    seed: int,
+    steps: int,
+    batch: int,
+    group_by_length: bool = False,
+    lr: float | None = None,
+    lora_r: int = 16,
+) -> dict:
     """Fine-tune ``kind`` for ``steps`` steps and generate one output per test source: {outputs, steps_per_s,
     final_loss, device}. Needs torch and transformers only (what a lent GPU box has)."""
     import torch
@@ -88,20 +98,31 @@ def train_and_generate(kind: str, pairs, tests, seed: int, steps: int, batch: in
 
     rng = random.Random(seed)
     budget = [pairs[rng.randrange(len(pairs))] for _ in range(steps * batch)]  # one epoch = the step budget
-    extra = SCRATCH_SHAPE if kind == "scratch_t5" else {"prompt": PROMPT,
-                                                        "lora_r": lora_r} if kind == "smollm2" else {}
+    extra = (
+        SCRATCH_SHAPE if kind == "scratch_t5" else {"prompt": PROMPT, "lora_r": lora_r} if kind == "smollm2" else {}
+    )
     spec = ModelSpec(kind=kind, max_source_length=48, max_target_length=48, **extra)
     lr = lr or LEARNING_RATES[kind]
     with tempfile.TemporaryDirectory() as out:
-        result = fine_tune(budget, out, spec, TrainSpec(epochs=1, learning_rate=lr, batch_size=batch, seed=seed,
-                                                           group_by_length=group_by_length))
-        generator = T5Generator(out, kind, GenerationSpec(n_samples=1, max_new_tokens=48, max_source_tokens=512,
-                                                          seed=seed))
+        result = fine_tune(
+            budget,
+            out,
+            spec,
+            TrainSpec(epochs=1, learning_rate=lr, batch_size=batch, seed=seed, group_by_length=group_by_length),
+        )
+        generator = T5Generator(
+            out, kind, GenerationSpec(n_samples=1, max_new_tokens=48, max_source_tokens=512, seed=seed)
+        )
         torch.manual_seed(seed)
-        outputs = [s[0][0] for i in range(0, len(tests), 32)
-                   for s in generator._generate([t[0] for t in tests[i:i + 32]])]
-    return {"outputs": outputs, "steps_per_s": len(result.step_losses) / result.seconds,
-            "final_loss": result.step_losses[-1], "device": result.device}
+        outputs = [
+            s[0][0] for i in range(0, len(tests), 32) for s in generator._generate([t[0] for t in tests[i : i + 32]])
+        ]
+    return {
+        "outputs": outputs,
+        "steps_per_s": len(result.step_losses) / result.seconds,
+        "final_loss": result.step_losses[-1],
+        "device": result.device,
+    }
 
 
 def score(generated: dict, tests, clusters, test_ids, encode) -> dict:
@@ -117,8 +138,14 @@ def score(generated: dict, tests, clusters, test_ids, encode) -> dict:
     nearest = (encode(outputs) @ centroids.T).argmax(axis=1)
     preserved = float(np.mean([test_ids[j] == t[2] for j, t in zip(nearest, tests)]))
     copy = float(np.mean([h.strip() == t[0].lower().strip() for h, t in zip(hyps, tests)]))
-    return {"chrf": chrf, "preserved": preserved, "copy_rate": copy, "steps_per_s": generated["steps_per_s"],
-            "final_loss": generated["final_loss"], "example": f"{tests[0][0]} -> {outputs[0]}"}
+    return {
+        "chrf": chrf,
+        "preserved": preserved,
+        "copy_rate": copy,
+        "steps_per_s": generated["steps_per_s"],
+        "final_loss": generated["final_loss"],
+        "example": f"{tests[0][0]} -> {outputs[0]}",
+    }
 
 
 def main(argv=None) -> dict:
@@ -127,16 +154,27 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--kinds", nargs="+", default=["scratch_t5", "warm_minilm"])
-    parser.add_argument("--group-by-length", action="store_true",
-                        help="length-grouped batches (fine_tune.group_by_length): same pairs and steps, ~1.7x the "
-                             "steps/s on CPU; the issue's probe used random batches")
-    parser.add_argument("--lr", nargs="+", default=[], metavar="KIND=RATE",
-                        help=f"learning rate per model kind (default {LEARNING_RATES})")
+    parser.add_argument(
+        "--group-by-length",
+        action="store_true",
+        help="length-grouped batches (fine_tune.group_by_length): same pairs and steps, ~1.7x the "
+        "steps/s on CPU; the issue's probe used random batches",
+    )
+    parser.add_argument(
+        "--lr",
+        nargs="+",
+        default=[],
+        metavar="KIND=RATE",
+        help=f"learning rate per model kind (default {LEARNING_RATES})",
+    )
     parser.add_argument("--lora-r", type=int, default=16, help="smollm2's LoRA rank (0: full fine-tuning)")
     parser.add_argument("--json", dest="json_path")
     parser.add_argument("--data", default=str(DATA), help="the WDC Products folder (tableA.csv, tableB.csv)")
-    parser.add_argument("--outputs", help="train and generate only (no MiniLM: a GPU box without its weights); "
-                                          "write every run's outputs to this JSON file")
+    parser.add_argument(
+        "--outputs",
+        help="train and generate only (no MiniLM: a GPU box without its weights); "
+        "write every run's outputs to this JSON file",
+    )
     parser.add_argument("--from-outputs", help="score the runs of an --outputs file here instead of training")
     args = parser.parse_args(argv)
     rates = {**LEARNING_RATES, **{k: float(v) for k, v in (item.split("=", 1) for item in args.lr)}}
@@ -168,44 +206,77 @@ def main(argv=None) -> dict:
         shape = f"{len(test_ids)} unseen clusters, {len(tests)} sources"
         for kind in args.kinds:
             start = time.perf_counter()
-            generated = saved["runs"][kind][seed] if saved else train_and_generate(
-                kind, pairs, tests, seed, args.steps, args.batch, args.group_by_length, rates[kind], args.lora_r)
+            generated = (
+                saved["runs"][kind][seed]
+                if saved
+                else train_and_generate(
+                    kind, pairs, tests, seed, args.steps, args.batch, args.group_by_length, rates[kind], args.lora_r
+                )
+            )
             generated_runs[kind].append(generated)
             if encode is None:
-                print(f"seed {seed} {kind:<12} {generated['steps_per_s']:.2f} steps/s on {generated['device']} loss "
-                      f"{generated['final_loss']:.2f} ({time.perf_counter() - start:.0f} s) e.g. {tests[0][0]} -> "
-                      f"{generated['outputs'][0]}", flush=True)
+                print(
+                    f"seed {seed} {kind:<12} {generated['steps_per_s']:.2f} steps/s on {generated['device']} loss "
+                    f"{generated['final_loss']:.2f} ({time.perf_counter() - start:.0f} s) e.g. {tests[0][0]} -> "
+                    f"{generated['outputs'][0]}",
+                    flush=True,
+                )
                 continue
             r = score(generated, tests, clusters, test_ids, encode)
             runs[kind].append(r)
-            print(f"seed {seed} {kind:<12} chrF {r['chrf']:5.1f} preserved {r['preserved']:.3f} copy "
-                  f"{r['copy_rate']:.3f} {r['steps_per_s']:.2f} steps/s loss {r['final_loss']:.2f} "
-                  f"({time.perf_counter() - start:.0f} s) e.g. {r['example']}", flush=True)
+            print(
+                f"seed {seed} {kind:<12} chrF {r['chrf']:5.1f} preserved {r['preserved']:.3f} copy "
+                f"{r['copy_rate']:.3f} {r['steps_per_s']:.2f} steps/s loss {r['final_loss']:.2f} "
+                f"({time.perf_counter() - start:.0f} s) e.g. {r['example']}",
+                flush=True,
+            )
     if encode is None:
-        Path(args.outputs).write_text(json.dumps({
-            "runs": generated_runs, "seeds": args.seeds, "steps": args.steps, "batch": args.batch,
-            "group_by_length": args.group_by_length, "lora_r": args.lora_r,
-            "learning_rates": {k: rates[k] for k in args.kinds}}, indent=1), encoding="utf-8")
+        Path(args.outputs).write_text(
+            json.dumps(
+                {
+                    "runs": generated_runs,
+                    "seeds": args.seeds,
+                    "steps": args.steps,
+                    "batch": args.batch,
+                    "group_by_length": args.group_by_length,
+                    "lora_r": args.lora_r,
+                    "learning_rates": {k: rates[k] for k in args.kinds},
+                },
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
         return {}
     summary = {}
     for kind, rs in runs.items():
+
         def sd(xs):
             return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
-        summary[kind] = {"chrf": statistics.mean(r["chrf"] for r in rs), "chrf_std": sd([r["chrf"] for r in rs]),
-                         "preserved": statistics.mean(r["preserved"] for r in rs),
-                         "preserved_std": sd([r["preserved"] for r in rs]),
-                         "copy_rate": statistics.mean(r["copy_rate"] for r in rs),
-                         "steps_per_s": statistics.mean(r["steps_per_s"] for r in rs), "seeds": len(rs),
-                         "steps": args.steps, "batch": args.batch,
-                         "group_by_length": args.group_by_length, "learning_rate": rates[kind],
-                         "lora_r": args.lora_r if kind == "smollm2" else None,
-                         "per_seed": [{k: v for k, v in r.items() if k != "example"} for r in rs]}
-    print(f"\n{'model':<12} {'chrF':>13} {'preserved':>15} {'copy':>6} {'steps/s':>8}  "
-          f"({args.seeds} seeds, {args.steps} steps x {args.batch}, {shape})")
+        summary[kind] = {
+            "chrf": statistics.mean(r["chrf"] for r in rs),
+            "chrf_std": sd([r["chrf"] for r in rs]),
+            "preserved": statistics.mean(r["preserved"] for r in rs),
+            "preserved_std": sd([r["preserved"] for r in rs]),
+            "copy_rate": statistics.mean(r["copy_rate"] for r in rs),
+            "steps_per_s": statistics.mean(r["steps_per_s"] for r in rs),
+            "seeds": len(rs),
+            "steps": args.steps,
+            "batch": args.batch,
+            "group_by_length": args.group_by_length,
+            "learning_rate": rates[kind],
+            "lora_r": args.lora_r if kind == "smollm2" else None,
+            "per_seed": [{k: v for k, v in r.items() if k != "example"} for r in rs],
+        }
+    print(
+        f"\n{'model':<12} {'chrF':>13} {'preserved':>15} {'copy':>6} {'steps/s':>8}  "
+        f"({args.seeds} seeds, {args.steps} steps x {args.batch}, {shape})"
+    )
     for kind, s in summary.items():
-        print(f"{kind:<12} {s['chrf']:6.1f} ± {s['chrf_std']:4.1f} {s['preserved']:7.3f} ± {s['preserved_std']:.3f} "
-              f"{s['copy_rate']:6.3f} {s['steps_per_s']:8.2f}")
+        print(
+            f"{kind:<12} {s['chrf']:6.1f} ± {s['chrf_std']:4.1f} {s['preserved']:7.3f} ± {s['preserved_std']:.3f} "
+            f"{s['copy_rate']:6.3f} {s['steps_per_s']:8.2f}"
+        )
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary

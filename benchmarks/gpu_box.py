@@ -1,6 +1,7 @@
 """The GPU box's half of :mod:`gpu_stage` (a machine with torch and transformers, no Spark or Ray): fine-tune and
 generate a recorded ``generate`` stage, or run a recorded classifier stage; results into ``--out``. Run through
 ``gpu_stage.py generate|classify`` (its docstring has the whole round trip)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,9 @@ def _pool_map(function, calls: list[tuple], workers: int):
         yield from pool.map(function, *zip(*calls))
 
 
-def _generate_part(bundle_root: str, models_dir: str, indices: list[int], threads: int, batch: int,
-                   bucket_size: int, out: str) -> dict:
+def _generate_part(
+    bundle_root: str, models_dir: str, indices: list[int], threads: int, batch: int, bucket_size: int, out: str
+) -> dict:
     """Fine-tune the recorded generators ``indices`` (in this process or a pool's), then generate the prompts
     routed to them into ``out`` (a Parquet file); returns their fine-tune figures by ``out_uri``."""
     import pyarrow as pa
@@ -45,14 +47,26 @@ def _generate_part(bundle_root: str, models_dir: str, indices: list[int], thread
         model = request["models"][i]
         spec = ModelSpec(**{**model["spec"], "prefix_labels": tuple(model["spec"]["prefix_labels"])})
         folder = str(Path(models_dir) / f"model-{i}")
-        result = _fine_tune_task([str(stage / f) for f in request["files"]], request["source_col"],
-                                 request["target_col"], folder, spec, train, threads, None, None, 0,
-                                 _filters(model["filters"]))
+        result = _fine_tune_task(
+            [str(stage / f) for f in request["files"]],
+            request["source_col"],
+            request["target_col"],
+            folder,
+            spec,
+            train,
+            threads,
+            None,
+            None,
+            0,
+            _filters(model["filters"]),
+        )
         folders[model["out_uri"]] = folder
         figures[model["out_uri"]] = {**dataclasses.asdict(result), "path": model["out_uri"]}
-        print(f"fine-tuned {model['out_uri']}: {result.examples} examples in {result.seconds:.1f} s on "
-              f"{result.device} ({result.dtype}), loss {result.step_losses[0]:.2f} -> {result.step_losses[-1]:.2f}",
-              flush=True)
+        print(
+            f"fine-tuned {model['out_uri']}: {result.examples} examples in {result.seconds:.1f} s on "
+            f"{result.device} ({result.dtype}), loss {result.step_losses[0]:.2f} -> {result.step_losses[-1]:.2f}",
+            flush=True,
+        )
     spec_values = request["generation"]
     if spec_values["engine"] == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
         print("no ctranslate2 on this machine: generating with transformers (engine hf)", flush=True)
@@ -65,14 +79,19 @@ def _generate_part(bundle_root: str, models_dir: str, indices: list[int], thread
     paths = [folders[p] for p in prompts.column("model_path").to_pylist()]
     prompts = prompts.set_column(prompts.schema.get_field_index("model_path"), "model_path", pa.array(paths))
     start = time.perf_counter()
-    parts = [generator({c: prompts.column(c).slice(s, batch).to_numpy(zero_copy_only=False)
-                        for c in prompts.column_names}) for s in range(0, prompts.num_rows, batch)]
+    parts = [
+        generator({c: prompts.column(c).slice(s, batch).to_numpy(zero_copy_only=False) for c in prompts.column_names})
+        for s in range(0, prompts.num_rows, batch)
+    ]
     if parts:
         table, seconds = pa.concat_tables(parts), time.perf_counter() - start
         pq.write_table(table, out)
         tokens = sum(table.column("generated_tokens").to_pylist())
-        print(f"generated {table.num_rows} rows for {prompts.num_rows} prompts of {len(folders)} models in "
-              f"{seconds:.1f} s ({tokens / seconds:,.0f} tokens/s)", flush=True)
+        print(
+            f"generated {table.num_rows} rows for {prompts.num_rows} prompts of {len(folders)} models in "
+            f"{seconds:.1f} s ({tokens / seconds:,.0f} tokens/s)",
+            flush=True,
+        )
     return figures
 
 
@@ -92,8 +111,10 @@ def generate(args) -> None:
     shares = [list(range(w, n_models, workers)) for w in range(workers)]
     threads = max(1, (os.cpu_count() or 1) // workers)
     parts_dir = tempfile.mkdtemp(prefix="generated-")
-    calls = [(args.bundle, args.models, share, threads, args.batch, args.bucket_size, f"{parts_dir}/part-{w}.parquet")
-             for w, share in enumerate(shares)]
+    calls = [
+        (args.bundle, args.models, share, threads, args.batch, args.bucket_size, f"{parts_dir}/part-{w}.parquet")
+        for w, share in enumerate(shares)
+    ]
     start = time.perf_counter()
     results = list(_pool_map(_generate_part, calls, workers))
     seconds = time.perf_counter() - start
@@ -102,8 +123,11 @@ def generate(args) -> None:
     table = pa.concat_tables([pq.read_table(c[-1]) for c in calls if Path(c[-1]).exists()])
     pq.write_table(table, out / "generated.parquet")
     tokens = sum(table.column("generated_tokens").to_pylist())
-    print(f"{n_models} generators fine-tuned and {table.num_rows} rows generated in {seconds:.1f} s, {workers} at a "
-          f"time ({tokens:,} tokens; {table.num_rows - table.column('reason').null_count} with a reason)", flush=True)
+    print(
+        f"{n_models} generators fine-tuned and {table.num_rows} rows generated in {seconds:.1f} s, {workers} at a "
+        f"time ({tokens:,} tokens; {table.num_rows - table.column('reason').null_count} with a reason)",
+        flush=True,
+    )
 
 
 def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: int) -> str:
@@ -136,8 +160,10 @@ def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: 
         (Path(out) / f"result-{i:04d}.json").write_text(json.dumps(figures))
         said = f"{figures['rows']} training rows, macro-F1 {figures['macro_f1']:.4f} on {figures['n_test']}"
     keys = job.get("keys") or {"seed": job["seed"], "train": [f for _, f in job["train"]]}
-    return (f"{stage_name} job {i + 1}/{len(request['jobs'])} {json.dumps(keys)}: {said}, "
-            f"{time.perf_counter() - start:.1f} s")
+    return (
+        f"{stage_name} job {i + 1}/{len(request['jobs'])} {json.dumps(keys)}: {said}, "
+        f"{time.perf_counter() - start:.1f} s"
+    )
 
 
 def classify(args) -> None:
@@ -150,11 +176,13 @@ def classify(args) -> None:
     todo = range(args.start, min(args.stop, len(jobs)) if args.stop else len(jobs))
     threads = max(1, (os.cpu_count() or 1) // args.workers)
     start = time.perf_counter()
-    for line in _pool_map(_classify_one, [(args.bundle, args.stage, args.out, i, threads) for i in todo],
-                          args.workers):
+    for line in _pool_map(
+        _classify_one, [(args.bundle, args.stage, args.out, i, threads) for i in todo], args.workers
+    ):
         print(line, flush=True)
-    print(f"{len(todo)} {args.stage} jobs in {time.perf_counter() - start:.1f} s, {args.workers} at a time",
-          flush=True)
+    print(
+        f"{len(todo)} {args.stage} jobs in {time.perf_counter() - start:.1f} s, {args.workers} at a time", flush=True
+    )
 
 
 def tf32() -> None:

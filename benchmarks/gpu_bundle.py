@@ -1,6 +1,7 @@
 """What both halves of the GPU replay share (``gpu_stage.py`` records a pipeline's stages on this machine,
 ``gpu_box.py`` runs them on the GPU box): the bundle folder and the JSON form of a classifier job's sources. Its own
 module so that the two halves import it and not each other."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ SOURCES = ("train", "predict", "test")  # a classifier job's (files, filters) li
 
 
 def _local(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 class Bundle:

@@ -42,6 +42,7 @@ conf/genre_brown.yaml --set 'genre.eval.models=[fasttext,encoder]'`` trains the 
 records ``encoder-eval``; without ``--local-generation`` it records ``generate`` first (the generators on the
 GPU box).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,10 +74,12 @@ def _routed_to(table, path: str, version: str):
     import pyarrow as pa
 
     return table.append_column("model_path", pa.array([path] * table.num_rows, pa.string())).append_column(
-        "model_version", pa.array([version] * table.num_rows, pa.string()))
+        "model_version", pa.array([version] * table.num_rows, pa.string())
+    )
 
 
 # ---------------------------------------------------------------- here: the pipeline with its hooks
+
 
 def pipeline(args, augment_args) -> int:
     """``augment <augment_args>`` with the generation and classifier stages recorded or replayed."""
@@ -94,33 +97,49 @@ def pipeline(args, augment_args) -> int:
     bundle = Bundle(args.bundle)
     original_run_classifiers, original_run_tasks = compositional.fit_and_predict_many, text_classifier.run_tasks
 
-    def fine_tune_many_on_ray(runtime, files, models, model, train, source_col="source_text",
-                              target_col="target_text", **_):
+    def fine_tune_many_on_ray(
+        runtime, files, models, model, train, source_col="source_text", target_col="target_text", **_
+    ):
         specs = [model] * len(models) if isinstance(model, seq2seq.ModelSpec) else list(model)
         if bundle.results("generate"):
             done = json.loads((bundle.stage("generate") / "results" / "fine_tune.json").read_text())
-            return [seq2seq.FineTuneResult(**{k: v for k, v in done[out_uri].items()
-                                               if k in seq2seq.FineTuneResult.__dataclass_fields__})
-                    for _, out_uri in models]
+            return [
+                seq2seq.FineTuneResult(
+                    **{k: v for k, v in done[out_uri].items() if k in seq2seq.FineTuneResult.__dataclass_fields__}
+                )
+                for _, out_uri in models
+            ]
         copied: dict = {}
-        bundle.write_request("generate", {
-            "files": bundle.copy_files("generate", files, copied), "source_col": source_col,
-            "target_col": target_col, "train": dataclasses.asdict(train),
-            "models": [{"filters": filters, "out_uri": out_uri, "spec": dataclasses.asdict(spec)}
-                       for (filters, out_uri), spec in zip(models, specs)]})
+        bundle.write_request(
+            "generate",
+            {
+                "files": bundle.copy_files("generate", files, copied),
+                "source_col": source_col,
+                "target_col": target_col,
+                "train": dataclasses.asdict(train),
+                "models": [
+                    {"filters": filters, "out_uri": out_uri, "spec": dataclasses.asdict(spec)}
+                    for (filters, out_uri), spec in zip(models, specs)
+                ],
+            },
+        )
         # Not trained here: the run stops at generation, before anything reads these figures.
-        return [seq2seq.FineTuneResult(path=out_uri, step_losses=[float("nan")], seconds=0.0)
-                for _, out_uri in models]
+        return [seq2seq.FineTuneResult(path=out_uri, step_losses=[float("nan")], seconds=0.0) for _, out_uri in models]
 
-    def fine_tune_on_ray(runtime, files, out_uri, model, train, source_col="source_text", target_col="target_text",
-                         **_):
+    def fine_tune_on_ray(
+        runtime, files, out_uri, model, train, source_col="source_text", target_col="target_text", **_
+    ):
         # One generator (CGA, query reformulation): the many-model request with a single model, no filters.
         return fine_tune_many_on_ray(runtime, files, [(None, out_uri)], model, train, source_col, target_col)[0]
 
     def generate_one(ds, model_path, model_version, spec, **_):
         # Every row routed to the one model, so the GPU box runs the routed pool's own callable.
-        return generate_routed(ds.map_batches(_routed_to, batch_format="pyarrow",
-                                              fn_kwargs={"path": model_path, "version": model_version}), spec)
+        return generate_routed(
+            ds.map_batches(
+                _routed_to, batch_format="pyarrow", fn_kwargs={"path": model_path, "version": model_version}
+            ),
+            spec,
+        )
 
     def generate_routed(ds, spec, **_):
         import ray
@@ -136,33 +155,65 @@ def pipeline(args, augment_args) -> int:
         request["generation"] = dataclasses.asdict(spec)
         bundle.write_request("generate", request)
         pq.write_table(routed, bundle.stage("generate") / "prompts.parquet")
-        raise StageRecorded(f"generation recorded ({routed.num_rows} prompts, {len(request['models'])} models): "
-                            f"run `generate --bundle {bundle.root}` on the GPU box")
+        raise StageRecorded(
+            f"generation recorded ({routed.num_rows} prompts, {len(request['models'])} models): "
+            f"run `generate --bundle {bundle.root}` on the GPU box"
+        )
 
     def replay_or_record(stage: str, function: str, jobs: list[dict]) -> list:
         """The stage's results, one per job in job order (Arrow tables or figure dicts), from the bundle; or
         the jobs recorded (their sources' files copied) and the run stopped."""
-        keys = [json.dumps({k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else
-                                [f for _, f in v] if k in SOURCES else v) for k, v in job.items()},
-                           sort_keys=True, default=str) for job in jobs]
+        keys = [
+            json.dumps(
+                {
+                    k: (
+                        dataclasses.asdict(v)
+                        if dataclasses.is_dataclass(v)
+                        else [f for _, f in v]
+                        if k in SOURCES
+                        else v
+                    )
+                    for k, v in job.items()
+                },
+                sort_keys=True,
+                default=str,
+            )
+            for job in jobs
+        ]
         if bundle.results(stage):
             if json.loads((bundle.stage(stage) / "keys.json").read_text()) != keys:
                 raise SystemExit(f"the bundle's {stage} jobs are not the pipeline's: record again")
             found = {int(p.stem.split("-")[1]): p for p in bundle.results(stage)}
             missing = [i for i in range(len(jobs)) if i not in found]
             if missing:
-                raise SystemExit(f"{len(missing)} of the {len(jobs)} {stage} jobs have no results in the bundle "
-                                 f"(first: {missing[0]}): run `classify --stage {stage}` for them")
-            return [pq.read_table(found[i]) if found[i].suffix == ".parquet" else json.loads(found[i].read_text())
-                    for i in range(len(jobs))]
+                raise SystemExit(
+                    f"{len(missing)} of the {len(jobs)} {stage} jobs have no results in the bundle "
+                    f"(first: {missing[0]}): run `classify --stage {stage}` for them"
+                )
+            return [
+                pq.read_table(found[i]) if found[i].suffix == ".parquet" else json.loads(found[i].read_text())
+                for i in range(len(jobs))
+            ]
         copied: dict = {}
-        recorded = [{k: ([(bundle.copy_files(stage, files, copied), filters) for files, filters in v]
-                         if k in SOURCES else dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
-                     for k, v in job.items()} for job in jobs]
+        recorded = [
+            {
+                k: (
+                    [(bundle.copy_files(stage, files, copied), filters) for files, filters in v]
+                    if k in SOURCES
+                    else dataclasses.asdict(v)
+                    if dataclasses.is_dataclass(v)
+                    else v
+                )
+                for k, v in job.items()
+            }
+            for job in jobs
+        ]
         bundle.write_request(stage, {"function": function, "jobs": recorded})
         (bundle.stage(stage) / "keys.json").write_text(json.dumps(keys))
-        raise StageRecorded(f"{stage} recorded ({len(jobs)} classifiers): run `classify --bundle {bundle.root} "
-                            f"--stage {stage}` on the GPU box")
+        raise StageRecorded(
+            f"{stage} recorded ({len(jobs)} classifiers): run `classify --bundle {bundle.root} "
+            f"--stage {stage}` on the GPU box"
+        )
 
     def run_classifiers(runtime, jobs, encoder):
         import ray
@@ -196,7 +247,7 @@ def split_argv(argv) -> tuple[list[str], list[str]]:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
         return argv, []
-    return argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
 
 
 def main(argv=None) -> int:
@@ -205,10 +256,16 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pipeline", help="here: augment <args after -->, stages recorded or replayed")
     p.add_argument("--bundle", required=True)
-    p.add_argument("--fasttext-too", action="store_true",
-                   help="record/replay fastText multi-label stages too (default: they run here)")
-    p.add_argument("--local-generation", action="store_true",
-                   help="fine-tune and generate here (a scratch T5), not on the GPU box")
+    p.add_argument(
+        "--fasttext-too",
+        action="store_true",
+        help="record/replay fastText multi-label stages too (default: they run here)",
+    )
+    p.add_argument(
+        "--local-generation",
+        action="store_true",
+        help="fine-tune and generate here (a scratch T5), not on the GPU box",
+    )
     p = sub.add_parser("generate", help="GPU box: fine-tune the generators and generate")
     p.add_argument("--bundle", required=True)
     p.add_argument("--out", required=True)

@@ -5,6 +5,7 @@ one model on the full (leaf) labels in this process; HFT trains its 4 level mode
 actors (1 thread each). Prints words/s/thread for each model and the wall time of both.
 Run: .venv/bin/python benchmarks/hft_throughput.py [scale]
 """
+
 from __future__ import annotations
 
 import os
@@ -45,13 +46,16 @@ def main(scale: float = 4.0) -> None:
         hft_wall = time.perf_counter() - start
 
     print(f"{'model':<16} {'labels':>6} {'train s':>8} {'words/s/thread':>15}")
-    print(f"{'plain fastText':<16} {plain.labels:>6} {plain.seconds:>8.2f} "
-          f"{plain.words_per_second_per_thread:>15,.0f}")
+    print(
+        f"{'plain fastText':<16} {plain.labels:>6} {plain.seconds:>8.2f} {plain.words_per_second_per_thread:>15,.0f}"
+    )
     for s in stats:
         print(f"{'HFT f' + str(s.level):<16} {s.labels:>6} {s.seconds:>8.2f} {s.words_per_second_per_thread:>15,.0f}")
     total = sum(s.seconds for s in stats)
-    print(f"wall: plain {plain_wall:.2f} s (incl. file prep); HFT {hft_wall:.2f} s on 2 actors "
-          f"({total:.2f} s of training, {total / plain.seconds:.2f}x plain's training time)")
+    print(
+        f"wall: plain {plain_wall:.2f} s (incl. file prep); HFT {hft_wall:.2f} s on 2 actors "
+        f"({total:.2f} s of training, {total / plain.seconds:.2f}x plain's training time)"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Prints seconds and rows/s per path at several sizes, best of 3, alternating so J
 The native column needs the Delta jars (`make install`); without them it is left out.
 Run: .venv/bin/python benchmarks/lakehouse_write.py [max_rows]
 """
+
 from __future__ import annotations
 
 import shutil
@@ -22,8 +23,9 @@ from common.platform.session import detect_capabilities, get_spark
 def frame(spark, n: int):
     return spark.range(n, numPartitions=8).select(
         F.col("id").cast("string").alias("item_id"),
-        F.concat(F.lit("Acme cotton t-shirt "), (F.col("id") % 997).cast("string"),
-                 F.lit(" - blue, XL")).alias("title"),
+        F.concat(F.lit("Acme cotton t-shirt "), (F.col("id") % 997).cast("string"), F.lit(" - blue, XL")).alias(
+            "title"
+        ),
         (F.col("id") % 5000).cast("string").alias("group_id"),
         (F.rand(1) * 100).cast("long").alias("count"),
     )

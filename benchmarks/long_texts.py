@@ -12,6 +12,7 @@ Run from the repository root (seconds), then the pipeline:
   .venv/bin/python benchmarks/long_texts.py
   .venv/bin/augment run boostaug --conf conf/boostaug_brown.yaml
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ def passages(text: str, rnd: random.Random, per_doc: int, low: int, high: int) -
         size = rnd.randint(low, high)
         if start + size > len(words):
             break
-        pieces.append(" ".join(words[start:start + size]))
+        pieces.append(" ".join(words[start : start + size]))
         start += size
     keep = sorted(rnd.sample(range(len(pieces)), min(per_doc, len(pieces))))
     return [pieces[i] for i in keep]
@@ -82,8 +83,10 @@ def main() -> None:
             writer.writerows(rows[split])
         words = sum(len(t.split()) for t, _ in rows[split]) / max(len(rows[split]), 1)
         labels = Counter(label for _, label in rows[split])
-        print(f"{split}: {len(rows[split])} passages of {words:.1f} words on average, {len(labels)} genres "
-              f"({min(labels.values())}..{max(labels.values())} passages each) -> {args.out / (split + '.csv')}")
+        print(
+            f"{split}: {len(rows[split])} passages of {words:.1f} words on average, {len(labels)} genres "
+            f"({min(labels.values())}..{max(labels.values())} passages each) -> {args.out / (split + '.csv')}"
+        )
 
 
 if __name__ == "__main__":

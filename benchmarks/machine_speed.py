@@ -15,6 +15,7 @@ this one measures, each as the median of a few repeats,
 
 Prints one line per figure. Run: .venv/bin/python benchmarks/machine_speed.py [--spark]
 """
+
 from __future__ import annotations
 
 import os
@@ -41,11 +42,13 @@ def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 def python_loop() -> float:
     """Seconds for 3 million iterations of a pure-Python arithmetic loop (one core)."""
+
     def loop() -> int:
         total = 0
         for i in range(3_000_000):
             total += i * i % 7
         return total
+
     return _median_seconds(loop, 3)
 
 
@@ -59,7 +62,7 @@ def matmul_gflops(threads: int = 2, size: int = 512) -> float:
         a @ b  # warm-up: the first calls pick kernels
     reps = 20
     seconds = _median_seconds(lambda: [a @ b for _ in range(reps)], 3)
-    return 2 * size ** 3 * reps / seconds / 1e9
+    return 2 * size**3 * reps / seconds / 1e9
 
 
 def process_start(code: str, repeats: int) -> float:
@@ -77,6 +80,7 @@ def disk(folder: str) -> tuple[float, float]:
                 out.write(block)
             out.flush()
             os.fsync(out.fileno())
+
     seconds = _median_seconds(big, 3)
     n = 100
 
@@ -86,6 +90,7 @@ def disk(folder: str) -> tuple[float, float]:
                 out.write('{"commitInfo": {}}\n')
                 out.flush()
                 os.fsync(out.fileno())
+
     return 64 / seconds, _median_seconds(small, 3) / n * 1000
 
 
@@ -125,16 +130,22 @@ def main(argv: list[str]) -> None:
     print(f"python loop, 3M iterations, one core: {python_loop():.3f} s")
     print(f"torch float32 512x512 matmul, 2 threads: {matmul_gflops():.1f} GFLOP/s")
     print(f"process start, python -c pass: {process_start('pass', 5) * 1000:.0f} ms")
-    print(f"process start, python -c 'import torch, transformers': "
-          f"{process_start('import torch, transformers', 2):.2f} s")
+    print(
+        f"process start, python -c 'import torch, transformers': "
+        f"{process_start('import torch, transformers', 2):.2f} s"
+    )
     with tempfile.TemporaryDirectory(prefix="machine-speed-") as folder:
         mb_s, ms_per_file = disk(folder)
-        print(f"disk, 64 MB written and fsynced: {mb_s:.0f} MB/s; small files written and fsynced: "
-              f"{ms_per_file:.2f} ms each")
+        print(
+            f"disk, 64 MB written and fsynced: {mb_s:.0f} MB/s; small files written and fsynced: "
+            f"{ms_per_file:.2f} ms each"
+        )
         if "--spark" in argv:
             fmt, start, first, warm = spark_probe(folder)
-            print(f"spark local[2]: session start {start:.2f} s; first {fmt} write {first:.2f} s; "
-                  f"warm {fmt} overwrite of 1,000 rows {warm:.3f} s (median of 5)")
+            print(
+                f"spark local[2]: session start {start:.2f} s; first {fmt} write {first:.2f} s; "
+                f"warm {fmt} overwrite of 1,000 rows {warm:.3f} s (median of 5)"
+            )
 
 
 if __name__ == "__main__":

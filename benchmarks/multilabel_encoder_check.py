@@ -14,6 +14,7 @@ scored on the test side, ``--repeats`` seeds.
 
 Run: python3 benchmarks/multilabel_encoder_check.py [--epochs 3] [--val 400] [--splits DIR] [--json PATH]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,12 @@ def _metrics(model, validation, test) -> dict:
     probabilities = model.probabilities([t for _, t, _ in test])
     predict_s = time.perf_counter() - start
     predicted = [decide(p, threshold) for p in probabilities]
-    return {"threshold": threshold, "predict_per_s": len(test) / predict_s,
-            "jaccard": sum(jaccard(p, g) for p, (_, _, g) in zip(predicted, test)) / len(test),
-            "exact_accuracy": sum(sorted(p) == sorted(g) for p, (_, _, g) in zip(predicted, test)) / len(test)}
+    return {
+        "threshold": threshold,
+        "predict_per_s": len(test) / predict_s,
+        "jaccard": sum(jaccard(p, g) for p, (_, _, g) in zip(predicted, test)) / len(test),
+        "exact_accuracy": sum(sorted(p) == sorted(g) for p, (_, _, g) in zip(predicted, test)) / len(test),
+    }
 
 
 def no_aug_rows(args) -> dict:
@@ -67,8 +71,9 @@ def no_aug_rows(args) -> dict:
             out += list(zip(*(t.column(c).to_pylist() for c in ("example_id", "text", "labels"))))
         return out
 
-    spec = EncoderConfig(learning_rate=2e-5, epochs=args.epochs, max_length=64, batch_size=32,
-                         num_cpus=torch.get_num_threads())
+    spec = EncoderConfig(
+        learning_rate=2e-5, epochs=args.epochs, max_length=64, batch_size=32, num_cpus=torch.get_num_threads()
+    )
     results: list[dict] = []
     for repeat in range(args.repeats):
         for kind, train_tables in (("cg", ("cg_train", "cg_support")), ("iid", ("iid_train",))):
@@ -77,9 +82,16 @@ def no_aug_rows(args) -> dict:
             cut = max(1, round(0.05 * len(train)))
             start = time.perf_counter()
             model, figures = fit(train[cut:], train[:cut], spec, 42 + repeat)
-            results.append({"split": kind, "seed": 42 + repeat, "train": len(train) - cut, **figures,
-                            "seconds": time.perf_counter() - start, **_metrics(model, train[:cut],
-                                                                               rows(f"{kind}_test"))})
+            results.append(
+                {
+                    "split": kind,
+                    "seed": 42 + repeat,
+                    "train": len(train) - cut,
+                    **figures,
+                    "seconds": time.perf_counter() - start,
+                    **_metrics(model, train[:cut], rows(f"{kind}_test")),
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
             if args.json_path:
                 Path(args.json_path).write_text(json.dumps(results, indent=2))
@@ -96,8 +108,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--val", type=int, default=400)
-    parser.add_argument("--limit", type=int, default=None,
-                        help="train on the first N tweets only (default: all on a GPU, 400 on a CPU)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="train on the first N tweets only (default: all on a GPU, 400 on a CPU)",
+    )
     parser.add_argument("--splits", help="folder of the split tables as Parquet: the no_aug rows, CG and iid")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", dest="json_path")
@@ -114,16 +130,22 @@ def main(argv=None) -> dict:
     limit = args.limit if args.limit is not None else 0 if torch.cuda.is_available() else 400
     train = train[:limit] if limit else train
     dev = read(Path(args.data, "2018-E-c-En-dev.txt"))
-    validation, test = dev[:args.val], dev[args.val:]
+    validation, test = dev[: args.val], dev[args.val :]
     # compositional.eval.encoder's defaults
-    spec = EncoderConfig(learning_rate=2e-5, epochs=args.epochs, max_length=64, batch_size=32,
-                         num_cpus=torch.get_num_threads())
+    spec = EncoderConfig(
+        learning_rate=2e-5, epochs=args.epochs, max_length=64, batch_size=32, num_cpus=torch.get_num_threads()
+    )
     start = time.perf_counter()
     model, figures = fit(train, validation, spec, 42)
     fit_s = time.perf_counter() - start
-    out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-           "train": len(train), "test": len(test), **figures,
-           "train_examples_per_s": len(train) * args.epochs / fit_s, **_metrics(model, validation, test)}
+    out = {
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "train": len(train),
+        "test": len(test),
+        **figures,
+        "train_examples_per_s": len(train) * args.epochs / fit_s,
+        **_metrics(model, validation, test),
+    }
     print(json.dumps(out, indent=2))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(out, indent=2))

@@ -13,6 +13,7 @@ the driver JVM's peak heap use (what a collect to the driver would inflate).
 Run: .venv/bin/python benchmarks/near_duplicates_scaling.py [--budget S] [--threshold J] [N ...]
      (default 1e4 1e5 1e6, budget 600 s, Jaccard 0.8 as ingest's default)
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,9 @@ def run(n: int, threshold: float, out: dict) -> None:
     cfg = DemoConfig(n_groups=max(1, int(n / MEAN_GROUP)))
     folder = tempfile.mkdtemp(prefix="bench-near-")
     groups = cfg.n_groups
-    ranges = spark.createDataFrame([(s, min(s + 2000, groups)) for s in range(0, groups, 2000)],
-                                   "start long, stop long").repartition(8)
+    ranges = spark.createDataFrame(
+        [(s, min(s + 2000, groups)) for s in range(0, groups, 2000)], "start long, stop long"
+    ).repartition(8)
 
     def gen(batches):
         for batch in batches:
@@ -55,8 +57,11 @@ def run(n: int, threshold: float, out: dict) -> None:
     # model number repeat a title across products).
     titles = spark.read.parquet(f"{folder}/titles")
     out["rows"] = titles.count()
-    titles = titles.withColumn("_norm", F.lower(F.trim(F.regexp_replace("title", r"\s+", " ")))) \
-        .dropDuplicates(["_norm"]).drop("_norm")
+    titles = (
+        titles.withColumn("_norm", F.lower(F.trim(F.regexp_replace("title", r"\s+", " "))))
+        .dropDuplicates(["_norm"])
+        .drop("_norm")
+    )
     titles.write.parquet(f"{folder}/unique")
     titles = spark.read.parquet(f"{folder}/unique")
     out["unique"] = titles.count()
@@ -86,24 +91,33 @@ def measure(n: int, threshold: float) -> dict:
 def main(sizes: list[int], threshold: float) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print(f"Jaccard >= {threshold}, {os.cpu_count()} CPUs, budget {BUDGET_S} s per size")
-    print(f"{'N':>9} {'rows':>9} {'unique':>9} {'step s':>8} {'peak GiB':>9} {'heap GiB':>9} {'near':>7} "
-          f"{'clusters':>9} "
-          f"{'in one group':>13}")
+    print(
+        f"{'N':>9} {'rows':>9} {'unique':>9} {'step s':>8} {'peak GiB':>9} {'heap GiB':>9} {'near':>7} "
+        f"{'clusters':>9} "
+        f"{'in one group':>13}"
+    )
     done = []
     for n in sizes:
         r = measure(n, threshold)
         if r["timeout"] or "seconds" not in r:
-            print(f"{n:>9} {r.get('rows', '-'):>9} {'timeout' if r['timeout'] else 'failed':>8} {r['peak_gib']:>9.2f}",
-                  flush=True)
+            print(
+                f"{n:>9} {r.get('rows', '-'):>9} {'timeout' if r['timeout'] else 'failed':>8} {r['peak_gib']:>9.2f}",
+                flush=True,
+            )
             continue
         share = f"{r['one_group'] / r['clusters']:.1%}" if r["clusters"] else "-"
-        print(f"{n:>9} {r['rows']:>9} {r['unique']:>9} {r['seconds']:>8.1f} {r['peak_gib']:>9.2f} "
-              f"{r['heap_gib']:>9.2f} "
-              f"{r['near']:>7} {r['clusters']:>9} {share:>13}", flush=True)
+        print(
+            f"{n:>9} {r['rows']:>9} {r['unique']:>9} {r['seconds']:>8.1f} {r['peak_gib']:>9.2f} "
+            f"{r['heap_gib']:>9.2f} "
+            f"{r['near']:>7} {r['clusters']:>9} {share:>13}",
+            flush=True,
+        )
         done.append((r["unique"], r["seconds"]))
     if len(done) >= 2:
-        print(f"growth exponent (step time vs unique titles, {done[0][0]}..{done[-1][0]}): "
-              f"{growth_exponent(done[0], done[-1]):.2f}")
+        print(
+            f"growth exponent (step time vs unique titles, {done[0][0]}..{done[-1][0]}): "
+            f"{growth_exponent(done[0], done[-1]):.2f}"
+        )
 
 
 if __name__ == "__main__":

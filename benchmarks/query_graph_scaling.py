@@ -9,6 +9,7 @@ where Spark overtakes pandas.
 Run: .venv/bin/python benchmarks/query_graph_scaling.py [--budget S] [--only spark|pandas] [N ...]
      (default 1e5 1e6 1e7, budget 600 s; the budget covers building the synthetic log too)
 """
+
 from __future__ import annotations
 
 import math
@@ -31,11 +32,20 @@ def synthetic_log(n: int, seed: int = 7) -> pd.DataFrame:
     intent = product // 5
     variant = np.minimum(np.exp(rng.random(n) * math.log(20)).astype(np.int64), 19)
     broad = rng.random(n) < 0.2
-    query = np.where(broad, "broad " + (intent // 50).astype(str) + " v" + (variant % 5).astype(str),
-                     "item " + intent.astype(str) + " v" + variant.astype(str))
+    query = np.where(
+        broad,
+        "broad " + (intent // 50).astype(str) + " v" + (variant % 5).astype(str),
+        "item " + intent.astype(str) + " v" + variant.astype(str),
+    )
     interaction = np.where(rng.random(n) < 0.2, "purchase", "click")
-    return pd.DataFrame({"query": query, "product_id": "p" + product.astype(str), "interaction": interaction,
-                         "count": np.ones(n, dtype=np.int64)})
+    return pd.DataFrame(
+        {
+            "query": query,
+            "product_id": "p" + product.astype(str),
+            "interaction": interaction,
+            "count": np.ones(n, dtype=np.int64),
+        }
+    )
 
 
 def run_spark(n: int, out: dict) -> None:
@@ -86,8 +96,11 @@ def run_pandas(n: int, out: dict) -> None:
     per_q["H"] = np.log(per_q.C) - per_q.s / per_q.C
     per_q["spec"] = 1 - per_q.H / per_q.H.max() if per_q.H.max() > 0 else 1.0
     pq = agg[agg.interaction == "purchase"].groupby(["product_id", "query"])["count"].sum().reset_index()
-    pq = pq.sort_values(["product_id", "count", "query"],
-                        ascending=[True, False, True]).groupby("product_id").head(1000)
+    pq = (
+        pq.sort_values(["product_id", "count", "query"], ascending=[True, False, True])
+        .groupby("product_id")
+        .head(1000)
+    )
     N = pq.product_id.nunique()
     nq = pq.groupby("query").size()
     pairs = pq.merge(pq, on="product_id")
@@ -105,8 +118,10 @@ def run_pandas(n: int, out: dict) -> None:
         sub = graph.subgraph(vertices)
         adj = {v: set(sub.neighbors(v)) if v in sub else set() for v in vertices}
         c3 = nx.clustering(sub)
-        clusters = sorted({frozenset({v} | adj[v]) if c3.get(v, 0) > 0.33 else frozenset({v}) for v in vertices},
-                          key=lambda c: (len(c), sorted(c)))
+        clusters = sorted(
+            {frozenset({v} | adj[v]) if c3.get(v, 0) > 0.33 else frozenset({v}) for v in vertices},
+            key=lambda c: (len(c), sorted(c)),
+        )
         while True:
             clusters, merges = merge_round(clusters, 0.4)
             if not merges:
@@ -136,17 +151,23 @@ def main(sizes: list[int], only: str | None = None) -> None:
         s_time, s_mem, s_pairs = measure(run_spark, n) if only != "pandas" else (None, 0.0, "skipped")
         p_time, p_mem, p_pairs = measure(run_pandas, n) if only != "spark" else (None, 0.0, "skipped")
         ratio = f"{p_time / s_time:.2f}" if s_time and p_time else "-"
+
         def fmt(t):
             return f"{t:.1f}" if t else "timeout"
 
-        print(f"{n:>10} {fmt(s_time):>9} {s_mem:>10.2f} {fmt(p_time):>9} {p_mem:>11.2f} {ratio:>13} "
-              f"{s_pairs} / {p_pairs}", flush=True)
+        print(
+            f"{n:>10} {fmt(s_time):>9} {s_mem:>10.2f} {fmt(p_time):>9} {p_mem:>11.2f} {ratio:>13} "
+            f"{s_pairs} / {p_pairs}",
+            flush=True,
+        )
         rows.append((n, s_time, p_time))
     for label, idx in (("spark", 1), ("pandas", 2)):
         done = [(r[0], r[idx]) for r in rows if r[idx]]
         if len(done) >= 2:
-            print(f"{label} growth exponent (wall time vs N, {done[0][0]:.0e}..{done[-1][0]:.0e}): "
-                  f"{growth_exponent(done[0], done[-1]):.2f}")
+            print(
+                f"{label} growth exponent (wall time vs N, {done[0][0]:.0e}..{done[-1][0]:.0e}): "
+                f"{growth_exponent(done[0], done[-1]):.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ A Spark-written table version of synthetic title rows is read by Ray Data from i
 one new Delta version (``Lakehouse.write_ray``). Prints on-disk GB, read and write seconds, and s/GB.
 Run: .venv/bin/python benchmarks/ray_handoff.py [rows]   (default 4,000,000: about 0.3 GB of Parquet)
 """
+
 from __future__ import annotations
 
 import shutil
@@ -27,8 +28,15 @@ def main(rows: int = 4_000_000) -> None:
     lakehouse = Lakehouse(LakehouseConfig(root=root), spark, detect_capabilities(spark, SparkConfig()).native_delta)
     df = spark.range(rows, numPartitions=8).select(
         F.col("id").cast("string").alias("source_id"),
-        F.concat_ws(" ", F.lit("Acme"), F.sha2(F.col("id").cast("string"), 256).substr(1, 12), F.lit("cotton t-shirt"),
-                    (F.col("id") % 97).cast("string"), F.lit("- navy, XL")).alias("source_text"))
+        F.concat_ws(
+            " ",
+            F.lit("Acme"),
+            F.sha2(F.col("id").cast("string"), 256).substr(1, 12),
+            F.lit("cotton t-shirt"),
+            (F.col("id") % 97).cast("string"),
+            F.lit("- navy, XL"),
+        ).alias("source_text"),
+    )
     lakehouse.write(df, "sources")
     gigabytes = sum(f.size for f in list_files(lakehouse.location("sources"))) / 1e9
     with RayRuntime(RayConfig(num_cpus=2)):

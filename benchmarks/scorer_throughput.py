@@ -9,6 +9,7 @@ CGA filter's keep decisions at T = 0.7 that agree with torch's.
 
 Run: .venv/bin/python benchmarks/scorer_throughput.py [--texts 4000] [--threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ def main() -> None:
     rng = random.Random(0)
     texts = list(dict.fromkeys(t for titles in clusters.values() for t in titles))
     rng.shuffle(texts)
-    texts = texts[:args.texts]
+    texts = texts[: args.texts]
     ids = sorted(clusters)
     pairs = [(titles[0], titles[1]) for titles in clusters.values()]
     pairs += [(clusters[a][0], clusters[rng.choice(ids)][0]) for a in ids]
@@ -65,9 +66,11 @@ def main() -> None:
             reference, reference_pairs, base = vectors, scores, seconds
         agreement = np.sum(vectors * reference, axis=1)
         keep = float(np.mean((scores >= 0.7) == (reference_pairs >= 0.7)))
-        print(f"  {name:<12}: {len(texts) / seconds:7.1f} texts/s ({base / seconds:.2f}x torch)  embedding cosine to "
-              f"torch's min {agreement.min():.4f} mean {agreement.mean():.4f}  pair score max |diff| "
-              f"{np.abs(scores - reference_pairs).max():.4f}  keep decisions at T=0.7 as torch: {keep:.2%}")
+        print(
+            f"  {name:<12}: {len(texts) / seconds:7.1f} texts/s ({base / seconds:.2f}x torch)  embedding cosine to "
+            f"torch's min {agreement.min():.4f} mean {agreement.mean():.4f}  pair score max |diff| "
+            f"{np.abs(scores - reference_pairs).max():.4f}  keep decisions at T=0.7 as torch: {keep:.2%}"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ shape, warm_minilm): fine-tune examples/s and tokens/s, the first and last step 
 Run: python3 benchmarks/seq2seq_device_check.py [--pairs N] [--epochs 2] [--prompts 256] [--json PATH]
 (measured on the H100 with --pairs 4000 --prompts 1024)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,28 +45,41 @@ def main(argv=None) -> dict:
     from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 
     with open(args.data, newline="", encoding="utf-8") as fh:
-        texts = [r["text"] for r in csv.DictReader(fh)][:args.pairs or (4000 if torch.cuda.is_available() else 400)]
+        texts = [r["text"] for r in csv.DictReader(fh)][: args.pairs or (4000 if torch.cuda.is_available() else 400)]
     pairs = [(" ".join(t.split()[:5]), t) for t in texts]
     figures: dict = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
     for name in args.models.split(","):
         with tempfile.TemporaryDirectory() as tmp:
-            result = fine_tune(pairs, tmp, ModelSpec(kind=name, **SHAPES[name]),
-                               TrainSpec(epochs=args.epochs, learning_rate=RATES[name], batch_size=32))
-            out = {"dtype": result.dtype, "train_device": result.device,
-                   "examples_per_s": result.examples / result.seconds,
-                   "tokens_per_s": result.tokens / result.seconds, "first_loss": result.step_losses[0],
-                   "last_loss": sum(result.step_losses[-20:]) / len(result.step_losses[-20:])}
+            result = fine_tune(
+                pairs,
+                tmp,
+                ModelSpec(kind=name, **SHAPES[name]),
+                TrainSpec(epochs=args.epochs, learning_rate=RATES[name], batch_size=32),
+            )
+            out = {
+                "dtype": result.dtype,
+                "train_device": result.device,
+                "examples_per_s": result.examples / result.seconds,
+                "tokens_per_s": result.tokens / result.seconds,
+                "first_loss": result.step_losses[0],
+                "last_loss": sum(result.step_losses[-20:]) / len(result.step_losses[-20:]),
+            }
             generator = T5Generator(tmp, "check", GenerationSpec(n_samples=8, bucket_size=256, max_new_tokens=48))
-            prompts = [s for s, _ in pairs[:args.prompts]]
+            prompts = [s for s, _ in pairs[: args.prompts]]
             batch = {"source_id": [str(i) for i in range(len(prompts))], "source_text": prompts}
             generator({k: v[:8] for k, v in batch.items()})  # warm-up: kernels and caches
             start = time.perf_counter()
             table: pa.Table = generator(batch)
             seconds = time.perf_counter() - start
-            out.update({"generated_rows": table.num_rows, "generation_s": seconds,
-                        "generated_tokens_per_s": sum(table.column("generated_tokens").to_pylist()) / seconds,
-                        "quarantined": table.num_rows - table.column("reason").null_count,
-                        "samples": table.column("generated_text").to_pylist()[:3]})
+            out.update(
+                {
+                    "generated_rows": table.num_rows,
+                    "generation_s": seconds,
+                    "generated_tokens_per_s": sum(table.column("generated_tokens").to_pylist()) / seconds,
+                    "quarantined": table.num_rows - table.column("reason").null_count,
+                    "samples": table.column("generated_text").to_pylist()[:3],
+                }
+            )
             figures[name] = out
             print(name, json.dumps(out, default=str), flush=True)
     if args.json_path:

@@ -11,6 +11,7 @@ cost of a layer is the stage's time (``benchmarks/candidate_embedding.py``).
 
 Run: ``.venv/bin/python benchmarks/surrogate_layers.py [--layers 1 2 3 4 6] [--seeds 3] [--data sst2 brown]``
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-DATA = {"sst2": (REPO.parent / "shared" / "data" / "sst2", "label_name"),
-        "brown": (REPO / "lakehouse-inputs" / "brown-passages", "label")}
+DATA = {
+    "sst2": (REPO.parent / "shared" / "data" / "sst2", "label_name"),
+    "brown": (REPO / "lakehouse-inputs" / "brown-passages", "label"),
+}
 
 
 def read(path: Path, label: str) -> tuple[list[str], list[str]]:
@@ -45,8 +48,9 @@ def layer_features(texts: list[str], layers: list[int], max_tokens: int = 128, b
     out: dict = {k: [] for k in layers}
     with torch.no_grad():
         for i in range(0, len(texts), batch):
-            tokens = tokenizer(texts[i:i + batch], padding=True, truncation=True, max_length=max_tokens,
-                               return_tensors="pt")
+            tokens = tokenizer(
+                texts[i : i + batch], padding=True, truncation=True, max_length=max_tokens, return_tensors="pt"
+            )
             states = model(**tokens, output_hidden_states=True).hidden_states
             mask = tokens["attention_mask"].unsqueeze(-1).float()
             for k in layers:
@@ -77,12 +81,22 @@ def main() -> None:
         x_train, x_test = layer_features(train, args.layers), layer_features(test, args.layers)
         cells = []
         for k in args.layers:
-            scores = [(MLPClassifier(hidden_layer_sizes=(256,), max_iter=200, random_state=seed)
-                       .fit(x_train[k], y_train).predict(x_test[k]) == np.array(y_test)).mean()
-                      for seed in range(args.seeds)]
+            scores = [
+                (
+                    MLPClassifier(hidden_layer_sizes=(256,), max_iter=200, random_state=seed)
+                    .fit(x_train[k], y_train)
+                    .predict(x_test[k])
+                    == np.array(y_test)
+                ).mean()
+                for seed in range(args.seeds)
+            ]
             cells.append(f"{np.mean(scores):.3f} ± {np.std(scores):.3f}")
-        print(f"| {name} ({len(train)} train, {len(test)} test, {time.perf_counter() - start:.0f} s) | "
-              + " | ".join(cells) + " |", flush=True)
+        print(
+            f"| {name} ({len(train)} train, {len(test)} test, {time.perf_counter() - start:.0f} s) | "
+            + " | ".join(cells)
+            + " |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

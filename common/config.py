@@ -4,6 +4,7 @@ Each domain owns its sections (``common/<domain>/config.py``) with the papers' v
 ``../shared/docs/METHODS.md``); this module only puts them together. Load it with :func:`load_config`
 from a YAML file in ``conf/`` plus ``--set a.b=value`` overrides; bad keys fail at start-up, named in full.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -4,6 +4,7 @@
 ``PIPELINES`` maps a pipeline name to its jobs in order; ``REGISTRY`` hands both to the platform (CLI,
 pipeline runner). Each module also has ``main(argv)`` for ``spark-submit jobs/<module>.py``.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
@@ -58,22 +59,47 @@ JOBS: dict[str, str] = {
 PIPELINES: dict[str, list[str]] = {
     "foundation": ["generate-demo", "ingest"],
     "consistency": ["generate-demo", "ingest", "group-catalog", "consistency-splits", "consistency-train"],
-    "query-graph": ["generate-demo", "ingest", "query-normalize", "query-specificity", "query-similarity",
-                    "query-clusters", "query-pairs"],
+    "query-graph": [
+        "generate-demo",
+        "ingest",
+        "query-normalize",
+        "query-specificity",
+        "query-similarity",
+        "query-clusters",
+        "query-pairs",
+    ],
 }
 PIPELINES["cga"] = PIPELINES["consistency"] + ["cga-pairs", "cga-generate", "cga-train", "cga-sweep"]
 PIPELINES["query-reformulation"] = PIPELINES["query-graph"] + ["query-reformulate", "query-augment", "query-matcher"]
-PIPELINES["boostaug"] = ["generate-demo", "ingest-texts", "boostaug-splits", "boostaug-augment", "boostaug-filter",
-                         "boostaug-evaluate"]
+PIPELINES["boostaug"] = [
+    "generate-demo",
+    "ingest-texts",
+    "boostaug-splits",
+    "boostaug-augment",
+    "boostaug-filter",
+    "boostaug-evaluate",
+]
 PIPELINES["genre-transfer"] = ["ingest-documents", "genre-topics", "genre-splits", "genre-generate", "genre-evaluate"]
-PIPELINES["compositional"] = ["ingest-multilabel", "compositional-split", "compositional-labels",
-                               "compositional-generate", "compositional-qc", "compositional-evaluate"]
+PIPELINES["compositional"] = [
+    "ingest-multilabel",
+    "compositional-split",
+    "compositional-labels",
+    "compositional-generate",
+    "compositional-qc",
+    "compositional-evaluate",
+]
 # Weekly in production (resources/maintenance.yml): compaction and VACUUM of every table.
 PIPELINES["maintenance"] = ["maintain"]
 # The main demo: every pipeline on the demo data (jobs shared by several run once).
-PIPELINES["demo"] = list(dict.fromkeys(PIPELINES["cga"] + PIPELINES["query-reformulation"]
-                                      + PIPELINES["boostaug"] + PIPELINES["genre-transfer"]
-                                      + PIPELINES["compositional"])) + ["results-summary"]
+PIPELINES["demo"] = list(
+    dict.fromkeys(
+        PIPELINES["cga"]
+        + PIPELINES["query-reformulation"]
+        + PIPELINES["boostaug"]
+        + PIPELINES["genre-transfer"]
+        + PIPELINES["compositional"]
+    )
+) + ["results-summary"]
 
 
 REGISTRY = JobRegistry(JOBS, PIPELINES)
@@ -82,12 +108,15 @@ job_runner = REGISTRY.runner
 job_summary = REGISTRY.summary
 
 
-def run_pipeline(ctx: "JobContext", name: str, job_names: Optional[Sequence[str]] = None,
-                 progress: Optional[Callable[[str], None]] = None) -> list["JobResult"]:
+def run_pipeline(
+    ctx: "JobContext",
+    name: str,
+    job_names: Optional[Sequence[str]] = None,
+    progress: Optional[Callable[[str], None]] = None,
+) -> list["JobResult"]:
     """Run pipeline ``name`` (or the given ``job_names`` under that name) in one MLflow parent run, with a
     progress line per job started and finished (to ``progress``, default stdout); returns the jobs' results."""
-    return _run_pipeline(ctx, name, PIPELINES[name] if job_names is None else job_names, REGISTRY.runner,
-                         progress)
+    return _run_pipeline(ctx, name, PIPELINES[name] if job_names is None else job_names, REGISTRY.runner, progress)
 
 
 def entry_point(name: str, run: Callable[["JobContext"], "JobResult"], doc: Optional[str]):

@@ -21,6 +21,7 @@
   method's rows, scored on the test split: ``boostaug_results`` (method, backend, model, n_aug, repeat, seed,
   accuracy, macro_f1, n_train, n_augmented) and a report (Table 2 and the Figure 3 curve).
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,7 +50,6 @@ from jobs.boostaug_tables import (  # noqa: F401  (the pipeline's tables, also b
 log = logging.getLogger(__name__)
 
 
-
 class AccountingError(RuntimeError):
     """Candidates != kept + rejected: a bug, never a data problem."""
 
@@ -63,8 +63,9 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     from common.data.leakage import check_no_leak
 
     cfg = ctx.cfg.boostaug
-    texts = tr.read("texts").withColumn("label", cut_label(F.col("label"), cfg.label_level,
-                                                           ctx.cfg.ingest.category_separator))
+    texts = tr.read("texts").withColumn(
+        "label", cut_label(F.col("label"), cfg.label_level, ctx.cfg.ingest.category_separator)
+    )
     config_hash = hash_of(cfg.folds, cfg.dev_fraction, cfg.test_fraction, cfg.label_level, ctx.cfg.seed)
     if tr.already_written(TEXTS, config_hash):
         return {}
@@ -72,8 +73,13 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     rows = ctx.lakehouse.read(TEXTS, written.version)
     # One row per split: a bounded aggregate.
     counts = {f"{r['split']}": r["count"] for r in rows.groupBy("split").count().collect()}
-    check_no_leak(rows.filter("split = 'train'"), "text", rows.filter("split != 'train'"), "text",
-                  f"boostaug-splits: dev and test texts in train ({TEXTS} v{written.version})")
+    check_no_leak(
+        rows.filter("split = 'train'"),
+        "text",
+        rows.filter("split != 'train'"),
+        "text",
+        f"boostaug-splits: dev and test texts in train ({TEXTS} v{written.version})",
+    )
     log.info("boostaug splits: %s", counts)
     return {f"rows.{k}": v for k, v in counts.items()}
 
@@ -90,29 +96,62 @@ def _contextual_candidates(ctx: JobContext, tr: JobRun, train, config_hash: str)
 
     cfg, seed = ctx.cfg.boostaug, ctx.cfg.seed
     c, p = cfg.contextual, cfg.augment.token_prob
-    pairs = tr.write(infill_pairs(train, c.pairs_per_text, p, c.max_span_words, c.mask, seed), INFILL_PAIRS,
-                     config_hash)
+    pairs = tr.write(
+        infill_pairs(train, c.pairs_per_text, p, c.max_span_words, c.mask, seed), INFILL_PAIRS, config_hash
+    )
     model_hash = hash_of(asdict(c.model), asdict(c.fine_tune), c.pairs_per_text, c.max_span_words, c.mask, p)
-    model = fine_tune_stage(ctx, tr, INFILL_PAIRS, pairs.version, "boostaug_infiller", c.model, c.fine_tune,
-                            model_hash, {TEXTS: tr.inputs[TEXTS]})
-    prompts = tr.write(infill_prompts(train, 2 * cfg.n_aug, p, c.max_span_words, c.mask, seed), PROMPTS,
-                       config_hash)
-    generated, stats = generate_stage(ctx, tr, PROMPTS, prompts.version, "prompt_id", "prompt", model, c.generation,
-                                      None, GENERATED, hash_of(config_hash, model.version), dict(tr.inputs))
-    rows = contextual_candidates(ctx.lakehouse.read(PROMPTS, prompts.version),
-                                 ctx.lakehouse.read(GENERATED, generated.version))
+    model = fine_tune_stage(
+        ctx,
+        tr,
+        INFILL_PAIRS,
+        pairs.version,
+        "boostaug_infiller",
+        c.model,
+        c.fine_tune,
+        model_hash,
+        {TEXTS: tr.inputs[TEXTS]},
+    )
+    prompts = tr.write(infill_prompts(train, 2 * cfg.n_aug, p, c.max_span_words, c.mask, seed), PROMPTS, config_hash)
+    generated, stats = generate_stage(
+        ctx,
+        tr,
+        PROMPTS,
+        prompts.version,
+        "prompt_id",
+        "prompt",
+        model,
+        c.generation,
+        None,
+        GENERATED,
+        hash_of(config_hash, model.version),
+        dict(tr.inputs),
+    )
+    rows = contextual_candidates(
+        ctx.lakehouse.read(PROMPTS, prompts.version), ctx.lakehouse.read(GENERATED, generated.version)
+    )
     rejected = tr.write(rows.filter(F.col("reason").isNotNull()), CONTEXTUAL_REJECTS, config_hash)
     kept = rows.filter(F.col("reason").isNull())
     # One row: a bounded aggregate.
-    counts = kept.agg(F.count(F.lit(1)).alias("n"), F.sum((F.col("text") == F.col("source_text")).cast("long"))
-                      .alias("unchanged")).first()
+    counts = kept.agg(
+        F.count(F.lit(1)).alias("n"), F.sum((F.col("text") == F.col("source_text")).cast("long")).alias("unchanged")
+    ).first()
     n_prompts, n_rejected = stats.inputs, ctx.lakehouse.read(CONTEXTUAL_REJECTS, rejected.version).count()
     if counts["n"] + n_rejected != n_prompts:
         raise AccountingError(f"{n_prompts} contextual prompts != {counts['n']} candidates + {n_rejected} rejected")
-    log.info("contextual backend: %d prompts = %d candidates + %d rejected (%s); %d candidates equal their source",
-             n_prompts, counts["n"], n_rejected, CONTEXTUAL_REJECTS, counts["unchanged"] or 0)
-    metrics = {"contextual.prompts": float(n_prompts), "contextual.rejected": float(n_rejected),
-               "contextual.unchanged_share": (counts["unchanged"] or 0) / max(counts["n"], 1), **stats.metrics()}
+    log.info(
+        "contextual backend: %d prompts = %d candidates + %d rejected (%s); %d candidates equal their source",
+        n_prompts,
+        counts["n"],
+        n_rejected,
+        CONTEXTUAL_REJECTS,
+        counts["unchanged"] or 0,
+    )
+    metrics = {
+        "contextual.prompts": float(n_prompts),
+        "contextual.rejected": float(n_rejected),
+        "contextual.unchanged_share": (counts["unchanged"] or 0) / max(counts["n"], 1),
+        **stats.metrics(),
+    }
     return kept.drop("fill", "reason"), metrics
 
 
@@ -129,8 +168,9 @@ def augment_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     train = tr.read(TEXTS).filter(F.col("split") == "train")
     contextual = CONTEXTUAL in cfg.backends
     # The contextual section joins the hash only when that backend runs (earlier versions stay valid).
-    config_hash = hash_of(cfg.backends, cfg.n_aug, asdict(cfg.augment), ctx.cfg.seed,
-                          *([asdict(cfg.contextual)] if contextual else []))
+    config_hash = hash_of(
+        cfg.backends, cfg.n_aug, asdict(cfg.augment), ctx.cfg.seed, *([asdict(cfg.contextual)] if contextual else [])
+    )
     if tr.already_written(CANDIDATES, config_hash):
         return {}
     frames, metrics = [], {}
@@ -163,32 +203,62 @@ def _surrogates(ctx: JobContext, tr: JobRun, key: str, with_mono: bool) -> tuple
     for plan in plans:
         train, validation = surrogate_sources(files, plan)
         name = "mono" if plan.boost is None else f"fold{plan.boost}"
-        model_args = {"spec": cfg.surrogate.encoder} if kind == "encoder" else {} if kind == "features" else \
-            {"params": fasttext_params(cfg.surrogate.fasttext), "epochs": list(cfg.surrogate.epochs)}
-        jobs.append({"train": train, "validation": validation, "seed": ctx.cfg.seed,
-                     "out_dir": ctx.models_dir("boostaug_surrogate", hash_of(key, name)), **model_args})
+        model_args = (
+            {"spec": cfg.surrogate.encoder}
+            if kind == "encoder"
+            else {}
+            if kind == "features"
+            else {"params": fasttext_params(cfg.surrogate.fasttext), "epochs": list(cfg.surrogate.epochs)}
+        )
+        jobs.append(
+            {
+                "train": train,
+                "validation": validation,
+                "seed": ctx.cfg.seed,
+                "out_dir": ctx.models_dir("boostaug_surrogate", hash_of(key, name)),
+                **model_args,
+            }
+        )
     if kind == "encoder":
-        figures = run_tasks(ctx.ray(), fit_surrogate, jobs, cfg.surrogate.encoder.num_cpus,
-                            cfg.surrogate.encoder.num_gpus, torch=True)
+        figures = run_tasks(
+            ctx.ray(), fit_surrogate, jobs, cfg.surrogate.encoder.num_cpus, cfg.surrogate.encoder.num_gpus, torch=True
+        )
     elif kind == "features":
         # One task embeds every training text once and fits every fold's head on those embeddings.
         spec = cfg.surrogate.features
-        figures = run_tasks(ctx.ray(), fit_surrogates, [{"plans": [{k: j[k] for k in ("train", "validation",
-                                                                                      "out_dir")}
-                                                                   for j in jobs], "spec": spec,
-                                                                   "seed": ctx.cfg.seed}],
-                            spec.num_cpus, spec.num_gpus, torch=True)[0]
+        figures = run_tasks(
+            ctx.ray(),
+            fit_surrogates,
+            [
+                {
+                    "plans": [{k: j[k] for k in ("train", "validation", "out_dir")} for j in jobs],
+                    "spec": spec,
+                    "seed": ctx.cfg.seed,
+                }
+            ],
+            spec.num_cpus,
+            spec.num_gpus,
+            torch=True,
+        )[0]
     else:
         figures = run_tasks(ctx.ray(), choose_and_fit, jobs)
-    report = {("mono" if p.boost is None else f"fold{p.boost}"): {**f, "plan": asdict(p)}
-              for p, f in zip(plans, figures)}
+    report = {
+        ("mono" if p.boost is None else f"fold{p.boost}"): {**f, "plan": asdict(p)} for p, f in zip(plans, figures)
+    }
     tr.log_dict(report, "surrogates.json")
     for name, f in report.items():
-        choice = f"C {f['C']:g}" if "C" in f else f"MLP, {f['epochs']} epochs" if "hidden" in f else \
-            f"{f['epoch']} epochs"
+        choice = (
+            f"C {f['C']:g}" if "C" in f else f"MLP, {f['epochs']} epochs" if "hidden" in f else f"{f['epoch']} epochs"
+        )
         log.info("surrogate %s: %d rows, %s, validation accuracy %.4f", name, f["rows"], choice, f["val_accuracy"])
-    tr.log_metrics({f"surrogate.{name}.{k}": f[k] for name, f in report.items()
-                    for k in ("val_accuracy", "val_perplexity_median") if k in f})
+    tr.log_metrics(
+        {
+            f"surrogate.{name}.{k}": f[k]
+            for name, f in report.items()
+            for k in ("val_accuracy", "val_perplexity_median")
+            if k in f
+        }
+    )
     folds = {p.boost: f["uri"] for p, f in zip(plans, figures) if p.boost is not None}
     mono = next((f["uri"] for p, f in zip(plans, figures) if p.boost is None), None)
     return folds, mono
@@ -209,8 +279,9 @@ def _score(ctx: JobContext, tr: JobRun, candidates, with_mono: bool) -> int:
         if surrogate.kind == "encoder":
             perplexity = "perplexity" in cfg.filter.enabled and surrogate.encoder.mlm_weight > 0
             candidates = ctx.lakehouse.read_ray(CANDIDATES, tr.versions[CANDIDATES])
-            tr.write_ray(score_on_ray(candidates, folds, mono, surrogate.encoder, perplexity, quantile), SCORED,
-                         config_hash)
+            tr.write_ray(
+                score_on_ray(candidates, folds, mono, surrogate.encoder, perplexity, quantile), SCORED, config_hash
+            )
         elif surrogate.kind == "features":
             # Candidates are embedded once per candidates version and encoder; every head judges those rows.
             spec, embedded = surrogate.features, hash_of(surrogate.features.encoder_settings())
@@ -243,13 +314,18 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     scored = ctx.lakehouse.read(SCORED, _score(ctx, tr, candidates, with_mono))
     unjudged = unjudged_labels(texts, cfg.filter.min_class_support)
     if unjudged:
-        log.info("boostaug filter: %d classes below min_class_support = %d pass unjudged: %s", len(unjudged),
-                 cfg.filter.min_class_support, unjudged[:20])
+        log.info(
+            "boostaug filter: %d classes below min_class_support = %d pass unjudged: %s",
+            len(unjudged),
+            cfg.filter.min_class_support,
+            unjudged[:20],
+        )
     # An augmentation that copies a dev or test text would be trained on: rejected as such, whatever the filters
     # said (the unfiltered variants train on rejected rows too).
     judged = apply_filters(scored, cfg.n_aug, cfg.filter, cfg.filter.enabled, unjudged=unjudged)
-    judged = mark_test_copies(judged, "text", texts.filter("split != 'train'"), "text", override=True) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    judged = mark_test_copies(judged, "text", texts.filter("split != 'train'"), "text", override=True).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     try:
         # One row per backend and reason: a bounded aggregate.
         by_reason = judged.groupBy("backend", "reason").count().collect()
@@ -260,8 +336,11 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     n_in = sum(r["count"] for r in by_reason)
     n_kept = sum(r["count"] for r in by_reason if r["reason"] is None)
     n_candidates = candidates.count()
-    if n_in != n_candidates or (kept.num_rows is not None and rejected.num_rows is not None
-                                and kept.num_rows + rejected.num_rows != n_candidates):
+    if n_in != n_candidates or (
+        kept.num_rows is not None
+        and rejected.num_rows is not None
+        and kept.num_rows + rejected.num_rows != n_candidates
+    ):
         raise AccountingError(f"{n_candidates} candidates != {kept.num_rows} kept + {rejected.num_rows} rejected")
     reasons: dict[str, int] = {}
     metrics = {"candidates": float(n_in), "kept": float(n_kept)}
@@ -272,18 +351,31 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     for r in by_reason:
         if r["reason"] is not None:
             # Calibrated perplexity and class-quantile confidence reasons carry their threshold: one reason each.
-            name = "perplexity" if r["reason"].startswith("perplexity") else \
-                "confidence <= class quantile" if r["reason"].endswith("(class quantile)") else r["reason"]
+            name = (
+                "perplexity"
+                if r["reason"].startswith("perplexity")
+                else "confidence <= class quantile"
+                if r["reason"].endswith("(class quantile)")
+                else r["reason"]
+            )
             reasons[name] = reasons.get(name, 0) + r["count"]
     tr.log_dict({"candidates": n_in, "kept": n_kept, "reasons": reasons}, "filter.json")
-    tr.write_card(KEPT, cfg.card_generator(), {"surrogate": cfg.surrogate.kind, **asdict(cfg.filter)},
-                  {"candidates": n_in, **reasons})
+    tr.write_card(
+        KEPT,
+        cfg.card_generator(),
+        {"surrogate": cfg.surrogate.kind, **asdict(cfg.filter)},
+        {"candidates": n_in, **reasons},
+    )
     log.info("boostaug filter: %d candidates = %d kept + %d rejected %s", n_in, n_kept, n_in - n_kept, reasons)
     if reasons.get("perplexity", 0) > 0.9 * n_in:
-        log.warning("the perplexity filter rejected %d of %d candidates: the surrogate's pseudo-perplexities sit "
-                    "above boostaug.filter.perplexity_threshold = %g even for fluent text (an encoder without a "
-                    "pretrained MLM head); set boostaug.filter.perplexity_quantile to calibrate it per surrogate",
-                    reasons["perplexity"], n_in, cfg.filter.perplexity_threshold)
+        log.warning(
+            "the perplexity filter rejected %d of %d candidates: the surrogate's pseudo-perplexities sit "
+            "above boostaug.filter.perplexity_threshold = %g even for fluent text (an encoder without a "
+            "pretrained MLM head); set boostaug.filter.perplexity_quantile to calibrate it per surrogate",
+            reasons["perplexity"],
+            n_in,
+            cfg.filter.perplexity_threshold,
+        )
     return metrics
 
 

@@ -5,5 +5,7 @@ SCORED, EMBEDDINGS = "boostaug_scored", "boostaug_candidate_embeddings"
 INFILL_PAIRS, PROMPTS, GENERATED = "boostaug_infill_pairs", "boostaug_infill_prompts", "boostaug_infill_generated"
 CONTEXTUAL_REJECTS = "boostaug_contextual_rejects"
 EVAL_SETS, RESULTS = "boostaug_eval_sets", "boostaug_results"
-RESULT_SCHEMA = ("run_id string, method string, backend string, model string, n_aug int, repeat int, seed long, "
-                 "accuracy double, macro_f1 double, n_train long, n_augmented long")
+RESULT_SCHEMA = (
+    "run_id string, method string, backend string, model string, n_aug int, repeat int, seed long, "
+    "accuracy double, macro_f1 double, n_train long, n_augmented long"
+)

@@ -17,6 +17,7 @@
 * ``cga-sweep`` reads the same; one MLflow child run per Figure-2 point (T at fixed N, N at T = 0.7, T
   without sub-sampling); writes ``cga_sweep_results`` and the chart ``reports/cga/figure2.png``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,10 @@ RESULTS = "consistency_results"
 TEST_COPIES = "cga_test_copies"
 SOURCES = "cga_sources"  # the D_L titles generated from, with cga.sources set
 SWEEP_RESULTS = "cga_sweep_results"
-SWEEP_SCHEMA = ("run_id string, point string, threshold double, n long, experiments string, repeat int, seed long, "
-                "f1_weighted double, consistency_rate double, n_train long, n_augmented long")
+SWEEP_SCHEMA = (
+    "run_id string, point string, threshold double, n long, experiments string, repeat int, seed long, "
+    "f1_weighted double, consistency_rate double, n_train long, n_augmented long"
+)
 
 
 def _model_hash(ctx: JobContext) -> str:
@@ -59,8 +62,9 @@ def pairs_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
     pairs = group_version_pairs(tr.read("unlabeled_pool"), ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed)
     tr.write(pairs, "cga_pairs", hash_of(ctx.cfg.cga.max_pairs_per_group, ctx.cfg.seed))
-    stats = tr.written("cga_pairs").agg(F.count("*").alias("pairs"),
-                                        F.countDistinct("group_id").alias("groups")).first()
+    stats = (
+        tr.written("cga_pairs").agg(F.count("*").alias("pairs"), F.countDistinct("group_id").alias("groups")).first()
+    )
     return {"pairs": stats["pairs"], "groups_with_pairs": stats["groups"]}
 
 
@@ -74,18 +78,43 @@ def generate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     tr.read("cga_pairs")
     tr.read("labeled_train")
     v_pairs, v_train = tr.versions["cga_pairs"], tr.versions["labeled_train"]
-    model = fine_tune_stage(ctx, tr, "cga_pairs", v_pairs, "cga", cfg.model, cfg.fine_tune, _model_hash(ctx),
-                            {"cga_pairs": tr.inputs["cga_pairs"]})
+    model = fine_tune_stage(
+        ctx,
+        tr,
+        "cga_pairs",
+        v_pairs,
+        "cga",
+        cfg.model,
+        cfg.fine_tune,
+        _model_hash(ctx),
+        {"cga_pairs": tr.inputs["cga_pairs"]},
+    )
     scorer = FilterSpec(scorer=cfg.scorer, threshold=None, encoder_engine=cfg.scorer_engine)
     source, v_source = "labeled_train", v_train
     if cfg.sources is not None:
         from common.data.sampling import seeded_first
 
         sample = seeded_first(tr.read("labeled_train"), cfg.sources, ctx.cfg.seed, ["item_id"])
-        source, v_source = SOURCES, tr.write(sample, SOURCES, hash_of(cfg.sources, ctx.cfg.seed),
-                                              {"labeled_train": tr.inputs["labeled_train"]}).version
-    written, stats = generate_stage(ctx, tr, source, v_source, "item_id", "title", model, cfg.generation,
-                                    scorer, "cga_generated", _generation_hash(ctx), dict(tr.inputs))
+        source, v_source = (
+            SOURCES,
+            tr.write(
+                sample, SOURCES, hash_of(cfg.sources, ctx.cfg.seed), {"labeled_train": tr.inputs["labeled_train"]}
+            ).version,
+        )
+    written, stats = generate_stage(
+        ctx,
+        tr,
+        source,
+        v_source,
+        "item_id",
+        "title",
+        model,
+        cfg.generation,
+        scorer,
+        "cga_generated",
+        _generation_hash(ctx),
+        dict(tr.inputs),
+    )
     tr.result.outputs["cga_generated"] = written
     return stats.metrics()
 
@@ -149,9 +178,12 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     tr.write(augmentation_set(generated, d_l, cfg.threshold, cfg.n, ctx.cfg.seed), "cga_augmented", config_hash)
     # One model per generated version: a bounded read.
     versions = [r[0] for r in generated.select("model_version").distinct().limit(3).collect()]
-    tr.write_card("cga_augmented", generator_facts(cfg.model, cfg.fine_tune, cfg.generation)
-                  | {"model version": ", ".join(sorted(v for v in versions if v))},
-                  {"scorer": cfg.scorer, "threshold T": cfg.threshold, "sub-sample N": cfg.n})
+    tr.write_card(
+        "cga_augmented",
+        generator_facts(cfg.model, cfg.fine_tune, cfg.generation)
+        | {"model version": ", ".join(sorted(v for v in versions if v))},
+        {"scorer": cfg.scorer, "threshold T": cfg.threshold, "sub-sample N": cfg.n},
+    )
     # _evaluation_inputs marked the samples that copy a test title, so no D_aug holds them: they are kept,
     # with their reason, in the job's rejects table.
     tr.write(generated.filter(F.col("reason") == COPIES_TEST), TEST_COPIES, config_hash)
@@ -175,12 +207,29 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     report(ctx, tr, pdf)
     log.info("consistency results with CGA:\n%s", summary_table(pdf))
     if ctx.cfg.registry.ships("consistency"):  # CGA's classifier ships as the consistency pipeline's "cga"
-        ship(ctx, tr, [candidate(ctx, tr, "cga", models[0][2], pdf, [], [r["title"] for r in accuracy_test.select(
-            "title").limit(3).collect()], {"cga.config_hash": config_hash, **generator_lineage(cfg.model, versions)})],
-             compare_of=comparer(ctx))
+        ship(
+            ctx,
+            tr,
+            [
+                candidate(
+                    ctx,
+                    tr,
+                    "cga",
+                    models[0][2],
+                    pdf,
+                    [],
+                    [r["title"] for r in accuracy_test.select("title").limit(3).collect()],
+                    {"cga.config_hash": config_hash, **generator_lineage(cfg.model, versions)},
+                )
+            ],
+            compare_of=comparer(ctx),
+        )
     cga = pdf[pdf.method == "cga"]
-    return {"mean.cga.f1_weighted": cga.f1_weighted.mean(), "mean.cga.consistency_rate": cga.consistency_rate.mean(),
-            "mean.cga.n_augmented": n_aug}
+    return {
+        "mean.cga.f1_weighted": cga.f1_weighted.mean(),
+        "mean.cga.consistency_rate": cga.consistency_rate.mean(),
+        "mean.cga.n_augmented": n_aug,
+    }
 
 
 @job("cga-sweep")
@@ -201,25 +250,48 @@ def sweep_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     n_available = generated.filter(THRESHOLD_FREE).select("source_id", "generated_text").distinct().count()
     rows = []
     for point in sweep_points(cfg.sweep):
-        with ctx.tracker.run(f"cga-sweep {point.name}", tags={"job": "cga-sweep", "sweep.point": point.name},
-                             log_config=False) as child:
-            child.log_params({"threshold": point.threshold, "n": point.n or "all",
-                              "experiments": ",".join(point.experiments)})
+        with ctx.tracker.run(
+            f"cga-sweep {point.name}", tags={"job": "cga-sweep", "sweep.point": point.name}, log_config=False
+        ) as child:
+            child.log_params(
+                {"threshold": point.threshold, "n": point.n or "all", "experiments": ",".join(point.experiments)}
+            )
             point_hash = hash_of(sweep_hash, point.threshold, point.n)
             aug = augmentation_set(generated, d_l, point.threshold, point.n, ctx.cfg.seed)
             written = ctx.write(child, training_set(d_l, aug), "cga_sweep_train", point_hash, inputs)
             n_rows, n_aug, depth = training_stats(ctx, "cga_sweep_train", written.version)
-            models, jobs = model_jobs(ctx, "cga_sweep_train", written.version, depth, "hft_cga_sweep", point_hash,
-                                      cfg.sweep.repeats)
+            models, jobs = model_jobs(
+                ctx, "cga_sweep_train", written.version, depth, "hft_cga_sweep", point_hash, cfg.sweep.repeats
+            )
             train_levels(ctx, child, jobs)
             scores = evaluate_many(ctx, [(model, None) for _, _, model in models], accuracy_test, pairs)
             for (repeat, seed, _), (f1, consistency) in zip(models, scores):
-                child.log_metrics({"f1_weighted": f1, "consistency_rate": consistency, "n_augmented": n_aug},
-                                  step=repeat)
-                rows.append((child.run_id, point.name, point.threshold, point.n, ",".join(point.experiments),
-                             repeat, seed, f1, consistency, n_rows, n_aug))
-                log.info("sweep %s repeat %d: F1 %.4f consistency %.4f (D_aug %d)", point.name, repeat, f1,
-                         consistency, n_aug)
+                child.log_metrics(
+                    {"f1_weighted": f1, "consistency_rate": consistency, "n_augmented": n_aug}, step=repeat
+                )
+                rows.append(
+                    (
+                        child.run_id,
+                        point.name,
+                        point.threshold,
+                        point.n,
+                        ",".join(point.experiments),
+                        repeat,
+                        seed,
+                        f1,
+                        consistency,
+                        n_rows,
+                        n_aug,
+                    )
+                )
+                log.info(
+                    "sweep %s repeat %d: F1 %.4f consistency %.4f (D_aug %d)",
+                    point.name,
+                    repeat,
+                    f1,
+                    consistency,
+                    n_aug,
+                )
     frame = ctx.spark.createDataFrame(rows, SWEEP_SCHEMA)
     tr.write(frame, SWEEP_RESULTS, sweep_hash)
     pdf = frame.toPandas()
@@ -237,12 +309,16 @@ def figure2(ctx: JobContext, tr, pdf, sweep) -> None:
     import matplotlib.pyplot as plt
 
     folder = Path(ctx.reports_dir("cga"))
-    means = pdf.groupby(["point", "threshold", "n", "experiments"], dropna=False).agg(
-        f1=("f1_weighted", "mean"), consistency=("consistency_rate", "mean"), n_aug=("n_augmented",
-                                                                                     "mean")).reset_index()
-    panels = [("threshold", "threshold T", f"N = {sweep.fixed_size}"),
-              ("size", "requested N", f"T = {sweep.fixed_threshold:g}"),
-              ("tradeoff", "threshold T", "no sub-sampling (N = all)")]
+    means = (
+        pdf.groupby(["point", "threshold", "n", "experiments"], dropna=False)
+        .agg(f1=("f1_weighted", "mean"), consistency=("consistency_rate", "mean"), n_aug=("n_augmented", "mean"))
+        .reset_index()
+    )
+    panels = [
+        ("threshold", "threshold T", f"N = {sweep.fixed_size}"),
+        ("size", "requested N", f"T = {sweep.fixed_threshold:g}"),
+        ("tradeoff", "threshold T", "no sub-sampling (N = all)"),
+    ]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, (experiment, xlabel, title) in zip(axes, panels):
         part = means[means.experiments.str.contains(experiment)]
@@ -255,8 +331,14 @@ def figure2(ctx: JobContext, tr, pdf, sweep) -> None:
         twin.plot(part[x], part.f1, "s--", color="tab:orange", label="weighted F1")
         twin.set_ylabel("weighted F1", color="tab:orange")
         for _, row in part.iterrows():
-            ax.annotate(f"|D_aug|={int(row.n_aug)}", (row[x], row.consistency), textcoords="offset points",
-                        xytext=(0, 6), fontsize=7, ha="center")
+            ax.annotate(
+                f"|D_aug|={int(row.n_aug)}",
+                (row[x], row.consistency),
+                textcoords="offset points",
+                xytext=(0, 6),
+                fontsize=7,
+                ha="center",
+            )
         ax.set_title(title)
         ax.grid(alpha=0.3)
     fig.suptitle("CGA: filtering threshold T and augmentation size N (cf. the paper's Figure 2)")

@@ -1,8 +1,9 @@
 """The ``augment`` console script: the platform's CLI over this suite's jobs, pipelines and config.
 
-    augment run NAME [--conf FILE] [--set KEY=VALUE ...] [--force]   a job or a pipeline
-    augment tables | history TABLE | jobs | config                    see ``common.platform.cli``
+augment run NAME [--conf FILE] [--set KEY=VALUE ...] [--force]   a job or a pipeline
+augment tables | history TABLE | jobs | config                    see ``common.platform.cli``
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,8 +20,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from common.models.generation.served import checks as endpoint
     from jobs.ingest import dedup_lines
 
-    return cli.main(argv, REGISTRY, load_config, doctor_checks=[causal_lm.doctor_check, endpoint.doctor_check],
-                    table_reports=[dedup_lines])
+    return cli.main(
+        argv,
+        REGISTRY,
+        load_config,
+        doctor_checks=[causal_lm.doctor_check, endpoint.doctor_check],
+        table_reports=[dedup_lines],
+    )
 
 
 def entry() -> None:

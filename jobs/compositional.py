@@ -21,6 +21,7 @@
   writes their test predictions (``compositional_predictions``) and the per-run metrics as Spark aggregates
   (``compositional_results``), and a report (Table 2, the iid/CG gap, the Figure-4 curve).
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,7 +58,6 @@ from jobs.compositional_tables import (  # noqa: F401  (the pipeline's tables, a
 log = logging.getLogger(__name__)
 
 
-
 class DuplicateExampleError(InputError):
     """Two rows share an example_id: splits and predictions are per example, so ids must be unique."""
 
@@ -78,22 +78,29 @@ def split_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
         return {}
     dupes = [r["example_id"] for r in rows.groupBy("example_id").count().filter(F.col("count") > 1).limit(5).collect()]
     if dupes:
-        raise DuplicateExampleError(f"{MULTILABEL}: example_id is not unique (e.g. {', '.join(map(repr, dupes))}); "
-                                    "give each row its own id (inputs.multilabel.rename can map an id column), or "
-                                    "keep "
-                                    "ingest.dedup.exact on so that ingest quarantines the copies")
+        raise DuplicateExampleError(
+            f"{MULTILABEL}: example_id is not unique (e.g. {', '.join(map(repr, dupes))}); "
+            "give each row its own id (inputs.multilabel.rename can map an id column), or "
+            "keep "
+            "ingest.dedup.exact on so that ingest quarantines the copies"
+        )
     # M rows: bounded by the config.
-    chosen = ctx.spark.createDataFrame(test_compositions(rows, cfg, ctx.cfg.seed).collect(),
-                                       "composition string, examples long")
+    chosen = ctx.spark.createDataFrame(
+        test_compositions(rows, cfg, ctx.cfg.seed).collect(), "composition string, examples long"
+    )
     side = chosen.agg(F.count(F.lit(1)), F.sum("examples")).first()
     if side[0] < cfg.compositions or (side[1] or 0) <= cfg.support:
-        raise InputError(f"compositional.split: only {side[0]} label compositions of >= {cfg.min_labels} labels hold "
-                         f">= {cfg.min_examples} examples ({side[1] or 0} examples in all; {cfg.compositions} "
-                         f"compositions and more than {cfg.support} examples are needed): lower "
-                         "compositional.split.compositions, min_examples or support")
+        raise InputError(
+            f"compositional.split: only {side[0]} label compositions of >= {cfg.min_labels} labels hold "
+            f">= {cfg.min_examples} examples ({side[1] or 0} examples in all; {cfg.compositions} "
+            f"compositions and more than {cfg.support} examples are needed): lower "
+            "compositional.split.compositions, min_examples or support"
+        )
     cg = cg_split(rows, chosen, cfg.support, ctx.cfg.seed)
-    written = {name: tr.write(cg[part], name, config_hash)
-               for name, part in ((CG_TRAIN, "train"), (CG_SUPPORT, "support"), (CG_TEST, "test"))}
+    written = {
+        name: tr.write(cg[part], name, config_hash)
+        for name, part in ((CG_TRAIN, "train"), (CG_SUPPORT, "support"), (CG_TEST, "test"))
+    }
     sizes = {name: ctx.lakehouse.read(name, w.version).count() for name, w in written.items()}
     iid = iid_split(rows, sizes[CG_TRAIN] + sizes[CG_SUPPORT], sizes[CG_TEST], ctx.cfg.seed)
     tr.write(iid["train"], IID_TRAIN, config_hash)
@@ -108,8 +115,14 @@ def split_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     if unseen:
         log.warning("test labels %s never occur in cg_train: the split leaves them to the support set alone", unseen)
     compositions = [r["composition"] for r in chosen.orderBy("composition").collect()]
-    log.info("CG split: %d test compositions %s; train %d, support %d, test %d", len(compositions), compositions,
-             sizes[CG_TRAIN], sizes[CG_SUPPORT], sizes[CG_TEST])
+    log.info(
+        "CG split: %d test compositions %s; train %d, support %d, test %d",
+        len(compositions),
+        compositions,
+        sizes[CG_TRAIN],
+        sizes[CG_SUPPORT],
+        sizes[CG_TEST],
+    )
     tr.log_dict({"compositions": compositions, **sizes}, "split.json")
     return {f"{name}.rows": float(n) for name, n in sizes.items()} | {"compositions": float(len(compositions))}
 
@@ -132,27 +145,44 @@ def labels_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     vocabulary = label_vocabulary(train.unionByName(support))
     seen = {tuple(r["labels"]) for r in train.select("labels").distinct().collect()}
     model = MarkovLabelModel(vocabulary, cfg.label_generator.smoothing).fit(
-        r["labels"] for r in support.select("labels").collect())
+        r["labels"] for r in support.select("labels").collect()
+    )
     target = math.ceil(cfg.qc.target * cfg.qc.overgenerate)
-    accepted, draws = sample_novel(model, seen, target, cfg.label_generator.max_labels, cfg.label_generator.max_draws,
-                                   ctx.cfg.seed)
+    accepted, draws = sample_novel(
+        model, seen, target, cfg.label_generator.max_labels, cfg.label_generator.max_draws, ctx.cfg.seed
+    )
     if not accepted:
         raise InputError(f"compositional-labels: none of {draws} label sets drawn was new to the training set")
     rows = [(JOIN.join(labels), list(labels), n, model.probability(labels)) for labels, n in sorted(accepted.items())]
-    tr.write(ctx.spark.createDataFrame(rows, "composition string, labels array<string>, draws long, "
-                                             "probability double"), LABEL_SETS, config_hash)
-    support_sets = {r["composition"] for r in support.select(F.array_join("labels", JOIN).alias("composition"))
-                    .distinct().collect()}
+    tr.write(
+        ctx.spark.createDataFrame(rows, "composition string, labels array<string>, draws long, probability double"),
+        LABEL_SETS,
+        config_hash,
+    )
+    support_sets = {
+        r["composition"]
+        for r in support.select(F.array_join("labels", JOIN).alias("composition")).distinct().collect()
+    }
     in_support = sum(n for labels, n in accepted.items() if JOIN.join(labels) in support_sets)
-    log.info("P(y): %d draws, %d novel (%d distinct label sets; %d draws of support-set compositions)", draws,
-             sum(accepted.values()), len(accepted), in_support)
+    log.info(
+        "P(y): %d draws, %d novel (%d distinct label sets; %d draws of support-set compositions)",
+        draws,
+        sum(accepted.values()),
+        len(accepted),
+        in_support,
+    )
     tr.log_dict({"vocabulary": vocabulary, "transitions": model.transitions.tolist()}, "label_model.json")
-    return {"draws": float(draws), "accepted": float(sum(accepted.values())), "label_sets": float(len(accepted)),
-            "support_composition_share": in_support / max(1, sum(accepted.values()))}
+    return {
+        "draws": float(draws),
+        "accepted": float(sum(accepted.values())),
+        "label_sets": float(len(accepted)),
+        "support_composition_share": in_support / max(1, sum(accepted.values())),
+    }
 
 
-def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int, methods: list[str], vocabulary: list[str],
-                          config_hash: str) -> dict[str, tuple[str, str]]:
+def _fine_tune_generators(
+    ctx: JobContext, tr: JobRun, pairs_version: int, methods: list[str], vocabulary: list[str], config_hash: str
+) -> dict[str, tuple[str, str]]:
     """Fine-tune (or reuse) one seq2seq generator per method in ``methods``; returns {method: (path, version)}."""
     from common.compositional.generation import PHRASE_JOIN
     from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_many_on_ray
@@ -166,16 +196,28 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int, metho
         uri = ctx.models_dir(f"cg_{method}", key)
         out[method] = (uri, f"cg_{method}-{key}")
         if ctx.force or not exists(f"{uri}/{MODEL_MARKER}"):
-            spec = base if method == "t5_labels" else replace(
-                base, prefix_labels=tuple(vocabulary), prefix_length=gen.prefix_length,
-                prefix_separator=PHRASE_JOIN.strip())
+            spec = (
+                base
+                if method == "t5_labels"
+                else replace(
+                    base,
+                    prefix_labels=tuple(vocabulary),
+                    prefix_length=gen.prefix_length,
+                    prefix_separator=PHRASE_JOIN.strip(),
+                )
+            )
             todo.append((method, uri, spec))
     log.info("generators: %d to fine-tune, %d reused (same config and inputs)", len(todo), len(methods) - len(todo))
     if todo:
-        results = fine_tune_many_on_ray(ctx.ray(), ctx.lakehouse.file_uris(PAIRS, pairs_version),
-                                        [(None, uri) for _, uri, _ in todo], [spec for _, _, spec in todo],
-                                        TrainSpec.from_config(gen.fine_tune, ctx.cfg.seed),
-                                        num_cpus=gen.fine_tune.num_cpus, num_gpus=gen.fine_tune.num_gpus)
+        results = fine_tune_many_on_ray(
+            ctx.ray(),
+            ctx.lakehouse.file_uris(PAIRS, pairs_version),
+            [(None, uri) for _, uri, _ in todo],
+            [spec for _, _, spec in todo],
+            TrainSpec.from_config(gen.fine_tune, ctx.cfg.seed),
+            num_cpus=gen.fine_tune.num_cpus,
+            num_gpus=gen.fine_tune.num_gpus,
+        )
         for (method, _, _), result in zip(todo, results):
             loss = {f"fine_tune.{method}.final_loss": result.step_losses[-1]} if result.step_losses else {}
             tr.log_metrics({**loss, f"fine_tune.{method}.seconds": result.seconds})
@@ -207,19 +249,32 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         pairs = tr.write(generator_pairs(train, support), PAIRS, config_hash)
         vocabulary = label_vocabulary(pool)
         models = _fine_tune_generators(ctx, tr, pairs.version, seq2seq, vocabulary, config_hash)
-        routes = ctx.spark.createDataFrame([(m, p, v) for m, (p, v) in models.items()],
-                                           "method string, model_path string, model_version string")
+        routes = ctx.spark.createDataFrame(
+            [(m, p, v) for m, (p, v) in models.items()], "method string, model_path string, model_version string"
+        )
         # Sorted by model and read in that order: batches hold few models, and the same rows whatever the layout.
-        routed = prompt_df.join(routes, "method").select(F.col("example_id").alias("source_id"), "source_text",
-                                                          "model_path", "model_version").orderBy("model_path",
-                                                                                                 "source_id")
+        routed = (
+            prompt_df.join(routes, "method")
+            .select(F.col("example_id").alias("source_id"), "source_text", "model_path", "model_version")
+            .orderBy("model_path", "source_id")
+        )
         route_rows = tr.write(routed, f"{PROMPTS}_routed", config_hash)
-        written = generate_routed_stage(ctx, tr, f"{PROMPTS}_routed", route_rows.version, gen.generation,
-                                        [p for p, _ in models.values()], len(models), GENERATED, config_hash)
+        written = generate_routed_stage(
+            ctx,
+            tr,
+            f"{PROMPTS}_routed",
+            route_rows.version,
+            gen.generation,
+            [p for p, _ in models.values()],
+            len(models),
+            GENERATED,
+            config_hash,
+        )
         generated = ctx.lakehouse.read(GENERATED, written.version)
     else:
-        generated = ctx.spark.createDataFrame([], "source_id string, generated_text string, generated_tokens long, "
-                                                  "reason string")
+        generated = ctx.spark.createDataFrame(
+            [], "source_id string, generated_text string, generated_tokens long, reason string"
+        )
     written = tr.write(candidates(prompt_df, concat_rows, generated), CANDIDATES, config_hash)
     rows = ctx.lakehouse.read(CANDIDATES, written.version)
     # One row per (method, reason): bounded.
@@ -229,8 +284,9 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         raise RuntimeError(f"{n_prompts} prompts != {sum(counts.values())} candidates")
     for (method, reason), n in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         log.info("candidates %-12s %6d %s", method, n, reason or "ok")
-    return {f"{m}.candidates": float(sum(n for (mm, _), n in counts.items() if mm == m)) for m in methods} | \
-        {f"{m}.failed": float(sum(n for (mm, r), n in counts.items() if mm == m and r)) for m in methods}
+    return {f"{m}.candidates": float(sum(n for (mm, _), n in counts.items() if mm == m)) for m in methods} | {
+        f"{m}.failed": float(sum(n for (mm, r), n in counts.items() if mm == m and r)) for m in methods
+    }
 
 
 @job("compositional-qc")
@@ -251,11 +307,21 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if tr.all_written([SYNTHETIC, REJECTS], config_hash):
         return None
     files = {t: ctx.lakehouse.file_uris(t, tr.versions[t]) for t in (CANDIDATES, CG_TRAIN, CG_SUPPORT)}
-    ds = fit_and_predict_many(ctx.ray(), [{"train": [(files[CG_TRAIN], None), (files[CG_SUPPORT], None)],
-                                 "predict": [(files[CANDIDATES], None)], "kind": qc.model,
-                                 "params": classifier_params(qc.model, qc.fasttext, qc.encoder),
-                                 "seed": ctx.cfg.seed, "validation_fraction": cfg.eval.validation_fraction,
-                                 "keys": {"model": qc.model}}], qc.encoder)
+    ds = fit_and_predict_many(
+        ctx.ray(),
+        [
+            {
+                "train": [(files[CG_TRAIN], None), (files[CG_SUPPORT], None)],
+                "predict": [(files[CANDIDATES], None)],
+                "kind": qc.model,
+                "params": classifier_params(qc.model, qc.fasttext, qc.encoder),
+                "seed": ctx.cfg.seed,
+                "validation_fraction": cfg.eval.validation_fraction,
+                "keys": {"model": qc.model},
+            }
+        ],
+        qc.encoder,
+    )
     predictions = ctx.lakehouse.read(QC_PREDICTIONS, tr.write_ray(ds, QC_PREDICTIONS, config_hash, learned).version)
     # A candidate that copies a test text (CG or iid) would be trained on: rejected with that reason.
     cut = mark_test_copies(qc_cut(cands, predictions, cfg.qc.target, ctx.cfg.seed), "text", tests, "text")
@@ -267,20 +333,30 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if n_kept + n_rejected != n_cands:
         raise RuntimeError(f"{n_cands} candidates != {n_kept} synthetic + {n_rejected} rejects")
     # One row per method: bounded.
-    stats = {r["method"]: (r["n"], r["jaccard"]) for r in
-             synth.groupBy("method").agg(F.count(F.lit(1)).alias("n"), F.avg("jaccard").alias("jaccard")).collect()}
+    stats = {
+        r["method"]: (r["n"], r["jaccard"])
+        for r in synth.groupBy("method").agg(F.count(F.lit(1)).alias("n"), F.avg("jaccard").alias("jaccard")).collect()
+    }
     # Every candidate's Jaccard was computed by the cut; kept and rejected rows together are all of them.
-    every = synth.select("method", "jaccard").unionByName(ctx.lakehouse.read(REJECTS, rejected.version)
-                                                          .select("method", "jaccard"))
-    all_stats = {r["method"]: r["jaccard"] for r in every.groupBy("method").agg(F.avg("jaccard").alias("jaccard"))
-                 .collect()}
+    every = synth.select("method", "jaccard").unionByName(
+        ctx.lakehouse.read(REJECTS, rejected.version).select("method", "jaccard")
+    )
+    all_stats = {
+        r["method"]: r["jaccard"] for r in every.groupBy("method").agg(F.avg("jaccard").alias("jaccard")).collect()
+    }
     for method, (n, jac) in sorted(stats.items()):
         log.info("QC %-12s kept %d, mean Jaccard %.3f (all candidates %.3f)", method, n, jac, all_stats.get(method, 0))
-    tr.write_card(SYNTHETIC, *cfg.card_facts(),
-                  {"candidates": n_cands, "rejects": n_rejected} | {f"{m} kept": n for m, (n, _) in stats.items()})
-    return {f"{m}.kept": float(n) for m, (n, _) in stats.items()} | \
-        {f"{m}.kept_jaccard": float(j) for m, (_, j) in stats.items()} | \
-        {f"{m}.candidate_jaccard": float(j or 0) for m, j in all_stats.items()} | {"rejects": float(n_rejected)}
+    tr.write_card(
+        SYNTHETIC,
+        *cfg.card_facts(),
+        {"candidates": n_cands, "rejects": n_rejected} | {f"{m} kept": n for m, (n, _) in stats.items()},
+    )
+    return (
+        {f"{m}.kept": float(n) for m, (n, _) in stats.items()}
+        | {f"{m}.kept_jaccard": float(j) for m, (_, j) in stats.items()}
+        | {f"{m}.candidate_jaccard": float(j or 0) for m, j in all_stats.items()}
+        | {"rejects": float(n_rejected)}
+    )
 
 
 def run(ctx: JobContext) -> JobResult:

@@ -15,6 +15,7 @@ Reads: ``labeled_products``, ``catalog_groups``.
 Writes: ``accuracy_test``, ``labeled_train`` (D_L), ``consistency_test``, ``unlabeled_pool`` (D_U);
 f_base goes to MLflow.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,8 +55,14 @@ def train_model(ctx: JobContext, tr: JobRun, table: str, version: int, name: str
     if not ctx.force and all(exists(f"{out_dir}/level_{i}.bin") for i in range(1, depth + 1)):
         log.info("reusing %s model at %s", name, out_dir)
         return HFTModel(uri=out_dir, depth=depth)
-    model, stats = train_hft(HFTTrainerPool(ctx.ray()), ctx.lakehouse.file_uris(table, version), depth,
-                             ctx.cfg.consistency.fasttext, seed, out_dir)
+    model, stats = train_hft(
+        HFTTrainerPool(ctx.ray()),
+        ctx.lakehouse.file_uris(table, version),
+        depth,
+        ctx.cfg.consistency.fasttext,
+        seed,
+        out_dir,
+    )
     tr.log_dict(stats_dict(stats), f"models/{name}/training_stats.json")
     tr.log_model_folder(out_dir, "models")
     return model
@@ -82,8 +89,9 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     cfg = ctx.cfg.consistency
     seed = ctx.cfg.seed
     labeled, groups = tr.read("labeled_products"), tr.read("catalog_groups")
-    config_hash = hash_of(cfg.accuracy_test, cfg.consistency_test, cfg.match_level, cfg.pseudo_label,
-                          asdict(cfg.fasttext), seed)
+    config_hash = hash_of(
+        cfg.accuracy_test, cfg.consistency_test, cfg.match_level, cfg.pseudo_label, asdict(cfg.fasttext), seed
+    )
     if tr.all_written(OUTPUTS, config_hash):
         return None
     counts = labeled.agg(F.count("*").alias("n"), F.countDistinct("category").alias("k")).first()
@@ -94,33 +102,49 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     # Every copy of a drawn title joins the test set (one title may sit under several items): no test title
     # is trained on, as labeled data or, below, as a pseudo-labeled pool item.
-    test = with_copies(uniform_sample(labeled, sample_size(cfg.accuracy_test, counts["n"]), seed, ["item_id"],
-                                      counts["n"]), labeled, "title")
+    test = with_copies(
+        uniform_sample(labeled, sample_size(cfg.accuracy_test, counts["n"]), seed, ["item_id"], counts["n"]),
+        labeled,
+        "title",
+    )
     tr.write(test, "accuracy_test", config_hash)
-    tr.write(labeled.join(tr.written("accuracy_test").select("item_id"), "item_id", "left_anti"), "labeled_train",
-             config_hash)
+    tr.write(
+        labeled.join(tr.written("accuracy_test").select("item_id"), "item_id", "left_anti"),
+        "labeled_train",
+        config_hash,
+    )
     d_l = tr.written("labeled_train")
     test = tr.written("accuracy_test")
     leaked = check_no_leak(d_l, "title", test, "title", "consistency-splits: accuracy_test in labeled_train")
     train_counts = d_l.agg(F.count("*").alias("n"), F.countDistinct("category").alias("k")).first()
     check_labels(train_counts["n"], train_counts["k"], "labeled_train (D_L)")
 
-    f_base = train_model(ctx, tr, "labeled_train", tr.result.outputs["labeled_train"].version, "f_base",
-                         hash_of(config_hash, tr.inputs), seed)
+    f_base = train_model(
+        ctx,
+        tr,
+        "labeled_train",
+        tr.result.outputs["labeled_train"].version,
+        "f_base",
+        hash_of(config_hash, tr.inputs),
+        seed,
+    )
     predicted = predict(groups.select("item_id", "title", "group_id"), f_base).persist(StorageLevel.MEMORY_AND_DISK)
     labels = matched = None
     try:
-        labels = truncated(group_labels(predicted, cfg.pseudo_label), "group_label", cfg.match_level,
-                           "match_label").persist()
+        labels = truncated(
+            group_labels(predicted, cfg.pseudo_label), "group_label", cfg.match_level, "match_label"
+        ).persist()
         target = level_histogram(d_l, "category", cfg.match_level)
         matched, plan = subsample(labels, "match_label", target, seed, ["group_id"])
         matched = matched.persist()
         n_matched = matched.count()
-        test_groups = uniform_sample(matched, min(sample_size(cfg.consistency_test, n_groups), n_matched),
-                                     seed + 1, ["group_id"], n_matched).select("group_id")
+        test_groups = uniform_sample(
+            matched, min(sample_size(cfg.consistency_test, n_groups), n_matched), seed + 1, ["group_id"], n_matched
+        ).select("group_id")
         tr.write(version_pairs(groups.join(test_groups, "group_id"), seed), "consistency_test", config_hash)
-        pool = without_copies(predicted.join(test_groups, "group_id", "left_anti").join(labels, "group_id"),
-                              "title", test, "title")
+        pool = without_copies(
+            predicted.join(test_groups, "group_id", "left_anti").join(labels, "group_id"), "title", test, "title"
+        )
         tr.write(pool, "unlabeled_pool", config_hash)
     finally:
         for frame in (predicted, labels, matched):

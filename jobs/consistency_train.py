@@ -12,6 +12,7 @@ Writes: ``consistency_results`` (method, repeat, seed, f1_weighted, consistency_
 baseline mean); a report (markdown and a PNG chart of F1 vs consistency) to MLflow and
 ``<lakehouse.root>/reports/consistency/``; each method's first model registered (common.registry).
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,10 @@ log = logging.getLogger(__name__)
 
 NAME = "consistency-train"
 RESULTS = "consistency_results"
-RESULT_SCHEMA = ("run_id string, method string, repeat int, seed long, f1_weighted double, consistency_rate double, "
-                 "f1_lift double, consistency_lift double, n_train long, n_augmented long")
+RESULT_SCHEMA = (
+    "run_id string, method string, repeat int, seed long, f1_weighted double, consistency_rate double, "
+    "f1_lift double, consistency_lift double, n_train long, n_augmented long"
+)
 
 
 def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
@@ -46,15 +49,21 @@ def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
         return base
     if method == "cs_blind":
         return base.withColumn("title", blind_col(F.col("title"), colours, sizes))
-    augmented = pool.select("title", F.col("group_label").alias("category"), F.lit("pseudo").alias("source"),
-                            "group_id", "match_label")
+    augmented = pool.select(
+        "title", F.col("group_label").alias("category"), F.lit("pseudo").alias("source"), "group_id", "match_label"
+    )
     if method == "cst_ss":
         level = ctx.cfg.consistency.match_level
         target = level_histogram(d_l, "category", level)
         groups = pool.select("group_id", "match_label").distinct()
         sampled, plan = subsample(groups, "match_label", target, ctx.cfg.seed, ["group_id"])
-        log.info("cst_ss: %d of %d groups, TVD %.4f -> %.4f", plan.n, sum(plan.counts.values()),
-                 plan.tvd_before, plan.tvd_after)
+        log.info(
+            "cst_ss: %d of %d groups, TVD %.4f -> %.4f",
+            plan.n,
+            sum(plan.counts.values()),
+            plan.tvd_before,
+            plan.tvd_after,
+        )
         augmented = augmented.join(sampled.select("group_id"), "group_id")
     elif method != "cst_full":
         raise ConfigError(f"consistency.methods: unknown method {method!r}")
@@ -113,14 +122,22 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         written = tr.write(training_set(ctx, method, d_l, pool, colours, sizes), f"train_{method}", config_hash)
         n_rows, n_aug, depth = training_stats(ctx, f"train_{method}", written.version)
         trained[method] = (n_aug, n_rows)
-        models, level = model_jobs(ctx, f"train_{method}", written.version, depth, f"hft_{method}",
-                                   hash_of(config_hash, tr.inputs), cfg.repeats)
+        models, level = model_jobs(
+            ctx,
+            f"train_{method}",
+            written.version,
+            depth,
+            f"hft_{method}",
+            hash_of(config_hash, tr.inputs),
+            cfg.repeats,
+        )
         keys += [(method, repeat, seed, model) for repeat, seed, model in models]
         jobs += level
     train_levels(ctx, tr, jobs)
     rows = []
-    scores = evaluate_many(ctx, [(model, blind if method == "cs_blind" else None) for method, _, _, model in keys],
-                           accuracy_test, pairs)
+    scores = evaluate_many(
+        ctx, [(model, blind if method == "cs_blind" else None) for method, _, _, model in keys], accuracy_test, pairs
+    )
     for (method, repeat, seed, _), (f1, consistency) in zip(keys, scores):
         n_aug, n_train = trained[method]
         rows.append((tr.run_id, method, repeat, seed, f1, consistency, n_train, n_aug))
@@ -133,8 +150,15 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     first = {method: model for method, repeat, _, model in keys if repeat == 0}
     if ctx.cfg.registry.ships("consistency"):
         examples = [r["title"] for r in accuracy_test.select("title").limit(3).collect()]
-        ship(ctx, tr, [candidate(ctx, tr, method, model, pdf, blind_rules(method, colours, sizes), examples)
-                       for method, model in first.items()], compare_of=comparer(ctx))
+        ship(
+            ctx,
+            tr,
+            [
+                candidate(ctx, tr, method, model, pdf, blind_rules(method, colours, sizes), examples)
+                for method, model in first.items()
+            ],
+            compare_of=comparer(ctx),
+        )
     else:
         for method, model in first.items():
             tr.log_model_folder(model.uri, f"models/{method}")
@@ -155,8 +179,16 @@ def blind_rules(method: str, colours: list[str], sizes: list[str]) -> list[list[
     return [[dictionary_pattern(sizes), SIZE_TOKEN], [dictionary_pattern(colours), COLOUR_TOKEN]]
 
 
-def candidate(ctx: JobContext, tr: JobRun, method: str, model, pdf, blind: list[list[str]], examples: list[str],
-              lineage: Optional[dict[str, str]] = None):
+def candidate(
+    ctx: JobContext,
+    tr: JobRun,
+    method: str,
+    model,
+    pdf,
+    blind: list[list[str]],
+    examples: list[str],
+    lineage: Optional[dict[str, str]] = None,
+):
     """The registry candidate of ``method``: its first repeat's HFT, its R repeats' test metrics (``pdf``: the
     results rows), its lineage (the consistency config's hash, and ``lineage``), and ``examples`` (a few test
     titles) as its input example."""
@@ -166,11 +198,17 @@ def candidate(ctx: JobContext, tr: JobRun, method: str, model, pdf, blind: list[
     rows = pdf[pdf["method"] == method]
     test = {t: tr.data_versions[t] for t in ("accuracy_test", "consistency_test")}  # its scoring: these versions
     return Candidate(
-        "consistency", method, model.uri, {"kind": "hft", "depth": model.depth, "substitute": blind},
+        "consistency",
+        method,
+        model.uri,
+        {"kind": "hft", "depth": model.depth, "substitute": blind},
         {m: Measure.of(rows[m].tolist()) for m in ("f1_weighted", "consistency_rate")},
         train={f"train_{method}": tr.result.outputs[f"train_{method}"].version},
-        test=test, scoring=dict(test), examples=examples,
-        lineage={"config_hash": hash_of(asdict(ctx.cfg.consistency), ctx.cfg.seed), **(lineage or {})})
+        test=test,
+        scoring=dict(test),
+        examples=examples,
+        lineage={"config_hash": hash_of(asdict(ctx.cfg.consistency), ctx.cfg.seed), **(lineage or {})},
+    )
 
 
 def comparer(ctx: JobContext):
@@ -189,20 +227,37 @@ def comparer(ctx: JobContext):
         pairs = ctx.lakehouse.read("consistency_test", scoring["consistency_test"])
 
         def compare(candidate: str, candidate_manifest: dict, champion: str, champion_manifest: dict) -> dict:
-            models = [(HFTModel(uri, int(m["depth"])), m.get("substitute") or [])
-                      for uri, m in ((candidate, candidate_manifest), (champion, champion_manifest))]
-            rows = accuracy_test.select("category", *(substitute_col(F.col("title"), subs).alias(f"t{i}")
-                                                      for i, (_, subs) in enumerate(models)))
-            both = pairs.select(*(substitute_col(F.col(f"title_{k}"), subs).alias(f"t{k}{i}")
-                                  for i, (_, subs) in enumerate(models) for k in (1, 2)))
+            models = [
+                (HFTModel(uri, int(m["depth"])), m.get("substitute") or [])
+                for uri, m in ((candidate, candidate_manifest), (champion, champion_manifest))
+            ]
+            rows = accuracy_test.select(
+                "category",
+                *(substitute_col(F.col("title"), subs).alias(f"t{i}") for i, (_, subs) in enumerate(models)),
+            )
+            both = pairs.select(
+                *(
+                    substitute_col(F.col(f"title_{k}"), subs).alias(f"t{k}{i}")
+                    for i, (_, subs) in enumerate(models)
+                    for k in (1, 2)
+                )
+            )
             for i, (model, _) in enumerate(models):
                 rows = predict(rows, model, f"t{i}", f"p{i}")
                 both = predict(predict(both, model, f"t1{i}", f"p1{i}"), model, f"t2{i}", f"p2{i}")
             row_cells = rows.groupBy("category", "p0_label", "p1_label").count().collect()
-            pair_cells = both.groupBy((F.col("p10_label") == F.col("p20_label")).alias("a"),
-                                      (F.col("p11_label") == F.col("p21_label")).alias("b")).count().collect()
-            return {"rows": [((r[0], r[1], r[2]), int(r[3])) for r in row_cells],
-                    "pairs": [((bool(r[0]), bool(r[1])), int(r[2])) for r in pair_cells]}
+            pair_cells = (
+                both.groupBy(
+                    (F.col("p10_label") == F.col("p20_label")).alias("a"),
+                    (F.col("p11_label") == F.col("p21_label")).alias("b"),
+                )
+                .count()
+                .collect()
+            )
+            return {
+                "rows": [((r[0], r[1], r[2]), int(r[3])) for r in row_cells],
+                "pairs": [((bool(r[0]), bool(r[1])), int(r[2])) for r in pair_cells],
+            }
 
         return compare
 
@@ -215,14 +270,21 @@ def training_stats(ctx: JobContext, table: str, version: int) -> tuple[int, int,
 
     from common.data.taxonomy import depth_col
 
-    stats = ctx.lakehouse.read(table, version).agg(
-        F.count("*").alias("n"), F.sum((F.col("source") != "labeled").cast("long")).alias("aug"),
-        F.max(depth_col(F.col("category"))).alias("depth")).first()
+    stats = (
+        ctx.lakehouse.read(table, version)
+        .agg(
+            F.count("*").alias("n"),
+            F.sum((F.col("source") != "labeled").cast("long")).alias("aug"),
+            F.max(depth_col(F.col("category"))).alias("depth"),
+        )
+        .first()
+    )
     return int(stats["n"]), int(stats["aug"] or 0), int(stats["depth"] or 0)
 
 
-def model_jobs(ctx: JobContext, table: str, version: int, depth: int, name: str, key: str, repeats: int,
-               first_repeat: int = 0):
+def model_jobs(
+    ctx: JobContext, table: str, version: int, depth: int, name: str, key: str, repeats: int, first_repeat: int = 0
+):
     """The HFT models of ``repeats`` trainings on a table version (seeds seed+repeat) and their level jobs.
 
     Returns ([(repeat, seed, HFTModel)], [train_level kwargs]).
@@ -245,8 +307,9 @@ def train_levels(ctx: JobContext, tr, jobs) -> None:
 
     level_stats = HFTTrainerPool(ctx.ray()).train(jobs)
     tr.log_dict(stats_dict(level_stats), "models/training_stats.json")
-    tr.log_metrics({"fasttext_words_per_second_per_thread":
-                    statistics.median(s.words_per_second_per_thread for s in level_stats)})
+    tr.log_metrics(
+        {"fasttext_words_per_second_per_thread": statistics.median(s.words_per_second_per_thread for s in level_stats)}
+    )
 
 
 def with_lifts(rows: list[tuple], baseline: Optional[tuple[float, float]] = None) -> list[tuple]:
@@ -271,15 +334,19 @@ def with_lifts(rows: list[tuple], baseline: Optional[tuple[float, float]] = None
 def summary_table(pdf) -> str:
     """The paper's Table 1 as text: per method mean ± std of F1 and consistency, and mean lifts."""
     grouped = pdf.groupby("method", sort=False)
-    lines = [f"{'method':<10} {'F1 (weighted)':>17} {'lift':>8} {'consistency':>17} {'lift':>8} {'n_train':>8} "
-             f"{'repeats':>7}"]
+    lines = [
+        f"{'method':<10} {'F1 (weighted)':>17} {'lift':>8} {'consistency':>17} {'lift':>8} {'n_train':>8} "
+        f"{'repeats':>7}"
+    ]
     for method, g in grouped:
         f1s, cons = g["f1_weighted"], g["consistency_rate"]
         f1_lift = g["f1_lift"].mean() if g["f1_lift"].notna().any() else float("nan")
         cons_lift = g["consistency_lift"].mean() if g["consistency_lift"].notna().any() else float("nan")
-        lines.append(f"{method:<10} {f1s.mean():>8.4f} ± {f1s.std(ddof=0):.4f} {f1_lift:>+8.2%} "
-                     f"{cons.mean():>8.4f} ± {cons.std(ddof=0):.4f} {cons_lift:>+8.2%} {int(g['n_train'].iloc[0]):>8} "
-                     f"{len(g):>7}")
+        lines.append(
+            f"{method:<10} {f1s.mean():>8.4f} ± {f1s.std(ddof=0):.4f} {f1_lift:>+8.2%} "
+            f"{cons.mean():>8.4f} ± {cons.std(ddof=0):.4f} {cons_lift:>+8.2%} {int(g['n_train'].iloc[0]):>8} "
+            f"{len(g):>7}"
+        )
     return "\n".join(lines)
 
 
@@ -293,13 +360,19 @@ def report(ctx: JobContext, tr, pdf) -> None:
     folder = Path(ctx.reports_dir("consistency"))
     table = summary_table(pdf)
     print(table)
-    stats = pdf.groupby("method", sort=False).agg(f1=("f1_weighted", "mean"), f1_std=("f1_weighted", "std"),
-                                                 cons=("consistency_rate", "mean"),
-                                                 cons_std=("consistency_rate", "std")).fillna(0.0)
+    stats = (
+        pdf.groupby("method", sort=False)
+        .agg(
+            f1=("f1_weighted", "mean"),
+            f1_std=("f1_weighted", "std"),
+            cons=("consistency_rate", "mean"),
+            cons_std=("consistency_rate", "std"),
+        )
+        .fillna(0.0)
+    )
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for method, row in stats.iterrows():
-        ax.errorbar(row["f1"], row["cons"], xerr=row["f1_std"], yerr=row["cons_std"], fmt="o", capsize=3,
-                    label=method)
+        ax.errorbar(row["f1"], row["cons"], xerr=row["f1_std"], yerr=row["cons_std"], fmt="o", capsize=3, label=method)
         ax.annotate(method, (row["f1"], row["cons"]), textcoords="offset points", xytext=(6, 4))
     ax.set_xlabel("weighted F1 (accuracy test)")
     ax.set_ylabel("consistency rate (consistency test)")
@@ -314,7 +387,8 @@ def report(ctx: JobContext, tr, pdf) -> None:
         "# Consistency results\n\n"
         f"MLflow run `{tr.run_id}`; table `{RESULTS}`.\n\n```\n{table}\n```\n\n![F1 vs "
         f"consistency](f1_vs_consistency.png)\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     tr.log_artifact(str(chart), "report")
     tr.log_artifact(str(markdown), "report")
 

@@ -10,6 +10,7 @@ rows is mixed in so that ingest has something to quarantine. The generation runs
 Idempotent: a marker file records the config hash, and an unchanged config leaves the files as they
 are (so ingest sees the same input versions and skips too), unless ``--force``.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ NAME = "generate-demo"
 MARKER = "_demo.json"
 
 LABELED_SCHEMA = "item_id string, title string, category string"
-CATALOG_SCHEMA = ("item_id string, title string, group_id string, gtin string, mpn string, brand string, "
-                  "true_category string")
+CATALOG_SCHEMA = (
+    "item_id string, title string, group_id string, gtin string, mpn string, brand string, true_category string"
+)
 INTERACTIONS_SCHEMA = "query string, product_id string, interaction string, count long"
 
 
@@ -84,8 +86,9 @@ def _generate(ctx: JobContext, landing: str) -> dict[str, int]:
 
     def ranges(total: int):
         # Several ranges per partition keep tasks short; only (start, stop) pairs leave the driver.
-        return spark.createDataFrame(list(demo_data.chunks(total, parts * 4)), "start long, stop long") \
-            .repartition(parts)
+        return spark.createDataFrame(list(demo_data.chunks(total, parts * 4)), "start long, stop long").repartition(
+            parts
+        )
 
     def gen_labeled(batches):
         for batch in batches:
@@ -108,8 +111,9 @@ def _generate(ctx: JobContext, landing: str) -> dict[str, int]:
 
     labeled = ranges(world.n_labeled).mapInPandas(gen_labeled, LABELED_SCHEMA)
     labeled_bad, n_labeled_bad = bad("labeled", world.n_labeled, LABELED_SCHEMA)
-    labeled.unionByName(labeled_bad).write.mode("overwrite").option("header", "true") \
-        .option("escape", '"').csv(f"{landing}/labeled_products")
+    labeled.unionByName(labeled_bad).write.mode("overwrite").option("header", "true").option("escape", '"').csv(
+        f"{landing}/labeled_products"
+    )
 
     catalog = ranges(world.n_groups).mapInPandas(gen_catalog, CATALOG_SCHEMA).cache()
     n_catalog = int(world.size.sum())

@@ -21,6 +21,7 @@
   synthetic_only and off_topic_balanced when asked) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set:
   ``genre_results`` and a report (the paper's Table 4 and per-topic gains).
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,7 +51,6 @@ from jobs.genre_tables import (
 log = logging.getLogger(__name__)
 
 
-
 class DuplicateDocumentError(InputError):
     """Two documents share a doc_id: splits and keywords are per document, so ids must be unique."""
 
@@ -60,9 +60,11 @@ def _check_unique(df, table: str) -> None:
 
     dupes = [r["doc_id"] for r in df.groupBy("doc_id").count().filter(F.col("count") > 1).limit(5).collect()]
     if dupes:
-        raise DuplicateDocumentError(f"{table}: doc_id is not unique (e.g. {', '.join(map(repr, dupes))}); give each "
-                                     "document its own id (inputs.documents.rename can map another column), or keep "
-                                     "ingest.dedup.exact on so that ingest quarantines the copies")
+        raise DuplicateDocumentError(
+            f"{table}: doc_id is not unique (e.g. {', '.join(map(repr, dupes))}); give each "
+            "document its own id (inputs.documents.rename can map another column), or keep "
+            "ingest.dedup.exact on so that ingest quarantines the copies"
+        )
 
 
 @job("genre-topics")
@@ -104,8 +106,9 @@ def topics_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     for r in ctx.lakehouse.read(TOPIC_WORDS, tr.result.outputs[TOPIC_WORDS].version).orderBy("topic").collect():
         log.info("topic %2d (%.3f): %s", r["topic"], r["prevalence"], r["words"])
     passages = ctx.lakehouse.read(PASSAGES, written.version)
-    row = passages.agg(F.count(F.lit(1)).alias("passages"),
-                       F.sum((F.col("keywords") == "").cast("long")).alias("no_keywords")).first()
+    row = passages.agg(
+        F.count(F.lit(1)).alias("passages"), F.sum((F.col("keywords") == "").cast("long")).alias("no_keywords")
+    ).first()
     return {**metrics, "passages": float(row["passages"]), "passages_without_keywords": float(row["no_keywords"] or 0)}
 
 
@@ -151,7 +154,7 @@ def _evaluated_topics(ctx: JobContext, doc_topics) -> list[int]:
         return sorted(set(split.topics))
     # k rows: bounded by the config.
     ranked = [r["topic"] for r in prevalence(doc_topics).orderBy("prevalence", ascending=False).collect()]
-    return sorted(ranked[:split.max_topics] if split.max_topics else ranked)
+    return sorted(ranked[: split.max_topics] if split.max_topics else ranked)
 
 
 @job("genre-splits")
@@ -171,8 +174,10 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     counts = {r["genre"]: r["count"] for r in dt.groupBy("genre").count().collect()}
     sizes = effective_sizes(counts, cfg.split)
     if not sizes:
-        raise InputError(f"genre.split.sizes {cfg.split.sizes}: no genre has enough documents for a training set "
-                         f"(documents per genre: {counts})")
+        raise InputError(
+            f"genre.split.sizes {cfg.split.sizes}: no genre has enough documents for a training set "
+            f"(documents per genre: {counts})"
+        )
     dropped = sorted(set(cfg.split.sizes) - set(sizes))
     if dropped:
         log.info("sizes %s dropped: the genres cap them to (nearly) the training sets of a smaller N", dropped)
@@ -180,17 +185,28 @@ def splits_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
         log.info("N=%d: (test, train) documents per genre %s", n, split_sizes(counts, n, cfg.split))
     starved = [g for g, (_, train) in split_sizes(counts, max(sizes), cfg.split).items() if train == 0]
     if starved:
-        log.warning("genres %s have too few documents for any training set: their test documents can only be "
-                    "misclassified", starved)
+        log.warning(
+            "genres %s have too few documents for any training set: their test documents can only be misclassified",
+            starved,
+        )
     topics = _evaluated_topics(ctx, dt)
     tr.write(topic_splits(dt, topics, sizes, cfg.split), SPLITS, config_hash)
     # Per (topic, N): no test document's text among the training documents' (ingest keeps one copy of each).
-    rows = tr.written(SPLITS).join(tr.read(DOCUMENTS).select("doc_id", "text"), "doc_id") \
+    rows = (
+        tr.written(SPLITS)
+        .join(tr.read(DOCUMENTS).select("doc_id", "text"), "doc_id")
         .withColumn("text", F.concat_ws("\u0001", "topic", "n", "text"))
-    check_no_leak(rows.filter(F.col("role").isin("on_topic", "off_topic")), "text",
-                  rows.filter(F.col("role") == "test"), "text", "genre-splits: test documents in training sets")
-    tr.log_dict({"topics": topics, "sizes": sizes, "dropped_sizes": dropped, "documents_per_genre": counts},
-                "splits.json")
+    )
+    check_no_leak(
+        rows.filter(F.col("role").isin("on_topic", "off_topic")),
+        "text",
+        rows.filter(F.col("role") == "test"),
+        "text",
+        "genre-splits: test documents in training sets",
+    )
+    tr.log_dict(
+        {"topics": topics, "sizes": sizes, "dropped_sizes": dropped, "documents_per_genre": counts}, "splits.json"
+    )
     return {"topics": float(len(topics)), "sizes": float(len(sizes))}
 
 
@@ -206,13 +222,22 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int):
     pairs = ctx.lakehouse.read(PAIRS, pairs_version)
     # One row per (topic, n, genre): bounded by topics x sizes x genres. A genre-conditioned generator (not
     # per_genre) is one model per (topic, n) that every genre's row names.
-    keys = pairs.groupBy("topic", "n", "genre").agg(F.count(F.lit(1)).alias("pairs")).orderBy("topic", "n", "genre") \
+    keys = (
+        pairs.groupBy("topic", "n", "genre")
+        .agg(F.count(F.lit(1)).alias("pairs"))
+        .orderBy("topic", "n", "genre")
         .collect()
+    )
     # A model depends on what it learns from and how, not on how it is later prompted or decoded: a new
     # synthetic_ratio or sampling setting reuses the fine-tuned generators. (per_genre enters the hash only
     # when false, so the per-genre generators of earlier runs keep their keys.)
-    model_hash = hash_of(asdict(gen.model), asdict(gen.fine_tune), gen.max_passages_per_doc, ctx.cfg.seed,
-                         *([] if gen.per_genre else ["genre-conditioned"]))
+    model_hash = hash_of(
+        asdict(gen.model),
+        asdict(gen.fine_tune),
+        gen.max_passages_per_doc,
+        ctx.cfg.seed,
+        *([] if gen.per_genre else ["genre-conditioned"]),
+    )
     rows, todo, started = [], [], set()
     for r in keys:
         model_key = (r["topic"], r["n"], r["genre"] if gen.per_genre else None)
@@ -224,19 +249,34 @@ def _fine_tune_generators(ctx: JobContext, tr: JobRun, pairs_version: int):
             started.add(uri)
             filters = [("topic", "=", r["topic"]), ("n", "=", r["n"])]
             todo.append((filters + ([("genre", "=", r["genre"])] if gen.per_genre else []), uri))
-    log.info("generators: %d for %d genre rows, %d to fine-tune, %d reused (same config and inputs)",
-             len({r[4] for r in rows}), len(rows), len(todo), len({r[4] for r in rows if r[6]}))
+    log.info(
+        "generators: %d for %d genre rows, %d to fine-tune, %d reused (same config and inputs)",
+        len({r[4] for r in rows}),
+        len(rows),
+        len(todo),
+        len({r[4] for r in rows if r[6]}),
+    )
     if todo:
-        results = fine_tune_many_on_ray(ctx.ray(), ctx.lakehouse.file_uris(PAIRS, pairs_version), todo,
-                                        ModelSpec.from_config(gen.model), TrainSpec.from_config(gen.fine_tune,
-                                                                                                ctx.cfg.seed),
-                                        num_cpus=gen.fine_tune.num_cpus, num_gpus=gen.fine_tune.num_gpus)
+        results = fine_tune_many_on_ray(
+            ctx.ray(),
+            ctx.lakehouse.file_uris(PAIRS, pairs_version),
+            todo,
+            ModelSpec.from_config(gen.model),
+            TrainSpec.from_config(gen.fine_tune, ctx.cfg.seed),
+            num_cpus=gen.fine_tune.num_cpus,
+            num_gpus=gen.fine_tune.num_gpus,
+        )
         losses = [r.step_losses[-1] for r in results if r.step_losses]  # none for in-context generators
-        tr.log_metrics({"fine_tune.generators": float(len(results)),
-                        "fine_tune.seconds": float(sum(r.seconds for r in results)),
-                        **({"fine_tune.mean_final_loss": float(sum(losses) / len(losses))} if losses else {})})
-    return ctx.spark.createDataFrame(rows, "topic int, n int, genre string, pairs long, model_path string, "
-                                           "model_version string, reused boolean")
+        tr.log_metrics(
+            {
+                "fine_tune.generators": float(len(results)),
+                "fine_tune.seconds": float(sum(r.seconds for r in results)),
+                **({"fine_tune.mean_final_loss": float(sum(losses) / len(losses))} if losses else {}),
+            }
+        )
+    return ctx.spark.createDataFrame(
+        rows, "topic int, n int, genre string, pairs long, model_path string, model_version string, reused boolean"
+    )
 
 
 @job("genre-generate", preflight=served_preflight(lambda cfg: cfg.genre.generator.model))
@@ -254,18 +294,29 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     config_hash = hash_of(asdict(gen), ctx.cfg.seed)
     if tr.all_written([SYNTHETIC, QUARANTINE], config_hash):
         return None
-    pairs = tr.write(generator_pairs(splits, passages, gen.max_passages_per_doc, gen.per_genre), PAIRS,
-                     config_hash)
+    pairs = tr.write(generator_pairs(splits, passages, gen.max_passages_per_doc, gen.per_genre), PAIRS, config_hash)
     generators = tr.write(_fine_tune_generators(ctx, tr, pairs.version), GENERATORS, config_hash)
-    prompt_rows = tr.write(prompts(splits, passages, ctx.lakehouse.read(GENERATORS, generators.version),
-                                   ctx.cfg.seed, gen.synthetic_ratio, gen.off_topic_control, gen.per_genre),
-                           PROMPTS, config_hash)
+    prompt_rows = tr.write(
+        prompts(
+            splits,
+            passages,
+            ctx.lakehouse.read(GENERATORS, generators.version),
+            ctx.cfg.seed,
+            gen.synthetic_ratio,
+            gen.off_topic_control,
+            gen.per_genre,
+        ),
+        PROMPTS,
+        config_hash,
+    )
     # one generator per genre: a bounded read
     paths = [r[0] for r in ctx.lakehouse.read(GENERATORS, generators.version).select("model_path").collect()]
-    generated = generate_routed_stage(ctx, tr, PROMPTS, prompt_rows.version, gen.generation, paths, gen.cache_models,
-                                      GENERATED, config_hash)
-    rows = synthetic(ctx.lakehouse.read(GENERATED, generated.version),
-                     ctx.lakehouse.read(PROMPTS, prompt_rows.version))
+    generated = generate_routed_stage(
+        ctx, tr, PROMPTS, prompt_rows.version, gen.generation, paths, gen.cache_models, GENERATED, config_hash
+    )
+    rows = synthetic(
+        ctx.lakehouse.read(GENERATED, generated.version), ctx.lakehouse.read(PROMPTS, prompt_rows.version)
+    )
     kept = tr.write(rows.filter(F.col("reason").isNull()).drop("reason"), SYNTHETIC, config_hash)
     rejected = tr.write(rows.filter(F.col("reason").isNotNull()), QUARANTINE, config_hash)
     n_prompts = ctx.lakehouse.read(PROMPTS, prompt_rows.version).count()
@@ -274,19 +325,37 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     if n_kept + n_rejected != n_prompts:
         raise RuntimeError(f"{n_prompts} prompts != {n_kept} synthetic documents + {n_rejected} quarantined")
     # One row per reason: bounded.
-    reasons = {r["reason"]: r["count"] for r in
-               ctx.lakehouse.read(QUARANTINE, rejected.version).groupBy("reason").count().collect()}
+    reasons = {
+        r["reason"]: r["count"]
+        for r in ctx.lakehouse.read(QUARANTINE, rejected.version).groupBy("reason").count().collect()
+    }
     tokens = ctx.lakehouse.read(SYNTHETIC, kept.version).agg(F.sum("generated_tokens")).first()[0] or 0
-    log.info("genre generate: %d prompts = %d synthetic documents + %d quarantined %s", n_prompts, n_kept,
-             n_rejected, reasons)
-    tr.log_dict({"prompts": n_prompts, "synthetic": n_kept, "quarantined": n_rejected, "reasons": reasons},
-                "generate.json")
-    tr.write_card(SYNTHETIC, generator_facts(gen.model, gen.fine_tune, gen.generation)
-                  | {"generators": "one per genre" if gen.per_genre else "one genre-conditioned generator",
-                     "synthetic per real document": gen.synthetic_ratio},
-                  {"quarantined": "empty outputs and copies of their prompt"}, {"prompts": n_prompts, **reasons})
-    return {"prompts": float(n_prompts), "synthetic": float(n_kept), "quarantined": float(n_rejected),
-            "generated_tokens": float(tokens)}
+    log.info(
+        "genre generate: %d prompts = %d synthetic documents + %d quarantined %s",
+        n_prompts,
+        n_kept,
+        n_rejected,
+        reasons,
+    )
+    tr.log_dict(
+        {"prompts": n_prompts, "synthetic": n_kept, "quarantined": n_rejected, "reasons": reasons}, "generate.json"
+    )
+    tr.write_card(
+        SYNTHETIC,
+        generator_facts(gen.model, gen.fine_tune, gen.generation)
+        | {
+            "generators": "one per genre" if gen.per_genre else "one genre-conditioned generator",
+            "synthetic per real document": gen.synthetic_ratio,
+        },
+        {"quarantined": "empty outputs and copies of their prompt"},
+        {"prompts": n_prompts, **reasons},
+    )
+    return {
+        "prompts": float(n_prompts),
+        "synthetic": float(n_kept),
+        "quarantined": float(n_rejected),
+        "generated_tokens": float(tokens),
+    }
 
 
 def run(ctx: JobContext) -> JobResult:

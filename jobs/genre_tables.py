@@ -6,5 +6,7 @@ SPLITS = "genre_splits"
 PAIRS, GENERATORS, PROMPTS, GENERATED = "genre_gen_pairs", "genre_generators", "genre_prompts", "genre_generated"
 SYNTHETIC, QUARANTINE = "genre_synthetic", "genre_synthetic_quarantine"
 EVAL_SETS, RESULTS = "genre_eval_sets", "genre_results"
-RESULT_SCHEMA = ("run_id string, topic int, n int, method string, model string, repeat int, seed long, "
-                 "accuracy double, macro_f1 double, n_train long, n_test long")
+RESULT_SCHEMA = (
+    "run_id string, topic int, n int, method string, model string, repeat int, seed long, "
+    "accuracy double, macro_f1 double, n_train long, n_test long"
+)

@@ -18,6 +18,7 @@ Incremental: a Delta path input whose commits since the version last ingested (w
 appended rows has just those rows validated and appended to both tables (``ingest.incremental``); any other
 change to it, or any other input kind, is ingested in full and overwrites.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,12 @@ from jobs import entry_point
 log = logging.getLogger(__name__)
 
 NAME = "ingest"
-_DEMO_LANDING = {"labeled": "labeled_products", "catalog": "catalog", "interactions": "interactions",
-                 "products": "products"}
+_DEMO_LANDING = {
+    "labeled": "labeled_products",
+    "catalog": "catalog",
+    "interactions": "interactions",
+    "products": "products",
+}
 
 
 class AccountingError(RuntimeError):
@@ -52,8 +57,9 @@ def resolve_inputs(cfg: AppConfig) -> dict[str, InputSpec]:
         return configured
     landing = landing_dir(cfg)
     folders = {kind: f"{landing}/{_DEMO_LANDING[kind]}" for kind in CATALOG_KINDS}
-    return {kind: InputSpec(path=folder) for kind, folder in folders.items()
-            if "://" in folder or Path(folder).exists()}
+    return {
+        kind: InputSpec(path=folder) for kind, folder in folders.items() if "://" in folder or Path(folder).exists()
+    }
 
 
 def resolve_taxonomy(cfg: AppConfig) -> Optional[str]:
@@ -77,8 +83,10 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 
     specs = resolve_inputs(ctx.cfg)
     if not specs:
-        raise ConfigError("nothing to ingest: set inputs.labeled / inputs.catalog / inputs.interactions / "
-                         "inputs.products, or run `augment run generate-demo` first")
+        raise ConfigError(
+            "nothing to ingest: set inputs.labeled / inputs.catalog / inputs.interactions / "
+            "inputs.products, or run `augment run generate-demo` first"
+        )
     taxonomy_df = None
     taxonomy_path = resolve_taxonomy(ctx.cfg)
     if taxonomy_path:
@@ -116,8 +124,10 @@ def texts_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 def _documents_set(cfg: AppConfig) -> None:
     """The documents job's preflight: raises ConfigError when ``inputs.documents`` is unset."""
     if cfg.inputs.documents is None:
-        raise ConfigError("nothing to ingest: set inputs.documents (doc_id, text, genre), e.g. "
-                         "../shared/data/brown/documents.csv (conf/genre_brown.yaml)")
+        raise ConfigError(
+            "nothing to ingest: set inputs.documents (doc_id, text, genre), e.g. "
+            "../shared/data/brown/documents.csv (conf/genre_brown.yaml)"
+        )
 
 
 @job("ingest-documents", preflight=_documents_set)
@@ -135,9 +145,11 @@ def documents_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
 def _multilabel_set(cfg: AppConfig) -> None:
     """The multilabel job's preflight: raises ConfigError when ``inputs.multilabel`` is unset."""
     if cfg.inputs.multilabel is None:
-        raise ConfigError("nothing to ingest: set inputs.multilabel (text, labels), e.g. "
-                          "../shared/data/semeval2018_ec "
-                         "with its 0/1 emotion columns as label_columns (conf/compositional_semeval.yaml)")
+        raise ConfigError(
+            "nothing to ingest: set inputs.multilabel (text, labels), e.g. "
+            "../shared/data/semeval2018_ec "
+            "with its 0/1 emotion columns as label_columns (conf/compositional_semeval.yaml)"
+        )
 
 
 @job("ingest-multilabel", preflight=_multilabel_set)
@@ -163,23 +175,37 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
     if taxonomy_df is not None and "category" in contract.column_names:
         other_inputs["taxonomy"] = str(tr.result.outputs["taxonomy"].version)
     since = last_ingested(ctx, contract, config_hash, spec.path, other_inputs, tr.result.job)
-    raw = read_input(ctx.spark, spec, contract, native_delta=ctx.capabilities.native_delta, since=since,
-                     label_separator=ctx.cfg.ingest.label_separator)
+    raw = read_input(
+        ctx.spark,
+        spec,
+        contract,
+        native_delta=ctx.capabilities.native_delta,
+        since=since,
+        label_separator=ctx.cfg.ingest.label_separator,
+    )
     # Appended source rows are validated alone and appended: every rule is per row, so the tables end up
     # as a full ingest of the new source version would leave them.
     inputs = {raw.location: raw.version, **other_inputs}
     near_table = f"{contract.name}_near_duplicates"
-    if tr.all_written([contract.name, contract.quarantine_table] + ([near_table] if near else []), config_hash,
-                      inputs):
+    if tr.all_written(
+        [contract.name, contract.quarantine_table] + ([near_table] if near else []), config_hash, inputs
+    ):
         return {}
     mode = "overwrite" if raw.since is None else "append"
     # An appended row may copy one the table already keeps: the kept rows take part as earlier copies.
     # Pinned to its version: this run appends to that table before it writes the quarantine.
-    prior = (ctx.lakehouse.read(contract.name, ctx.lakehouse.version(contract.name))
-             if raw.since is not None and ctx.cfg.ingest.dedup.exact else None)
+    prior = (
+        ctx.lakehouse.read(contract.name, ctx.lakehouse.version(contract.name))
+        if raw.since is not None and ctx.cfg.ingest.dedup.exact
+        else None
+    )
     validated = duplicates.with_duplicate_reasons(
         quarantine.with_reasons(raw.df, contract, ctx.cfg.ingest, taxonomy_df, spec.strip_markup, raw.malformed),
-        contract, ctx.cfg.ingest, prior, raw.absent).persist(StorageLevel.MEMORY_AND_DISK)
+        contract,
+        ctx.cfg.ingest,
+        prior,
+        raw.absent,
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # An incremental run may find no appended rows; a full one with none would empty the tables.
         by_reason = quarantine.reason_counts(validated, raw.location, allow_empty=raw.since is not None)
@@ -192,8 +218,9 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
             written = tr.write(near_rows, near_table, config_hash, inputs)
             n_near, clusters = _near_counts(ctx.lakehouse.read(near_table, written.version))
         kept = tr.write(valid, contract.name, config_hash, inputs, mode)
-        rejected = tr.write(quarantine.rejected(validated, contract), contract.quarantine_table, config_hash, inputs,
-                            mode)
+        rejected = tr.write(
+            quarantine.rejected(validated, contract), contract.quarantine_table, config_hash, inputs, mode
+        )
     finally:
         validated.unpersist()
     n_kept = n_in - n_rejected - n_near
@@ -201,16 +228,42 @@ def ingest_one(ctx: JobContext, tr: JobRun, contract: Contract, spec: InputSpec,
         if res.num_rows is not None and res.num_rows != expected:
             raise AccountingError(f"{contract.name}: wrote {res.num_rows} rows to {res.table}, expected {expected}")
     reasons = {k: v for k, v in sorted(by_reason.items(), key=lambda kv: -kv[1]) if k is not None}
-    dedup = duplicates.report(reasons) | ({"near_duplicate": n_near, "near_duplicate_clusters": clusters}
-                                          if near else {})
-    tr.log_dict({"input": raw.location, "version": raw.version, "incremental_since": raw.since, "rows_in": n_in,
-                 "kept": n_kept, "quarantined": n_rejected, "reasons": reasons, "dedup": dedup},
-                f"ingest/{contract.name}.json")
+    dedup = duplicates.report(reasons) | (
+        {"near_duplicate": n_near, "near_duplicate_clusters": clusters} if near else {}
+    )
+    tr.log_dict(
+        {
+            "input": raw.location,
+            "version": raw.version,
+            "incremental_since": raw.since,
+            "rows_in": n_in,
+            "kept": n_kept,
+            "quarantined": n_rejected,
+            "reasons": reasons,
+            "dedup": dedup,
+        },
+        f"ingest/{contract.name}.json",
+    )
     scope = "all rows" if raw.since is None else f"rows appended after v{raw.since}"
-    log.info("%s (%s of %s v%s): %d rows in = %d kept + %d quarantined %s + %d near duplicates", contract.name,
-             scope, raw.location, raw.version, n_in, n_kept, n_rejected, reasons, n_near)
-    return {"rows_in": n_in, "rows_kept": n_kept, "rows_quarantined": n_rejected,
-            **{f"rows_{kind}": n for kind, n in dedup.items()}, "incremental": int(raw.since is not None)}
+    log.info(
+        "%s (%s of %s v%s): %d rows in = %d kept + %d quarantined %s + %d near duplicates",
+        contract.name,
+        scope,
+        raw.location,
+        raw.version,
+        n_in,
+        n_kept,
+        n_rejected,
+        reasons,
+        n_near,
+    )
+    return {
+        "rows_in": n_in,
+        "rows_kept": n_kept,
+        "rows_quarantined": n_rejected,
+        **{f"rows_{kind}": n for kind, n in dedup.items()},
+        "incremental": int(raw.since is not None),
+    }
 
 
 _NEAR_KEY = "_near_key"
@@ -238,8 +291,9 @@ def _near_duplicates(ctx: JobContext, contract: Contract, valid):
     if key is None:
         key = _NEAR_KEY
         valid = valid.withColumn(key, F.sha2(F.to_json(F.struct(*contract.column_names)), 256))
-    staying, near = split_near_duplicates(valid, key, contract.dedup.text, d.near_threshold, d.near_shingle,
-                                          d.near_tables, ctx.cfg.seed)
+    staying, near = split_near_duplicates(
+        valid, key, contract.dedup.text, d.near_threshold, d.near_shingle, d.near_tables, ctx.cfg.seed
+    )
     return staying.drop(_NEAR_KEY), near.drop(_NEAR_KEY)
 
 
@@ -253,8 +307,14 @@ def _near_counts(near) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def last_ingested(ctx: JobContext, contract: Contract, config_hash: str, location: str,
-                  other_inputs: dict[str, str], job_name: str = NAME) -> Optional[str]:
+def last_ingested(
+    ctx: JobContext,
+    contract: Contract,
+    config_hash: str,
+    location: str,
+    other_inputs: dict[str, str],
+    job_name: str = NAME,
+) -> Optional[str]:
     """The source version that ``contract``'s table and its quarantine table were both last ingested from,
     with this config and the same other inputs (taxonomy), when that ingest is still each table's latest
     data version; None (a full ingest) otherwise, when forced, or with ``ingest.incremental`` off."""
@@ -292,10 +352,12 @@ def dedup_lines(lakehouse, infos) -> list[str]:
         counts = report(lakehouse.value_counts(rejected.name, "reason", reason_kind_of))
         near = rows.get(f"{contract.name}_near_duplicates")
         n_in = (kept.num_rows or 0) + (rejected.num_rows or 0) + (near.num_rows or 0 if near else 0)
-        lines.append(f"{contract.name + ':':<20} {n_in:>9} rows in, {counts['duplicate']} exact duplicates, "
-                     f"{counts['conflicting']} conflicting labels, {counts['repeated_id']} repeated ids"
-                     + (f", {near.num_rows} near duplicates" if near else "")
-                     + f" (v{rejected.version} of {rejected.name})")
+        lines.append(
+            f"{contract.name + ':':<20} {n_in:>9} rows in, {counts['duplicate']} exact duplicates, "
+            f"{counts['conflicting']} conflicting labels, {counts['repeated_id']} repeated ids"
+            + (f", {near.num_rows} near duplicates" if near else "")
+            + f" (v{rejected.version} of {rejected.name})"
+        )
     return ["dedup report (ingest.dedup):", *lines] if lines else []
 
 

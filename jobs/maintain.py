@@ -11,6 +11,7 @@ reads the same rows. The report (versions, live and stored files and bytes befor
 MLflow
 run as ``maintenance.json`` and summed into metrics. Scheduled weekly by the bundle (resources/maintenance.yml).
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,15 +35,19 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     names = cfg.tables or known
     missing = [n for n in names if n not in known]
     if missing:
-        raise ConfigError(f"maintenance.tables names {missing[0]!r}, which is not a table of the lakehouse "
-                         f"({ctx.lakehouse.cfg.catalog or ctx.lakehouse.cfg.root}); tables: {', '.join(known)}")
+        raise ConfigError(
+            f"maintenance.tables names {missing[0]!r}, which is not a table of the lakehouse "
+            f"({ctx.lakehouse.cfg.catalog or ctx.lakehouse.cfg.root}); tables: {', '.join(known)}"
+        )
     reports = [maintain_table(ctx.lakehouse, name, cfg) for name in names]
     print(format_report(reports), flush=True)
-    tr.log_dict({"retention_hours": cfg.retention_hours, "tables": [r.as_row() for r in reports]},
-                "maintenance.json")
+    tr.log_dict({"retention_hours": cfg.retention_hours, "tables": [r.as_row() for r in reports]}, "maintenance.json")
     tr.set_tags({"maintenance.tables": ",".join(names)})
-    metrics = {"tables": len(reports), "compacted": sum(r.compacted for r in reports),
-               "vacuumed_files": sum(r.vacuumed_files for r in reports)}
+    metrics = {
+        "tables": len(reports),
+        "compacted": sum(r.compacted for r in reports),
+        "vacuumed_files": sum(r.vacuumed_files for r in reports),
+    }
     if cfg.vacuum and not ctx.lakehouse.cfg.catalog:
         metrics["staging_folders_removed"] = remove_stale_staging(ctx.lakehouse.cfg.root, cfg.retention_hours)
     shipped = clean_shipped(ctx, cfg.shipped_models)

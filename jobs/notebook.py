@@ -7,6 +7,7 @@ plain script (``python notebooks/cga.py --conf conf/demo.yaml --overrides 'consi
 another process, they come from ``--conf``/``--overrides``/``--set`` or ``$AUGMENT_CONF``/``$AUGMENT_OVERRIDES``
 and the session is a local one built from the config (or the ``spark`` global when the caller passed one).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,12 @@ class Notebook:
             return widgets.get("conf"), shlex.split(widgets.get("overrides")), False
         script = self._g.get("__file__")
         # Run as `python notebooks/x.py ...`: its own command line (not that of a process executing it).
-        if (script and self._g.get("__name__") == "__main__" and sys.argv
-                and Path(sys.argv[0]).resolve() == Path(script).resolve()):
+        if (
+            script
+            and self._g.get("__name__") == "__main__"
+            and sys.argv
+            and Path(sys.argv[0]).resolve() == Path(script).resolve()
+        ):
             parser = argparse.ArgumentParser(prog=Path(script).name)
             add_common_args(parser)
             args = parser.parse_args(sys.argv[1:])

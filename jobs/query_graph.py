@@ -13,6 +13,7 @@
 * ``query-pairs`` reads ``query_clusters``, ``query_specificity``, ``query_similarity``; writes
   ``reformulation_pairs`` and the report (specificity and cluster-size histograms, top clusters).
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,9 +66,15 @@ def specificity_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         return None
     spec = specificity(interactions, ctx.cfg.query_graph.click_interactions)
     tr.write(spec, "query_specificity", _config_hash(ctx))
-    stats = tr.written("query_specificity").agg(
-        F.count("*").alias("queries"), F.max("entropy").alias("max_entropy"),
-        F.avg("specificity").alias("mean_specificity")).first()
+    stats = (
+        tr.written("query_specificity")
+        .agg(
+            F.count("*").alias("queries"),
+            F.max("entropy").alias("max_entropy"),
+            F.avg("specificity").alias("mean_specificity"),
+        )
+        .first()
+    )
     return {k: float(stats[k] or 0) for k in ("queries", "max_entropy", "mean_specificity")}
 
 
@@ -83,8 +90,10 @@ def similarity_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     pq, caps = product_queries(interactions, cfg)
     tr.write(similarities(pq, spec, cfg), "query_similarity", _config_hash(ctx))
     tr.write(caps, "query_hub_caps", _config_hash(ctx))
-    return {"similarities": tr.written("query_similarity").count(),
-            "capped_products": tr.written("query_hub_caps").count()}
+    return {
+        "similarities": tr.written("query_similarity").count(),
+        "capped_products": tr.written("query_hub_caps").count(),
+    }
 
 
 @job("query-clusters")
@@ -106,10 +115,13 @@ def clusters_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     pq, _ = product_queries(interactions, cfg)
     rows = subgraphs(pq, sims).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        sizes = rows.groupBy("product_id").agg(F.sum(F.col("v").isNull().cast("int")).alias("vertices"),
-                                               F.sum(F.col("v").isNotNull().cast("int")).alias("edges"))
+        sizes = rows.groupBy("product_id").agg(
+            F.sum(F.col("v").isNull().cast("int")).alias("vertices"),
+            F.sum(F.col("v").isNotNull().cast("int")).alias("edges"),
+        )
         too_big = sizes.filter(F.col("vertices") > cfg.max_subgraph_vertices).withColumn(
-            "reason", F.lit(f"subgraph larger than {cfg.max_subgraph_vertices} vertices"))
+            "reason", F.lit(f"subgraph larger than {cfg.max_subgraph_vertices} vertices")
+        )
         clusters = cluster_products(rows.join(too_big.select("product_id"), "product_id", "left_anti"), cfg)
         tr.write(clusters, "query_clusters", _config_hash(ctx))
         tr.write(too_big, "query_subgraph_skips", _config_hash(ctx))
@@ -117,18 +129,33 @@ def clusters_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         rows.unpersist()
     edges = sims.select(F.col("query").alias("src"), F.col("similar_query").alias("dst"))
     components = connected_components(edges, use_graphframes=ctx.capabilities.graphframes)
-    component_sizes = components.groupBy("component").agg(F.count("*").alias("size")) \
-        .groupBy("size").agg(F.count("*").alias("components")).orderBy("size")
+    component_sizes = (
+        components.groupBy("component")
+        .agg(F.count("*").alias("size"))
+        .groupBy("size")
+        .agg(F.count("*").alias("components"))
+        .orderBy("size")
+    )
     coefficients = triangle_counts(edges, use_graphframes=ctx.capabilities.graphframes)
     tr.write(component_sizes, "query_graph_components", _config_hash(ctx))
     stats = coefficients.agg(F.avg("clustering").alias("c"), F.sum("triangles").alias("t")).first()
-    summary = tr.written("query_clusters").agg(F.count("*").alias("clusters"),
-                                               F.countDistinct("product_id").alias("products"),
-                                               F.avg("size").alias("mean_size")).first()
-    return {"clusters": summary["clusters"], "products_with_clusters": summary["products"],
-            "mean_cluster_size": summary["mean_size"] or 0,
-            "skipped_subgraphs": tr.written("query_subgraph_skips").count(),
-            "graph_mean_clustering_coefficient": stats["c"] or 0, "graph_triangles": (stats["t"] or 0) / 3}
+    summary = (
+        tr.written("query_clusters")
+        .agg(
+            F.count("*").alias("clusters"),
+            F.countDistinct("product_id").alias("products"),
+            F.avg("size").alias("mean_size"),
+        )
+        .first()
+    )
+    return {
+        "clusters": summary["clusters"],
+        "products_with_clusters": summary["products"],
+        "mean_cluster_size": summary["mean_size"] or 0,
+        "skipped_subgraphs": tr.written("query_subgraph_skips").count(),
+        "graph_mean_clustering_coefficient": stats["c"] or 0,
+        "graph_triangles": (stats["t"] or 0) / 3,
+    }
 
 
 @job("query-pairs")
@@ -140,8 +167,10 @@ def pairs_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     tr.write(reformulation_pairs(clusters, spec, sims, ctx.cfg.query_graph), "reformulation_pairs", _config_hash(ctx))
     written = tr.written("reformulation_pairs")
     report(ctx, tr, spec, clusters, written)
-    return {"pairs": written.count(),
-            "distinct_pairs": written.select("source_query", "target_query").distinct().count()}
+    return {
+        "pairs": written.count(),
+        "distinct_pairs": written.select("source_query", "target_query").distinct().count(),
+    }
 
 
 def report(ctx: JobContext, tr, spec, clusters, pairs) -> None:
@@ -154,8 +183,13 @@ def report(ctx: JobContext, tr, spec, clusters, pairs) -> None:
 
     folder = Path(ctx.reports_dir("query_graph"))
     # Histograms are aggregated in Spark: 20 bins and at most max_cluster_size sizes reach the driver.
-    bins = spec.select(F.least(F.floor(F.col("specificity") * 20), F.lit(19)).alias("bin")).groupBy("bin").count() \
-        .orderBy("bin").toPandas()
+    bins = (
+        spec.select(F.least(F.floor(F.col("specificity") * 20), F.lit(19)).alias("bin"))
+        .groupBy("bin")
+        .count()
+        .orderBy("bin")
+        .toPandas()
+    )
     sizes = clusters.groupBy("size").count().orderBy("size").toPandas()
     top = clusters.orderBy(F.col("internal_edges").desc(), F.col("size").desc(), "cluster_id").limit(15).toPandas()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
@@ -173,10 +207,22 @@ def report(ctx: JobContext, tr, spec, clusters, pairs) -> None:
     plt.close(fig)
     lines = ["# Query graph report", "", "## Top clusters (by internal edges)", ""]
     for row in top.itertuples():
-        lines.append(f"- {row.cluster_id} ({row.size} queries, {row.internal_edges} edges): "
-                     + " | ".join(row.members))
-    lines += ["", "## Cluster sizes", "", sizes.to_string(index=False), "", "## Specificity histogram (20 bins)", "",
-              bins.to_string(index=False), "", "![histograms](histograms.png)", ""]
+        lines.append(
+            f"- {row.cluster_id} ({row.size} queries, {row.internal_edges} edges): " + " | ".join(row.members)
+        )
+    lines += [
+        "",
+        "## Cluster sizes",
+        "",
+        sizes.to_string(index=False),
+        "",
+        "## Specificity histogram (20 bins)",
+        "",
+        bins.to_string(index=False),
+        "",
+        "![histograms](histograms.png)",
+        "",
+    ]
     (folder / "report.md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines[:20]))
     tr.log_artifact(str(chart), "report")

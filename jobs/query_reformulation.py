@@ -18,6 +18,7 @@
   ``matcher_results`` (precision/recall/hit @k on the held-out queries, one row per variant, k and seed) and
   ``matcher_test_copies`` (reformulations that are a held-out query, with their reason: never trained on).
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,10 @@ log = logging.getLogger(__name__)
 
 MATCHER_RESULTS = "matcher_results"
 # One row per (variant, k, repeat): the matcher trained on the original or the augmented log with seed ``seed``.
-MATCHER_SCHEMA = ("run_id string, variant string, k int, repeat int, seed long, precision double, recall double, "
-                  "hit_rate double, n_queries long, n_train_tuples long")
+MATCHER_SCHEMA = (
+    "run_id string, variant string, k int, repeat int, seed long, precision double, recall double, "
+    "hit_rate double, n_queries long, n_train_tuples long"
+)
 
 
 def _model_hash(ctx: JobContext) -> str:
@@ -79,13 +82,34 @@ def reformulate_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     pairs_lineage = {"reformulation_pairs": str(tr.data_versions["reformulation_pairs"])}
     tuples, _ = _interaction_tables(tr)
     config_hash = _generation_hash(ctx)
-    model = fine_tune_stage(ctx, tr, "reformulation_pairs", v_pairs, "qr", cfg.model, cfg.fine_tune,
-                            _model_hash(ctx), pairs_lineage, "source_query", "target_query")
+    model = fine_tune_stage(
+        ctx,
+        tr,
+        "reformulation_pairs",
+        v_pairs,
+        "qr",
+        cfg.model,
+        cfg.fine_tune,
+        _model_hash(ctx),
+        pairs_lineage,
+        "source_query",
+        "target_query",
+    )
     inputs = tr.write(_inputs(ctx, tuples), "reformulation_inputs", config_hash)
     tr.result.outputs["query_reformulations"], stats = generate_stage(
-        ctx, tr, "reformulation_inputs", inputs.version, "query", "query", model, cfg.generation,
-        FilterSpec(scorer="bleu", threshold=None), "query_reformulations", config_hash,
-        {**tr.inputs, **pairs_lineage})
+        ctx,
+        tr,
+        "reformulation_inputs",
+        inputs.version,
+        "query",
+        "query",
+        model,
+        cfg.generation,
+        FilterSpec(scorer="bleu", threshold=None),
+        "query_reformulations",
+        config_hash,
+        {**tr.inputs, **pairs_lineage},
+    )
     return stats.metrics()
 
 
@@ -108,20 +132,29 @@ def augment_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         rejected = tr.write(augmented.rejected, "augmented_interactions_rejected", config_hash)
         metrics = growth_accounting(ctx, tuples, local, augmented.reformulated, kept.version, rejected.version)
         qr, graph = ctx.cfg.query_reformulation, ctx.cfg.query_graph
-        tr.write_card("augmented_interactions", generator_facts(qr.model, qr.fine_tune, qr.generation),
-                      {"activity thresholds": graph.activity_threshold,
-                       "default activity threshold": graph.default_activity_threshold},
-                      {k: metrics[k] for k in ("local_tuples", "augmented_tuples", "rejected_tuples",
-                                               "growth_factor")})
+        tr.write_card(
+            "augmented_interactions",
+            generator_facts(qr.model, qr.fine_tune, qr.generation),
+            {
+                "activity thresholds": graph.activity_threshold,
+                "default activity threshold": graph.default_activity_threshold,
+            },
+            {k: metrics[k] for k in ("local_tuples", "augmented_tuples", "rejected_tuples", "growth_factor")},
+        )
     finally:
         refs.unpersist()
-    log.info("query augmentation: %d -> %d tuples over the threshold (growth factor %.2fx)",
-             metrics["local_tuples"], metrics["augmented_tuples"], metrics["growth_factor"])
+    log.info(
+        "query augmentation: %d -> %d tuples over the threshold (growth factor %.2fx)",
+        metrics["local_tuples"],
+        metrics["augmented_tuples"],
+        metrics["growth_factor"],
+    )
     return metrics
 
 
-def growth_accounting(ctx: JobContext, tuples, local, reformulated, kept_version: int,
-                      rejected_version: int) -> dict[str, float]:
+def growth_accounting(
+    ctx: JobContext, tuples, local, reformulated, kept_version: int, rejected_version: int
+) -> dict[str, float]:
     """The growth figures of an augmentation; fails when aggregated tuples != kept + rejected.
 
     collected_tuples (before the threshold), local_tuples (over it: the original training data),
@@ -138,12 +171,18 @@ def growth_accounting(ctx: JobContext, tuples, local, reformulated, kept_version
         raise RuntimeError(f"query-augment: {aggregated} aggregated tuples != {n_kept} kept + {n_rejected} rejected")
     origins = {r["origin"]: r["n"] for r in kept.groupBy("origin").agg(F.count("*").alias("n")).collect()}
     n_local = local.count()
-    return {"collected_tuples": float(tuples.count()), "local_tuples": float(n_local),
-            "reformulated_tuples": float(reformulated.count()), "aggregated_tuples": float(aggregated),
-            "augmented_tuples": float(n_kept), "rejected_tuples": float(n_rejected),
-            "augmented_original": float(origins.get("original", 0)),
-            "augmented_lifted": float(origins.get("lifted", 0)), "augmented_new": float(origins.get("new", 0)),
-            "growth_factor": n_kept / n_local if n_local else 0.0}
+    return {
+        "collected_tuples": float(tuples.count()),
+        "local_tuples": float(n_local),
+        "reformulated_tuples": float(reformulated.count()),
+        "aggregated_tuples": float(aggregated),
+        "augmented_tuples": float(n_kept),
+        "rejected_tuples": float(n_rejected),
+        "augmented_original": float(origins.get("original", 0)),
+        "augmented_lifted": float(origins.get("lifted", 0)),
+        "augmented_new": float(origins.get("new", 0)),
+        "growth_factor": n_kept / n_local if n_local else 0.0,
+    }
 
 
 @job("query-matcher", preflight=served_preflight(lambda cfg: cfg.query_reformulation.model))
@@ -173,28 +212,53 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     held = is_holdout(F.col("query"), m.holdout_fraction, ctx.cfg.seed)
     train_tuples = tuples.filter(~held)
     # No trace of a held-out query may reach training: not as a pair side, not as a generation input.
-    train_pairs = pairs.filter(~is_holdout(F.col("source_query"), m.holdout_fraction, ctx.cfg.seed)
-                               & ~is_holdout(F.col("target_query"), m.holdout_fraction, ctx.cfg.seed))
+    train_pairs = pairs.filter(
+        ~is_holdout(F.col("source_query"), m.holdout_fraction, ctx.cfg.seed)
+        & ~is_holdout(F.col("target_query"), m.holdout_fraction, ctx.cfg.seed)
+    )
     out = tr.result.outputs
     tr.write(train_pairs, "matcher_pairs", split_hash)
-    model = fine_tune_stage(ctx, tr, "matcher_pairs", out["matcher_pairs"].version, "qr_matcher", cfg.model,
-                            cfg.fine_tune, _model_hash(ctx), {"matcher_pairs": str(out["matcher_pairs"].version)},
-                            "source_query", "target_query")
+    model = fine_tune_stage(
+        ctx,
+        tr,
+        "matcher_pairs",
+        out["matcher_pairs"].version,
+        "qr_matcher",
+        cfg.model,
+        cfg.fine_tune,
+        _model_hash(ctx),
+        {"matcher_pairs": str(out["matcher_pairs"].version)},
+        "source_query",
+        "target_query",
+    )
     inputs_hash = split_hash if cfg.sources is None else hash_of(split_hash, cfg.sources)  # unbudgeted: as before
     tr.write(_inputs(ctx, train_tuples), "matcher_inputs", inputs_hash)
     out["matcher_reformulations"], _ = generate_stage(
-        ctx, tr, "matcher_inputs", out["matcher_inputs"].version, "query", "query", model, cfg.generation,
-        FilterSpec(scorer="bleu", threshold=None), "matcher_reformulations", generation_hash,
-        {**tr.inputs, "matcher_pairs": str(out["matcher_pairs"].version)})
+        ctx,
+        tr,
+        "matcher_inputs",
+        out["matcher_inputs"].version,
+        "query",
+        "query",
+        model,
+        cfg.generation,
+        FilterSpec(scorer="bleu", threshold=None),
+        "matcher_reformulations",
+        generation_hash,
+        {**tr.inputs, "matcher_pairs": str(out["matcher_pairs"].version)},
+    )
     # A reformulation that is itself a held-out query would put that query into training: dropped, with its
     # reason, into matcher_test_copies.
-    generated = mark_test_copies(tr.written("matcher_reformulations"), "generated_text",
-                                 local.filter(held).select("query"), "query")
+    generated = mark_test_copies(
+        tr.written("matcher_reformulations"), "generated_text", local.filter(held).select("query"), "query"
+    )
     tr.write(generated.filter(F.col("reason") == COPIES_TEST), "matcher_test_copies", generation_hash)
     copies = tr.written_rows("matcher_test_copies")
     augmented = augment_interactions(train_tuples, usable_reformulations(generated), ctx.cfg.query_graph).kept
-    variants = {"original": local.filter(~held).select("query", "product_id"),
-                "augmented": augmented.select("query", "product_id")}
+    variants = {
+        "original": local.filter(~held).select("query", "product_id"),
+        "augmented": augmented.select("query", "product_id"),
+    }
     n_train, jobs, keys = {}, [], []
     for variant, frame in variants.items():
         table = f"matcher_train_{variant}"
@@ -213,13 +277,35 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     try:
         for variant, repeat, seed, folder in keys:
             scores = evaluate(heldout, HFTModel(folder, 1), m.ks)
-            means = scores.agg(*[F.avg(c).alias(c) for c in scores.columns if c != "query"],
-                               F.count("*").alias("n_queries")).first().asDict()
+            means = (
+                scores.agg(
+                    *[F.avg(c).alias(c) for c in scores.columns if c != "query"], F.count("*").alias("n_queries")
+                )
+                .first()
+                .asDict()
+            )
             for k in sorted(set(m.ks)):
-                rows.append((tr.run_id, variant, k, repeat, seed, means[f"precision_at_{k}"],
-                             means[f"recall_at_{k}"], means[f"hit_at_{k}"], int(means["n_queries"]), n_train[variant]))
-            log.info("matcher %s, seed %d (%d training tuples): %s", variant, seed, n_train[variant],
-                     ", ".join(f"P@{k} {means[f'precision_at_{k}']:.4f}" for k in sorted(set(m.ks))))
+                rows.append(
+                    (
+                        tr.run_id,
+                        variant,
+                        k,
+                        repeat,
+                        seed,
+                        means[f"precision_at_{k}"],
+                        means[f"recall_at_{k}"],
+                        means[f"hit_at_{k}"],
+                        int(means["n_queries"]),
+                        n_train[variant],
+                    )
+                )
+            log.info(
+                "matcher %s, seed %d (%d training tuples): %s",
+                variant,
+                seed,
+                n_train[variant],
+                ", ".join(f"P@{k} {means[f'precision_at_{k}']:.4f}" for k in sorted(set(m.ks))),
+            )
     finally:
         heldout.unpersist()
     frame = ctx.spark.createDataFrame(rows, MATCHER_SCHEMA)
@@ -228,23 +314,32 @@ def matcher_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     matcher_report(ctx, tr, pdf)
     means = pdf.groupby(["variant", "k"])[["precision", "recall"]].mean()
     tr.log_metrics({f"{variant}.recall_at_{k}": r.recall for (variant, k), r in means.iterrows()})
-    return {f"{variant}.precision_at_{k}": r.precision for (variant, k), r in means.iterrows()} \
-        | {"test_copies_dropped": float(copies)}
+    return {f"{variant}.precision_at_{k}": r.precision for (variant, k), r in means.iterrows()} | {
+        "test_copies_dropped": float(copies)
+    }
 
 
 def matcher_report(ctx: JobContext, tr, pdf) -> None:
     """A markdown table of precision/recall/hit @k, original vs augmented, mean ± std over the matcher's seeds;
     logged to MLflow."""
-    lines = ["| variant | training tuples | k | precision@k | recall@k | hit@k | held-out queries | seeds |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | training tuples | k | precision@k | recall@k | hit@k | held-out queries | seeds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     agg = pdf.groupby(["k", "variant"]).agg(
-        tuples=("n_train_tuples", "max"), queries=("n_queries", "max"), seeds=("seed", "nunique"),
-        **{f"{c}_{f}": (c, f) for c in ("precision", "recall", "hit_rate") for f in ("mean", "std")})
+        tuples=("n_train_tuples", "max"),
+        queries=("n_queries", "max"),
+        seeds=("seed", "nunique"),
+        **{f"{c}_{f}": (c, f) for c in ("precision", "recall", "hit_rate") for f in ("mean", "std")},
+    )
     for (k, variant), r in agg.sort_index(ascending=[True, False]).iterrows():
-        cells = [fmt_mean(r[f"{c}_mean"], None if r["seeds"] < 2 else r[f"{c}_std"])
-                 for c in ("precision", "recall", "hit_rate")]
-        lines.append(f"| {variant} | {int(r.tuples)} | {k} | {' | '.join(cells)} | {int(r.queries)} | {int(r.seeds)} "
-                     f"|")
+        cells = [
+            fmt_mean(r[f"{c}_mean"], None if r["seeds"] < 2 else r[f"{c}_std"])
+            for c in ("precision", "recall", "hit_rate")
+        ]
+        lines.append(
+            f"| {variant} | {int(r.tuples)} | {k} | {' | '.join(cells)} | {int(r.queries)} | {int(r.seeds)} |"
+        )
     text = "# Query -> product matcher: original vs augmented log\n\n" + "\n".join(lines) + "\n"
     path = Path(ctx.reports_dir("query_reformulation")) / "matcher.md"
     path.write_text(text, encoding="utf-8")

@@ -7,6 +7,7 @@ stratum is within one row of its quota, deterministic by ``subsample.seed``.
 Writes: ``subsample.output`` (default ``<table>_subsample``) with the table's columns; the plan
 (quotas, total-variation distance before and after) goes to the MLflow run.
 """
+
 from __future__ import annotations
 
 import logging
@@ -53,10 +54,17 @@ def run(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     output = cfg.output or f"{cfg.table}_subsample"
     tr.write(sample.drop("_stratum"), output, hash_of(asdict(cfg)))
     tr.log_dict(asdict(plan), "subsample/plan.json")
-    print(f"subsample {cfg.table} -> {output}: {plan.n} of {sum(plan.counts.values())} rows, "
-          f"TVD {plan.tvd_before:.4f} -> {plan.tvd_after:.4f}")
-    return {"rows_in": sum(plan.counts.values()), "rows_out": plan.n, "largest_matching": plan.largest,
-            "tvd_before": plan.tvd_before, "tvd_after": plan.tvd_after}
+    print(
+        f"subsample {cfg.table} -> {output}: {plan.n} of {sum(plan.counts.values())} rows, "
+        f"TVD {plan.tvd_before:.4f} -> {plan.tvd_after:.4f}"
+    )
+    return {
+        "rows_in": sum(plan.counts.values()),
+        "rows_out": plan.n,
+        "largest_matching": plan.largest,
+        "tvd_before": plan.tvd_before,
+        "tvd_after": plan.tvd_after,
+    }
 
 
 main = entry_point(NAME, run, __doc__)

@@ -13,6 +13,7 @@ page (:mod:`common.platform.results_pages`): ``<lakehouse.root>/reports/results/
 pipeline's report charts, naming the table version its numbers come from, and the same page in
 ``results_pages_dir`` when the config sets one (the docs site's ``docs/results/<config>/``). Writes no table.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,32 +38,35 @@ COMPOSITIONAL = "compositional_results"
 # Each generative method's generation table (the shared generation schema: source_text, generated_text,
 # sample_idx, model_version, reason) and what its source and output are.
 # (table, method, source, output, the config section of its generator: model and fine_tune).
-GENERATED = (("cga_generated", "CGA", "title", "title variant", lambda c: c.cga),
-             ("query_reformulations", "query reformulation", "query", "reformulation",
-              lambda c: c.query_reformulation),
-             ("boostaug_infill_generated", "BoostAug contextual", "text with a gap", "fill",
-              lambda c: c.boostaug.contextual),
-             ("genre_generated", "genre transfer", "keywords", "document", lambda c: c.genre.generator),
-             ("cg_generated", "compositional", "labels", "text", lambda c: c.compositional.generator))
+GENERATED = (
+    ("cga_generated", "CGA", "title", "title variant", lambda c: c.cga),
+    ("query_reformulations", "query reformulation", "query", "reformulation", lambda c: c.query_reformulation),
+    ("boostaug_infill_generated", "BoostAug contextual", "text with a gap", "fill", lambda c: c.boostaug.contextual),
+    ("genre_generated", "genre transfer", "keywords", "document", lambda c: c.genre.generator),
+    ("cg_generated", "compositional", "labels", "text", lambda c: c.compositional.generator),
+)
 # What each paper reports for the comparison its section shows, so a reader can place the figure
 # (../shared/docs/METHODS.md and the papers' tables).
 PAPER = {
     CONSISTENCY: "the paper (184k labeled titles, 5 runs): F1 0.665 baseline, CST-SS 0.661, CGA 0.667; consistency "
-                 "0.738 baseline, CST-Full 0.813, CST-SS 0.790, CGA 0.771",
+    "0.738 baseline, CST-Full 0.813, CST-SS 0.790, CGA 0.771",
     MATCHER: "the paper (a large e-commerce click log, T5 reformulations): +19.6% product accuracy of the semantic "
-             "matcher trained on the augmented log",
+    "matcher trained on the augmented log",
     BOOSTAUG: "the paper (SST-2, 5 seeds): BERT accuracy 92.47 with no augmentation, 92.48 with BoostAug; larger "
-              "gains on small sets and weak models (LSTM), and plain EDA can lower accuracy",
+    "gains on small sets and weak models (LSTM), and plain EDA can lower accuracy",
     GENRE: "the paper (t5-small generators, 25 topics): +2 to +4 macro-F1 points for augmented over off-topic "
-           "training",
+    "training",
     COMPOSITIONAL: "the paper (SemEval CG split, BERT): exact-set accuracy 2.85 with no augmentation, 8.29 with "
-                   "LS-PT's and 8.01 with Flan-T5's quality-controlled synthetic texts",
+    "LS-PT's and 8.01 with Flan-T5's quality-controlled synthetic texts",
 }
 # Each results table's page, and the report folders (<root>/reports/<name>) whose charts it shows.
-PAGES = {CONSISTENCY: ("consistency", ("consistency", "cga")),
-         MATCHER: ("query-reformulation", ("query_reformulation",)), BOOSTAUG: ("boostaug", ("boostaug",)),
-         GENRE: ("genre-transfer", ("genre",)),
-         COMPOSITIONAL: ("compositional", ("compositional",))}
+PAGES = {
+    CONSISTENCY: ("consistency", ("consistency", "cga")),
+    MATCHER: ("query-reformulation", ("query_reformulation",)),
+    BOOSTAUG: ("boostaug", ("boostaug",)),
+    GENRE: ("genre-transfer", ("genre",)),
+    COMPOSITIONAL: ("compositional", ("compositional",)),
+}
 
 
 @job(NAME)
@@ -70,10 +74,17 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Summarise the result tables that exist and write their pages; returns each method's mean headline
     metric (and, for the matcher, precision@k per variant)."""
     metrics: dict[str, float] = {}
-    sections = [build(ctx, tr, metrics) for table, build in ((CONSISTENCY, _consistency), (MATCHER, _matcher),
-                                                              (BOOSTAUG, _boostaug), (GENRE, _genre),
-                                                              (COMPOSITIONAL, _compositional))
-                if ctx.lakehouse.exists(table)]
+    sections = [
+        build(ctx, tr, metrics)
+        for table, build in (
+            (CONSISTENCY, _consistency),
+            (MATCHER, _matcher),
+            (BOOSTAUG, _boostaug),
+            (GENRE, _genre),
+            (COMPOSITIONAL, _compositional),
+        )
+        if ctx.lakehouse.exists(table)
+    ]
     reports = Path(ctx.reports_dir(""))  # <root>/reports, or a scratch folder published to it
     if not sections:
         log.info("no result tables yet (%s): nothing to summarise", ", ".join(PAGES))
@@ -84,8 +95,10 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         blocks.append(samples)
     models = registry_lines(ctx)
     if models:
-        blocks.append("Registered models (the gate's metric over the seeds; common.registry):\n"
-                      + "\n".join(f"  {cut(line, 220)}" for line in models))
+        blocks.append(
+            "Registered models (the gate's metric over the seeds; common.registry):\n"
+            + "\n".join(f"  {cut(line, 220)}" for line in models)
+        )
     folders = [ctx.reports.uri(name) for name in ctx.reports.names()]
     blocks.append("Reports (Markdown and charts): " + (", ".join(folders) or "none yet"))
     text = "\n\n".join(blocks)
@@ -107,8 +120,12 @@ def _write_page(ctx: JobContext, section: ResultsTable, folders: list[Path]) -> 
     import shutil
 
     charts = [chart for report in PAGES[section.table][1] for chart in ctx.reports.files(report, ".png")]
-    text = page(section, ctx.lakehouse.data_commit(section.table, section.version), ctx.cfg.name,
-                [f"{section.pipeline}/{chart.name}" for chart in charts])
+    text = page(
+        section,
+        ctx.lakehouse.data_commit(section.table, section.version),
+        ctx.cfg.name,
+        [f"{section.pipeline}/{chart.name}" for chart in charts],
+    )
     for folder in folders:
         for chart in charts:
             (folder / section.pipeline).mkdir(parents=True, exist_ok=True)
@@ -117,10 +134,23 @@ def _write_page(ctx: JobContext, section: ResultsTable, folders: list[Path]) -> 
         (folder / f"{section.pipeline}.md").write_text(text, encoding="utf-8")
 
 
-def _section(tr: JobRun, table: str, title: str, columns: list[str], rows: list[list[str]],
-             facts: Sequence[tuple[str, str, str]] = ()) -> ResultsTable:
-    return ResultsTable(pipeline=PAGES[table][0], title=title, table=table, version=tr.versions[table],
-                        columns=columns, rows=rows, facts=facts)
+def _section(
+    tr: JobRun,
+    table: str,
+    title: str,
+    columns: list[str],
+    rows: list[list[str]],
+    facts: Sequence[tuple[str, str, str]] = (),
+) -> ResultsTable:
+    return ResultsTable(
+        pipeline=PAGES[table][0],
+        title=title,
+        table=table,
+        version=tr.versions[table],
+        columns=columns,
+        rows=rows,
+        facts=facts,
+    )
 
 
 def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -134,18 +164,33 @@ def _consistency(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Resu
     for method in sorted(by, key=lambda m: (m != "baseline", m)):
         r = by[method]
         other = base if method != "baseline" else None
-        rows.append([method, fmt_mean(r["f1"], r["f1_std"]), lift(r["f1"], base["f1"] if base else None),
-                     _beyond(r, other, "f1", "f1_std"), fmt_mean(r["consistency"], r["consistency_std"]),
-                     lift(r["consistency"], base["consistency"] if base else None),
-                     _beyond(r, other, "consistency", "consistency_std"), str(r["runs"])])
+        rows.append(
+            [
+                method,
+                fmt_mean(r["f1"], r["f1_std"]),
+                lift(r["f1"], base["f1"] if base else None),
+                _beyond(r, other, "f1", "f1_std"),
+                fmt_mean(r["consistency"], r["consistency_std"]),
+                lift(r["consistency"], base["consistency"] if base else None),
+                _beyond(r, other, "consistency", "consistency_std"),
+                str(r["runs"]),
+            ]
+        )
         metrics[f"{method}.f1_weighted"] = r["f1"]
         metrics[f"{method}.consistency_rate"] = r["consistency"]
-    return _section(tr, CONSISTENCY, "Consistency paper (weighted F1 on the accuracy test, consistency rate on "
-                    "the consistency test; mean ± std over R runs, lift vs the baseline; > std: the difference to the "
-                    "baseline exceeds both rows' std):",
-                    ["method", "F1", "lift", "> std", "consistency", "lift", "> std", "R"], rows,
-                    [*test_facts(ctx, CONSISTENCY, version, results, commit),
-                     *(cga_facts(ctx, results, version, commit) if "cga" in by else ())])
+    return _section(
+        tr,
+        CONSISTENCY,
+        "Consistency paper (weighted F1 on the accuracy test, consistency rate on "
+        "the consistency test; mean ± std over R runs, lift vs the baseline; > std: the difference to the "
+        "baseline exceeds both rows' std):",
+        ["method", "F1", "lift", "> std", "consistency", "lift", "> std", "R"],
+        rows,
+        [
+            *test_facts(ctx, CONSISTENCY, version, results, commit),
+            *(cga_facts(ctx, results, version, commit) if "cga" in by else ()),
+        ],
+    )
 
 
 def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -162,30 +207,69 @@ def _matcher(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsT
     base = results.filter(F.col("variant") == "original").select("k", "seed", F.col("precision").alias("base"))
     gain = F.col("precision") - F.col("base")
     # One row per (variant, k): bounded by the config's ks.
-    agg = (results.join(base, ["k", "seed"], "left").groupBy("variant", "k")
-           .agg(F.avg("precision").alias("p"), F.stddev("precision").alias("p_std"), F.avg("recall").alias("r"),
-                F.stddev("recall").alias("r_std"), F.avg(gain).alias("gain"), F.stddev(gain).alias("gain_std"),
-                F.sum((gain > 0).cast("int")).alias("up"), F.sum((gain < 0).cast("int")).alias("down"),
-                F.countDistinct("seed").alias("seeds"), F.max("n_queries").alias("queries"),
-                F.max("n_train_tuples").alias("tuples")))
+    agg = (
+        results.join(base, ["k", "seed"], "left")
+        .groupBy("variant", "k")
+        .agg(
+            F.avg("precision").alias("p"),
+            F.stddev("precision").alias("p_std"),
+            F.avg("recall").alias("r"),
+            F.stddev("recall").alias("r_std"),
+            F.avg(gain).alias("gain"),
+            F.stddev(gain).alias("gain_std"),
+            F.sum((gain > 0).cast("int")).alias("up"),
+            F.sum((gain < 0).cast("int")).alias("down"),
+            F.countDistinct("seed").alias("seeds"),
+            F.max("n_queries").alias("queries"),
+            F.max("n_train_tuples").alias("tuples"),
+        )
+    )
     by = {(r["variant"], r["k"]): r for r in agg.collect()}
     rows = []
     for k in sorted({k for _, k in by}):
         o, a = by.get(("original", k)), by.get(("augmented", k))
         if o is None or a is None:
             continue
-        paired = (f"{100 * a['gain']:+.2f} ± {100 * (a['gain_std'] or 0.0):.2f} ({a['up']} up, {a['down']} down)"
-                  if a["gain"] is not None else "-")
-        rows.append([str(k), fmt_mean(o["p"], o["p_std"]), fmt_mean(a["p"], a["p_std"]), lift(a["p"], o["p"]),
-                     paired, fmt_mean(o["r"], o["r_std"]), fmt_mean(a["r"], a["r_std"]), lift(a["r"], o["r"]),
-                     str(a["seeds"])])
+        paired = (
+            f"{100 * a['gain']:+.2f} ± {100 * (a['gain_std'] or 0.0):.2f} ({a['up']} up, {a['down']} down)"
+            if a["gain"] is not None
+            else "-"
+        )
+        rows.append(
+            [
+                str(k),
+                fmt_mean(o["p"], o["p_std"]),
+                fmt_mean(a["p"], a["p_std"]),
+                lift(a["p"], o["p"]),
+                paired,
+                fmt_mean(o["r"], o["r_std"]),
+                fmt_mean(a["r"], a["r_std"]),
+                lift(a["r"], o["r"]),
+                str(a["seeds"]),
+            ]
+        )
         metrics[f"matcher.original.precision_at_{k}"] = o["p"]
         metrics[f"matcher.augmented.precision_at_{k}"] = a["p"]
-    return _section(tr, MATCHER, "Query reformulation paper (query -> product matcher on held-out queries, "
-                    "trained on the original vs the augmented interaction log; mean ± std over the matcher's seeds; "
-                    "gain: augmented - original P@k in points, paired by seed, mean ± std (seeds up, seeds down)):",
-                    ["k", "P@k original", "P@k augmented", "lift", "gain (points)", "R@k original", "R@k augmented",
-                     "lift", "seeds"], rows, matcher_facts(ctx, tr.versions[MATCHER], by))
+    return _section(
+        tr,
+        MATCHER,
+        "Query reformulation paper (query -> product matcher on held-out queries, "
+        "trained on the original vs the augmented interaction log; mean ± std over the matcher's seeds; "
+        "gain: augmented - original P@k in points, paired by seed, mean ± std (seeds up, seeds down)):",
+        [
+            "k",
+            "P@k original",
+            "P@k augmented",
+            "lift",
+            "gain (points)",
+            "R@k original",
+            "R@k augmented",
+            "lift",
+            "seeds",
+        ],
+        rows,
+        matcher_facts(ctx, tr.versions[MATCHER], by),
+    )
 
 
 def _boostaug(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -194,22 +278,40 @@ def _boostaug(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Results
 
     n_aug = ctx.cfg.boostaug.n_aug
     results = tr.read(BOOSTAUG).filter((F.col("n_aug") == n_aug) | (F.col("method") == "none"))
-    agg = results.groupBy("method").agg(F.avg("accuracy").alias("acc"), F.stddev("accuracy").alias("std"),
-                                        F.avg("macro_f1").alias("f1"), F.count("*").alias("runs"))
+    agg = results.groupBy("method").agg(
+        F.avg("accuracy").alias("acc"),
+        F.stddev("accuracy").alias("std"),
+        F.avg("macro_f1").alias("f1"),
+        F.count("*").alias("runs"),
+    )
     by = {r["method"]: r for r in agg.collect()}
     base = by.get("none")
     rows = []
     for method in sorted(by, key=lambda m: (m != "none", m)):
         r = by[method]
-        rows.append([method, fmt_mean(r["acc"], r["std"]), lift(r["acc"], base["acc"] if base else None),
-                     _beyond(r, base if method != "none" else None, "acc", "std"), f"{r['f1']:.4f}", str(r["runs"])])
+        rows.append(
+            [
+                method,
+                fmt_mean(r["acc"], r["std"]),
+                lift(r["acc"], base["acc"] if base else None),
+                _beyond(r, base if method != "none" else None, "acc", "std"),
+                f"{r['f1']:.4f}",
+                str(r["runs"]),
+            ]
+        )
         metrics[f"boostaug.{method.replace('+', '_')}.accuracy"] = r["acc"]
-    return _section(tr, BOOSTAUG, f"BoostAug paper (test accuracy and macro-F1 of fastText trained with {n_aug} "
-                    "augmentations per text, unfiltered vs BoostAug-filtered; mean ± std over R seeds, lift vs no "
-                    "augmentation; > std: the difference to none exceeds both rows' std):",
-                    ["method", "accuracy", "lift", "> std", "macro-F1", "R"], rows,
-                    test_facts(ctx, BOOSTAUG, tr.versions[BOOSTAUG], results,
-                               ctx.lakehouse.data_commit(BOOSTAUG, tr.versions[BOOSTAUG])))
+    return _section(
+        tr,
+        BOOSTAUG,
+        f"BoostAug paper (test accuracy and macro-F1 of fastText trained with {n_aug} "
+        "augmentations per text, unfiltered vs BoostAug-filtered; mean ± std over R seeds, lift vs no "
+        "augmentation; > std: the difference to none exceeds both rows' std):",
+        ["method", "accuracy", "lift", "> std", "macro-F1", "R"],
+        rows,
+        test_facts(
+            ctx, BOOSTAUG, tr.versions[BOOSTAUG], results, ctx.lakehouse.data_commit(BOOSTAUG, tr.versions[BOOSTAUG])
+        ),
+    )
 
 
 def _genre(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -220,37 +322,75 @@ def _genre(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTab
     results = tr.read(GENRE)
     # Each seed's mean over the topics (and N) first: the "all" rows' ± is then the seed std of that mean, the
     # spread the paper's Table 4 gives and the one a gain must clear, not the spread between topics.
-    seeds = (results.groupBy("model", "method", "repeat").agg(F.avg("macro_f1").alias("f1"))
-             .withColumn("topic", F.lit("all"))
-             .unionByName(results.groupBy("model", F.col("topic").cast("string").alias("topic"), "method", "repeat")
-                          .agg(F.avg("macro_f1").alias("f1"))))
+    seeds = (
+        results.groupBy("model", "method", "repeat")
+        .agg(F.avg("macro_f1").alias("f1"))
+        .withColumn("topic", F.lit("all"))
+        .unionByName(
+            results.groupBy("model", F.col("topic").cast("string").alias("topic"), "method", "repeat").agg(
+                F.avg("macro_f1").alias("f1")
+            )
+        )
+    )
     base = seeds.filter(F.col("method") == "off_topic").select("model", "topic", "repeat", F.col("f1").alias("base"))
     gain = F.col("f1") - F.col("base")
     # One row per (model, method) and per (model, topic, method): bounded by the config's topics.
-    agg = (seeds.join(base, ["model", "topic", "repeat"], "left")
-           .groupBy("model", "topic", "method")
-           .agg(F.avg("f1").alias("f1"), F.stddev("f1").alias("std"), F.avg(gain).alias("gain"),
-                F.stddev(gain).alias("gain_std"), F.sum((gain > 0).cast("int")).alias("up"),
-                F.count("*").alias("seeds")))
+    agg = (
+        seeds.join(base, ["model", "topic", "repeat"], "left")
+        .groupBy("model", "topic", "method")
+        .agg(
+            F.avg("f1").alias("f1"),
+            F.stddev("f1").alias("std"),
+            F.avg(gain).alias("gain"),
+            F.stddev(gain).alias("gain_std"),
+            F.sum((gain > 0).cast("int")).alias("up"),
+            F.count("*").alias("seeds"),
+        )
+    )
     by = {(r["model"], r["topic"], r["method"]): r for r in agg.collect()}
     order = ("on_topic", "off_topic", "augmented", "off_keywords", "synthetic_only", "off_topic_balanced")
     rows = []
-    for model, topic, method in sorted(by, key=lambda k: (k[0] != "fasttext", k[0], k[1] != "all",
-                                                          int(k[1]) if k[1] != "all" else 0,
-                                                          order.index(k[2]) if k[2] in order else len(order), k[2])):
+    for model, topic, method in sorted(
+        by,
+        key=lambda k: (
+            k[0] != "fasttext",
+            k[0],
+            k[1] != "all",
+            int(k[1]) if k[1] != "all" else 0,
+            order.index(k[2]) if k[2] in order else len(order),
+            k[2],
+        ),
+    ):
         r, base_row = by[(model, topic, method)], by.get((model, topic, "off_topic"))
-        paired = ("" if method == "off_topic" or r["gain"] is None else
-                  f"{100 * r['gain']:+.1f} ± {100 * (r['gain_std'] or 0.0):.1f} ({r['up']}/{r['seeds']})")
-        rows.append([model, topic, method, fmt_mean(r["f1"], r["std"]),
-                     lift(r["f1"], base_row["f1"] if base_row else None), paired, str(r["seeds"])])
+        paired = (
+            ""
+            if method == "off_topic" or r["gain"] is None
+            else f"{100 * r['gain']:+.1f} ± {100 * (r['gain_std'] or 0.0):.1f} ({r['up']}/{r['seeds']})"
+        )
+        rows.append(
+            [
+                model,
+                topic,
+                method,
+                fmt_mean(r["f1"], r["std"]),
+                lift(r["f1"], base_row["f1"] if base_row else None),
+                paired,
+                str(r["seeds"]),
+            ]
+        )
         if topic == "all":
             metrics[f"genre.{'' if model == 'fasttext' else model + '.'}{method}.macro_f1"] = r["f1"]
-    return _section(tr, GENRE, "Genre transfer paper (genre macro-F1 on on-topic test documents; topic all: each "
-                    "seed's mean over topics and N, then mean ± std over the seeds; per topic: over seeds (and N); "
-                    "lift vs off-topic training on the same topics; gain: the method - off_topic in points, paired "
-                    "by seed, mean ± std (seeds above off_topic / seeds)):",
-                    ["model", "topic", "method", "macro-F1", "lift", "gain (points)", "seeds"], rows,
-                    test_facts(ctx, GENRE, tr.versions[GENRE], results))
+    return _section(
+        tr,
+        GENRE,
+        "Genre transfer paper (genre macro-F1 on on-topic test documents; topic all: each "
+        "seed's mean over topics and N, then mean ± std over the seeds; per topic: over seeds (and N); "
+        "lift vs off-topic training on the same topics; gain: the method - off_topic in points, paired "
+        "by seed, mean ± std (seeds above off_topic / seeds)):",
+        ["model", "topic", "method", "macro-F1", "lift", "gain (points)", "seeds"],
+        rows,
+        test_facts(ctx, GENRE, tr.versions[GENRE], results),
+    )
 
 
 def _compositional(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
@@ -260,22 +400,41 @@ def _compositional(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> Re
     res = tr.read(COMPOSITIONAL)
     keys = ["model", "split_kind", "method"]
     full = res.join(res.groupBy(*keys).agg(F.max("size").alias("size")), [*keys, "size"])
-    agg = full.groupBy(*keys).agg(F.avg("accuracy").alias("acc"), F.stddev("accuracy").alias("std"),
-                                  F.avg("jaccard").alias("jac"), F.max("n_augmented").alias("n_aug"),
-                                  F.count("*").alias("runs"))
+    agg = full.groupBy(*keys).agg(
+        F.avg("accuracy").alias("acc"),
+        F.stddev("accuracy").alias("std"),
+        F.avg("jaccard").alias("jac"),
+        F.max("n_augmented").alias("n_aug"),
+        F.count("*").alias("runs"),
+    )
     by = {(r["model"], r["split_kind"], r["method"]): r for r in agg.collect()}
     rows = []
     for model, kind, method in sorted(by, key=lambda k: (k[0], k[1], k[2] != "no_aug", k[2])):
         r, base = by[(model, kind, method)], by.get((model, kind, "no_aug"))
-        rows.append([model, kind, method, fmt_mean(r["acc"], r["std"]), lift(r["acc"], base["acc"] if base else None),
-                     _beyond(r, base if method != "no_aug" else None, "acc", "std"), f"{r['jac']:.4f}",
-                     str(r["n_aug"]), str(r["runs"])])
+        rows.append(
+            [
+                model,
+                kind,
+                method,
+                fmt_mean(r["acc"], r["std"]),
+                lift(r["acc"], base["acc"] if base else None),
+                _beyond(r, base if method != "no_aug" else None, "acc", "std"),
+                f"{r['jac']:.4f}",
+                str(r["n_aug"]),
+                str(r["runs"]),
+            ]
+        )
         metrics[f"compositional.{model}.{kind}.{method}.accuracy"] = r["acc"]
-    return _section(tr, COMPOSITIONAL, "Compositional paper (multi-label exact-set accuracy and Jaccard on test "
-                    "label sets never seen in training (cg) and on a random split (iid); mean ± std over R seeds, "
-                    "lift vs no_aug; > std: the difference to no_aug exceeds both rows' std):",
-                    ["model", "split", "method", "accuracy", "lift", "> std", "Jaccard", "synthetic", "R"], rows,
-                    test_facts(ctx, COMPOSITIONAL, tr.versions[COMPOSITIONAL], res))
+    return _section(
+        tr,
+        COMPOSITIONAL,
+        "Compositional paper (multi-label exact-set accuracy and Jaccard on test "
+        "label sets never seen in training (cg) and on a random split (iid); mean ± std over R seeds, "
+        "lift vs no_aug; > std: the difference to no_aug exceeds both rows' std):",
+        ["model", "split", "method", "accuracy", "lift", "> std", "Jaccard", "synthetic", "R"],
+        rows,
+        test_facts(ctx, COMPOSITIONAL, tr.versions[COMPOSITIONAL], res),
+    )
 
 
 def _beyond(row, base, mean: str, std: str) -> str:
@@ -299,21 +458,31 @@ def _samples(ctx: JobContext, tr: JobRun) -> Optional[str]:
         if not ctx.lakehouse.exists(table):
             continue
         generator = describe_generator(section(ctx.cfg).model, section(ctx.cfg).fine_tune)
-        written = tr.read(table).filter((F.col("sample_idx") >= 0) & F.col("reason").isNull()
-                                        & (F.length(F.trim("generated_text")) > 0))
+        written = tr.read(table).filter(
+            (F.col("sample_idx") >= 0) & F.col("reason").isNull() & (F.length(F.trim("generated_text")) > 0)
+        )
         by_length = Window.partitionBy("model_version").orderBy(F.length("source_text"), "source_id", "sample_idx")
         rows_of = Window.partitionBy("model_version")
         # One row per generator reaches the driver (a few per method).
-        rows = (written.withColumn("rank", F.row_number().over(by_length)).withColumn("n", F.count("*").over(rows_of))
-                .filter("rank = floor((n + 1) / 2)").orderBy("model_version")
-                .select("source_text", "generated_text", "model_version").limit(6).collect())
+        rows = (
+            written.withColumn("rank", F.row_number().over(by_length))
+            .withColumn("n", F.count("*").over(rows_of))
+            .filter("rank = floor((n + 1) / 2)")
+            .orderBy("model_version")
+            .select("source_text", "generated_text", "model_version")
+            .limit(6)
+            .collect()
+        )
         for r in rows:
-            lines.append(f"  {method} ({source} -> {output}), written by {generator} [{r['model_version']}]:\n"
-                         f"    {cut(r['source_text'])}\n    -> {cut(r['generated_text'])}")
+            lines.append(
+                f"  {method} ({source} -> {output}), written by {generator} [{r['model_version']}]:\n"
+                f"    {cut(r['source_text'])}\n    -> {cut(r['generated_text'])}"
+            )
     if not lines:
         return None
-    return "\n".join(["Generated samples (one per generator; what the method's generator wrote, before its filter):",
-                      *lines])
+    return "\n".join(
+        ["Generated samples (one per generator; what the method's generator wrote, before its filter):", *lines]
+    )
 
 
 main = entry_point(NAME, run, __doc__)

@@ -1,6 +1,7 @@
 """The figures a results summary shows under a pipeline's table: the run behind the results (CGA's D_aug and two of
 its titles beside their sources, the matcher's queries and click log) and how many test examples each figure
 rests on, each counted from the table version beside it (the results table, or an input its commit names)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -16,13 +17,18 @@ SAMPLE_CHARS = 160  # one screen: longer texts are cut with an ellipsis
 TITLE_CHARS = 70  # a CGA title and its variant on one line
 AUGMENTED = "cga_augmented"  # D_aug: the titles CGA added to D_L, each with its source title and score
 # Each results table's test side, as (input table, filter or None, what a row is): the examples its figures rest on.
-TEST_SETS = {"consistency_results": (("accuracy_test", None, "titles (F1)"),
-                                     ("consistency_test", None, "title pairs (consistency)")),
-             "boostaug_results": (("boostaug_texts", "split = 'test'", "texts"),)}
+TEST_SETS = {
+    "consistency_results": (
+        ("accuracy_test", None, "titles (F1)"),
+        ("consistency_test", None, "title pairs (consistency)"),
+    ),
+    "boostaug_results": (("boostaug_texts", "split = 'test'", "texts"),),
+}
 
 
-def test_facts(ctx: JobContext, table: str, version: int, results: "DataFrame",
-               commit: Optional[Commit] = None) -> list[Fact]:
+def test_facts(
+    ctx: JobContext, table: str, version: int, results: "DataFrame", commit: Optional[Commit] = None
+) -> list[Fact]:
     """How many test examples ``table`` version ``version``'s figures rest on: for a table of :data:`TEST_SETS`,
     counted from the test tables its data ``commit`` names (none when None); else from ``results`` (the
     version's rows) and their ``n_test`` column per split, when they have one."""
@@ -34,8 +40,14 @@ def test_facts(ctx: JobContext, table: str, version: int, results: "DataFrame",
         split = "split_kind" if "split_kind" in results.columns else None
         # One row per split: bounded.
         rows = results.groupBy(*([split] if split else [])).agg(F.max("n_test").alias("n")).collect()
-        return [(f"test examples per figure{f' ({r[split]} split)' if split else ''}", f"{r['n']:,}",
-                 f"`{table}` v{version}") for r in sorted(rows, key=lambda r: str(r[split]) if split else "")]
+        return [
+            (
+                f"test examples per figure{f' ({r[split]} split)' if split else ''}",
+                f"{r['n']:,}",
+                f"`{table}` v{version}",
+            )
+            for r in sorted(rows, key=lambda r: str(r[split]) if split else "")
+        ]
     inputs, facts = commit_inputs(commit), []
     for test, where, what in TEST_SETS[table]:
         if test in inputs:
@@ -54,25 +66,31 @@ def cga_facts(ctx: JobContext, results: "DataFrame", version: int, commit: Optio
     from pyspark.sql import functions as F
 
     source = f"`consistency_results` v{version}"
-    sizes = (results.filter(F.col("method") == "cga")
-             .agg(F.max("n_augmented").alias("aug"), F.max("n_train").alias("train")).first())
-    facts = [("CGA titles added to D_L (D_aug)", f"{sizes['aug']:,}", source),
-             ("CGA training rows (D_L and D_aug)", f"{sizes['train']:,}", source)]
+    sizes = (
+        results.filter(F.col("method") == "cga")
+        .agg(F.max("n_augmented").alias("aug"), F.max("n_train").alias("train"))
+        .first()
+    )
+    facts = [
+        ("CGA titles added to D_L (D_aug)", f"{sizes['aug']:,}", source),
+        ("CGA training rows (D_L and D_aug)", f"{sizes['train']:,}", source),
+    ]
     facts += cga_added(ctx, commit)
     inputs = commit_inputs(commit)
     if "cga_generated" in inputs:
         at = int(inputs["cga_generated"])
         samples = ctx.lakehouse.read("cga_generated", at).filter(F.col("sample_idx") >= 0)
-        counts = samples.agg(F.count(F.lit(1)).alias("n"),
-                             F.count(F.when(F.col("reason").isNull(), 1)).alias("scored")).first()
+        counts = samples.agg(
+            F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("reason").isNull(), 1)).alias("scored")
+        ).first()
         # One row per generator reaches the driver (one per run; the limit bounds a table of many).
-        models = [r[0] for r in
-                  samples.select("model_version").distinct().orderBy("model_version").limit(3).collect()]
+        models = [r[0] for r in samples.select("model_version").distinct().orderBy("model_version").limit(3).collect()]
         where = f"`cga_generated` v{at}"
-        facts += [("CGA samples written by the generator", f"{counts['n']:,}", where),
-                  ("of which candidates for D_aug (not empty, not a copy of the source)", f"{counts['scored']:,}",
-                   where),
-                  ("CGA generator (model version)", ", ".join(f"`{m}`" for m in models if m) or "-", where)]
+        facts += [
+            ("CGA samples written by the generator", f"{counts['n']:,}", where),
+            ("of which candidates for D_aug (not empty, not a copy of the source)", f"{counts['scored']:,}", where),
+            ("CGA generator (model version)", ", ".join(f"`{m}`" for m in models if m) or "-", where),
+        ]
     return facts
 
 
@@ -95,9 +113,14 @@ def cga_added(ctx: JobContext, commit: Optional[Commit]) -> list[Fact]:
         return []
     # Spark's take-ordered: two rows reach the driver whatever D_aug's size.
     rows = added.filter(F.col("score") >= median[0]).orderBy("score", "item_id").limit(2).collect()
-    return [(f"a title added to D_aug, beside its source (cosine {r['score']:.2f})",
-             f"{cut(r['source_title'], TITLE_CHARS)} -> {cut(r['title'], TITLE_CHARS)}", f"`{AUGMENTED}` v{at}")
-            for r in rows]
+    return [
+        (
+            f"a title added to D_aug, beside its source (cosine {r['score']:.2f})",
+            f"{cut(r['source_title'], TITLE_CHARS)} -> {cut(r['title'], TITLE_CHARS)}",
+            f"`{AUGMENTED}` v{at}",
+        )
+        for r in rows
+    ]
 
 
 def commit_inputs(commit: Optional[Commit]) -> dict[str, str]:
@@ -121,20 +144,26 @@ def matcher_facts(ctx: JobContext, version: int, by: dict) -> list[Fact]:
         if variant in variants:
             facts.append((f"matcher training tuples, {variant}", f"{variants[variant]['tuples']:,}", source))
     inputs = commit_inputs(ctx.lakehouse.data_commit("matcher_results", version))
-    counted = (("query_interactions", "query", "click-log tuples (query, product)", "distinct queries"),
-               ("reformulation_pairs", "source_query", "reformulation pairs (query graph)",
-                "queries with a reformulation"))
+    counted = (
+        ("query_interactions", "query", "click-log tuples (query, product)", "distinct queries"),
+        ("reformulation_pairs", "source_query", "reformulation pairs (query graph)", "queries with a reformulation"),
+    )
     for table, column, rows_name, distinct_name in counted:
         if table in inputs:
             at = int(inputs[table])
-            row = ctx.lakehouse.read(table, at).agg(F.count(F.lit(1)).alias("n"),
-                                                    F.countDistinct(column).alias("d")).first()
-            facts += [(rows_name, f"{row['n']:,}", f"`{table}` v{at}"),
-                      (distinct_name, f"{row['d']:,}", f"`{table}` v{at}")]
+            row = (
+                ctx.lakehouse.read(table, at)
+                .agg(F.count(F.lit(1)).alias("n"), F.countDistinct(column).alias("d"))
+                .first()
+            )
+            facts += [
+                (rows_name, f"{row['n']:,}", f"`{table}` v{at}"),
+                (distinct_name, f"{row['d']:,}", f"`{table}` v{at}"),
+            ]
     return facts
 
 
 def cut(text: str, chars: int = SAMPLE_CHARS) -> str:
     """``text`` on one line, at most ``chars`` characters."""
     flat = " ".join(str(text).split())
-    return flat if len(flat) <= chars else flat[:chars - 1] + "…"
+    return flat if len(flat) <= chars else flat[: chars - 1] + "…"

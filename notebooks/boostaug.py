@@ -35,9 +35,16 @@ nb.show(lh.read("boostaug_kept").select("backend", "source_text", "text", "confi
 from pyspark.sql import functions as F
 
 res = lh.read("boostaug_results")
-nb.show(res.groupBy("method", "n_aug").agg(F.avg("accuracy").alias("accuracy"), F.stddev("accuracy").alias("std"),
-                                           F.avg("macro_f1").alias("macro_f1"), F.count("*").alias("runs"))
-        .orderBy("n_aug", "method"))
+nb.show(
+    res.groupBy("method", "n_aug")
+    .agg(
+        F.avg("accuracy").alias("accuracy"),
+        F.stddev("accuracy").alias("std"),
+        F.avg("macro_f1").alias("macro_f1"),
+        F.count("*").alias("runs"),
+    )
+    .orderBy("n_aug", "method")
+)
 nb.chart("boostaug", "accuracy_vs_n_aug.png")
 
 # COMMAND ----------

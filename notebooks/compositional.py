@@ -30,16 +30,25 @@ from pyspark.sql import functions as F
 lh = nb.ctx.lakehouse
 nb.show(lh.read("cg_test").groupBy("composition").count().orderBy(F.desc("count")), 20)
 nb.show(lh.read("cg_label_sets").orderBy(F.desc("draws")), 10)
-nb.show(lh.read("cg_synthetic").select("method", "composition", "text", "predicted", "jaccard").orderBy("method",
-                                                                                                       "rank"), 9)
+nb.show(
+    lh.read("cg_synthetic").select("method", "composition", "text", "predicted", "jaccard").orderBy("method", "rank"),
+    9,
+)
 nb.show(lh.read("cg_rejects").groupBy("method", "reason").count().orderBy("method", "reason"))
 
 # COMMAND ----------
 
 res = lh.read("compositional_results")
-nb.show(res.groupBy("model", "split_kind", "method", "n_augmented").agg(
-    F.avg("accuracy").alias("accuracy"), F.stddev("accuracy").alias("std"), F.avg("jaccard").alias("jaccard"),
-    F.count("*").alias("runs")).orderBy("model", "split_kind", "method", "n_augmented"))
+nb.show(
+    res.groupBy("model", "split_kind", "method", "n_augmented")
+    .agg(
+        F.avg("accuracy").alias("accuracy"),
+        F.stddev("accuracy").alias("std"),
+        F.avg("jaccard").alias("jaccard"),
+        F.count("*").alias("runs"),
+    )
+    .orderBy("model", "split_kind", "method", "n_augmented")
+)
 
 # COMMAND ----------
 

@@ -28,17 +28,23 @@ results = nb.run("genre-transfer")
 lh = nb.ctx.lakehouse
 nb.show(lh.read("genre_topic_words").orderBy("topic"), 30)
 nb.show(lh.read("genre_splits").groupBy("topic", "n", "role").count().orderBy("topic", "n", "role"))
-nb.show(lh.read("genre_synthetic").select("topic", "genre", "source_genre", "keywords_from", "keywords", "text")
-        .orderBy("source_id"), 5)
+nb.show(
+    lh.read("genre_synthetic")
+    .select("topic", "genre", "source_genre", "keywords_from", "keywords", "text")
+    .orderBy("source_id"),
+    5,
+)
 
 # COMMAND ----------
 
 from pyspark.sql import functions as F
 
 res = lh.read("genre_results")
-nb.show(res.groupBy("model", "n", "method").agg(F.avg("macro_f1").alias("macro_f1"),
-                                                F.stddev("macro_f1").alias("std"), F.count("*").alias("runs"))
-        .orderBy("model", "n", "method"))
+nb.show(
+    res.groupBy("model", "n", "method")
+    .agg(F.avg("macro_f1").alias("macro_f1"), F.stddev("macro_f1").alias("std"), F.count("*").alias("runs"))
+    .orderBy("model", "n", "method")
+)
 
 # COMMAND ----------
 

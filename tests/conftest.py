@@ -1,4 +1,5 @@
 """One SparkSession, one Ray runtime and one MLflow database for the whole test session."""
+
 from __future__ import annotations
 
 import os
@@ -21,11 +22,16 @@ def pytest_configure(config):
     # of kilobytes of them, with the assertion far above. Capture from INFO unless --log-level says otherwise.
     if config.getoption("log_level") is None and not config.getini("log_level"):
         config.option.log_level = "INFO"
-    config.addinivalue_line("markers", "slow: minutes-long tests, fault injection and whole pipelines (make test "
-                                       "runs them; make test-fast leaves them out)")
-    config.addinivalue_line("markers",
-                            "cluster: the cluster tier (tests/cluster): a local multi-node cluster, started "
-                                       "once per session (also marked slow)")
+    config.addinivalue_line(
+        "markers",
+        "slow: minutes-long tests, fault injection and whole pipelines (make test "
+        "runs them; make test-fast leaves them out)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "cluster: the cluster tier (tests/cluster): a local multi-node cluster, started "
+        "once per session (also marked slow)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,12 +54,15 @@ def pytest_runtest_logreport(report):
 def pytest_terminal_summary(terminalreporter):
     """Where the run's time went: the tests marked slow and the rest (what ``make test-fast`` runs), and the
     twelve test files that took longest (a session fixture counts in the file whose test first asked for it)."""
-    terminalreporter.write_line(f"time in tests marked slow: {_SECONDS['slow'] / 60:.1f} min; in the rest "
-                                f"(make test-fast): {_SECONDS['other'] / 60:.1f} min")
+    terminalreporter.write_line(
+        f"time in tests marked slow: {_SECONDS['slow'] / 60:.1f} min; in the rest "
+        f"(make test-fast): {_SECONDS['other'] / 60:.1f} min"
+    )
     top = sorted(_BY_FILE.items(), key=lambda item: -item[1])[:12]
     if top:
-        terminalreporter.write_line("longest files: " + ", ".join(f"{path.removeprefix('tests/')} {seconds:.0f} s"
-                                                                  for path, seconds in top))
+        terminalreporter.write_line(
+            "longest files: " + ", ".join(f"{path.removeprefix('tests/')} {seconds:.0f} s" for path, seconds in top)
+        )
 
 
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -64,8 +73,14 @@ def spark(tmp_path_factory):
     from common.platform.config import SparkConfig
     from common.platform.session import get_spark
 
-    session = get_spark(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="2g",
-                                    checkpoint_dir=str(tmp_path_factory.mktemp("spark"))))
+    session = get_spark(
+        SparkConfig(
+            master="local[2]",
+            shuffle_partitions=2,
+            driver_memory="2g",
+            checkpoint_dir=str(tmp_path_factory.mktemp("spark")),
+        )
+    )
     yield session
     session.stop()
 
@@ -124,9 +139,16 @@ def app_config(tmp_path, tracking_uri):
 
     # Its own registered models' names: the session's tests share one registry, and a test's first version of a
     # model must not meet another test's champion.
-    return load_config(None, [f"lakehouse.root={tmp_path / 'lakehouse'}", f"tracking.uri={tracking_uri}",
-                              f"tracking.experiment=test-{tmp_path.name}", f"registry.name_prefix={tmp_path.name}_",
-                              *DEMO])
+    return load_config(
+        None,
+        [
+            f"lakehouse.root={tmp_path / 'lakehouse'}",
+            f"tracking.uri={tracking_uri}",
+            f"tracking.experiment=test-{tmp_path.name}",
+            f"registry.name_prefix={tmp_path.name}_",
+            *DEMO,
+        ],
+    )
 
 
 @pytest.fixture
@@ -142,8 +164,10 @@ def ctx(spark, capabilities, app_config):
 def write_path(request, capabilities) -> str:
     """Both write paths of the lakehouse: Spark's Delta writer and delta-rs commits (one session serves both)."""
     if request.param == "native" and not capabilities.native_delta:
-        pytest.skip("no native Delta in this session: run `make install` (mvn resolves jvm/pom.xml into "
-                    ".venv/jars) to test Spark's Delta writer")
+        pytest.skip(
+            "no native Delta in this session: run `make install` (mvn resolves jvm/pom.xml into "
+            ".venv/jars) to test Spark's Delta writer"
+        )
     return request.param
 
 

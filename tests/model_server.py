@@ -7,6 +7,7 @@ requests, 503 for every request, 503 for the prompts that hold a marker, a 200 w
 502 when the server behind it is gone. It counts what it saw: requests, their times, the answers it passed on and
 the most requests it held in flight at once.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -86,12 +87,27 @@ class FaultProxy:
     answer is passed on past that count. Counts requests (``seen``: monotonic times), ``answered`` and ``peak`` in
     flight."""
 
-    def __init__(self, upstream: str, throttle: int = 0, throttle_headers: Optional[dict] = None, down: bool = False,
-                 fail_marker: Optional[str] = None, body: Optional[bytes] = None, answers: Optional[int] = None,
-                 then: Optional[Callable[[], None]] = None, models_status: Optional[int] = None,
-                 status: Optional[int] = None, throttle_body: str = "rate limited"):
-        self.upstream, self.throttle, self.down, self.fail_marker, self.body = upstream, throttle, down, fail_marker, \
-            body
+    def __init__(
+        self,
+        upstream: str,
+        throttle: int = 0,
+        throttle_headers: Optional[dict] = None,
+        down: bool = False,
+        fail_marker: Optional[str] = None,
+        body: Optional[bytes] = None,
+        answers: Optional[int] = None,
+        then: Optional[Callable[[], None]] = None,
+        models_status: Optional[int] = None,
+        status: Optional[int] = None,
+        throttle_body: str = "rate limited",
+    ):
+        self.upstream, self.throttle, self.down, self.fail_marker, self.body = (
+            upstream,
+            throttle,
+            down,
+            fail_marker,
+            body,
+        )
         self.throttle_headers = throttle_headers or {"Retry-After": "1"}
         self.answers, self.then, self.models_status = answers, then, models_status
         self.status, self.throttle_body = status, throttle_body
@@ -115,8 +131,12 @@ class FaultProxy:
 
         async def forward(request, data: bytes):
             async with ClientSession() as session:
-                async with session.request(request.method, self.upstream + request.path_qs[len("/v1"):], data=data,
-                                           headers={"Content-Type": "application/json"}) as answer:
+                async with session.request(
+                    request.method,
+                    self.upstream + request.path_qs[len("/v1") :],
+                    data=data,
+                    headers={"Content-Type": "application/json"},
+                ) as answer:
                     return answer.status, await answer.read()
 
         async def handle(request):
@@ -162,8 +182,9 @@ class FaultProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-def served_generator(folder: Path, endpoint, prompt: str = "Product title: {source}\nThe same product, another title:"
-                     ) -> str:
+def served_generator(
+    folder: Path, endpoint, prompt: str = "Product title: {source}\nThe same product, another title:"
+) -> str:
     """A served generator's folder for ``endpoint`` (an EndpointConfig), as the fine-tune stage writes it: one of two
     pairs in the prompt."""
     from dataclasses import asdict

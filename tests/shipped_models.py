@@ -1,5 +1,6 @@
 """Loading a registered model as a user's process would: a fresh interpreter that cannot import the suite (shared by
 test_registry, test_compositional and test_boostaug_encoder)."""
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,13 @@ print(json.dumps(out))
 def fresh_predictions(tracking_uri: str, uris: list[str], texts: list, cwd: Path) -> dict:
     """:data:`FRESH_PROCESS`'s output (by model URI) for the models ``uris`` on ``texts``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    done = subprocess.run([sys.executable, "-I", "-c", FRESH_PROCESS, tracking_uri, json.dumps(uris),
-                           json.dumps(texts)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", FRESH_PROCESS, tracking_uri, json.dumps(uris), json.dumps(texts)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

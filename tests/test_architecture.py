@@ -6,6 +6,7 @@ algorithms) never import the session factory, the lakehouse or the job runner. I
 generation and classifier halves never import each other, and the modules both build on (config, pretrained
 weights, optimiser) import neither.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,9 +36,16 @@ LAYERS = {
 METHOD_LAYER = 3
 # What a transform module must not reach: sessions, tables, runs.
 TRANSFORM_PACKAGES = {"common.algorithms"} | {p for p, rank in LAYERS.items() if rank == METHOD_LAYER}
-IO_MODULES = ("common.platform.session", "common.platform.lakehouse", "common.platform.delta_rs",
-              "common.platform.delta_native", "common.platform.job", "common.platform.pipeline",
-              "common.platform.cli", "common.platform.tracking")
+IO_MODULES = (
+    "common.platform.session",
+    "common.platform.lakehouse",
+    "common.platform.delta_rs",
+    "common.platform.delta_native",
+    "common.platform.job",
+    "common.platform.pipeline",
+    "common.platform.cli",
+    "common.platform.tracking",
+)
 MAX_LINES = 400
 # common.models' halves, and the shared modules under them.
 MODEL_HALVES = ("common.models.generation", "common.models.classifiers")
@@ -69,9 +77,12 @@ def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
                 target = f"{base}.{node.module}" if node.module else base
             else:
                 target = node.module or ""
-            found += [(node.lineno, f"{target}.{alias.name}") if (ROOT / Path(*f"{target}.{alias.name}".split("."))
-                                                                   ).with_suffix(".py").exists()
-                      else (node.lineno, target) for alias in node.names]
+            found += [
+                (node.lineno, f"{target}.{alias.name}")
+                if (ROOT / Path(*f"{target}.{alias.name}".split("."))).with_suffix(".py").exists()
+                else (node.lineno, target)
+                for alias in node.names
+            ]
     return found
 
 
@@ -91,14 +102,20 @@ def violations(module: str, source: str) -> list[str]:
         if other not in LAYERS:
             problems.append(f"{module}:{line} imports {target}: package {other} has no layer")
         elif LAYERS[other] > LAYERS[own]:
-            problems.append(f"{module}:{line} imports {target}: {own} (layer {LAYERS[own]}) may not depend on "
-                            f"{other} (layer {LAYERS[other]})")
+            problems.append(
+                f"{module}:{line} imports {target}: {own} (layer {LAYERS[own]}) may not depend on "
+                f"{other} (layer {LAYERS[other]})"
+            )
         elif LAYERS[other] == LAYERS[own] and own.startswith("common."):
-            problems.append(f"{module}:{line} imports {target}: {own} and {other} are peers; a method or shared "
-                            "package never imports another")
+            problems.append(
+                f"{module}:{line} imports {target}: {own} and {other} are peers; a method or shared "
+                "package never imports another"
+            )
         if own in TRANSFORM_PACKAGES and target.startswith(IO_MODULES):
-            problems.append(f"{module}:{line} imports {target}: transforms never import the session factory, "
-                            "the lakehouse or the job runner")
+            problems.append(
+                f"{module}:{line} imports {target}: transforms never import the session factory, "
+                "the lakehouse or the job runner"
+            )
     return problems
 
 
@@ -116,8 +133,10 @@ def model_violations(module: str, line: int, target: str) -> list[str]:
         return []
     if own == "base":
         return [f"{module}:{line} imports {target}: the shared model modules import neither half"]
-    return [f"{module}:{line} imports {target}: {own} and {other} are the two halves of common.models; neither "
-            "imports the other"]
+    return [
+        f"{module}:{line} imports {target}: {own} and {other} are the two halves of common.models; neither "
+        "imports the other"
+    ]
 
 
 def source_modules() -> dict[str, Path]:
@@ -138,8 +157,14 @@ def test_imports_point_one_way():
 def test_every_package_has_a_layer_and_the_layout_is_there():
     packages = {package_of(name) for name in source_modules()} - {None}
     assert packages <= set(LAYERS), packages - set(LAYERS)
-    for package in ("common.platform", "common.data", "common.models", "common.algorithms", "common.catalog",
-                    "common.querygraph"):
+    for package in (
+        "common.platform",
+        "common.data",
+        "common.models",
+        "common.algorithms",
+        "common.catalog",
+        "common.querygraph",
+    ):
         assert package in packages
     for half in MODEL_HALVES:
         assert half in source_modules(), half
@@ -148,42 +173,65 @@ def test_every_package_has_a_layer_and_the_layout_is_there():
         assert (ROOT / "common" / domain / "config.py").is_file()
 
 
-@pytest.mark.parametrize("module, source, expected", [
-    ("common.platform.session", "from common.catalog.grouping import group_items\n", "may not depend on"),
-    ("common.data.readers", "def f():\n    from common.models.classifiers.hft import predict\n", "may not depend on"),
-    ("common.catalog.cga", "from common.querygraph.matcher import evaluate\n", "are peers"),
-    ("common.querygraph.clusters", "from common.platform.lakehouse import Lakehouse\n", "transforms never"),
-    ("common.algorithms.graph", "from common.platform import session\n", "transforms never"),
-    ("common.newpaper.core", "import os\n", "has no layer"),
-    ("common.models.classifiers.hft", "from common.models.generation.ct2 import convert\n", "two halves"),
-    ("common.models.generation.pool", "def f():\n    from common.models.classifiers import hft\n", "two halves"),
-    ("common.models.config", "from common.models.generation.batching import padded\n", "import neither half"),
-])
+@pytest.mark.parametrize(
+    "module, source, expected",
+    [
+        ("common.platform.session", "from common.catalog.grouping import group_items\n", "may not depend on"),
+        (
+            "common.data.readers",
+            "def f():\n    from common.models.classifiers.hft import predict\n",
+            "may not depend on",
+        ),
+        ("common.catalog.cga", "from common.querygraph.matcher import evaluate\n", "are peers"),
+        ("common.querygraph.clusters", "from common.platform.lakehouse import Lakehouse\n", "transforms never"),
+        ("common.algorithms.graph", "from common.platform import session\n", "transforms never"),
+        ("common.newpaper.core", "import os\n", "has no layer"),
+        ("common.models.classifiers.hft", "from common.models.generation.ct2 import convert\n", "two halves"),
+        ("common.models.generation.pool", "def f():\n    from common.models.classifiers import hft\n", "two halves"),
+        ("common.models.config", "from common.models.generation.batching import padded\n", "import neither half"),
+    ],
+)
 def test_the_checker_catches_wrong_arrows(module, source, expected):
     assert any(expected in p for p in violations(module, source))
 
 
 def test_the_checker_accepts_arrows_the_right_way():
-    assert violations("jobs.cga", "from common.catalog.cga import augmentation_set\nfrom jobs import entry_point\n") \
+    assert (
+        violations("jobs.cga", "from common.catalog.cga import augmentation_set\nfrom jobs import entry_point\n") == []
+    )
+    assert (
+        violations(
+            "common.catalog.grouping",
+            "from common.algorithms.graph import connected_components\nfrom common.platform.config import check\n",
+        )
         == []
-    assert violations("common.catalog.grouping", "from common.algorithms.graph import connected_components\n"
-                                                 "from common.platform.config import check\n") == []
-    assert violations("common.models.generation.seq2seq", "from common.models.pretrained import load_for_training\n"
-                                                          "from common.models.generation.batching import "
-                                                          "padded\n") == []
+    )
+    assert (
+        violations(
+            "common.models.generation.seq2seq",
+            "from common.models.pretrained import load_for_training\n"
+            "from common.models.generation.batching import "
+            "padded\n",
+        )
+        == []
+    )
 
 
 def test_no_module_is_over_the_size_limit():
-    long = {name: n for name, path in source_modules().items()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    long = {
+        name: n for name, path in source_modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
 def test_the_cluster_harness_modules_are_under_the_size_limit():
     """tests/cluster/: the local cluster's harness, one module per part (processes, layout, lifecycle, observation,
     the S3 gateway, the model server, the rounds), none over the limit (one 1,157-line file until 2026-12-05)."""
-    long = {path.name: n for path in sorted((ROOT / "tests" / "cluster").glob("*.py"))
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    long = {
+        path.name: n
+        for path in sorted((ROOT / "tests" / "cluster").glob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"tests/cluster modules over {MAX_LINES} lines: {long}"
 
 
@@ -258,17 +306,26 @@ def test_no_import_circles_among_the_scripts():
     folder is on its own path): no circle there either (``gpu_stage`` and ``gpu_box`` shared one until 2026-12-05)."""
     for folder in ("benchmarks", "tests", "tests/reliability", "tests/cluster"):
         scripts = {path.stem: path.read_text() for path in sorted((ROOT / folder).glob("*.py"))}
-        graph = {name: {target.split(".")[0] for _, target in imported_modules(source, name)
-                        if target.split(".")[0] in scripts and target.split(".")[0] != name}
-                 for name, source in scripts.items()}
+        graph = {
+            name: {
+                target.split(".")[0]
+                for _, target in imported_modules(source, name)
+                if target.split(".")[0] in scripts and target.split(".")[0] != name
+            }
+            for name, source in scripts.items()
+        }
         assert not import_circles(graph), (folder, import_circles(graph))
 
 
 def test_the_circle_finder_finds_circles():
-    graph = import_graph({"common.models.a": "from common.models.b import x\n",
-                          "common.models.b": "def f():\n    from common.models.c import y\n",
-                          "common.models.c": "import common.models.a\n",
-                          "common.models.d": "from common.models.a import z\n"})
+    graph = import_graph(
+        {
+            "common.models.a": "from common.models.b import x\n",
+            "common.models.b": "def f():\n    from common.models.c import y\n",
+            "common.models.c": "import common.models.a\n",
+            "common.models.d": "from common.models.a import z\n",
+        }
+    )
     assert import_circles(graph) == [["common.models.a", "common.models.b", "common.models.c"]]
     assert import_circles({"a": {"b"}, "b": set()}) == []
 
@@ -285,8 +342,16 @@ def test_the_code_a_registered_model_carries_is_self_contained():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:
                 continue
-            roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module.split(".")[0]] if isinstance(node, ast.ImportFrom) else []
-            problems += [f"{name}:{node.lineno} imports {root}" for root in roots
-                         if root not in allowed and root not in sys.stdlib_module_names]
+            roots = (
+                [a.name.split(".")[0] for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module.split(".")[0]]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            problems += [
+                f"{name}:{node.lineno} imports {root}"
+                for root in roots
+                if root not in allowed and root not in sys.stdlib_module_names
+            ]
     assert not problems, "\n".join(problems)

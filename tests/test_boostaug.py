@@ -1,5 +1,6 @@
 """BoostAug (paper 3): backends on hand-checked sentences, fold disjointness, each filter on constructed
 cases, ingest accounting of the texts input, and a tiny end-to-end run of the pipeline."""
+
 from __future__ import annotations
 
 import random
@@ -22,8 +23,10 @@ def test_candidates_are_seeded_per_row_and_index():
     assert first != B.augment_text(SENTENCE, "s2", "eda", 6, 42, 0.1, SYNONYMS)  # another row differs
     assert first != B.augment_text(SENTENCE, "s1", "eda", 6, 43, 0.1, SYNONYMS)  # another seed differs
     # candidate i does not depend on how many candidates are asked for
-    assert B.augment_text(SENTENCE, "s1", "spelling", 3, 42, 0.1, {}) == \
-        B.augment_text(SENTENCE, "s1", "spelling", 5, 42, 0.1, {})[:3]
+    assert (
+        B.augment_text(SENTENCE, "s1", "spelling", 3, 42, 0.1, {})
+        == B.augment_text(SENTENCE, "s1", "spelling", 5, 42, 0.1, {})[:3]
+    )
 
 
 def test_eda_operations_on_hand_checked_sentences():
@@ -90,23 +93,31 @@ def test_fold_rows_are_disjoint_in_the_written_table(spark, tmp_path):
     df = spark.read.parquet(path)
     counts = {(r["split"], r["label"]): r["count"] for r in df.groupBy("split", "label").count().collect()}
     # exact stratified split: 100 neg and 200 pos -> 20 / 10 / 70 and 40 / 20 / 140
-    assert counts == {("test", "neg"): 20, ("dev", "neg"): 10, ("train", "neg"): 70,
-                      ("test", "pos"): 40, ("dev", "pos"): 20, ("train", "pos"): 140}
+    assert counts == {
+        ("test", "neg"): 20,
+        ("dev", "neg"): 10,
+        ("train", "neg"): 70,
+        ("test", "pos"): 40,
+        ("dev", "pos"): 20,
+        ("train", "pos"): 140,
+    }
     fold_sizes = sorted(r["count"] for r in df.filter("split = 'train'").groupBy("fold").count().collect())
     assert fold_sizes == [42, 42, 42, 42, 42]
     assert df.filter(F.col("split") != "train").filter(F.col("fold").isNotNull()).count() == 0
     files = [str(p) for p in (tmp_path / "texts").glob("*.parquet")]
     for plan in fold_plans(5):
         train, validation = surrogate_sources(files, plan)
-        boosted = {t for t, _ in read_rows([(files, [("split", "=", "train"), ("fold", "=", plan.boost)])],
-                                           "text", "label")}
+        boosted = {
+            t for t, _ in read_rows([(files, [("split", "=", "train"), ("fold", "=", plan.boost)])], "text", "label")
+        }
         seen = {t for t, _ in read_rows(train, "text", "label") + read_rows(validation, "text", "label")}
         assert boosted and not boosted & seen
         assert len(read_rows(train, "text", "label")) == 3 * 42
     # the same rows and seed give the same split
     again = assign_splits(with_source_ids(texts), cfg, seed=1)
-    assert sorted(map(tuple, again.select("source_id", "split", "fold").collect())) == \
-        sorted(map(tuple, df.select("source_id", "split", "fold").collect()))
+    assert sorted(map(tuple, again.select("source_id", "split", "fold").collect())) == sorted(
+        map(tuple, df.select("source_id", "split", "fold").collect())
+    )
 
 
 # ----------------------------------------------------------------------------- filters
@@ -126,9 +137,11 @@ SCORED = [
 def _judge(spark, enabled, n_aug=2):
     from common.boostaug.filtering import apply_filters
 
-    df = spark.createDataFrame([(s, "eda", i, lab, c, p, ppl) for s, i, lab, c, p, ppl in SCORED],
-                               "source_id string, backend string, aug_idx int, label string, confidence double, "
-                               "pred_label string, perplexity double")
+    df = spark.createDataFrame(
+        [(s, "eda", i, lab, c, p, ppl) for s, i, lab, c, p, ppl in SCORED],
+        "source_id string, backend string, aug_idx int, label string, confidence double, "
+        "pred_label string, perplexity double",
+    )
     out = apply_filters(df, n_aug, FilterConfig(), enabled)
     return {(r["source_id"], r["aug_idx"]): r["reason"] for r in out.collect()}
 
@@ -157,11 +170,17 @@ def test_each_filter_on_constructed_cases(spark):
 
 LONG_TAIL = [
     # source, aug_idx, label, confidence, predicted: a class the surrogate is sure of, and one it never is
-    ("b1", 0, "big", 0.999, "big"), ("b1", 1, "big", 0.998, "big"), ("b1", 2, "big", 0.5, "big"),
+    ("b1", 0, "big", 0.999, "big"),
+    ("b1", 1, "big", 0.998, "big"),
+    ("b1", 2, "big", 0.5, "big"),
     ("b1", 3, "big", 0.4, "big"),
-    ("t1", 0, "small", 0.9, "small"), ("t1", 1, "small", 0.8, "small"), ("t1", 2, "small", 0.3, "small"),
+    ("t1", 0, "small", 0.9, "small"),
+    ("t1", 1, "small", 0.8, "small"),
+    ("t1", 2, "small", 0.3, "small"),
     ("t1", 3, "small", 0.2, "small"),
-    ("t2", 0, "small", 0.7, "small"), ("t2", 1, "small", 0.6, "small"), ("t2", 2, "small", 0.95, "big"),
+    ("t2", 0, "small", 0.7, "small"),
+    ("t2", 1, "small", 0.6, "small"),
+    ("t2", 2, "small", 0.95, "big"),
     ("t2", 3, "small", 0.1, "small"),
 ]
 
@@ -169,9 +188,11 @@ LONG_TAIL = [
 def test_class_quantile_lowers_the_threshold_only_for_classes_the_surrogate_doubts(spark):
     from common.boostaug.filtering import apply_filters
 
-    df = spark.createDataFrame([(s, "eda", i, lab, c, p, None) for s, i, lab, c, p in LONG_TAIL],
-                               "source_id string, backend string, aug_idx int, label string, confidence double, "
-                               "pred_label string, perplexity double")
+    df = spark.createDataFrame(
+        [(s, "eda", i, lab, c, p, None) for s, i, lab, c, p in LONG_TAIL],
+        "source_id string, backend string, aug_idx int, label string, confidence double, "
+        "pred_label string, perplexity double",
+    )
 
     def judge(cfg):
         out = apply_filters(df, 2, cfg, ["perplexity", "confidence", "label"])
@@ -197,24 +218,35 @@ def test_class_quantile_lowers_the_threshold_only_for_classes_the_surrogate_doub
 def test_classes_below_min_support_pass_unjudged_like_unfiltered_augmentation(spark):
     from common.boostaug.filtering import apply_filters, unjudged_labels
 
-    texts = spark.createDataFrame([("big", "train")] * 3 + [("small", "train"), ("small", "test"), ("small", "dev")]
-                                  + [("tiny", "test")], "label string, split string")
+    texts = spark.createDataFrame(
+        [("big", "train")] * 3 + [("small", "train"), ("small", "test"), ("small", "dev")] + [("tiny", "test")],
+        "label string, split string",
+    )
     assert unjudged_labels(texts, 0) == []
     assert unjudged_labels(texts, 2) == ["small"]  # counted on the train split; tiny has no training text
     assert unjudged_labels(texts, 4) == ["big", "small"]
-    df = spark.createDataFrame([(s, "eda", i, lab, c, p, None) for s, i, lab, c, p in LONG_TAIL],
-                               "source_id string, backend string, aug_idx int, label string, confidence double, "
-                               "pred_label string, perplexity double")
+    df = spark.createDataFrame(
+        [(s, "eda", i, lab, c, p, None) for s, i, lab, c, p in LONG_TAIL],
+        "source_id string, backend string, aug_idx int, label string, confidence double, "
+        "pred_label string, perplexity double",
+    )
     enabled = ["perplexity", "confidence", "label"]
-    fixed = {(r["source_id"], r["aug_idx"]): r["reason"]
-             for r in apply_filters(df, 2, FilterConfig(), enabled).collect()}
-    out = {(r["source_id"], r["aug_idx"]): r["reason"]
-           for r in apply_filters(df, 2, FilterConfig(), enabled, unjudged=["small"]).collect()}
+    fixed = {
+        (r["source_id"], r["aug_idx"]): r["reason"] for r in apply_filters(df, 2, FilterConfig(), enabled).collect()
+    }
+    out = {
+        (r["source_id"], r["aug_idx"]): r["reason"]
+        for r in apply_filters(df, 2, FilterConfig(), enabled, unjudged=["small"]).collect()
+    }
     assert len(out) == len(LONG_TAIL)
     assert {k: v for k, v in out.items() if k[0] == "b1"} == {k: v for k, v in fixed.items() if k[0] == "b1"}
     # small: the first two candidates of each source, whatever their confidence or predicted label
-    assert [k for k, reason in sorted(out.items()) if reason is None and k[0] != "b1"] == \
-        [("t1", 0), ("t1", 1), ("t2", 0), ("t2", 1)]
+    assert [k for k, reason in sorted(out.items()) if reason is None and k[0] != "b1"] == [
+        ("t1", 0),
+        ("t1", 1),
+        ("t2", 0),
+        ("t2", 1),
+    ]
     assert out[("t2", 2)] == "beyond the first 2 candidates (class below min_class_support, unjudged)"
 
 
@@ -244,8 +276,9 @@ def test_texts_ingest_quarantines_bad_rows_and_takes_the_split_from_file_names(c
 
     folder = tmp_path / "sst"
     folder.mkdir()
-    (folder / "train.csv").write_text('text,label\n"good film",pos\n"bad film",neg\n"",pos\n"no label",\n'
-                                      '"ctrl \x01 char",neg\n', encoding="utf-8")
+    (folder / "train.csv").write_text(
+        'text,label\n"good film",pos\n"bad film",neg\n"",pos\n"no label",\n"ctrl \x01 char",neg\n', encoding="utf-8"
+    )
     (folder / "test.csv").write_text("text,label\nfine,pos\n", encoding="utf-8")
     (folder / "holdout.csv").write_text("text,label\nelsewhere,neg\n", encoding="utf-8")
     ctx.cfg.inputs.texts = InputSpec(path=f"{folder}/*.csv", from_path={"split": r"/([a-z]+)\.csv$"})
@@ -255,8 +288,12 @@ def test_texts_ingest_quarantines_bad_rows_and_takes_the_split_from_file_names(c
     kept = {(r["text"], r["split"]) for r in ctx.lakehouse.read("texts").collect()}
     assert kept == {("good film", "train"), ("bad film", "train"), ("fine", "test")}
     reasons = sorted(r["reason"] for r in ctx.lakehouse.read("texts_quarantine").collect())
-    assert reasons == ["empty label", "empty text", "invalid text in text: control or undecodable characters",
-                       "unknown split (allowed: train, dev, test)"]
+    assert reasons == [
+        "empty label",
+        "empty text",
+        "invalid text in text: control or undecodable characters",
+        "unknown split (allowed: train, dev, test)",
+    ]
     # a column from the file name needs file inputs: a Delta table says so, naming itself
     location = ctx.lakehouse.location("texts")
     ctx.cfg.inputs.texts = InputSpec(path=location, from_path={"split": "x"})
@@ -293,8 +330,16 @@ def test_pipeline_end_to_end_on_the_demo_titles(small_world):
 
     res = lake.read("boostaug_results").toPandas()
     methods = set(res["method"])
-    assert {"none", "eda", "eda+boostaug", "spelling+boostaug", "split", "eda+boostaug w/o label",
-            "eda+boostaug w/o confidence", "eda+boostaug w/o cross-boosting"} <= methods
+    assert {
+        "none",
+        "eda",
+        "eda+boostaug",
+        "spelling+boostaug",
+        "split",
+        "eda+boostaug w/o label",
+        "eda+boostaug w/o confidence",
+        "eda+boostaug w/o cross-boosting",
+    } <= methods
     assert "eda+boostaug w/o perplexity" not in methods  # fastText surrogates have no perplexity
     assert (res.groupby(["method", "n_aug"]).size() == 2).all()  # R = 2 per variant
     assert res["accuracy"].between(0, 1).all() and (res["n_train"] >= n_train).all()

@@ -1,5 +1,6 @@
 """BoostAug's contextual-substitution backend: seeded span masking, the infiller's training pairs, and a
 tiny run of the augment and filter jobs with a scratch T5 infiller (fine-tuned and sampling on Ray)."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,8 +34,9 @@ def test_mask_span_is_seeded_and_cuts_the_text_into_three_parts():
 def test_infill_tables_and_candidate_assembly(spark):
     from pyspark.sql import functions as F
 
-    train = spark.createDataFrame([("s1", 0, SENTENCE, "pos"), ("s2", 1, "dull", "neg")],
-                                  "source_id string, fold int, text string, label string")
+    train = spark.createDataFrame(
+        [("s1", 0, SENTENCE, "pos"), ("s2", 1, "dull", "neg")], "source_id string, fold int, text string, label string"
+    )
     pairs = C.infill_pairs(train, 2, 0.1, 3, "[MASK]", 42).orderBy("pair_id").collect()
     assert [r["pair_id"] for r in pairs] == ["s1:0", "s1:1", "s2:0", "s2:1"]
     for r in pairs:
@@ -47,9 +49,16 @@ def test_infill_tables_and_candidate_assembly(spark):
     assert first["prompt"] == C.masked(first["left_text"], first["right_text"], "[MASK]")
 
     generated = spark.createDataFrame(
-        [("s1:0", "hilarious", None), ("s1:1", "", None), ("s1:2", None, "input over 64 tokens"),
-         ("s2:0", "", None), ("s2:1", "bland", None), ("s2:2", "  very   dull ", None)],
-        "source_id string, generated_text string, reason string")
+        [
+            ("s1:0", "hilarious", None),
+            ("s1:1", "", None),
+            ("s1:2", None, "input over 64 tokens"),
+            ("s2:0", "", None),
+            ("s2:1", "bland", None),
+            ("s2:2", "  very   dull ", None),
+        ],
+        "source_id string, generated_text string, reason string",
+    )
     out = {r["source_id"] + ":" + str(r["aug_idx"]): r for r in C.contextual_candidates(prompts, generated).collect()}
     assert len(out) == 8  # one row per prompt
     p = {r["prompt_id"]: r for r in prompts.collect()}
@@ -77,15 +86,25 @@ def test_augment_and_filter_jobs_with_a_scratch_infiller(ctx):
     from jobs import run_pipeline
 
     infiller = ContextualConfig(
-        model=T5ModelConfig(kind="scratch_t5", scratch=ScratchT5Config(vocab_size=300, d_model=32, d_ff=64,
-                                                                       num_layers=1, num_heads=4),
-                            max_source_length=48, max_target_length=8),
+        model=T5ModelConfig(
+            kind="scratch_t5",
+            scratch=ScratchT5Config(vocab_size=300, d_model=32, d_ff=64, num_layers=1, num_heads=4),
+            max_source_length=48,
+            max_target_length=8,
+        ),
         fine_tune=FineTuneConfig(epochs=2, learning_rate=3e-3, batch_size=32, checkpoint_every=0),
-        generation=GenerationConfig(engine="ctranslate2", n_samples=1, max_new_tokens=6, max_source_tokens=48))
-    ctx.cfg.boostaug = BoostAugConfig(backends=["split", "contextual"], n_aug=2, folds=3, label_level=1,
-                                      contextual=infiller, surrogate=SurrogateConfig(kind="fasttext", epochs=[50]),
-                                      filter=FilterConfig(confidence_threshold=0.6),
-                                      eval=EvalConfig(repeats=1, curve=[0, 2], ablation_backend="contextual"))
+        generation=GenerationConfig(engine="ctranslate2", n_samples=1, max_new_tokens=6, max_source_tokens=48),
+    )
+    ctx.cfg.boostaug = BoostAugConfig(
+        backends=["split", "contextual"],
+        n_aug=2,
+        folds=3,
+        label_level=1,
+        contextual=infiller,
+        surrogate=SurrogateConfig(kind="fasttext", epochs=[50]),
+        filter=FilterConfig(confidence_threshold=0.6),
+        eval=EvalConfig(repeats=1, curve=[0, 2], ablation_backend="contextual"),
+    )
     jobs = ["generate-demo", "ingest-texts", "boostaug-splits", "boostaug-augment", "boostaug-filter"]
     results = {r.job: r for r in run_pipeline(ctx, "boostaug", jobs)}
     lake = ctx.lakehouse
@@ -100,8 +119,12 @@ def test_augment_and_filter_jobs_with_a_scratch_infiller(ctx):
     assert ctx_rows.count() > 0 and candidates.filter(F.col("backend") == "split").count() == 4 * n_train
     # each candidate keeps the words around its prompt's span
     joined = ctx_rows.join(prompts.select("source_id", "aug_idx", "left_text", "right_text"), ["source_id", "aug_idx"])
-    assert joined.filter(~F.col("text").startswith(F.col("left_text"))
-                         | ~F.col("text").endswith(F.col("right_text"))).count() == 0
+    assert (
+        joined.filter(
+            ~F.col("text").startswith(F.col("left_text")) | ~F.col("text").endswith(F.col("right_text"))
+        ).count()
+        == 0
+    )
     assert results["boostaug-augment"].metrics["contextual.prompts"] == 4 * n_train
     kept, rejects = lake.read("boostaug_kept"), lake.read("boostaug_rejects")
     assert kept.count() + rejects.count() == candidates.count()

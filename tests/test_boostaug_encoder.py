@@ -6,6 +6,7 @@ The torch work runs in Ray tasks whose worker exits afterwards, never in the tes
 uninitialised memory, and in a process whose heap torch has shaped, the later in-process fastText tests
 (test_classifier) would get models that differ from a clean process's.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,12 +68,18 @@ def _fit_and_probe(folder: str) -> dict:
                 masked[0, i] = tok.mask_token_id
                 nll.append(-float(lm(input_ids=masked).logits[0, i].log_softmax(-1)[ids[0, i]]))
         brute.append(math.exp(sum(nll) / len(nll)) if nll else None)
-    return {"figures": figures, "labels": scorer.labels, "has_mlm": scorer.has_mlm,
-            "validation_perplexities": scorer.validation_perplexities,
-            "limit_none": scorer.perplexity_limit(None), "limit_max": scorer.perplexity_limit(1.0),
-            # max_batch_tokens 64 with widths up to 10 cuts the 20-odd masked copies into several batches
-            "fast": scorer.pseudo_perplexity(PPL_TEXTS), "brute": brute,
-            "classified": scorer.classify(["a great and moving film", "a dull and tedious mess"])}
+    return {
+        "figures": figures,
+        "labels": scorer.labels,
+        "has_mlm": scorer.has_mlm,
+        "validation_perplexities": scorer.validation_perplexities,
+        "limit_none": scorer.perplexity_limit(None),
+        "limit_max": scorer.perplexity_limit(1.0),
+        # max_batch_tokens 64 with widths up to 10 cuts the 20-odd masked copies into several batches
+        "fast": scorer.pseudo_perplexity(PPL_TEXTS),
+        "brute": brute,
+        "classified": scorer.classify(["a great and moving film", "a dull and tedious mess"]),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +95,12 @@ def _masking_case() -> dict:
     ids = torch.tensor([[101, 5, 6, 7, 102, 0], [101, 8, 102, 0, 0, 0]])
     special = torch.tensor([[1, 0, 0, 0, 1, 1], [1, 0, 1, 1, 1, 1]]).bool()
     masked, chosen = _mask_tokens(ids, special, 0.01, 103, torch.Generator().manual_seed(0))
-    return {"every_row": bool(chosen.any(1).all()), "special_touched": bool((chosen & special).any()),
-            "masked_ok": bool((masked[chosen] == 103).all()), "rest_ok": bool((masked[~chosen] == ids[~chosen]).all())}
+    return {
+        "every_row": bool(chosen.any(1).all()),
+        "special_touched": bool((chosen & special).any()),
+        "masked_ok": bool((masked[chosen] == 103).all()),
+        "rest_ok": bool((masked[~chosen] == ids[~chosen]).all()),
+    }
 
 
 def test_masking_covers_ordinary_tokens_only_and_every_row(ray_runtime):
@@ -136,16 +147,23 @@ def _plain_classifier(folder: str) -> dict:
     half = Path(folder, "half")
     shutil.copytree(minilm_folder(), half, ignore=shutil.ignore_patterns("model.safetensors"))
     weights = load_file(str(minilm_folder() / "model.safetensors"))
-    save_file({k: v.half() if v.is_floating_point() else v for k, v in weights.items()},
-              str(half / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k: v.half() if v.is_floating_point() else v for k, v in weights.items()},
+        str(half / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     rows = [(t, "pos") for t in POSITIVE[:3]] + [(t, "neg") for t in NEGATIVE[:3]]
     spec = EncoderConfig(name_or_path=str(half), max_length=16, epochs=1, batch_size=8, mlm_weight=0.0, num_cpus=2)
     figures = fit_surrogate(_parquet(Path(folder, "train.parquet"), rows), [], spec, 0, f"{folder}/m")
     scorer = EncoderScorer(f"{folder}/m")
     saved = load_file(str(Path(folder, "m", "lm", "model.safetensors")))
-    return {"figures": figures, "has_mlm": scorer.has_mlm, "calibration": scorer.validation_perplexities,
-            "saved_dtypes": sorted({str(v.dtype) for v in saved.values() if v.is_floating_point()}),
-            "finite": all(bool(v.isfinite().all()) for v in saved.values() if v.is_floating_point())}
+    return {
+        "figures": figures,
+        "has_mlm": scorer.has_mlm,
+        "calibration": scorer.validation_perplexities,
+        "saved_dtypes": sorted({str(v.dtype) for v in saved.values() if v.is_floating_point()}),
+        "finite": all(bool(v.isfinite().all()) for v in saved.values() if v.is_floating_point()),
+    }
 
 
 def test_plain_classifier_has_no_perplexity_and_trains_a_half_checkpoint_in_float32(ray_runtime, tmp_path):
@@ -184,21 +202,27 @@ def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, ray_runtime,
 
     write_reviews_csv(tmp_path / "texts.csv", per_label=8, n_train=6)
     ctx.cfg.inputs.texts = InputSpec(path=str(tmp_path / "texts.csv"))
-    tiny = dict(max_length=16, epochs=1, batch_size=8, learning_rate=3e-4, max_batch_tokens=256,
-                score_batch_size=16)
+    tiny = dict(max_length=16, epochs=1, batch_size=8, learning_rate=3e-4, max_batch_tokens=256, score_batch_size=16)
     ctx.cfg.boostaug = BoostAugConfig(
-        backends=["eda"], n_aug=1, folds=3,
+        backends=["eda"],
+        n_aug=1,
+        folds=3,
         surrogate=SurrogateConfig(kind="encoder", encoder=EncoderConfig(**tiny)),
         filter=FilterConfig(confidence_threshold=0.0, perplexity_quantile=0.99),
-        eval=EvalConfig(models=["fasttext", "encoder"], repeats=1, curve=[0, 1],
-                        encoder=EncoderConfig(**tiny)))
+        eval=EvalConfig(models=["fasttext", "encoder"], repeats=1, curve=[0, 1], encoder=EncoderConfig(**tiny)),
+    )
     results = run_pipeline(ctx, "boostaug")
     lake = ctx.lakehouse
     candidates = lake.read("boostaug_candidates")
     scored = lake.read("boostaug_scored")
     assert candidates.count() == 12 * 2 and scored.count() == candidates.count()  # 12 train texts x 2·Ñ
-    row = scored.agg(F.min("confidence"), F.min("perplexity"), F.count("perplexity_limit"),
-                     F.count("mono_perplexity"), F.countDistinct("fold")).first()
+    row = scored.agg(
+        F.min("confidence"),
+        F.min("perplexity"),
+        F.count("perplexity_limit"),
+        F.count("mono_perplexity"),
+        F.countDistinct("fold"),
+    ).first()
     assert row[0] >= 0.5 and row[1] > 1.0 and row[2] == 24 and row[3] == 24 and row[4] == 3
     # each fold's candidates carry their own surrogate's calibrated threshold
     limits = scored.groupBy("fold").agg(F.countDistinct("perplexity_limit").alias("n")).collect()

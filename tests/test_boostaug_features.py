@@ -6,6 +6,7 @@ candidates once and re-scoring them with a new head without embedding again.
 The encoder work runs in a Ray task of torch's workers, never in the test process (see test_boostaug_encoder:
 fastText trains on uninitialised memory, and in-process fastText tests must not inherit torch's heap).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -91,8 +92,10 @@ def test_config_checks():
         FeatureSurrogateConfig(hidden=0)
     # the head and its pool's resources do not change a candidate's embedding; the encoder does
     base = FeatureSurrogateConfig()
-    assert FeatureSurrogateConfig(head="mlp", concurrency=2, calls_per_actor=1).encoder_settings() == \
-        base.encoder_settings()
+    assert (
+        FeatureSurrogateConfig(head="mlp", concurrency=2, calls_per_actor=1).encoder_settings()
+        == base.encoder_settings()
+    )
     assert FeatureSurrogateConfig(compute_type="float32").encoder_settings() != base.encoder_settings()
     # the layer the embedding is read from is the encoder's; all layers (the default) keep the key of before it
     assert FeatureSurrogateConfig(layers=3).encoder_settings() != base.encoder_settings()
@@ -101,9 +104,11 @@ def test_config_checks():
         FeatureSurrogateConfig(layers=-1)
     with pytest.raises(ValueError, match="calls_per_actor"):
         FeatureSurrogateConfig(calls_per_actor=0)
-    assert SurrogateConfig(kind="features", features=FeatureSurrogateConfig(concurrency=2)).scoring_settings() == \
-        SurrogateConfig(kind="features").scoring_settings() != \
-        SurrogateConfig(kind="features", features=FeatureSurrogateConfig(head="logistic")).scoring_settings()
+    assert (
+        SurrogateConfig(kind="features", features=FeatureSurrogateConfig(concurrency=2)).scoring_settings()
+        == SurrogateConfig(kind="features").scoring_settings()
+        != SurrogateConfig(kind="features", features=FeatureSurrogateConfig(head="logistic")).scoring_settings()
+    )
     assert SurrogateConfig(kind="features").features.encoder is None  # the packaged MiniLM
     # the local default: an MLP head on frozen features (SST-2 measured; docs/pipelines/boostaug.md)
     assert (SurrogateConfig().kind, SurrogateConfig().features.head) == ("features", "mlp")
@@ -127,8 +132,11 @@ def _fit_and_judge(folder: str, head: str) -> dict:
     )
     from common.boostaug.surrogate import fold_plans, mono_plan, surrogate_sources
 
-    rows = [(t, label, "train", i % 3) for texts, label in ((POSITIVE, "pos"), (NEGATIVE, "neg"))
-            for i, t in enumerate(texts)]
+    rows = [
+        (t, label, "train", i % 3)
+        for texts, label in ((POSITIVE, "pos"), (NEGATIVE, "neg"))
+        for i, t in enumerate(texts)
+    ]
     rows += [("a fine film", "pos", "dev", -1), ("a poor film", "neg", "dev", -1)]
     path = Path(folder, "texts.parquet")
     pd.DataFrame(rows, columns=["text", "label", "split", "fold"]).to_parquet(path)
@@ -140,14 +148,24 @@ def _fit_and_judge(folder: str, head: str) -> dict:
         jobs.append({"train": train, "validation": validation, "out_dir": f"{folder}/{plan.boost}"})
     figures = fit_surrogates(jobs, spec, seed=7)
     folds = {p.boost: f["uri"] for p, f in zip(plans, figures) if p.boost is not None}
-    texts = ["a great and moving film", "a dull and tedious mess", "truly wonderful acting , a delight", None,
-             "a dull and tedious mess"]
+    texts = [
+        "a great and moving film",
+        "a dull and tedious mess",
+        "truly wonderful acting , a delight",
+        None,
+        "a dull and tedious mess",
+    ]
     embedded = CandidateEmbedder(spec)(pa.table({"fold": [0, 1, 2, 0, 2], "text": texts}))
     x = embeddings_of(embedded.column("embedding"))
     judged = FeatureHeadScorer(folds, figures[-1]["uri"])(embedded).to_pydict()
-    return {"figures": figures, "judged": judged, "labels": [list(load_head(f["uri"])["labels"]) for f in figures],
-            "norms": np.linalg.norm(x, axis=1).tolist(), "repeat_equal": bool(np.array_equal(x[1], x[4])),
-            "distinct": bool(not np.allclose(x[0], x[1]))}
+    return {
+        "figures": figures,
+        "judged": judged,
+        "labels": [list(load_head(f["uri"])["labels"]) for f in figures],
+        "norms": np.linalg.norm(x, axis=1).tolist(),
+        "repeat_equal": bool(np.array_equal(x[1], x[4])),
+        "distinct": bool(not np.allclose(x[0], x[1])),
+    }
 
 
 @pytest.mark.parametrize("head", ["logistic", "mlp"])
@@ -203,17 +221,27 @@ def test_filter_job_scores_on_the_feature_pool_and_refilters_without_rescoring(c
     write_reviews_csv(tmp_path / "texts.csv", per_label=9, n_train=7)
     ctx.cfg.inputs.texts = InputSpec(path=str(tmp_path / "texts.csv"))
     ctx.cfg.boostaug = BoostAugConfig(
-        backends=["eda"], n_aug=1, folds=3,
-        surrogate=SurrogateConfig(kind="features",
-                                  features=FeatureSurrogateConfig(head="logistic", c_grid=[10.0], batch_size=8)),
-        filter=FilterConfig(confidence_threshold=0.0), eval=EvalConfig(curve=[0, 1]))
+        backends=["eda"],
+        n_aug=1,
+        folds=3,
+        surrogate=SurrogateConfig(
+            kind="features", features=FeatureSurrogateConfig(head="logistic", c_grid=[10.0], batch_size=8)
+        ),
+        filter=FilterConfig(confidence_threshold=0.0),
+        eval=EvalConfig(curve=[0, 1]),
+    )
     jobs = ["ingest-texts", "boostaug-splits", "boostaug-augment", "boostaug-filter"]
     by_job = {r.job: r for r in run_pipeline(ctx, "boostaug", jobs)}
     lake = ctx.lakehouse
     scored = lake.read("boostaug_scored")
     assert scored.count() == lake.read("boostaug_candidates").count() == 14 * 2  # 14 train texts x 2·Ñ
-    row = scored.agg(F.min("confidence"), F.max("confidence"), F.count("perplexity"), F.count("mono_confidence"),
-                     F.countDistinct("fold")).first()
+    row = scored.agg(
+        F.min("confidence"),
+        F.max("confidence"),
+        F.count("perplexity"),
+        F.count("mono_confidence"),
+        F.countDistinct("fold"),
+    ).first()
     assert 0.5 <= row[0] <= row[1] <= 1.0 and row[2] == 0 and row[3] == 28 and row[4] == 3
     kept, rejects = lake.read("boostaug_kept"), lake.read("boostaug_rejects")
     assert kept.count() + rejects.count() == 28 and kept.count() > 0

@@ -1,6 +1,7 @@
 """The Databricks Asset Bundle, validated offline: every job parses into the typed classes of the
 ``databricks-bundles`` package (unknown or mistyped fields fail), runs its pipeline's jobs in pipeline order
 through the wheel's ``augment`` entry point, and only names variables and clusters that exist."""
+
 from __future__ import annotations
 
 import re
@@ -68,8 +69,13 @@ def test_task_order_is_the_pipeline_order_and_tasks_run_the_cli(bundle):
         assert check["task_key"] == "check_config" and check["max_retries"] == 0 and "depends_on" not in check
         params = check["python_wheel_task"]["parameters"]
         checked = _parser(REGISTRY).parse_args(
-            [p.replace("{{job.parameters.conf}}", "conf/databricks.yaml").replace("{{job.parameters.overrides}}", "")
-             for p in params])
+            [
+                p.replace("{{job.parameters.conf}}", "conf/databricks.yaml").replace(
+                    "{{job.parameters.overrides}}", ""
+                )
+                for p in params
+            ]
+        )
         ran = [t["python_wheel_task"]["parameters"][1] for t in tasks]
         assert checked.command == "check" and list(PIPELINES.get(checked.name, [checked.name])) == ran
         names, previous = [], "check_config"
@@ -80,8 +86,12 @@ def test_task_order_is_the_pipeline_order_and_tasks_run_the_cli(bundle):
             assert params[0] == "run"
             names.append(params[1])
             # The task's arguments are a valid `augment` command line once Databricks fills the parameters.
-            filled = [p.replace("{{job.parameters.conf}}", "conf/databricks.yaml")
-                       .replace("{{job.parameters.overrides}}", "cga.threshold=0.8") for p in params]
+            filled = [
+                p.replace("{{job.parameters.conf}}", "conf/databricks.yaml").replace(
+                    "{{job.parameters.overrides}}", "cga.threshold=0.8"
+                )
+                for p in params
+            ]
             args = _parser(REGISTRY).parse_args(filled)
             assert args.name in REGISTRY.jobs and override_list(args) == ["cga.threshold=0.8"]
             assert callable(REGISTRY.runner(args.name))
@@ -97,10 +107,23 @@ def test_model_stages_run_on_the_gpu_cluster(bundle):
     for job in jobs.values():
         for task in job["tasks"]:
             name = task["python_wheel_task"]["parameters"][1]
-            expected = "gpu" if name in {"cga-generate", "query-reformulate", "query-matcher", "boostaug-augment",
-                                         "boostaug-filter", "boostaug-evaluate", "genre-generate",
-                                         "compositional-generate",
-                                         "compositional-qc", "compositional-evaluate"} else "cpu"
+            expected = (
+                "gpu"
+                if name
+                in {
+                    "cga-generate",
+                    "query-reformulate",
+                    "query-matcher",
+                    "boostaug-augment",
+                    "boostaug-filter",
+                    "boostaug-evaluate",
+                    "genre-generate",
+                    "compositional-generate",
+                    "compositional-qc",
+                    "compositional-evaluate",
+                }
+                else "cpu"
+            )
             assert task["job_cluster_key"] == expected, name
 
 

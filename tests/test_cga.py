@@ -1,4 +1,5 @@
 """CGA: version pairs, D_aug at T and N, the Figure-2 points, and the pipeline end to end on a small world."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,9 +14,19 @@ from jobs import REGISTRY
 
 
 def test_group_version_pairs_are_ordered_distinct_and_capped(spark):
-    items = spark.createDataFrame([("g1", "red mug"), ("g1", "blue mug"), ("g1", "green mug"), ("g1", "red mug "),
-                                   ("g2", "lamp"), ("g2", "lamp"), ("g3", "pan"), ("g3", "")],
-                                   "group_id string, title string")
+    items = spark.createDataFrame(
+        [
+            ("g1", "red mug"),
+            ("g1", "blue mug"),
+            ("g1", "green mug"),
+            ("g1", "red mug "),
+            ("g2", "lamp"),
+            ("g2", "lamp"),
+            ("g3", "pan"),
+            ("g3", ""),
+        ],
+        "group_id string, title string",
+    )
     pairs = {(r.group_id, r.source_text, r.target_text) for r in group_version_pairs(items, None, 1).collect()}
     # g1 has 3 distinct titles (trailing space aside): 3 * 2 ordered pairs; g2 and g3 have one title.
     assert len(pairs) == 6 and ("g1", "red mug", "blue mug") in pairs and ("g1", "blue mug", "red mug") in pairs
@@ -25,16 +36,21 @@ def test_group_version_pairs_are_ordered_distinct_and_capped(spark):
 
 
 def test_augmentation_set_keeps_scores_at_t_with_labels_and_draws_n(spark):
-    generated = spark.createDataFrame([
-        ("1", "acme red mug", "acme blue mug", 0, 0.8, None),
-        ("1", "acme red mug", "acme blue mug", 1, 0.8, None),  # a repeated sample counts once
-        ("1", "acme red mug", "acme mug", 2, 0.6, None),
-        ("2", "zeta lamp", "zeta lamp", 0, None, "copy of the source"),
-        ("2", "zeta lamp", "zeta lamp xl", 1, 0.75, None),
-        ("3", "pan " * 50, None, -1, None, "input longer than 64 tokens (51)"),
-    ], "source_id string, source_text string, generated_text string, sample_idx long, score double, reason string")
-    labeled = spark.createDataFrame([(1, "acme red mug", "Home > Mugs"), (2, "zeta lamp", "Home > Lamps"),
-                                     (3, "pan " * 50, "Home > Pans")], "item_id long, title string, category string")
+    generated = spark.createDataFrame(
+        [
+            ("1", "acme red mug", "acme blue mug", 0, 0.8, None),
+            ("1", "acme red mug", "acme blue mug", 1, 0.8, None),  # a repeated sample counts once
+            ("1", "acme red mug", "acme mug", 2, 0.6, None),
+            ("2", "zeta lamp", "zeta lamp", 0, None, "copy of the source"),
+            ("2", "zeta lamp", "zeta lamp xl", 1, 0.75, None),
+            ("3", "pan " * 50, None, -1, None, "input longer than 64 tokens (51)"),
+        ],
+        "source_id string, source_text string, generated_text string, sample_idx long, score double, reason string",
+    )
+    labeled = spark.createDataFrame(
+        [(1, "acme red mug", "Home > Mugs"), (2, "zeta lamp", "Home > Lamps"), (3, "pan " * 50, "Home > Pans")],
+        "item_id long, title string, category string",
+    )
     at_07 = {(r.item_id, r.title, r.category) for r in augmentation_set(generated, labeled, 0.7, None, 1).collect()}
     assert at_07 == {("1#0", "acme blue mug", "Home > Mugs"), ("2#1", "zeta lamp xl", "Home > Lamps")}
     assert augmentation_set(generated, labeled, 0.5, None, 1).count() == 3
@@ -104,10 +120,17 @@ def test_cga_pipeline_end_to_end(small_world, tmp_path):
     card = check_card(small_world, results["cga-train"], "cga_augmented")
     assert "| kind | `scratch_t5` |" in card and "| threshold T | `0.2` |" in card and "| scorer |" in card
     assert cga.n_augmented == n_aug and cga.n_train == n_dl + n_aug
-    assert cga.f1_lift == pytest.approx((cga.f1_weighted - rows[rows.method == "baseline"].f1_weighted.mean())
-                                        / rows[rows.method == "baseline"].f1_weighted.mean())
-    assert n_aug == gen[(gen.reason.isna()) & (gen.score >= 0.2)][["source_id", "generated_text"]].drop_duplicates() \
-        .merge(lh.read("labeled_train").selectExpr("cast(item_id as string) as source_id").toPandas()).shape[0]
+    assert cga.f1_lift == pytest.approx(
+        (cga.f1_weighted - rows[rows.method == "baseline"].f1_weighted.mean())
+        / rows[rows.method == "baseline"].f1_weighted.mean()
+    )
+    assert (
+        n_aug
+        == gen[(gen.reason.isna()) & (gen.score >= 0.2)][["source_id", "generated_text"]]
+        .drop_duplicates()
+        .merge(lh.read("labeled_train").selectExpr("cast(item_id as string) as source_id").toPandas())
+        .shape[0]
+    )
 
     # Samples that copy an accuracy-test title (case- and space-folded) sit in cga_test_copies with their
     # reason, and none of them in D_aug.
@@ -124,8 +147,9 @@ def test_cga_pipeline_end_to_end(small_world, tmp_path):
     sweep = lh.read("cga_sweep_results").toPandas()
     assert sorted(sweep.point) == sorted(["T=0.1 N=30", "T=0.3 N=30", "T=0.2 N=30", "T=0.1 N=all", "T=0.3 N=all"])
     assert (sweep[sweep.point.str.endswith("N=30")].n_augmented <= 30).all()
-    children = client.search_runs([run.info.experiment_id],
-                                  f"tags.mlflow.parentRunId = '{results['cga-sweep'].run_id}'")
+    children = client.search_runs(
+        [run.info.experiment_id], f"tags.mlflow.parentRunId = '{results['cga-sweep'].run_id}'"
+    )
     assert len(children) == 5 and all("f1_weighted" in c.data.metrics for c in children)
     assert (Path(ctx.cfg.lakehouse.root) / "reports" / "cga" / "figure2.png").stat().st_size > 10_000
 

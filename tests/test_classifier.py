@@ -1,4 +1,5 @@
 """Hierarchical fastText: the paper's inference order by hand, and real models trained in Ray actors."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,31 +32,47 @@ def test_shallow_labels_and_flat_taxonomies():
 
 @pytest.fixture
 def tiny_training_table(spark, lakehouse):
-    words = {"Home > Kitchen > Mugs": "mug cup coffee", "Home > Kitchen > Pans": "pan skillet frying",
-             "Toys > Dolls > Baby Dolls": "doll baby newborn", "Toys > Blocks": "bricks blocks building"}
+    words = {
+        "Home > Kitchen > Mugs": "mug cup coffee",
+        "Home > Kitchen > Pans": "pan skillet frying",
+        "Toys > Dolls > Baby Dolls": "doll baby newborn",
+        "Toys > Blocks": "bricks blocks building",
+    }
     rows = []
     for i in range(160):
         category = list(words)[i % 4]
         vocab = words[category].split()
         rows.append((f"i{i}", f"brand{i % 7} {vocab[i % 3]} {vocab[(i + 1) % 3]} model{i}", category))
-    version = lakehouse.write(spark.createDataFrame(rows, "item_id string, title string, category string"),
-                              "train").version
+    version = lakehouse.write(
+        spark.createDataFrame(rows, "item_id string, title string, category string"), "train"
+    ).version
     return lakehouse, version
 
 
 def test_real_hft_trains_in_ray_tasks_and_predicts_in_spark(spark, ray_runtime, tiny_training_table, tmp_path):
     lakehouse, version = tiny_training_table
-    model, stats = train_hft(HFTTrainerPool(ray_runtime), lakehouse.file_uris("train", version), 3,
-                             FastTextConfig(epoch=30, bucket=10000), seed=1, out_dir=str(tmp_path / "hft"))
+    model, stats = train_hft(
+        HFTTrainerPool(ray_runtime),
+        lakehouse.file_uris("train", version),
+        3,
+        FastTextConfig(epoch=30, bucket=10000),
+        seed=1,
+        out_dir=str(tmp_path / "hft"),
+    )
     assert [s.level for s in stats] == [1, 2, 3]
     assert [s.labels for s in stats] == [2, 3, 4]  # L1: Home/Toys; L2: Kitchen/Dolls/Blocks; L3: 4 leaves
     assert all(s.rows == 160 and s.words_per_second_per_thread > 0 for s in stats)
     out = predict_texts(model, ["new coffee mug", "skillet pan", "baby doll", "building bricks"])
-    assert [o[0] for o in out] == ["Home > Kitchen > Mugs", "Home > Kitchen > Pans", "Toys > Dolls > Baby Dolls",
-                                   "Toys > Blocks"]
+    assert [o[0] for o in out] == [
+        "Home > Kitchen > Mugs",
+        "Home > Kitchen > Pans",
+        "Toys > Dolls > Baby Dolls",
+        "Toys > Blocks",
+    ]
     assert out[3][2] == 3 and 0 < out[3][1] <= 1  # "Toys > Blocks" is 2 deep but f3 still agrees
-    titles = spark.createDataFrame([("a", "new coffee mug"), ("b", "baby doll"), ("c", None)],
-                                   "id string, title string")
+    titles = spark.createDataFrame(
+        [("a", "new coffee mug"), ("b", "baby doll"), ("c", None)], "id string, title string"
+    )
     scored = {r.id: r for r in predict(titles, model).collect()}
     assert scored["a"].pred_label == "Home > Kitchen > Mugs" and scored["b"].pred_label == "Toys > Dolls > Baby Dolls"
     assert scored["c"].pred_label is not None  # an empty title still gets a (low-confidence) label
@@ -73,8 +90,18 @@ def test_training_depends_on_rows_and_seed_not_on_file_order(spark, tiny_trainin
     forward, backward = tmp_path / "forward.parquet", tmp_path / "backward.parquet"
     pq.write_table(table, forward)
     pq.write_table(table.take(list(range(table.num_rows - 1, -1, -1))), backward)
-    params = {"epoch": 5, "lr": 0.5, "wordNgrams": 2, "dim": 16, "minCount": 1, "bucket": 5000, "loss": "softmax",
-              "thread": 1, "minn": 0, "maxn": 0}
+    params = {
+        "epoch": 5,
+        "lr": 0.5,
+        "wordNgrams": 2,
+        "dim": 16,
+        "minCount": 1,
+        "bucket": 5000,
+        "loss": "softmax",
+        "thread": 1,
+        "minn": 0,
+        "maxn": 0,
+    }
     for name, path in (("a", forward), ("b", backward)):
         train_level([str(path)], 3, params, 7, str(tmp_path / name))
     # Digests, not bytes: pytest's diff of two differing multi-megabyte byte strings runs for hours.
@@ -119,8 +146,14 @@ def test_training_ignores_what_the_heap_held_before(tmp_path):
     # No fixed mmap threshold (SAFE_MALLOC_ENV): a driver or Spark worker that trains in-process has only
     # M_PERTURB (zeroed_allocations) to guard it.
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
-    done = subprocess.run([sys.executable, "-c", HEAP_GARBAGE_SCRIPT, str(train_file), f"{tmp_path}/"], env=env,
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", HEAP_GARBAGE_SCRIPT, str(train_file), f"{tmp_path}/"],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     first, second = done.stdout.split()
     assert first == second
 

@@ -1,4 +1,5 @@
 """The ``augment`` console script."""
+
 from __future__ import annotations
 
 import subprocess
@@ -33,8 +34,9 @@ def test_help_lists_the_commands():
         assert f"  {code}  {what} (retry: {retry})" in out.stdout
         assert f"| {code} | {what} | {retry} |" in page
     signals = {128 + signum for signum in SIGNALS}
-    assert {code for _, code, _ in USER_ERRORS} | {0, 1,
-                                                   SHIP_INCOMPLETE} | signals == {code for code, _, _ in EXIT_CODES}
+    assert {code for _, code, _ in USER_ERRORS} | {0, 1, SHIP_INCOMPLETE} | signals == {
+        code for code, _, _ in EXIT_CODES
+    }
 
 
 def test_jobs_lists_jobs_and_pipelines():
@@ -77,8 +79,15 @@ def test_check_runs_every_jobs_own_check_and_leaves_outages_to_the_run(tmp_path)
     2; a model server that does not answer is said and left to the run (0), which retries it; nothing starts."""
     bad = _augment("check", "cga", "--set", "cga.model.kind=endpoint", cwd=tmp_path)
     assert bad.returncode == 2 and "cga.model.endpoint.base_url" in bad.stderr, bad.stderr
-    down = _augment("check", "cga", "--set", "cga.model.kind=endpoint", "cga.model.endpoint.base_url=http://127.0.0.1:9"
-                    "/v1", "cga.model.endpoint.model=m", cwd=tmp_path)
+    down = _augment(
+        "check",
+        "cga",
+        "--set",
+        "cga.model.kind=endpoint",
+        "cga.model.endpoint.base_url=http://127.0.0.1:9/v1",
+        "cga.model.endpoint.model=m",
+        cwd=tmp_path,
+    )
     assert down.returncode == 0 and "left to the run" in down.stderr, down.stderr
     assert _augment("check", "boostaug", cwd=tmp_path).returncode == 0
     assert not list(tmp_path.iterdir())  # no lakehouse, no MLflow database: nothing started

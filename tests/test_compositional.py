@@ -1,6 +1,7 @@
 """Compositional multi-label augmentation (paper 4): ingest of multi-label inputs, the split invariants,
 the four metrics on hand-computed examples, P(y), Concat, QC ranking and accounting, the label-prefix
 model's independence, the multi-label classifier, and a tiny end-to-end run of the pipeline."""
+
 from __future__ import annotations
 
 import random
@@ -40,8 +41,10 @@ def test_labels_as_a_joined_string_and_an_unknown_label(ctx, tmp_path):
     from jobs.ingest import multilabel_job
 
     path = tmp_path / "ml.csv"
-    path.write_text("text,labels\nI am so happy,joy\nhappy and scared, joy | fear \nwho knows,boredom\n"
-                    "no id either,\n", encoding="utf-8")
+    path.write_text(
+        "text,labels\nI am so happy,joy\nhappy and scared, joy | fear \nwho knows,boredom\nno id either,\n",
+        encoding="utf-8",
+    )
     ctx.cfg.inputs.multilabel = InputSpec(path=str(path))
     ctx.cfg.ingest.label_separator = "|"
     ctx.cfg.ingest.label_vocabulary = ["joy", "fear"]
@@ -55,8 +58,9 @@ def test_labels_as_a_joined_string_and_an_unknown_label(ctx, tmp_path):
 
 # ----------------------------------------------------------------------------- split
 def _rows(spark, rows):
-    return spark.createDataFrame([(i, f"text {i}", sorted(ls)) for i, ls in rows],
-                                 "example_id string, text string, labels array<string>")
+    return spark.createDataFrame(
+        [(i, f"text {i}", sorted(ls)) for i, ls in rows], "example_id string, text string, labels array<string>"
+    )
 
 
 def test_cg_split_shares_no_composition_and_has_exact_sizes(spark):
@@ -134,15 +138,25 @@ def test_concat_joins_one_single_label_text_per_label(spark):
     from common.compositional.generation import concat_texts, prompts
 
     train = spark.createDataFrame(
-        [("s1", "so angry", ["anger"]), ("s2", "very happy", ["joy"]), ("s3", "so glad", ["joy"]),
-         ("m1", "angry and happy", ["anger", "joy"])], "example_id string, text string, labels array<string>")
-    sets = spark.createDataFrame([("anger,joy", ["anger", "joy"], 3), ("fear,joy", ["fear", "joy"], 1)],
-                                 "composition string, labels array<string>, draws long")
+        [
+            ("s1", "so angry", ["anger"]),
+            ("s2", "very happy", ["joy"]),
+            ("s3", "so glad", ["joy"]),
+            ("m1", "angry and happy", ["anger", "joy"]),
+        ],
+        "example_id string, text string, labels array<string>",
+    )
+    sets = spark.createDataFrame(
+        [("anger,joy", ["anger", "joy"], 3), ("fear,joy", ["fear", "joy"], 1)],
+        "composition string, labels array<string>, draws long",
+    )
     p = prompts(sets, ["concat", "t5_labels"])
     assert p.count() == 2 * 4 and p.filter("method = 'concat'").count() == 4
     assert {r["source_text"] for r in p.collect()} == {"anger, joy", "fear, joy"}
-    out = {r["example_id"]: (r["text"], r["reason"]) for r in concat_texts(p.filter("method = 'concat'"), train, 7)
-           .collect()}
+    out = {
+        r["example_id"]: (r["text"], r["reason"])
+        for r in concat_texts(p.filter("method = 'concat'"), train, 7).collect()
+    }
     assert len(out) == 4
     for k in (1, 2, 3):
         text, reason = out[f"concat/anger,joy/{k}"]
@@ -157,13 +171,25 @@ def test_qc_keeps_the_top_k_by_jaccard_and_accounts_for_every_candidate(spark):
 
     cands = spark.createDataFrame(
         [("m", f"m/{i}", "a,b", ["a", "b"], f"t{i}", 3, None) for i in range(5)]
-        + [("m", "m/bad", "a,b", ["a", "b"], None, 0, "empty generation"),
-           ("n", "n/0", "a,b", ["a", "b"], "x", 3, None)],
+        + [
+            ("m", "m/bad", "a,b", ["a", "b"], None, 0, "empty generation"),
+            ("n", "n/0", "a,b", ["a", "b"], "x", 3, None),
+        ],
         "method string, example_id string, composition string, labels array<string>, text string, "
-        "generated_tokens long, reason string")
+        "generated_tokens long, reason string",
+    )
     preds = spark.createDataFrame(
-        [("m/0", ["a"]), ("m/1", ["a", "b"]), ("m/2", ["c"]), ("m/3", ["a", "b", "c"]), ("m/4", ["a", "b"]),
-         ("m/bad", ["a"]), ("n/0", ["c"])], "example_id string, predicted array<string>")
+        [
+            ("m/0", ["a"]),
+            ("m/1", ["a", "b"]),
+            ("m/2", ["c"]),
+            ("m/3", ["a", "b", "c"]),
+            ("m/4", ["a", "b"]),
+            ("m/bad", ["a"]),
+            ("n/0", ["c"]),
+        ],
+        "example_id string, predicted array<string>",
+    )
     cut = qc_cut(cands, preds, target=2, seed=0).toPandas().set_index("example_id")
     assert len(cut) == 7  # candidates = kept + rejected
     kept = cut[cut["reason"].isna()]
@@ -184,8 +210,19 @@ def _prefix_independence() -> dict:
     from common.models.generation.unigram import train_tokenizer
 
     tokenizer = train_tokenizer(["anger fear joy love sadness"] * 20 + ["some words to learn"] * 20, 60)
-    net = T5ForConditionalGeneration(T5Config(vocab_size=len(tokenizer), d_model=16, d_kv=8, d_ff=32, num_layers=1,
-                                              num_heads=2, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
+    net = T5ForConditionalGeneration(
+        T5Config(
+            vocab_size=len(tokenizer),
+            d_model=16,
+            d_kv=8,
+            d_ff=32,
+            num_layers=1,
+            num_heads=2,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        )
+    )
     prefix = LabelPrefix.for_model(LABELS, 3, net, tokenizer, ",", seed=0)
     a = prefix.encoder_inputs(["anger, joy", "joy,anger", "anger, fear, sadness", "anger"])
     embeds, mask = a["inputs_embeds"], a["attention_mask"]
@@ -235,10 +272,16 @@ def test_multilabel_fasttext_learns_a_separable_toy_task(ray_runtime, tmp_path):
 
     _toy_parquet(tmp_path, 400, 100)
     task = ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)(fit_and_predict)
-    table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")],
-                                                                               None)],
-                                fasttext_params(FastTextConfig(loss="ova", epoch=25, lr=0.2, dim=20, bucket=10000)), 3,
-                                0.1, {"method": "no_aug", "repeat": 0}))
+    table = ray.get(
+        task.remote(
+            [([str(tmp_path / "train.parquet")], None)],
+            [([str(tmp_path / "test.parquet")], None)],
+            fasttext_params(FastTextConfig(loss="ova", epoch=25, lr=0.2, dim=20, bucket=10000)),
+            3,
+            0.1,
+            {"method": "no_aug", "repeat": 0},
+        )
+    )
     assert table.num_rows == 100 and set(table.column("method").to_pylist()) == {"no_aug"}
     assert _exact(table) >= 90  # label words carry the labels: a working one-vs-all model gets nearly all sets
     assert table.column("n_train").to_pylist()[0] == 400 and 0 < table.column("threshold").to_pylist()[0] < 1
@@ -252,13 +295,18 @@ def _toy_parquet(folder, n_train: int, n_test: int) -> None:
     sets = [["anger"], ["joy"], ["anger", "joy"], ["fear"], ["fear", "joy"]]
     rows = [(f"e{i}", _tweet(rng, sets[i % 5]), sets[i % 5]) for i in range(n_train + n_test)]
     for name, part in (("train", rows[:n_train]), ("test", rows[n_train:])):
-        pq.write_table(pa.table({"example_id": [r[0] for r in part], "text": [r[1] for r in part],
-                                 "labels": [r[2] for r in part]}), folder / f"{name}.parquet")
+        pq.write_table(
+            pa.table(
+                {"example_id": [r[0] for r in part], "text": [r[1] for r in part], "labels": [r[2] for r in part]}
+            ),
+            folder / f"{name}.parquet",
+        )
 
 
 def _exact(table) -> int:
-    return sum(sorted(p) == sorted(g) for p, g in zip(table.column("predicted").to_pylist(),
-                                                      table.column("gold").to_pylist()))
+    return sum(
+        sorted(p) == sorted(g) for p, g in zip(table.column("predicted").to_pylist(), table.column("gold").to_pylist())
+    )
 
 
 def test_multilabel_encoder_learns_a_separable_toy_task_and_ships_as_a_pyfunc_model(ray_runtime, tmp_path):
@@ -279,14 +327,23 @@ def test_multilabel_encoder_learns_a_separable_toy_task_and_ships_as_a_pyfunc_mo
     _toy_parquet(tmp_path, 180, 60)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     # One epoch at a high rate keeps this CPU test short; the toy task is learnt all the same.
-    spec = EncoderConfig(max_length=16, epochs=1, batch_size=16, learning_rate=1e-3, mlm_weight=0.0,
-                         max_batch_tokens=512, num_cpus=2)
+    spec = EncoderConfig(
+        max_length=16, epochs=1, batch_size=16, learning_rate=1e-3, mlm_weight=0.0, max_batch_tokens=512, num_cpus=2
+    )
     # MiniLM fine-tuned with a sigmoid per label, in a worker of its own (torch stays out of pytest).
     task = ray.remote(num_cpus=1, max_calls=1)(fit_and_predict)
-    table = ray.get(task.remote([([str(tmp_path / "train.parquet")], None)], [([str(tmp_path / "test.parquet")],
-                                                                               None)],
-                                asdict(spec), 3, 0.1, {"method": "no_aug", "model": "encoder"}, kind="encoder",
-                                keep=str(tmp_path / "kept")))
+    table = ray.get(
+        task.remote(
+            [([str(tmp_path / "train.parquet")], None)],
+            [([str(tmp_path / "test.parquet")], None)],
+            asdict(spec),
+            3,
+            0.1,
+            {"method": "no_aug", "model": "encoder"},
+            kind="encoder",
+            keep=str(tmp_path / "kept"),
+        )
+    )
     assert table.num_rows == 60 and set(table.column("model").to_pylist()) == {"encoder"}
     assert _exact(table) >= 50  # label words carry the labels: a working sigmoid head gets nearly all sets
     assert table.column("n_train").to_pylist()[0] == 180 and 0 < table.column("threshold").to_pylist()[0] < 1
@@ -296,8 +353,9 @@ def test_multilabel_encoder_learns_a_separable_toy_task_and_ships_as_a_pyfunc_mo
     assert manifest["kind"] == "multilabel_encoder" and manifest["threshold"] == table.column("threshold")[0].as_py()
     test = pq.read_table(tmp_path / "test.parquet").to_pydict()
     texts = test["text"][:12] + ["", "Ünïcode — joy?"]
-    mlflow.pyfunc.save_model(str(tmp_path / "model"), **model_arguments(str(tmp_path / "kept"), manifest, texts,
-                                                                         tmp_path / "parts"))
+    mlflow.pyfunc.save_model(
+        str(tmp_path / "model"), **model_arguments(str(tmp_path / "kept"), manifest, texts, tmp_path / "parts")
+    )
     got = fresh_predictions("sqlite:///" + str(tmp_path / "none.db"), [str(tmp_path / "model")], texts, tmp_path)
     got = got[str(tmp_path / "model")]["predictions"]
     suite = dict(zip(table.column("example_id").to_pylist(), table.column("predicted").to_pylist()))
@@ -316,15 +374,35 @@ def test_summary_and_curve_tables_keep_classifier_models_apart():
     rows = []
     for model, base, aug in (("fasttext", 0.10, 0.20), ("encoder", 0.30, 0.25)):
         for seed in (0, 1):
-            for kind, method, size, acc in (("cg", "no_aug", 0, base), ("cg", "concat", 4, aug),
-                                            ("cg", "concat", 8, aug + 0.01), ("iid", "no_aug", 0, 0.5)):
-                rows.append({"model": model, "split_kind": kind, "method": method, "size": size, "n_augmented": size,
-                             "seed": seed, "accuracy": acc, "jaccard": acc, "correctness": acc,
-                             "completeness": acc})
+            for kind, method, size, acc in (
+                ("cg", "no_aug", 0, base),
+                ("cg", "concat", 4, aug),
+                ("cg", "concat", 8, aug + 0.01),
+                ("iid", "no_aug", 0, 0.5),
+            ):
+                rows.append(
+                    {
+                        "model": model,
+                        "split_kind": kind,
+                        "method": method,
+                        "size": size,
+                        "n_augmented": size,
+                        "seed": seed,
+                        "accuracy": acc,
+                        "jaccard": acc,
+                        "correctness": acc,
+                        "completeness": acc,
+                    }
+                )
     table = summary_table(pd.DataFrame(rows))
     assert list(zip(table["model"], table["split"], table["method"])) == [
-        ("encoder", "cg", "no_aug"), ("encoder", "cg", "concat"), ("encoder", "iid", "no_aug"),
-        ("fasttext", "cg", "no_aug"), ("fasttext", "cg", "concat"), ("fasttext", "iid", "no_aug")]
+        ("encoder", "cg", "no_aug"),
+        ("encoder", "cg", "concat"),
+        ("encoder", "iid", "no_aug"),
+        ("fasttext", "cg", "no_aug"),
+        ("fasttext", "cg", "concat"),
+        ("fasttext", "iid", "no_aug"),
+    ]
     gains = dict(zip(zip(table["model"], table["method"]), table["accuracy gain"]))
     assert gains[("fasttext", "concat")] == "+11.00" and gains[("encoder", "concat")] == "-4.00"
     curve = curve_table(pd.DataFrame(rows)).set_index(["model", "method"])

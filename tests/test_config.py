@@ -1,4 +1,5 @@
 """Config loading, overrides and validation errors."""
+
 from __future__ import annotations
 
 import glob
@@ -51,8 +52,10 @@ def test_shipped_configs_load(name, monkeypatch):
         # tables and the GPU work; the papers' generator settings are the cluster's.
         from common.platform.config_loader import load_tree
 
-        assert load_tree(REPO / "conf" / "databricks.yaml")["genre"]["generator"]["model"] == \
-            load_tree(REPO / "conf" / "cluster.yaml")["genre"]["generator"]["model"]
+        assert (
+            load_tree(REPO / "conf" / "databricks.yaml")["genre"]["generator"]["model"]
+            == load_tree(REPO / "conf" / "cluster.yaml")["genre"]["generator"]["model"]
+        )
         assert (cfg.spark.checkpoint_dir, cfg.ray.address, cfg.ray.mode) == (None, None, "spark")
         assert cfg.lakehouse.catalog == "main.augment"
         assert cfg.inputs.catalog.path == "main.retail.catalog_items"  # a table name stays as it is
@@ -65,9 +68,20 @@ def test_shipped_configs_load(name, monkeypatch):
         assert (enc.learning_rate, enc.epochs, enc.max_length, enc.mlm_weight, enc.num_gpus) == (1e-5, 6, 256, 0.0, 1)
 
 
-MEASURED = sorted(p.name for p in (REPO / "conf").glob("*.yaml")
-                  if p.name not in ("local.yaml", "cluster.yaml", "databricks.yaml", "demo.yaml", "cluster_demo.yaml",
-                                    "boostaug_brown.yaml", "endpoint_demo.yaml"))
+MEASURED = sorted(
+    p.name
+    for p in (REPO / "conf").glob("*.yaml")
+    if p.name
+    not in (
+        "local.yaml",
+        "cluster.yaml",
+        "databricks.yaml",
+        "demo.yaml",
+        "cluster_demo.yaml",
+        "boostaug_brown.yaml",
+        "endpoint_demo.yaml",
+    )
+)
 
 
 @pytest.mark.parametrize("name", MEASURED)
@@ -117,9 +131,17 @@ def test_the_best_buy_config_reformulates_with_the_causal_lm():
 
 
 def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
-    cfg = load_config(None, ["demo.scale=2.5", "demo.n_groups=10", "spark.conf={spark.sql.adaptive.enabled: 'false'}",
-                             f"inputs.labeled={tmp_path}/labeled.csv", "inputs.catalog.path=cat.parquet",
-                             "inputs.catalog.format=parquet"])
+    cfg = load_config(
+        None,
+        [
+            "demo.scale=2.5",
+            "demo.n_groups=10",
+            "spark.conf={spark.sql.adaptive.enabled: 'false'}",
+            f"inputs.labeled={tmp_path}/labeled.csv",
+            "inputs.catalog.path=cat.parquet",
+            "inputs.catalog.format=parquet",
+        ],
+    )
     assert cfg.demo.scale == 2.5 and cfg.demo.n_groups == 10
     assert cfg.spark.conf == {"spark.sql.adaptive.enabled": "false"}
     assert cfg.inputs.labeled.path == f"{tmp_path}/labeled.csv" and cfg.inputs.labeled.format == "auto"
@@ -127,27 +149,36 @@ def test_overrides_parse_yaml_scalars_and_shorthand(tmp_path):
     assert parse_override("a.b=x:y") == ("a.b", "x:y")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("spark.mster=local[1]", "unknown config key spark.mster"),
-    ("nope=1", "unknown config key nope"),
-    ("spark.mode=yarn", "spark.mode: 'yarn' is not allowed; allowed values: 'local', 'cluster', 'databricks'"),
-    ("demo.n_groups=many", "demo.n_groups: expected an integer"),
-    ("demo.spurious_strength=1.5", "demo.spurious_strength: must be in [0, 1]"),
-    ("demo.group_size_min=1", "demo.group_size_min"),
-    ("ray.mode=address", "ray.address: is required"),
-    ("spark.graphframes=yes", "spark.graphframes"),
-    ("inputs.labeled.format=xlsx", "inputs.labeled.format: 'xlsx' is not allowed"),
-    ("genre.generator.model.scratch=null", "genre.generator.model.scratch: kind 'scratch_t5' needs the scratch shape"),
-    ("genre.generator.synthetic_ratio=0", "genre.generator.synthetic_ratio: must be > 0, or null"),
-    ("cga.model.kind=checkpoint", "cga.model.name_or_path: kind 'checkpoint' needs name_or_path"),
-    ("cga.model.name_or_path=t5-base", "cga.model.name_or_path: is set but kind is 'warm_minilm'"),
-    ("cga.model.kind=t5", "cga.model.kind: 't5' is not allowed"),
-    ("query_reformulation.fine_tune.grad_accumulation=0", "query_reformulation.fine_tune.grad_accumulation: must be"),
-    ("cga.fine_tune.max_steps=-1", "cga.fine_tune.max_steps: must be >= 0"),
-    ("cga.model.scratch.d_model=65", "cga.model.scratch.d_model: must be a multiple of num_heads"),
-    ("cga.generation.mode=greedy", "cga.generation.mode: 'greedy' is not allowed"),
-    ("cga.threshold=1.5", "cga.threshold: must be in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("spark.mster=local[1]", "unknown config key spark.mster"),
+        ("nope=1", "unknown config key nope"),
+        ("spark.mode=yarn", "spark.mode: 'yarn' is not allowed; allowed values: 'local', 'cluster', 'databricks'"),
+        ("demo.n_groups=many", "demo.n_groups: expected an integer"),
+        ("demo.spurious_strength=1.5", "demo.spurious_strength: must be in [0, 1]"),
+        ("demo.group_size_min=1", "demo.group_size_min"),
+        ("ray.mode=address", "ray.address: is required"),
+        ("spark.graphframes=yes", "spark.graphframes"),
+        ("inputs.labeled.format=xlsx", "inputs.labeled.format: 'xlsx' is not allowed"),
+        (
+            "genre.generator.model.scratch=null",
+            "genre.generator.model.scratch: kind 'scratch_t5' needs the scratch shape",
+        ),
+        ("genre.generator.synthetic_ratio=0", "genre.generator.synthetic_ratio: must be > 0, or null"),
+        ("cga.model.kind=checkpoint", "cga.model.name_or_path: kind 'checkpoint' needs name_or_path"),
+        ("cga.model.name_or_path=t5-base", "cga.model.name_or_path: is set but kind is 'warm_minilm'"),
+        ("cga.model.kind=t5", "cga.model.kind: 't5' is not allowed"),
+        (
+            "query_reformulation.fine_tune.grad_accumulation=0",
+            "query_reformulation.fine_tune.grad_accumulation: must be",
+        ),
+        ("cga.fine_tune.max_steps=-1", "cga.fine_tune.max_steps: must be >= 0"),
+        ("cga.model.scratch.d_model=65", "cga.model.scratch.d_model: must be a multiple of num_heads"),
+        ("cga.generation.mode=greedy", "cga.generation.mode: 'greedy' is not allowed"),
+        ("cga.threshold=1.5", "cga.threshold: must be in [0, 1]"),
+    ],
+)
 def test_bad_values_fail_naming_the_key(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(None, [override])
@@ -179,15 +210,20 @@ def test_generative_defaults_are_the_papers():
     # CGA: 3 epochs, n = 8 samples, BLEU, T = 0.7, sweeps T in {0.5..0.8} and N in {50k..400k}.
     assert cfg.cga.fine_tune.epochs == 3 and cfg.cga.generation.n_samples == 8
     assert (cfg.cga.scorer, cfg.cga.threshold, cfg.cga.n) == ("bleu", 0.7, None)
-    assert cfg.cga.sweep.thresholds == [0.5, 0.6, 0.7, 0.8] and cfg.cga.sweep.sizes == [50_000, 100_000, 200_000,
-                                                                                        400_000]
+    assert cfg.cga.sweep.thresholds == [0.5, 0.6, 0.7, 0.8] and cfg.cga.sweep.sizes == [
+        50_000,
+        100_000,
+        200_000,
+        400_000,
+    ]
     assert (cfg.cga.generation.top_k, cfg.cga.generation.top_p) == (50, 0.95)
     # Query reformulation: 2 epochs, batch 32 x accumulation 16 = 512, lr 3e-4.
     ft = cfg.query_reformulation.fine_tune
     assert (ft.epochs, ft.batch_size, ft.grad_accumulation, ft.learning_rate) == (2, 32, 16, 3e-4)
     # The model kinds: a checkpoint (production), the MiniLM warm start (the default without a name), scratch.
-    production = load_config(None, ["query_reformulation.model.kind=checkpoint",
-                                    "query_reformulation.model.name_or_path=t5-base"])
+    production = load_config(
+        None, ["query_reformulation.model.kind=checkpoint", "query_reformulation.model.name_or_path=t5-base"]
+    )
     from common.models.config import T5ModelConfig
     from common.models.generation.seq2seq import ModelSpec
 
@@ -200,15 +236,24 @@ def test_generative_defaults_are_the_papers():
 def test_a_partial_section_keeps_what_its_own_default_changes():
     # compositional.qc.fasttext defaults to one-vs-all at lr 0.2; setting its epochs alone must not turn it
     # back into FastTextConfig's softmax at lr 0.5 (nor the evaluation encoder's lr into BoostAug's).
-    cfg = load_config(None, ["compositional.qc.fasttext.epoch=3", "compositional.eval.encoder.epochs=1",
-                             "query_reformulation.fine_tune.epochs=7"])
+    cfg = load_config(
+        None,
+        [
+            "compositional.qc.fasttext.epoch=3",
+            "compositional.eval.encoder.epochs=1",
+            "query_reformulation.fine_tune.epochs=7",
+        ],
+    )
     assert (cfg.compositional.qc.fasttext.loss, cfg.compositional.qc.fasttext.lr) == ("ova", 0.2)
     assert cfg.compositional.qc.fasttext.epoch == 3
     assert (cfg.compositional.eval.encoder.learning_rate, cfg.compositional.eval.encoder.mlm_weight) == (2e-5, 0.0)
     assert cfg.compositional.eval.encoder.epochs == 1
     full = load_config(None, [])
-    changed = {k for k, v in vars(cfg.query_reformulation.fine_tune).items()
-               if v != getattr(full.query_reformulation.fine_tune, k)}
+    changed = {
+        k
+        for k, v in vars(cfg.query_reformulation.fine_tune).items()
+        if v != getattr(full.query_reformulation.fine_tune, k)
+    }
     assert changed == {"epochs"}
     # naming a checkpoint keeps the section default's lengths (genre's: 256 target tokens for a passage)
     from common.genre.config import GenreConfig
@@ -233,8 +278,9 @@ def test_the_documented_causal_alternative_loads(name, monkeypatch):
     monkeypatch.setenv("AUGMENT_BUCKET", "s3://bucket/augment")
     monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
-    override = re.search(r"--set '(cga\.model=\{kind: causal_checkpoint[^']*)'",
-                         (REPO / "conf" / "cluster.yaml").read_text())
+    override = re.search(
+        r"--set '(cga\.model=\{kind: causal_checkpoint[^']*)'", (REPO / "conf" / "cluster.yaml").read_text()
+    )
     assert override, "conf/cluster.yaml no longer names a causal checkpoint"
     cfg = load_config(REPO / "conf" / name, [override.group(1)])
     assert cfg.cga.model.causal and cfg.cga.model.name_or_path == "HuggingFaceTB/SmolLM2-360M-Instruct"
@@ -245,8 +291,10 @@ def test_a_config_extends_others_mapping_by_mapping(tmp_path):
     """``extends`` lays a file over the files it names (in order, relative to its folder): mappings merge key by key,
     scalars and lists replace; a cycle and a bad value fail naming the file."""
     (tmp_path / "base").mkdir()
-    (tmp_path / "base" / "a.yaml").write_text("name: a\nseed: 1\nspark: {mode: local, shuffle_partitions: 2}\n"
-                                             "consistency: {methods: [baseline, cs_blind], repeats: 3}\n")
+    (tmp_path / "base" / "a.yaml").write_text(
+        "name: a\nseed: 1\nspark: {mode: local, shuffle_partitions: 2}\n"
+        "consistency: {methods: [baseline, cs_blind], repeats: 3}\n"
+    )
     (tmp_path / "b.yaml").write_text("seed: 2\nspark: {master: 'local[1]'}\n")
     (tmp_path / "c.yaml").write_text("extends: [base/a.yaml, b.yaml]\nname: c\nconsistency: {methods: [baseline]}\n")
     cfg = load_config(tmp_path / "c.yaml")
@@ -284,8 +332,12 @@ def test_the_cluster_demo_is_the_demo_world_on_a_clusters_platform(monkeypatch):
     platform = {"name", "spark", "ray", "lakehouse", "tracking", "inputs"}
     same = {k: v for k, v in demo.to_dict().items() if k not in platform}
     assert same == {k: v for k, v in cluster.to_dict().items() if k not in platform}
-    assert (cluster.spark.mode, cluster.spark.delta, cluster.ray.mode, cluster.ray.address) == \
-        ("cluster", "native", "address", "127.0.0.1:6379")
+    assert (cluster.spark.mode, cluster.spark.delta, cluster.ray.mode, cluster.ray.address) == (
+        "cluster",
+        "native",
+        "address",
+        "127.0.0.1:6379",
+    )
     assert (cluster.lakehouse.root, cluster.tracking_uri) == ("s3a://augment/lakehouse", "http://127.0.0.1:5000")
     assert cluster.spark.shuffle_partitions == demo.spark.shuffle_partitions
     shared = str((REPO.parent / "shared" / "data").resolve())
@@ -294,7 +346,7 @@ def test_the_cluster_demo_is_the_demo_world_on_a_clusters_platform(monkeypatch):
     for name, spec in read.items():
         remote = getattr(cluster.inputs, name)
         assert spec.path.startswith(shared + "/"), (name, spec.path)  # the demo's inputs are the shared data's
-        assert remote.path == "s3a://augment/raw" + spec.path[len(shared):], (name, remote.path)
+        assert remote.path == "s3a://augment/raw" + spec.path[len(shared) :], (name, remote.path)
         assert dataclasses.replace(remote, path=spec.path) == spec, name  # the same options, renames, columns
     # The rehearsal's uploads: the local files of each input, at the keys the cluster demo reads them from.
     loaded = importlib.util.spec_from_file_location("local_cluster", REPO / "tests" / "cluster" / "local_cluster.py")
@@ -302,7 +354,7 @@ def test_the_cluster_demo_is_the_demo_world_on_a_clusters_platform(monkeypatch):
     loaded.loader.exec_module(local_cluster)
     uploads = local_cluster.demo_inputs("s3a://augment")
     for name, spec in read.items():
-        key = getattr(cluster.inputs, name).path[len("s3a://augment/"):]
+        key = getattr(cluster.inputs, name).path[len("s3a://augment/") :]
         mine = {k: v for k, v in uploads.items() if k == key or k.startswith(key.rstrip("/") + "/")}
         local = Path(spec.path)
         files = sorted(local.rglob("*")) if local.is_dir() else sorted(local.parent.glob(local.name))

@@ -1,4 +1,5 @@
 """Consistency transforms and metrics against hand-computed cases."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,12 +26,19 @@ def test_consistency_rate_by_hand(spark):
 
 
 def test_group_pseudo_labels(spark):
-    predicted = spark.createDataFrame([
-        ("g1", "A", 0.6), ("g1", "B", 0.9), ("g1", "A", 0.7),
-        ("g2", "A", 0.5), ("g2", "B", 0.6),
-    ], "group_id string, pred_label string, pred_confidence double")
-    best = {r.group_id: (r.group_label, r.group_confidence)
-            for r in group_labels(predicted, "max_confidence").collect()}
+    predicted = spark.createDataFrame(
+        [
+            ("g1", "A", 0.6),
+            ("g1", "B", 0.9),
+            ("g1", "A", 0.7),
+            ("g2", "A", 0.5),
+            ("g2", "B", 0.6),
+        ],
+        "group_id string, pred_label string, pred_confidence double",
+    )
+    best = {
+        r.group_id: (r.group_label, r.group_confidence) for r in group_labels(predicted, "max_confidence").collect()
+    }
     assert best == {"g1": ("B", 0.9), "g2": ("B", 0.6)}
     vote = {r.group_id: r.group_label for r in group_labels(predicted, "majority").collect()}
     assert vote == {"g1": "A", "g2": "B"}  # g2 ties 1-1: the larger summed confidence wins
@@ -39,11 +47,18 @@ def test_group_pseudo_labels(spark):
 
 
 def test_version_pairs_take_two_different_titles(spark):
-    items = spark.createDataFrame([
-        ("g1", "a", "Mug blue"), ("g1", "b", "Mug red"), ("g1", "c", "mug BLUE "),
-        ("g2", "d", "Lamp"), ("g2", "e", "lamp"),  # only case differs: no pair
-        ("g3", "f", "Pan 20cm"), ("g3", "g", "Pan 24cm"),
-    ], "group_id string, item_id string, title string")
+    items = spark.createDataFrame(
+        [
+            ("g1", "a", "Mug blue"),
+            ("g1", "b", "Mug red"),
+            ("g1", "c", "mug BLUE "),
+            ("g2", "d", "Lamp"),
+            ("g2", "e", "lamp"),  # only case differs: no pair
+            ("g3", "f", "Pan 20cm"),
+            ("g3", "g", "Pan 24cm"),
+        ],
+        "group_id string, item_id string, title string",
+    )
     pairs = {r.group_id: r for r in version_pairs(items, seed=3).collect()}
     assert set(pairs) == {"g1", "g3"}
     for r in pairs.values():
@@ -59,8 +74,11 @@ def test_sizes_and_uniform_sample(spark):
 
 
 def test_lifts_are_relative_to_the_baseline_mean():
-    rows = [("r", "baseline", 0, 1, 0.60, 0.70, 10, 0), ("r", "baseline", 1, 2, 0.64, 0.74, 10, 0),
-            ("r", "cst_full", 0, 1, 0.62, 0.792, 20, 10)]
+    rows = [
+        ("r", "baseline", 0, 1, 0.60, 0.70, 10, 0),
+        ("r", "baseline", 1, 2, 0.64, 0.74, 10, 0),
+        ("r", "cst_full", 0, 1, 0.62, 0.792, 20, 10),
+    ]
     out = {(r[1], r[2]): r for r in with_lifts(rows)}
     assert out[("cst_full", 0)][6] == pytest.approx(0.0)  # (0.62 - 0.62) / 0.62
     assert out[("cst_full", 0)][7] == pytest.approx(0.1)  # (0.792 - 0.72) / 0.72
@@ -70,12 +88,24 @@ def test_lifts_are_relative_to_the_baseline_mean():
 def test_cs_blind_replaces_colours_and_sizes(spark):
     colours = load_dictionary(None, "colours")
     sizes = load_dictionary(None, "sizes")
-    df = spark.createDataFrame([("Acme T-Shirt Navy Blue, XL",), ("Mug 350ml light blue",),
-                                ("Kettle UK 8 steel",), ("Redwood table small double",), ("Blocks Ages 3+ red",)],
-                               "title string")
+    df = spark.createDataFrame(
+        [
+            ("Acme T-Shirt Navy Blue, XL",),
+            ("Mug 350ml light blue",),
+            ("Kettle UK 8 steel",),
+            ("Redwood table small double",),
+            ("Blocks Ages 3+ red",),
+        ],
+        "title string",
+    )
     out = [r.t for r in df.select(blind_col(df.title, colours, sizes).alias("t")).collect()]
-    assert out == ["Acme T-Shirt __colour__ __colour__ , __size__", "Mug __size__ __colour__",
-                   "Kettle __size__ steel", "Redwood table __size__", "Blocks __size__ __colour__"]
+    assert out == [
+        "Acme T-Shirt __colour__ __colour__ , __size__",
+        "Mug __size__ __colour__",
+        "Kettle __size__ steel",
+        "Redwood table __size__",
+        "Blocks __size__ __colour__",
+    ]
 
 
 def test_title_normalisation():

@@ -2,6 +2,7 @@
 writes under concurrency; catalog tables; GraphFrames where present; the doctor. (spark-submit end to end: the cluster
 tier,
 tests/cluster.)"""
+
 from __future__ import annotations
 
 import os
@@ -30,13 +31,16 @@ def native_only(capabilities):
 
 
 def _frame(spark, n, offset=0):
-    return spark.range(offset, offset + n).select(F.col("id").cast("string").alias("item_id"),
-                                                  (F.col("id") * 3).alias("count"))
+    return spark.range(offset, offset + n).select(
+        F.col("id").cast("string").alias("item_id"), (F.col("id") * 3).alias("count")
+    )
 
 
 def _pair(spark, root):
-    return (Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=True),
-            Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=False))
+    return (
+        Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=True),
+        Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=False),
+    )
 
 
 def test_a_table_written_by_one_path_reads_the_same_by_the_other(spark, native_only, tmp_path):
@@ -71,9 +75,19 @@ def test_concurrent_retries_of_one_lineage_commit_once(spark, native_only, tmp_p
         metadata = Lineage(lineage.job, lineage.config_hash, lineage.inputs, run_id=run_id).to_metadata("items")
         try:
             barrier.wait(timeout=60)
-            results.append(delta_native.write(spark, _frame(spark, 50), "items", native.location("items"),
-                                              f"delta.`{native.location('items')}`", False, "overwrite", metadata,
-                                              app_id))
+            results.append(
+                delta_native.write(
+                    spark,
+                    _frame(spark, 50),
+                    "items",
+                    native.location("items"),
+                    f"delta.`{native.location('items')}`",
+                    False,
+                    "overwrite",
+                    metadata,
+                    app_id,
+                )
+            )
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
@@ -118,27 +132,36 @@ def test_a_job_writes_and_reads_catalog_tables(spark, capabilities, native_only,
         ctx.close()
     ingest = results[-1]
     assert ingest.outputs["labeled_products"].version == 0
-    assert spark.table(f"{app_config.lakehouse.catalog}.labeled_products").count() == \
-        ingest.metrics["labeled.rows_kept"]
+    assert (
+        spark.table(f"{app_config.lakehouse.catalog}.labeled_products").count() == ingest.metrics["labeled.rows_kept"]
+    )
     assert {"labeled_products", "labeled_products_quarantine", "catalog"} <= {t.name for t in ctx.lakehouse.tables()}
 
 
 def test_graphframes_and_the_dataframe_algorithms_agree(spark, capabilities):
     if not capabilities.graphframes:
-        pytest.skip("GraphFrames' jar is not on this classpath (it cannot be resolved on these machines); the "
-                    "suite's DataFrame algorithms are what runs here. On a cluster: --packages "
-                    "io.graphframes:graphframes-spark4_2.13:<version>")
+        pytest.skip(
+            "GraphFrames' jar is not on this classpath (it cannot be resolved on these machines); the "
+            "suite's DataFrame algorithms are what runs here. On a cluster: --packages "
+            "io.graphframes:graphframes-spark4_2.13:<version>"
+        )
     from common.algorithms.graph import connected_components, triangle_counts
 
-    edges = spark.createDataFrame([("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("x", "y")],
-                                  "src string, dst string")
+    edges = spark.createDataFrame(
+        [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("x", "y")], "src string, dst string"
+    )
     ours = connected_components(edges, use_graphframes=False)
     theirs = connected_components(edges, use_graphframes=True)
-    as_sets = lambda df: sorted(sorted(r.members) for r in df.groupBy("component").agg(  # noqa: E731
-        F.collect_set("id").alias("members")).collect())
+
+    def as_sets(df):
+        rows = df.groupBy("component").agg(F.collect_set("id").alias("members")).collect()
+        return sorted(sorted(r.members) for r in rows)
+
     assert as_sets(ours) == as_sets(theirs) == [["a", "b", "c", "d"], ["x", "y"]]
-    assertDataFrameEqual(triangle_counts(edges, use_graphframes=False).select("id", "triangles"),
-                         triangle_counts(edges, use_graphframes=True).select("id", "triangles"))
+    assertDataFrameEqual(
+        triangle_counts(edges, use_graphframes=False).select("id", "triangles"),
+        triangle_counts(edges, use_graphframes=True).select("id", "triangles"),
+    )
 
 
 def test_a_cluster_session_takes_the_configs_shuffle_partitions(spark):
@@ -167,8 +190,16 @@ def test_a_context_that_starts_its_session_opens_mlflow_beside_it(spark, capabil
     from common.config import load_config
     from common.platform.job import build_context
 
-    cfg = load_config(None, ["spark.mode=cluster", f"lakehouse.root={tmp_path / 'lh'}", "spark.shuffle_partitions=3",
-                             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "tracking.experiment=beside-jvm"])
+    cfg = load_config(
+        None,
+        [
+            "spark.mode=cluster",
+            f"lakehouse.root={tmp_path / 'lh'}",
+            "spark.shuffle_partitions=3",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            "tracking.experiment=beside-jvm",
+        ],
+    )
     before = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "200")
     given = started = None
@@ -179,8 +210,10 @@ def test_a_context_that_starts_its_session_opens_mlflow_beside_it(spark, capabil
         assert given.tracker._experiment_id is None
         started = build_context(cfg)  # cluster mode: the session is the running one, got with getOrCreate
         assert started.spark is spark and started.tracker._experiment_id is not None
-        assert mlflow.MlflowClient(cfg.tracking_uri).get_experiment_by_name("beside-jvm").experiment_id == \
-            started.tracker._experiment_id
+        assert (
+            mlflow.MlflowClient(cfg.tracking_uri).get_experiment_by_name("beside-jvm").experiment_id
+            == started.tracker._experiment_id
+        )
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", before)
         for context in (started, given):
@@ -190,16 +223,39 @@ def test_a_context_that_starts_its_session_opens_mlflow_beside_it(spark, capabil
 
 def test_doctor_reports_and_fails_on_what_the_config_needs(capabilities, tmp_path):
     augment = str(BIN / "augment")
-    ok = subprocess.run([augment, "doctor", "--set", f"lakehouse.root={tmp_path / 'lh'}"], capture_output=True,
-                        text=True, timeout=120)
+    ok = subprocess.run(
+        [augment, "doctor", "--set", f"lakehouse.root={tmp_path / 'lh'}"], capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    for piece in ("python", "spark", "java", "delta", "graphframes", "jvm archive", "ray", "torch", "mlflow",
-                  "lakehouse", "minilm"):
+    for piece in (
+        "python",
+        "spark",
+        "java",
+        "delta",
+        "graphframes",
+        "jvm archive",
+        "ray",
+        "torch",
+        "mlflow",
+        "lakehouse",
+        "minilm",
+    ):
         assert f" {piece} " in ok.stdout
     expected = "native: Spark's Delta Lake" if capabilities.native_delta else "delta-rs commits"
     assert expected in ok.stdout
-    missing = subprocess.run([augment, "doctor", "--set", "spark.delta=native", f"spark.jars_dir={tmp_path / 'none'}",
-                              f"lakehouse.root={tmp_path / 'lh'}"], capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [
+            augment,
+            "doctor",
+            "--set",
+            "spark.delta=native",
+            f"spark.jars_dir={tmp_path / 'none'}",
+            f"lakehouse.root={tmp_path / 'lh'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 1
     assert "FAIL delta" in missing.stdout and "make install" in missing.stdout
     # no class archive in that jars folder: reported with its fix, but not required (JVMs only start slower)
@@ -212,18 +268,25 @@ def test_local_driver_jvm_options_and_the_class_archive(spark, tmp_path):
     test session's JVM maps make install's archive when there is one."""
     import dataclasses
 
-    cfg = SparkConfig(jars_dir=str(tmp_path), java_options="-XX:TieredStopAtLevel=1",
-                      conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
+    cfg = SparkConfig(
+        jars_dir=str(tmp_path),
+        java_options="-XX:TieredStopAtLevel=1",
+        conf={"spark.driver.extraJavaOptions": "-Dmine=1"},
+    )
     assert driver_java_options(cfg, "/ck", cpus=8) == "-Dderby.system.home=/ck -XX:TieredStopAtLevel=1 -Dmine=1"
     archive = tmp_path / "spark-driver.jsa"
     archive.write_bytes(b"x")
     assert class_archive(cfg) == str(archive)
-    assert driver_java_options(cfg, "/ck", cpus=8) == \
-        f"-Dderby.system.home=/ck -XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dmine=1"
+    assert (
+        driver_java_options(cfg, "/ck", cpus=8)
+        == f"-Dderby.system.home=/ck -XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dmine=1"
+    )
     assert "SharedArchive" not in driver_java_options(dataclasses.replace(cfg, class_data_sharing=False), "/ck")
     # On two CPUs the serial collector, unless the options name a collector of their own
-    assert driver_java_options(cfg, "/ck", cpus=2) == \
-        f"-Dderby.system.home=/ck -XX:SharedArchiveFile={archive} -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dmine=1"
+    assert (
+        driver_java_options(cfg, "/ck", cpus=2)
+        == f"-Dderby.system.home=/ck -XX:SharedArchiveFile={archive} -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dmine=1"
+    )
     g1 = dataclasses.replace(cfg, java_options="-XX:+UseG1GC")
     assert "Serial" not in driver_java_options(g1, "/ck", cpus=2)
     assert driver_java_options(g1, "/ck", cpus=2).endswith("-XX:+UseG1GC -Dmine=1")

@@ -1,4 +1,5 @@
 """Invariants of the synthetic demo world (pure pandas: no Spark needed)."""
+
 from __future__ import annotations
 
 import re
@@ -106,10 +107,12 @@ def test_a_naive_classifier_is_visibly_inconsistent_on_groups(tmp_path):
         cfg = DemoConfig(n_labeled=3000, n_groups=800, spurious_strength=strength)
         train = tmp_path / f"train-{strength}.txt"
         lab = demo_data.labeled_rows(cfg, 0, cfg.n_labeled)
-        train.write_text("".join(f"__label__{c.replace(' ', '_')} {t.lower()}\n" for t, c in zip(lab.title,
-                                                                                                 lab.category)))
-        model = fasttext.train_supervised(input=str(train), epoch=20, lr=0.5, wordNgrams=2, verbose=0, thread=1,
-                                          seed=1)
+        train.write_text(
+            "".join(f"__label__{c.replace(' ', '_')} {t.lower()}\n" for t, c in zip(lab.title, lab.category))
+        )
+        model = fasttext.train_supervised(
+            input=str(train), epoch=20, lr=0.5, wordNgrams=2, verbose=0, thread=1, seed=1
+        )
         cat = demo_data.catalog_rows(cfg, 0, cfg.n_groups)
         cat["pred"] = [p[0] for p in model.predict([t.lower() for t in cat.title])[0]]
         pairs = cat.groupby(cat.item_id.str[:8]).pred.agg(lambda s: s.iloc[0] == s.iloc[1])

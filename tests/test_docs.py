@@ -1,5 +1,6 @@
 """The documentation: README.md is a short front door, and the MkDocs site in docs/ builds with --strict
 (a broken link, a missing page or an unknown anchor fails it), with a page for each method pipeline."""
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,9 @@ def test_readme_is_a_short_front_door_whose_links_resolve():
 def test_readme_figures_next_to_a_results_page_come_from_that_page():
     """A README row that links a results page written by a run quotes that page's numbers (decimals and counts),
     digit for digit."""
-    rows = [line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-            if "](docs/results/" in line]
+    rows = [
+        line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines() if "](docs/results/" in line
+    ]
     assert rows, "the README's pipeline table links no results page"
     for row in rows:
         page = (ROOT / re.search(r"\]\((docs/results/[^)]+\.md)\)", row).group(1)).read_text(encoding="utf-8")
@@ -68,9 +70,13 @@ def test_every_method_pipeline_has_a_page_in_the_nav():
 
 
 def test_site_builds_offline_with_strict(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1",
-                                                                        "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     for page in ("index.html", "pipelines/cga/index.html", "history/index.html", "search/search_index.json"):
         assert (tmp_path / "site" / page).is_file(), page

@@ -4,6 +4,7 @@ materialised folder, started once for the module (and killed and started again b
 from a fault proxy in front of it (tests/model_server.py: a real HTTP server on loopback, as an API gateway would
 answer): 429 with Retry-After for the first requests, or 503 for every one. The faults of a bad night are in
 test_endpoint_faults.py."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,10 @@ def test_completions_and_chat_through_the_server_with_usage(served):
     """Four samples of one few-shot prompt through /v1/completions, two at a time: each is the server's text with
     its usage; the chat API answers too. The config check finds the server and the model."""
     base, model = served
-    prompt = "Product title: red toy car\nThe same product, another title: toy car, red\n\n" \
-             "Product title: wooden blocks set\nThe same product, another title:"
+    prompt = (
+        "Product title: red toy car\nThe same product, another title: toy car, red\n\n"
+        "Product title: wooden blocks set\nThe same product, another title:"
+    )
     client = EndpointClient(EndpointConfig(base_url=base, model=model), PARAMS, concurrency=2)
     outcomes = client.run([Request(prompt, i, seed=42) for i in range(4)])
     assert all(o.ok and o.reason is None for o in outcomes), outcomes
@@ -54,12 +57,23 @@ def test_completions_and_chat_through_the_server_with_usage(served):
     from common.config import load_config
     from common.models.generation.served.checks import doctor_check
 
-    cfg = load_config(None, ["genre.generator.model.kind=endpoint", f"genre.generator.model.endpoint.base_url={base}",
-                             f"genre.generator.model.endpoint.model={model}", "cga.model.kind=endpoint",
-                             f"cga.model.endpoint.base_url={base}", f"cga.model.endpoint.model={model}"])
+    cfg = load_config(
+        None,
+        [
+            "genre.generator.model.kind=endpoint",
+            f"genre.generator.model.endpoint.base_url={base}",
+            f"genre.generator.model.endpoint.model={model}",
+            "cga.model.kind=endpoint",
+            f"cga.model.endpoint.base_url={base}",
+            f"cga.model.endpoint.model={model}",
+        ],
+    )
     check = doctor_check(cfg)
-    assert check.ok and check.detail.count("serves") == 1 and check.detail.endswith("used by cga.model, "
-                                                                                    "genre.generator.model"), check
+    assert (
+        check.ok
+        and check.detail.count("serves") == 1
+        and check.detail.endswith("used by cga.model, genre.generator.model")
+    ), check
 
 
 def test_429_waits_for_retry_after_and_a_server_down_quarantines_with_the_reason(served, monkeypatch, caplog):
@@ -111,8 +125,18 @@ def test_a_generative_job_on_an_unreachable_endpoint_exits_6_before_any_engine(c
 
     port = _free_port()
     started = time.monotonic()
-    code = main(["run", "cga-generate", "--set", "cga.model.kind=endpoint", "--set",
-                 f"cga.model.endpoint.base_url=http://127.0.0.1:{port}/v1", "--set", "cga.model.endpoint.model=m"])
+    code = main(
+        [
+            "run",
+            "cga-generate",
+            "--set",
+            "cga.model.kind=endpoint",
+            "--set",
+            f"cga.model.endpoint.base_url=http://127.0.0.1:{port}/v1",
+            "--set",
+            "cga.model.endpoint.model=m",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 6 and time.monotonic() - started < 10, err
     assert f"augment: endpoint unreachable: http://127.0.0.1:{port}/v1/models did not answer" in err
@@ -137,6 +161,7 @@ def test_config_takes_the_key_by_reference_and_shares_the_limits():
     trained = FineTuneConfig(max_steps=16)
     assert in_context(served, trained) and "fine_tune's 16 steps skipped" in describe_generator(served, trained)
     from common.models.config import GenerationConfig
+
     facts = generator_facts(served, trained, GenerationConfig())
     assert facts["model"] == "big-model" and facts["fine_tune"].startswith("fine-tune skipped: big-model is served")
     assert KEY not in repr(Secret(KEY)) and KEY not in str(Secret(KEY)) and Secret(KEY).reveal() == KEY
@@ -157,8 +182,12 @@ def test_the_endpoint_demo_serves_every_generative_method_of_the_demo_world(monk
     cfg, demo = load_config(repo / "conf" / "endpoint_demo.yaml"), load_config(repo / "conf" / "demo.yaml")
     assert cfg.inputs == demo.inputs and cfg.lakehouse.root != demo.lakehouse.root
     sections = served_sections(cfg)
-    assert [key for key, _ in sections] == ["cga.model", "query_reformulation.model", "genre.generator.model",
-                                            "compositional.generator.model"]
+    assert [key for key, _ in sections] == [
+        "cga.model",
+        "query_reformulation.model",
+        "genre.generator.model",
+        "compositional.generator.model",
+    ]
     assert {(e.base_url, e.model) for _, e in sections} == {("http://127.0.0.1:9/v1", "served-model")}
     assert cfg.genre.generator.model.prompt == demo.genre.generator.model.prompt
 
@@ -185,22 +214,29 @@ def test_the_pool_engine_gives_generated_rows_keeps_answers_and_quarantines_what
     rows = table.to_pylist()
     made = sorted((r["source_id"], r["sample_idx"]) for r in rows if r["reason"] is None)
     assert made == [("a", 0), ("a", 1), ("c", 0), ("c", 1)]
-    assert all(r["generated_text"] is not None and "\n" not in r["generated_text"] and 1 <= r["generated_tokens"] <= 8
-               for r in rows if r["reason"] is None)
+    assert all(
+        r["generated_text"] is not None and "\n" not in r["generated_text"] and 1 <= r["generated_tokens"] <= 8
+        for r in rows
+        if r["reason"] is None
+    )
     assert [(r["source_id"], r["reason"]) for r in rows if r["reason"]] == [("b", "empty input")]
     again = EndpointGenerator(ServedGenerator.read(folder), "endpoint_cga-test", spec, actors=2, tag="run-2")
     assert again(batch).to_pylist() == rows and again.client.stats["requests"] == 0
     assert (tmp_path / RESPONSES / "gen").is_dir()
     down = FaultProxy(base, down=True)
     try:
-        other = served_generator(tmp_path / "down", EndpointConfig(base_url=down.base, model=model, max_retries=1,
-                                                                    breaker_failures=100))
+        other = served_generator(
+            tmp_path / "down", EndpointConfig(base_url=down.base, model=model, max_retries=1, breaker_failures=100)
+        )
         table = EndpointGenerator(ServedGenerator.read(other), "v", spec)(batch)
     finally:
         down.close()
     reasons = {r["source_id"]: r["reason"] for r in table.to_pylist()}
-    assert reasons == {"a": "endpoint: HTTP 503 after 1 retries", "b": "empty input",
-                       "c": "endpoint: HTTP 503 after 1 retries"}
+    assert reasons == {
+        "a": "endpoint: HTTP 503 after 1 retries",
+        "b": "empty input",
+        "c": "endpoint: HTTP 503 after 1 retries",
+    }
 
 
 def _grep_tree(root: Path, secret: str) -> list[str]:
@@ -210,7 +246,8 @@ def _grep_tree(root: Path, secret: str) -> list[str]:
 
 @pytest.mark.slow  # CGA's generation stage through the server five times on a copy of the world
 def test_a_pipeline_stage_survives_an_outage_a_broken_gateway_and_a_new_row_paying_each_answer_once(
-        small_world, server, tmp_path, monkeypatch, capfd):
+    small_world, server, tmp_path, monkeypatch, capfd
+):
     """cga-generate with ``model.kind: endpoint`` (the key in an environment variable) on a copy of the world, behind
     a fault proxy. (1) The server is killed after 5 answers with the rest pending: the stage ends within seconds
     with an EndpointUnreachable that the CLI reports as one line (exit code 6), the answers kept. (2) The proxy
@@ -244,9 +281,18 @@ def test_a_pipeline_stage_survives_an_outage_a_broken_gateway_and_a_new_row_payi
     try:
         cga = ctx.cfg.cga
         cga.sources, sources, n = 8, 8, 2
-        cga.model = T5ModelConfig(kind="endpoint", prompt=cga.model.prompt, in_context_examples=2,
-                                  endpoint=EndpointConfig(base_url=proxy.base, model=server.folder, max_retries=1,
-                                                          max_concurrency=2, api_key_env="AUGMENT_TEST_KEY"))
+        cga.model = T5ModelConfig(
+            kind="endpoint",
+            prompt=cga.model.prompt,
+            in_context_examples=2,
+            endpoint=EndpointConfig(
+                base_url=proxy.base,
+                model=server.folder,
+                max_retries=1,
+                max_concurrency=2,
+                api_key_env="AUGMENT_TEST_KEY",
+            ),
+        )
         cga.generation = replace(cga.generation, n_samples=n, max_new_tokens=8, batch_size=4)
         total = sources * n
 
@@ -303,7 +349,8 @@ def test_a_pipeline_stage_survives_an_outage_a_broken_gateway_and_a_new_row_payi
         assert (ctx.lakehouse.read("cga_generated").toPandas()["sample_idx"] >= 0).sum() == total + n
 
         runs = mlflow.MlflowClient(ctx.cfg.tracking_uri).search_runs(
-            [mlflow.get_experiment_by_name(ctx.cfg.tracking.experiment).experiment_id])
+            [mlflow.get_experiment_by_name(ctx.cfg.tracking.experiment).experiment_id]
+        )
         assert runs and all(KEY not in json.dumps([r.data.params, r.data.tags]) for r in runs)
         assert _grep_tree(Path(ctx.cfg.lakehouse.root), KEY) == []
         assert KEY not in capfd.readouterr().err

@@ -2,6 +2,7 @@
 (killed mid-batch), a fault proxy of the suite's own in front of it (tests/model_server.py: 503 for everything, 429
 storms, malformed 200s, a poisoned share), the session's Ray runtime and SparkSession. The pipeline-level run (exit
 code, no version, the rerun paying once) is in test_endpoint.py."""
+
 from __future__ import annotations
 
 import logging
@@ -46,8 +47,10 @@ def test_an_outage_ends_the_batch_in_seconds_whatever_is_pending_and_keeps_every
 
     proxy = FaultProxy(live_server.base, answers=3, then=kill)
     try:
-        folder = served_generator(tmp_path / "endpoint_kill-1",
-                                  EndpointConfig(base_url=proxy.base, model=live_server.folder, max_concurrency=3))
+        folder = served_generator(
+            tmp_path / "endpoint_kill-1",
+            EndpointConfig(base_url=proxy.base, model=live_server.folder, max_concurrency=3),
+        )
         engine = _engine(folder)
         with pytest.raises(EndpointUnreachable, match="is down: 8 server-side failures in a row") as raised:
             engine(_batch(1000))
@@ -82,13 +85,22 @@ def test_malformed_answers_are_failures_with_their_reason_never_an_exception(tmp
     """200s that are no completion: an empty body and an HTML page are the server's failures (retried, then the
     reason); JSON without choices is that prompt's failure (not retried). The batch quarantines each with its
     reason and logs every outcome."""
-    cases = {b"": ("HTTP 200 with a body that is no JSON object (empty) after 1 retries", True, 2),
-             b"<html><body>Service Unavailable</body></html>": ("HTTP 200 with a body that is no JSON object "
-                                                                "(<html><body>Service Unavailable</body></html>) "
-                                                                "after 1 retries", True, 2),
-             b'{"id": "cmpl-1", "object": "text_completion"}': ("a response with no text", False, 1),
-             b'{"error": {"message": "upstream timed out"}}': ("HTTP 200 with an error: {'message': 'upstream timed "
-                                                               "out'} after 1 retries", True, 2)}
+    cases = {
+        b"": ("HTTP 200 with a body that is no JSON object (empty) after 1 retries", True, 2),
+        b"<html><body>Service Unavailable</body></html>": (
+            "HTTP 200 with a body that is no JSON object "
+            "(<html><body>Service Unavailable</body></html>) "
+            "after 1 retries",
+            True,
+            2,
+        ),
+        b'{"id": "cmpl-1", "object": "text_completion"}': ("a response with no text", False, 1),
+        b'{"error": {"message": "upstream timed out"}}': (
+            "HTTP 200 with an error: {'message': 'upstream timed out'} after 1 retries",
+            True,
+            2,
+        ),
+    }
     for case, (body, (reason, server_side, tries)) in enumerate(cases.items()):
         proxy = FaultProxy("http://127.0.0.1:9/v1", body=body)
         try:
@@ -145,13 +157,15 @@ def _logged(root) -> list[dict]:
     return [r for p in sorted(root.rglob("*.parquet")) for r in pq.read_table(p).to_pylist()]
 
 
-def test_answers_are_found_by_request_whatever_the_batches_and_a_torn_part_is_sent_again(live_server, tmp_path,
-                                                                                          caplog):
+def test_answers_are_found_by_request_whatever_the_batches_and_a_torn_part_is_sent_again(
+    live_server, tmp_path, caplog
+):
     """Four sources answered in one batch; a new worker given them in other batches with one new source sends only
     the new one. A part cut short (a kill mid-write on a store without atomic puts) is reported, naming it, and only
     its requests are sent again; a temporary file a killed writer left is not read."""
-    folder = served_generator(tmp_path / "endpoint_resume-1",
-                              EndpointConfig(base_url=live_server.base, model=live_server.folder))
+    folder = served_generator(
+        tmp_path / "endpoint_resume-1", EndpointConfig(base_url=live_server.base, model=live_server.folder)
+    )
     first = _engine(folder)
     first(_batch(2))
     first(_batch(2, start=2))
@@ -175,8 +189,9 @@ def test_a_429_pauses_every_request_of_the_worker_for_as_long_as_it_asks(live_se
     after the 429s, then all four are answered; an HTTP-date Retry-After is read as well."""
     proxy = FaultProxy(live_server.base, throttle=4, throttle_headers={"retry-after-ms": "1500", "Retry-After": "9"})
     try:
-        client = EndpointClient(EndpointConfig(base_url=proxy.base, model=live_server.folder), {"max_tokens": 2},
-                                concurrency=4)
+        client = EndpointClient(
+            EndpointConfig(base_url=proxy.base, model=live_server.folder), {"max_tokens": 2}, concurrency=4
+        )
         outcomes = client.run([Request(f"toy {i}", 0, 0) for i in range(4)])
         assert all(o.ok for o in outcomes), outcomes
         assert len(proxy.seen) == 8 and min(proxy.seen[4:]) - max(proxy.seen[:4]) >= 1.4
@@ -196,16 +211,19 @@ def test_server_failures_past_the_share_refuse_the_commit(live_server, tmp_path,
     max_failed_share 1%), naming the share; at 50% it passes."""
     proxy = FaultProxy(live_server.base, fail_marker="toy number 2")
     try:
-        folder = served_generator(tmp_path / "endpoint_share-1",
-                                  EndpointConfig(base_url=proxy.base, model=live_server.folder, max_retries=0))
+        folder = served_generator(
+            tmp_path / "endpoint_share-1", EndpointConfig(base_url=proxy.base, model=live_server.folder, max_retries=0)
+        )
         rows = _engine(folder, tag="run/t")(_batch(4)).to_pylist()
     finally:
         proxy.close()
     assert [r["reason"] for r in rows if r["reason"]] == ["endpoint: HTTP 503 after 0 retries"]
     with pytest.raises(EndpointUnreachable, match=r"1 of t's 4 requests failed on the server's side .*25\.0%"):
         failed_share_check(spark, [folder], "run/t", "t")()
-    lenient = served_generator(tmp_path / "endpoint_share-2",
-                               EndpointConfig(base_url=proxy.base, model=live_server.folder, max_failed_share=0.5))
+    lenient = served_generator(
+        tmp_path / "endpoint_share-2",
+        EndpointConfig(base_url=proxy.base, model=live_server.folder, max_failed_share=0.5),
+    )
     failed_share_check(spark, [lenient], "run/t", "t")()
 
 
@@ -220,10 +238,13 @@ def test_a_routed_pool_never_holds_more_than_max_concurrency_in_flight(live_serv
     try:
         endpoint = EndpointConfig(base_url=proxy.base, model=live_server.folder, max_concurrency=2)
         paths = [served_generator(tmp_path / f"endpoint_topic{t}-1", endpoint) for t in (1, 2)]
-        rows = [{"source_id": f"r{i}", "source_text": f"toy {i}", "model_path": paths[i % 2], "model_version": "v"}
-                for i in range(12)]
-        out = generate_routed(ray.data.from_items(rows), replace(ONE), concurrency=4, batch_size=3, tag="routed",
-                              generator_uris=paths).take_all()
+        rows = [
+            {"source_id": f"r{i}", "source_text": f"toy {i}", "model_path": paths[i % 2], "model_version": "v"}
+            for i in range(12)
+        ]
+        out = generate_routed(
+            ray.data.from_items(rows), replace(ONE), concurrency=4, batch_size=3, tag="routed", generator_uris=paths
+        ).take_all()
     finally:
         proxy.close()
     assert len(out) == 12 and all(r["reason"] is None for r in out)
@@ -276,8 +297,13 @@ def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runti
         ds = ray.data.from_items([{"x": 1}])
         _outages_as_themselves(ds)
         with pytest.raises(Exception) as raised:
-            map_batches_on_actors(ds, Failing, fn_constructor_kwargs={"folder": str(tmp_path), "error": error},
-                                  concurrency=1, batch_size=1).take_all()
+            map_batches_on_actors(
+                ds,
+                Failing,
+                fn_constructor_kwargs={"folder": str(tmp_path), "error": error},
+                concurrency=1,
+                batch_size=1,
+            ).take_all()
         assert len((tmp_path / error).read_text()) == tries, error
         found = user_error(raised.value)
         if error == "pool-outage":
@@ -300,8 +326,11 @@ def test_the_start_check_falls_back_to_one_token_where_models_fails(live_server)
         assert f"/models answered HTTP {status}; a one-token completion in" in line
     proxy = FaultProxy(live_server.base, models_status=500, down=True)
     try:
-        with pytest.raises(EndpointUnreachable, match=r"/models answered HTTP 500, and .*/completions: a one-token "
-                                                      r"completion failed: HTTP 503"):
+        with pytest.raises(
+            EndpointUnreachable,
+            match=r"/models answered HTTP 500, and .*/completions: a one-token "
+            r"completion failed: HTTP 503",
+        ):
             check_endpoint(EndpointConfig(base_url=proxy.base, model=live_server.folder), complete=False)
     finally:
         proxy.close()
@@ -319,15 +348,25 @@ def test_a_second_concurrent_run_of_a_stage_is_refused_at_once_and_goes_ahead_on
 
     root = log_root(str(tmp_path / "models" / "endpoint_cga-1"))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; sys.path.insert(0, '.');\n"
-         "from common.models.generation.served.log import stage_lease\n"
-         f"with stage_lease([{root!r}], 'cga_generated'):\n    print('held', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; sys.path.insert(0, '.');\n"
+            "from common.models.generation.served.log import stage_lease\n"
+            f"with stage_lease([{root!r}], 'cga_generated'):\n    print('held', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         started = time.monotonic()
-        with pytest.raises(StageBusy, match=rf"cga_generated: another run is sending .* held by \S+:{holder.pid} "
-                                            r"since"):
+        with pytest.raises(
+            StageBusy,
+            match=rf"cga_generated: another run is sending .* held by \S+:{holder.pid} "
+            r"since",
+        ):
             with stage_lease([root], "cga_generated"):
                 pass
         assert time.monotonic() - started < 2
@@ -337,4 +376,3 @@ def test_a_second_concurrent_run_of_a_stage_is_refused_at_once_and_goes_ahead_on
         holder.wait(timeout=20)
     with stage_lease([root], "cga_generated"):
         pass
-

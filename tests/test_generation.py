@@ -1,4 +1,5 @@
 """Batched generation on a Ray actor pool: shapes, quarantine of bad rows, and the write back to Delta."""
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,12 @@ def learned_model(tmp_path_factory):
     """A scratch T5 trained until it maps "<brand> <noun>" to "<noun> by <brand>" (beams are then well apart)."""
     pairs = [(f"{b} {n}", f"{n} by {b}") for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan")]
     path = str(tmp_path_factory.mktemp("t5") / "learned")
-    fine_tune(pairs * 4, path, ModelSpec(vocab_size=40, max_source_length=16),
-              TrainSpec(epochs=60, batch_size=8, learning_rate=0.003))
+    fine_tune(
+        pairs * 4,
+        path,
+        ModelSpec(vocab_size=40, max_source_length=16),
+        TrainSpec(epochs=60, batch_size=8, learning_rate=0.003),
+    )
     return path
 
 
@@ -64,23 +69,32 @@ def test_ctranslate2_decodes_as_hf_does(learned_model, ray_runtime):
     int8 sampling is seeded per bucket, so a rerun repeats it."""
     import ray
 
-    rows = [{"source_id": f"{b}-{n}", "source_text": f"{b} {n}"} for b in ("acme", "zeta", "bolt")
-            for n in ("mug", "lamp", "pan")]
+    rows = [
+        {"source_id": f"{b}-{n}", "source_text": f"{b} {n}"}
+        for b in ("acme", "zeta", "bolt")
+        for n in ("mug", "lamp", "pan")
+    ]
     ds = ray.data.from_items(rows)
 
     def run(**kw):
         # Warm torch tasks: the engines' decoding is what is compared, not the actor pool (tested above); five
         # pools would each start a process that imports torch.
-        out = generate(ds, learned_model, "v", GenerationSpec(max_new_tokens=16, **kw), batch_size=4,
-                       warm_tasks=True).to_pandas()
+        out = generate(
+            ds, learned_model, "v", GenerationSpec(max_new_tokens=16, **kw), batch_size=4, warm_tasks=True
+        ).to_pandas()
         return out.sort_values(["source_id", "sample_idx"])[["source_id", "generated_text", "generated_tokens"]]
 
     # Greedy decoding (a beam of 1) is the same argmax on both engines: the same texts and token counts.
     greedy = {"n_samples": 1, "mode": "beam", "num_beams": 1}
     hf, ct2 = run(**greedy), run(**greedy, engine="ctranslate2", compute_type="float32")
     assert len(hf) == 9 and hf.values.tolist() == ct2.values.tolist()
-    assert sum(text.startswith(f"{sid.split('-')[1]} by") for sid, text in hf[["source_id", "generated_text"]]
-               .values.tolist()) >= 6
+    assert (
+        sum(
+            text.startswith(f"{sid.split('-')[1]} by")
+            for sid, text in hf[["source_id", "generated_text"]].values.tolist()
+        )
+        >= 6
+    )
     # Wider beams end by different rules (HF's early stopping, CTranslate2's patience): n distinct beams each.
     beams = run(n_samples=2, mode="beam", num_beams=4, engine="ctranslate2")
     assert len(beams) == 18 and beams.groupby("source_id").generated_text.nunique().eq(2).all()
@@ -119,17 +133,19 @@ def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(t
 
     assert json.load(open(f"{tiny_model}/tokenizer.json"))["truncation"] is not None  # the trap is there
     hf, fast = AutoTokenizer.from_pretrained(tiny_model), FastTokenizer.load(tiny_model)
-    texts = ["acme mug", "", "  Ünïcödé ½ 10\"x12\" ", "<pad> x </s>", "zeta lamp " * 40]
+    texts = ["acme mug", "", '  Ünïcödé ½ 10"x12" ', "<pad> x </s>", "zeta lamp " * 40]
     assert fast(texts).input_ids == hf(texts).input_ids and len(fast(texts[-1]).input_ids) > 80
     ids = [3, 5, 0, 1, 2, 9, 1, 0]
-    assert [fast.decode(ids, skip_special_tokens=s) for s in (True, False)] == \
-        [hf.decode(ids, skip_special_tokens=s) for s in (True, False)]
+    assert [fast.decode(ids, skip_special_tokens=s) for s in (True, False)] == [
+        hf.decode(ids, skip_special_tokens=s) for s in (True, False)
+    ]
     tokens = fast.convert_ids_to_tokens(ids)
     assert tokens == hf.convert_ids_to_tokens(ids) and fast.convert_tokens_to_ids(tokens) == ids
     # Tokens outside the vocabulary (CTranslate2's names for ids past the tokenizer's size) read as <unk>.
     strange = ["<extra_id_7>", "\u2581no-such-piece", "mug"]
-    assert fast.convert_tokens_to_ids(strange) == hf.convert_tokens_to_ids(strange) and hf.unk_token_id in \
-        fast.convert_tokens_to_ids(strange)
+    assert fast.convert_tokens_to_ids(strange) == hf.convert_tokens_to_ids(
+        strange
+    ) and hf.unk_token_id in fast.convert_tokens_to_ids(strange)
 
 
 def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):
@@ -195,8 +211,10 @@ def test_samples_do_not_depend_on_the_input_files(tiny_model, lakehouse, ray_run
     """The same rows written as one file or as five, in different orders, read in id order
     (``read_ray_ordered``) and generated in batches of 8 and buckets of 4: the same samples. CTranslate2
     seeds per bucket, so this needs the same batches; hf draws per row."""
-    rows = [(f"s{i:02d}", f"{b} {n} {i}") for i, (b, n) in
-            enumerate((b, n) for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan", "cup"))]
+    rows = [
+        (f"s{i:02d}", f"{b} {n} {i}")
+        for i, (b, n) in enumerate((b, n) for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan", "cup"))
+    ]
     rows += [(f"t{i:02d}", f"acme mug {'x ' * (i % 5)}") for i in range(18)]
     df = lakehouse.spark.createDataFrame(rows, "item_id string, title string")
     spec = GenerationSpec(n_samples=2, max_new_tokens=6, bucket_size=4, engine=engine)
@@ -227,9 +245,19 @@ def test_the_spec_reads_every_decoding_field_of_its_config_section():
     decoding = {f.name for f in fields(Decoding)}
     assert {f.name for f in fields(GenerationConfig)} - decoding == {"batch_size", "concurrency", "num_gpus"}
     assert {f.name for f in fields(GenerationSpec)} - decoding == {"seed"}
-    section = GenerationConfig(n_samples=3, mode="beam", top_k=7, top_p=0.5, num_beams=2, max_new_tokens=9,
-                               max_source_tokens=11, bucket_size=5, engine="ctranslate2", compute_type="int8",
-                               max_batch_tokens=99)
+    section = GenerationConfig(
+        n_samples=3,
+        mode="beam",
+        top_k=7,
+        top_p=0.5,
+        num_beams=2,
+        max_new_tokens=9,
+        max_source_tokens=11,
+        bucket_size=5,
+        engine="ctranslate2",
+        compute_type="int8",
+        max_batch_tokens=99,
+    )
     spec = GenerationSpec.from_config(section, seed=13)
     assert spec.seed == 13 and all(getattr(spec, name) == getattr(section, name) for name in decoding)
     with pytest.raises(ValueError, match="top_p"):
@@ -251,15 +279,20 @@ def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_ru
             self.model_path = model_path
 
         def __call__(self, batch):
-            return {"source_id": batch["source_id"], "pid": [os.getpid()] * len(batch["source_id"]),
-                    "instance": [id(self)] * len(batch["source_id"])}
+            return {
+                "source_id": batch["source_id"],
+                "pid": [os.getpid()] * len(batch["source_id"]),
+                "instance": [id(self)] * len(batch["source_id"]),
+            }
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
     rows = ray.data.from_items([{"source_id": f"s{i:02d}", "source_text": "x"} for i in range(24)])
-    stages = [on_warm_tasks(rows, Probe, {"model_path": str(model)}, concurrency=1, batch_size=4).to_pandas()
-              for _ in range(2)]
+    stages = [
+        on_warm_tasks(rows, Probe, {"model_path": str(model)}, concurrency=1, batch_size=4).to_pandas()
+        for _ in range(2)
+    ]
     served = pd.concat([stages[0], stages[1]])
     assert sorted(stages[0].source_id) == sorted(stages[1].source_id) == [f"s{i:02d}" for i in range(24)]
     per_worker = served.groupby("pid")["instance"].nunique()

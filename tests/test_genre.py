@@ -1,6 +1,7 @@
 """Genre transfer across topics (paper 5): the keyword score on a hand-computed two-topic example, split
 disjointness and ordering, the window preprocessing, per-genre generator isolation, and a tiny end-to-end
 run of the pipeline."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,9 @@ def test_window_is_seeded_whole_words_and_bounded():
     assert first == T.window(text, "doc-1", 42, 100)  # same key and seed, same window
     assert len(first) <= 100 and first in text
     assert all(w.startswith("w") and len(w) == 4 for w in first.split())  # no word cut in half
-    others = {T.window(text, f"doc-{i}", 42, 100) for i in range(20)} | {T.window(text, "doc-1", s, 100)
-                                                                          for s in range(20)}
+    others = {T.window(text, f"doc-{i}", 42, 100) for i in range(20)} | {
+        T.window(text, "doc-1", s, 100) for s in range(20)
+    }
     assert len(others) > 10  # the position moves with the key and with the seed
     assert T.window("short  text", "k", 1, 100) == "short text"
 
@@ -44,7 +46,7 @@ def test_clean_removes_numbers_and_punctuation(spark):
     def clean(text: str) -> str:
         return spark.createDataFrame([(text,)], "t string").select(clean_col(F.col("t"))).first()[0]
 
-    assert clean("It's 1961: the Grand-Jury said \"no\"!  Ça va.") == "It s the Grand Jury said no Ça va"
+    assert clean('It\'s 1961: the Grand-Jury said "no"!  Ça va.') == "It s the Grand Jury said no Ça va"
     assert clean("123 ... 456") == ""
 
 
@@ -63,11 +65,13 @@ def test_the_topic_vocabulary_does_not_depend_on_partitioning_or_task_order(spar
 
     words = ["zebra", "yak", "xerus", "wombat", "vole", "urchin", "tapir", "seal"]
     extra = {0: ["solo"], 1: ["echo"] * 3, 2: ["rare"] * 8, 3: ["rare"] * 8}
-    docs = [" ".join(["common"] + words[i % 8:i % 8 + 3] + extra.get(i, [])) for i in range(12)]
+    docs = [" ".join(["common"] + words[i % 8 : i % 8 + 3] + extra.get(i, [])) for i in range(12)]
     cfg = TopicModelConfig(topics=2, max_iter=2, vocab_size=7, min_df=2.0, max_df=0.5)
     rows = spark.createDataFrame([(t,) for t in docs], "text string")
-    vocabularies = [fit_topic_model(cfg, 7, frame).stages[2].vocabulary
-                    for frame in (rows.coalesce(1), rows.repartition(4), rows.orderBy(F.desc("text")).repartition(3))]
+    vocabularies = [
+        fit_topic_model(cfg, 7, frame).stages[2].vocabulary
+        for frame in (rows.coalesce(1), rows.repartition(4), rows.orderBy(F.desc("text")).repartition(3))
+    ]
     assert vocabularies[0] == vocabularies[1] == vocabularies[2]
     counts = {w: sum(d.split().count(w) for d in docs) for w in words + ["rare"]}
     assert vocabularies[0] == sorted(counts, key=lambda w: (-counts[w], w))[:7]
@@ -86,8 +90,10 @@ def test_the_topics_do_not_depend_on_the_inputs_layout(spark):
     from common.genre.topics import fit_topic_model
 
     rng = random.Random(5)
-    vocab = [[f"{topic}{w}" for w in ("alpha", "beta", "gamma", "delta", "omega", "sigma")]
-             for topic in ("harbor", "orchard", "circuit")]
+    vocab = [
+        [f"{topic}{w}" for w in ("alpha", "beta", "gamma", "delta", "omega", "sigma")]
+        for topic in ("harbor", "orchard", "circuit")
+    ]
     docs = [" ".join(rng.choice(vocab[i % 3]) for _ in range(12)) for i in range(240)]
     rows = spark.createDataFrame([(t,) for t in docs], "text string")
     cfg = TopicModelConfig(topics=3, max_iter=5, max_df=None)
@@ -110,14 +116,27 @@ def test_keyword_score_on_a_hand_computed_two_topic_example(spark):
     #   ball: 2 x (0.8*0.5 + 0.2*0.0) = 0.80    vote: 3 x (0.8*0.0 + 0.2*0.6) = 0.36
     #   game: 1 x (0.8*0.3 + 0.2*0.1) = 0.26    team: 1 x (0.8*0.2 + 0.2*0.1) = 0.18
     words = "vote ball the game ball vote vote team".split()
-    occ = spark.createDataFrame([("d1", 0, i, w) for i, w in enumerate(words)],
-                                "doc_id string, passage_idx int, pos int, word string")
+    occ = spark.createDataFrame(
+        [("d1", 0, i, w) for i, w in enumerate(words)], "doc_id string, passage_idx int, pos int, word string"
+    )
     doc_weights = spark.createDataFrame([("d1", [0.8, 0.2])], "doc_id string, topic_weights array<double>")
-    ww = spark.createDataFrame([("ball", 0, 0.5), ("ball", 1, 0.0), ("game", 0, 0.3), ("game", 1, 0.1),
-                                ("vote", 0, 0.0), ("vote", 1, 0.6), ("team", 0, 0.2), ("team", 1, 0.1)],
-                               "word string, topic int, weight double")
-    scores = {r["word"]: (r["score"], r["occurrences"], r["first_pos"])
-              for r in keyword_scores(occ, doc_weights, ww).collect()}
+    ww = spark.createDataFrame(
+        [
+            ("ball", 0, 0.5),
+            ("ball", 1, 0.0),
+            ("game", 0, 0.3),
+            ("game", 1, 0.1),
+            ("vote", 0, 0.0),
+            ("vote", 1, 0.6),
+            ("team", 0, 0.2),
+            ("team", 1, 0.1),
+        ],
+        "word string, topic int, weight double",
+    )
+    scores = {
+        r["word"]: (r["score"], r["occurrences"], r["first_pos"])
+        for r in keyword_scores(occ, doc_weights, ww).collect()
+    }
     assert set(scores) == {"ball", "vote", "game", "team"}  # no score for a word without topic weights
     for word, expected in {"ball": 0.80, "vote": 0.36, "game": 0.26, "team": 0.18}.items():
         assert scores[word][0] == pytest.approx(expected)
@@ -150,8 +169,11 @@ def test_splits_are_disjoint_and_ordered_by_topic_weight(spark):
     for (topic, genre), group in out.groupby(["topic", "genre"]):
         roles = {role: set(g["doc_id"]) for role, g in group.groupby("role")}
         assert {len(v) for v in roles.values()} == {2, 3} and len(roles["test"]) == 2
-        assert not (roles["test"] & roles["on_topic"] or roles["test"] & roles["off_topic"]
-                    or roles["on_topic"] & roles["off_topic"])
+        assert not (
+            roles["test"] & roles["on_topic"]
+            or roles["test"] & roles["off_topic"]
+            or roles["on_topic"] & roles["off_topic"]
+        )
         weight = dict(zip(group["doc_id"], group["weight"]))
         # test = heaviest, on_topic = next heaviest, off_topic = lightest for the topic
         assert min(weight[d] for d in roles["test"]) >= max(weight[d] for d in roles["on_topic"])
@@ -166,13 +188,23 @@ def test_generators_learn_only_from_their_genres_off_topic_documents(spark):
     from common.genre.generation import generator_pairs
 
     splits = spark.createDataFrame(
-        [(0, 3, "a1", "news", "off_topic"), (0, 3, "a2", "news", "on_topic"), (0, 3, "a3", "news", "test"),
-         (0, 3, "b1", "fiction", "off_topic"), (1, 3, "a2", "news", "off_topic")],
-        "topic int, n int, doc_id string, genre string, role string")
+        [
+            (0, 3, "a1", "news", "off_topic"),
+            (0, 3, "a2", "news", "on_topic"),
+            (0, 3, "a3", "news", "test"),
+            (0, 3, "b1", "fiction", "off_topic"),
+            (1, 3, "a2", "news", "off_topic"),
+        ],
+        "topic int, n int, doc_id string, genre string, role string",
+    )
     passages = spark.createDataFrame(
-        [(d, g, i, f"{d} passage {i}", f"kw {d} {i}" if i < 2 else "")
-         for d, g in (("a1", "news"), ("a2", "news"), ("a3", "news"), ("b1", "fiction")) for i in range(3)],
-        "doc_id string, genre string, passage_idx int, passage string, keywords string")
+        [
+            (d, g, i, f"{d} passage {i}", f"kw {d} {i}" if i < 2 else "")
+            for d, g in (("a1", "news"), ("a2", "news"), ("a3", "news"), ("b1", "fiction"))
+            for i in range(3)
+        ],
+        "doc_id string, genre string, passage_idx int, passage string, keywords string",
+    )
     pairs = generator_pairs(splits, passages, None).toPandas()
     by_key = {k: set(g["doc_id"]) for k, g in pairs.groupby(["topic", "n", "genre"])}
     assert by_key == {(0, 3, "news"): {"a1"}, (0, 3, "fiction"): {"b1"}, (1, 3, "news"): {"a2"}}
@@ -182,8 +214,10 @@ def test_generators_learn_only_from_their_genres_off_topic_documents(spark):
     # one genre-conditioned generator per (topic, n): the same pairs, each source naming its genre
     conditioned = generator_pairs(splits, passages, None, per_genre=False).toPandas()
     assert len(conditioned) == len(pairs)
-    assert (conditioned["source_text"] == conditioned["genre"] + " | kw " + conditioned["doc_id"] + " "
-            + conditioned["passage_idx"].astype(str)).all()
+    assert (
+        conditioned["source_text"]
+        == conditioned["genre"] + " | kw " + conditioned["doc_id"] + " " + conditioned["passage_idx"].astype(str)
+    ).all()
 
 
 def test_synthetic_ratio_draws_k_test_documents_for_every_generator(spark):
@@ -191,10 +225,12 @@ def test_synthetic_ratio_draws_k_test_documents_for_every_generator(spark):
 
     # (topic 0, N 3): 2 genres x 3 off-topic = 6 off-topic documents, 8 test documents; (topic 1, N 3): 3 off-topic
     # of one genre, 2 test documents.
-    rows = [(0, 3, f"{g}-off{i}", g, "off_topic") for g in ("news", "story") for i in range(3)] + \
-        [(0, 3, f"{g}-test{i}", g, "test") for g in ("news", "story") for i in range(4)] + \
-        [(1, 3, f"news-off{i}", "news", "off_topic") for i in range(3)] + [(1, 3, "x1", "news", "test"),
-                                                                          (1, 3, "x2", "news", "test")]
+    rows = (
+        [(0, 3, f"{g}-off{i}", g, "off_topic") for g in ("news", "story") for i in range(3)]
+        + [(0, 3, f"{g}-test{i}", g, "test") for g in ("news", "story") for i in range(4)]
+        + [(1, 3, f"news-off{i}", "news", "off_topic") for i in range(3)]
+        + [(1, 3, "x1", "news", "test"), (1, 3, "x2", "news", "test")]
+    )
     splits = spark.createDataFrame(rows, "topic int, n int, doc_id string, genre string, role string")
 
     def chosen(ratio, seed=42):
@@ -205,27 +241,38 @@ def test_synthetic_ratio_draws_k_test_documents_for_every_generator(spark):
     assert {k: len(v) for k, v in chosen(1.0).items()} == {0: 3, 1: 2}  # 6 / 2 = 3; 3 / 1 = 3 > 2 test docs
     assert {k: len(v) for k, v in chosen(0.1).items()} == {0: 1, 1: 1}  # at least one
     assert {k: len(v) for k, v in chosen(2.0).items()} == {0: 6, 1: 2}
-    assert chosen(None) == {0: {f"{g}-test{i}" for g in ("news", "story") for i in range(4)},
-                            1: {"x1", "x2"}}  # every test document
+    assert chosen(None) == {
+        0: {f"{g}-test{i}" for g in ("news", "story") for i in range(4)},
+        1: {"x1", "x2"},
+    }  # every test document
     assert chosen(1.0)[0] <= chosen(2.0)[0]  # a larger ratio adds documents in the same seeded order
     assert chosen(1.0) == chosen(1.0) and any(chosen(1.0, s)[0] != chosen(1.0)[0] for s in range(1, 6))
 
     # every generator of the (topic, N) is prompted with the same chosen documents: K synthetic per genre
-    passages = spark.createDataFrame([(r[2], 0, f"kw {r[2]}") for r in rows],
-                                     "doc_id string, passage_idx int, keywords string")
-    generators = spark.createDataFrame([(0, 3, g, f"/m/{g}", f"v-{g}") for g in ("news", "story")],
-                                       "topic int, n int, genre string, model_path string, model_version string")
+    passages = spark.createDataFrame(
+        [(r[2], 0, f"kw {r[2]}") for r in rows], "doc_id string, passage_idx int, keywords string"
+    )
+    generators = spark.createDataFrame(
+        [(0, 3, g, f"/m/{g}", f"v-{g}") for g in ("news", "story")],
+        "topic int, n int, genre string, model_path string, model_version string",
+    )
     p = prompts(splits, passages, generators, 42, 1.0).toPandas()
-    assert p.groupby("genre")["source_doc_id"].apply(set).to_dict() == {"news": chosen(1.0)[0],
-                                                                         "story": chosen(1.0)[0]}
+    assert p.groupby("genre")["source_doc_id"].apply(set).to_dict() == {
+        "news": chosen(1.0)[0],
+        "story": chosen(1.0)[0],
+    }
     assert (p["source_text"] == "kw " + p["source_doc_id"]).all() and p["source_id"].is_unique
     assert set(p["keywords_from"]) == {"on_topic"}
     # a genre-conditioned generator (one model, every genre's row) is told the genre it writes, as in training
-    one_model = spark.createDataFrame([(0, 3, g, "/m/all", "v-all") for g in ("news", "science_fiction")],
-                                      "topic int, n int, genre string, model_path string, model_version string")
+    one_model = spark.createDataFrame(
+        [(0, 3, g, "/m/all", "v-all") for g in ("news", "science_fiction")],
+        "topic int, n int, genre string, model_path string, model_version string",
+    )
     c = prompts(splits, passages, one_model, 42, 1.0, per_genre=False).toPandas()
-    assert c.groupby("genre")["source_doc_id"].apply(set).to_dict() == {"news": chosen(1.0)[0],
-                                                                         "science_fiction": chosen(1.0)[0]}
+    assert c.groupby("genre")["source_doc_id"].apply(set).to_dict() == {
+        "news": chosen(1.0)[0],
+        "science_fiction": chosen(1.0)[0],
+    }
     assert (c["source_text"] == c["genre"].str.replace("_", " ") + " | kw " + c["source_doc_id"]).all()
     assert c["source_id"].is_unique and set(c["model_path"]) == {"/m/all"}
 
@@ -242,12 +289,19 @@ def test_the_balanced_control_repeats_off_topic_documents_to_the_augmented_count
     from common.genre.evaluation import balanced_rows
 
     # topic 0: news 2 off-topic + 3 synthetic, story 3 + 0, poem 0 + 2; topic 1: news 1 + 2 (separate counts)
-    sets = [(0, "news", "off_topic", 2), (0, "news", "synthetic", 3), (0, "story", "off_topic", 3),
-            (0, "poem", "synthetic", 2), (0, "news", "test", 4), (1, "news", "off_topic", 1),
-            (1, "news", "synthetic", 2)]
+    sets = [
+        (0, "news", "off_topic", 2),
+        (0, "news", "synthetic", 3),
+        (0, "story", "off_topic", 3),
+        (0, "poem", "synthetic", 2),
+        (0, "news", "test", 4),
+        (1, "news", "off_topic", 1),
+        (1, "news", "synthetic", 2),
+    ]
     rows = spark.createDataFrame(
         [(t, 30, s, f"{t}-{g}-{s}-{i}", g, f"text {i}") for t, g, s, k in sets for i in range(k)],
-        "topic int, n int, set string, doc_id string, label string, text string")
+        "topic int, n int, set string, doc_id string, label string, text string",
+    )
     got = balanced_rows(rows, 42).toPandas()
     assert set(got["set"]) == {"off_topic_balanced"}
     # each genre reaches its augmented count from its off-topic documents alone; a genre without any has none
@@ -266,12 +320,22 @@ def test_summary_table_on_hand_computed_scores():
     from common.genre.evaluation import methods, summary_table
 
     f1 = {  # (method, topic) -> macro-F1 of seeds 0 and 1
-        ("on_topic", 1): (0.50, 0.60), ("off_topic", 1): (0.30, 0.30), ("augmented", 1): (0.40, 0.36),
-        ("off_keywords", 1): (0.32, 0.30), ("on_topic", 2): (0.40, 0.40), ("off_topic", 2): (0.45, 0.45),
-        ("augmented", 2): (0.40, 0.40), ("off_keywords", 2): (0.50, 0.50),
-        ("off_topic_balanced", 1): (0.35, 0.35), ("off_topic_balanced", 2): (0.45, 0.43)}
-    rows = [{"model": "fasttext", "n": 30, "topic": t, "method": m, "repeat": r, "macro_f1": v[r]}
-            for (m, t), v in f1.items() for r in (0, 1)]
+        ("on_topic", 1): (0.50, 0.60),
+        ("off_topic", 1): (0.30, 0.30),
+        ("augmented", 1): (0.40, 0.36),
+        ("off_keywords", 1): (0.32, 0.30),
+        ("on_topic", 2): (0.40, 0.40),
+        ("off_topic", 2): (0.45, 0.45),
+        ("augmented", 2): (0.40, 0.40),
+        ("off_keywords", 2): (0.50, 0.50),
+        ("off_topic_balanced", 1): (0.35, 0.35),
+        ("off_topic_balanced", 2): (0.45, 0.43),
+    }
+    rows = [
+        {"model": "fasttext", "n": 30, "topic": t, "method": m, "repeat": r, "macro_f1": v[r]}
+        for (m, t), v in f1.items()
+        for r in (0, 1)
+    ]
     row = summary_table(pd.DataFrame(rows)).iloc[0]
     # augmented: topic means 0.38 and 0.40; per-seed averages over topics 0.40 and 0.38
     assert row["augmented"] == "39.0 ± 1.4" and row["topics"] == 2
@@ -279,8 +343,9 @@ def test_summary_table_on_hand_computed_scores():
     assert row["gain"] == "+1.5" and row["gain topics"] == "1/2"  # (0.08 - 0.05) / 2
     assert row["transfer"] == "-1.5"  # ((0.38 - 0.31) + (0.40 - 0.50)) / 2
     assert row["beyond balance"] == "-0.5"  # ((0.38 - 0.35) + (0.40 - 0.44)) / 2
-    assert "off_topic_balanced" not in methods(True, True) and \
-        methods(False, False, True)["off_topic_balanced"] == ("off_topic_balanced",)
+    assert "off_topic_balanced" not in methods(True, True) and methods(False, False, True)["off_topic_balanced"] == (
+        "off_topic_balanced",
+    )
     assert "off_keywords" not in methods(False) and methods(True)["off_keywords"] == ("off_topic", "synthetic_off")
     assert "synthetic_only" not in methods(True) and methods(False, True)["synthetic_only"] == ("synthetic",)
     # one block per classifier model, each compared within itself
@@ -297,9 +362,17 @@ def test_generator_pairs_are_read_per_generator(tmp_path):
 
     from common.models.generation.seq2seq import read_pairs
 
-    pq.write_table(pa.table({"topic": [0, 0, 1, 0], "genre": ["news", "story", "news", "news"],
-                             "source_text": ["a", "b", "c", " "], "target_text": ["A", "B", "C", "D"]}),
-                   tmp_path / "pairs.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "topic": [0, 0, 1, 0],
+                "genre": ["news", "story", "news", "news"],
+                "source_text": ["a", "b", "c", " "],
+                "target_text": ["A", "B", "C", "D"],
+            }
+        ),
+        tmp_path / "pairs.parquet",
+    )
     files = [str(tmp_path / "pairs.parquet")]
     # the filters a generator's fine-tuning task reads with: its own (topic, genre) rows only
     assert read_pairs(files, "source_text", "target_text", [("topic", "=", 0), ("genre", "=", "news")]) == [("a", "A")]
@@ -316,13 +389,19 @@ def test_bad_documents_and_split_settings_are_named(ctx):
     from jobs.genre import DuplicateDocumentError, splits_job, topics_job
 
     lake = ctx.lakehouse
-    lake.write(ctx.spark.createDataFrame([("d1", "harbor ship cargo", "news"), ("d1", "apple barn farmer", "story")],
-                                         "doc_id string, text string, genre string"), "documents")
+    lake.write(
+        ctx.spark.createDataFrame(
+            [("d1", "harbor ship cargo", "news"), ("d1", "apple barn farmer", "story")],
+            "doc_id string, text string, genre string",
+        ),
+        "documents",
+    )
     with pytest.raises(DuplicateDocumentError, match="documents: doc_id is not unique .*'d1'"):
         topics_job(ctx)
     rows = [(f"{g}{i}", g, [i / 10, 1 - i / 10]) for g in ("news", "story") for i in range(10)]
-    lake.write(ctx.spark.createDataFrame(rows, "doc_id string, genre string, topic_weights array<double>"),
-               "genre_doc_topics")
+    lake.write(
+        ctx.spark.createDataFrame(rows, "doc_id string, genre string, topic_weights array<double>"), "genre_doc_topics"
+    )
     with pytest.raises(ValueError, match=r"genre.split.topics: \[30\] are not topics of a 25-topic model"):
         GenreConfig(split=SplitConfig(topics=[0, 30]))  # at load
     ctx.cfg.genre = GenreConfig(split=SplitConfig(topics=[0, 3]))
@@ -349,7 +428,11 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     lake = ctx.lakehouse
     assert lake.read("documents").count() + lake.read("documents_quarantine").count() == n_rows
     assert {r["reason"] for r in lake.read("documents_quarantine").collect()} == {
-        "empty text", "empty genre", "duplicate of report-00", "duplicate of story-01"}  # the planted repeats
+        "empty text",
+        "empty genre",
+        "duplicate of report-00",
+        "duplicate of story-01",
+    }  # the planted repeats
 
     splits = lake.read("genre_splits").toPandas()
     assert sorted(splits["n"].unique()) == [3]  # N = 100 caps every genre to N = 3's sets: dropped
@@ -360,8 +443,11 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
         assert group["doc_id"].is_unique
 
     # each generator's pairs come from its own genre's off-topic documents of its topic
-    pairs = lake.read("genre_gen_pairs").toPandas().merge(
-        splits[["topic", "n", "doc_id", "genre", "role"]], on=["topic", "n", "doc_id"], suffixes=("", "_split"))
+    pairs = (
+        lake.read("genre_gen_pairs")
+        .toPandas()
+        .merge(splits[["topic", "n", "doc_id", "genre", "role"]], on=["topic", "n", "doc_id"], suffixes=("", "_split"))
+    )
     assert (pairs["role"] == "off_topic").all() and (pairs["genre"] == pairs["genre_split"]).all()
     generators = lake.read("genre_generators").toPandas()
     assert len(generators) == 3 and generators["model_path"].is_unique
@@ -390,7 +476,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     written = synthetic.groupby("keywords_from").size()
     assert (n_train["off_topic"] == 9).all() and (n_train["augmented"] - 9 == written.get("on_topic", 0)).all()
     assert (n_train["off_keywords"] - 9 == written.get("off_topic", 0)).all()
-    report = (ctx.cfg.lakehouse.root + "/reports/genre/report.md")
+    report = ctx.cfg.lakehouse.root + "/reports/genre/report.md"
     assert "on_topic" in open(report, encoding="utf-8").read()
 
     again = small_world.rerun("genre-transfer")
@@ -399,7 +485,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     # What follows changes the config: on a copy of the world, so other tests still read the world as built.
     ctx = small_world.copy(tmp_path)
     lake = ctx.lakehouse
-    report = (ctx.cfg.lakehouse.root + "/reports/genre/report.md")
+    report = ctx.cfg.lakehouse.root + "/reports/genre/report.md"
 
     # another ratio prompts anew but reuses the fine-tuned generators (a model depends on its data and
     # training, not on how it is prompted): every test document now prompts every generator
@@ -428,10 +514,13 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     from common.models.config import EncoderConfig
     from jobs.genre_evaluate import evaluate_job
 
-    ctx.cfg.genre.eval = EvalConfig(repeats=1, models=["fasttext", "encoder"], synthetic_only=True,
-                                    balanced_control=True,
-                                    encoder=EncoderConfig(max_length=32, epochs=1, batch_size=8, learning_rate=1e-4,
-                                                          mlm_weight=1.0))
+    ctx.cfg.genre.eval = EvalConfig(
+        repeats=1,
+        models=["fasttext", "encoder"],
+        synthetic_only=True,
+        balanced_control=True,
+        encoder=EncoderConfig(max_length=32, epochs=1, batch_size=8, learning_rate=1e-4, mlm_weight=1.0),
+    )
     evaluated = evaluate_job(ctx)
     res = lake.read("genre_results").toPandas()
     synthetic = lake.read("genre_synthetic").toPandas()
@@ -456,14 +545,18 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     from common.registry.store import registry_client
 
     client, prefix = registry_client(ctx), ctx.cfg.registry.name_prefix
-    names = [m.name for m in client.search_registered_models(f"name LIKE '{prefix}genre_%'")
-             if m.name.startswith(prefix)]
+    names = [
+        m.name for m in client.search_registered_models(f"name LIKE '{prefix}genre_%'") if m.name.startswith(prefix)
+    ]
     encoders = sorted(n for n in names if n.endswith("_encoder"))
     assert len(encoders) == 5 and len(names) == 10, names
     version = client.get_model_version_by_alias(encoders[0], "champion")
     assert version.tags["classifier"] == "encoder" and float(version.tags["metric.macro_f1.n"]) == 1
-    model = Path(mlflow.artifacts.download_artifacts(f"models:/{encoders[0]}@champion", dst_path=str(tmp_path / "m"),
-                                                     tracking_uri=ctx.cfg.tracking_uri))
+    model = Path(
+        mlflow.artifacts.download_artifacts(
+            f"models:/{encoders[0]}@champion", dst_path=str(tmp_path / "m"), tracking_uri=ctx.cfg.tracking_uri
+        )
+    )
     manifest = json.loads((model / "data" / "classifier" / "model.json").read_text())
     assert manifest["kind"] == "encoder" and manifest["substitute"] == [[NON_LETTERS, ""]]
     ctx.close()

@@ -1,4 +1,5 @@
 """Connected components and catalog grouping on hand-built graphs and catalogs."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,12 +13,13 @@ def _components(rows):
 
 
 def test_components_of_a_chain_a_triangle_and_an_isolated_vertex(spark):
-    edges = spark.createDataFrame([("e", "d"), ("d", "c"), ("c", "b"), ("b", "a"), ("x", "y"), ("y", "z"),
-                                   ("z", "x"), ("x", "x")], "src string, dst string")
+    edges = spark.createDataFrame(
+        [("e", "d"), ("d", "c"), ("c", "b"), ("b", "a"), ("x", "y"), ("y", "z"), ("z", "x"), ("x", "x")],
+        "src string, dst string",
+    )
     vertices = spark.createDataFrame([("solo",), ("a",)], "id string")
     comps = _components(connected_components(edges, vertices))
-    assert comps == {"a": "a", "b": "a", "c": "a", "d": "a", "e": "a", "x": "x", "y": "x", "z": "x",
-                     "solo": "solo"}
+    assert comps == {"a": "a", "b": "a", "c": "a", "d": "a", "e": "a", "x": "x", "y": "x", "z": "x", "solo": "solo"}
 
 
 def test_components_fail_loudly_past_the_iteration_budget(spark):
@@ -30,9 +32,11 @@ def test_triangle_counts_and_clustering_coefficients_by_hand(spark):
     from common.algorithms.graph import triangle_counts
 
     # A 4-clique a-b-c-d (4 triangles, each vertex in 3) plus a pendant e on d and a triangle d-e-f.
-    edges = [(u, v) for i, u in enumerate("abcd") for v in "abcd"[i + 1:]] + [("d", "e"), ("e", "f"), ("d", "f")]
-    got = {r.id: (r.degree, r.triangles, r.clustering) for r in
-           triangle_counts(spark.createDataFrame(edges, "src string, dst string")).collect()}
+    edges = [(u, v) for i, u in enumerate("abcd") for v in "abcd"[i + 1 :]] + [("d", "e"), ("e", "f"), ("d", "f")]
+    got = {
+        r.id: (r.degree, r.triangles, r.clustering)
+        for r in triangle_counts(spark.createDataFrame(edges, "src string, dst string")).collect()
+    }
     assert got["a"] == (3, 3, 1.0)
     assert got["d"][:2] == (5, 4) and got["d"][2] == pytest.approx(2 * 4 / (5 * 4))
     assert got["e"] == (2, 1, 1.0) and got["f"] == (2, 1, 1.0)

@@ -1,4 +1,5 @@
 """Spark -> Ray -> Delta handoff, and the BLEU / MiniLM similarity scores against hand-checked pairs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,14 +13,17 @@ from common.platform.lakehouse import Lineage
 
 
 def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_runtime):
-    df = spark.range(5000).select(F.col("id").cast("string").alias("source_id"),
-                                  F.concat(F.lit("red mug "), F.col("id").cast("string")).alias("source_text"))
+    df = spark.range(5000).select(
+        F.col("id").cast("string").alias("source_id"),
+        F.concat(F.lit("red mug "), F.col("id").cast("string")).alias("source_text"),
+    )
     written = lakehouse.write(df.repartition(4), "sources")
     ds = lakehouse.read_ray("sources", written.version)
     assert ds.count() == 5000 and set(ds.schema().names) == {"source_id", "source_text"}
-    upper = ds.map_batches(lambda b: {"source_id": b["source_id"],
-                                      "generated_text": [t.upper() for t in b["source_text"]]},
-                           batch_format="numpy")
+    upper = ds.map_batches(
+        lambda b: {"source_id": b["source_id"], "generated_text": [t.upper() for t in b["source_text"]]},
+        batch_format="numpy",
+    )
     lineage = Lineage(job="generate", config_hash="c1", inputs={"sources": str(written.version)})
     out = lakehouse.write_ray(upper, "generated", lineage=lineage)
     assert out.version == 0 and out.num_rows == 5000
@@ -40,8 +44,11 @@ def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_
     scored = ds.map_batches(lambda t: t.append_column("score", pa.array([0.5] * len(t))), batch_format="pyarrow")
     lakehouse.write_ray(scored, "scored")
     assert lakehouse.read("scored").columns == ["source_id", "source_text", "score"]
-    assert DeltaTable(lakehouse.location("scored")).to_pyarrow_table().column_names == ["source_id", "source_text",
-                                                                                         "score"]
+    assert DeltaTable(lakehouse.location("scored")).to_pyarrow_table().column_names == [
+        "source_id",
+        "source_text",
+        "score",
+    ]
 
 
 def test_failed_ray_write_leaves_no_version(lakehouse, ray_runtime):
@@ -57,8 +64,10 @@ def test_failed_ray_write_leaves_no_version(lakehouse, ray_runtime):
 
 
 def test_bleu_on_hand_checked_pairs():
-    scores = bleu_scores(["acme red cotton t-shirt xl", "blue mug", "", "completely different words here"],
-                         ["acme red cotton t-shirt xl", "blue mug 350ml", "red mug", "acme red cotton t-shirt xl"])
+    scores = bleu_scores(
+        ["acme red cotton t-shirt xl", "blue mug", "", "completely different words here"],
+        ["acme red cotton t-shirt xl", "blue mug 350ml", "red mug", "acme red cotton t-shirt xl"],
+    )
     assert scores[0] == pytest.approx(1.0)
     assert 0.3 < scores[1] < 1.0  # a prefix: high precision, brevity penalty
     assert scores[2] == 0.0 and scores[3] < 0.05
@@ -67,9 +76,10 @@ def test_bleu_on_hand_checked_pairs():
 
 
 def test_minilm_cosine_on_hand_checked_pairs():
-    scores = cosine_scores(["red cotton t-shirt size XL", "red cotton t-shirt size XL", "stainless steel frying pan"],
-                           ["red cotton t-shirt size XL", "crimson cotton tee, extra large",
-                            "red cotton t-shirt size XL"])
+    scores = cosine_scores(
+        ["red cotton t-shirt size XL", "red cotton t-shirt size XL", "stainless steel frying pan"],
+        ["red cotton t-shirt size XL", "crimson cotton tee, extra large", "red cotton t-shirt size XL"],
+    )
     assert scores[0] == pytest.approx(1.0, abs=1e-4)
     assert scores[1] > 0.6 > scores[2]  # a paraphrase is close, an unrelated product far
     assert cosine_scores([], []) == []
@@ -86,8 +96,9 @@ def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime
         ("c", "acme red cotton t-shirt xl", "  "),  # empty
         ("d", "acme red cotton t-shirt xl", "ACME red cotton t-shirt XL"),  # a copy (case aside)
     ]
-    ds = ray.data.from_items([{"source_id": i, "source_text": s, "generated_text": g, "reason": None}
-                              for i, s, g in rows])
+    ds = ray.data.from_items(
+        [{"source_id": i, "source_text": s, "generated_text": g, "reason": None} for i, s, g in rows]
+    )
     kept, rejected = filter_generated(ds, FilterSpec(scorer="bleu", threshold=0.5))
     kept_rows = kept.take_all()
     assert [r["source_id"] for r in kept_rows] == ["a"] and kept_rows[0]["score"] >= 0.5
@@ -103,9 +114,13 @@ def test_scoring_keeps_earlier_reasons_and_threshold_free_mode(ray_runtime):
 
     from common.models.generation.filtering import FilterSpec, score_batch
 
-    table = pa.table({"source_text": ["red mug", "mug " * 100, "blue lamp"],
-                      "generated_text": ["red mug large", None, "blue lamp"],
-                      "reason": [None, "input longer than 64 tokens (101)", None]})
+    table = pa.table(
+        {
+            "source_text": ["red mug", "mug " * 100, "blue lamp"],
+            "generated_text": ["red mug large", None, "blue lamp"],
+            "reason": [None, "input longer than 64 tokens (101)", None],
+        }
+    )
     scored = score_batch(table, FilterSpec(scorer="bleu", threshold=None)).to_pydict()
     assert scored["reason"] == [None, "input longer than 64 tokens (101)", "copy of the source"]
     assert scored["score"][0] > 0.3 and scored["score"][1:] == [None, None]
@@ -122,8 +137,13 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
     from common.models.generation.sentence_encoder import CT2SentenceEncoder, ct2_reason, token_batches
 
     monkeypatch.setenv("AUGMENT_CACHE", str(tmp_path / "cache"))
-    texts = ["red cotton t-shirt size XL", "crimson cotton tee, extra large", "stainless steel frying pan 28cm",
-             "LEGO Technic 42115 Lamborghini Sián FKP 37", "a"]
+    texts = [
+        "red cotton t-shirt size XL",
+        "crimson cotton tee, extra large",
+        "stainless steel frying pan 28cm",
+        "LEGO Technic 42115 Lamborghini Sián FKP 37",
+        "a",
+    ]
     path = minilm_path()
     assert ct2_reason(path) is None
     fast = CT2SentenceEncoder(path, device="cpu")
@@ -155,8 +175,9 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
     # A model of another layout (CLS pooling here) is left to sentence-transformers, saying why when asked.
     other = tmp_path / "cls-model"
     shutil.copytree(path, other)
-    (other / "1_Pooling" / "config.json").write_text('{"word_embedding_dimension": 384, "pooling_mode_cls_token": '
-                                                     'true}')
+    (other / "1_Pooling" / "config.json").write_text(
+        '{"word_embedding_dimension": 384, "pooling_mode_cls_token": true}'
+    )
     assert "not mean tokens" in ct2_reason(str(other))
     with caplog.at_level(logging.WARNING, logger="common.models.generation.scoring"):
         encoder = _encoder(str(other), None, "ctranslate2")

@@ -1,4 +1,5 @@
 """Incremental ingest: rows appended to a Delta input are the only rows the next run reads and writes."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -14,13 +15,15 @@ def _rows(start: int, n: int, bad: int = 0) -> pd.DataFrame:
     titles = [f"Widget {i} blue steel" for i in range(start, start + n)]
     for i in range(bad):  # rows the ingest rules reject: an empty title
         titles[i] = " "
-    return pd.DataFrame({"item_id": [f"i{i}" for i in range(start, start + n)], "title": titles,
-                         "category": ["Toys > Games"] * n})
+    return pd.DataFrame(
+        {"item_id": [f"i{i}" for i in range(start, start + n)], "title": titles, "category": ["Toys > Games"] * n}
+    )
 
 
 def _source_writer(spark, write_path: str, location: str):
     """Appends (or overwrites) the source table the way its owner would: Spark's Delta writer on the native
     path, delta-rs elsewhere."""
+
     def write(pdf: pd.DataFrame, mode: str = "append") -> None:
         if write_path == "native":
             spark.createDataFrame(pdf).write.format("delta").mode(mode).save(location)
@@ -28,6 +31,7 @@ def _source_writer(spark, write_path: str, location: str):
             from deltalake import write_deltalake
 
             write_deltalake(location, pdf, mode=mode)
+
     return write
 
 
@@ -57,8 +61,12 @@ def test_appended_rows_are_the_only_rows_ingested(incremental_ctx):
     third = ingest.run(ctx)
     metrics = third.metrics
     # Only the 15 appended rows were validated, and appended: rows in = kept + quarantined for them.
-    assert (metrics["labeled.rows_in"], metrics["labeled.rows_kept"], metrics["labeled.rows_quarantined"],
-            metrics["labeled.incremental"]) == (15, 14, 1, 1)
+    assert (
+        metrics["labeled.rows_in"],
+        metrics["labeled.rows_kept"],
+        metrics["labeled.rows_quarantined"],
+        metrics["labeled.incremental"],
+    ) == (15, 14, 1, 1)
     assert third.outputs["labeled_products"].version == v_kept + 1
     assert lh.history("labeled_products", 1)[0].operation == "WRITE"
     kept = lh.read("labeled_products").toPandas()

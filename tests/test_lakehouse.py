@@ -1,4 +1,5 @@
 """Lakehouse: versions, reads, history, lineage, idempotence, failure cleanup, and delta-rs readability."""
+
 from __future__ import annotations
 
 import json
@@ -134,8 +135,11 @@ def test_bad_names_and_modes_are_refused(spark, lakehouse):
 def test_history_shows_the_lineage_in_describe_history(spark, lakehouse):
     lineage = Lineage(job="ingest", config_hash="cfg", inputs={"labeled": "3"}, run_id="run-9")
     lakehouse.write(_frame(spark, 4), "items", lineage=lineage)
-    [row] = spark.sql(f"DESCRIBE HISTORY delta.`{lakehouse.location('items')}`").collect() \
-        if lakehouse.native_delta else [None]
+    [row] = (
+        spark.sql(f"DESCRIBE HISTORY delta.`{lakehouse.location('items')}`").collect()
+        if lakehouse.native_delta
+        else [None]
+    )
     engine = DeltaTable(lakehouse.location("items")).history()[0].get("engineInfo", "")
     if lakehouse.native_delta:
         assert json.loads(row["userMetadata"])["run_id"] == "run-9"

@@ -1,5 +1,6 @@
 """Table maintenance: compaction and VACUUM on both write paths change no version's rows, honour the retention,
 and do not make jobs re-run; pipelines report progress per job."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,8 @@ def _many_small_files(spark, lakehouse, appends=6):
     """A table of ``appends`` appends of 2 files each; returns {version: its rows}."""
     for i in range(appends):
         df = spark.range(i * 10, i * 10 + 10, numPartitions=2).select(
-            F.col("id").cast("string").alias("item_id"), (F.col("id") * 2).alias("count"))
+            F.col("id").cast("string").alias("item_id"), (F.col("id") * 2).alias("count")
+        )
         lakehouse.write(df, "items", mode="overwrite" if i == 0 else "append")
     return {v: _rows(lakehouse, "items", v) for v in range(appends)}
 
@@ -51,8 +53,9 @@ def test_compaction_keeps_every_version_and_vacuum_honours_retention(spark, lake
     assert not again.compacted and again.after.live_files == report.after.live_files
 
     # Forced zero retention removes every file the latest version does not read; the latest still reads.
-    forced = maintain_table(lakehouse, "items", MaintenanceConfig(min_files=4, retention_hours=0,
-                                                                  force_retention=True))
+    forced = maintain_table(
+        lakehouse, "items", MaintenanceConfig(min_files=4, retention_hours=0, force_retention=True)
+    )
     assert forced.after.stored_files == forced.after.live_files
     assert forced.vacuumed_files == before.stored_files
     assert _rows(lakehouse, "items", None) == versions[max(versions)]
@@ -69,7 +72,11 @@ def test_maintain_job_then_rerun_writes_nothing(small_world, tmp_path):
     small_world.run("foundation")  # the world's generate-demo and ingest, which most of its pipelines start with
     lines = small_world.progress["foundation"]
     assert [line.split("] ")[1].split(" ")[0] for line in lines[:-1]] == [
-        "generate-demo", "generate-demo", "ingest", "ingest"]
+        "generate-demo",
+        "generate-demo",
+        "ingest",
+        "ingest",
+    ]
     assert "done in" in lines[-2] and "new version" in lines[-2] and lines[-1].startswith("[foundation] 2 jobs in")
     # group-catalog on a copy of the world's ingested catalog: its input and its outputs are the tables
     # maintained (maintaining all 13 tables costs a minute more).
@@ -80,8 +87,11 @@ def test_maintain_job_then_rerun_writes_nothing(small_world, tmp_path):
         assert [line.split("] ")[1].split(" ")[0] for line in lines[:-1]] == ["group-catalog", "group-catalog"]
         assert "done in" in lines[-2] and "4 new versions" in lines[-2]
         assert lines[-1].startswith("[foundation] 1 jobs in")
-        tables = {t.name: t.version for t in ctx.lakehouse.tables()
-                  if t.name in ("catalog", "catalog_groups", "catalog_group_sizes", "taxonomy")}
+        tables = {
+            t.name: t.version
+            for t in ctx.lakehouse.tables()
+            if t.name in ("catalog", "catalog_groups", "catalog_group_sizes", "taxonomy")
+        }
         assert len(tables) == 4, tables
         rows = {name: ctx.lakehouse.read(name).count() for name in tables}
 
@@ -122,8 +132,10 @@ def test_maintain_removes_registered_classifier_folders_and_keeps_the_rest(ctx, 
     from common.registry.naming import FOLDER_TAG
     from common.registry.store import registry_client
 
-    folders = {key: ctx.models_dir(key, "k1") for key in ("genre_fasttext", "boostaug_eda", "compositional_cg",
-                                                          "genre_generator")}
+    folders = {
+        key: ctx.models_dir(key, "k1")
+        for key in ("genre_fasttext", "boostaug_eda", "compositional_cg", "genre_generator")
+    }
     for folder in folders.values():
         Path(folder).mkdir(parents=True)
         (Path(folder) / "model.bin").write_bytes(b"weights")
@@ -132,8 +144,10 @@ def test_maintain_removes_registered_classifier_folders_and_keeps_the_rest(ctx, 
         client.create_registered_model(prefix + key)
         client.create_model_version(prefix + key, "file:///registered/copy", tags={FOLDER_TAG: folders[key]})
     waiting = Candidate("compositional", "cg", folders["compositional_cg"], {}, {}, {}, {}, [])
-    ledger.save(f"{ledger.folder(ctx, 'compositional')}/run-1.json",
-                [ledger.Entry(waiting, name=prefix + "compositional_cg", version="1")])  # registered, not yet gated
+    ledger.save(
+        f"{ledger.folder(ctx, 'compositional')}/run-1.json",
+        [ledger.Entry(waiting, name=prefix + "compositional_cg", version="1")],
+    )  # registered, not yet gated
 
     listed = clean_shipped(ctx, "list")
     assert listed == [f"would remove {folders['genre_fasttext']} (registered as {prefix}genre_fasttext v1)"]
@@ -149,4 +163,5 @@ def test_maintain_removes_registered_classifier_folders_and_keeps_the_rest(ctx, 
     ledger.remove(f"{ledger.folder(ctx, 'compositional')}/run-1.json")
     assert shipped_folders(ctx.cfg.lakehouse.root, MlflowClient(f"http://127.0.0.1:{closed}")) == []
     assert shipped_folders(ctx.cfg.lakehouse.root, client) == [
-        (folders["compositional_cg"], f"{prefix}compositional_cg v1")]  # its ledger done: it may go now
+        (folders["compositional_cg"], f"{prefix}compositional_cg v1")
+    ]  # its ledger done: it may go now

@@ -1,4 +1,5 @@
 """Every pipeline notebook runs, in Databricks source format, on a tiny config with the test session's Spark."""
+
 from __future__ import annotations
 
 import runpy
@@ -11,8 +12,17 @@ from jobs import PIPELINES
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 # In pipeline order: later notebooks skip the jobs earlier ones wrote (same config, same inputs).
-ORDER = ["foundation", "consistency", "query_graph", "cga", "query_reformulation", "boostaug", "genre_transfer",
-         "compositional", "maintenance"]
+ORDER = [
+    "foundation",
+    "consistency",
+    "query_graph",
+    "cga",
+    "query_reformulation",
+    "boostaug",
+    "genre_transfer",
+    "compositional",
+    "maintenance",
+]
 PREFIX = {"cga": "consistency", "query_reformulation": "query-graph"}  # the pipeline each one extends
 
 
@@ -39,8 +49,9 @@ def notebook_env(monkeypatch, small_world):
 
 
 def _run(name: str, spark, **g) -> dict:
-    return runpy.run_path(str(NOTEBOOKS / f"{name}.py"), init_globals={"spark": spark, **g},
-                          run_name="notebook")  # as an executed notebook, not a script with arguments
+    return runpy.run_path(
+        str(NOTEBOOKS / f"{name}.py"), init_globals={"spark": spark, **g}, run_name="notebook"
+    )  # as an executed notebook, not a script with arguments
 
 
 @pytest.mark.slow  # every pipeline's world, minutes on 2 cores: make test runs it, make test-fast not

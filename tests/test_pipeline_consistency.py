@@ -1,4 +1,5 @@
 """End to end: the consistency pipeline on the demo world, on bad inputs, and on real data."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ def _demo_sized(ctx, **consistency):
     # `make demo`'s world (conf/demo.yaml): 1,000 labeled titles and 400 catalog groups carry enough versions
     # per label for the CST effect (its summary shows +0.10 to +0.12 consistency); smaller ones do not.
     ctx.cfg.demo.n_labeled, ctx.cfg.demo.n_groups, ctx.cfg.demo.n_sessions = 1000, 400, 400
-    ctx.cfg.consistency = ConsistencyConfig(consistency_test=200, repeats=2,
-                                            fasttext=FastTextConfig(epoch=10, bucket=20000), **consistency)
+    ctx.cfg.consistency = ConsistencyConfig(
+        consistency_test=200, repeats=2, fasttext=FastTextConfig(epoch=10, bucket=20000), **consistency
+    )
     return ctx
 
 
@@ -51,7 +53,8 @@ def test_demo_pipeline_cst_raises_consistency(ctx):
     assert {s["name"] for s in shipped} == {f"{ctx.cfg.registry.name_prefix}consistency_{m}" for m in set(rows.method)}
     assert all(s["champion"] and s["version"] == "1" for s in shipped) and len(train.notes) == 4
     assert client.get_run(train.run_id).data.metrics["mean.cst_full.consistency_rate"] == pytest.approx(
-        means.loc["cst_full", "consistency_rate"])
+        means.loc["cst_full", "consistency_rate"]
+    )
     # Re-running the same config on the same input versions adds nothing.
     before = {t.name: t.version for t in ctx.lakehouse.tables()}
     run_pipeline(ctx, "consistency", PIPELINES["consistency"])
@@ -72,11 +75,16 @@ def _ingest_user_data(ctx, tmp_path, labeled_rows, catalog_rows):
     from jobs import ingest
 
     labeled = tmp_path / "labeled.csv"
-    labeled.write_text("item_id,title,category\n" + "".join(f'{a},"{b}",{c}\n' for a, b, c in labeled_rows),
-                       encoding="utf-8")
+    labeled.write_text(
+        "item_id,title,category\n" + "".join(f'{a},"{b}",{c}\n' for a, b, c in labeled_rows), encoding="utf-8"
+    )
     catalog = tmp_path / "catalog.jsonl"
-    catalog.write_text("".join(json.dumps(dict(zip(["item_id", "title", "group_id"], r)), ensure_ascii=False) + "\n"
-                               for r in catalog_rows), encoding="utf-8")
+    catalog.write_text(
+        "".join(
+            json.dumps(dict(zip(["item_id", "title", "group_id"], r)), ensure_ascii=False) + "\n" for r in catalog_rows
+        ),
+        encoding="utf-8",
+    )
     ctx.cfg.inputs.labeled = InputSpec(path=str(labeled))
     ctx.cfg.inputs.catalog = InputSpec(path=str(catalog))
     ingest.run(ctx)
@@ -88,8 +96,9 @@ def test_catalog_without_groups_fails_with_a_clear_message(ctx, tmp_path):
     _ingest_user_data(ctx, tmp_path, labeled, catalog)
     with pytest.raises(ValueError, match=r"no catalog groups of size 2..192: 10 items, 10 of them without"):
         group_catalog.run(ctx)
-    assert ctx.lakehouse.read("catalog_groups_quarantine").filter("reason = 'group size 1 below minimum 2'") \
-        .count() == 10
+    assert (
+        ctx.lakehouse.read("catalog_groups_quarantine").filter("reason = 'group size 1 below minimum 2'").count() == 10
+    )
 
 
 def test_huge_groups_are_quarantined(ctx, tmp_path):
@@ -116,19 +125,26 @@ def test_single_class_labels_fail_before_training(ctx, tmp_path):
 def test_other_scripts_run_through_the_pipeline(ctx, tmp_path):
     vocab = {"Home > Kitchen > Mugs": ["кружка", "マグカップ", "mug"], "Toys > Dolls": ["кукла", "人形", "doll"]}
     labeled = [(f"l{i}", f"{vocab[c][i % 3]} {i % 5} цвет", c) for i in range(120) for c in [list(vocab)[i % 2]]]
-    catalog = [(f"c{g}-{k}", f"{vocab[list(vocab)[g % 2]][g % 3]} версия {k}",
-                f"G{g}") for g in range(40) for k in range(3)]
+    catalog = [
+        (f"c{g}-{k}", f"{vocab[list(vocab)[g % 2]][g % 3]} версия {k}", f"G{g}") for g in range(40) for k in range(3)
+    ]
     _ingest_user_data(ctx, tmp_path, labeled, catalog)
-    ctx.cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_full"], repeats=1, consistency_test=20,
-                                            fasttext=FastTextConfig(epoch=10, bucket=5000))
+    ctx.cfg.consistency = ConsistencyConfig(
+        methods=["baseline", "cst_full"],
+        repeats=1,
+        consistency_test=20,
+        fasttext=FastTextConfig(epoch=10, bucket=5000),
+    )
     results = run_pipeline(ctx, "consistency", PIPELINES["consistency"][2:])
     rows = ctx.lakehouse.read("consistency_results").toPandas()
     assert sorted(rows.method) == ["baseline", "cst_full"]  # a Delta read has no row order
     assert rows.f1_weighted.min() > 0.9  # each script's words name the category
     assert results[1].metrics["consistency_test_pairs"] == 20
     # 120 items share 30 titles: every copy of a test title is on the test side, none in D_L or D_U
-    titles = {t: {r.title for r in ctx.lakehouse.read(t).collect()}
-              for t in ("accuracy_test", "labeled_train", "unlabeled_pool")}
+    titles = {
+        t: {r.title for r in ctx.lakehouse.read(t).collect()}
+        for t in ("accuracy_test", "labeled_train", "unlabeled_pool")
+    }
     assert titles["accuracy_test"] and titles["labeled_train"]
     assert not titles["accuracy_test"] & (titles["labeled_train"] | titles["unlabeled_pool"])
     assert results[1].metrics["leaked_test_titles"] == 0
@@ -136,15 +152,29 @@ def test_other_scripts_run_through_the_pipeline(ctx, tmp_path):
 
 def test_real_data_amazon_toys_with_wdc_groups(ctx, shared_data):
     ctx.cfg.inputs.labeled = InputSpec(
-        path=str(shared_data / "amazon_uk_toys" / "amazon_co-ecommerce_sample.noheader.csv"), header=False,
-        columns=["uniq_id", "product_name", "amazon_category_and_sub_category", "manufacturer", "price",
-                 "number_available_in_stock", "number_of_reviews", "number_of_answered_questions", "average_rating"],
-        rename={"uniq_id": "item_id", "product_name": "title", "amazon_category_and_sub_category": "category"})
-    ctx.cfg.inputs.catalog = InputSpec(path=str(shared_data / "wdc_products" / "table[AB].csv"),
-                                       options={"multiLine": "true"}, rename={"id": "item_id",
-                                                                              "cluster_id": "group_id"})
-    ctx.cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_full"], repeats=1, consistency_test=200,
-                                            fasttext=FastTextConfig(bucket=50000))
+        path=str(shared_data / "amazon_uk_toys" / "amazon_co-ecommerce_sample.noheader.csv"),
+        header=False,
+        columns=[
+            "uniq_id",
+            "product_name",
+            "amazon_category_and_sub_category",
+            "manufacturer",
+            "price",
+            "number_available_in_stock",
+            "number_of_reviews",
+            "number_of_answered_questions",
+            "average_rating",
+        ],
+        rename={"uniq_id": "item_id", "product_name": "title", "amazon_category_and_sub_category": "category"},
+    )
+    ctx.cfg.inputs.catalog = InputSpec(
+        path=str(shared_data / "wdc_products" / "table[AB].csv"),
+        options={"multiLine": "true"},
+        rename={"id": "item_id", "cluster_id": "group_id"},
+    )
+    ctx.cfg.consistency = ConsistencyConfig(
+        methods=["baseline", "cst_full"], repeats=1, consistency_test=200, fasttext=FastTextConfig(bucket=50000)
+    )
     results = run_pipeline(ctx, "consistency", PIPELINES["consistency"])
     ingest, grouping, splits, train = results[1:]
     assert ingest.metrics["labeled.rows_in"] == 10000 and ingest.metrics["labeled.rows_kept"] == 9308

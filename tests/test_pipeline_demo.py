@@ -1,4 +1,5 @@
 """End to end: the demo pipeline writes versioned Delta tables, tracked in MLflow, idempotently."""
+
 from __future__ import annotations
 
 import json
@@ -28,16 +29,24 @@ def test_demo_pipeline_writes_accounted_tables(demo_run):
     out = ingested.outputs
     assert out["labeled_products"].num_rows == cfg.n_labeled
     assert out["labeled_products_quarantine"].num_rows == planted == generated.metrics["rows.labeled_products_bad"]
-    for kind, table in (("labeled", "labeled_products"), ("catalog", "catalog"), ("interactions", "interactions"),
-                        ("products", "products")):
+    for kind, table in (
+        ("labeled", "labeled_products"),
+        ("catalog", "catalog"),
+        ("interactions", "interactions"),
+        ("products", "products"),
+    ):
         m = ingested.metrics
         assert m[f"{kind}.rows_in"] == m[f"{kind}.rows_kept"] + m[f"{kind}.rows_quarantined"]
         assert m[f"{kind}.rows_quarantined"] > 0  # the planted bad rows were caught
         assert out[table].num_rows == m[f"{kind}.rows_kept"]
         assert DeltaTable(ctx.lakehouse.location(table)).to_pyarrow_table().num_rows == m[f"{kind}.rows_kept"]
     reasons = {r.reason for r in ctx.lakehouse.read("labeled_products_quarantine").collect()}
-    assert reasons == {"empty title", "malformed category path: empty level", "empty category",
-                       "invalid text in title: control or undecodable characters"}
+    assert reasons == {
+        "empty title",
+        "malformed category path: empty level",
+        "empty category",
+        "invalid text in title: control or undecodable characters",
+    }
     catalog = ctx.lakehouse.read("catalog")
     assert catalog.columns == ["item_id", "title", "group_id", "gtin", "mpn", "brand"]
     assert catalog.filter("group_id IS NULL").count() > 0
@@ -83,8 +92,10 @@ def test_runs_are_tracked_as_parent_and_children(demo_run):
     assert child.data.metrics["labeled.rows_in"] == ctx.cfg.demo.n_labeled * 1.05
     # Output tables are MLflow datasets too (context "output"); the digest carries the Delta version
     # (MLflow drops a version of 0 from the source JSON).
-    datasets = {(d.dataset.name, {t.key: t.value for t in d.tags}["mlflow.data.context"]): d.dataset
-                for d in child.inputs.dataset_inputs}
+    datasets = {
+        (d.dataset.name, {t.key: t.value for t in d.tags}["mlflow.data.context"]): d.dataset
+        for d in child.inputs.dataset_inputs
+    }
     written = datasets[("labeled_products", "output")]
     assert written.digest == "v0" and written.source_type == "delta_table"
     assert json.loads(written.source)["path"] == ctx.lakehouse.location("labeled_products")
@@ -143,13 +154,24 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     assert summary.outputs == {}  # the summary writes no table
     text = (Path(small_world.cfg.lakehouse.root) / "reports" / "summary.md").read_text(encoding="utf-8")
     assert text.split("```\n")[1].strip() in capsys.readouterr().out
-    for heading in ("Consistency paper", "Query reformulation paper", "BoostAug paper", "Genre transfer paper",
-                    "Compositional paper", "Generated samples"):
+    for heading in (
+        "Consistency paper",
+        "Query reformulation paper",
+        "BoostAug paper",
+        "Genre transfer paper",
+        "Compositional paper",
+        "Generated samples",
+    ):
         assert heading in text, heading
     # Every results section gives its figures as mean ± std with the number of runs (R or seeds) they rest on.
     blocks = text.split("```\n")[1].split("\n\n")
-    for heading in ("Consistency paper", "Query reformulation paper", "BoostAug paper", "Genre transfer paper",
-                    "Compositional paper"):
+    for heading in (
+        "Consistency paper",
+        "Query reformulation paper",
+        "BoostAug paper",
+        "Genre transfer paper",
+        "Compositional paper",
+    ):
         block = next(b for b in blocks if heading in b)
         assert " ± " in block and block.splitlines()[1].split()[-1] in ("R", "seeds"), heading
         assert "\n  for comparison, the paper (" in block, heading  # what the paper reports, to place the figure
@@ -170,18 +192,24 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
         assert versions and len(lines) == min(len(versions), 6), method
         # each sample names the generator that wrote it: the model, how it learned, its version
         named = describe_generator(section(small_world.cfg).model, section(small_world.cfg).fine_tune)
-        assert all(f"written by {named} [" in line and line.split("[")[-1].rstrip("]:") in versions
-                   for line in lines), (method, lines)
+        assert all(
+            f"written by {named} [" in line and line.split("[")[-1].rstrip("]:") in versions for line in lines
+        ), (method, lines)
         # the sample is the row whose source is of median length among the generator's (ties: source id,
         # sample): the same one in every run
         version = min(versions)
-        rows = (written.filter(F.col("model_version") == version)
-                .orderBy(F.length("source_text"), "source_id", "sample_idx").select("generated_text").collect())
+        rows = (
+            written.filter(F.col("model_version") == version)
+            .orderBy(F.length("source_text"), "source_id", "sample_idx")
+            .select("generated_text")
+            .collect()
+        )
         median = rows[(len(rows) + 1) // 2 - 1]
         assert " ".join(median["generated_text"].split())[:100] in samples, method
     assert "BoostAug contextual" not in samples  # the world's BoostAug has no contextual backend
     assert summary.metrics["cga.f1_weighted"] == pytest.approx(
-        lake.read("consistency_results").filter(F.col("method") == "cga").toPandas().f1_weighted.mean())
+        lake.read("consistency_results").filter(F.col("method") == "cga").toPandas().f1_weighted.mean()
+    )
     # One results page per results table, in the lakehouse and in results_pages_dir (the docs site's folder),
     # naming the table version its numbers come from.
     pages = Path(small_world.cfg.lakehouse.root) / "reports" / "results"
@@ -199,8 +227,9 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     aug = int(cga.toPandas().n_augmented.max())
     assert f"| CGA titles added to D_L (D_aug) | {aug:,} | `consistency_results` v{results_at} |" in consistency
     # two of D_aug's titles beside the titles they were written from, from the same run's cga_augmented version
-    added = [line for line in consistency.splitlines()
-             if line.startswith("| a title added to D_aug, beside its source")]
+    added = [
+        line for line in consistency.splitlines() if line.startswith("| a title added to D_aug, beside its source")
+    ]
     assert len(added) == min(2, aug) and all(" -> " in line and "| `cga_augmented` v" in line for line in added)
     generated_at = int(lake.data_commit("consistency_results", results_at).lineage["inputs"]["cga_generated"])
     samples = lake.read("cga_generated", generated_at).filter("sample_idx >= 0")
@@ -219,10 +248,12 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     per_seed = fasttext.groupby(["method", "repeat"]).macro_f1.mean().unstack("method")
     gain = per_seed.augmented - per_seed.off_topic
     row = next(line for line in genre.splitlines() if line.startswith("| fasttext | all | augmented |"))
-    assert row.startswith(f"| fasttext | all | augmented | {per_seed.augmented.mean():.4f} ± "
-                          f"{per_seed.augmented.std():.4f} | "), row
-    assert row.endswith(f" | {100 * gain.mean():+.1f} ± {100 * gain.std():.1f} ({(gain > 0).sum()}/{len(gain)}) "
-                        f"| {len(gain)} |"), row
+    assert row.startswith(
+        f"| fasttext | all | augmented | {per_seed.augmented.mean():.4f} ± {per_seed.augmented.std():.4f} | "
+    ), row
+    assert row.endswith(
+        f" | {100 * gain.mean():+.1f} ± {100 * gain.std():.1f} ({(gain > 0).sum()}/{len(gain)}) | {len(gain)} |"
+    ), row
     assert "| fasttext | all | off_topic |" in genre
     augmented = fasttext[fasttext.method == "augmented"]
     for topic, f1 in augmented.groupby("topic").macro_f1.mean().items():
@@ -234,19 +265,29 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     held_out = lake.read("matcher_results", results_version).agg(F.max("n_queries")).first()[0]
     assert f"| held-out queries | {held_out:,} | `matcher_results` v{results_version} |" in matcher
     # P@1 per log as mean ± std over the matcher's seeds, and the augmented log's gain paired by seed
-    p1 = lake.read("matcher_results", results_version).filter("k = 1").toPandas().pivot(
-        index="seed", columns="variant", values="precision")
+    p1 = (
+        lake.read("matcher_results", results_version)
+        .filter("k = 1")
+        .toPandas()
+        .pivot(index="seed", columns="variant", values="precision")
+    )
     diff = p1.augmented - p1.original
     row = next(line for line in matcher.splitlines() if line.startswith("| 1 | "))
-    assert row.startswith(f"| 1 | {p1.original.mean():.4f} ± {p1.original.std():.4f} | "
-                          f"{p1.augmented.mean():.4f} ± {p1.augmented.std():.4f} | "), row
-    assert (f" | {100 * diff.mean():+.2f} ± {100 * diff.std():.2f} ({(diff > 0).sum()} up, {(diff < 0).sum()} down) "
-            in row), row
+    assert row.startswith(
+        f"| 1 | {p1.original.mean():.4f} ± {p1.original.std():.4f} | "
+        f"{p1.augmented.mean():.4f} ± {p1.augmented.std():.4f} | "
+    ), row
+    assert (
+        f" | {100 * diff.mean():+.2f} ± {100 * diff.std():.2f} ({(diff > 0).sum()} up, {(diff < 0).sum()} down) "
+        in row
+    ), row
     assert row.endswith(f" | {len(p1)} |") and len(p1) == 2, row
     pairs_version = int(inputs["reformulation_pairs"])
     pairs = lake.read("reformulation_pairs", pairs_version)
-    assert (f"| reformulation pairs (query graph) | {pairs.count():,} | `reformulation_pairs` v{pairs_version} |"
-            in matcher)
+    assert (
+        f"| reformulation pairs (query graph) | {pairs.count():,} | `reformulation_pairs` v{pairs_version} |"
+        in matcher
+    )
     queries = lake.read("query_interactions", int(inputs["query_interactions"])).select("query").distinct().count()
     assert f"| distinct queries | {queries:,} |" in matcher
     # Rerunning the summary on the same tables writes the same pages.
@@ -259,8 +300,16 @@ def test_two_contexts_in_one_process_track_into_their_own_experiments(tracking_u
     from common.platform.tracking import Tracker
 
     def tracker(name):
-        return Tracker(load_config(None, [f"tracking.uri={tracking_uri}", f"tracking.experiment=test-{name}",
-                                          f"lakehouse.root={tmp_path / name}"]))
+        return Tracker(
+            load_config(
+                None,
+                [
+                    f"tracking.uri={tracking_uri}",
+                    f"tracking.experiment=test-{name}",
+                    f"lakehouse.root={tmp_path / name}",
+                ],
+            )
+        )
 
     a, b = tracker("ctx-a"), tracker("ctx-b")
     runs = []

@@ -1,4 +1,5 @@
 """A child process forked from the driver must not break the driver's Spark (py4j) connections."""
+
 from __future__ import annotations
 
 import logging

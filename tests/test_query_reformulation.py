@@ -1,4 +1,5 @@
 """Query reformulation: growth accounting by hand, the ranking metrics, the hold-out, and the pipeline."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,19 +20,27 @@ TUPLES = "query string, product_id string, interaction string, count long"
 
 def test_growth_accounting_by_hand(spark):
     cfg = QueryGraphConfig(activity_threshold={"click": 1, "purchase": 2})
-    kept = spark.createDataFrame([("red mug", "P1", "purchase", 2), ("red mug", "P2", "click", 1),
-                                  ("blue lamp", "P3", "click", 1)], TUPLES).withColumn("n_rows", F.lit(1))
-    quarantine = spark.createDataFrame([
-        ("crimson mug", "P1", "purchase", 1, 1, "below activity threshold for purchase: count 1 < 2"),
-        ("", "P9", "click", 4, 4, "empty query after normalisation"),
-    ], TUPLES + ", n_rows long, reason string")
+    kept = spark.createDataFrame(
+        [("red mug", "P1", "purchase", 2), ("red mug", "P2", "click", 1), ("blue lamp", "P3", "click", 1)], TUPLES
+    ).withColumn("n_rows", F.lit(1))
+    quarantine = spark.createDataFrame(
+        [
+            ("crimson mug", "P1", "purchase", 1, 1, "below activity threshold for purchase: count 1 < 2"),
+            ("", "P9", "click", 4, 4, "empty query after normalisation"),
+        ],
+        TUPLES + ", n_rows long, reason string",
+    )
     tuples = collected_tuples(kept, quarantine)
     assert tuples.count() == 4  # the empty query is not a collected tuple
-    refs = spark.createDataFrame([("red mug", "crimson mug"), ("red mug", "mug red"), ("crimson mug", "scarlet mug")],
-                                 "query string, reformulation string")
+    refs = spark.createDataFrame(
+        [("red mug", "crimson mug"), ("red mug", "mug red"), ("crimson mug", "scarlet mug")],
+        "query string, reformulation string",
+    )
     out = augment_interactions(tuples, refs, cfg)
-    kept_rows = {(r.query, r.product_id, r.interaction): (r["count"], r.original_count, r.reformulated_count, r.origin)
-                 for r in out.kept.collect()}
+    kept_rows = {
+        (r.query, r.product_id, r.interaction): (r["count"], r.original_count, r.reformulated_count, r.origin)
+        for r in out.kept.collect()
+    }
     assert kept_rows == {
         ("red mug", "P1", "purchase"): (2, 2, 0, "original"),
         ("red mug", "P2", "click"): (1, 1, 0, "original"),
@@ -45,7 +54,8 @@ def test_growth_accounting_by_hand(spark):
     rejected = out.rejected.collect()
     # crimson mug's own reformulation carries its count 1 to a purchase: still below 2.
     assert [(r.query, r["count"], r.reason) for r in rejected] == [
-        ("scarlet mug", 1, "below activity threshold for purchase: count 1 < 2")]
+        ("scarlet mug", 1, "below activity threshold for purchase: count 1 < 2")
+    ]
     assert out.reformulated.count() == 5
     aggregated = tuples.unionByName(out.reformulated).select("query", "product_id", "interaction").distinct().count()
     assert aggregated == len(kept_rows) + len(rejected)  # every aggregated tuple is kept or rejected
@@ -53,10 +63,16 @@ def test_growth_accounting_by_hand(spark):
 
 
 def test_usable_reformulations_drop_rejects_copies_and_normalise(spark):
-    generated = spark.createDataFrame([
-        ("red mug", "Crimson  MUG", 0, None), ("red mug", "red mug", 1, None), ("red mug", "RED MUG!", 2, None),
-        ("red mug", "", 3, "empty output"), ("x" * 300, None, -1, "input longer than 64 tokens (300)"),
-    ], "source_text string, generated_text string, sample_idx long, reason string")
+    generated = spark.createDataFrame(
+        [
+            ("red mug", "Crimson  MUG", 0, None),
+            ("red mug", "red mug", 1, None),
+            ("red mug", "RED MUG!", 2, None),
+            ("red mug", "", 3, "empty output"),
+            ("x" * 300, None, -1, "input longer than 64 tokens (300)"),
+        ],
+        "source_text string, generated_text string, sample_idx long, reason string",
+    )
     rows = {(r.query, r.reformulation) for r in usable_reformulations(generated).collect()}
     assert ("red mug", "crimson mug") in rows and ("red mug", "red mug") not in rows
     assert all(q == "red mug" for q, _ in rows) and len(rows) <= 2
@@ -97,8 +113,9 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     queries = lh.read("reformulation_inputs").count()
     assert results["query-reformulate"].metrics["generation.inputs"] == queries
     # query_reformulation.sources: a seeded sample of that many of the collected queries, in both jobs.
-    collected = distinct_queries(collected_tuples(lh.read("query_interactions"),
-                                                  lh.read("query_interactions_quarantine")))
+    collected = distinct_queries(
+        collected_tuples(lh.read("query_interactions"), lh.read("query_interactions_quarantine"))
+    )
     assert collected.count() > QR_SOURCES == queries == lh.read("matcher_inputs").count()
     assert lh.read("reformulation_inputs").subtract(collected).count() == 0
     assert lh.read("query_reformulations").filter("sample_idx >= 0").count() == 2 * queries
@@ -118,15 +135,17 @@ def test_query_reformulation_pipeline_end_to_end(small_world):
     # against the held-out set, case- and space-folded as the check folds them).
     held_keys = held_out.select(F.lower(F.regexp_replace(F.trim("query"), r"\s+", " ")).alias("k")).distinct()
     generated = lh.read("matcher_reformulations").filter(F.col("reason").isNull())
-    expected = generated.join(held_keys,
-                              F.lower(F.regexp_replace(F.trim("generated_text"), r"\s+", " ")) == held_keys.k)
+    expected = generated.join(
+        held_keys, F.lower(F.regexp_replace(F.trim("generated_text"), r"\s+", " ")) == held_keys.k
+    )
     copies = lh.read("matcher_test_copies")
     assert copies.count() == expected.count() == results["query-matcher"].metrics["test_copies_dropped"]
     assert copies.filter(F.col("reason") != "copies a test text").count() == 0
     res = lh.read("matcher_results").toPandas()
     # One row per variant, k and seed (repeats=2: the run's seed and the next).
-    assert sorted(zip(res.variant, res.k, res.seed)) == [(v, k, s) for v in ("augmented", "original") for k in (1, 5)
-                                                         for s in (ctx.cfg.seed, ctx.cfg.seed + 1)]
+    assert sorted(zip(res.variant, res.k, res.seed)) == [
+        (v, k, s) for v in ("augmented", "original") for k in (1, 5) for s in (ctx.cfg.seed, ctx.cfg.seed + 1)
+    ]
     assert sorted(set(zip(res.seed, res["repeat"]))) == [(ctx.cfg.seed, 0), (ctx.cfg.seed + 1, 1)]
     assert res.precision.between(0, 1).all() and (res.n_queries > 0).all()
     tuples = {variant: res[res.variant == variant].n_train_tuples.iloc[0] for variant in ("augmented", "original")}

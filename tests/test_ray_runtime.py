@@ -1,4 +1,5 @@
 """The shared Ray runtime: loopback-only, started once, actors load their state once."""
+
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +45,11 @@ def test_runtime_is_shared_and_actors_keep_state(ray_runtime):
     # Every Ray node of the local runtime is on loopback, and no Ray server listens elsewhere
     # (this module imports ray before the runtime starts, the order that used to leak).
     assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
-    listening = [c for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.pid
-                 and _is_ray_process(c.pid)]
+    listening = [
+        c
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.pid and _is_ray_process(c.pid)
+    ]
     assert listening, "found no Ray server sockets to check"
     assert {c.laddr.ip.removeprefix("::ffff:") for c in listening} == {"127.0.0.1"}
     actor = Loader.remote()
@@ -149,8 +153,14 @@ def test_a_model_task_worker_is_kept_for_the_next_stage(tmp_path):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", _WORKER_REUSE], cwd=repo, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(repo)})
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER_REUSE],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     pids = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(set(pids["6"])) == 1, pids
@@ -221,8 +231,9 @@ def test_a_stage_that_asks_for_a_gpu_the_cluster_cannot_have_fails_before_it_sta
     from common.platform.config_loader import ConfigError
     from common.platform.ray_stages import actor_pool_size, torch_task_options
 
-    with pytest.raises(ConfigError,
-                       match=r"generation asks for 1 GPU\(s\) and this Ray cluster has 0: .*ray.num_gpus"):
+    with pytest.raises(
+        ConfigError, match=r"generation asks for 1 GPU\(s\) and this Ray cluster has 0: .*ray.num_gpus"
+    ):
         actor_pool_size(2, 1.0, stage="generation")
     with _capacity({"CPU": 4.0, "GPU": 0.0}), pytest.raises(ConfigError, match="ray.spark_num_gpus_per_node"):
         torch_task_options(1.0, stage="fine-tune")
@@ -248,8 +259,11 @@ def test_a_wait_on_tasks_no_node_can_hold_ends_and_a_long_task_is_never_cut_shor
 
     stuck = ray.remote(num_gpus=1)(nap).remote(0)
     started = time.monotonic()
-    with pytest.raises(ClusterError, match=r"gpu tasks: 1 Ray task\(s\) asking for \{'GPU': 1\} waited 2 s with no "
-                                           r"live node able to hold them \(nodes: CPU 2\)"):
+    with pytest.raises(
+        ClusterError,
+        match=r"gpu tasks: 1 Ray task\(s\) asking for \{'GPU': 1\} waited 2 s with no "
+        r"live node able to hold them \(nodes: CPU 2\)",
+    ):
         wait_all([stuck], "gpu tasks", {"CPU": 0, "GPU": 1}, unschedulable_s=2.0)
     assert time.monotonic() - started < 10
     long = ray.remote(num_cpus=1)(nap).remote(4.0)
@@ -345,8 +359,9 @@ def test_hold_native_heap_keeps_freed_buffers_for_the_next_batch():
     import sys
 
     def faults(mode: str) -> tuple[str, int]:
-        out = subprocess.run([sys.executable, "-c", _HELD_HEAP_SCRIPT, mode], capture_output=True, text=True,
-                             check=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", _HELD_HEAP_SCRIPT, mode], capture_output=True, text=True, check=True
+        ).stdout.split()
         return out[0], int(out[1])
 
     (_, plain), (held, after) = faults("plain"), faults("held")
@@ -427,12 +442,21 @@ def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where
     with pytest.raises(ConfigError, match="ray.spark_min_worker_nodes .3. must be between 0 and"):
         ray_on_spark.plan(RayConfig(mode="spark", spark_min_worker_nodes=3), spark)
     # A node an executor cannot hold is refused before Ray starts, naming what the executors have.
-    with pytest.raises(ConfigError, match=r"ray.spark_num_cpus_per_node \(3\) is more than a Spark executor has: "
-                                          r"the application has 1 executor of 2 cores and 1024 MiB each"):
+    with pytest.raises(
+        ConfigError,
+        match=r"ray.spark_num_cpus_per_node \(3\) is more than a Spark executor has: "
+        r"the application has 1 executor of 2 cores and 1024 MiB each",
+    ):
         ray_on_spark.plan(RayConfig(mode="spark", spark_num_cpus_per_node=3), spark)
 
-    for key in ("PATH", ray_on_spark.NODE_PATH_ENV, ray_on_spark.HOOK_ENV, "RAY_AUTH_MODE", "RAY_ADDRESS",
-                "PYSPARK_PYTHON"):
+    for key in (
+        "PATH",
+        ray_on_spark.NODE_PATH_ENV,
+        ray_on_spark.HOOK_ENV,
+        "RAY_AUTH_MODE",
+        "RAY_ADDRESS",
+        "PYSPARK_PYTHON",
+    ):
         monkeypatch.setenv(key, os.environ.get(key, ""))  # restored after the test
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("PYSPARK_PYTHON", "/nodes/env/bin/python")
@@ -465,8 +489,15 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(c
     from common.platform import ray_on_spark
     from common.platform.errors import ClusterError, interruption
 
-    chosen = ray_on_spark.RayOnSparkPlan(min_nodes=0, max_nodes=2, cpus=2, gpus=0, idle_minutes=0.5, memory_mb=1024,
-                                         executors=ray_on_spark.Executors(count=2, cores=1, memory_mb=1024))
+    chosen = ray_on_spark.RayOnSparkPlan(
+        min_nodes=0,
+        max_nodes=2,
+        cpus=2,
+        gpus=0,
+        idle_minutes=0.5,
+        memory_mb=1024,
+        executors=ray_on_spark.Executors(count=2, cores=1, memory_mb=1024),
+    )
     for states in ((2, 1, 1), (0, 0, 0)):  # one up (the stage runs on it), or none asked for
         watch = ray_on_spark.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, states=lambda s=states: s).start()
         time.sleep(0.6)
@@ -489,10 +520,12 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(c
 
     seconds, error = waited_for((2, 0, 0))  # no task scheduled: after the timeout
     assert 0.3 <= seconds < 0.6
-    assert str(error).startswith("ray on spark: 2 Ray worker nodes asked for and not one of their Spark tasks "
-                                 "scheduled within 0 s (ray.spark_node_start_timeout_s 0.3; twice that once a task "
-                                 "runs): 0-2 worker nodes of 2 CPU, 0 GPU and 1024 MB (the application has 2 "
-                                 "executors of 1 core and 1024 MiB each)")
+    assert str(error).startswith(
+        "ray on spark: 2 Ray worker nodes asked for and not one of their Spark tasks "
+        "scheduled within 0 s (ray.spark_node_start_timeout_s 0.3; twice that once a task "
+        "runs): 0-2 worker nodes of 2 CPU, 0 GPU and 1024 MB (the application has 2 "
+        "executors of 1 core and 1024 MiB each)"
+    )
     assert "ray.spark_num_cpus_per_node" in str(error) and "Ray on Spark was shut down" in str(error)
     seconds, error = waited_for((2, 1, 0))  # a task runs, its node never joins: after twice the timeout
     assert 0.6 <= seconds < 1.2 and "1 of their Spark tasks running, and none joined Ray" in str(error)

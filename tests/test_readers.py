@@ -1,4 +1,5 @@
 """Readers, schema contracts and quarantine accounting on messy and real input."""
+
 from __future__ import annotations
 
 import csv
@@ -11,7 +12,7 @@ from common.data.quarantine import kept, rejected, with_reasons
 from common.data.readers import MALFORMED_CSV, InputSchemaError, read_input, resolve_format
 from common.data.schemas import CATALOG, INTERACTIONS, LABELED
 
-MESSY_CSV = '''item_id,title,category
+MESSY_CSV = """item_id,title,category
 1,"Acme Cotton T-Shirt, Blue",Apparel > Clothing > Shirts
 2,"   ",Apparel > Clothing
 3,"Acme ""Pro"" Mug",Home >  > Mugs
@@ -21,7 +22,7 @@ MESSY_CSV = '''item_id,title,category
 7,Too,many,fields,here
 8,Plain title,
 9,"  Spaced    title ",  Apparel>Clothing  >Shirts
-'''
+"""
 
 
 def _validate(spark, path, contract, cfg=None, **spec):
@@ -65,8 +66,9 @@ def test_missing_and_mistyped_columns_name_file_and_column(spark, tmp_path):
     raw = read_input(spark, InputSpec(path=str(path), rename={"name": "title"}), LABELED)
     assert raw.df.select("title").first().title == "x"
     parquet = tmp_path / "interactions.parquet"
-    spark.createDataFrame([("q", "p", "click", "three")], "query string, product_id string, interaction string, "
-                          "count string").write.parquet(str(parquet))
+    spark.createDataFrame(
+        [("q", "p", "click", "three")], "query string, product_id string, interaction string, count string"
+    ).write.parquet(str(parquet))
     with pytest.raises(InputSchemaError, match=r"interactions.parquet: column 'count' has type string, expected long"):
         read_input(spark, InputSpec(path=str(parquet)), INTERACTIONS)
     ids = tmp_path / "int_ids.parquet"
@@ -78,10 +80,12 @@ def test_missing_and_mistyped_columns_name_file_and_column(spark, tmp_path):
 
 def test_json_lines_catalog_fills_optional_columns_and_quarantines_broken_lines(spark, tmp_path):
     path = tmp_path / "catalog.jsonl"
-    path.write_text('{"item_id": "a", "title": "Blue mug", "group_id": "g1"}\n'
-                    '{"item_id": "b", "title": "Red mug", "gtin": 4000000000017}\n'
-                    '{"item_id": "c", "title": \n'
-                    '{"item_id": "d", "title": ""}\n')
+    path.write_text(
+        '{"item_id": "a", "title": "Blue mug", "group_id": "g1"}\n'
+        '{"item_id": "b", "title": "Red mug", "gtin": 4000000000017}\n'
+        '{"item_id": "c", "title": \n'
+        '{"item_id": "d", "title": ""}\n'
+    )
     raw, validated = _validate(spark, path, CATALOG)
     assert raw.format == "json"
     out = {r.item_id: r for r in kept(validated, CATALOG, IngestConfig()).collect()}
@@ -93,12 +97,19 @@ def test_json_lines_catalog_fills_optional_columns_and_quarantines_broken_lines(
 
 def test_interaction_counts_are_checked_per_row(spark, tmp_path):
     path = tmp_path / "interactions.csv"
-    path.write_text("query,product_id,interaction,count\nred mug,p1, Click ,3\nred mug,p2,click,-1\n"
-                    "red mug,p3,click,lots\n,p4,click,1\nred mug,p5,purchase,\n")
+    path.write_text(
+        "query,product_id,interaction,count\nred mug,p1, Click ,3\nred mug,p2,click,-1\n"
+        "red mug,p3,click,lots\n,p4,click,1\nred mug,p5,purchase,\n"
+    )
     _, validated = _validate(spark, path, INTERACTIONS)
     reasons = {r.product_id: r.reason for r in validated.collect()}
-    assert reasons == {"p1": None, "p2": "negative count", "p3": "count is not an integer", "p4": "empty query",
-                       "p5": "missing count"}
+    assert reasons == {
+        "p1": None,
+        "p2": "negative count",
+        "p3": "count is not an integer",
+        "p4": "empty query",
+        "p5": "missing count",
+    }
     row = kept(validated, INTERACTIONS, IngestConfig()).first()
     assert (row.interaction, row["count"]) == ("click", 3)
 
@@ -113,8 +124,10 @@ def test_taxonomy_check_quarantines_unknown_labels(spark, tmp_path):
 
 
 def test_delta_input_is_read_by_version(spark, lakehouse):
-    lakehouse.write(spark.createDataFrame([("1", "Mug", "Home > Mugs")], "item_id string, title string, "
-                                          "category string"), "landing_labeled")
+    lakehouse.write(
+        spark.createDataFrame([("1", "Mug", "Home > Mugs")], "item_id string, title string, category string"),
+        "landing_labeled",
+    )
     raw = read_input(spark, InputSpec(path=lakehouse.location("landing_labeled")), LABELED)
     assert raw.format == "delta" and raw.version == "0"
     assert raw.df.select("title").first().title == "Mug"
@@ -122,10 +135,22 @@ def test_delta_input_is_read_by_version(spark, lakehouse):
 
 def test_real_amazon_toys_file_accounts_for_every_row(spark, shared_data):
     path = shared_data / "amazon_uk_toys" / "amazon_co-ecommerce_sample.noheader.csv"
-    columns = ["uniq_id", "product_name", "amazon_category_and_sub_category", "manufacturer", "price",
-               "number_available_in_stock", "number_of_reviews", "number_of_answered_questions", "average_rating"]
-    spec = dict(header=False, columns=columns,
-                rename={"uniq_id": "item_id", "product_name": "title", "amazon_category_and_sub_category": "category"})
+    columns = [
+        "uniq_id",
+        "product_name",
+        "amazon_category_and_sub_category",
+        "manufacturer",
+        "price",
+        "number_available_in_stock",
+        "number_of_reviews",
+        "number_of_answered_questions",
+        "average_rating",
+    ]
+    spec = dict(
+        header=False,
+        columns=columns,
+        rename={"uniq_id": "item_id", "product_name": "title", "amazon_category_and_sub_category": "category"},
+    )
     _, validated = _validate(spark, path, LABELED, **spec)
     n_kept = kept(validated, LABELED, IngestConfig()).count()
     reasons = {r.reason: r["count"] for r in rejected(validated, LABELED).groupBy("reason").count().collect()}
@@ -156,12 +181,12 @@ def test_real_amazon_toys_file_accounts_for_every_row(spark, shared_data):
     assert reasons["empty category"] == 690
 
 
-MARKUP_CSV = '''doc_id,text,genre
+MARKUP_CSV = """doc_id,text,genre
 1,"Sport <p/> Winter league <p/> by T. Gider",News
 2,"<ul><li>Soft &amp; warm</li><li>Size &lt;b&gt; 3</li></ul>",Promotion
 3,"<p/> <br> <p/>",Forum
 4,"3 < 4 and 5 > 2, no tags here",Forum
-'''
+"""
 
 
 def test_strip_markup_cleans_text_columns_and_quarantines_markup_only_rows(spark, tmp_path):
@@ -171,14 +196,19 @@ def test_strip_markup_cleans_text_columns_and_quarantines_markup_only_rows(spark
     path.write_text(MARKUP_CSV, encoding="utf-8")
     spec = InputSpec(path=str(path), strip_markup=True)
     # as the ingest job does: the reader shapes the rows, validation strips the markup the spec asks to
-    validated = with_reasons(read_input(spark, spec, DOCUMENTS).df, DOCUMENTS, IngestConfig(),
-                             markup=spec.strip_markup).cache()
+    validated = with_reasons(
+        read_input(spark, spec, DOCUMENTS).df, DOCUMENTS, IngestConfig(), markup=spec.strip_markup
+    ).cache()
     texts = {r.doc_id: r.text for r in kept(validated, DOCUMENTS, IngestConfig()).collect()}
-    assert texts == {"1": "Sport Winter league by T. Gider", "2": "Soft & warm Size <b> 3",
-                     "4": "3 < 4 and 5 > 2, no tags here"}  # an escaped tag stays text; a bare "<" is no tag
+    assert texts == {
+        "1": "Sport Winter league by T. Gider",
+        "2": "Soft & warm Size <b> 3",
+        "4": "3 < 4 and 5 > 2, no tags here",
+    }  # an escaped tag stays text; a bare "<" is no tag
     quarantined = rejected(validated, DOCUMENTS).collect()
-    assert [(r.doc_id, r.text, r.reason) for r in quarantined] == \
-        [("3", "<p/> <br> <p/>", "empty text after markup removal")]  # the raw text, rows in = kept + rejected
+    assert [(r.doc_id, r.text, r.reason) for r in quarantined] == [
+        ("3", "<p/> <br> <p/>", "empty text after markup removal")
+    ]  # the raw text, rows in = kept + rejected
     # off by default: the markup stays
     plain = with_reasons(read_input(spark, InputSpec(path=str(path)), DOCUMENTS).df, DOCUMENTS, IngestConfig())
     assert "<p/>" in kept(plain, DOCUMENTS, IngestConfig()).filter("doc_id = '1'").first().text

@@ -2,6 +2,7 @@
 that cannot import the suite, served by ``mlflow models serve``, and promoted only through the gate
 (common.registry.gate: both artifacts on the same rows, a paired bootstrap), by compare-and-set. The pipelines are
 the small world's (tests/worlds.py), run once per session."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,11 @@ def test_the_gate_decides_on_both_artifacts_predictions_on_the_same_rows():
     rule = RULES["boostaug"]
     assert decide(rule, None).promote  # the first version
     # 400 rows: the candidate right on 40 the champion gets wrong, wrong on 10 it gets right -> a real gain
-    better = {"rows": _rows(("x", "x", "x", 150), ("y", "y", "y", 200), ("x", "x", "y", 25), ("y", "y", "x", 15),
-                            ("x", "y", "x", 10))}
+    better = {
+        "rows": _rows(
+            ("x", "x", "x", 150), ("y", "y", "y", 200), ("x", "x", "y", 25), ("y", "y", "x", 15), ("x", "y", "x", 10)
+        )
+    }
     verdict = decide(rule, better)
     assert verdict.promote and "accuracy 0.9750 vs the champion's 0.9000 on the same 400 rows" in verdict.reason
     low, high = json.loads(verdict.figures["gate.interval"])
@@ -70,26 +74,36 @@ def test_the_gate_decides_on_both_artifacts_predictions_on_the_same_rows():
     assert not decide(rule, {"rows": []}).promote
     # consistency gains, but weighted F1 falls significantly: the guard keeps the champion
     pairs = {"pairs": [((True, True), 300), ((True, False), 80), ((False, True), 5), ((False, False), 15)]}
-    fine = {**pairs, "rows": _rows(("x", "x", "x", 190), ("y", "y", "y", 190), ("x", "y", "x", 10),
-                                   ("y", "y", "x", 10))}
+    fine = {
+        **pairs,
+        "rows": _rows(("x", "x", "x", 190), ("y", "y", "y", 190), ("x", "y", "x", 10), ("y", "y", "x", 10)),
+    }
     assert decide(RULES["consistency"], fine).promote
-    traded = {**pairs, "rows": _rows(("x", "x", "x", 120), ("y", "y", "y", 150), ("x", "y", "x", 80),
-                                     ("y", "x", "y", 50))}
+    traded = {
+        **pairs,
+        "rows": _rows(("x", "x", "x", 120), ("y", "y", "y", 150), ("x", "y", "x", 80), ("y", "x", "y", 50)),
+    }
     verdict = decide(RULES["consistency"], traded)
     assert not verdict.promote and "f1_weighted" in verdict.reason and "gate.guard.interval" in verdict.figures
     # the cells' metrics are the suite's: macro-F1 over gold and predicted labels, as label_metrics gives it
     rows = _rows(("a", "a", "b", 3), ("a", "c", "a", 2), ("b", "b", "b", 4), ("c", "a", "c", 1))
     gold = [g for (g, _, _), n in rows for _ in range(n)]
-    figures = {metric: paired(metric, {"rows": rows}, 0.95, 500, 0) for metric in ("accuracy", "macro_f1",
-                                                                                 "f1_weighted")}
+    figures = {
+        metric: paired(metric, {"rows": rows}, 0.95, 500, 0) for metric in ("accuracy", "macro_f1", "f1_weighted")
+    }
     for side in ("candidate", "champion"):
         predicted = [k[1 if side == "candidate" else 2] for k, n in rows for _ in range(n)]
         accuracy, macro = accuracy_and_macro_f1(gold, predicted)
         assert getattr(figures["macro_f1"], side) == pytest.approx(macro)
         assert getattr(figures["accuracy"], side) == pytest.approx(accuracy)
         # support-weighted F1 (metrics.weighted_f1's definition): 2·TP / (support + predicted), weighted by support
-        weighted = sum(gold.count(c) * 2 * sum(g == p == c for g, p in zip(gold, predicted))
-                       / (gold.count(c) + predicted.count(c)) for c in set(gold)) / len(gold)
+        weighted = sum(
+            gold.count(c)
+            * 2
+            * sum(g == p == c for g, p in zip(gold, predicted))
+            / (gold.count(c) + predicted.count(c))
+            for c in set(gold)
+        ) / len(gold)
         assert getattr(figures["f1_weighted"], side) == pytest.approx(weighted)
     assert figures["accuracy"].n == 10
     assert Measure.of([0.5, 0.7]).std == pytest.approx(0.1414, abs=1e-4)
@@ -158,8 +172,11 @@ def test_unity_catalog_names_are_checked_at_load_and_an_unpinnable_requirement_i
 
     repo = Path(__file__).resolve().parents[1]
     assert load_config(repo / "conf" / "databricks.yaml").registry.name_prefix == "main.augment."
-    for overrides in (["tracking.registry_uri=databricks-uc"], ["tracking.uri=databricks"],
-                      ["tracking.registry_uri=databricks-uc", "registry.name_prefix=main.aug-ment."]):
+    for overrides in (
+        ["tracking.registry_uri=databricks-uc"],
+        ["tracking.uri=databricks"],
+        ["tracking.registry_uri=databricks-uc", "registry.name_prefix=main.aug-ment."],
+    ):
         with pytest.raises(ConfigError, match="registry.name_prefix.*no Unity Catalog name"):
             load_config(None, overrides)
     load_config(None, ["tracking.registry_uri=databricks-uc", "registry.name_prefix=main.augment."])
@@ -187,18 +204,23 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
     from common.pyfunc.multilabel import decide as decide_labels
     from common.registry.store import registry_client
 
-    runs = {"consistency": small_world.run("cga")["consistency-train"],
-            "boostaug": small_world.run("boostaug")["boostaug-evaluate"],
-            "genre": small_world.run("genre-transfer")["genre-evaluate"],
-            "compositional": small_world.run("compositional")["compositional-evaluate"]}
+    runs = {
+        "consistency": small_world.run("cga")["consistency-train"],
+        "boostaug": small_world.run("boostaug")["boostaug-evaluate"],
+        "genre": small_world.run("genre-transfer")["genre-evaluate"],
+        "compositional": small_world.run("compositional")["compositional-evaluate"],
+    }
     ctx, uri = small_world.ctx, small_world.cfg.tracking_uri
     client = registry_client(ctx)
     titles = [r["title"] for r in ctx.lakehouse.read("accuracy_test").select("title").limit(6).collect()]
     texts = titles + ["", "Ünïcode — ROT SCHUH Größe 42!"]
     # one version per method, registered by the job's run, the first of its name: champion
-    expected = {"consistency": ["baseline", "cst_ss"], "boostaug": ["none", "eda", "eda_boostaug",
-                                                                    "spelling_boostaug"],
-                "genre": [], "compositional": ["no_aug", "t5_labels", "label_prefix"]}
+    expected = {
+        "consistency": ["baseline", "cst_ss"],
+        "boostaug": ["none", "eda", "eda_boostaug", "spelling_boostaug"],
+        "genre": [],
+        "compositional": ["no_aug", "t5_labels", "label_prefix"],
+    }
     for pipeline, methods in expected.items():
         assert any("@champion" in note for note in runs[pipeline].notes)
         for method in methods:
@@ -215,12 +237,14 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
     base = version_of(client, f"{WORLD_MODELS}consistency_cst_ss", runs["consistency"].run_id)
     logged = mlflow.MlflowClient(uri).get_logged_model(base.source.removeprefix("models:/"))  # the LoggedModel
     linked = {m.key: m.value for m in logged.metrics if m.dataset_name == "accuracy_test"}
-    assert set(linked) == {f"cst_ss.{m}.{p}" for m in ("f1_weighted", "consistency_rate") for p in ("mean", "std",
-                                                                                                    "n")}
+    assert set(linked) == {
+        f"cst_ss.{m}.{p}" for m in ("f1_weighted", "consistency_rate") for p in ("mean", "std", "n")
+    }
     assert logged.params["test.accuracy_test"] == base.tags["test.accuracy_test"]
     run = mlflow.MlflowClient(uri).get_run(base.run_id)  # its mlflow.data inputs: the Delta versions it read
-    assert ("accuracy_test", f"v{base.tags['test.accuracy_test']}") in \
-        {(i.dataset.name, i.dataset.digest) for i in run.inputs.dataset_inputs}
+    assert ("accuracy_test", f"v{base.tags['test.accuracy_test']}") in {
+        (i.dataset.name, i.dataset.digest) for i in run.inputs.dataset_inputs
+    }
     assert base.tags["train.train_cst_ss"] == str(ctx.lakehouse.version("train_cst_ss"))
     results = ctx.lakehouse.read("consistency_results").filter("method = 'cst_ss'").toPandas()
     assert float(base.tags["metric.consistency_rate.mean"]) == pytest.approx(results["consistency_rate"].mean())
@@ -228,16 +252,32 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
 
     # each classifier kind in a process without the suite: the suite's own scorer's predictions
     genre = next(m.name for m in client.search_registered_models(f"name LIKE '{WORLD_MODELS}genre_augmented_topic%'"))
-    kinds = {"hft": f"{WORLD_MODELS}consistency_cst_ss", "flat": f"{WORLD_MODELS}boostaug_eda_boostaug",
-             "multilabel": f"{WORLD_MODELS}compositional_no_aug", "genre": genre}
+    kinds = {
+        "hft": f"{WORLD_MODELS}consistency_cst_ss",
+        "flat": f"{WORLD_MODELS}boostaug_eda_boostaug",
+        "multilabel": f"{WORLD_MODELS}compositional_no_aug",
+        "genre": genre,
+    }
     loaded = fresh_predictions(uri, [f"models:/{name}@champion" for name in kinds.values()], texts, tmp_path)
     fresh = {kind: loaded[f"models:/{name}@champion"] for kind, name in kinds.items()}
     # the genre classifier trained on Spark's clean_col view of its texts; the model cleans its input itself
-    cleaned = [r["t"] for r in ctx.spark.createDataFrame(list(enumerate(texts)), "i int, text string")
-               .select("i", clean_col(F.col("text")).alias("t")).orderBy("i").collect()]
+    cleaned = [
+        r["t"]
+        for r in ctx.spark.createDataFrame(list(enumerate(texts)), "i int, text string")
+        .select("i", clean_col(F.col("text")).alias("t"))
+        .orderBy("i")
+        .collect()
+    ]
     for kind, name in kinds.items():
-        folder = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@champion", dst_path=str(tmp_path / kind),
-                                                          tracking_uri=uri)) / "data" / "classifier"
+        folder = (
+            Path(
+                mlflow.artifacts.download_artifacts(
+                    f"models:/{name}@champion", dst_path=str(tmp_path / kind), tracking_uri=uri
+                )
+            )
+            / "data"
+            / "classifier"
+        )
         manifest = json.loads((folder / "model.json").read_text())
         got = fresh[kind]["predictions"]
         if kind == "multilabel":
@@ -252,19 +292,41 @@ def test_each_pipeline_ships_registered_models_that_load_and_serve_without_the_s
 
     # mlflow models serve on loopback answers /invocations with the same predictions
     port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri,
-           # the scoring server's uvicorn is a console script of this environment
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": uri,
+        # the scoring server's uvicorn is a console script of this environment
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     log = open(tmp_path / "serve.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m",
-                               f"models:/{kinds['hft']}@champion",
-                               "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=tmp_path,
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            f"models:/{kinds['hft']}@champion",
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         wait_answering(server, f"http://127.0.0.1:{port}/ping", tmp_path / "serve.log", "mlflow models serve")
         body = json.dumps({"dataframe_split": pd.DataFrame({"text": texts}).to_dict("split")}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", data=body, headers={"Content-Type": "application/json"}
+        )
         served = json.loads(urllib.request.urlopen(request, timeout=60).read())["predictions"]
         assert [p["label"] for p in served] == fresh["hft"]["predictions"]["label"]
     finally:
@@ -321,16 +383,20 @@ def sigterm_while_gating(ctx, client, name: str) -> None:
     assert took < 30, f"{took:.1f} s from SIGTERM to the run's end"
     print(f"\nSIGTERM while gating: the run ended {took:.2f} s after the signal")
     version = client.get_model_version(name, "2")
-    assert "gate.decision" not in version.tags and str(client.get_model_version_by_alias(name, "champion").version) \
-        == "1"
+    assert (
+        "gate.decision" not in version.tags and str(client.get_model_version_by_alias(name, "champion").version) == "1"
+    )
     entries = [e for uri in ledger.pending(ctx, "boostaug-evaluate") for e in ledger.load(uri) if e.name == name]
     # the version, or (a signal between the registration and the ledger's save) the run that registered it
-    assert [(e.version in (None, "2"), e.run_id is not None, e.done) for e in entries] == [(True, True, False)], \
+    assert [(e.version in (None, "2"), e.run_id is not None, e.done) for e in entries] == [(True, True, False)], (
         entries
+    )
     runs = MlflowClient(ctx.cfg.tracking_uri).search_runs(
         [MlflowClient(ctx.cfg.tracking_uri).get_experiment_by_name(ctx.cfg.tracking.experiment).experiment_id],
-        filter_string="attributes.run_name = 'boostaug-evaluate'", order_by=["attributes.start_time DESC"],
-        max_results=1)
+        filter_string="attributes.run_name = 'boostaug-evaluate'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     assert runs[0].info.status == "KILLED" and "SIGTERM" in runs[0].data.tags["closed.reason"], runs[0].info
 
 
@@ -366,8 +432,12 @@ def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world,
             if seed is not None:
                 train = rows["split"] == "train"
                 rows.loc[train, "label"] = np.random.default_rng(seed).permutation(rows.loc[train, "label"].to_numpy())
-            ctx.lakehouse.write(ctx.spark.createDataFrame(rows, schema), TEXTS, force=True,
-                                lineage=Lineage(job="test-week", config_hash=str(seed), inputs={}))
+            ctx.lakehouse.write(
+                ctx.spark.createDataFrame(rows, schema),
+                TEXTS,
+                force=True,
+                lineage=Lineage(job="test-week", config_hash=str(seed), inputs={}),
+            )
             result = evaluate_job(ctx)
             assert result.outputs[RESULTS].version is not None and EVAL_SETS in result.outputs
             return result
@@ -399,8 +469,9 @@ def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world,
         assert ctx.lakehouse.version(RESULTS) == results_version and EVAL_SETS not in finished.outputs
         assert finished.incomplete == [] and exit_code([finished]) == 0
         better = finished.notes
-        assert any(name in n and "v2 took @champion" in n and "vs champion v1's" in n and "beats it" in n
-                   for n in better), better
+        assert any(
+            name in n and "v2 took @champion" in n and "vs champion v1's" in n and "beats it" in n for n in better
+        ), better
         worse = week(2).notes
         line = next(n for n in worse if name in n)
         assert "v3 not @champion" in line and "vs champion v2's" in line and "does not exceed" in line, line
@@ -472,10 +543,27 @@ def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
     port, root = free_port(), Path(__file__).resolve().parents[1]
     log = open(tmp_path / "mlflow.log", "wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"], env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, stdout=log,
-        stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_answering(server, f"{url}/health", tmp_path / "mlflow.log", "mlflow server")
@@ -486,9 +574,17 @@ def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
         client.set_registered_model_alias("race", "champion", "1")
         start = time.time() + 8  # both past their imports, then both read v1 at once
         env = {**os.environ, "PYTHONPATH": str(root)}
-        runs = [subprocess.Popen([sys.executable, "-c", RACER, url, "race", version, delay, str(start)], env=env,
-                                 cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                for version, delay in (("2", "0.2"), ("3", "3"))]
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACER, url, "race", version, delay, str(start)],
+                env=env,
+                cwd=root,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for version, delay in (("2", "0.2"), ("3", "3"))
+        ]
         better, worse = (r.communicate(timeout=120)[0] for r in runs)
         assert "DECISION True" in better, better
         assert "DECISION False 2.0 against v2's 3.0" in worse, worse  # judged again against the new champion

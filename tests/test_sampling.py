@@ -1,4 +1,5 @@
 """Exact sub-sampling: plans against hand-computed quotas, properties, and exact deterministic draws."""
+
 from __future__ import annotations
 
 import math
@@ -43,9 +44,11 @@ def test_total_variation_by_hand():
 
 
 @settings(max_examples=200, deadline=None)
-@given(counts=st.dictionaries(st.sampled_from("abcdefgh"), st.integers(1, 500), min_size=1),
-       weights=st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0.01, 10), min_size=1),
-       share=st.floats(0, 1))
+@given(
+    counts=st.dictionaries(st.sampled_from("abcdefgh"), st.integers(1, 500), min_size=1),
+    weights=st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0.01, 10), min_size=1),
+    share=st.floats(0, 1),
+)
 def test_quotas_are_within_one_row_and_never_exceed_the_data(counts, weights, share):
     try:
         largest = plan_sample(counts, weights).largest
@@ -83,8 +86,9 @@ def test_draw_is_exact_and_deterministic(spark):
 def test_seeded_first_is_seeded_exact_and_layout_free(spark):
     rows = spark.createDataFrame([(f"i{k:03d}", f"title {k}") for k in range(100)], "item_id string, title string")
     ids = {r.item_id for r in seeded_first(rows, 10, 42, ["item_id"]).collect()}
-    assert len(ids) == 10 and ids == {r.item_id for r in seeded_first(rows.repartition(7), 10, 42,
-                                                                      ["item_id"]).collect()}
+    assert len(ids) == 10 and ids == {
+        r.item_id for r in seeded_first(rows.repartition(7), 10, 42, ["item_id"]).collect()
+    }
     assert ids != {r.item_id for r in seeded_first(rows, 10, 43, ["item_id"]).collect()}  # another seed, other rows
     assert seeded_first(rows, 500, 42, ["item_id"]).count() == 100
 
@@ -111,8 +115,9 @@ def test_subsample_job_matches_another_tables_histogram(ctx):
     ctx.cfg.subsample = SubsampleConfig(table="pool", target_table="reference", level=1)
     result = job.run(ctx)
     sample = ctx.lakehouse.read("pool_subsample")
-    by_l1 = {r.l1: r["count"] for r in sample.selectExpr("split(category, ' > ')[0] AS l1").groupBy("l1").count()
-             .collect()}
+    by_l1 = {
+        r.l1: r["count"] for r in sample.selectExpr("split(category, ' > ')[0] AS l1").groupBy("l1").count().collect()
+    }
     assert by_l1 == {"Toys": 600, "Home": 200}  # Home (300 rows) allows 400 at 75/25; Toys (600) allows 800
     assert result.metrics["tvd_after"] == pytest.approx(0.0) and result.metrics["tvd_before"] > 0.08
     assert ctx.lakehouse.history("pool_subsample")[0].lineage["inputs"] == {"pool": "0", "reference": "0"}

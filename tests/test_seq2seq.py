@@ -1,4 +1,5 @@
 """T5 fine-tuning from scratch: the tokenizer, the loss going down, and a model that reloads and generates."""
+
 from __future__ import annotations
 
 import json
@@ -8,9 +9,12 @@ import pytest
 from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
 from common.models.generation.unigram import train_tokenizer
 
-PAIRS = [(f"{brand} {noun} {colour}", f"{colour} {noun} by {brand}")
-         for brand in ("acme", "zeta", "bolt", "nova") for noun in ("mug", "kettle", "lamp", "pan")
-         for colour in ("red", "blue", "black")]
+PAIRS = [
+    (f"{brand} {noun} {colour}", f"{colour} {noun} by {brand}")
+    for brand in ("acme", "zeta", "bolt", "nova")
+    for noun in ("mug", "kettle", "lamp", "pan")
+    for colour in ("red", "blue", "black")
+]
 
 
 def test_tokenizer_has_t5_special_tokens_and_appends_eos():
@@ -23,9 +27,14 @@ def test_tokenizer_has_t5_special_tokens_and_appends_eos():
 def test_tokenizer_training_gives_the_same_ids_every_time():
     # The Unigram trainer orders near-tied pieces by hash-map order, which changes from one training to the
     # next (8 trainings on these texts gave 8 different id orders before train_tokenizer made it canonical).
-    texts = [f"{brand} {noun} {size}{unit} #{code}" for brand in ("acme", "zeta", "Bolt+", "nova7")
-             for noun in ("mug", "kettle", "lamp", "pan", "Softgels") for size in (1, 27, 350)
-             for unit in ("ml", "cm", "W") for code in ("A1", "x9", "k-2")]
+    texts = [
+        f"{brand} {noun} {size}{unit} #{code}"
+        for brand in ("acme", "zeta", "Bolt+", "nova7")
+        for noun in ("mug", "kettle", "lamp", "pan", "Softgels")
+        for size in (1, 27, 350)
+        for unit in ("ml", "cm", "W")
+        for code in ("A1", "x9", "k-2")
+    ]
     vocabs = {tuple(sorted(train_tokenizer(texts, vocab_size=300).get_vocab().items())) for _ in range(6)}
     assert len(vocabs) == 1
 
@@ -49,9 +58,12 @@ def test_canonical_ids_survive_score_noise_and_a_chosen_piece_inside_the_charact
 
     def vocab(ties: dict, tail: str) -> list:
         lowest = -10.18305
-        return ([["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], ["▁the", -3.1], ["ing", -5.25]]
-                + [[c, score] for c, score in ties.items()] + [["▁mil", lowest + 6.7e-4], ["ain", lowest]]
-                + [[c, lowest + k * 1e-4] for k, c in enumerate(tail)])
+        return (
+            [["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], ["▁the", -3.1], ["ing", -5.25]]
+            + [[c, score] for c, score in ties.items()]
+            + [["▁mil", lowest + 6.7e-4], ["ain", lowest]]
+            + [[c, lowest + k * 1e-4] for k, c in enumerate(tail)]
+        )
 
     first = vocab({"!": -6.9819523464, ":": -6.9819523455, "Y": -6.9819523449}, "vWTNIGBHCDRJ")
     second = vocab({"Y": -6.9819523451, "!": -6.9819523458, ":": -6.9819523462}, "BGHCRJDITWNv")
@@ -66,8 +78,12 @@ def test_canonical_ids_survive_score_noise_and_a_chosen_piece_inside_the_charact
 def test_scratch_t5_learns_and_reloads(tmp_path):
     from transformers import AutoTokenizer, T5ForConditionalGeneration
 
-    result = fine_tune(PAIRS, str(tmp_path / "t5"), ModelSpec(vocab_size=60),
-                       TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1))
+    result = fine_tune(
+        PAIRS,
+        str(tmp_path / "t5"),
+        ModelSpec(vocab_size=60),
+        TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1),
+    )
     # 48 pairs / 16 per micro-batch = 3 micro-batches; 2 per step -> 2 optimiser steps per epoch.
     assert len(result.step_losses) == 30 * 2 and result.examples == 30 * 48
     first, last = sum(result.step_losses[:4]) / 4, sum(result.step_losses[-4:]) / 4
@@ -114,13 +130,22 @@ def test_max_steps_bounds_the_optimiser_steps_across_passes(tmp_path):
     train = TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1, max_steps=5)
     assert train.planned_epochs(48) == 3 and TrainSpec(epochs=30).planned_epochs(48) == 30
     passes = []
-    result = fine_tune(PAIRS, str(tmp_path / "t5"), ModelSpec(vocab_size=60), train,
-                       on_epoch_end=lambda epoch, net, tok, losses: passes.append((epoch, len(losses))))
+    result = fine_tune(
+        PAIRS,
+        str(tmp_path / "t5"),
+        ModelSpec(vocab_size=60),
+        train,
+        on_epoch_end=lambda epoch, net, tok, losses: passes.append((epoch, len(losses))),
+    )
     assert len(result.step_losses) == 5 and passes == [(1, 2), (2, 4), (3, 5)]
     assert result.examples == 2 * 48 + 32  # two full passes, then the two micro-batches of the fifth step
     # One step fewer than a pass holds: one pass, cut.
-    one = fine_tune(PAIRS, str(tmp_path / "t5b"), ModelSpec(vocab_size=60),
-                    TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, seed=1, max_steps=2))
+    one = fine_tune(
+        PAIRS,
+        str(tmp_path / "t5b"),
+        ModelSpec(vocab_size=60),
+        TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, seed=1, max_steps=2),
+    )
     assert len(one.step_losses) == 2 and one.examples == 32
 
 
@@ -139,10 +164,15 @@ def test_a_long_fine_tune_logs_its_progress_between_epoch_lines(tmp_path, monkey
     # Without the bound: epochs x optimiser steps per pass (3 micro-batches of 16, 2 a step: 2 steps).
     caplog.clear()
     with caplog.at_level("INFO", logger="common.models.generation.seq2seq"):
-        fine_tune(PAIRS, str(tmp_path / "t5b"), ModelSpec(vocab_size=60),
-                  TrainSpec(epochs=2, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1))
+        fine_tune(
+            PAIRS,
+            str(tmp_path / "t5b"),
+            ModelSpec(vocab_size=60),
+            TrainSpec(epochs=2, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1),
+        )
     assert [r.getMessage().split(":")[0] for r in caplog.records if r.getMessage().startswith("step ")] == [
-        f"step {i}/4" for i in range(1, 5)]
+        f"step {i}/4" for i in range(1, 5)
+    ]
 
 
 def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path, ray_runtime, tracking_uri):
@@ -162,13 +192,22 @@ def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path,
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment("test-seq2seq")
     with mlflow.start_run() as run:
-        result = fine_tune_on_ray(ray_runtime, files, str(tmp_path / "models" / "t5"), ModelSpec(vocab_size=60),
-                                  TrainSpec(epochs=3, learning_rate=3e-3, batch_size=16, seed=1),
-                                  tracking_uri=tracking_uri, run_id=run.info.run_id, checkpoint_every=1)
+        result = fine_tune_on_ray(
+            ray_runtime,
+            files,
+            str(tmp_path / "models" / "t5"),
+            ModelSpec(vocab_size=60),
+            TrainSpec(epochs=3, learning_rate=3e-3, batch_size=16, seed=1),
+            tracking_uri=tracking_uri,
+            run_id=run.info.run_id,
+            checkpoint_every=1,
+        )
     assert result.examples == 3 * 48 and len(result.step_losses) == 3 * 3 and result.device == "cpu"
     client = mlflow.MlflowClient(tracking_uri)
     assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")} == {
-        "checkpoints/epoch-1", "checkpoints/epoch-2"}
+        "checkpoints/epoch-1",
+        "checkpoints/epoch-2",
+    }
     assert "model/config.json" in {a.path for a in client.list_artifacts(run.info.run_id, "model")}
     history = client.get_metric_history(run.info.run_id, "train_loss")
     assert [m.step for m in history] == list(range(9))
@@ -186,8 +225,9 @@ def test_warm_minilm_encoder_reproduces_bert_and_shares_embeddings():
 
     tok, bart = build_warm_minilm(64, seed=0)
     bert = BertModel.from_pretrained(str(minilm_folder())).eval()
-    enc = tok(["red running shoes size 10", "acme kettle 1.5l, stainless steel (black)"], padding=True,
-              return_tensors="pt")
+    enc = tok(
+        ["red running shoes size 10", "acme kettle 1.5l, stainless steel (black)"], padding=True, return_tensors="pt"
+    )
     assert "token_type_ids" not in enc  # BART takes no token types
     with torch.no_grad():
         expected = bert(**enc).last_hidden_state
@@ -198,20 +238,26 @@ def test_warm_minilm_encoder_reproduces_bert_and_shares_embeddings():
     # One vocabulary matrix: encoder, decoder and LM head; the decoder's self-attention is BERT's too.
     shared = bart.model.shared.weight
     assert bart.lm_head.weight.data_ptr() == shared.data_ptr() == bart.model.decoder.embed_tokens.weight.data_ptr()
-    assert torch.equal(bart.model.decoder.layers[3].self_attn.q_proj.weight,
-                       bert.encoder.layer[3].attention.self.query.weight)
+    assert torch.equal(
+        bart.model.decoder.layers[3].self_attn.q_proj.weight, bert.encoder.layer[3].attention.self.query.weight
+    )
     assert (bart.config.decoder_start_token_id, bart.config.eos_token_id) == (tok.cls_token_id, tok.sep_token_id)
 
 
 def test_warm_minilm_fine_tunes_reloads_and_generates(tmp_path):
     from common.models.generation.pool import GenerationSpec, T5Generator
 
-    result = fine_tune(PAIRS, str(tmp_path / "warm"), ModelSpec(kind="warm_minilm"),
-                       TrainSpec(epochs=3, learning_rate=1e-4, batch_size=16, seed=1))
+    result = fine_tune(
+        PAIRS,
+        str(tmp_path / "warm"),
+        ModelSpec(kind="warm_minilm"),
+        TrainSpec(epochs=3, learning_rate=1e-4, batch_size=16, seed=1),
+    )
     assert len(result.step_losses) == 3 * 3
     assert sum(result.step_losses[-3:]) < sum(result.step_losses[:3])
-    generator = T5Generator(str(tmp_path / "warm"), "warm-v1", GenerationSpec(n_samples=2, max_new_tokens=8,
-                                                                              max_source_tokens=32, seed=3))
+    generator = T5Generator(
+        str(tmp_path / "warm"), "warm-v1", GenerationSpec(n_samples=2, max_new_tokens=8, max_source_tokens=32, seed=3)
+    )
     assert type(generator.model).__name__ == "BartForConditionalGeneration"
     samples = generator._generate(["acme mug red", "nova lamp black"])
     assert [len(s) for s in samples] == [2, 2]
@@ -222,8 +268,9 @@ def test_warm_minilm_fine_tunes_reloads_and_generates(tmp_path):
 
     greedy = dict(n_samples=1, mode="beam", num_beams=1, max_new_tokens=8, max_source_tokens=32)
     texts = ["acme mug red", "nova lamp black", "zeta pan blue"]
-    served = CT2Generator(str(tmp_path / "warm"), "warm-v1", GenerationSpec(**greedy, engine="ctranslate2",
-                                                                            compute_type="float32"))
+    served = CT2Generator(
+        str(tmp_path / "warm"), "warm-v1", GenerationSpec(**greedy, engine="ctranslate2", compute_type="float32")
+    )
     assert served._ct2 is not None
     hf = T5Generator(str(tmp_path / "warm"), "v", GenerationSpec(**greedy))
     assert served._generate(texts) == hf._generate(texts)
@@ -239,8 +286,9 @@ def test_a_converter_failure_is_remembered_and_served_by_hf(tmp_path):
 
     from common.models.generation.ct2 import convert, converted
 
-    BertModel(BertConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
-                         intermediate_size=16)).save_pretrained(str(tmp_path / "bert"))
+    BertModel(
+        BertConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)
+    ).save_pretrained(str(tmp_path / "bert"))
     folder, reason = converted(str(tmp_path / "bert"), "int8")
     assert folder is None and "converter failed" in reason and "BertConfig" in reason
     assert "BertConfig" in (tmp_path / "bert" / "ct2-int8.failed").read_text()

@@ -1,5 +1,6 @@
 """Paths and URIs (storage), what a cluster's code needs shipped (Ray's py_modules from a zip), and the doctor's
 cluster checks: the parts of running on a cluster that need no cluster. The cluster itself: tests/cluster/."""
+
 from __future__ import annotations
 
 import socket
@@ -51,8 +52,11 @@ def test_an_object_store_that_does_not_answer_is_named_at_once(monkeypatch, tmp_
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     start = time.monotonic()
-    with pytest.raises(StorageUnreachable, match=rf"s3a://bucket/lake: the object store at http://127.0.0.1:{port} "
-                                                 r"did not answer"):
+    with pytest.raises(
+        StorageUnreachable,
+        match=rf"s3a://bucket/lake: the object store at http://127.0.0.1:{port} "
+        r"did not answer",
+    ):
         check_reachable("s3a://bucket/lake", timeout_s=3)
     assert time.monotonic() - start < 20
     check_reachable(str(tmp_path / "not-yet"))  # local paths are not checked
@@ -73,17 +77,24 @@ def test_packages_imported_from_a_zip_are_unpacked_for_rays_py_modules(tmp_path)
         zipped.writestr("pkg_a/data/words.txt", "x\n")
         zipped.writestr("pkg_b/__init__.py", "")
         zipped.writestr("other/__init__.py", "")
-    script = ("import sys, os; sys.path.insert(0, sys.argv[1])\n"
-              "from common.platform.ray_runtime import package_folders\n"
-              "folders = package_folders(('pkg_a', 'pkg_b'))\n"
-              "print([os.path.basename(f) for f in folders])\n"
-              "print(sorted(os.listdir(os.path.dirname(folders[0]))))\n"
-              "print(open(os.path.join(folders[0], 'data', 'words.txt')).read().strip())\n"
-              "try:\n    package_folders(('no_such_pkg',))\nexcept ImportError as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", script, str(archive)], capture_output=True, text=True, timeout=60,
-                         check=True).stdout.splitlines()
-    assert out == ["['pkg_a', 'pkg_b']", "['pkg_a', 'pkg_b']", "x",
-                   "ray.code_packages names 'no_such_pkg', which is not an importable package here"]
+    script = (
+        "import sys, os; sys.path.insert(0, sys.argv[1])\n"
+        "from common.platform.ray_runtime import package_folders\n"
+        "folders = package_folders(('pkg_a', 'pkg_b'))\n"
+        "print([os.path.basename(f) for f in folders])\n"
+        "print(sorted(os.listdir(os.path.dirname(folders[0]))))\n"
+        "print(open(os.path.join(folders[0], 'data', 'words.txt')).read().strip())\n"
+        "try:\n    package_folders(('no_such_pkg',))\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(archive)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
+    assert out == [
+        "['pkg_a', 'pkg_b']",
+        "['pkg_a', 'pkg_b']",
+        "x",
+        "ray.code_packages names 'no_such_pkg', which is not an importable package here",
+    ]
 
 
 def test_the_shipped_dictionaries_are_read_from_the_package_even_inside_a_zip():
@@ -92,12 +103,19 @@ def test_the_shipped_dictionaries_are_read_from_the_package_even_inside_a_zip():
     so no editable install either)."""
     subprocess.run(["make", "-s", "dist"], cwd=REPO, check=True, capture_output=True, timeout=120)
     archive = REPO / "dist" / "augment.zip"
-    script = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-              "import common.catalog.blinding as b\n"
-              "print(b.__file__.startswith(sys.argv[1]), len(b.load_dictionary(None, 'colours')) > 20, "
-              "len(b.load_dictionary(None, 'sizes')) > 5)\n")
-    out = subprocess.run([sys.executable, "-S", "-c", script, str(archive)], capture_output=True, text=True,
-                         timeout=60, cwd=archive.parent)
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import common.catalog.blinding as b\n"
+        "print(b.__file__.startswith(sys.argv[1]), len(b.load_dictionary(None, 'colours')) > 20, "
+        "len(b.load_dictionary(None, 'sizes')) > 5)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", script, str(archive)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=archive.parent,
+    )
     assert out.stdout.split() == ["True", "True", "True"], out.stderr[-2000:]
 
 
@@ -111,15 +129,22 @@ def test_the_doctor_names_what_a_cluster_config_cannot_reach(monkeypatch, tmp_pa
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             ports.append(sock.getsockname()[1])
-    (tmp_path / "spark-defaults.conf").write_text(f"spark.ui.enabled false\nspark.master  spark://127.0.0.1:{ports[0]}\n")
+    (tmp_path / "spark-defaults.conf").write_text(
+        f"spark.ui.enabled false\nspark.master  spark://127.0.0.1:{ports[0]}\n"
+    )
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-token"))
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
-    cfg = from_mapping(BaseConfig, {"spark": {"mode": "cluster"}, "ray": {"mode": "address",
-                                                                          "address": f"127.0.0.1:{ports[1]}"},
-                                    "lakehouse": {"root": str(tmp_path / "lake")},
-                                    "tracking": {"uri": f"http://127.0.0.1:{ports[2]}"}})
+    cfg = from_mapping(
+        BaseConfig,
+        {
+            "spark": {"mode": "cluster"},
+            "ray": {"mode": "address", "address": f"127.0.0.1:{ports[1]}"},
+            "lakehouse": {"root": str(tmp_path / "lake")},
+            "tracking": {"uri": f"http://127.0.0.1:{ports[2]}"},
+        },
+    )
     assert spark_master_url(cfg) == f"spark://127.0.0.1:{ports[0]}"
     checks = {c.name: c for c in cluster_checks(cfg)}
     assert set(checks) == {"spark master", "ray head", "ray token", "mlflow server"}
@@ -162,9 +187,13 @@ def test_a_model_folder_cut_short_is_rebuilt_never_loaded(tmp_path):
     (source / "config.json").write_text("{}")
     (source / "model.safetensors").write_bytes(b"w" * 4096)
     target = tmp_path / "lake" / "models" / "t5-abc"
-    copier = subprocess.Popen([sys.executable, "-c", COPY_SLOWLY, str(source), str(target)], stdout=subprocess.PIPE,
-                              text=True, cwd=Path(__file__).resolve().parents[1],
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    copier = subprocess.Popen(
+        [sys.executable, "-c", COPY_SLOWLY, str(source), str(target)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
     try:
         assert copier.stdout.readline().strip() == "copied config.json"
         os.kill(copier.pid, signal.SIGKILL)

@@ -1,4 +1,5 @@
 """Per-product subgraph clustering: hand-computed rules and hypothesis properties (pure Python)."""
+
 from __future__ import annotations
 
 from itertools import combinations
@@ -59,8 +60,9 @@ def test_round_stops_at_the_first_pair_below_theta():
 
 def test_pruning_at_the_half_ratio():
     # v has 1 edge inside {a, b, v} and 2 outside: 1/2 = 0.5 -> kept. w: 1 inside, 3 outside -> pruned.
-    adj = adjacency("abvwxyzq", [("a", "b"), ("a", "v"), ("v", "x"), ("v", "y"), ("b", "w"), ("w", "z"),
-                                 ("w", "q"), ("w", "x")])
+    adj = adjacency(
+        "abvwxyzq", [("a", "b"), ("a", "v"), ("v", "x"), ("v", "y"), ("b", "w"), ("w", "z"), ("w", "q"), ("w", "x")]
+    )
     assert prune(frozenset("abv"), adj, 0.5) == frozenset("abv")
     assert prune(frozenset("abw"), adj, 0.5) == frozenset("ab")
 
@@ -88,9 +90,12 @@ def test_a_bridge_between_triangles_merges_them_as_the_rules_say():
     assert [c.members for c in cluster_subgraph("abcxyz", edges)] == [("a", "b", "c", "x", "y", "z")]
 
 
-graphs = st.integers(2, 14).flatmap(lambda n: st.tuples(
-    st.just([f"q{i:02d}" for i in range(n)]),
-    st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=40)))
+graphs = st.integers(2, 14).flatmap(
+    lambda n: st.tuples(
+        st.just([f"q{i:02d}" for i in range(n)]),
+        st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=40),
+    )
+)
 
 
 @settings(max_examples=300, deadline=None)

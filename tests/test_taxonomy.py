@@ -1,4 +1,5 @@
 """Taxonomy parsing and category path helpers, on the real Google Product Taxonomy."""
+
 from __future__ import annotations
 
 import pytest
@@ -65,8 +66,12 @@ def test_column_forms_match_python_forms(spark):
 
     rows = [("A > B > C",), ("A>B",), ("A >  > B",), ("",), (None,)]
     df = spark.createDataFrame(rows, "label string")
-    out = df.select(canonical_col(F.col("label")).alias("c"), depth_col(F.col("label")).alias("d"),
-                    truncate_col(F.col("label"), 2).alias("t"), malformed_col(F.col("label")).alias("m")).collect()
+    out = df.select(
+        canonical_col(F.col("label")).alias("c"),
+        depth_col(F.col("label")).alias("d"),
+        truncate_col(F.col("label"), 2).alias("t"),
+        malformed_col(F.col("label")).alias("m"),
+    ).collect()
     assert [r.c for r in out[:2]] == ["A > B > C", "A > B"]
     assert [r.d for r in out[:2]] == [3, 2]
     assert [r.t for r in out[:2]] == ["A > B", "A > B"]

@@ -10,6 +10,7 @@ file, so it reads these tables and retrains nothing. A test that changes the con
 The synthetic inputs of the genre and compositional pipelines (documents and SemEval-shaped tweets) are written
 here too; their unit tests import the writers.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,8 +31,14 @@ if TYPE_CHECKING:
 
 # The small demo world of the function-scoped ``app_config`` fixture (conftest.py). The session world adds
 # search sessions: the query graph needs enough co-clicks for reformulation pairs and a held-out set.
-DEMO = ["demo.n_labeled=400", "demo.n_groups=200", "demo.n_sessions=400", "demo.partitions=2",
-        "demo.bad_row_fraction=0.05", "spark.master=local[2]"]
+DEMO = [
+    "demo.n_labeled=400",
+    "demo.n_groups=200",
+    "demo.n_sessions=400",
+    "demo.partitions=2",
+    "demo.bad_row_fraction=0.05",
+    "spark.master=local[2]",
+]
 WORLD_SESSIONS = "demo.n_sessions=2000"
 # The pipelines the end-to-end tests read (the others' jobs are parts of these).
 END_TO_END = ("cga", "query-reformulation", "boostaug", "genre-transfer", "compositional")
@@ -43,8 +50,11 @@ GENRES = {
     "story": "she looked at me and i felt the {a} as we walked past the {b} into the {c} again",
     "manual": "first insert the {a} then press the {b} and check that the {c} is fixed in place",
 }
-TOPICS = [("harbor", "ship", "cargo", "sailor", "dock"), ("orchard", "apple", "harvest", "farmer", "barn"),
-          ("circuit", "voltage", "wire", "switch", "battery")]
+TOPICS = [
+    ("harbor", "ship", "cargo", "sailor", "dock"),
+    ("orchard", "apple", "harvest", "farmer", "barn"),
+    ("circuit", "voltage", "wire", "switch", "battery"),
+]
 
 
 def write_documents(path: Path) -> int:
@@ -55,8 +65,9 @@ def write_documents(path: Path) -> int:
     for genre, pattern in GENRES.items():
         for i in range(12):
             topic = TOPICS[i % 3]
-            sentences = [pattern.format(a=rng.choice(topic), b=rng.choice(topic), c=rng.choice(topic)) + "."
-                         for _ in range(12)]
+            sentences = [
+                pattern.format(a=rng.choice(topic), b=rng.choice(topic), c=rng.choice(topic)) + "." for _ in range(12)
+            ]
             rows.append((f"{genre}-{i:02d}", " ".join(sentences), genre))
     rows.append(("bad-1", "", "report"))  # quarantined: empty text
     rows.append(("bad-2", "a text without a genre", ""))  # quarantined: empty genre
@@ -72,9 +83,13 @@ def write_documents(path: Path) -> int:
 
 # ----------------------------------------------------------------------------- multi-label tweets
 LABELS = ["anger", "fear", "joy", "love", "sadness"]
-WORDS = {"anger": ["furious", "rage", "outraged"], "fear": ["scared", "terrified", "afraid"],
-         "joy": ["happy", "delighted", "glad"], "love": ["adore", "darling", "sweetheart"],
-         "sadness": ["crying", "miserable", "gloomy"]}
+WORDS = {
+    "anger": ["furious", "rage", "outraged"],
+    "fear": ["scared", "terrified", "afraid"],
+    "joy": ["happy", "delighted", "glad"],
+    "love": ["adore", "darling", "sweetheart"],
+    "sadness": ["crying", "miserable", "gloomy"],
+}
 FILLER = "today this morning again really so just the weather at work".split()
 
 
@@ -88,8 +103,14 @@ def tweet(rng: random.Random, labels: list[str]) -> str:
 def multilabel_tsv(path, n: int = 400, seed: int = 0) -> list[list[str]]:
     """A SemEval-shaped TSV (ID, Tweet, one 0/1 column per label): single labels and pairs. Returns the rows."""
     rng = random.Random(seed)
-    sets = [[label] for label in LABELS] + [["anger", "fear"], ["joy", "love"], ["fear", "sadness"],
-                                             ["anger", "sadness"], ["joy", "sadness"], ["love", "sadness"]]
+    sets = [[label] for label in LABELS] + [
+        ["anger", "fear"],
+        ["joy", "love"],
+        ["fear", "sadness"],
+        ["anger", "sadness"],
+        ["joy", "sadness"],
+        ["love", "sadness"],
+    ]
     rows = []
     for i in range(n):
         labels = sets[i % len(sets)]
@@ -120,27 +141,51 @@ def multilabel_spec(path):
     """The InputSpec that reads :func:`multilabel_tsv`'s file."""
     from common.data.config import InputSpec
 
-    return InputSpec(path=str(path), format="csv", options={"sep": "\t", "quote": ""},
-                     rename={"ID": "example_id", "Tweet": "text"}, label_columns=list(LABELS))
+    return InputSpec(
+        path=str(path),
+        format="csv",
+        options={"sep": "\t", "quote": ""},
+        rename={"ID": "example_id", "Tweet": "text"},
+        label_columns=list(LABELS),
+    )
 
 
 # ----------------------------------------------------------------------------- the config
 def _tiny_t5(vocab_size: int, d_model: int, heads: int, **lengths):
     from common.models.config import ScratchT5Config, T5ModelConfig
 
-    return T5ModelConfig(kind="scratch_t5", scratch=ScratchT5Config(vocab_size=vocab_size, d_model=d_model,
-                                                                    d_ff=2 * d_model, num_layers=1,
-                                                                    num_heads=heads), **lengths)
+    return T5ModelConfig(
+        kind="scratch_t5",
+        scratch=ScratchT5Config(
+            vocab_size=vocab_size, d_model=d_model, d_ff=2 * d_model, num_layers=1, num_heads=heads
+        ),
+        **lengths,
+    )
 
 
 # A tiny sentiment corpus for BoostAug's surrogate tests: each review's label is in its words.
-POSITIVE_REVIEWS = ["a great and moving film", "truly wonderful acting", "funny , warm and smart",
-                    "a delightful story",
-                    "brilliant and beautiful", "the best film this year", "charming , witty fun", "an excellent cast",
-                    "a joyous , tender triumph"]
-NEGATIVE_REVIEWS = ["a dull and tedious mess", "truly awful acting", "boring , cold and stupid", "a dreadful story",
-                    "ugly and pointless", "the worst film this year", "lifeless , witless junk", "a terrible cast",
-                    "a grim , sour failure"]
+POSITIVE_REVIEWS = [
+    "a great and moving film",
+    "truly wonderful acting",
+    "funny , warm and smart",
+    "a delightful story",
+    "brilliant and beautiful",
+    "the best film this year",
+    "charming , witty fun",
+    "an excellent cast",
+    "a joyous , tender triumph",
+]
+NEGATIVE_REVIEWS = [
+    "a dull and tedious mess",
+    "truly awful acting",
+    "boring , cold and stupid",
+    "a dreadful story",
+    "ugly and pointless",
+    "the worst film this year",
+    "lifeless , witless junk",
+    "a terrible cast",
+    "a grim , sour failure",
+]
 
 
 def write_reviews_csv(path: Path, per_label: int, n_train: int) -> None:
@@ -148,9 +193,11 @@ def write_reviews_csv(path: Path, per_label: int, n_train: int) -> None:
     ``n_train`` of each label in train, the rest in test, and one dev review per label."""
     import pandas as pd
 
-    rows = [(t, label, "test" if i >= n_train else "train")
-            for texts, label in ((POSITIVE_REVIEWS, "pos"), (NEGATIVE_REVIEWS, "neg"))
-            for i, t in enumerate(texts[:per_label])]
+    rows = [
+        (t, label, "test" if i >= n_train else "train")
+        for texts, label in ((POSITIVE_REVIEWS, "pos"), (NEGATIVE_REVIEWS, "neg"))
+        for i, t in enumerate(texts[:per_label])
+    ]
     rows += [("a fine film", "pos", "dev"), ("a poor film", "neg", "dev")]
     pd.DataFrame(rows, columns=["text", "label", "split"]).to_csv(path, index=False)
 
@@ -181,34 +228,52 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
     from common.models.config import EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig
     from common.querygraph.config import MatcherConfig, QueryReformulationConfig
 
-    cfg = load_config(None, [f"lakehouse.root={folder / 'lakehouse'}", f"tracking.uri={tracking_uri}",
-                             "tracking.experiment=test-small-world", *DEMO, WORLD_SESSIONS,
-                             # the maintenance notebook compacts two tables
-                             "maintenance.tables=[consistency_results,query_clusters]",
-                             # the world's registered models, apart from other tests' in the session's registry
-                             f"registry.name_prefix={WORLD_MODELS}"])
-    cfg.consistency = ConsistencyConfig(methods=["baseline", "cst_ss"], consistency_test=40, repeats=1,
-                                        fasttext=FastTextConfig(bucket=20000, epoch=10))
+    cfg = load_config(
+        None,
+        [
+            f"lakehouse.root={folder / 'lakehouse'}",
+            f"tracking.uri={tracking_uri}",
+            "tracking.experiment=test-small-world",
+            *DEMO,
+            WORLD_SESSIONS,
+            # the maintenance notebook compacts two tables
+            "maintenance.tables=[consistency_results,query_clusters]",
+            # the world's registered models, apart from other tests' in the session's registry
+            f"registry.name_prefix={WORLD_MODELS}",
+        ],
+    )
+    cfg.consistency = ConsistencyConfig(
+        methods=["baseline", "cst_ss"], consistency_test=40, repeats=1, fasttext=FastTextConfig(bucket=20000, epoch=10)
+    )
     cfg.cga = CGAConfig(
         model=_tiny_t5(300, 32, 4),
         fine_tune=FineTuneConfig(epochs=2, learning_rate=1e-3, batch_size=64, num_cpus=2),
         # A small max_source_tokens sends the longest titles to quarantine: the accounting must still hold.
         generation=GenerationConfig(n_samples=2, max_new_tokens=12, max_source_tokens=16, concurrency=1),
-        max_pairs_per_group=4, threshold=0.2,
-        sweep=CGASweepConfig(thresholds=[0.1, 0.3], sizes=[30], fixed_size=30, fixed_threshold=0.2))
+        max_pairs_per_group=4,
+        threshold=0.2,
+        sweep=CGASweepConfig(thresholds=[0.1, 0.3], sizes=[30], fixed_size=30, fixed_threshold=0.2),
+    )
     cfg.query_reformulation = QueryReformulationConfig(
         model=_tiny_t5(300, 32, 4),
-        fine_tune=FineTuneConfig(epochs=2, learning_rate=1e-3, batch_size=32, grad_accumulation=2, num_cpus=2,
-                                 checkpoint_every=0),
+        fine_tune=FineTuneConfig(
+            epochs=2, learning_rate=1e-3, batch_size=32, grad_accumulation=2, num_cpus=2, checkpoint_every=0
+        ),
         generation=GenerationConfig(n_samples=2, max_new_tokens=10, concurrency=1),
-        matcher=MatcherConfig(epoch=5, ks=[1, 5], repeats=2), sources=QR_SOURCES)
+        matcher=MatcherConfig(epoch=5, ks=[1, 5], repeats=2),
+        sources=QR_SOURCES,
+    )
     # A fold surrogate learns from one fold of ~90 titles here: fastText (the features kind has its own tests),
     # 50 epochs, and a 0.6 confidence threshold (fastText is rarely 0.99 sure on so little; the paper's
     # DeBERTa is), leave candidates on both sides of every filter.
-    cfg.boostaug = BoostAugConfig(n_aug=2, folds=3, label_level=1,
-                                  surrogate=SurrogateConfig(kind="fasttext", epochs=[50]),
-                                  filter=FilterConfig(confidence_threshold=0.6),
-                                  eval=BoostEvalConfig(repeats=2, curve=[0, 1, 2]))
+    cfg.boostaug = BoostAugConfig(
+        n_aug=2,
+        folds=3,
+        label_level=1,
+        surrogate=SurrogateConfig(kind="fasttext", epochs=[50]),
+        filter=FilterConfig(confidence_threshold=0.6),
+        eval=BoostEvalConfig(repeats=2, curve=[0, 1, 2]),
+    )
     cfg.inputs.documents = InputSpec(path=str(folder / "documents.csv"))
     cfg.genre = GenreConfig(
         topic_model=TopicModelConfig(topics=3, max_iter=20, min_df=1.0, max_df=None),
@@ -220,8 +285,12 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
             # A prompt is 10 keywords of a topic the genre's tokenizer never saw (often letter by letter): up to
             # ~90 tokens, which the model reads whole rather than quarantine.
             generation=GenerationConfig(n_samples=1, max_new_tokens=24, max_source_tokens=96, batch_size=32),
-            max_passages_per_doc=2, cache_models=2, off_topic_control=True),
-        eval=GenreEvalConfig(repeats=2))
+            max_passages_per_doc=2,
+            cache_models=2,
+            off_topic_control=True,
+        ),
+        eval=GenreEvalConfig(repeats=2),
+    )
     cfg.inputs.multilabel = multilabel_spec(folder / "multilabel.tsv")
     fast = FastTextConfig(loss="ova", epoch=10, lr=0.2, dim=20, bucket=10000)
     cfg.compositional = CompositionalConfig(
@@ -231,12 +300,26 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
             model=_tiny_t5(120, 16, 2, max_source_length=8, max_target_length=16),
             fine_tune=FineTuneConfig(epochs=1, learning_rate=3e-3, batch_size=32, checkpoint_every=0),
             generation=GenerationConfig(n_samples=1, max_new_tokens=12, max_source_tokens=16, batch_size=64),
-            prefix_length=2),
+            prefix_length=2,
+        ),
         # QC by the paper's kind of filter: the encoder with a sigmoid head (tiny budget); evaluation by fastText.
-        qc=QualityConfig(target=15, overgenerate=2.0, fasttext=fast, model="encoder",
-                         encoder=EncoderConfig(max_length=16, epochs=1, batch_size=32, learning_rate=1e-3,
-                                               mlm_weight=0.0, max_batch_tokens=1024, num_cpus=1)),
-        eval=CompositionalEvalConfig(repeats=2, validation_fraction=0.1, fasttext=fast, curve=[0.5]))
+        qc=QualityConfig(
+            target=15,
+            overgenerate=2.0,
+            fasttext=fast,
+            model="encoder",
+            encoder=EncoderConfig(
+                max_length=16,
+                epochs=1,
+                batch_size=32,
+                learning_rate=1e-3,
+                mlm_weight=0.0,
+                max_batch_tokens=1024,
+                num_cpus=1,
+            ),
+        ),
+        eval=CompositionalEvalConfig(repeats=2, validation_fraction=0.1, fasttext=fast, curve=[0.5]),
+    )
     return cfg
 
 
@@ -259,8 +342,9 @@ class SmallWorld:
         # Loaded back from its own YAML file: the notebooks and the CLI read that file, and the config a file
         # gives is the one whose lineage keys they must meet (a count typed float reads back as 40.0, not 40).
         self._config_file = folder / "world.yaml"
-        self._config_file.write_text(yaml.safe_dump(to_mapping(world_config(folder, tracking_uri)), sort_keys=False),
-                                     encoding="utf-8")
+        self._config_file.write_text(
+            yaml.safe_dump(to_mapping(world_config(folder, tracking_uri)), sort_keys=False), encoding="utf-8"
+        )
         self.cfg = load_config(str(self._config_file))
         self._spark, self._capabilities = spark, capabilities
         self.ctx: "JobContext" = build_context(self.cfg, spark=spark, capabilities=capabilities)
@@ -277,8 +361,9 @@ class SmallWorld:
             self.run("foundation")
         if pipeline not in self._results:
             lines = self.progress.setdefault(pipeline, [])
-            self._results[pipeline] = {r.job: r for r in run_pipeline(self.ctx, pipeline, PIPELINES[pipeline],
-                                                                      progress=lines.append)}
+            self._results[pipeline] = {
+                r.job: r for r in run_pipeline(self.ctx, pipeline, PIPELINES[pipeline], progress=lines.append)
+            }
         return self._results[pipeline]
 
     def run_every_pipeline(self) -> None:

@@ -3,6 +3,7 @@
 Vertices are string ids; edges are undirected ``(src, dst)`` pairs. Nothing is collected: each
 iteration is a join and an aggregate, and only a changed-vertex count reaches the driver.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,11 @@ def undirected(edges: "DataFrame", src: str = "src", dst: str = "dst") -> "DataF
     from pyspark.sql import functions as F
 
     e = edges.select(F.col(src).alias("src"), F.col(dst).alias("dst"))
-    return e.unionByName(e.select(F.col("dst").alias("src"), F.col("src").alias("dst"))) \
-        .filter(F.col("src") != F.col("dst")).distinct()
+    return (
+        e.unionByName(e.select(F.col("dst").alias("src"), F.col("src").alias("dst")))
+        .filter(F.col("src") != F.col("dst"))
+        .distinct()
+    )
 
 
 def connected_components(
@@ -52,16 +56,25 @@ def connected_components(
     labels = ids.distinct().select("id", F.col("id").alias("component")).persist()
     try:
         for iteration in range(1, max_iterations + 1):
-            neighbour_min = und.join(labels.withColumnRenamed("id", "src"), "src") \
-                .groupBy(F.col("dst").alias("id")).agg(F.min("component").alias("candidate"))
+            neighbour_min = (
+                und.join(labels.withColumnRenamed("id", "src"), "src")
+                .groupBy(F.col("dst").alias("id"))
+                .agg(F.min("component").alias("candidate"))
+            )
             propagated = labels.join(neighbour_min, "id", "left").select(
-                "id", F.col("component").alias("old"),
-                F.least(F.col("component"), F.coalesce(F.col("candidate"), F.col("component"))).alias("label"))
+                "id",
+                F.col("component").alias("old"),
+                F.least(F.col("component"), F.coalesce(F.col("candidate"), F.col("component"))).alias("label"),
+            )
             # Pointer jumping: a vertex also takes its label's label, so rounds grow with log(diameter).
-            jumped = propagated.join(propagated.select(F.col("id").alias("label"), F.col("label").alias("jump")),
-                                     "label", "left")
-            step = jumped.select("id", F.least("label", F.coalesce("jump", "label")).alias("component"), "old") \
-                .withColumn("improved", F.col("component") < F.col("old")).drop("old")
+            jumped = propagated.join(
+                propagated.select(F.col("id").alias("label"), F.col("label").alias("jump")), "label", "left"
+            )
+            step = (
+                jumped.select("id", F.least("label", F.coalesce("jump", "label")).alias("component"), "old")
+                .withColumn("improved", F.col("component") < F.col("old"))
+                .drop("old")
+            )
             # The self-join doubles the plan each round unless its lineage is cut every round.
             step = step.localCheckpoint()
             changed = step.filter("improved").count()
@@ -105,8 +118,9 @@ def triangle_counts(edges: "DataFrame", use_graphframes: bool = False) -> "DataF
 
         counts = GraphFrame(degree.select("id"), und).triangleCount().select("id", F.col("count").alias("triangles"))
     else:
-        ranked = und.join(degree.select(F.col("id").alias("src"), F.col("degree").alias("ds")), "src") \
-            .join(degree.select(F.col("id").alias("dst"), F.col("degree").alias("dd")), "dst")
+        ranked = und.join(degree.select(F.col("id").alias("src"), F.col("degree").alias("ds")), "src").join(
+            degree.select(F.col("id").alias("dst"), F.col("degree").alias("dd")), "dst"
+        )
         lower_first = (F.col("ds") < F.col("dd")) | ((F.col("ds") == F.col("dd")) & (F.col("src") < F.col("dst")))
         oriented = ranked.filter(lower_first).select(F.col("src").alias("a"), F.col("dst").alias("b"))
         wedges = oriented.join(oriented.select("a", F.col("b").alias("c")), "a").filter(F.col("b") != F.col("c"))
@@ -115,7 +129,13 @@ def triangle_counts(edges: "DataFrame", use_graphframes: bool = False) -> "DataF
         # orientation joins: each triangle is found exactly once.
         corners = closed.select(F.explode(F.array("a", "b", "c")).alias("id"))
         counts = corners.groupBy("id").agg(F.count("*").alias("triangles"))
-    return degree.join(counts, "id", "left").fillna(0, ["triangles"]).withColumn(
-        "clustering", F.when(F.col("degree") >= 2,
-                             2.0 * F.col("triangles") / (F.col("degree") * (F.col("degree") - 1)))
-        .otherwise(F.lit(0.0)))
+    return (
+        degree.join(counts, "id", "left")
+        .fillna(0, ["triangles"])
+        .withColumn(
+            "clustering",
+            F.when(
+                F.col("degree") >= 2, 2.0 * F.col("triangles") / (F.col("degree") * (F.col("degree") - 1))
+            ).otherwise(F.lit(0.0)),
+        )
+    )

@@ -14,6 +14,7 @@ duplicates); each candidate is then checked on the exact Jaccard similarity of i
 reported pair is a near duplicate, and one above the threshold is missed with probability under 1%. Clusters
 are the connected components of the pairs (a chain of near pairs is one cluster).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -37,11 +38,15 @@ def with_shingles(df: "DataFrame", text_col: str, size: int, out: str = "grams")
     # array across a lambda's calls): quadratic in the words, 20 s for 20 Brown documents against 0.9 s.
     words = "_near_words"
     grams = NGram(n=size, inputCol=words, outputCol=out).transform(
-        df.withColumn(words, F.filter(F.split(F.lower(F.col(text_col)), r"[^\p{L}\p{N}]+"), lambda w: w != "")))
+        df.withColumn(words, F.filter(F.split(F.lower(F.col(text_col)), r"[^\p{L}\p{N}]+"), lambda w: w != ""))
+    )
     n = F.size(words)
-    return grams.withColumn(out, F.when(n == 0, F.array().cast("array<string>"))
-                            .when(n < size, F.array(F.array_join(words, " ")))
-                            .otherwise(F.array_distinct(out))).drop(words)
+    return grams.withColumn(
+        out,
+        F.when(n == 0, F.array().cast("array<string>"))
+        .when(n < size, F.array(F.array_join(words, " ")))
+        .otherwise(F.array_distinct(out)),
+    ).drop(words)
 
 
 def band_rows(threshold: float, tables: int, recall: float = 0.99) -> int:
@@ -53,8 +58,16 @@ def band_rows(threshold: float, tables: int, recall: float = 0.99) -> int:
     return rows
 
 
-def near_duplicate_pairs(df: "DataFrame", key: str, text_col: str, threshold: float, shingle: int = 3,
-                         tables: int = 10, features: int = 1 << 18, seed: int = 42) -> "DataFrame":
+def near_duplicate_pairs(
+    df: "DataFrame",
+    key: str,
+    text_col: str,
+    threshold: float,
+    shingle: int = 3,
+    tables: int = 10,
+    features: int = 1 << 18,
+    seed: int = 42,
+) -> "DataFrame":
     """``(src, dst)`` pairs of ``key`` values (src < dst) whose texts are near duplicates at ``threshold``
     (Jaccard similarity of their shingle sets). Rows without words take part in no pair.
 
@@ -66,34 +79,59 @@ def near_duplicate_pairs(df: "DataFrame", key: str, text_col: str, threshold: fl
     from pyspark.sql import functions as F
 
     rows = band_rows(threshold, tables)
-    grams = with_shingles(df.select(F.col(key).alias("key"), F.col(text_col).alias("text")), "text", shingle) \
-        .select("key", "grams").filter(F.size("grams") > 0)
+    grams = (
+        with_shingles(df.select(F.col(key).alias("key"), F.col(text_col).alias("text")), "text", shingle)
+        .select("key", "grams")
+        .filter(F.size("grams") > 0)
+    )
     # MinHash fails on a text without shingles, and Spark may run its UDF before the filter above: such a row
     # gets one unique shingle of its own, which pairs with no other row.
-    safe = grams.withColumn("grams", F.when(F.size("grams") > 0, F.col("grams"))
-                            .otherwise(F.array(F.concat(F.lit("\u0000"), F.col("key").cast("string")))))
+    safe = grams.withColumn(
+        "grams",
+        F.when(F.size("grams") > 0, F.col("grams")).otherwise(
+            F.array(F.concat(F.lit("\u0000"), F.col("key").cast("string")))
+        ),
+    )
     hashed = HashingTF(inputCol="grams", outputCol="features", numFeatures=features, binary=True).transform(safe)
     minhash = MinHashLSH(inputCol="features", outputCol="hashes", numHashTables=tables * rows, seed=seed)
-    signatures = minhash.fit(hashed).transform(hashed).select(
-        "key", F.transform("hashes", lambda h: vector_to_array(h)[0]).alias("signature"))
+    signatures = (
+        minhash.fit(hashed)
+        .transform(hashed)
+        .select("key", F.transform("hashes", lambda h: vector_to_array(h)[0]).alias("signature"))
+    )
     # Spark's own approxSimilarityJoin ORs single MinHash values (a pair at Jaccard 0.3 shares one of 5 buckets
     # with probability 0.83): on short templated catalog titles its candidate pairs grow with the square of
     # the input (100,000 demo titles 108 s, a million not in 10 minutes). A band ANDs ``rows`` values.
-    buckets = signatures.select("key", F.posexplode(F.transform(
-        F.sequence(F.lit(0), F.lit(tables - 1)),
-        lambda j: F.xxhash64(F.slice("signature", j * rows + 1, rows)))).alias("band", "bucket"))
+    buckets = signatures.select(
+        "key",
+        F.posexplode(
+            F.transform(
+                F.sequence(F.lit(0), F.lit(tables - 1)), lambda j: F.xxhash64(F.slice("signature", j * rows + 1, rows))
+            )
+        ).alias("band", "bucket"),
+    )
     left, right = buckets.alias("l"), buckets.alias("r")
-    candidates = left.join(right, (F.col("l.band") == F.col("r.band")) & (F.col("l.bucket") == F.col("r.bucket"))
-                           & (F.col("l.key") < F.col("r.key"))) \
-        .select(F.col("l.key").alias("src"), F.col("r.key").alias("dst")).distinct()
-    a, b = grams.select(F.col("key").alias("src"), F.col("grams").alias("ga")), \
-        grams.select(F.col("key").alias("dst"), F.col("grams").alias("gb"))
+    candidates = (
+        left.join(
+            right,
+            (F.col("l.band") == F.col("r.band"))
+            & (F.col("l.bucket") == F.col("r.bucket"))
+            & (F.col("l.key") < F.col("r.key")),
+        )
+        .select(F.col("l.key").alias("src"), F.col("r.key").alias("dst"))
+        .distinct()
+    )
+    a, b = (
+        grams.select(F.col("key").alias("src"), F.col("grams").alias("ga")),
+        grams.select(F.col("key").alias("dst"), F.col("grams").alias("gb")),
+    )
     jaccard = F.size(F.array_intersect("ga", "gb")) / F.size(F.array_union("ga", "gb"))
     return candidates.join(a, "src").join(b, "dst").filter(jaccard >= threshold).select("src", "dst")
 
 
-def near_duplicate_clusters(df: "DataFrame", key: str, text_col: str, threshold: float, shingle: int = 3,
-                            tables: int = 10, seed: int = 42) -> "DataFrame":
+def near_duplicate_clusters(
+    df: "DataFrame", key: str, text_col: str, threshold: float, shingle: int = 3, tables: int = 10, seed: int = 42
+) -> "DataFrame":
     """``(key, near_duplicate_cluster)`` for every row of ``df`` in a cluster of two or more near duplicates;
     the cluster id is its smallest key, which is the member that stays."""
     from pyspark.sql import functions as F
@@ -102,8 +140,9 @@ def near_duplicate_clusters(df: "DataFrame", key: str, text_col: str, threshold:
     return connected_components(pairs).select(F.col("id").alias(key), F.col("component").alias(CLUSTER_COL))
 
 
-def split_near_duplicates(kept: "DataFrame", key: str, text_col: str, threshold: float, shingle: int = 3,
-                          tables: int = 10, seed: int = 42) -> tuple["DataFrame", "DataFrame"]:
+def split_near_duplicates(
+    kept: "DataFrame", key: str, text_col: str, threshold: float, shingle: int = 3, tables: int = 10, seed: int = 42
+) -> tuple["DataFrame", "DataFrame"]:
     """(the rows of ``kept`` that stay: every row outside a cluster and each cluster's smallest key; the other
     cluster members with their ``near_duplicate_cluster``)."""
     from pyspark.sql import functions as F

@@ -11,6 +11,7 @@ WordNet's data cannot be installed offline here. Embedding neighbours include re
 synonyms (sometimes antonyms: "good" and "bad" share contexts), which is the kind of breaking edit the
 surrogate's label constraint is there to catch.
 """
+
 from __future__ import annotations
 
 import random
@@ -29,12 +30,14 @@ for _r, _row in enumerate(_ROWS):
         _KEYBOARD[_ch] = "".join(sorted(set(near)))
 
 # EDA's stop words are never replaced (its own list, abridged to the function words).
-STOP_WORDS = frozenset("""a about above after again against all am an and any are as at be because been before
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
 being below between both but by can could did do does doing down during each few for from further had has have
 having he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
 nor not now of off on once only or other our ours ourselves out over own same she should so some such than that
 the their theirs them themselves then there these they this those through to too under until up very was we were
-what when where which while who whom why will with would you your yours yourself yourselves""".split())
+what when where which while who whom why will with would you your yours yourself yourselves""".split()
+)
 
 Synonyms = Mapping[str, Sequence[str]]
 
@@ -58,7 +61,7 @@ def synonym_replacement(words: list[str], rng: random.Random, p: float, synonyms
     out = list(words)
     positions = _replaceable(words, synonyms)
     rng.shuffle(positions)
-    for i in positions[:n_changes(len(words), p)]:
+    for i in positions[: n_changes(len(words), p)]:
         out[i] = rng.choice(list(synonyms[words[i].lower()]))
     return out
 
@@ -94,8 +97,12 @@ def random_deletion(words: list[str], rng: random.Random, p: float, synonyms: Sy
     return out or [rng.choice(words)]
 
 
-EDA_OPERATIONS: tuple[Callable[..., list[str]], ...] = (synonym_replacement, random_insertion, random_swap,
-                                                         random_deletion)
+EDA_OPERATIONS: tuple[Callable[..., list[str]], ...] = (
+    synonym_replacement,
+    random_insertion,
+    random_swap,
+    random_deletion,
+)
 
 
 def eda(text: str, rng: random.Random, p: float, synonyms: Synonyms) -> str:
@@ -113,9 +120,9 @@ def _misspell(word: str, rng: random.Random) -> str:
     kind = rng.randrange(3) if len(word) > 2 else 0
     if kind == 0:
         near = rng.choice(_KEYBOARD[word[i].lower()])
-        return word[:i] + (near.upper() if word[i].isupper() else near) + word[i + 1:]
+        return word[:i] + (near.upper() if word[i].isupper() else near) + word[i + 1 :]
     if kind == 1:
-        return word[:i] + word[i + 1:]
+        return word[:i] + word[i + 1 :]
     return word[:i] + word[i] + word[i:]
 
 
@@ -150,12 +157,15 @@ def word_split(text: str, rng: random.Random, p: float, synonyms: Synonyms = Non
 
 
 BACKENDS: dict[str, Callable[[str, random.Random, float, Synonyms], str]] = {
-    "eda": eda, "spelling": spelling, "split": word_split,
+    "eda": eda,
+    "spelling": spelling,
+    "split": word_split,
 }
 
 
-def augment_text(text: str, source_id: str, backend: str, n: int, seed: int, p: float,
-                 synonyms: Synonyms) -> list[str]:
+def augment_text(
+    text: str, source_id: str, backend: str, n: int, seed: int, p: float, synonyms: Synonyms
+) -> list[str]:
     """``n`` candidates of ``backend`` for one text (candidate ``i`` seeded by (seed, source_id, backend, i))."""
     make = BACKENDS[backend]
     return [make(text, rng_for(seed, source_id, backend, i), p, synonyms) for i in range(n)]
@@ -208,7 +218,7 @@ def _compute_synonyms(k: int, min_cosine: float) -> dict[str, tuple[str, ...]]:
     emb /= np.linalg.norm(emb, axis=1, keepdims=True) + 1e-12
     table: dict[str, tuple[str, ...]] = {}
     for start in range(0, len(words), 2048):
-        sims = emb[start:start + 2048] @ emb.T
+        sims = emb[start : start + 2048] @ emb.T
         for row, i in enumerate(range(start, min(start + 2048, len(words)))):
             sims[row, i] = -1.0
         top = np.argpartition(-sims, k, axis=1)[:, :k]

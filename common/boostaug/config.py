@@ -1,5 +1,6 @@
 """BoostAug's config (paper 3, METHODS.md section 3): augmentation backends, the cross-boosted surrogate
 filter, and the evaluation. Defaults are the paper's settings where it fixes them."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
@@ -40,8 +41,12 @@ class BackendConfig:
 def _infiller_model() -> T5ModelConfig:
     # Masked sentences in, one span of a few words out.
     # A causal infiller (smollm2 / causal_checkpoint) gets span filling as a prompt: the text with its gap.
-    return T5ModelConfig(kind="warm_minilm", max_source_length=96, max_target_length=16,
-                         prompt="Text with a gap: {source}\nThe words in the gap:")
+    return T5ModelConfig(
+        kind="warm_minilm",
+        max_source_length=96,
+        max_target_length=16,
+        prompt="Text with a gap: {source}\nThe words in the gap:",
+    )
 
 
 def _infiller_fine_tune() -> FineTuneConfig:
@@ -52,8 +57,9 @@ def _infiller_fine_tune() -> FineTuneConfig:
 
 def _infiller_generation() -> GenerationConfig:
     # One sampled fill per prompt (top-k 50 / top-p 0.95, the suite's sampling), on CTranslate2.
-    return replace(ctranslate2_generation(), n_samples=1, mode="sample", max_new_tokens=16, max_source_tokens=128,
-                   batch_size=256)
+    return replace(
+        ctranslate2_generation(), n_samples=1, mode="sample", max_new_tokens=16, max_source_tokens=128, batch_size=256
+    )
 
 
 @dataclass
@@ -76,8 +82,11 @@ class ContextualConfig:
         check(bool(self.mask.strip()), "boostaug.contextual.mask", "must not be blank")
         check(self.max_span_words >= 1, "boostaug.contextual.max_span_words", "must be >= 1")
         check(self.pairs_per_text >= 1, "boostaug.contextual.pairs_per_text", "must be >= 1")
-        check(self.generation.n_samples == 1, "boostaug.contextual.generation.n_samples",
-              "must be 1 (each candidate masks its own span: one fill per prompt)")
+        check(
+            self.generation.n_samples == 1,
+            "boostaug.contextual.generation.n_samples",
+            "must be 1 (each candidate masks its own span: one fill per prompt)",
+        )
 
 
 @dataclass
@@ -148,11 +157,17 @@ class FeatureSurrogateConfig:
     calls_per_actor: int = 2
 
     def __post_init__(self) -> None:
-        check(bool(self.c_grid) and all(c > 0 for c in self.c_grid), "boostaug.surrogate.features.c_grid",
-              "must name at least one C > 0")
+        check(
+            bool(self.c_grid) and all(c > 0 for c in self.c_grid),
+            "boostaug.surrogate.features.c_grid",
+            "must name at least one C > 0",
+        )
         check(self.batch_size >= 1, "boostaug.surrogate.features.batch_size", "must be >= 1")
-        check(self.batch_tokens is None or self.batch_tokens >= 0, "boostaug.surrogate.features.batch_tokens",
-              "must be >= 0 (0: no limit) or unset")
+        check(
+            self.batch_tokens is None or self.batch_tokens >= 0,
+            "boostaug.surrogate.features.batch_tokens",
+            "must be >= 0 (0: no limit) or unset",
+        )
         check(self.hidden >= 1, "boostaug.surrogate.features.hidden", "must be >= 1")
         check(self.max_tokens >= 0, "boostaug.surrogate.features.max_tokens", "must be >= 0 (0: the encoder's own)")
         check(self.layers >= 0, "boostaug.surrogate.features.layers", "must be >= 0 (0: all the encoder's layers)")
@@ -190,8 +205,11 @@ class SurrogateConfig:
     features: FeatureSurrogateConfig = field(default_factory=FeatureSurrogateConfig)
 
     def __post_init__(self) -> None:
-        check(bool(self.epochs) and all(e >= 1 for e in self.epochs), "boostaug.surrogate.epochs",
-              "must name at least one epoch count >= 1")
+        check(
+            bool(self.epochs) and all(e >= 1 for e in self.epochs),
+            "boostaug.surrogate.epochs",
+            "must name at least one epoch count >= 1",
+        )
 
     def scoring_settings(self) -> Any:
         """What this kind's scores depend on (the scored table's config hash): not its pool's resources."""
@@ -235,10 +253,16 @@ class FilterConfig:
     def __post_init__(self) -> None:
         check(0.0 <= self.confidence_threshold <= 1.0, "boostaug.filter.confidence_threshold", "must lie in [0, 1]")
         check(self.perplexity_threshold > 0, "boostaug.filter.perplexity_threshold", "must be > 0")
-        check(self.perplexity_quantile is None or 0 < self.perplexity_quantile <= 1,
-              "boostaug.filter.perplexity_quantile", "must lie in (0, 1]")
-        check(self.confidence_class_quantile is None or 0 <= self.confidence_class_quantile < 1,
-              "boostaug.filter.confidence_class_quantile", "must lie in [0, 1)")
+        check(
+            self.perplexity_quantile is None or 0 < self.perplexity_quantile <= 1,
+            "boostaug.filter.perplexity_quantile",
+            "must lie in (0, 1]",
+        )
+        check(
+            self.confidence_class_quantile is None or 0 <= self.confidence_class_quantile < 1,
+            "boostaug.filter.confidence_class_quantile",
+            "must lie in [0, 1)",
+        )
         check(self.min_class_support >= 0, "boostaug.filter.min_class_support", "must be >= 0")
 
 
@@ -292,12 +316,17 @@ class BoostAugConfig:
         check(self.n_aug >= 1, "boostaug.n_aug", "must be >= 1")
         # k - 2 training folds, one validation fold, one boosting fold.
         check(self.folds >= 3, "boostaug.folds", "must be >= 3 (k - 2 train, 1 validation, 1 boosting fold)")
-        check(0 <= self.dev_fraction < 1 and 0 < self.test_fraction < 1
-              and self.dev_fraction + self.test_fraction < 1, "boostaug.test_fraction",
-              "dev_fraction + test_fraction must lie in (0, 1)")
+        check(
+            0 <= self.dev_fraction < 1 and 0 < self.test_fraction < 1 and self.dev_fraction + self.test_fraction < 1,
+            "boostaug.test_fraction",
+            "dev_fraction + test_fraction must lie in (0, 1)",
+        )
         check(self.label_level is None or self.label_level >= 1, "boostaug.label_level", "must be >= 1")
-        check(max(self.eval.curve, default=0) <= 2 * self.n_aug, "boostaug.eval.curve",
-              "points must be <= 2 * n_aug (the candidates made per source)")
+        check(
+            max(self.eval.curve, default=0) <= 2 * self.n_aug,
+            "boostaug.eval.curve",
+            "points must be <= 2 * n_aug (the candidates made per source)",
+        )
 
     def card_generator(self) -> dict:
         """What writes the candidates, as the kept dataset's card shows it: the backends, the candidates per
@@ -307,4 +336,3 @@ class BoostAugConfig:
             c = self.contextual
             facts.update({f"infiller {k}": v for k, v in generator_facts(c.model, c.fine_tune, c.generation).items()})
         return facts
-

@@ -8,6 +8,7 @@ a span drawn by the same seeded generator the edit-based backends use (seed, sou
 ``max_span_words``; the model's sampled fill replaces it. Pure DataFrame transforms: the fine-tuning and
 the generation run in the job (Ray), on the tables these build.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
@@ -22,8 +23,10 @@ BACKEND = "contextual"
 # The training pairs draw their spans from another stream than the candidates (same text, other spans).
 _TRAIN_STREAM = "contextual-train"
 PAIR_SCHEMA = "pair_id string, source_text string, target_text string"
-PROMPT_SCHEMA = ("prompt_id string, source_id string, fold int, source_text string, label string, aug_idx int, "
-                 "left_text string, right_text string, prompt string")
+PROMPT_SCHEMA = (
+    "prompt_id string, source_id string, fold int, source_text string, label string, aug_idx int, "
+    "left_text string, right_text string, prompt string"
+)
 
 
 def mask_span(text: str, rng, p: float, max_span: int) -> tuple[str, str, str]:
@@ -32,7 +35,7 @@ def mask_span(text: str, rng, p: float, max_span: int) -> tuple[str, str, str]:
     words = text.split()
     length = min(max_span, n_changes(len(words), p), len(words))
     start = rng.randrange(len(words) - length + 1)
-    return " ".join(words[:start]), " ".join(words[start:start + length]), " ".join(words[start + length:])
+    return " ".join(words[:start]), " ".join(words[start : start + length]), " ".join(words[start + length :])
 
 
 def masked(left: str, right: str, mask: str) -> str:
@@ -72,8 +75,20 @@ def infill_prompts(train: "DataFrame", n: int, p: float, max_span: int, mask: st
                 for i in range(n):
                     left, _, right = mask_span(text, rng_for(seed, sid, BACKEND, i), p, max_span)
                     rows.append((f"{sid}:{i}", sid, int(fold), text, label, i, left, right, masked(left, right, mask)))
-            yield pd.DataFrame(rows, columns=["prompt_id", "source_id", "fold", "source_text", "label", "aug_idx",
-                                              "left_text", "right_text", "prompt"])
+            yield pd.DataFrame(
+                rows,
+                columns=[
+                    "prompt_id",
+                    "source_id",
+                    "fold",
+                    "source_text",
+                    "label",
+                    "aug_idx",
+                    "left_text",
+                    "right_text",
+                    "prompt",
+                ],
+            )
 
     return train.select("source_id", "fold", "text", "label").mapInPandas(make, PROMPT_SCHEMA)
 
@@ -87,12 +102,27 @@ def contextual_candidates(prompts: "DataFrame", generated: "DataFrame") -> "Data
     each), so prompts = candidates + rejected."""
     from pyspark.sql import functions as F
 
-    fills = generated.select(F.col("source_id").alias("prompt_id"), F.col("generated_text").alias("fill"),
-                             F.col("reason").alias("_gen_reason"))
-    text = F.trim(F.regexp_replace(F.concat_ws(" ", "left_text", F.coalesce("fill", F.lit("")), "right_text"),
-                                   r"\s+", " "))
-    reason = F.when(F.col("_gen_reason").isNotNull(), F.col("_gen_reason")) \
-        .when(F.col("fill").isNull(), F.lit("no generation")).when(F.length(text) == 0, F.lit("empty text"))
+    fills = generated.select(
+        F.col("source_id").alias("prompt_id"),
+        F.col("generated_text").alias("fill"),
+        F.col("reason").alias("_gen_reason"),
+    )
+    text = F.trim(
+        F.regexp_replace(F.concat_ws(" ", "left_text", F.coalesce("fill", F.lit("")), "right_text"), r"\s+", " ")
+    )
+    reason = (
+        F.when(F.col("_gen_reason").isNotNull(), F.col("_gen_reason"))
+        .when(F.col("fill").isNull(), F.lit("no generation"))
+        .when(F.length(text) == 0, F.lit("empty text"))
+    )
     return prompts.join(fills, "prompt_id", "left").select(
-        "source_id", "fold", "source_text", "label", F.lit(BACKEND).alias("backend"), "aug_idx",
-        text.alias("text"), "fill", reason.alias("reason"))
+        "source_id",
+        "fold",
+        "source_text",
+        "label",
+        F.lit(BACKEND).alias("backend"),
+        "aug_idx",
+        text.alias("text"),
+        "fill",
+        reason.alias("reason"),
+    )

@@ -3,6 +3,7 @@
 All pure functions of DataFrames (no driver collection): the split and folds are exact per label, by a
 seeded hash order inside each label, so they depend on the rows and the seed only.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Optional
@@ -15,8 +16,9 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import Column, DataFrame
 
-CANDIDATE_SCHEMA = ("source_id string, fold int, source_text string, label string, backend string, "
-                    "aug_idx int, text string")
+CANDIDATE_SCHEMA = (
+    "source_id string, fold int, source_text string, label string, backend string, aug_idx int, text string"
+)
 
 
 def cut_label(label: "Column", level: Optional[int], separator: str = ">") -> "Column":
@@ -38,10 +40,17 @@ def with_source_ids(texts: "DataFrame") -> "DataFrame":
 
     digest = F.substring(F.sha2(F.concat_ws("\u0001", "label", "text"), 256), 1, 16)
     copy = F.row_number().over(Window.partitionBy("_digest").orderBy("split")) - 1
-    return texts.withColumn("_digest", digest).withColumn("_copy", copy) \
-        .withColumn("source_id", F.when(F.col("_copy") == 0, F.col("_digest"))
-                    .otherwise(F.concat(F.col("_digest"), F.lit("#"), F.col("_copy").cast("string")))) \
+    return (
+        texts.withColumn("_digest", digest)
+        .withColumn("_copy", copy)
+        .withColumn(
+            "source_id",
+            F.when(F.col("_copy") == 0, F.col("_digest")).otherwise(
+                F.concat(F.col("_digest"), F.lit("#"), F.col("_copy").cast("string"))
+            ),
+        )
         .drop("_digest", "_copy")
+    )
 
 
 def assign_splits(texts: "DataFrame", cfg: BoostAugConfig, seed: int) -> "DataFrame":
@@ -54,9 +63,11 @@ def assign_splits(texts: "DataFrame", cfg: BoostAugConfig, seed: int) -> "DataFr
 
     order = F.xxhash64(F.lit(seed), F.col("source_id"))
     by_label = Window.partitionBy("label", "_given").orderBy(order, "source_id")
-    df = texts.withColumn("_given", F.col("split").isNotNull()) \
-        .withColumn("_rank", F.row_number().over(by_label) - 1) \
+    df = (
+        texts.withColumn("_given", F.col("split").isNotNull())
+        .withColumn("_rank", F.row_number().over(by_label) - 1)
         .withColumn("_n", F.count(F.lit(1)).over(Window.partitionBy("label", "_given")))
+    )
     n_test = F.round(F.col("_n") * cfg.test_fraction)
     n_dev = F.round(F.col("_n") * cfg.dev_fraction)
     drawn = F.when(F.col("_rank") < n_test, "test").when(F.col("_rank") < n_test + n_dev, "dev").otherwise("train")
@@ -65,8 +76,9 @@ def assign_splits(texts: "DataFrame", cfg: BoostAugConfig, seed: int) -> "DataFr
     # evaluation text is trained on. Ingest keeps one copy of each text, so this moves rows only when
     # ingest.dedup.exact is off; the draw itself is per row, as before.
     side = F.when(F.col("split") == "test", 0).when(F.col("split") == "dev", 1).otherwise(2)
-    df = df.withColumn("split", F.first("split").over(
-        Window.partitionBy(text_key(F.col("text"))).orderBy(side, "source_id")))
+    df = df.withColumn(
+        "split", F.first("split").over(Window.partitionBy(text_key(F.col("text"))).orderBy(side, "source_id"))
+    )
     train_rank = F.row_number().over(Window.partitionBy("label", "split").orderBy(order, "source_id")) - 1
     fold = F.when(F.col("split") == "train", (train_rank % cfg.folds).cast("int"))
     return df.withColumn("fold", fold).select("source_id", "text", "label", "split", "fold")
@@ -92,7 +104,8 @@ def candidates(train: "DataFrame", cfg: BoostAugConfig, seed: int) -> "DataFrame
                 for backend in backends:
                     for i, out in enumerate(augment_text(text, sid, backend, n, seed, p, synonyms)):
                         rows.append((sid, int(fold), text, label, backend, i, out))
-            yield pd.DataFrame(rows, columns=["source_id", "fold", "source_text", "label", "backend", "aug_idx",
-                                              "text"])
+            yield pd.DataFrame(
+                rows, columns=["source_id", "fold", "source_text", "label", "backend", "aug_idx", "text"]
+            )
 
     return train.select("source_id", "fold", "text", "label").mapInPandas(generate, CANDIDATE_SCHEMA)

@@ -7,6 +7,7 @@ candidates ranked down to ``n_aug``); on the ablation backend ``... w/o <filter>
 and ``... w/o cross-boosting`` (the MonoAug surrogate's scores); and the curve's other ``n_aug`` points of the
 unfiltered and filtered ablation backend.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -53,8 +54,9 @@ def variants(cfg: BoostAugConfig, has_perplexity: bool) -> list[Variant]:
     return out
 
 
-def variant_rows(scored: "DataFrame", variant: Variant, cfg: BoostAugConfig,
-                 unjudged: Collection[str] = ()) -> "DataFrame":
+def variant_rows(
+    scored: "DataFrame", variant: Variant, cfg: BoostAugConfig, unjudged: Collection[str] = ()
+) -> "DataFrame":
     """The augmentation rows (method, backend, n_aug, source_id, text, label) of ``variant`` from the scored
     candidates (every candidate with its cross-boosted and, where computed, MonoAug scores); ``unjudged``: the
     labels below ``filter.min_class_support``."""
@@ -64,20 +66,31 @@ def variant_rows(scored: "DataFrame", variant: Variant, cfg: BoostAugConfig,
     if variant.filters is None:
         kept = mine.filter(F.col("aug_idx") < variant.n_aug)
     else:
-        judged = apply_filters(mine.filter(F.col("aug_idx") < 2 * variant.n_aug).drop("reason"), variant.n_aug,
-                               cfg.filter, variant.filters,
-                               confidence="mono_confidence" if variant.mono else "confidence",
-                               predicted="mono_label" if variant.mono else "pred_label",
-                               perplexity="mono_perplexity" if variant.mono else "perplexity",
-                               perplexity_limit="mono_perplexity_limit" if variant.mono else "perplexity_limit",
-                               unjudged=unjudged)
+        judged = apply_filters(
+            mine.filter(F.col("aug_idx") < 2 * variant.n_aug).drop("reason"),
+            variant.n_aug,
+            cfg.filter,
+            variant.filters,
+            confidence="mono_confidence" if variant.mono else "confidence",
+            predicted="mono_label" if variant.mono else "pred_label",
+            perplexity="mono_perplexity" if variant.mono else "perplexity",
+            perplexity_limit="mono_perplexity_limit" if variant.mono else "perplexity_limit",
+            unjudged=unjudged,
+        )
         kept = judged.filter(F.col("reason").isNull())
-    return kept.select(F.lit(variant.method).alias("method"), F.lit(variant.backend).alias("backend"),
-                       F.lit(variant.n_aug).alias("n_aug"), "source_id", "text", "label")
+    return kept.select(
+        F.lit(variant.method).alias("method"),
+        F.lit(variant.backend).alias("backend"),
+        F.lit(variant.n_aug).alias("n_aug"),
+        "source_id",
+        "text",
+        "label",
+    )
 
 
-def eval_sets(scored: "DataFrame", cfg: BoostAugConfig, all_variants: Sequence[Variant],
-              unjudged: Collection[str] = ()) -> "DataFrame":
+def eval_sets(
+    scored: "DataFrame", cfg: BoostAugConfig, all_variants: Sequence[Variant], unjudged: Collection[str] = ()
+) -> "DataFrame":
     """The union of every variant's augmentation rows (``none`` adds none)."""
     from functools import reduce
 
@@ -90,19 +103,23 @@ def summary_table(pdf: "pd.DataFrame", n_aug: int) -> str:
     sample std over the repeats, the augmentations added, and the accuracy change against ``none``."""
     main = pdf[(pdf["n_aug"] == n_aug) | (pdf["method"] == NONE)]
     base = main[main["method"] == NONE].groupby("model")["accuracy"].mean().to_dict()
-    lines = [f"{'method':<34} {'model':<9} {'accuracy':>17} {'macro-F1':>17} {'vs none':>8} {'augmented':>9} "
-             f"{'runs':>4}"]
+    lines = [
+        f"{'method':<34} {'model':<9} {'accuracy':>17} {'macro-F1':>17} {'vs none':>8} {'augmented':>9} {'runs':>4}"
+    ]
     for (method, model), g in main.groupby(["method", "model"], sort=False):
         acc, f1 = g["accuracy"].tolist(), g["macro_f1"].tolist()
         delta = statistics.mean(acc) - base[model] if model in base else float("nan")
-        lines.append(f"{method:<34} {model:<9} {statistics.mean(acc):>8.4f} ± {_std(acc):.4f} "
-                     f"{statistics.mean(f1):>8.4f} ± {_std(f1):.4f} {delta:>+8.4f} {int(g['n_augmented'].iloc[0]):>9} "
-                     f"{len(g):>4}")
+        lines.append(
+            f"{method:<34} {model:<9} {statistics.mean(acc):>8.4f} ± {_std(acc):.4f} "
+            f"{statistics.mean(f1):>8.4f} ± {_std(f1):.4f} {delta:>+8.4f} {int(g['n_augmented'].iloc[0]):>9} "
+            f"{len(g):>4}"
+        )
     return "\n".join(lines)
 
 
-def curve_points(pdf: "pd.DataFrame", backend: str, model: Optional[str] = None
-                 ) -> dict[str, list[tuple[int, float, float]]]:
+def curve_points(
+    pdf: "pd.DataFrame", backend: str, model: Optional[str] = None
+) -> dict[str, list[tuple[int, float, float]]]:
     """Figure 3's data: for the unfiltered and the BoostAug-filtered ``backend``, (n_aug, mean accuracy,
     sample std) sorted by n_aug, with ``none`` as the point n_aug = 0 of both; of one evaluation ``model``
     when given."""
@@ -136,8 +153,9 @@ def plot_curve(pdf: "pd.DataFrame", backend: str, models: Sequence[str], repeats
     for model in models:
         for method, points in curve_points(pdf, backend, model).items():
             xs, ys, err = zip(*points)
-            ax.errorbar(xs, ys, yerr=err, fmt="o-", capsize=3,
-                        label=method if len(models) == 1 else f"{method} ({model})")
+            ax.errorbar(
+                xs, ys, yerr=err, fmt="o-", capsize=3, label=method if len(models) == 1 else f"{method} ({model})"
+            )
     ax.set_xlabel("augmentations per source (Ñ)")
     ax.set_ylabel("test accuracy")
     ax.set_title(f"Accuracy vs augmentations, mean ± std of {repeats} seeds")

@@ -13,6 +13,7 @@ seconds of fitting. The candidates are embedded once per candidates version (:cl
 surrogate gives confidence and label; it has no language-model head, so no perplexity (the perplexity filter
 passes its candidates, as with fastText).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,16 @@ def sentence_encoder(spec: "FeatureSurrogateConfig"):
     ``spec.parallel_batches`` is False."""
     from common.models.generation.scoring import _encoder, minilm_path
 
-    return _encoder(spec.encoder or minilm_path(), None, spec.engine, spec.compute_type,
-                    spec.threads or spec.num_cpus, spec.max_tokens or None, spec.parallel_batches, spec.layers or None)
+    return _encoder(
+        spec.encoder or minilm_path(),
+        None,
+        spec.engine,
+        spec.compute_type,
+        spec.threads or spec.num_cpus,
+        spec.max_tokens or None,
+        spec.parallel_batches,
+        spec.layers or None,
+    )
 
 
 def embed(encoder, texts: Sequence[str], batch_size: int = 256, batch_tokens: Optional[int] = None) -> np.ndarray:
@@ -51,12 +60,14 @@ def embed(encoder, texts: Sequence[str], batch_size: int = 256, batch_tokens: Op
     from common.models.generation.sentence_encoder import CT2SentenceEncoder
 
     budget = {"max_batch_tokens": batch_tokens} if isinstance(encoder, CT2SentenceEncoder) else {}
-    return encoder.encode([t or "" for t in texts], batch_size=batch_size, normalize_embeddings=True,
-                          convert_to_numpy=True, **budget)
+    return encoder.encode(
+        [t or "" for t in texts], batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, **budget
+    )
 
 
-def fit_head(x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence[str], c_grid: Sequence[float],
-             seed: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def fit_head(
+    x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence[str], c_grid: Sequence[float], seed: int
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """A multinomial logistic regression of ``y`` on ``x`` for each L2 strength C in ``c_grid``; the one with
     the best accuracy on (``x_val``, ``y_val``) is kept (ties: the smaller C; no validation rows: the largest).
     Returns (head arrays: coef, intercept, labels; figures: C, val_accuracy, rows, classes)."""
@@ -79,8 +90,9 @@ def fit_head(x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence
     return head, {"C": c, "val_accuracy": accuracy, "rows": len(y), "classes": len(labels)}
 
 
-def fit_mlp_head(x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence[str], hidden: int,
-                 max_iter: int, seed: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def fit_mlp_head(
+    x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequence[str], hidden: int, max_iter: int, seed: int
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """A one-hidden-layer ReLU MLP (``hidden`` units, Adam, scikit-learn's default L2) of ``y`` on ``x``, trained
     until its training loss stops falling or ``max_iter`` epochs, with no early stopping: like the paper's
     fine-tuned surrogates it ends sure of in-distribution text, which is the scale its 0.99 confidence
@@ -100,11 +112,21 @@ def fit_mlp_head(x: np.ndarray, y: Sequence[str], x_val: np.ndarray, y_val: Sequ
     w2, b2 = model.coefs_[1], model.intercepts_[1]
     if len(labels) == 2:  # one logistic output for two classes: logits (0, z) give the same probabilities
         w2, b2 = np.hstack([np.zeros_like(w2), w2]), np.concatenate([[0.0], b2])
-    head = {"w1": model.coefs_[0].astype(np.float32), "b1": model.intercepts_[0].astype(np.float32),
-            "w2": w2.astype(np.float32), "b2": b2.astype(np.float32), "labels": labels}
+    head = {
+        "w1": model.coefs_[0].astype(np.float32),
+        "b1": model.intercepts_[0].astype(np.float32),
+        "w2": w2.astype(np.float32),
+        "b2": b2.astype(np.float32),
+        "labels": labels,
+    }
     accuracy = float((model.predict(x_val) == np.asarray(y_val)).mean()) if len(y_val) else float("nan")
-    return head, {"hidden": hidden, "epochs": int(model.n_iter_), "val_accuracy": accuracy, "rows": len(y),
-                  "classes": len(labels)}
+    return head, {
+        "hidden": hidden,
+        "epochs": int(model.n_iter_),
+        "val_accuracy": accuracy,
+        "rows": len(y),
+        "classes": len(labels),
+    }
 
 
 def predict(head: dict[str, np.ndarray], x: np.ndarray) -> tuple[list[str], list[float]]:
@@ -144,10 +166,12 @@ def fit_surrogates(plans: Sequence[dict[str, Any]], spec: "FeatureSurrogateConfi
         x = vectors[[index[t or ""] for t, _ in train]]
         x_val = vectors[[index[t or ""] for t, _ in val]] if val else np.zeros((0, vectors.shape[1]), np.float32)
         y, y_val = [lab for _, lab in train], [lab for _, lab in val]
-        head, figures = fit_mlp_head(x, y, x_val, y_val, spec.hidden, spec.max_iter, seed) if spec.head == "mlp" \
+        head, figures = (
+            fit_mlp_head(x, y, x_val, y_val, spec.hidden, spec.max_iter, seed)
+            if spec.head == "mlp"
             else fit_head(x, y, x_val, y_val, spec.c_grid, seed)
-        figures.update(epoch=0, seconds=time.perf_counter() - began, embed_seconds=embed_seconds,
-                       uri=plan["out_dir"])
+        )
+        figures.update(epoch=0, seconds=time.perf_counter() - began, embed_seconds=embed_seconds, uri=plan["out_dir"])
         with worker_scratch("feature-head-") as tmp:
             np.savez(os.path.join(tmp, HEAD_FILE), **head)
             with open(os.path.join(tmp, REPORT_FILE), "w", encoding="utf-8") as fh:
@@ -196,7 +220,7 @@ class CandidateEmbedder:
         index = {t: i for i, t in enumerate(distinct)}
         x = embed(self.encoder, distinct, self.batch_size, self.batch_tokens)[[index[t] for t in texts]]
         dim = x.shape[1] if x.size else 0
-        offsets = pa.array(np.arange(0, len(texts) * dim + 1, max(dim, 1))[:len(texts) + 1], pa.int32())
+        offsets = pa.array(np.arange(0, len(texts) * dim + 1, max(dim, 1))[: len(texts) + 1], pa.int32())
         return batch.append_column(EMBEDDING, pa.ListArray.from_arrays(offsets, pa.array(x.ravel(), pa.float32())))
 
 
@@ -225,13 +249,20 @@ class FeatureHeadScorer:
             for i, lab, c in zip(rows, *predict(self.heads[int(fold)], x[rows])):
                 conf[i], label[i] = c, lab
         nulls = pa.nulls(n, pa.float64())
-        columns = [("confidence", pa.array(conf, pa.float64())), ("pred_label", pa.array(label, pa.string())),
-                   ("perplexity", nulls), ("perplexity_limit", nulls)]
+        columns = [
+            ("confidence", pa.array(conf, pa.float64())),
+            ("pred_label", pa.array(label, pa.string())),
+            ("perplexity", nulls),
+            ("perplexity_limit", nulls),
+        ]
         if self.mono is not None:
             m_label, m_conf = predict(self.mono, x)
-            columns += [("mono_confidence", pa.array(m_conf, pa.float64())),
-                        ("mono_label", pa.array(m_label, pa.string())),
-                        ("mono_perplexity", nulls), ("mono_perplexity_limit", nulls)]
+            columns += [
+                ("mono_confidence", pa.array(m_conf, pa.float64())),
+                ("mono_label", pa.array(m_label, pa.string())),
+                ("mono_perplexity", nulls),
+                ("mono_perplexity_limit", nulls),
+            ]
         for name, values in columns:
             batch = batch.append_column(name, values)
         return batch
@@ -250,12 +281,21 @@ def embed_on_ray(ds, spec: "FeatureSurrogateConfig"):
     # the actors' threads stay spec's (the embeddings depend on them); the request fits the largest node
     cpus = fit_cpus(spec.num_cpus, "boostaug candidate embedding")
     # An actor's calls share its encoder (CTranslate2 takes concurrent batches) and its thread pool.
-    pool = ray.data.ActorPoolStrategy(size=concurrency, max_concurrent_calls_per_actor=spec.calls_per_actor,
-                                      enable_true_multi_threading=spec.calls_per_actor > 1)
+    pool = ray.data.ActorPoolStrategy(
+        size=concurrency,
+        max_concurrent_calls_per_actor=spec.calls_per_actor,
+        enable_true_multi_threading=spec.calls_per_actor > 1,
+    )
     return map_batches_on_actors(
-        ds.repartition(target_num_rows_per_block=spec.batch_size), CandidateEmbedder, batch_format="pyarrow",
-        batch_size=spec.batch_size, compute=pool, num_cpus=cpus, num_gpus=spec.num_gpus or None,
-        fn_constructor_kwargs={"spec": spec})
+        ds.repartition(target_num_rows_per_block=spec.batch_size),
+        CandidateEmbedder,
+        batch_format="pyarrow",
+        batch_size=spec.batch_size,
+        compute=pool,
+        num_cpus=cpus,
+        num_gpus=spec.num_gpus or None,
+        fn_constructor_kwargs={"spec": spec},
+    )
 
 
 def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], spec: "FeatureSurrogateConfig"):
@@ -265,5 +305,11 @@ def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], spec: "Fea
     from common.platform.ray_stages import map_batches_on_actors
 
     return map_batches_on_actors(
-        ds, FeatureHeadScorer, batch_format="pyarrow", batch_size=spec.batch_size, concurrency=1, num_cpus=1,
-        fn_constructor_kwargs={"surrogates": surrogates, "mono": mono})
+        ds,
+        FeatureHeadScorer,
+        batch_format="pyarrow",
+        batch_size=spec.batch_size,
+        concurrency=1,
+        num_cpus=1,
+        fn_constructor_kwargs={"surrogates": surrogates, "mono": mono},
+    )

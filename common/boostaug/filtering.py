@@ -17,6 +17,7 @@ handful of a class's texts cannot judge its augmentations, and would otherwise f
 
 Every candidate ends up kept or with a reason, so candidates = kept + rejected by construction.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Collection
@@ -34,10 +35,17 @@ REASON_LABEL = "predicted label differs from the source label"
 REASON_UNJUDGED = "beyond the first {n} candidates (class below min_class_support, unjudged)"
 
 
-def apply_filters(scored: "DataFrame", n_aug: int, cfg: FilterConfig, enabled: Collection[str],
-                  confidence: str = "confidence", predicted: str = "pred_label",
-                  perplexity: str = "perplexity", perplexity_limit: str = "perplexity_limit",
-                  unjudged: Collection[str] = ()) -> "DataFrame":
+def apply_filters(
+    scored: "DataFrame",
+    n_aug: int,
+    cfg: FilterConfig,
+    enabled: Collection[str],
+    confidence: str = "confidence",
+    predicted: str = "pred_label",
+    perplexity: str = "perplexity",
+    perplexity_limit: str = "perplexity_limit",
+    unjudged: Collection[str] = (),
+) -> "DataFrame":
     """``scored`` (source_id, backend, aug_idx, label and the score columns) plus ``reason``, null for kept
     candidates. ``enabled``: the filters to apply (a subset of perplexity, confidence, label); a perplexity
     column of nulls means the surrogate has none, and that filter passes everything. ``unjudged``: labels the
@@ -55,8 +63,12 @@ def apply_filters(scored: "DataFrame", n_aug: int, cfg: FilterConfig, enabled: C
     if perplexity_limit in scored.columns:
         limit = F.coalesce(F.col(perplexity_limit), limit)
         reason_ppl = F.when(F.col(perplexity_limit).isNull(), reason_ppl).otherwise(
-            F.concat(F.lit("perplexity >= "), F.round(F.col(perplexity_limit), 2).cast("string"),
-                     F.lit(" (validation quantile)")))
+            F.concat(
+                F.lit("perplexity >= "),
+                F.round(F.col(perplexity_limit), 2).cast("string"),
+                F.lit(" (validation quantile)"),
+            )
+        )
     ppl_fails = (F.col(perplexity).isNotNull() & (F.col(perplexity) >= limit)) if use_ppl else F.lit(False)
     df = scored.withColumn("_ppl_fails", ppl_fails)
     rules = [(F.col("_ppl_fails"), reason_ppl)]
@@ -66,8 +78,9 @@ def apply_filters(scored: "DataFrame", n_aug: int, cfg: FilterConfig, enabled: C
         rules.append((~judged & (F.col("aug_idx") >= n_aug), F.lit(REASON_UNJUDGED.format(n=n_aug))))
     if "confidence" in enabled:
         # Ranked among the survivors of the perplexity filter; ties broken by candidate index.
-        rank_window = Window.partitionBy("source_id", "backend", "_ppl_fails") \
-            .orderBy(F.col(confidence).desc(), F.col("aug_idx"))
+        rank_window = Window.partitionBy("source_id", "backend", "_ppl_fails").orderBy(
+            F.col(confidence).desc(), F.col("aug_idx")
+        )
         df = df.withColumn("_rank", F.row_number().over(rank_window))
         threshold = F.lit(float(cfg.confidence_threshold))
         reason_conf = F.lit(REASON_CONFIDENCE.format(t=cfg.confidence_threshold))
@@ -77,11 +90,18 @@ def apply_filters(scored: "DataFrame", n_aug: int, cfg: FilterConfig, enabled: C
                 considered = considered & (F.col(predicted) == F.col("label"))
             df = _with_class_limits(df, considered, confidence, cfg.confidence_class_quantile)
             threshold = F.least(threshold, F.coalesce(F.col("_class_limit"), threshold))
-            reason_conf = F.when(F.col("_class_limit") < cfg.confidence_threshold, F.concat(
-                F.lit("confidence <= "), F.round(F.col("_class_limit"), 4).cast("string"), F.lit(" (class quantile)"))
+            reason_conf = F.when(
+                F.col("_class_limit") < cfg.confidence_threshold,
+                F.concat(
+                    F.lit("confidence <= "),
+                    F.round(F.col("_class_limit"), 4).cast("string"),
+                    F.lit(" (class quantile)"),
+                ),
             ).otherwise(reason_conf)
-        rules += [(judged & (F.col("_rank") > n_aug), F.lit(REASON_RANK.format(n=n_aug))),
-                  (judged & (F.col(confidence) <= threshold), reason_conf)]
+        rules += [
+            (judged & (F.col("_rank") > n_aug), F.lit(REASON_RANK.format(n=n_aug))),
+            (judged & (F.col(confidence) <= threshold), reason_conf),
+        ]
     else:
         # Without the ranking, the first n_aug candidates stand in for it, as unfiltered augmentation takes
         # them: the ablation then differs from BoostAug by the ranking alone, not by the number considered.
@@ -98,8 +118,11 @@ def _with_class_limits(df: "DataFrame", considered, confidence: str, quantile: f
     aggregate, broadcast back; the columns keep their order."""
     from pyspark.sql import functions as F
 
-    limits = (df.filter(considered).groupBy("backend", "label")
-              .agg(F.percentile_approx(confidence, quantile).alias("_class_limit")))
+    limits = (
+        df.filter(considered)
+        .groupBy("backend", "label")
+        .agg(F.percentile_approx(confidence, quantile).alias("_class_limit"))
+    )
     return df.join(F.broadcast(limits), ["backend", "label"], "left").select(*df.columns, "_class_limit")
 
 

@@ -8,6 +8,7 @@ ablation, w/o cross-boosting) is one surrogate trained on every fold, validated 
 Scoring: fastText surrogates score in Spark (:func:`score`, ``mapInPandas``); encoder surrogates on a Ray Data
 actor pool (:func:`score_on_ray`), where each actor loads every fold's model once (and a GPU when lent).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,8 +60,11 @@ def score(candidates: "DataFrame", surrogates: dict[int, str], mono: Optional[st
     """
     from pyspark.sql import types as T
 
-    fields = [T.StructField("confidence", T.DoubleType()), T.StructField("pred_label", T.StringType()),
-              T.StructField("perplexity", T.DoubleType())]
+    fields = [
+        T.StructField("confidence", T.DoubleType()),
+        T.StructField("pred_label", T.StringType()),
+        T.StructField("perplexity", T.DoubleType()),
+    ]
     if mono:
         fields += [T.StructField("mono_confidence", T.DoubleType()), T.StructField("mono_label", T.StringType())]
     schema = T.StructType(candidates.schema.fields + fields)
@@ -94,8 +98,14 @@ class EncoderPoolScorer:
     Adds confidence, pred_label, perplexity and perplexity_limit (the surrogate's calibrated threshold when
     ``quantile`` is set, else null), and the same four ``mono_*`` columns from the MonoAug surrogate."""
 
-    def __init__(self, surrogates: dict[int, str], mono: Optional[str], perplexity: bool,
-                 quantile: Optional[float], threads: int = 0):
+    def __init__(
+        self,
+        surrogates: dict[int, str],
+        mono: Optional[str],
+        perplexity: bool,
+        quantile: Optional[float],
+        threads: int = 0,
+    ):
         import torch
 
         from common.models.classifiers.encoder_classifier import EncoderScorer
@@ -127,20 +137,35 @@ class EncoderPoolScorer:
             out = self._judge(self.models[int(fold)], [texts[i] for i in rows])
             for i, c, lab, p in zip(rows, *out):
                 conf[i], label[i], ppl[i], limit[i] = c, lab, p, self.limits[int(fold)]
-        columns = {"confidence": (conf, pa.float64()), "pred_label": (label, pa.string()),
-                   "perplexity": (ppl, pa.float64()), "perplexity_limit": (limit, pa.float64())}
+        columns = {
+            "confidence": (conf, pa.float64()),
+            "pred_label": (label, pa.string()),
+            "perplexity": (ppl, pa.float64()),
+            "perplexity_limit": (limit, pa.float64()),
+        }
         if self.mono is not None:
             m_conf, m_label, m_ppl = self._judge(self.mono, texts)
-            columns.update({"mono_confidence": (m_conf, pa.float64()), "mono_label": (m_label, pa.string()),
-                            "mono_perplexity": (m_ppl, pa.float64()),
-                            "mono_perplexity_limit": ([self.mono_limit] * n, pa.float64())})
+            columns.update(
+                {
+                    "mono_confidence": (m_conf, pa.float64()),
+                    "mono_label": (m_label, pa.string()),
+                    "mono_perplexity": (m_ppl, pa.float64()),
+                    "mono_perplexity_limit": ([self.mono_limit] * n, pa.float64()),
+                }
+            )
         for name, (values, kind) in columns.items():
             batch = batch.append_column(name, pa.array(values, type=kind))
         return batch
 
 
-def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], cfg: "EncoderConfig", perplexity: bool,
-                 quantile: Optional[float]):
+def score_on_ray(
+    ds,
+    surrogates: dict[int, str],
+    mono: Optional[str],
+    cfg: "EncoderConfig",
+    perplexity: bool,
+    quantile: Optional[float],
+):
     """``ds`` (Ray Dataset of candidates) scored by :class:`EncoderPoolScorer` on a pool of
     ``cfg.concurrency`` actors with ``cfg.num_cpus`` CPUs and ``cfg.num_gpus`` GPUs each. The input is cut
     into blocks of ``cfg.score_batch_size`` rows so the pool starts at once and the write streams."""
@@ -149,7 +174,18 @@ def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], cfg: "Enco
     concurrency = actor_pool_size(cfg.concurrency, cfg.num_gpus, cfg.num_cpus, stage="boostaug scoring")
     cpus = fit_cpus(cfg.num_cpus, "boostaug scoring")
     return map_batches_on_actors(
-        ds.repartition(target_num_rows_per_block=cfg.score_batch_size), EncoderPoolScorer, batch_format="pyarrow",
-        batch_size=cfg.score_batch_size, concurrency=concurrency, num_cpus=cpus, num_gpus=cfg.num_gpus or None,
-        fn_constructor_kwargs={"surrogates": surrogates, "mono": mono, "perplexity": perplexity,
-                               "quantile": quantile, "threads": cfg.num_cpus})
+        ds.repartition(target_num_rows_per_block=cfg.score_batch_size),
+        EncoderPoolScorer,
+        batch_format="pyarrow",
+        batch_size=cfg.score_batch_size,
+        concurrency=concurrency,
+        num_cpus=cpus,
+        num_gpus=cfg.num_gpus or None,
+        fn_constructor_kwargs={
+            "surrogates": surrogates,
+            "mono": mono,
+            "perplexity": perplexity,
+            "quantile": quantile,
+            "threads": cfg.num_cpus,
+        },
+    )

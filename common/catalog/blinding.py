@@ -1,4 +1,5 @@
 """CS-Blind, the consistency paper's blinding baseline: colours and sizes replaced by constant tokens."""
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,10 @@ def dictionary_text(path: Optional[str], shipped: str) -> str:
         return files("common.catalog").joinpath("dictionaries", f"{shipped}.txt").read_text(encoding="utf-8")
     candidate = Path(path)
     if not candidate.is_file():
-        raise FileNotFoundError(f"dictionary not found: {path} (set it to a file on the driver, or to null for the "
-                                f"suite's own {shipped} list)")
+        raise FileNotFoundError(
+            f"dictionary not found: {path} (set it to a file on the driver, or to null for the "
+            f"suite's own {shipped} list)"
+        )
     return candidate.read_text(encoding="utf-8")
 
 

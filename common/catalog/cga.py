@@ -4,6 +4,7 @@ D_pairs: ordered pairs of different versions of one catalog group (T5 learns the
 D_aug: samples generated from D_L, scored against their source, kept at s >= T, optionally sub-sampled
 to N, labelled with their source's category. The sweep points reproduce the paper's Figure 2.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,8 +34,14 @@ def group_version_pairs(items: "DataFrame", max_pairs_per_group: Optional[int], 
     pairs = a.join(b, "group_id").filter(F.col("source_text") != F.col("target_text"))
     if max_pairs_per_group is None:
         return pairs
-    ranked = pairs.withColumn("_r", F.row_number().over(Window.partitionBy("group_id").orderBy(
-        F.xxhash64(F.lit(seed), "source_text", "target_text"), "source_text", "target_text")))
+    ranked = pairs.withColumn(
+        "_r",
+        F.row_number().over(
+            Window.partitionBy("group_id").orderBy(
+                F.xxhash64(F.lit(seed), "source_text", "target_text"), "source_text", "target_text"
+            )
+        ),
+    )
     return ranked.filter(F.col("_r") <= max_pairs_per_group).drop("_r")
 
 
@@ -45,8 +52,9 @@ def generation_inputs(labeled: "DataFrame") -> "DataFrame":
     return labeled.select(F.col("item_id").cast("string").alias("source_id"), F.col("title").alias("source_text"))
 
 
-def augmentation_set(generated: "DataFrame", labeled: "DataFrame", threshold: float, n: Optional[int],
-                     seed: int) -> "DataFrame":
+def augmentation_set(
+    generated: "DataFrame", labeled: "DataFrame", threshold: float, n: Optional[int], seed: int
+) -> "DataFrame":
     """D_aug: ``item_id, title, category, source_title, score, sample_idx``.
 
     ``generated`` is the scored generation table (``score`` and threshold-free ``reason`` per row); rows
@@ -58,14 +66,25 @@ def augmentation_set(generated: "DataFrame", labeled: "DataFrame", threshold: fl
 
     from common.catalog.consistency import uniform_sample
 
-    kept = generated.filter(THRESHOLD_FREE).filter(F.col("score") >= F.lit(threshold) - F.lit(1e-12)) \
-        .groupBy("source_id", "generated_text").agg(F.min("sample_idx").alias("sample_idx"),
-                                                    F.max("score").alias("score"),
-                                                    F.first("source_text").alias("source_title"))
+    kept = (
+        generated.filter(THRESHOLD_FREE)
+        .filter(F.col("score") >= F.lit(threshold) - F.lit(1e-12))
+        .groupBy("source_id", "generated_text")
+        .agg(
+            F.min("sample_idx").alias("sample_idx"),
+            F.max("score").alias("score"),
+            F.first("source_text").alias("source_title"),
+        )
+    )
     labels = labeled.select(F.col("item_id").cast("string").alias("source_id"), "category")
     aug = kept.join(labels, "source_id").select(
         F.concat_ws("#", "source_id", F.col("sample_idx").cast("string")).alias("item_id"),
-        F.col("generated_text").alias("title"), "category", "source_title", "score", "sample_idx")
+        F.col("generated_text").alias("title"),
+        "category",
+        "source_title",
+        "score",
+        "sample_idx",
+    )
     if n is None:
         return aug
     total = aug.count()
@@ -77,7 +96,8 @@ def training_set(labeled: "DataFrame", aug: "DataFrame") -> "DataFrame":
     from pyspark.sql import functions as F
 
     return labeled.select("title", "category", F.lit("labeled").alias("source")).unionByName(
-        aug.select("title", "category", F.lit("generated").alias("source")))
+        aug.select("title", "category", F.lit("generated").alias("source"))
+    )
 
 
 @dataclass(frozen=True)

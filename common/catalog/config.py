@@ -1,4 +1,5 @@
 """The catalog methods' config (consistency paper, METHODS.md section 1): grouping, CST, CGA."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ class GroupingConfig:
     # Identifier columns that link items into one group when no group_id is given (connected components over shared
     # values).
     identifiers: list[Literal["gtin", "mpn", "brand_model"]] = field(
-        default_factory=lambda: ["gtin", "mpn", "brand_model"])
+        default_factory=lambda: ["gtin", "mpn", "brand_model"]
+    )
     # Consistency paper: group sizes 2..192. Groups outside go to quarantine.
     min_size: int = 2
     # The largest group kept (the consistency paper's 192); larger ones go to quarantine.
@@ -131,5 +133,8 @@ class CGAConfig:
         check_generator(self.model, self.fine_tune, "cga")
         check(self.n is None or self.n >= 1, "cga.n", "must be >= 1 (or null for no sub-sampling)")
         check(self.sources is None or self.sources >= 1, "cga.sources", "must be >= 1 (or null for every D_L title)")
-        check(self.max_pairs_per_group is None or self.max_pairs_per_group >= 1, "cga.max_pairs_per_group",
-               "must be >= 1 (or null)")
+        check(
+            self.max_pairs_per_group is None or self.max_pairs_per_group >= 1,
+            "cga.max_pairs_per_group",
+            "must be >= 1 (or null)",
+        )

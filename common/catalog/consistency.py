@@ -1,4 +1,5 @@
 """Transforms of the consistency paper's experiment: splits, group pseudo-labels (CST), version pairs."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, Optional, Sequence
@@ -15,8 +16,9 @@ def sample_size(spec: float, total: int) -> int:
     return max(0, min(size, total))
 
 
-def uniform_sample(df: "DataFrame", size: int, seed: int, key_cols: Sequence[str],
-                   total: Optional[int] = None) -> "DataFrame":
+def uniform_sample(
+    df: "DataFrame", size: int, seed: int, key_cols: Sequence[str], total: Optional[int] = None
+) -> "DataFrame":
     """Exactly ``size`` rows drawn uniformly, deterministic by seed (an exact draw with one stratum).
     ``total``, the frame's row count when the caller has it, saves a Spark job."""
     from pyspark.sql import functions as F
@@ -26,8 +28,12 @@ def uniform_sample(df: "DataFrame", size: int, seed: int, key_cols: Sequence[str
     return draw(one, "_stratum", {"all": size}, seed, key_cols, counts).drop("_stratum")
 
 
-def group_labels(predicted: "DataFrame", rule: Literal["max_confidence", "majority"],
-                 label_col: str = "pred_label", confidence_col: str = "pred_confidence") -> "DataFrame":
+def group_labels(
+    predicted: "DataFrame",
+    rule: Literal["max_confidence", "majority"],
+    label_col: str = "pred_label",
+    confidence_col: str = "pred_confidence",
+) -> "DataFrame":
     """One pseudo-label per group, h(X_i; f_base): ``(group_id, group_label, group_confidence)``.
 
     ``max_confidence`` (the paper's best): the group's single most confident prediction.
@@ -38,13 +44,16 @@ def group_labels(predicted: "DataFrame", rule: Literal["max_confidence", "majori
     from pyspark.sql import functions as F
 
     if rule == "max_confidence":
-        candidates = predicted.select("group_id", F.col(label_col).alias("group_label"),
-                                      F.col(confidence_col).alias("group_confidence"))
+        candidates = predicted.select(
+            "group_id", F.col(label_col).alias("group_label"), F.col(confidence_col).alias("group_confidence")
+        )
         order = [F.col("group_confidence").desc(), F.col("group_label")]
     elif rule == "majority":
         candidates = predicted.groupBy("group_id", F.col(label_col).alias("group_label")).agg(
-            F.count("*").alias("votes"), F.sum(confidence_col).alias("confidence_sum"),
-            F.avg(confidence_col).alias("group_confidence"))
+            F.count("*").alias("votes"),
+            F.sum(confidence_col).alias("confidence_sum"),
+            F.avg(confidence_col).alias("group_confidence"),
+        )
         order = [F.col("votes").desc(), F.col("confidence_sum").desc(), F.col("group_label")]
     else:
         raise ValueError(f"consistency.pseudo_label: unknown rule {rule!r}; allowed: max_confidence, majority")
@@ -61,17 +70,26 @@ def version_pairs(items: "DataFrame", seed: int) -> "DataFrame":
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    keyed = items.select("group_id", "item_id", "title",
-                         F.xxhash64(F.lit(seed), F.col("item_id")).alias("_h"),
-                         F.lower(F.trim(F.col("title"))).alias("_t"))
+    keyed = items.select(
+        "group_id",
+        "item_id",
+        "title",
+        F.xxhash64(F.lit(seed), F.col("item_id")).alias("_h"),
+        F.lower(F.trim(F.col("title"))).alias("_t"),
+    )
     by_hash = Window.partitionBy("group_id").orderBy("_h", "item_id")
-    first = keyed.withColumn("_r", F.row_number().over(by_hash)).filter("_r = 1") \
-        .select("group_id", F.col("item_id").alias("item_id_1"), F.col("title").alias("title_1"),
-                F.col("_t").alias("_t1"))
+    first = (
+        keyed.withColumn("_r", F.row_number().over(by_hash))
+        .filter("_r = 1")
+        .select(
+            "group_id", F.col("item_id").alias("item_id_1"), F.col("title").alias("title_1"), F.col("_t").alias("_t1")
+        )
+    )
     others = keyed.join(first, "group_id").filter(F.col("_t") != F.col("_t1"))
     second = others.withColumn("_r", F.row_number().over(by_hash)).filter("_r = 1")
-    return second.select("group_id", "item_id_1", "title_1", F.col("item_id").alias("item_id_2"),
-                         F.col("title").alias("title_2"))
+    return second.select(
+        "group_id", "item_id_1", "title_1", F.col("item_id").alias("item_id_2"), F.col("title").alias("title_2")
+    )
 
 
 def truncated(df: "DataFrame", col: str, level: int, alias: str) -> "DataFrame":

@@ -1,4 +1,5 @@
 """The consistency paper's metric as a Spark aggregate: do versions of one item get one prediction?"""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -21,6 +22,9 @@ def by_method(results: "DataFrame") -> "DataFrame":
     from pyspark.sql import functions as F
 
     return results.groupBy("method").agg(
-        F.avg("f1_weighted").alias("f1"), F.stddev_pop("f1_weighted").alias("f1_std"),
-        F.avg("consistency_rate").alias("consistency"), F.stddev_pop("consistency_rate").alias("consistency_std"),
-        F.count("*").alias("runs"))
+        F.avg("f1_weighted").alias("f1"),
+        F.stddev_pop("f1_weighted").alias("f1_std"),
+        F.avg("consistency_rate").alias("consistency"),
+        F.stddev_pop("consistency_rate").alias("consistency_std"),
+        F.count("*").alias("runs"),
+    )

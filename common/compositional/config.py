@@ -1,6 +1,7 @@
 """Compositional multi-label augmentation's config (paper 4, METHODS.md section 4): the compositional
 split, the label-composition generator, the conditional text generators, quality control and the
 evaluation. Defaults are the paper's settings where it fixes them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -51,8 +52,11 @@ class SplitConfig:
         check(self.support >= 1, "compositional.split.support", "must be >= 1")
         check(self.min_labels >= 2, "compositional.split.min_labels", "must be >= 2 (a composition has 2+ labels)")
         check(self.min_examples >= 1, "compositional.split.min_examples", "must be >= 1")
-        check(self.max_examples is None or self.max_examples >= self.min_examples, "compositional.split.max_examples",
-              "must be >= min_examples (or null)")
+        check(
+            self.max_examples is None or self.max_examples >= self.min_examples,
+            "compositional.split.max_examples",
+            "must be >= min_examples (or null)",
+        )
 
 
 @dataclass
@@ -78,8 +82,16 @@ class LabelGeneratorConfig:
 
 def _generation() -> GenerationConfig:
     # One text per prompt: the prompts themselves follow P(y), one per accepted draw.
-    return GenerationConfig(n_samples=1, mode="sample", top_k=50, top_p=0.95, max_new_tokens=48,
-                            max_source_tokens=48, bucket_size=64, batch_size=128)
+    return GenerationConfig(
+        n_samples=1,
+        mode="sample",
+        top_k=50,
+        top_p=0.95,
+        max_new_tokens=48,
+        max_source_tokens=48,
+        bucket_size=64,
+        batch_size=128,
+    )
 
 
 @dataclass
@@ -94,11 +106,13 @@ class TextGeneratorConfig:
     methods: list[Literal["concat", "t5_labels", "label_prefix"]] = field(default_factory=lambda: list(GENERATORS))
     # A causal kind: t5_labels writes a text after this prompt with the label names in it; label_prefix puts the
     # labels' learned blocks ahead of the text instead (the paper's prefix-tuned GPT-2).
-    model: T5ModelConfig = field(default_factory=lambda: T5ModelConfig(
-        prompt="Labels: {source}\nA text with these labels:"))
+    model: T5ModelConfig = field(
+        default_factory=lambda: T5ModelConfig(prompt="Labels: {source}\nA text with these labels:")
+    )
     # The paper: learning rate 5e-5 for LS-PT (GPT2, 110M); a higher rate suits the smaller models here.
-    fine_tune: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(epochs=3, learning_rate=1e-4,
-                                                                             batch_size=32, checkpoint_every=0))
+    fine_tune: FineTuneConfig = field(
+        default_factory=lambda: FineTuneConfig(epochs=3, learning_rate=1e-4, batch_size=32, checkpoint_every=0)
+    )
     generation: GenerationConfig = field(default_factory=_generation)
     # LS-PT: prefix vectors per label (L).
     prefix_length: int = 8
@@ -108,9 +122,12 @@ class TextGeneratorConfig:
         check(self.prefix_length >= 1, "compositional.generator.prefix_length", "must be >= 1")
         check_generator(self.model, self.fine_tune, "compositional.generator")
         # In-context generation trains nothing, and LS-PT's label prefixes are weights that must be learned.
-        check("label_prefix" not in self.methods or not in_context(self.model, self.fine_tune),
-              "compositional.generator.methods", "label_prefix (LS-PT) learns a prefix per label, so it needs a "
-              "fine-tune (fine_tune.epochs >= 1 or max_steps); in-context generation (epochs 0) serves t5_labels only")
+        check(
+            "label_prefix" not in self.methods or not in_context(self.model, self.fine_tune),
+            "compositional.generator.methods",
+            "label_prefix (LS-PT) learns a prefix per label, so it needs a "
+            "fine-tune (fine_tune.epochs >= 1 or max_steps); in-context generation (epochs 0) serves t5_labels only",
+        )
 
 
 @dataclass
@@ -172,8 +189,13 @@ class CompositionalConfig:
     def card_facts(self) -> tuple[dict, dict]:
         """(generator, filter) as the kept synthetic dataset's card shows them."""
         g, qc = self.generator, self.qc
-        generator = {"methods": g.methods, "label sets": f"drawn by {self.label_generator.kind}",
-                     **generator_facts(g.model, g.fine_tune, g.generation)}
-        return generator, {"QC classifier": qc.model, "kept per method": qc.target,
-                           "candidates per kept text": qc.overgenerate}
-
+        generator = {
+            "methods": g.methods,
+            "label sets": f"drawn by {self.label_generator.kind}",
+            **generator_facts(g.model, g.fine_tune, g.generation),
+        }
+        return generator, {
+            "QC classifier": qc.model,
+            "kept per method": qc.target,
+            "candidates per kept text": qc.overgenerate,
+        }

@@ -1,5 +1,6 @@
 """Quality control and evaluation (paper 4): the per-example set metrics as Column expressions, the QC cut,
 the per-run results aggregate, and the Table-2-style summary and Figure-4-style curve."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -33,12 +34,18 @@ def qc_cut(candidate_rows: "DataFrame", predictions: "DataFrame", target: int, s
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    scored = candidate_rows.join(predictions.select("example_id", "predicted"), "example_id", "left") \
-        .withColumn("jaccard", F.when(F.col("predicted").isNotNull(), set_metrics(F.col("predicted"), F.col("labels"))[
-            "jaccard"]))
+    scored = candidate_rows.join(predictions.select("example_id", "predicted"), "example_id", "left").withColumn(
+        "jaccard", F.when(F.col("predicted").isNotNull(), set_metrics(F.col("predicted"), F.col("labels"))["jaccard"])
+    )
     ok = scored.filter(F.col("reason").isNull())
-    ranked = ok.withColumn("rank", F.row_number().over(Window.partitionBy("method").orderBy(
-        F.col("jaccard").desc_nulls_last(), F.xxhash64(F.lit(seed), "example_id"), "example_id")))
+    ranked = ok.withColumn(
+        "rank",
+        F.row_number().over(
+            Window.partitionBy("method").orderBy(
+                F.col("jaccard").desc_nulls_last(), F.xxhash64(F.lit(seed), "example_id"), "example_id"
+            )
+        ),
+    )
     ranked = ranked.withColumn("reason", F.when(F.col("rank") > target, F.lit("below the QC cut")))
     failed = scored.filter(F.col("reason").isNotNull()).withColumn("rank", F.lit(None).cast("int"))
     return ranked.unionByName(failed)
@@ -52,9 +59,12 @@ def results(predictions: "DataFrame") -> "DataFrame":
     metrics = set_metrics(F.col("predicted"), F.col("gold"))
     keys = ["split_kind", "method", "model", "size", "repeat", "seed"]
     return predictions.groupBy(*keys).agg(
-        *[F.avg(metrics[m]).alias(m) for m in METRICS], F.first("n_train").alias("n_train"),
-        F.first("n_augmented").alias("n_augmented"), F.count(F.lit(1)).alias("n_test"),
-        F.first("threshold").alias("threshold"))
+        *[F.avg(metrics[m]).alias(m) for m in METRICS],
+        F.first("n_train").alias("n_train"),
+        F.first("n_augmented").alias("n_augmented"),
+        F.count(F.lit(1)).alias("n_test"),
+        F.first("threshold").alias("threshold"),
+    )
 
 
 def _cell(values: "pd.Series") -> str:
@@ -71,17 +81,27 @@ def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
     full = pdf[pdf["size"] == pdf.groupby(keys)["size"].transform("max")]
     rows = []
     for (model, kind, method), group in full.groupby(keys, sort=False):
-        row = {"model": model, "split": kind, "method": method, "synthetic": int(group["n_augmented"].max()),
-               "seeds": len(group)}
+        row = {
+            "model": model,
+            "split": kind,
+            "method": method,
+            "synthetic": int(group["n_augmented"].max()),
+            "seeds": len(group),
+        }
         row.update({m: _cell(group[m]) for m in METRICS})
         base = full[(full["model"] == model) & (full["split_kind"] == kind) & (full["method"] == "no_aug")]["accuracy"]
-        row["accuracy gain"] = f"{100 * (group['accuracy'].mean() - base.mean()):+.2f}" \
-            if method != "no_aug" and len(base) else ""
+        row["accuracy gain"] = (
+            f"{100 * (group['accuracy'].mean() - base.mean()):+.2f}" if method != "no_aug" and len(base) else ""
+        )
         rows.append(row)
     table = pd.DataFrame(rows)
     order = {"cg": 0, "iid": 1}
-    return table.sort_values(["model", "split", "method"], key=lambda c: c.map(order) if c.name == "split" else
-                             c.map(lambda m: (m != "no_aug", m)) if c.name == "method" else c).reset_index(drop=True)
+    return table.sort_values(
+        ["model", "split", "method"],
+        key=lambda c: (
+            c.map(order) if c.name == "split" else c.map(lambda m: (m != "no_aug", m)) if c.name == "method" else c
+        ),
+    ).reset_index(drop=True)
 
 
 def curve_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
@@ -92,8 +112,11 @@ def curve_table(pdf: "pd.DataFrame") -> "pd.DataFrame":
     parts = []
     for model, cg in pdf[pdf["split_kind"] == "cg"].groupby("model", sort=True):
         base = cg[cg["method"] == "no_aug"]["accuracy"].mean()
-        table = (cg[cg["method"] != "no_aug"].groupby(["method", "n_augmented"])["accuracy"].mean() * 100).round(2) \
+        table = (
+            (cg[cg["method"] != "no_aug"].groupby(["method", "n_augmented"])["accuracy"].mean() * 100)
+            .round(2)
             .unstack("n_augmented")
+        )
         table.insert(0, 0, round(100 * base, 2))
         table = table.reset_index()
         table.insert(0, "model", model)

@@ -8,6 +8,7 @@ vocabulary (so each set has one sequence), and smoothing keeps every allowed ste
 lets it propose compositions the support set never showed. The support set is small (N_s = 50 rows)
 and the vocabulary is the label set's (11 emotions for SemEval), so the model lives on the driver.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -31,7 +32,7 @@ class MarkovLabelModel:
         v = len(self.vocabulary)
         allowed = np.zeros((v + 1, v + 1), dtype=bool)
         for i in range(v):
-            allowed[i, i + 1:v] = True  # to a later label
+            allowed[i, i + 1 : v] = True  # to a later label
             allowed[i, v] = True  # or stop
         allowed[v, :v] = True  # start: to any label, never straight to the end (no empty set)
         return allowed
@@ -77,8 +78,9 @@ class MarkovLabelModel:
                 return tuple(path)
 
 
-def sample_novel(model: MarkovLabelModel, seen: set[tuple[str, ...]], target: int, max_labels: int,
-                 max_draws: int, seed: int) -> tuple[Counter, int]:
+def sample_novel(
+    model: MarkovLabelModel, seen: set[tuple[str, ...]], target: int, max_labels: int, max_draws: int, seed: int
+) -> tuple[Counter, int]:
     """Draw label sets until ``target`` draws were novel (not in ``seen``, the training compositions) or
     ``max_draws`` were made. Returns (accepted draws per label set, total draws)."""
     rng = np.random.default_rng(seed)

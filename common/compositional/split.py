@@ -1,6 +1,7 @@
 """The compositional split (paper 4): M label compositions go to the test side, so train and test share no
 label set; N_s test-side examples form the support set; and an iid split of the same sizes. DataFrame
 transforms over ``multilabel`` rows (example_id, text, labels: a sorted array)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -44,8 +45,11 @@ def test_compositions(rows: "DataFrame", cfg: "SplitConfig", seed: int) -> "Data
     eligible = counts.filter((F.size("labels") >= cfg.min_labels) & (F.col("examples") >= cfg.min_examples))
     if cfg.max_examples is not None:
         eligible = eligible.filter(F.col("examples") <= cfg.max_examples)
-    return eligible.orderBy(F.xxhash64(F.lit(seed), "composition"), "composition").limit(cfg.compositions) \
+    return (
+        eligible.orderBy(F.xxhash64(F.lit(seed), "composition"), "composition")
+        .limit(cfg.compositions)
         .select("composition", "examples")
+    )
 
 
 def cg_split(rows: "DataFrame", chosen: "DataFrame", support: int, seed: int) -> dict[str, "DataFrame"]:
@@ -60,8 +64,11 @@ def cg_split(rows: "DataFrame", chosen: "DataFrame", support: int, seed: int) ->
     order = [F.xxhash64(F.lit(seed), "example_id"), "example_id"]
     # Every copy of a drawn support text joins the support set (copies survive ingest only with its dedup off).
     support_rows = with_copies(side.orderBy(*order).limit(support), side, "text")
-    return {"train": keyed.join(keys, "composition", "left_anti"), "support": support_rows,
-            "test": side.join(support_rows.select("example_id"), "example_id", "left_anti")}
+    return {
+        "train": keyed.join(keys, "composition", "left_anti"),
+        "support": support_rows,
+        "test": side.join(support_rows.select("example_id"), "example_id", "left_anti"),
+    }
 
 
 def iid_split(rows: "DataFrame", n_train: int, n_test: int, seed: int) -> dict[str, "DataFrame"]:

@@ -1,4 +1,5 @@
 """The data domain's config: input datasets, ingest validation rules, the demo world, sub-sampling."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,14 +47,26 @@ class InputSpec:
 
 
 # File suffixes the readers know, and the format each means.
-FILE_FORMATS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".parquet": "parquet", ".json": "json",
-                ".jsonl": "json", ".ndjson": "json"}
+FILE_FORMATS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".txt": "csv",
+    ".parquet": "parquet",
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+}
 
 
 def looks_like_table_name(path: str) -> bool:
     """True for ``catalog.schema.table``-style names: no slash, no URI scheme, no file suffix, no such file."""
-    return (not is_uri(path) and "/" not in path and "." in path
-            and Path(path).suffix.lower() not in FILE_FORMATS and not Path(path).exists())
+    return (
+        not is_uri(path)
+        and "/" not in path
+        and "." in path
+        and Path(path).suffix.lower() not in FILE_FORMATS
+        and not Path(path).exists()
+    )
 
 
 @dataclass
@@ -100,9 +113,8 @@ def relocated(path: str, relocate: dict[str, str]) -> str:
     for local, copy in relocate.items():
         folder = absolute(local).rstrip("/")
         if path == folder or path.startswith(folder + "/"):
-            return copy.rstrip("/") + path[len(folder):]
+            return copy.rstrip("/") + path[len(folder) :]
     return path
-
 
 
 @dataclass
@@ -211,10 +223,16 @@ class DemoConfig:
         check(self.scale > 0, "demo.scale", "must be > 0")
         for name in ("n_labeled", "n_groups", "n_sessions", "partitions"):
             check(getattr(self, name) >= 1, f"demo.{name}", "must be >= 1")
-        check(2 <= self.group_size_min <= self.group_size_max, "demo.group_size_min",
-               "must satisfy 2 <= group_size_min <= group_size_max")
-        check(self.group_size_min < self.group_size_mean <= self.group_size_max, "demo.group_size_mean",
-               "must lie in (group_size_min, group_size_max]")
+        check(
+            2 <= self.group_size_min <= self.group_size_max,
+            "demo.group_size_min",
+            "must satisfy 2 <= group_size_min <= group_size_max",
+        )
+        check(
+            self.group_size_min < self.group_size_mean <= self.group_size_max,
+            "demo.group_size_mean",
+            "must lie in (group_size_min, group_size_max]",
+        )
         for name in ("spurious_strength", "signal_rate", "null_group_fraction", "bad_row_fraction"):
             value = getattr(self, name)
             check(0.0 <= value <= 1.0, f"demo.{name}", f"must be in [0, 1], got {value}")
@@ -252,5 +270,8 @@ class SubsampleConfig:
     def __post_init__(self) -> None:
         check(self.level is None or self.level >= 1, "subsample.level", "must be >= 1")
         check(self.n is None or self.n >= 0, "subsample.n", "must be >= 0")
-        check(not (self.target_table and self.weights), "subsample.weights",
-               "give either subsample.target_table or subsample.weights, not both")
+        check(
+            not (self.target_table and self.weights),
+            "subsample.weights",
+            "give either subsample.target_table or subsample.weights, not both",
+        )

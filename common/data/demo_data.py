@@ -18,6 +18,7 @@ Randomness for each row comes from a generator seeded by (seed, stream, row inde
 not depend on how Spark partitions the work. The group-level "world" arrays are recomputed on each
 executor from the seed (O(groups) small numbers), never shipped from the driver.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,24 @@ import pandas as pd
 from common.data.config import DemoConfig
 from common.data.taxonomy import join_path
 
-COLOURS = ["black", "white", "red", "blue", "navy", "green", "olive", "grey", "pink", "purple", "yellow",
-           "orange", "beige", "brown", "teal", "burgundy"]
+COLOURS = [
+    "black",
+    "white",
+    "red",
+    "blue",
+    "navy",
+    "green",
+    "olive",
+    "grey",
+    "pink",
+    "purple",
+    "yellow",
+    "orange",
+    "beige",
+    "brown",
+    "teal",
+    "burgundy",
+]
 SIZES = {
     "apparel": ["XS", "S", "M", "L", "XL", "XXL"],
     "shoe": ["UK 4", "UK 5", "UK 6", "UK 7", "UK 8", "UK 9", "UK 10", "UK 11"],
@@ -61,56 +78,160 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("Apparel & Accessories", "Clothing", "Shirts & Tops", ("t-shirt", "tee", "crew neck top"),
-           (("Men's T-Shirts", ("men's", "mens")), ("Women's T-Shirts", ("women's", "ladies"))),
-           ("cotton", "organic cotton", "jersey", "linen blend"), "apparel", ("Northwind", "Urbano", "Kestrel"),
-           ("tshirt", "top")),
-    Family("Apparel & Accessories", "Clothing", "Outerwear", ("jacket", "rain jacket", "shell jacket"),
-           (("Men's Jackets", ("men's", "mens")), ("Women's Jackets", ("women's", "ladies"))),
-           ("nylon", "waterproof", "softshell", "recycled polyester"), "apparel", ("Kestrel", "Fjellrev", "Altura"),
-           ("coat", "anorak")),
-    Family("Apparel & Accessories", "Shoes", "Athletic Shoes", ("running shoes", "trainers", "runners"),
-           (("Road Running Shoes", ("road", "cushioned")), ("Trail Running Shoes", ("trail", "grip"))),
-           ("mesh", "knit", "breathable"), "shoe", ("Stride", "Pacer", "Altura"), ("sneakers", "running trainers")),
-    Family("Apparel & Accessories", "Shoes", "Boots", ("boots", "ankle boots", "wellies"),
-           (("Hiking Boots", ("hiking", "trekking")), ("Rain Boots", ("rain", "wellington"))),
-           ("leather", "rubber", "suede"), "shoe", ("Fjellrev", "Trekka", "Hunterby"), ("boot",)),
-    Family("Home & Garden", "Kitchen & Dining", "Cookware", ("pan", "skillet", "frying pan"),
-           (("Frying Pans", ("frying", "non-stick")), ("Saute Pans", ("saute", "deep"))),
-           ("cast iron", "stainless steel", "aluminium", "ceramic"), "dimension", ("Cuisina", "Ferro", "Brava"),
-           ("fry pan",)),
-    Family("Home & Garden", "Kitchen & Dining", "Drinkware", ("mug", "cup", "tumbler"),
-           (("Coffee Mugs", ("coffee", "ceramic")), ("Travel Mugs", ("travel", "insulated"))),
-           ("stoneware", "porcelain", "double wall steel"), "capacity", ("Brava", "Kaffa", "Thermos Co"),
-           ("coffee cup",)),
-    Family("Home & Garden", "Bedding", "Blankets", ("blanket", "throw", "fleece throw"),
-           (("Throw Blankets", ("sofa", "knitted")), ("Weighted Blankets", ("weighted", "heavy"))),
-           ("fleece", "cotton", "sherpa", "bamboo"), "bedding", ("Dormio", "Snugly", "Nordhaus"), ("throw blanket",)),
-    Family("Home & Garden", "Bedding", "Bed Sheets", ("sheet", "bed sheet", "sheet set"),
-           (("Fitted Sheets", ("fitted", "deep pocket")), ("Flat Sheets", ("flat", "hemmed"))),
-           ("percale", "egyptian cotton", "microfibre", "linen"), "bedding", ("Dormio", "Nordhaus", "Linaro"),
-           ("bedsheet",)),
-    Family("Sporting Goods", "Fitness", "Yoga", ("yoga mat", "exercise mat", "mat"),
-           (("Yoga Mats", ("non-slip", "studio")), ("Travel Yoga Mats", ("travel", "foldable"))),
-           ("tpe", "natural rubber", "pvc", "cork"), "dimension", ("Zenfit", "Asana", "Flexa"), ("fitness mat",)),
-    Family("Sporting Goods", "Fitness", "Weights", ("dumbbell", "weight", "hand weight"),
-           (("Dumbbells", ("dumbbell", "hex")), ("Kettlebells", ("kettlebell", "swing"))),
-           ("cast iron", "neoprene", "rubber coated"), "weight", ("Ironclad", "Flexa", "Titanforge"),
-           ("free weight",)),
-    Family("Electronics", "Audio", "Headphones", ("headphones", "headset", "earphones"),
-           (("Over-Ear Headphones", ("over-ear", "studio")), ("Wireless Earbuds", ("earbuds", "in-ear"))),
-           ("bluetooth", "wireless", "noise cancelling"), "edition", ("Sonora", "Beatnik", "Audiq"),
-           ("headphone", "cans")),
-    Family("Electronics", "Phone Accessories", "Phone Cases", ("phone case", "case", "cover"),
-           (("iPhone Cases", ("iphone", "magsafe")), ("Galaxy Cases", ("galaxy", "samsung"))),
-           ("silicone", "leather", "clear tpu", "rugged"), "edition", ("Armorly", "Casely", "Shieldo"),
-           ("phone cover",)),
-    Family("Toys & Games", "Toys", "Building Toys", ("building set", "blocks", "construction kit"),
-           (("Building Blocks", ("bricks", "classic")), ("Magnetic Tiles", ("magnetic", "tiles"))),
-           ("plastic", "wooden", "abs"), "age", ("Brickly", "Buildo", "Magnix"), ("building toy",)),
-    Family("Toys & Games", "Toys", "Dolls", ("doll", "doll set", "playset"),
-           (("Fashion Dolls", ("fashion", "style")), ("Baby Dolls", ("baby", "newborn"))),
-           ("vinyl", "soft body", "plastic"), "age", ("Dollina", "Playmore", "Tinytot"), ("dolly",)),
+    Family(
+        "Apparel & Accessories",
+        "Clothing",
+        "Shirts & Tops",
+        ("t-shirt", "tee", "crew neck top"),
+        (("Men's T-Shirts", ("men's", "mens")), ("Women's T-Shirts", ("women's", "ladies"))),
+        ("cotton", "organic cotton", "jersey", "linen blend"),
+        "apparel",
+        ("Northwind", "Urbano", "Kestrel"),
+        ("tshirt", "top"),
+    ),
+    Family(
+        "Apparel & Accessories",
+        "Clothing",
+        "Outerwear",
+        ("jacket", "rain jacket", "shell jacket"),
+        (("Men's Jackets", ("men's", "mens")), ("Women's Jackets", ("women's", "ladies"))),
+        ("nylon", "waterproof", "softshell", "recycled polyester"),
+        "apparel",
+        ("Kestrel", "Fjellrev", "Altura"),
+        ("coat", "anorak"),
+    ),
+    Family(
+        "Apparel & Accessories",
+        "Shoes",
+        "Athletic Shoes",
+        ("running shoes", "trainers", "runners"),
+        (("Road Running Shoes", ("road", "cushioned")), ("Trail Running Shoes", ("trail", "grip"))),
+        ("mesh", "knit", "breathable"),
+        "shoe",
+        ("Stride", "Pacer", "Altura"),
+        ("sneakers", "running trainers"),
+    ),
+    Family(
+        "Apparel & Accessories",
+        "Shoes",
+        "Boots",
+        ("boots", "ankle boots", "wellies"),
+        (("Hiking Boots", ("hiking", "trekking")), ("Rain Boots", ("rain", "wellington"))),
+        ("leather", "rubber", "suede"),
+        "shoe",
+        ("Fjellrev", "Trekka", "Hunterby"),
+        ("boot",),
+    ),
+    Family(
+        "Home & Garden",
+        "Kitchen & Dining",
+        "Cookware",
+        ("pan", "skillet", "frying pan"),
+        (("Frying Pans", ("frying", "non-stick")), ("Saute Pans", ("saute", "deep"))),
+        ("cast iron", "stainless steel", "aluminium", "ceramic"),
+        "dimension",
+        ("Cuisina", "Ferro", "Brava"),
+        ("fry pan",),
+    ),
+    Family(
+        "Home & Garden",
+        "Kitchen & Dining",
+        "Drinkware",
+        ("mug", "cup", "tumbler"),
+        (("Coffee Mugs", ("coffee", "ceramic")), ("Travel Mugs", ("travel", "insulated"))),
+        ("stoneware", "porcelain", "double wall steel"),
+        "capacity",
+        ("Brava", "Kaffa", "Thermos Co"),
+        ("coffee cup",),
+    ),
+    Family(
+        "Home & Garden",
+        "Bedding",
+        "Blankets",
+        ("blanket", "throw", "fleece throw"),
+        (("Throw Blankets", ("sofa", "knitted")), ("Weighted Blankets", ("weighted", "heavy"))),
+        ("fleece", "cotton", "sherpa", "bamboo"),
+        "bedding",
+        ("Dormio", "Snugly", "Nordhaus"),
+        ("throw blanket",),
+    ),
+    Family(
+        "Home & Garden",
+        "Bedding",
+        "Bed Sheets",
+        ("sheet", "bed sheet", "sheet set"),
+        (("Fitted Sheets", ("fitted", "deep pocket")), ("Flat Sheets", ("flat", "hemmed"))),
+        ("percale", "egyptian cotton", "microfibre", "linen"),
+        "bedding",
+        ("Dormio", "Nordhaus", "Linaro"),
+        ("bedsheet",),
+    ),
+    Family(
+        "Sporting Goods",
+        "Fitness",
+        "Yoga",
+        ("yoga mat", "exercise mat", "mat"),
+        (("Yoga Mats", ("non-slip", "studio")), ("Travel Yoga Mats", ("travel", "foldable"))),
+        ("tpe", "natural rubber", "pvc", "cork"),
+        "dimension",
+        ("Zenfit", "Asana", "Flexa"),
+        ("fitness mat",),
+    ),
+    Family(
+        "Sporting Goods",
+        "Fitness",
+        "Weights",
+        ("dumbbell", "weight", "hand weight"),
+        (("Dumbbells", ("dumbbell", "hex")), ("Kettlebells", ("kettlebell", "swing"))),
+        ("cast iron", "neoprene", "rubber coated"),
+        "weight",
+        ("Ironclad", "Flexa", "Titanforge"),
+        ("free weight",),
+    ),
+    Family(
+        "Electronics",
+        "Audio",
+        "Headphones",
+        ("headphones", "headset", "earphones"),
+        (("Over-Ear Headphones", ("over-ear", "studio")), ("Wireless Earbuds", ("earbuds", "in-ear"))),
+        ("bluetooth", "wireless", "noise cancelling"),
+        "edition",
+        ("Sonora", "Beatnik", "Audiq"),
+        ("headphone", "cans"),
+    ),
+    Family(
+        "Electronics",
+        "Phone Accessories",
+        "Phone Cases",
+        ("phone case", "case", "cover"),
+        (("iPhone Cases", ("iphone", "magsafe")), ("Galaxy Cases", ("galaxy", "samsung"))),
+        ("silicone", "leather", "clear tpu", "rugged"),
+        "edition",
+        ("Armorly", "Casely", "Shieldo"),
+        ("phone cover",),
+    ),
+    Family(
+        "Toys & Games",
+        "Toys",
+        "Building Toys",
+        ("building set", "blocks", "construction kit"),
+        (("Building Blocks", ("bricks", "classic")), ("Magnetic Tiles", ("magnetic", "tiles"))),
+        ("plastic", "wooden", "abs"),
+        "age",
+        ("Brickly", "Buildo", "Magnix"),
+        ("building toy",),
+    ),
+    Family(
+        "Toys & Games",
+        "Toys",
+        "Dolls",
+        ("doll", "doll set", "playset"),
+        (("Fashion Dolls", ("fashion", "style")), ("Baby Dolls", ("baby", "newborn"))),
+        ("vinyl", "soft body", "plastic"),
+        "age",
+        ("Dollina", "Playmore", "Tinytot"),
+        ("dolly",),
+    ),
 )
 
 _TEMPLATES = (
@@ -135,8 +256,9 @@ def taxonomy_lines() -> list[str]:
         for level in range(1, len(parts) + 1):
             prefix = join_path(parts[:level])
             seen.setdefault(prefix, 1000 + len(seen))
-    return ["# Demo taxonomy (synthetic), Google Product Taxonomy format"] + \
-        [f"{ident} - {path}" for path, ident in seen.items()]
+    return ["# Demo taxonomy (synthetic), Google Product Taxonomy format"] + [
+        f"{ident} - {path}" for path, ident in seen.items()
+    ]
 
 
 def _rng(seed: int, stream: int, index: int) -> np.random.Generator:
@@ -177,8 +299,8 @@ class World:
             half = len(sizes) // 2
             colours = rng.permutation(palette)
             for side in (0, 1):
-                self.leaf_colours[2 * fi + side] = colours[side * 8:(side + 1) * 8]
-                self.leaf_sizes[2 * fi + side] = sizes[side * half:(side + 1) * half]
+                self.leaf_colours[2 * fi + side] = colours[side * 8 : (side + 1) * 8]
+                self.leaf_sizes[2 * fi + side] = sizes[side * half : (side + 1) * half]
 
     @cached_property
     def version_offsets(self) -> np.ndarray:
@@ -197,12 +319,31 @@ def model_number(brand: str, group: int) -> str:
     return f"{brand[:2].upper()}-{code:07d}"
 
 
-def _title(rng: np.random.Generator, family: Family, leaf_side: int, brand: str, material: str, noun: str,
-           model: str, colour: str, size: str, pack: str, signal: bool, template: int) -> str:
+def _title(
+    rng: np.random.Generator,
+    family: Family,
+    leaf_side: int,
+    brand: str,
+    material: str,
+    noun: str,
+    model: str,
+    colour: str,
+    size: str,
+    pack: str,
+    signal: bool,
+    template: int,
+) -> str:
     signal_word = rng.choice(family.leaves[leaf_side][1]) + " " if signal else ""
     text = _TEMPLATES[template].format(
-        brand=brand, brand_upper=brand.upper(), signal=signal_word, material=material, noun=noun, model=model,
-        colour=colour if rng.random() < 0.8 else colour.title(), size=size, pack=(" " + pack) if pack else "",
+        brand=brand,
+        brand_upper=brand.upper(),
+        signal=signal_word,
+        material=material,
+        noun=noun,
+        model=model,
+        colour=colour if rng.random() < 0.8 else colour.title(),
+        size=size,
+        pack=(" " + pack) if pack else "",
     )
     return " ".join(text.split())
 
@@ -228,10 +369,20 @@ def labeled_rows(cfg: DemoConfig, start: int, stop: int) -> pd.DataFrame:
             colour = COLOURS[int(rng.integers(0, len(COLOURS)))]
             size = sizes[int(rng.integers(0, len(sizes)))]
         brand = family.brands[int(rng.integers(0, 3))]
-        title = _title(rng, family, side, brand, family.materials[int(rng.integers(0, len(family.materials)))],
-                       family.nouns[int(rng.integers(0, 3))], model_number(brand, 5_000_000 + i), colour, size,
-                       PACKS[int(rng.integers(0, len(PACKS)))] if rng.random() < 0.2 else "",
-                       bool(rng.random() < cfg.signal_rate), int(rng.integers(0, len(_TEMPLATES))))
+        title = _title(
+            rng,
+            family,
+            side,
+            brand,
+            family.materials[int(rng.integers(0, len(family.materials)))],
+            family.nouns[int(rng.integers(0, 3))],
+            model_number(brand, 5_000_000 + i),
+            colour,
+            size,
+            PACKS[int(rng.integers(0, len(PACKS)))] if rng.random() < 0.2 else "",
+            bool(rng.random() < cfg.signal_rate),
+            int(rng.integers(0, len(_TEMPLATES))),
+        )
         rows.append((f"L{i:08d}", title, paths[leaf]))
     return pd.DataFrame(rows, columns=["item_id", "title", "category"])
 
@@ -264,17 +415,37 @@ def catalog_rows(cfg: DemoConfig, group_start: int, group_stop: int) -> pd.DataF
             pack = PACKS[int(combo) // (len(COLOURS) * len(sizes))]
             template = int(world.template[g]) if vrng.random() < 0.7 else int(vrng.integers(0, len(_TEMPLATES)))
             noun = family.nouns[int(world.noun[g])] if vrng.random() < 0.85 else family.nouns[int(vrng.integers(0, 3))]
-            title = _title(vrng, family, side, brand,
-                           family.materials[int(world.material[g]) % len(family.materials)], noun, model,
-                           colour, size, pack, bool(world.signal[g]), template)
+            title = _title(
+                vrng,
+                family,
+                side,
+                brand,
+                family.materials[int(world.material[g]) % len(family.materials)],
+                noun,
+                model,
+                colour,
+                size,
+                pack,
+                bool(world.signal[g]),
+                template,
+            )
             gtin = str(gtin_base + k)
             mpn = model
             if world.null_group[g] and k > 0 and vrng.random() < 0.3:
                 # A re-listed variant without mpn: only its gtin links it to the previous version.
                 mpn, gtin = None, previous_gtin
             previous_gtin = gtin
-            rows.append((f"C{g:07d}-{k:03d}", title, None if world.null_group[g] else f"G{g:07d}", gtin, mpn,
-                         brand, paths[leaf]))
+            rows.append(
+                (
+                    f"C{g:07d}-{k:03d}",
+                    title,
+                    None if world.null_group[g] else f"G{g:07d}",
+                    gtin,
+                    mpn,
+                    brand,
+                    paths[leaf],
+                )
+            )
     return pd.DataFrame(rows, columns=["item_id", "title", "group_id", "gtin", "mpn", "brand", "true_category"])
 
 
@@ -283,7 +454,7 @@ def _typo(rng: np.random.Generator, text: str) -> str:
     if len(letters) < 4:
         return text
     i = int(rng.choice(letters[1:-1]))
-    return text[:i] + text[i + 1:] if rng.random() < 0.5 else text[:i] + text[i + 1] + text[i] + text[i + 2:]
+    return text[:i] + text[i + 1 :] if rng.random() < 0.5 else text[:i] + text[i + 1] + text[i] + text[i + 2 :]
 
 
 def interaction_rows(cfg: DemoConfig, start: int, stop: int) -> pd.DataFrame:
@@ -305,19 +476,38 @@ def interaction_rows(cfg: DemoConfig, start: int, stop: int) -> pd.DataFrame:
         noun = family.nouns[int(world.noun[g])]
         kind = rng.choice(["specific", "medium", "broad"], p=[0.35, 0.35, 0.30])
         if kind == "specific":
-            query = rng.choice([f"{brand} {noun} {model_number(brand, g)}", f"{model_number(brand, g)}",
-                                f"{brand} {family.leaves[side][1][0]} {noun}", f"{brand} {noun}"])
+            query = rng.choice(
+                [
+                    f"{brand} {noun} {model_number(brand, g)}",
+                    f"{model_number(brand, g)}",
+                    f"{brand} {family.leaves[side][1][0]} {noun}",
+                    f"{brand} {noun}",
+                ]
+            )
             candidates = np.array([g])
         elif kind == "medium":
             word = rng.choice(family.leaves[side][1])
-            query = rng.choice([f"{word} {noun}", f"{noun} {word}", f"{word} {rng.choice(family.synonyms or (noun,))}",
-                                f"{rng.choice(COLOURS)} {word} {noun}"])
+            query = rng.choice(
+                [
+                    f"{word} {noun}",
+                    f"{noun} {word}",
+                    f"{word} {rng.choice(family.synonyms or (noun,))}",
+                    f"{rng.choice(COLOURS)} {word} {noun}",
+                ]
+            )
             candidates = world.groups_by_leaf[leaf]
         else:
-            query = rng.choice([noun, rng.choice(family.synonyms or (noun,)), family.l3.lower(),
-                                f"{family.materials[int(rng.integers(0, len(family.materials)))]} {noun}"])
-            candidates = np.concatenate([world.groups_by_leaf[2 * (leaf // 2)],
-                                         world.groups_by_leaf[2 * (leaf // 2) + 1]])
+            query = rng.choice(
+                [
+                    noun,
+                    rng.choice(family.synonyms or (noun,)),
+                    family.l3.lower(),
+                    f"{family.materials[int(rng.integers(0, len(family.materials)))]} {noun}",
+                ]
+            )
+            candidates = np.concatenate(
+                [world.groups_by_leaf[2 * (leaf // 2)], world.groups_by_leaf[2 * (leaf // 2) + 1]]
+            )
         if rng.random() < 0.12:
             query = _typo(rng, query)
         if rng.random() < 0.5:

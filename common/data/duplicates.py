@@ -19,6 +19,7 @@ a given evaluation set is never thinned to fix a leak. Every reason only fills a
 quarantined still holds; an incremental ingest compares its new rows with the table's kept rows as well
 (``prior``), which are kept whatever the new rows hold.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -34,8 +35,15 @@ if TYPE_CHECKING:
 
 CONFLICT = "conflicting labels"
 _SPLIT_ORDER = ("test", "dev", "train")
-_ID, _TEXT, _LABELS, _BODY, _OK, _PRIOR, _SPLIT = ("_d_id", "_d_text", "_d_labels", "_d_body", "_d_ok", "_d_prior",
-                                                   "_d_split")
+_ID, _TEXT, _LABELS, _BODY, _OK, _PRIOR, _SPLIT = (
+    "_d_id",
+    "_d_text",
+    "_d_labels",
+    "_d_body",
+    "_d_ok",
+    "_d_prior",
+    "_d_split",
+)
 
 
 _REPEATED_TAIL = " with other content (its first row is kept)"
@@ -49,10 +57,13 @@ def repeated_id_reason(id_column: str) -> str:
 def report(reasons: dict[str, int]) -> dict[str, int]:
     """{duplicate, conflicting, repeated_id: rows} from an ingest's {reason kind: rows} (``quarantine.reason_kind``'s):
     the dedup report logged with every ingested input version and shown by ``augment tables``."""
-    return {"duplicate": sum(n for r, n in reasons.items() if r and r.startswith(DUPLICATE)),
-            "conflicting": sum(n for r, n in reasons.items() if r == CONFLICT),
-            "repeated_id": sum(n for r, n in reasons.items() if r and r.startswith("repeated ")
-                               and r.endswith(_REPEATED_TAIL))}
+    return {
+        "duplicate": sum(n for r, n in reasons.items() if r and r.startswith(DUPLICATE)),
+        "conflicting": sum(n for r, n in reasons.items() if r == CONFLICT),
+        "repeated_id": sum(
+            n for r, n in reasons.items() if r and r.startswith("repeated ") and r.endswith(_REPEATED_TAIL)
+        ),
+    }
 
 
 def _key(name: str, value: "Column") -> "Column":
@@ -79,13 +90,19 @@ def _keys(values: dict[str, "Column"], contract: Contract) -> dict[str, "Column"
         # Nulls kept apart from empty strings, so a missing gtin differs from an empty one.
         _LABELS: F.concat_ws("\u0002", *[F.coalesce(_key(n, values[n]), F.lit("\u0003")) for n in spec.labels]),
         _BODY: F.concat_ws("\u0002", *[F.coalesce(_key(n, values[n]), F.lit("\u0003")) for n in body]),
-        _SPLIT: F.coalesce(F.array_position(F.array(*[F.lit(s) for s in _SPLIT_ORDER]), split),
-                           F.lit(len(_SPLIT_ORDER) + 1)),
+        _SPLIT: F.coalesce(
+            F.array_position(F.array(*[F.lit(s) for s in _SPLIT_ORDER]), split), F.lit(len(_SPLIT_ORDER) + 1)
+        ),
     }
 
 
-def with_duplicate_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
-                           prior: Optional["DataFrame"] = None, absent: tuple[str, ...] = ()) -> "DataFrame":
+def with_duplicate_reasons(
+    df: "DataFrame",
+    contract: Contract,
+    cfg: IngestConfig,
+    prior: Optional["DataFrame"] = None,
+    absent: tuple[str, ...] = (),
+) -> "DataFrame":
     """``df`` (a ``quarantine.with_reasons`` frame) with the copies of earlier rows given a ``reason``.
 
     ``prior``: the contract's table as already ingested (its kept rows, normalised), on an incremental
@@ -103,14 +120,15 @@ def with_duplicate_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfi
         return df
     if ROW_COL not in df.columns:
         df = df.withColumn(ROW_COL, F.monotonically_increasing_id())
-    rows = df.withColumns({**_keys(normalized(df, contract, cfg), contract), _PRIOR: F.lit(1),
-                           _OK: F.col(REASON_COL).isNull()})
+    rows = df.withColumns(
+        {**_keys(normalized(df, contract, cfg), contract), _PRIOR: F.lit(1), _OK: F.col(REASON_COL).isNull()}
+    )
     if prior is not None:
         known = prior.select(*[F.col(n) for n in contract.column_names])
-        known = known.select(*[v.alias(k) for k, v in _keys({n: F.col(n) for n in contract.column_names},
-                                                            contract).items()])
-        rows = rows.unionByName(known.withColumns({_PRIOR: F.lit(0), _OK: F.lit(True)}),
-                                allowMissingColumns=True)
+        known = known.select(
+            *[v.alias(k) for k, v in _keys({n: F.col(n) for n in contract.column_names}, contract).items()]
+        )
+        rows = rows.unionByName(known.withColumns({_PRIOR: F.lit(0), _OK: F.lit(True)}), allowMissingColumns=True)
     order = [F.col(_PRIOR), F.col(_SPLIT), F.col(SOURCE_COL).asc_nulls_first(), F.col(ROW_COL).asc_nulls_first()]
     quarantine_conflicts = F.lit(cfg.dedup.conflicts == "quarantine")
     unique = F.concat_ws("\u0004", F.lit("\u0004"), F.col(_PRIOR), F.monotonically_increasing_id())
@@ -131,10 +149,14 @@ def with_duplicate_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfi
         first_body = F.first(_BODY).over(Window.partitionBy(record).orderBy(*order))
         label_sets = F.size(F.collect_set(_LABELS).over(Window.partitionBy(record, F.col(_BODY))))
         copy = F.row_number().over(Window.partitionBy(record, F.col(_BODY), F.col(_LABELS)).orderBy(*order))
-        rows = fill(rows, F.coalesce(
-            F.when(has_id & (first_body != F.col(_BODY)), F.lit(repeated_id_reason(spec.id))),
-            F.when(has_id & (label_sets > 1) & quarantine_conflicts, F.lit(CONFLICT)),
-            F.when(has_id & (copy > 1), F.concat(F.lit(DUPLICATE), F.col(_ID)))))
+        rows = fill(
+            rows,
+            F.coalesce(
+                F.when(has_id & (first_body != F.col(_BODY)), F.lit(repeated_id_reason(spec.id))),
+                F.when(has_id & (label_sets > 1) & quarantine_conflicts, F.lit(CONFLICT)),
+                F.when(has_id & (copy > 1), F.concat(F.lit(DUPLICATE), F.col(_ID))),
+            ),
+        )
     if spec.text:
         rows = rows.withColumn("_d_group", group(_TEXT))
         text = F.col("_d_group")
@@ -142,7 +164,11 @@ def with_duplicate_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfi
         same = Window.partitionBy(text, F.col(_LABELS)).orderBy(*order)
         copy = F.row_number().over(same)
         duplicate = F.concat(F.lit(DUPLICATE), F.first(_ID).over(same)) if spec.id else F.lit(DUPLICATE_TEXT)
-        rows = fill(rows, F.coalesce(
-            F.when(F.col(_OK) & (label_sets > 1) & quarantine_conflicts, F.lit(CONFLICT)),
-            F.when(F.col(_OK) & (copy > 1), duplicate)))
+        rows = fill(
+            rows,
+            F.coalesce(
+                F.when(F.col(_OK) & (label_sets > 1) & quarantine_conflicts, F.lit(CONFLICT)),
+                F.when(F.col(_OK) & (copy > 1), duplicate),
+            ),
+        )
     return rows.filter(F.col(_PRIOR) == 1).select(*df.columns)

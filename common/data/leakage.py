@@ -6,6 +6,7 @@ normalisation ingest's duplicate detection uses. Every function here is a DataFr
 aggregate; the split jobs call :func:`with_copies` to keep copies on one side, :func:`leak_count` to check the
 result (and log it), and :func:`mark_test_copies` to reject augmentations that copy a test text.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -61,14 +62,22 @@ def check_no_leak(train: "DataFrame", column: str, test: "DataFrame", test_colum
     """:func:`leak_count`, raising :class:`LeakageError` (naming ``what``) when it is not zero; returns it."""
     leaked = leak_count(train, column, test, test_column)
     if leaked:
-        raise LeakageError(f"{what}: {leaked} evaluation texts also occur on the training side (compared "
-                           "trimmed and case-folded); keep ingest.dedup.exact on and ingest.dedup.conflicts: "
-                           "quarantine, or give each copy one split")
+        raise LeakageError(
+            f"{what}: {leaked} evaluation texts also occur on the training side (compared "
+            "trimmed and case-folded); keep ingest.dedup.exact on and ingest.dedup.conflicts: "
+            "quarantine, or give each copy one split"
+        )
     return leaked
 
 
-def mark_test_copies(df: "DataFrame", column: str, test: "DataFrame", test_column: str,
-                     reason_column: str = "reason", override: bool = False) -> "DataFrame":
+def mark_test_copies(
+    df: "DataFrame",
+    column: str,
+    test: "DataFrame",
+    test_column: str,
+    reason_column: str = "reason",
+    override: bool = False,
+) -> "DataFrame":
     """``df`` with ``reason_column`` set to :data:`COPIES_TEST` where ``column`` copies one of ``test``'s texts
     (an augmentation that would put an evaluation text into training) and the reason was null, or whatever it
     was with ``override`` (where rejected rows still train a variant: BoostAug's unfiltered ones)."""

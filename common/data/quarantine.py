@@ -4,6 +4,7 @@ into the contract's types, rejected rows keep their raw values for the quarantin
 Every rule is a Column expression, so validation is one narrow Spark stage; rows in = kept + rejected
 by construction, since ``kept`` and ``rejected`` are the two sides of one ``reason IS NULL`` predicate.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -39,8 +40,15 @@ TEXT_COLUMNS = ("title", "query", "text")
 _TAG = r"<[A-Za-z/!?][^<>]{0,500}>"
 # The named entities that survive in scraped catalog text, decoded after the tags are gone (so an escaped
 # "&lt;b&gt;" stays the literal text "<b>"); &amp; last, so "&amp;lt;" stays "&lt;".
-_ENTITIES = (("&nbsp;", " "), ("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#39;", "'"), ("&apos;", "'"),
-             ("&amp;", "&"))
+_ENTITIES = (
+    ("&nbsp;", " "),
+    ("&lt;", "<"),
+    ("&gt;", ">"),
+    ("&quot;", '"'),
+    ("&#39;", "'"),
+    ("&apos;", "'"),
+    ("&amp;", "&"),
+)
 
 
 def clean_column(name: str) -> str:
@@ -73,8 +81,13 @@ def _text_rules(name: str, limit: int, clean: bool = False) -> list[tuple["Colum
     ]
 
 
-def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False,
-          cleaned: bool = False, malformed: str = MALFORMED_LINE) -> list[tuple["Column", str]]:
+def rules(
+    contract: Contract,
+    cfg: IngestConfig,
+    has_taxonomy: bool = False,
+    cleaned: bool = False,
+    malformed: str = MALFORMED_LINE,
+) -> list[tuple["Column", str]]:
     """The ordered (failure predicate, reason) rules for ``contract``; the first that holds wins. ``cleaned``:
     text columns are validated on their ``_clean_*`` (markup-free) value; ``malformed``: the reason of a record the
     reader could not parse (``RawInput.malformed``)."""
@@ -94,15 +107,21 @@ def rules(contract: Contract, cfg: IngestConfig, has_taxonomy: bool = False,
     if "labels" in names:
         checks += _label_rules(cfg)
     if "split" in names:
-        checks.append((F.col("split").isNotNull() & ~F.lower(F.trim(F.col("split"))).isin(*SPLITS),
-                       f"unknown split (allowed: {', '.join(SPLITS)})"))
+        checks.append(
+            (
+                F.col("split").isNotNull() & ~F.lower(F.trim(F.col("split"))).isin(*SPLITS),
+                f"unknown split (allowed: {', '.join(SPLITS)})",
+            )
+        )
     if "category" in names:
         category = F.col("category")
         checks += [
             (_blank(category), "empty category"),
             (malformed_col(category, cfg.category_separator), "malformed category path: empty level"),
-            (depth_col(category, cfg.category_separator) > cfg.max_category_depth,
-             f"category deeper than {cfg.max_category_depth} levels"),
+            (
+                depth_col(category, cfg.category_separator) > cfg.max_category_depth,
+                f"category deeper than {cfg.max_category_depth} levels",
+            ),
         ]
         if has_taxonomy:
             checks.append((F.col("_in_taxonomy").isNull(), "category not in taxonomy"))
@@ -138,14 +157,18 @@ def _label_rules(cfg: IngestConfig) -> list[tuple["Column", str]]:
         checks.append((F.size(labels) == 0, "no labels"))
     if cfg.label_vocabulary:
         allowed = F.array(*[F.lit(v) for v in cfg.label_vocabulary])
-        checks.append((F.size(F.array_except(labels, allowed)) > 0,
-                       "unknown label (not in ingest.label_vocabulary)"))
+        checks.append((F.size(F.array_except(labels, allowed)) > 0, "unknown label (not in ingest.label_vocabulary)"))
     return checks
 
 
-def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
-                 taxonomy_paths: Optional["DataFrame"] = None, markup: bool = False,
-                 malformed: str = MALFORMED_LINE) -> "DataFrame":
+def with_reasons(
+    df: "DataFrame",
+    contract: Contract,
+    cfg: IngestConfig,
+    taxonomy_paths: Optional["DataFrame"] = None,
+    markup: bool = False,
+    malformed: str = MALFORMED_LINE,
+) -> "DataFrame":
     """Add the ``reason`` column (null for valid rows) to a raw input frame.
 
     ``taxonomy_paths``: an optional one-column (``path``) frame of allowed canonical category paths;
@@ -162,16 +185,21 @@ def with_reasons(df: "DataFrame", contract: Contract, cfg: IngestConfig,
 
     has_taxonomy = taxonomy_paths is not None and "category" in contract.column_names
     if has_taxonomy:
-        allowed = taxonomy_paths.select(F.col("path").alias("_tax_path")).distinct() \
-            .withColumn("_in_taxonomy", F.lit(True))
-        df = df.join(F.broadcast(allowed), canonical_col(F.col("category"), cfg.category_separator)
-                     == F.col("_tax_path"), "left").drop("_tax_path")
+        allowed = (
+            taxonomy_paths.select(F.col("path").alias("_tax_path")).distinct().withColumn("_in_taxonomy", F.lit(True))
+        )
+        df = df.join(
+            F.broadcast(allowed),
+            canonical_col(F.col("category"), cfg.category_separator) == F.col("_tax_path"),
+            "left",
+        ).drop("_tax_path")
     checks = rules(contract, cfg, has_taxonomy, cleaned=markup, malformed=malformed)
     if LABEL_ERROR_COL in df.columns:
         # A bad 0/1 indicator column: the row's label set is unknown.
         checks.insert(1, (F.col(LABEL_ERROR_COL).isNotNull(), F.col(LABEL_ERROR_COL)))
-    reason = F.coalesce(*[F.when(predicate, text if not isinstance(text, str) else F.lit(text))
-                          for predicate, text in checks])
+    reason = F.coalesce(
+        *[F.when(predicate, text if not isinstance(text, str) else F.lit(text)) for predicate, text in checks]
+    )
     df = df.withColumn(REASON_COL, reason)
     return df.drop("_in_taxonomy") if has_taxonomy else df
 
@@ -183,11 +211,14 @@ def reason_counts(validated: "DataFrame", location: str, allow_empty: bool = Fal
     ``allow_empty`` (an overwrite with no rows would empty the tables). Reasons are a short, bounded list
     (one per rule; ``duplicate of <id>`` counts as one), so the aggregate is safe to collect."""
     with reading(location):
-        counts = {r["reason"]: r["count"]
-                  for r in validated.groupBy(reason_kind(REASON_COL).alias(REASON_COL)).count().collect()}
+        counts = {
+            r["reason"]: r["count"]
+            for r in validated.groupBy(reason_kind(REASON_COL).alias(REASON_COL)).count().collect()
+        }
     if not counts and not allow_empty:
-        raise InputSchemaError(f"{location}: no rows to ingest (a header only, or files without data); "
-                               "the tables keep their last version")
+        raise InputSchemaError(
+            f"{location}: no rows to ingest (a header only, or files without data); the tables keep their last version"
+        )
     return counts
 
 
@@ -203,8 +234,9 @@ def reason_kind(column: str) -> "Column":
     from pyspark.sql import functions as F
 
     reason = F.col(column)
-    return F.when(reason.startswith(DUPLICATE) & (reason != DUPLICATE_TEXT), F.lit(DUPLICATE + "<id>")) \
-        .otherwise(reason)
+    return F.when(reason.startswith(DUPLICATE) & (reason != DUPLICATE_TEXT), F.lit(DUPLICATE + "<id>")).otherwise(
+        reason
+    )
 
 
 def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
@@ -213,7 +245,8 @@ def kept(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> "DataFrame":
     from pyspark.sql import functions as F
 
     return df.filter(F.col(REASON_COL).isNull()).select(
-        *[value.alias(name) for name, value in normalized(df, contract, cfg).items()])
+        *[value.alias(name) for name, value in normalized(df, contract, cfg).items()]
+    )
 
 
 def normalized(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> dict[str, "Column"]:
@@ -234,8 +267,10 @@ def normalized(df: "DataFrame", contract: Contract, cfg: IngestConfig) -> dict[s
             value = label_array(value, cfg.label_separator)
         elif column.name == "example_id":
             # Sources without ids: the same text and labels give the same id on every run.
-            value = F.coalesce(F.when(~_blank(value), F.trim(value.cast("string"))),
-                               F.substring(F.sha2(F.concat_ws("\u0001", F.col("text"), F.col("labels")), 256), 1, 16))
+            value = F.coalesce(
+                F.when(~_blank(value), F.trim(value.cast("string"))),
+                F.substring(F.sha2(F.concat_ws("\u0001", F.col("text"), F.col("labels")), 256), 1, 16),
+            )
         elif column.name in ("interaction", "split"):
             value = F.lower(F.trim(value))
         elif column.type == "long":

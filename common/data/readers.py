@@ -5,6 +5,7 @@ A reader returns the raw rows with the contract's column names (renamed and chec
 so that validation can quarantine rows instead of dropping them. Missing or mistyped columns raise
 :class:`InputSchemaError` naming the file and the column.
 """
+
 from __future__ import annotations
 
 import glob
@@ -28,12 +29,14 @@ MALFORMED_LINE = "malformed line: could not be parsed"
 # RFC 4180 lets a quoted field hold line breaks, so a CSV is read record by record (multiLine) unless the user says
 # otherwise or the file cannot be (:func:`_record_by_record`); the reason of a record that does not parse says which
 # way the file was read, since the two ways part it into records differently.
-MALFORMED_CSV = {"true": "malformed record: could not be parsed (CSV read record by record, multiLine on: a quoted "
-                         "field may span lines)",
-                 "false": "malformed line: could not be parsed (CSV read line by line, multiLine off: a quoted line "
-                          "break splits its record)",
-                 "auto": "malformed line: could not be parsed (CSV read line by line: read record by record, a quote "
-                         "left open or unescaped in the file would join the lines after it into one record)"}
+MALFORMED_CSV = {
+    "true": "malformed record: could not be parsed (CSV read record by record, multiLine on: a quoted "
+    "field may span lines)",
+    "false": "malformed line: could not be parsed (CSV read line by line, multiLine off: a quoted line "
+    "break splits its record)",
+    "auto": "malformed line: could not be parsed (CSV read line by line: read record by record, a quote "
+    "left open or unescaped in the file would join the lines after it into one record)",
+}
 ROW_COL = "_row"
 
 
@@ -62,15 +65,14 @@ def _is_engine_error(exc: BaseException) -> bool:
     from pyarrow import ArrowException
     from pyspark.errors import PySparkException
 
-    return (isinstance(exc, (PySparkException, DeltaError, ArrowException))
-            or type(exc).__name__ == "Py4JJavaError")
+    return isinstance(exc, (PySparkException, DeltaError, ArrowException)) or type(exc).__name__ == "Py4JJavaError"
 
 
 def engine_reason(exc: BaseException, limit: int = 400) -> str:
     """The informative part of a Spark error: its error-class line and its root cause, on one line."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not line.strip().startswith("at ")]
     classified = next((line for line in lines if re.search(r"\[[A-Z][A-Z_.]+\]", line)), lines[0] if lines else "")
-    classified = classified[classified.find("["):] if "[" in classified else classified
+    classified = classified[classified.find("[") :] if "[" in classified else classified
     causes = [line.split("Caused by:", 1)[1].strip() for line in lines if "Caused by:" in line]
     root = re.sub(r"^[\w.$]+(Exception|Error):\s*", "", causes[-1]) if causes else ""
     return one_line("; ".join([classified] + ([root] if root and root not in classified else [])), limit)
@@ -132,22 +134,31 @@ def _folder_format(folder: str) -> str:
     from common.platform.storage import filesystem, list_files
 
     base = filesystem(folder)[1].rstrip("/") + "/"
-    names = [info.path[len(base):] if info.path.startswith(base) else info.base_name for info in list_files(folder)]
+    names = [info.path[len(base) :] if info.path.startswith(base) else info.base_name for info in list_files(folder)]
     if not names:
         raise InputSchemaError(f"input not found: {folder} (no files)")
     if any(name.startswith("_delta_log/") for name in names):
         return "delta"
-    suffixes = {Path(name).suffix.lower() for name in names
-                if not any(part.startswith((".", "_")) for part in name.split("/"))}
+    suffixes = {
+        Path(name).suffix.lower() for name in names if not any(part.startswith((".", "_")) for part in name.split("/"))
+    }
     formats = {FILE_FORMATS[s] for s in suffixes if s in FILE_FORMATS}
     if len(formats) == 1:
         return formats.pop()
-    raise InputSchemaError(f"{folder}: cannot tell the format of this folder (found {sorted(suffixes)}); "
-                           "set format: csv|parquet|json|delta")
+    raise InputSchemaError(
+        f"{folder}: cannot tell the format of this folder (found {sorted(suffixes)}); "
+        "set format: csv|parquet|json|delta"
+    )
 
 
-def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, native_delta: bool = False,
-               since: Optional[str] = None, label_separator: str = ",") -> RawInput:
+def read_input(
+    spark: "SparkSession",
+    spec: InputSpec,
+    contract: Contract,
+    native_delta: bool = False,
+    since: Optional[str] = None,
+    label_separator: str = ",",
+) -> RawInput:
     """Read ``spec`` and shape it to ``contract``.
 
     Returns a :class:`RawInput` whose DataFrame has every contract column (optional ones null-filled),
@@ -165,8 +176,15 @@ def read_input(spark: "SparkSession", spec: InputSpec, contract: Contract, nativ
         return _shape(spark, spec, contract, fmt, native_delta, since, label_separator)
 
 
-def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str, native_delta: bool,
-           since: Optional[str], label_separator: str) -> RawInput:
+def _shape(
+    spark: "SparkSession",
+    spec: InputSpec,
+    contract: Contract,
+    fmt: str,
+    native_delta: bool,
+    since: Optional[str],
+    label_separator: str,
+) -> RawInput:
     """:func:`read_input`'s body, its engine errors turned into one-line errors by the caller."""
     from pyspark.sql import functions as F
 
@@ -187,8 +205,11 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
             df = df.withColumn(name, F.lit(value))
     if spec.label_columns:
         df = _fold_label_columns(df, spec.label_columns, label_separator, location)
-    if ("labels" in contract.column_names and "labels" in df.columns
-            and df.schema["labels"].dataType.typeName() == "array"):
+    if (
+        "labels" in contract.column_names
+        and "labels" in df.columns
+        and df.schema["labels"].dataType.typeName() == "array"
+    ):
         df = df.withColumn("labels", F.array_join("labels", label_separator))
     missing = [c.name for c in contract.required if c.name not in df.columns]
     if missing:
@@ -197,7 +218,8 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
         raise InputSchemaError(
             f"{location}: missing required column {missing[0]!r} for {contract.name} "
             f"(needs {', '.join(c.name for c in contract.required)}; found {', '.join(found) or 'no columns'})"
-            + _separator_hint(found) + unparsed
+            + _separator_hint(found)
+            + unparsed
         )
     if fmt != "csv":
         # JSON primitives arrive as strings (typed per row later); its arrays and objects do not.
@@ -214,8 +236,9 @@ def _shape(spark: "SparkSession", spec: InputSpec, contract: Contract, fmt: str,
     # Read order within the scan (increasing along each file): which of two copies came first, for ingest's
     # duplicate detection. The same files give the same ids, so the kept copy is the same on every run.
     df = df.withColumn(ROW_COL, F.monotonically_increasing_id())
-    return RawInput(df=df, location=location, version=version, format=fmt, since=since, absent=absent,
-                    malformed=malformed)
+    return RawInput(
+        df=df, location=location, version=version, format=fmt, since=since, absent=absent, malformed=malformed
+    )
 
 
 LABEL_ERROR_COL = "_label_error"
@@ -228,17 +251,21 @@ def _fold_label_columns(df: "DataFrame", columns: list[str], separator: str, loc
 
     absent = [c for c in columns if c not in df.columns]
     if absent:
-        raise InputSchemaError(f"{location}: label column {absent[0]!r} (inputs.multilabel.label_columns) not found; "
-                               f"columns: {', '.join(df.columns)}")
+        raise InputSchemaError(
+            f"{location}: label column {absent[0]!r} (inputs.multilabel.label_columns) not found; "
+            f"columns: {', '.join(df.columns)}"
+        )
     value = {c: F.trim(F.col(c).cast("string")) for c in columns}
     labels = F.concat_ws(separator, *[F.when(value[c] == "1", F.lit(c)) for c in columns])
-    error = F.coalesce(*[F.when(value[c].isNull() | ~value[c].isin("0", "1"),
-                                F.lit(f"label column {c} is not 0/1")) for c in columns])
+    error = F.coalesce(
+        *[F.when(value[c].isNull() | ~value[c].isin("0", "1"), F.lit(f"label column {c} is not 0/1")) for c in columns]
+    )
     return df.withColumn("labels", labels).withColumn(LABEL_ERROR_COL, error)
 
 
-def _appended_since(spark: "SparkSession", df: "DataFrame", spec: InputSpec, fmt: str, since: str,
-                    version: str) -> tuple["DataFrame", Optional[str]]:
+def _appended_since(
+    spark: "SparkSession", df: "DataFrame", spec: InputSpec, fmt: str, since: str, version: str
+) -> tuple["DataFrame", Optional[str]]:
     """(the rows appended to a Delta path input after ``since``, ``since``) when its commits since then only
     appended; else (``df``, None): every row."""
     from common.platform.delta_rs import appended_files
@@ -251,8 +278,9 @@ def _appended_since(spark: "SparkSession", df: "DataFrame", spec: InputSpec, fmt
     return read_delta_rs(spark, spec.path, int(version), files=files), since
 
 
-def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str,
-              native_delta: bool) -> tuple["DataFrame", str, str, str]:
+def _read_raw(
+    spark: "SparkSession", spec: InputSpec, fmt: str, native_delta: bool
+) -> tuple["DataFrame", str, str, str]:
     from pyspark.sql import types as T
 
     if fmt == "table":
@@ -277,11 +305,17 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str,
     if fmt == "json":
         # Strings for every primitive: values are typed per row by validation, so a bad value is a
         # quarantined row rather than a failed job.
-        reader = spark.read.options(primitivesAsString="true", mode="PERMISSIVE",
-                                    columnNameOfCorruptRecord=CORRUPT_COL, **spec.options)
+        reader = spark.read.options(
+            primitivesAsString="true", mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT_COL, **spec.options
+        )
         return reader.json(spec.path), spec.path, version, MALFORMED_LINE
-    options = {"escape": '"', "quote": '"', "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL,
-               "multiLine": "false"}
+    options = {
+        "escape": '"',
+        "quote": '"',
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": CORRUPT_COL,
+        "multiLine": "false",
+    }
     if spec.path.endswith(".tsv"):
         options["sep"] = "\t"
     options.update(spec.options)
@@ -296,8 +330,9 @@ def _read_raw(spark: "SparkSession", spec: InputSpec, fmt: str,
         names = [str(c).strip() for c in first if c is not None] if first else []
         _check_header(spec.path, names)
         header = True
-    schema = T.StructType([T.StructField(n, T.StringType()) for n in names]
-                          + [T.StructField(CORRUPT_COL, T.StringType())])
+    schema = T.StructType(
+        [T.StructField(n, T.StringType()) for n in names] + [T.StructField(CORRUPT_COL, T.StringType())]
+    )
     chosen = {k.lower(): str(v).lower() for k, v in spec.options.items()}.get("multiline")
     if chosen is None:  # neither said: record by record where the file reads so cleanly
         chosen = "true" if _record_by_record(spark, options, header, schema, spec.path, names[0]) else "auto"
@@ -313,12 +348,17 @@ def _record_by_record(spark: "SparkSession", options: dict, header: bool, schema
     take the lines after it into one record: it is read line by line, each bad line quarantined alone. One pass."""
     from pyspark.sql import functions as F
 
-    probe = spark.read.options(**{**options, "multiLine": "true", "unescapedQuoteHandling": "RAISE_ERROR"}) \
-        .option("header", str(header).lower()).schema(schema).csv(path)
+    probe = (
+        spark.read.options(**{**options, "multiLine": "true", "unescapedQuoteHandling": "RAISE_ERROR"})
+        .option("header", str(header).lower())
+        .schema(schema)
+        .csv(path)
+    )
     try:
         # The corrupt column alone may not be asked for (Spark refuses it): counted beside the first column.
-        found = probe.select(F.count(F.col(first)).alias("n"),
-                             F.sum(F.col(CORRUPT_COL).isNotNull().cast("int")).alias("bad")).first()
+        found = probe.select(
+            F.count(F.col(first)).alias("n"), F.sum(F.col(CORRUPT_COL).isNotNull().cast("int")).alias("bad")
+        ).first()
     except Exception as exc:  # an unescaped quote: univocity stops the read
         if "Unescaped quote" in str(exc) or "TextParsingException" in str(exc):
             return False
@@ -329,8 +369,10 @@ def _record_by_record(spark: "SparkSession", options: dict, header: bool, schema
 def _check_header(path: str, names: list[str]) -> None:
     """A CSV header must be text and name each column once (Spark would silently rename duplicates)."""
     if any("\x00" in name for name in names):
-        raise InputSchemaError(f"{path}: the header holds NUL bytes: the file is not UTF-8 (UTF-16?); "
-                               "set options: {encoding: UTF-16} or re-encode it")
+        raise InputSchemaError(
+            f"{path}: the header holds NUL bytes: the file is not UTF-8 (UTF-16?); "
+            "set options: {encoding: UTF-16} or re-encode it"
+        )
     seen: set[str] = set()
     for position, name in enumerate(names, start=1):
         if name in seen:

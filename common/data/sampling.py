@@ -6,6 +6,7 @@ The draw is exact and deterministic by seed: each row gets a hash-based uniform 
 per-stratum threshold keeps only a few more candidates than the quota, and a ``row_number`` over the
 candidates keeps exactly the quota. Only the candidates (about the sample's size) are sorted.
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,8 +66,10 @@ def plan_sample(counts: Mapping[str, int], target: Mapping[str, float], n: Optio
     full_target = normalise(target)
     usable = {k: v for k, v in full_target.items() if k in counts}
     if not usable:
-        raise SamplingError(f"no label of the target occurs in the data (target labels: {sorted(full_target)[:5]}, "
-                            f"data labels: {sorted(counts)[:5]})")
+        raise SamplingError(
+            f"no label of the target occurs in the data (target labels: {sorted(full_target)[:5]}, "
+            f"data labels: {sorted(counts)[:5]})"
+        )
     p = normalise(usable)
     largest = min(math.floor(counts[k] / p[k] + 1e-9) for k in p)
     if n is None:
@@ -79,7 +82,11 @@ def plan_sample(counts: Mapping[str, int], target: Mapping[str, float], n: Optio
     for k in sorted(exact, key=lambda k: (-(exact[k] - quotas[k]), k))[:short]:
         quotas[k] += 1
     return SamplePlan(
-        quotas=quotas, counts=counts, target=full_target, n=n, largest=largest,
+        quotas=quotas,
+        counts=counts,
+        target=full_target,
+        n=n,
+        largest=largest,
         tvd_before=total_variation(counts, full_target),
         tvd_after=total_variation(quotas, full_target) if n > 0 else 1.0,
         target_labels_missing=sorted(set(full_target) - set(counts)),
@@ -103,8 +110,14 @@ def seeded_first(df: "DataFrame", n: int, seed: int, key_cols: Sequence[str]) ->
     return df.orderBy(F.xxhash64(*[F.col(c) for c in key_cols], F.lit(seed)), *key_cols).limit(n)
 
 
-def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, key_cols: Sequence[str],
-         counts: Optional[Mapping[str, int]] = None) -> "DataFrame":
+def draw(
+    df: "DataFrame",
+    label_col: str,
+    quotas: Mapping[str, int],
+    seed: int,
+    key_cols: Sequence[str],
+    counts: Optional[Mapping[str, int]] = None,
+) -> "DataFrame":
     """Exactly ``quotas[label]`` rows of each label, the same rows for the same seed and data.
 
     ``key_cols`` identify a row (their hash with ``seed`` orders the rows within a stratum). ``counts``, the
@@ -115,10 +128,12 @@ def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, 
 
     spark = df.sparkSession
     counts = histogram(df, label_col) if counts is None else counts
-    thresholds = {k: min(1.0, (q + 6.0 * math.sqrt(q) + 10.0) / counts[k]) for k, q in quotas.items()
-                  if q > 0 and k in counts}
-    plan = spark.createDataFrame([(k, quotas[k], t) for k, t in thresholds.items()],
-                                 f"{label_col} string, _quota long, _threshold double")
+    thresholds = {
+        k: min(1.0, (q + 6.0 * math.sqrt(q) + 10.0) / counts[k]) for k, q in quotas.items() if q > 0 and k in counts
+    }
+    plan = spark.createDataFrame(
+        [(k, quotas[k], t) for k, t in thresholds.items()], f"{label_col} string, _quota long, _threshold double"
+    )
     u = F.pmod(F.xxhash64(F.lit(seed), *[F.col(c) for c in key_cols]), F.lit(1 << 53)) / float(1 << 53)
     keyed = df.withColumn("_u", u).join(F.broadcast(plan), label_col)
     candidates = keyed.filter(F.col("_u") < F.col("_threshold"))
@@ -134,15 +149,30 @@ def draw(df: "DataFrame", label_col: str, quotas: Mapping[str, int], seed: int, 
         log.info("sampling: %d strata fall back to a full sort", len(short))
         candidates = keyed.filter((F.col("_u") < F.col("_threshold")) | F.col(label_col).isin(short))
     order = Window.partitionBy(label_col).orderBy("_u", *key_cols)
-    return candidates.withColumn("_rank", F.row_number().over(order)) \
-        .filter(F.col("_rank") <= F.col("_quota")).drop("_u", "_quota", "_threshold", "_rank")
+    return (
+        candidates.withColumn("_rank", F.row_number().over(order))
+        .filter(F.col("_rank") <= F.col("_quota"))
+        .drop("_u", "_quota", "_threshold", "_rank")
+    )
 
 
-def subsample(df: "DataFrame", label_col: str, target: Mapping[str, float], seed: int,
-              key_cols: Sequence[str], n: Optional[int] = None) -> tuple["DataFrame", SamplePlan]:
+def subsample(
+    df: "DataFrame",
+    label_col: str,
+    target: Mapping[str, float],
+    seed: int,
+    key_cols: Sequence[str],
+    n: Optional[int] = None,
+) -> tuple["DataFrame", SamplePlan]:
     """Plan and draw in one call: returns (sample, plan)."""
     counts = histogram(df, label_col)
     plan = plan_sample(counts, target, n)
-    log.info("sub-sample: %d of %d rows, TVD %.4f -> %.4f, missing target labels %s",
-             plan.n, sum(plan.counts.values()), plan.tvd_before, plan.tvd_after, plan.target_labels_missing)
+    log.info(
+        "sub-sample: %d of %d rows, TVD %.4f -> %.4f, missing target labels %s",
+        plan.n,
+        sum(plan.counts.values()),
+        plan.tvd_before,
+        plan.tvd_after,
+        plan.target_labels_missing,
+    )
     return draw(df, label_col, plan.quotas, seed, key_cols, counts), plan

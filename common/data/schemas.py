@@ -4,6 +4,7 @@ These are the schemas docs/reference/input-schemas.md documents; readers check t
 column
 that break them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -81,26 +82,40 @@ CATALOG = Contract(
 # its events: then a repeated ``event_id`` is one event delivered twice.
 INTERACTIONS = Contract(
     "interactions",
-    (ColumnSpec("query"), ColumnSpec("product_id"), ColumnSpec("interaction"), ColumnSpec("count", "long"),
-     ColumnSpec("event_id", required=False)),
+    (
+        ColumnSpec("query"),
+        ColumnSpec("product_id"),
+        ColumnSpec("interaction"),
+        ColumnSpec("count", "long"),
+        ColumnSpec("event_id", required=False),
+    ),
     Dedup(id="event_id"),
 )
 PRODUCTS = Contract("products", (ColumnSpec("product_id"), ColumnSpec("title")), Dedup(id="product_id"))
 # Labeled sentences or documents for the text-classification papers (BoostAug): ``split`` is
 # train|dev|test when the source has one (else the pipeline draws a stratified split by seed).
-TEXTS = Contract("texts", (ColumnSpec("text"), ColumnSpec("label"), ColumnSpec("split", required=False)),
-                 Dedup(text="text", labels=("label",)))
+TEXTS = Contract(
+    "texts",
+    (ColumnSpec("text"), ColumnSpec("label"), ColumnSpec("split", required=False)),
+    Dedup(text="text", labels=("label",)),
+)
 # Documents with a non-topical label (genre, register, sentiment...) for the genre-transfer pipeline.
-DOCUMENTS = Contract("documents", (ColumnSpec("doc_id"), ColumnSpec("text"), ColumnSpec("genre")),
-                     Dedup(id="doc_id", text="text", labels=("genre",)))
+DOCUMENTS = Contract(
+    "documents",
+    (ColumnSpec("doc_id"), ColumnSpec("text"), ColumnSpec("genre")),
+    Dedup(id="doc_id", text="text", labels=("genre",)),
+)
 # A topically diverse corpus the genre pipeline's topic model may be fit on instead of the documents.
 TOPIC_CORPUS = Contract("topic_corpus", (ColumnSpec("doc_id"), ColumnSpec("text")), Dedup(id="doc_id", text="text"))
 # Multi-label texts for the compositional pipeline: ``labels`` is one string of label names joined by
 # ``ingest.label_separator`` (or an array of strings in Parquet/Delta, or 0/1 indicator columns folded by
 # ``inputs.multilabel.label_columns``); ingest stores it as a sorted array. ``example_id`` defaults to a hash
 # of text and labels.
-MULTILABEL = Contract("multilabel", (ColumnSpec("example_id", required=False), ColumnSpec("text"),
-                                     ColumnSpec("labels")), Dedup(id="example_id", text="text", labels=("labels",)))
+MULTILABEL = Contract(
+    "multilabel",
+    (ColumnSpec("example_id", required=False), ColumnSpec("text"), ColumnSpec("labels")),
+    Dedup(id="example_id", text="text", labels=("labels",)),
+)
 
 CONTRACTS: dict[str, Contract] = {
     "labeled": LABELED,

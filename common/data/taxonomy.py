@@ -3,6 +3,7 @@
 Labels are category paths written ``"L1 > L2 > L3"``. Plain-Python helpers work on single labels;
 the ``*_col`` helpers are the same rules as Spark Column expressions, for use inside transforms.
 """
+
 from __future__ import annotations
 
 import re

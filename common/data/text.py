@@ -2,6 +2,7 @@
 
 Its one definition lives in :mod:`common.pyfunc.text`, the code a registered model carries: a model
 served outside the suite normalises exactly as the suite trained it."""
+
 from common.pyfunc.text import normalize_title
 
 __all__ = ["normalize_title"]

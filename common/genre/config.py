@@ -1,6 +1,7 @@
 """Genre transfer across topics' config (paper 5, METHODS.md section 5): the topic model, keywords, the
 off/on-topic splits, the per-genre generators and the evaluation. Defaults are the paper's settings where
 it fixes them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -61,8 +62,11 @@ class TopicModelConfig:
         check(self.topics >= 2, "genre.topic_model.topics", "must be >= 2")
         for name in ("max_iter", "vocab_size", "min_token_length", "fit_partitions"):
             check(getattr(self, name) >= 1, f"genre.topic_model.{name}", "must be >= 1")
-        check(self.max_df is None or 0 < self.max_df < 1, "genre.topic_model.max_df",
-              "must lie in (0, 1) (a share of documents), or be null for no bound")
+        check(
+            self.max_df is None or 0 < self.max_df < 1,
+            "genre.topic_model.max_df",
+            "must lie in (0, 1) (a share of documents), or be null for no bound",
+        )
         check(self.learning_offset > 0, "genre.topic_model.learning_offset", "must be > 0")
         check(0.5 < self.learning_decay <= 1, "genre.topic_model.learning_decay", "must lie in (0.5, 1]")
 
@@ -95,8 +99,12 @@ class SplitConfig:
 def _generator_model() -> T5ModelConfig:
     # The suite's offline pretrained generator. Passages of 1000 characters: ~250 WordPiece tokens.
     # A causal generator (smollm2 / causal_checkpoint) is prompted with a passage's keywords.
-    return T5ModelConfig(kind="warm_minilm", max_source_length=48, max_target_length=256,
-                         prompt="Keywords: {source}\nA text with these keywords:")
+    return T5ModelConfig(
+        kind="warm_minilm",
+        max_source_length=48,
+        max_target_length=256,
+        prompt="Keywords: {source}\nA text with these keywords:",
+    )
 
 
 def _generator_fine_tune() -> FineTuneConfig:
@@ -108,8 +116,16 @@ def _generator_fine_tune() -> FineTuneConfig:
 
 def _generator_generation() -> GenerationConfig:
     # The paper: one sample per prompt, top-k 50, top-p 0.95.
-    return GenerationConfig(n_samples=1, mode="sample", top_k=50, top_p=0.95, max_new_tokens=256,
-                            max_source_tokens=64, bucket_size=32, batch_size=64)
+    return GenerationConfig(
+        n_samples=1,
+        mode="sample",
+        top_k=50,
+        top_p=0.95,
+        max_new_tokens=256,
+        max_source_tokens=64,
+        bucket_size=32,
+        batch_size=64,
+    )
 
 
 @dataclass
@@ -143,10 +159,16 @@ class GeneratorConfig:
     per_genre: bool = True
 
     def __post_init__(self) -> None:
-        check(self.max_passages_per_doc is None or self.max_passages_per_doc >= 1,
-              "genre.generator.max_passages_per_doc", "must be >= 1")
-        check(self.synthetic_ratio is None or self.synthetic_ratio > 0, "genre.generator.synthetic_ratio",
-              "must be > 0, or null for one synthetic document per test document and genre")
+        check(
+            self.max_passages_per_doc is None or self.max_passages_per_doc >= 1,
+            "genre.generator.max_passages_per_doc",
+            "must be >= 1",
+        )
+        check(
+            self.synthetic_ratio is None or self.synthetic_ratio > 0,
+            "genre.generator.synthetic_ratio",
+            "must be > 0, or null for one synthetic document per test document and genre",
+        )
         check(self.cache_models >= 1, "genre.generator.cache_models", "must be >= 1")
         check_generator(self.model, self.fine_tune, "genre.generator")
 
@@ -166,8 +188,9 @@ class EvalConfig:
     # conf/databricks.yaml names BERT-base); 256 tokens hold a cleaned 1000-character window. A plain
     # classifier: no masked-LM head. The paper keeps the epoch that scored best on a development set; with
     # N = 30 documents per genre none is carved out here, so the last epoch is the model.
-    encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(max_length=256, epochs=6,
-                                                                         learning_rate=1e-5, mlm_weight=0.0))
+    encoder: EncoderConfig = field(
+        default_factory=lambda: EncoderConfig(max_length=256, epochs=6, learning_rate=1e-5, mlm_weight=0.0)
+    )
     # The paper's Table-5 row "0 original + synthetic": a classifier trained on the synthetic documents alone
     # (``synthetic_only``), as many as the augmented row adds.
     synthetic_only: bool = False

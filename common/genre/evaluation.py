@@ -1,5 +1,6 @@
 """Genre transfer's evaluation (paper 5): the classifier's rows (seeded 1000-character windows, numbers
 and punctuation removed), the three training variants, and the Table-4-style summary."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -16,8 +17,14 @@ if TYPE_CHECKING:
 # paper's: ``off_topic_balanced`` (genre.eval.balanced_control), the off-topic documents repeated to the augmented
 # set's documents per genre, which separates what the synthetic text adds from the class balance it brings.
 BALANCED = "off_topic_balanced"
-METHODS = {"on_topic": ("on_topic",), "off_topic": ("off_topic",), "augmented": ("off_topic", "synthetic"),
-           "off_keywords": ("off_topic", "synthetic_off"), "synthetic_only": ("synthetic",), BALANCED: (BALANCED,)}
+METHODS = {
+    "on_topic": ("on_topic",),
+    "off_topic": ("off_topic",),
+    "augmented": ("off_topic", "synthetic"),
+    "off_keywords": ("off_topic", "synthetic_off"),
+    "synthetic_only": ("synthetic",),
+    BALANCED: (BALANCED,),
+}
 # The methods whose training texts include generated ones.
 GENERATIVE = frozenset(m for m, parts in METHODS.items() if any(part.startswith("synthetic") for part in parts))
 
@@ -43,8 +50,9 @@ def clean_col(text: "Column") -> "Column":
     return F.trim(F.regexp_replace(F.regexp_replace(text, r"[^\p{L}]+", " "), r"\s+", " "))
 
 
-def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame", chars: int,
-              seed: int) -> "DataFrame":
+def eval_rows(
+    splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame", chars: int, seed: int
+) -> "DataFrame":
     """(topic, n, set, doc_id, label, text): each split document as one cleaned window of ``chars``
     characters drawn by (``seed``, doc_id) (the same window wherever the document appears), set = its role
     (test, on_topic, off_topic); plus every synthetic document, cleaned, labelled with its generator's genre,
@@ -54,11 +62,22 @@ def eval_rows(splits: "DataFrame", docs: "DataFrame", synthetic_rows: "DataFrame
 
     view = F.udf(lambda text, key: window(text, key, seed, chars), StringType())
     real = splits.join(docs.select("doc_id", "text"), "doc_id").select(
-        "topic", "n", F.col("role").alias("set"), "doc_id", F.col("genre").alias("label"),
-        clean_col(view("text", "doc_id")).alias("text"))
+        "topic",
+        "n",
+        F.col("role").alias("set"),
+        "doc_id",
+        F.col("genre").alias("label"),
+        clean_col(view("text", "doc_id")).alias("text"),
+    )
     fake_set = F.when(F.col("keywords_from") == "off_topic", "synthetic_off").otherwise("synthetic")
-    fake = synthetic_rows.select("topic", "n", fake_set.alias("set"), F.col("source_id").alias("doc_id"),
-                                 F.col("genre").alias("label"), clean_col(F.col("text")).alias("text"))
+    fake = synthetic_rows.select(
+        "topic",
+        "n",
+        fake_set.alias("set"),
+        F.col("source_id").alias("doc_id"),
+        F.col("genre").alias("label"),
+        clean_col(F.col("text")).alias("text"),
+    )
     return real.unionByName(fake)
 
 
@@ -72,14 +91,18 @@ def balanced_rows(rows: "DataFrame", seed: int) -> "DataFrame":
     from pyspark.sql import functions as F
 
     keys = ["topic", "n", "label"]
-    sizes = rows.filter(F.col("set").isin("off_topic", "synthetic")).groupBy(*keys).agg(
-        F.sum((F.col("set") == "off_topic").cast("int")).alias("k"), F.count(F.lit(1)).alias("t"))
+    sizes = (
+        rows.filter(F.col("set").isin("off_topic", "synthetic"))
+        .groupBy(*keys)
+        .agg(F.sum((F.col("set") == "off_topic").cast("int")).alias("k"), F.count(F.lit(1)).alias("t"))
+    )
     # One window per (topic, n, genre): a few dozen documents each.
     order = Window.partitionBy(*keys).orderBy(F.xxhash64(F.lit(seed), "doc_id"), "doc_id")
     off = rows.filter(F.col("set") == "off_topic").join(sizes, keys).withColumn("i", F.row_number().over(order) - 1)
     copies = (F.floor(F.col("t") / F.col("k")) + (F.col("i") < F.col("t") % F.col("k")).cast("int")).cast("int")
     return off.withColumn("copy", F.explode(F.sequence(F.lit(1), copies))).select(
-        "topic", "n", F.lit(BALANCED).alias("set"), "doc_id", "label", "text")
+        "topic", "n", F.lit(BALANCED).alias("set"), "doc_id", "label", "text"
+    )
 
 
 def summary_table(pdf: "pd.DataFrame") -> "pd.DataFrame":

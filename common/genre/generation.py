@@ -1,6 +1,7 @@
 """The per-genre generators' data (paper 5): training pairs from off-topic documents only, and prompts
 from on-topic test documents' keywords for every genre's generator (as many as the synthetic ratio asks).
 DataFrame transforms."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -19,8 +20,9 @@ def conditioned_source(genre, keywords):
     return F.concat(F.regexp_replace(genre, "_", " "), F.lit(" | "), keywords)
 
 
-def generator_pairs(splits: "DataFrame", passage_rows: "DataFrame", max_passages: Optional[int],
-                    per_genre: bool = True) -> "DataFrame":
+def generator_pairs(
+    splits: "DataFrame", passage_rows: "DataFrame", max_passages: Optional[int], per_genre: bool = True
+) -> "DataFrame":
     """(topic, n, genre, doc_id, passage_idx, source_text, target_text): for each (topic, n) and genre, the
     passages of that genre's ``off_topic`` training documents (their first ``max_passages``, when set) as
     (keywords, passage) pairs. A generator never sees a test or on-topic document: isolation by design.
@@ -50,8 +52,13 @@ def prompt_sources(splits: "DataFrame", ratio: Optional[float], seed: int, contr
     from pyspark.sql import functions as F
 
     docs = splits.filter(F.col("role").isin("test", "off_topic") if control else F.col("role") == "test")
-    docs = docs.select("topic", "n", F.col("doc_id").alias("source_doc_id"), F.col("genre").alias("source_genre"),
-                       F.when(F.col("role") == "test", "on_topic").otherwise("off_topic").alias("keywords_from"))
+    docs = docs.select(
+        "topic",
+        "n",
+        F.col("doc_id").alias("source_doc_id"),
+        F.col("genre").alias("source_genre"),
+        F.when(F.col("role") == "test", "on_topic").otherwise("off_topic").alias("keywords_from"),
+    )
     if ratio is None:
         k = F.count(F.when(F.col("role") == "test", 1))
     else:
@@ -59,14 +66,26 @@ def prompt_sources(splits: "DataFrame", ratio: Optional[float], seed: int, contr
         genres = F.countDistinct(F.when(F.col("role") == "off_topic", F.col("genre")))
         k = F.greatest(F.lit(1), F.round(F.lit(float(ratio)) * off / genres).cast("int"))
     sizes = splits.groupBy("topic", "n").agg(k.alias("_k"))
-    order = Window.partitionBy("topic", "n", "keywords_from").orderBy(F.xxhash64(F.lit(seed), "source_doc_id"),
-                                                                     "source_doc_id")
-    return docs.join(sizes, ["topic", "n"]).withColumn("_rank", F.row_number().over(order)) \
-        .filter(F.col("_rank") <= F.col("_k")).drop("_rank", "_k")
+    order = Window.partitionBy("topic", "n", "keywords_from").orderBy(
+        F.xxhash64(F.lit(seed), "source_doc_id"), "source_doc_id"
+    )
+    return (
+        docs.join(sizes, ["topic", "n"])
+        .withColumn("_rank", F.row_number().over(order))
+        .filter(F.col("_rank") <= F.col("_k"))
+        .drop("_rank", "_k")
+    )
 
 
-def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFrame", seed: int,
-            ratio: Optional[float], control: bool = False, per_genre: bool = True) -> "DataFrame":
+def prompts(
+    splits: "DataFrame",
+    passage_rows: "DataFrame",
+    generators: "DataFrame",
+    seed: int,
+    ratio: Optional[float],
+    control: bool = False,
+    per_genre: bool = True,
+) -> "DataFrame":
     """One prompt per generator of a (topic, n) and document chosen by ``prompt_sources`` (``ratio``,
     ``control``): (topic, n, genre, source_doc_id, source_genre, keywords_from, source_id, source_text,
     model_path, model_version). ``source_text`` is the keywords of one passage of the document, drawn by
@@ -76,17 +95,29 @@ def prompts(splits: "DataFrame", passage_rows: "DataFrame", generators: "DataFra
     from pyspark.sql import functions as F
 
     counts = passage_rows.groupBy("doc_id").agg(F.count(F.lit(1)).alias("_passages"))
-    chosen = counts.withColumn("passage_idx",
-                               F.pmod(F.xxhash64(F.lit(seed), "doc_id"), F.col("_passages")).cast("int"))
+    chosen = counts.withColumn(
+        "passage_idx", F.pmod(F.xxhash64(F.lit(seed), "doc_id"), F.col("_passages")).cast("int")
+    )
     keywords = chosen.join(passage_rows, ["doc_id", "passage_idx"]).select("doc_id", "keywords")
-    out = prompt_sources(splits, ratio, seed, control).join(keywords.withColumnRenamed("doc_id", "source_doc_id"),
-                                                            "source_doc_id") \
+    out = (
+        prompt_sources(splits, ratio, seed, control)
+        .join(keywords.withColumnRenamed("doc_id", "source_doc_id"), "source_doc_id")
         .join(generators.select("topic", "n", "genre", "model_path", "model_version"), ["topic", "n"])
+    )
     source_id = F.concat_ws("/", F.col("topic").cast("string"), F.col("n").cast("string"), "genre", "source_doc_id")
     text = F.col("keywords") if per_genre else conditioned_source(F.col("genre"), F.col("keywords"))
-    return out.select("topic", "n", "genre", "source_doc_id", "source_genre", "keywords_from",
-                      source_id.alias("source_id"), text.alias("source_text"), "model_path", "model_version") \
-        .orderBy("model_path", "source_id")
+    return out.select(
+        "topic",
+        "n",
+        "genre",
+        "source_doc_id",
+        "source_genre",
+        "keywords_from",
+        source_id.alias("source_id"),
+        text.alias("source_text"),
+        "model_path",
+        "model_version",
+    ).orderBy("model_path", "source_id")
 
 
 def synthetic(generated: "DataFrame", prompt_rows: "DataFrame") -> "DataFrame":
@@ -98,11 +129,27 @@ def synthetic(generated: "DataFrame", prompt_rows: "DataFrame") -> "DataFrame":
 
     from common.genre.evaluation import clean_col
 
-    joined = generated.join(prompt_rows.select("source_id", "topic", "n", "genre", "source_doc_id", "source_genre",
-                                               "keywords_from"), "source_id")
-    reason = F.coalesce(F.col("reason"), F.when(F.length(clean_col(F.coalesce("generated_text", F.lit("")))) == 0,
-                                                F.lit("empty generation: no letters")))
-    return joined.select("topic", "n", "genre", "source_doc_id", "source_genre", "keywords_from", "source_id",
-                         F.col("source_text").alias("keywords"), F.col("generated_text").alias("text"),
-                         "model_version",
-                         "generated_tokens", reason.alias("reason"))
+    joined = generated.join(
+        prompt_rows.select("source_id", "topic", "n", "genre", "source_doc_id", "source_genre", "keywords_from"),
+        "source_id",
+    )
+    reason = F.coalesce(
+        F.col("reason"),
+        F.when(
+            F.length(clean_col(F.coalesce("generated_text", F.lit("")))) == 0, F.lit("empty generation: no letters")
+        ),
+    )
+    return joined.select(
+        "topic",
+        "n",
+        "genre",
+        "source_doc_id",
+        "source_genre",
+        "keywords_from",
+        "source_id",
+        F.col("source_text").alias("keywords"),
+        F.col("generated_text").alias("text"),
+        "model_version",
+        "generated_tokens",
+        reason.alias("reason"),
+    )

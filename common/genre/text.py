@@ -1,6 +1,7 @@
 """Text cutting for genre transfer: passages (generator pairs) and seeded random windows (the classifier's
 input). Pure Python, used inside Spark UDFs; the cleaning is a Column expression
 (:func:`common.genre.evaluation.clean_col`)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -43,4 +44,3 @@ def window(text: str, key: str, seed: int, chars: int) -> str:
     if end < len(text) and not text[end].isspace():
         end = max(start, text.rfind(" ", start, end))
     return text[start:end].strip()
-

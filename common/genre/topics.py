@@ -5,6 +5,7 @@ document gets its topic distribution L(D, t) and each vocabulary word its topic 
 topic's word distribution, as the paper's ETM β). Keywords and splits are joins, windows and aggregates:
 nothing that grows with the corpus reaches the driver.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -42,11 +43,19 @@ def fit_topic_model(cfg: TopicModelConfig, seed: int, rows: "DataFrame") -> "Pip
 
     # Online LDA samples its mini-batches partition by partition: the layout is part of the result.
     rows = rows.repartition(cfg.fit_partitions, "text").sortWithinPartitions("text")
-    text = Pipeline(stages=[
-        RegexTokenizer(inputCol="text", outputCol="tokens", pattern=TOKEN_PATTERN, gaps=True, toLowercase=True,
-                       minTokenLength=cfg.min_token_length),
-        StopWordsRemover(inputCol="tokens", outputCol="words"),
-    ]).fit(rows)
+    text = Pipeline(
+        stages=[
+            RegexTokenizer(
+                inputCol="text",
+                outputCol="tokens",
+                pattern=TOKEN_PATTERN,
+                gaps=True,
+                toLowercase=True,
+                minTokenLength=cfg.min_token_length,
+            ),
+            StopWordsRemover(inputCol="tokens", outputCol="words"),
+        ]
+    ).fit(rows)
     words = text.transform(rows).select("words")
     n_docs = words.count() if cfg.min_df < 1 or (cfg.max_df is not None and cfg.max_df < 1) else 0
     min_df = cfg.min_df if cfg.min_df >= 1 else cfg.min_df * n_docs
@@ -55,14 +64,25 @@ def fit_topic_model(cfg: TopicModelConfig, seed: int, rows: "DataFrame") -> "Pip
     # every (doc, word) pair became a document of its own (document frequency = term frequency).
     docs = words.select(F.monotonically_increasing_id().alias("doc"), "words")
     per_doc = docs.select("doc", F.explode("words").alias("word")).groupBy("doc", "word").count()
-    terms = (per_doc.groupBy("word").agg(F.sum("count").alias("tf"), F.count(F.lit(1)).alias("df"))
-             .where((F.col("df") >= min_df) & (F.col("df") <= max_df))
-             .orderBy(F.desc("tf"), "word").limit(cfg.vocab_size))
+    terms = (
+        per_doc.groupBy("word")
+        .agg(F.sum("count").alias("tf"), F.count(F.lit(1)).alias("df"))
+        .where((F.col("df") >= min_df) & (F.col("df") <= max_df))
+        .orderBy(F.desc("tf"), "word")
+        .limit(cfg.vocab_size)
+    )
     vocabulary = [r["word"] for r in terms.collect()]
     counts = _count_vectorizer(vocabulary)
-    lda = LDA(k=cfg.topics, optimizer=cfg.optimizer, maxIter=cfg.max_iter, seed=seed, featuresCol="features",
-              topicDistributionCol="topic_weights", learningOffset=cfg.learning_offset,
-              learningDecay=cfg.learning_decay).fit(counts.transform(words))
+    lda = LDA(
+        k=cfg.topics,
+        optimizer=cfg.optimizer,
+        maxIter=cfg.max_iter,
+        seed=seed,
+        featuresCol="features",
+        topicDistributionCol="topic_weights",
+        learningOffset=cfg.learning_offset,
+        learningDecay=cfg.learning_decay,
+    ).fit(counts.transform(words))
     return PipelineModel(stages=[*text.stages, counts, lda])
 
 
@@ -104,9 +124,17 @@ def word_topics(model: "PipelineModel") -> "DataFrame":
     spark = SparkSession.getActiveSession()
     words = spark.createDataFrame(list(enumerate(vocabulary)), "term int, word string")
     topics = lda.describeTopics(maxTermsPerTopic=len(vocabulary)).select(
-        "topic", F.explode(F.arrays_zip("termIndices", "termWeights")).alias("t"))
-    return topics.select(F.col("t.termIndices").alias("term"), F.col("topic").cast("int").alias("topic"),
-                         F.col("t.termWeights").alias("weight")).join(words, "term").drop("term")
+        "topic", F.explode(F.arrays_zip("termIndices", "termWeights")).alias("t")
+    )
+    return (
+        topics.select(
+            F.col("t.termIndices").alias("term"),
+            F.col("topic").cast("int").alias("topic"),
+            F.col("t.termWeights").alias("weight"),
+        )
+        .join(words, "term")
+        .drop("term")
+    )
 
 
 def topic_words(word_weights: "DataFrame", top: int = 15) -> "DataFrame":
@@ -115,9 +143,16 @@ def topic_words(word_weights: "DataFrame", top: int = 15) -> "DataFrame":
     from pyspark.sql import functions as F
 
     rank = F.row_number().over(Window.partitionBy("topic").orderBy(F.desc("weight"), "word"))
-    return word_weights.withColumn("rank", rank).filter(F.col("rank") <= top).groupBy("topic").agg(
-        F.concat_ws(", ", F.transform(F.array_sort(F.collect_list(F.struct("rank", "word"))),
-                                      lambda s: s["word"])).alias("words"))
+    return (
+        word_weights.withColumn("rank", rank)
+        .filter(F.col("rank") <= top)
+        .groupBy("topic")
+        .agg(
+            F.concat_ws(
+                ", ", F.transform(F.array_sort(F.collect_list(F.struct("rank", "word"))), lambda s: s["word"])
+            ).alias("words")
+        )
+    )
 
 
 def with_passages(docs: "DataFrame", chars: int) -> "DataFrame":
@@ -149,15 +184,24 @@ def keyword_scores(occ: "DataFrame", doc_weights: "DataFrame", word_weights: "Da
     words have none)."""
     from pyspark.sql import functions as F
 
-    per_word = occ.groupBy("doc_id", "passage_idx", "word").agg(F.count(F.lit(1)).alias("occurrences"),
-                                                                F.min("pos").alias("first_pos"))
+    per_word = occ.groupBy("doc_id", "passage_idx", "word").agg(
+        F.count(F.lit(1)).alias("occurrences"), F.min("pos").alias("first_pos")
+    )
     doc_t = doc_weights.select("doc_id", F.posexplode("topic_weights").alias("topic", "doc_weight"))
     # Σ_t L(D, t)·L(w, t) once per (document, word), then times the word's occurrences in the passage.
-    affinity = per_word.select("doc_id", "word").distinct().join(word_weights, "word") \
-        .join(doc_t, ["doc_id", "topic"]) \
-        .groupBy("doc_id", "word").agg(F.sum(F.col("doc_weight") * F.col("weight")).alias("affinity"))
-    return per_word.join(affinity, ["doc_id", "word"]) \
-        .withColumn("score", F.col("occurrences") * F.col("affinity")).drop("affinity")
+    affinity = (
+        per_word.select("doc_id", "word")
+        .distinct()
+        .join(word_weights, "word")
+        .join(doc_t, ["doc_id", "topic"])
+        .groupBy("doc_id", "word")
+        .agg(F.sum(F.col("doc_weight") * F.col("weight")).alias("affinity"))
+    )
+    return (
+        per_word.join(affinity, ["doc_id", "word"])
+        .withColumn("score", F.col("occurrences") * F.col("affinity"))
+        .drop("affinity")
+    )
 
 
 def top_keywords(scores: "DataFrame", k: int) -> "DataFrame":
@@ -170,26 +214,32 @@ def top_keywords(scores: "DataFrame", k: int) -> "DataFrame":
     best = scores.withColumn("rank", rank).filter(F.col("rank") <= k)
     ordered = F.array_sort(F.collect_list(F.struct("first_pos", "word")))
     return best.groupBy("doc_id", "passage_idx").agg(
-        F.concat_ws(" ", F.transform(ordered, lambda s: s["word"])).alias("keywords"))
+        F.concat_ws(" ", F.transform(ordered, lambda s: s["word"])).alias("keywords")
+    )
 
 
-def passage_table(model: "PipelineModel", rows: "DataFrame", doc_weights: "DataFrame", word_weights: "DataFrame",
-                  k: int) -> "DataFrame":
+def passage_table(
+    model: "PipelineModel", rows: "DataFrame", doc_weights: "DataFrame", word_weights: "DataFrame", k: int
+) -> "DataFrame":
     """(doc_id, genre, passage_idx, passage, keywords): every passage (``rows``, from :func:`with_passages`)
     with its keywords ("" for a passage without a single topic word)."""
     from pyspark.sql import functions as F
 
     keywords = top_keywords(keyword_scores(occurrences(model, rows), doc_weights, word_weights), k)
-    return rows.join(keywords, ["doc_id", "passage_idx"], "left") \
-        .withColumn("keywords", F.coalesce("keywords", F.lit("")))
+    return rows.join(keywords, ["doc_id", "passage_idx"], "left").withColumn(
+        "keywords", F.coalesce("keywords", F.lit(""))
+    )
 
 
 def prevalence(doc_weights: "DataFrame") -> "DataFrame":
     """(topic, prevalence): each topic's mean weight over the documents."""
     from pyspark.sql import functions as F
 
-    return doc_weights.select(F.posexplode("topic_weights").alias("topic", "w")).groupBy("topic") \
+    return (
+        doc_weights.select(F.posexplode("topic_weights").alias("topic", "w"))
+        .groupBy("topic")
         .agg(F.avg("w").alias("prevalence"))
+    )
 
 
 def split_sizes(genre_counts: Mapping[str, int], n: int, cfg: SplitConfig) -> dict[str, tuple[int, int]]:
@@ -220,8 +270,9 @@ def effective_sizes(genre_counts: Mapping[str, int], cfg: SplitConfig) -> list[i
     return kept
 
 
-def topic_splits(doc_weights: "DataFrame", topics: Sequence[int], sizes: Sequence[int],
-                 cfg: SplitConfig) -> "DataFrame":
+def topic_splits(
+    doc_weights: "DataFrame", topics: Sequence[int], sizes: Sequence[int], cfg: SplitConfig
+) -> "DataFrame":
     """(topic, n, doc_id, genre, role, weight, rank) for every evaluated topic and size: per genre, documents
     ranked by their weight for the topic (heaviest first, ties by doc_id); the first ones are the on-topic
     ``test`` set, the next ones the ``on_topic`` training set, the last (lowest weight) ones the
@@ -232,15 +283,23 @@ def topic_splits(doc_weights: "DataFrame", topics: Sequence[int], sizes: Sequenc
     spark = SparkSession.getActiveSession()
     grid = spark.createDataFrame([(int(t), int(n)) for t in topics for n in sizes], "topic int, n int")
     per_genre = Window.partitionBy("topic", "n", "genre")
-    ranked = doc_weights.crossJoin(F.broadcast(grid)) \
-        .withColumn("weight", F.element_at("topic_weights", F.col("topic") + 1)) \
-        .withColumn("rank", F.row_number().over(per_genre.orderBy(F.desc("weight"), "doc_id")) - 1) \
+    ranked = (
+        doc_weights.crossJoin(F.broadcast(grid))
+        .withColumn("weight", F.element_at("topic_weights", F.col("topic") + 1))
+        .withColumn("rank", F.row_number().over(per_genre.orderBy(F.desc("weight"), "doc_id")) - 1)
         .withColumn("_count", F.count(F.lit(1)).over(per_genre))
-    n_test = F.least(F.lit(cfg.test_per_genre), F.greatest(F.lit(1), F.floor(F.col("_count") * cfg.test_fraction)),
-                     F.col("_count"))
+    )
+    n_test = F.least(
+        F.lit(cfg.test_per_genre), F.greatest(F.lit(1), F.floor(F.col("_count") * cfg.test_fraction)), F.col("_count")
+    )
     n_train = F.least(F.col("n"), F.floor((F.col("_count") - n_test) / 2))
-    role = F.when(F.col("rank") < n_test, "test") \
-        .when(F.col("rank") < n_test + n_train, "on_topic") \
+    role = (
+        F.when(F.col("rank") < n_test, "test")
+        .when(F.col("rank") < n_test + n_train, "on_topic")
         .when(F.col("rank") >= F.col("_count") - n_train, "off_topic")
-    return ranked.withColumn("role", role).filter(F.col("role").isNotNull()) \
+    )
+    return (
+        ranked.withColumn("role", role)
+        .filter(F.col("role").isNotNull())
         .select("topic", "n", "doc_id", "genre", "role", "weight", F.col("rank").cast("int"))
+    )

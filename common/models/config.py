@@ -3,6 +3,7 @@
 Sections used in several places name their keys ``*.key``; the loader puts the real prefix in
 (``cga.model.scratch.d_model``, ``consistency.fasttext.lr``).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -80,11 +81,17 @@ class EncoderConfig:
     concurrency: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_length", "epochs", "batch_size", "max_batch_tokens", "score_batch_size", "num_cpus",
-                     "concurrency"):
+        for name in (
+            "max_length",
+            "epochs",
+            "batch_size",
+            "max_batch_tokens",
+            "score_batch_size",
+            "num_cpus",
+            "concurrency",
+        ):
             check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
-        check(self.max_batch_tokens >= self.max_length, "*.max_batch_tokens",
-              "must be >= max_length")
+        check(self.max_batch_tokens >= self.max_length, "*.max_batch_tokens", "must be >= max_length")
         check(self.learning_rate > 0, "*.learning_rate", "must be > 0")
         check(self.mlm_weight >= 0, "*.mlm_weight", "must be >= 0")
         check(0 < self.mlm_probability < 1, "*.mlm_probability", "must lie in (0, 1)")
@@ -149,8 +156,9 @@ class T5ModelConfig:
     # The generator: smollm2 (the packaged causal LM), causal_checkpoint, warm_minilm, checkpoint (a seq2seq by
     # name_or_path), scratch_t5 or endpoint (a served model, see endpoint); null: checkpoint when name_or_path is
     # set, else warm_minilm.
-    kind: Optional[Literal["smollm2", "causal_checkpoint", "scratch_t5", "warm_minilm", "checkpoint",
-                           "endpoint"]] = None
+    kind: Optional[Literal["smollm2", "causal_checkpoint", "scratch_t5", "warm_minilm", "checkpoint", "endpoint"]] = (
+        None
+    )
     # A checkpoint: a hub name where a hub is reachable (t5-base, SmolLM2-360M) or a local folder; wins over kind's
     # own weights.
     name_or_path: Optional[str] = None
@@ -179,21 +187,37 @@ class T5ModelConfig:
         if self.kind is None:
             self.kind = "checkpoint" if self.name_or_path else "warm_minilm"
         named = self.kind in ("checkpoint", "causal_checkpoint")
-        check(not named or bool(self.name_or_path), "*.name_or_path",
-              f"kind {self.kind!r} needs name_or_path (a hub name or a local folder)")
-        check(self.kind != "scratch_t5" or self.scratch is not None, "*.scratch",
-              "kind 'scratch_t5' needs the scratch shape")
-        check(named or not self.name_or_path, "*.name_or_path",
-              f"is set but kind is {self.kind!r}: set kind: checkpoint or causal_checkpoint (or drop name_or_path)")
-        check(self.max_source_length >= 1 and self.max_target_length >= 1, "*.max_source_length",
-              "lengths must be >= 1")
-        check(self.kind != "warm_minilm" or max(self.max_source_length, self.max_target_length) <= 512,
-              "*.max_source_length", "warm_minilm has 512 positions")
+        check(
+            not named or bool(self.name_or_path),
+            "*.name_or_path",
+            f"kind {self.kind!r} needs name_or_path (a hub name or a local folder)",
+        )
+        check(
+            self.kind != "scratch_t5" or self.scratch is not None,
+            "*.scratch",
+            "kind 'scratch_t5' needs the scratch shape",
+        )
+        check(
+            named or not self.name_or_path,
+            "*.name_or_path",
+            f"is set but kind is {self.kind!r}: set kind: checkpoint or causal_checkpoint (or drop name_or_path)",
+        )
+        check(
+            self.max_source_length >= 1 and self.max_target_length >= 1, "*.max_source_length", "lengths must be >= 1"
+        )
+        check(
+            self.kind != "warm_minilm" or max(self.max_source_length, self.max_target_length) <= 512,
+            "*.max_source_length",
+            "warm_minilm has 512 positions",
+        )
         check("{source}" in self.prompt, "*.prompt", "must contain {source}, where the input text goes")
         check(self.lora_r >= 0 and self.lora_alpha >= 1, "*.lora_r", "lora_r must be >= 0, lora_alpha >= 1")
         check(self.in_context_examples >= 1, "*.in_context_examples", "must be >= 1")
-        check(self.kind != "endpoint" or bool(self.endpoint.base_url), "*.endpoint.base_url",
-              "kind 'endpoint' needs the server's base_url (and endpoint.model)")
+        check(
+            self.kind != "endpoint" or bool(self.endpoint.base_url),
+            "*.endpoint.base_url",
+            "kind 'endpoint' needs the server's base_url (and endpoint.model)",
+        )
 
     @property
     def causal(self) -> bool:
@@ -291,8 +315,17 @@ class GenerationConfig(Decoding):
 
     def __post_init__(self) -> None:
         check(self.engine in ("hf", "ctranslate2"), "*.engine", "must be hf or ctranslate2")
-        for name in ("n_samples", "top_k", "num_beams", "max_new_tokens", "max_source_tokens", "bucket_size",
-                     "batch_size", "concurrency", "max_batch_tokens"):
+        for name in (
+            "n_samples",
+            "top_k",
+            "num_beams",
+            "max_new_tokens",
+            "max_source_tokens",
+            "bucket_size",
+            "batch_size",
+            "concurrency",
+            "max_batch_tokens",
+        ):
             check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
         check(0 < self.top_p <= 1, "*.top_p", "must be in (0, 1]")
         check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
@@ -330,22 +363,29 @@ def skipped_fine_tune(model: T5ModelConfig, fine_tune: FineTuneConfig) -> Option
     if not model.served or (fine_tune.epochs == 0 and not fine_tune.max_steps):
         return None
     budget = f"{fine_tune.max_steps} steps" if fine_tune.max_steps else f"{fine_tune.epochs} epochs"
-    return (f"fine-tune skipped: {model.endpoint.model} is served at {model.endpoint.base_url}, not trained here "
-            f"(fine_tune asks for {budget}); prompted with {model.in_context_examples} of its training pairs instead")
+    return (
+        f"fine-tune skipped: {model.endpoint.model} is served at {model.endpoint.base_url}, not trained here "
+        f"(fine_tune asks for {budget}); prompted with {model.in_context_examples} of its training pairs instead"
+    )
 
 
 def check_generator(model: T5ModelConfig, fine_tune: FineTuneConfig, section: str) -> None:
     """Raise ConfigError when ``section``'s fine-tune asks for in-context generation (epochs 0) of a model
     kind that cannot be prompted (a seq2seq model must be trained)."""
-    check(fine_tune.epochs >= 1 or fine_tune.max_steps > 0 or model.causal or model.served,
-          f"{section}.fine_tune.epochs",
-          f"0 means in-context generation, which needs a causal model kind (smollm2, causal_checkpoint), "
-          f"not {model.kind!r}")
+    check(
+        fine_tune.epochs >= 1 or fine_tune.max_steps > 0 or model.causal or model.served,
+        f"{section}.fine_tune.epochs",
+        f"0 means in-context generation, which needs a causal model kind (smollm2, causal_checkpoint), "
+        f"not {model.kind!r}",
+    )
 
 
 # What a reader is told wrote a sample: the model by kind (a checkpoint by its name).
-_GENERATOR_NAMES = {"smollm2": "SmolLM2-135M-Instruct", "warm_minilm": "a BART warm-started from MiniLM",
-                    "scratch_t5": "a tiny T5 trained from scratch (plumbing: not meant to read)"}
+_GENERATOR_NAMES = {
+    "smollm2": "SmolLM2-135M-Instruct",
+    "warm_minilm": "a BART warm-started from MiniLM",
+    "scratch_t5": "a tiny T5 trained from scratch (plumbing: not meant to read)",
+}
 
 
 def describe_generator(model: T5ModelConfig, fine_tune: FineTuneConfig) -> str:
@@ -353,38 +393,64 @@ def describe_generator(model: T5ModelConfig, fine_tune: FineTuneConfig) -> str:
     with k training pairs, or fine-tuned for a budget, LoRA or every weight)."""
     if model.served:
         unit = "steps" if fine_tune.max_steps else "epochs"
-        skipped = f"; fine_tune's {fine_tune.max_steps or fine_tune.epochs} {unit} skipped" \
-            if skipped_fine_tune(model, fine_tune) else ""
-        return (f"{model.endpoint.model} served at {model.endpoint.base_url}, prompted with "
-                f"{model.in_context_examples} of its training pairs (a served model: no fine-tune here{skipped})")
+        skipped = (
+            f"; fine_tune's {fine_tune.max_steps or fine_tune.epochs} {unit} skipped"
+            if skipped_fine_tune(model, fine_tune)
+            else ""
+        )
+        return (
+            f"{model.endpoint.model} served at {model.endpoint.base_url}, prompted with "
+            f"{model.in_context_examples} of its training pairs (a served model: no fine-tune here{skipped})"
+        )
     name = model.name_or_path or _GENERATOR_NAMES.get(model.kind, model.kind)
     if in_context(model, fine_tune):
         return f"{name}, prompted with {model.in_context_examples} of its training pairs (no fine-tune)"
-    budget = f"{fine_tune.max_steps} steps" if fine_tune.max_steps else \
-        f"{fine_tune.epochs} epoch{'s' if fine_tune.epochs != 1 else ''}"
-    how = "trained" if model.kind == "scratch_t5" else \
-        f"fine-tuned (LoRA r {model.lora_r})" if model.causal and model.lora_r else "fine-tuned"
+    budget = (
+        f"{fine_tune.max_steps} steps"
+        if fine_tune.max_steps
+        else f"{fine_tune.epochs} epoch{'s' if fine_tune.epochs != 1 else ''}"
+    )
+    how = (
+        "trained"
+        if model.kind == "scratch_t5"
+        else f"fine-tuned (LoRA r {model.lora_r})"
+        if model.causal and model.lora_r
+        else "fine-tuned"
+    )
     return f"{name}, {how} {budget}"
 
 
 def generator_facts(model: T5ModelConfig, fine_tune: FineTuneConfig, generation: Decoding) -> dict[str, Any]:
     """A generator's settings as a dataset card shows them: the model, its adapters, the fine-tune budget
     and the decoding."""
-    decoding = {"decoding": f"{generation.mode}, {generation.n_samples} per input, top-p {generation.top_p:g}, at "
-                            f"most {generation.max_new_tokens} new tokens"}
+    decoding = {
+        "decoding": f"{generation.mode}, {generation.n_samples} per input, top-p {generation.top_p:g}, at "
+        f"most {generation.max_new_tokens} new tokens"
+    }
     if model.served:  # the server decodes: no engine, no top-k (not a standard API parameter)
-        return {"model": model.endpoint.model, "kind": "endpoint", "endpoint": model.endpoint.base_url,
-                "api": model.endpoint.api, "prompt": model.prompt,
-                "fine_tune": skipped_fine_tune(model, fine_tune) or
-                f"none: a served model, {model.in_context_examples} training pairs in the prompt", **decoding}
+        return {
+            "model": model.endpoint.model,
+            "kind": "endpoint",
+            "endpoint": model.endpoint.base_url,
+            "api": model.endpoint.api,
+            "prompt": model.prompt,
+            "fine_tune": skipped_fine_tune(model, fine_tune)
+            or f"none: a served model, {model.in_context_examples} training pairs in the prompt",
+            **decoding,
+        }
     budget = f"{fine_tune.max_steps} steps" if fine_tune.max_steps else f"{fine_tune.epochs} epochs"
     facts: dict[str, Any] = {"model": model.name_or_path or model.kind, "kind": model.kind}
     if model.causal:
         facts.update({"lora_r": model.lora_r, "prompt": model.prompt})
     trained = f"{budget} of {fine_tune.batch_size * fine_tune.grad_accumulation}, lr {fine_tune.learning_rate:g}"
-    facts.update({"fine_tune": trained if not in_context(model, fine_tune) else
-                  f"none: in-context, {model.in_context_examples} training pairs in the prompt",
-                  "decoding": f"{generation.mode}, {generation.n_samples} per input, top-k {generation.top_k}, "
-                              f"top-p {generation.top_p:g}, at most {generation.max_new_tokens} new tokens",
-                  "engine": generation.engine})
+    facts.update(
+        {
+            "fine_tune": trained
+            if not in_context(model, fine_tune)
+            else f"none: in-context, {model.in_context_examples} training pairs in the prompt",
+            "decoding": f"{generation.mode}, {generation.n_samples} per input, top-k {generation.top_k}, "
+            f"top-p {generation.top_p:g}, at most {generation.max_new_tokens} new tokens",
+            "engine": generation.engine,
+        }
+    )
     return facts

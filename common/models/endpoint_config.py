@@ -1,5 +1,6 @@
 """Where a served generator is (the ``endpoint`` model kind's ``*.model.endpoint`` section): the config of
 :mod:`common.models.generation.served`, kept apart from the models' config so both stay readable."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +52,11 @@ class EndpointConfig:
     max_retry_after_s: float = 120.0
 
     def __post_init__(self) -> None:
-        check(not self.base_url or self.base_url.startswith(("http://", "https://")), "*.base_url",
-              f"must be an http(s) URL, not {self.base_url!r}")
+        check(
+            not self.base_url or self.base_url.startswith(("http://", "https://")),
+            "*.base_url",
+            f"must be an http(s) URL, not {self.base_url!r}",
+        )
         check(not self.base_url or bool(self.model), "*.model", "names the served model when base_url is set")
         check(self.max_concurrency >= 1, "*.max_concurrency", "must be >= 1")
         check(self.timeout_s > 0, "*.timeout_s", "must be above 0")
@@ -61,12 +65,24 @@ class EndpointConfig:
         check(self.breaker_s > 0, "*.breaker_s", "must be above 0")
         check(0 <= self.max_failed_share < 1, "*.max_failed_share", "must be in [0, 1)")
         check(self.max_retry_after_s > 0, "*.max_retry_after_s", "must be above 0")
-        check(self.requests_per_minute is None or self.requests_per_minute >= 1, "*.requests_per_minute",
-              "must be >= 1 (null: no limit)")
-        check(self.api_key_env is None or (bool(self.api_key_env) and "=" not in self.api_key_env
-                                           and " " not in self.api_key_env), "*.api_key_env",
-              "names an environment variable (the key itself never goes in a config)")
-        check(self.api_key_secret is None or (self.api_key_secret.count("/") == 1 and " " not in self.api_key_secret),
-              "*.api_key_secret", "is <scope>/<key> of a Databricks secret (the key itself never goes in a config)")
-        check(not (self.api_key_env and self.api_key_secret), "*.api_key_secret",
-              "set api_key_env or api_key_secret, not both")
+        check(
+            self.requests_per_minute is None or self.requests_per_minute >= 1,
+            "*.requests_per_minute",
+            "must be >= 1 (null: no limit)",
+        )
+        check(
+            self.api_key_env is None
+            or (bool(self.api_key_env) and "=" not in self.api_key_env and " " not in self.api_key_env),
+            "*.api_key_env",
+            "names an environment variable (the key itself never goes in a config)",
+        )
+        check(
+            self.api_key_secret is None or (self.api_key_secret.count("/") == 1 and " " not in self.api_key_secret),
+            "*.api_key_secret",
+            "is <scope>/<key> of a Databricks secret (the key itself never goes in a config)",
+        )
+        check(
+            not (self.api_key_env and self.api_key_secret),
+            "*.api_key_secret",
+            "set api_key_env or api_key_secret, not both",
+        )

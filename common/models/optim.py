@@ -1,5 +1,6 @@
 """The fine-tunes' shared helpers: the encoders' optimisation recipe (the multi-label encoder and BoostAug's
 surrogate) and the generators' progress lines."""
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,14 @@ class StepProgress:
         now = time.perf_counter()
         if now - self.last < PROGRESS_SECONDS or len(losses) <= self.logged:
             return
-        rate, recent = len(losses) / max(now - self.start, 1e-9), losses[self.logged:]
-        self.log.info("step %d/%d: mean loss %.4f over the last %d steps, %.2f steps/s, about %.0f s left",
-                      len(losses), self.total, sum(recent) / len(recent), len(recent), rate,
-                      max(0, self.total - len(losses)) / rate)
+        rate, recent = len(losses) / max(now - self.start, 1e-9), losses[self.logged :]
+        self.log.info(
+            "step %d/%d: mean loss %.4f over the last %d steps, %.2f steps/s, about %.0f s left",
+            len(losses),
+            self.total,
+            sum(recent) / len(recent),
+            len(recent),
+            rate,
+            max(0, self.total - len(losses)) / rate,
+        )
         self.last, self.logged = now, len(losses)

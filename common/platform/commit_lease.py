@@ -14,6 +14,7 @@ own clock, so the drivers' clocks need not agree). Writers outside the suite are
 
 delta-rs needs no lease: it commits on S3 with conditional put itself.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -95,9 +96,16 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
     client = _client()
     bucket, key = lease_key(location)
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    body = json.dumps({"owner": owner, "table": table, "location": location, "process": process_tags(),
-                       "jvms": [process_tags(pid) for pid in _jvm_pids()],
-                       "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
+    body = json.dumps(
+        {
+            "owner": owner,
+            "table": table,
+            "location": location,
+            "process": process_tags(),
+            "jvms": [process_tags(pid) for pid in _jvm_pids()],
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    ).encode()
     started, announced, denied = time.monotonic(), False, None
     holder: Optional[dict] = None
     tried: set[str] = set()  # the stale leases this writer tried to break: once each, never a loop of deletes
@@ -112,15 +120,21 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
         holder = _holder(client, bucket, key)
         gone = False
         if holder is not None and _writer_gone(holder):  # on this writer's clock: the lease's age says nothing
-            gone = time.monotonic() - gone_since.setdefault(holder["etag"], time.monotonic()) >= \
-                min(GONE_GRACE_S, settings.ttl_s)
+            gone = time.monotonic() - gone_since.setdefault(holder["etag"], time.monotonic()) >= min(
+                GONE_GRACE_S, settings.ttl_s
+            )
         if holder is not None and (holder["age_s"] > settings.ttl_s or gone) and holder["etag"] not in tried:
             # Before the bound: a writer that may not wait (wait_s 0) still breaks a dead writer's lease. A writer of
             # this host whose process is gone (a signal, a kill) is known dead: its lease is broken without the ttl.
             tried.add(holder["etag"])
-            log.warning("breaking the commit lease of %s held by %s: %s", table, holder["owner"],
-                        "its process on this host is gone" if gone else
-                        f"not renewed for {holder['age_s']:.0f} s (its writer died?)")
+            log.warning(
+                "breaking the commit lease of %s held by %s: %s",
+                table,
+                holder["owner"],
+                "its process on this host is gone"
+                if gone
+                else f"not renewed for {holder['age_s']:.0f} s (its writer died?)",
+            )
             try:
                 client.delete_object(Bucket=bucket, Key=key, IfMatch=holder["etag"])
                 continue
@@ -133,16 +147,24 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
         waited = time.monotonic() - started
         if waited > settings.wait_s:
             who = f"held by {holder['owner']} since {holder['since']}" if holder else "its holder unknown"
-            why = (f"; the stale lease could not be deleted ({denied}): delete s3://{bucket}/{key} or grant "
-                   "s3:DeleteObject on it") if denied else ""
+            why = (
+                (
+                    f"; the stale lease could not be deleted ({denied}): delete s3://{bucket}/{key} or grant "
+                    "s3:DeleteObject on it"
+                )
+                if denied
+                else ""
+            )
             raise CommitLeaseTimeout(
                 f"write to {table!r} ({location}) waited {waited:.0f} s for another writer's commit lease "
                 f"(s3://{bucket}/{key}, {who}){why}. Spark's Delta log store on S3 is safe for one writing driver at "
                 f"a time: run the writers one after the other, raise lakehouse.commit_wait_s, or configure a "
-                f"multi-writer log store (docs: Running on a cluster)")
+                f"multi-writer log store (docs: Running on a cluster)"
+            )
         if holder is not None and not announced:
-            log.info("waiting for the commit lease of %s, held by %s since %s", table, holder["owner"],
-                     holder["since"])
+            log.info(
+                "waiting for the commit lease of %s, held by %s since %s", table, holder["owner"], holder["since"]
+            )
             announced = True
         # A holder gone between our put and our look: again, soon.
         time.sleep(settings.poll_s if holder is not None else min(settings.poll_s, 0.1))
@@ -163,8 +185,12 @@ def s3_commit_lease(location: str, table: str, settings: LeaseSettings = LeaseSe
     finally:
         renewer.stop()
         if renewer.lost:
-            log.error("the commit lease of %s was lost while writing (%s): another writer may have committed "
-                      "concurrently; check the table's history", table, renewer.lost)
+            log.error(
+                "the commit lease of %s was lost while writing (%s): another writer may have committed "
+                "concurrently; check the table's history",
+                table,
+                renewer.lost,
+            )
         if released:
             with contextlib.suppress(ClientError):
                 client.delete_object(Bucket=bucket, Key=key, IfMatch=renewer.etag)
@@ -183,9 +209,14 @@ def _holder(client, bucket: str, key: str) -> Optional[dict]:
         raise
     info = json.loads(response["Body"].read() or b"{}")
     now = parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
-    return {"owner": info.get("owner", "?"), "since": info.get("since", "?"), "etag": response["ETag"],
-            "age_s": (now - response["LastModified"]).total_seconds(), "process": info.get("process") or {},
-            "jvms": info.get("jvms") or []}
+    return {
+        "owner": info.get("owner", "?"),
+        "since": info.get("since", "?"),
+        "etag": response["ETag"],
+        "age_s": (now - response["LastModified"]).total_seconds(),
+        "process": info.get("process") or {},
+        "jvms": info.get("jvms") or [],
+    }
 
 
 def _jvm_pids() -> list[int]:
@@ -227,8 +258,9 @@ class _Renewer(threading.Thread):
 
         while not self._halt.wait(self.every_s):
             try:
-                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self.body,
-                                                   IfMatch=self.etag)["ETag"]
+                self.etag = self.client.put_object(
+                    Bucket=self.bucket, Key=self.key, Body=self.body, IfMatch=self.etag
+                )["ETag"]
             except ClientError as exc:
                 self.lost = str(exc)
                 return
@@ -313,8 +345,7 @@ def local_commit_lock(location: str, wait_s: float = 600.0, poll_s: float = 0.2)
         except LockTimeout:
             raise
         except OSError as exc:  # a mount without locks (some FUSE file systems): commit as Spark alone would
-            log.warning("no commit lock for %s (%s): concurrent Spark writers of it are not serialized",
-                        location, exc)
+            log.warning("no commit lock for %s (%s): concurrent Spark writers of it are not serialized", location, exc)
             yield
             return
         held = False
@@ -346,9 +377,10 @@ def _flock_within(handle, wait_s: float, poll_s: float, location: str) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise LockTimeout(f"{handle.name}: another process held the commit lock of {location} for more than "
-                                  f"{wait_s:.0f} s (lakehouse.commit_wait_s); is another run writing that table?") \
-                    from None
+                raise LockTimeout(
+                    f"{handle.name}: another process held the commit lock of {location} for more than "
+                    f"{wait_s:.0f} s (lakehouse.commit_wait_s); is another run writing that table?"
+                ) from None
             if not announced:
                 log.info("waiting for another writer of %s to commit", location)
                 announced = True

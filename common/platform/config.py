@@ -4,6 +4,7 @@ config extends, and the YAML + ``--set`` loading of any config class.
 Domain packages own their sections (``common/<domain>/config.py``); ``common/config.py`` composes them.
 Every value is validated at start-up, so a job never fails halfway on a typo.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -85,8 +86,9 @@ class SparkConfig:
     conf: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check(self.shuffle_partitions is None or self.shuffle_partitions >= 1, "spark.shuffle_partitions",
-              "must be >= 1")
+        check(
+            self.shuffle_partitions is None or self.shuffle_partitions >= 1, "spark.shuffle_partitions", "must be >= 1"
+        )
 
     @property
     def local_partitions(self) -> int:
@@ -191,8 +193,11 @@ class RayConfig:
         check(self.generation_threads >= 0, "ray.generation_threads", "must be >= 0 (0: the node's CPUs shared)")
         check(self.parquet_datasource in ("v1", "v2"), "ray.parquet_datasource", "must be v1 or v2")
         check(self.stage_retries >= 0, "ray.stage_retries", "must be >= 0")
-        check(self.spark_memory_per_node_mb is None or self.spark_memory_per_node_mb >= 256,
-              "ray.spark_memory_per_node_mb", "must be at least 256 (MB)")
+        check(
+            self.spark_memory_per_node_mb is None or self.spark_memory_per_node_mb >= 256,
+            "ray.spark_memory_per_node_mb",
+            "must be at least 256 (MB)",
+        )
         check(self.spark_node_start_timeout_s > 0, "ray.spark_node_start_timeout_s", "must be above 0")
         for name in ("actor_max_restarts", "actor_task_retries"):
             check(getattr(self, name) >= -1, f"ray.{name}", "must be >= -1 (-1: no limit)")
@@ -269,7 +274,7 @@ DELTA_SAFE_RETENTION_HOURS = 168.0
 class MaintenanceConfig:
     """``augment run maintain``: compaction and VACUUM of the lakehouse's tables."""
 
-    tables: list[str] = field(default_factory=list)   # empty: every table in the lakehouse
+    tables: list[str] = field(default_factory=list)  # empty: every table in the lakehouse
     # Rewrite a table's small files into larger ones (OPTIMIZE), as a new version.
     compact: bool = True
     # Tables with fewer live files than this are left as they are (compaction would only add a version).
@@ -287,10 +292,12 @@ class MaintenanceConfig:
     def __post_init__(self) -> None:
         check(self.min_files >= 2, "maintenance.min_files", "must be >= 2")
         check(self.retention_hours >= 0, "maintenance.retention_hours", "must be >= 0")
-        check(self.retention_hours >= DELTA_SAFE_RETENTION_HOURS or self.force_retention,
-              "maintenance.retention_hours",
-              f"{self.retention_hours:g} is below Delta's safety default of {DELTA_SAFE_RETENTION_HOURS:g} hours "
-              "(readers of older versions would lose files); set maintenance.force_retention=true to allow it")
+        check(
+            self.retention_hours >= DELTA_SAFE_RETENTION_HOURS or self.force_retention,
+            "maintenance.retention_hours",
+            f"{self.retention_hours:g} is below Delta's safety default of {DELTA_SAFE_RETENTION_HOURS:g} hours "
+            "(readers of older versions would lose files); set maintenance.force_retention=true to allow it",
+        )
 
 
 @dataclass

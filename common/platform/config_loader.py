@@ -4,6 +4,7 @@ The dataclasses live with their domains (``common/<domain>/config.py``, composed
 only knows how to turn plain
 mappings into them, so every bad key or value fails at start-up with a message naming the key.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -140,8 +141,11 @@ def _over_section_default(f: dataclasses.Field, tp: Any, value: Mapping[str, Any
         plain, own = tp(), f.default_factory()
     except (TypeError, ValueError):
         return value
-    changed = {g.name: to_mapping(getattr(own, g.name)) for g in dataclasses.fields(tp)
-               if g.init and getattr(own, g.name) != getattr(plain, g.name)}
+    changed = {
+        g.name: to_mapping(getattr(own, g.name))
+        for g in dataclasses.fields(tp)
+        if g.init and getattr(own, g.name) != getattr(plain, g.name)
+    }
     # A class may say that a key, when given, voids parts of the default (a model named by a checkpoint
     # path is no longer the default's scratch model).
     for key, voided in getattr(tp, "SECTION_RESETS", {}).items():
@@ -154,8 +158,11 @@ def _over_section_default(f: dataclasses.Field, tp: Any, value: Mapping[str, Any
 def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in top.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, Mapping) and isinstance(
-            merged.get(key), Mapping) else value
+        merged[key] = (
+            _merge(merged[key], value)
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping)
+            else value
+        )
     return merged
 
 
@@ -172,8 +179,24 @@ def to_mapping(obj: Any) -> Any:
 
 # Words that mark a key as a credential (whole words of the key's last part: ``sas_token``, ``AWS_SECRET_ACCESS_KEY``,
 # ``clientSecret``; not ``max_new_tokens``, a count).
-SECRET_WORDS = frozenset({"token", "password", "passwd", "pwd", "secret", "credential", "credentials", "apikey",
-                          "api_key", "access_key", "account_key", "private_key", "sas", "authorization"})
+SECRET_WORDS = frozenset(
+    {
+        "token",
+        "password",
+        "passwd",
+        "pwd",
+        "secret",
+        "credential",
+        "credentials",
+        "apikey",
+        "api_key",
+        "access_key",
+        "account_key",
+        "private_key",
+        "sas",
+        "authorization",
+    }
+)
 MASK = "***"
 
 

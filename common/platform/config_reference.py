@@ -5,6 +5,7 @@ field, then a comment trailing it on its line (the code's own convention for say
 it is). ``augment config --reference`` prints the Markdown page ``docs/reference/config-keys.md`` holds; a
 test fails when a key has no description or when that page is not what the classes give.
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,7 +62,7 @@ def _trailing_comment(line: str) -> str:
         elif ch in "'\"":
             quote = ch
         elif ch == "#":
-            return line[i + 1:].strip()
+            return line[i + 1 :].strip()
     return ""
 
 
@@ -108,13 +109,18 @@ def reference(config: Any, prefix: str = "") -> list[KeyDoc]:
 
 def markdown(rows: list[KeyDoc], title: str = "Config keys") -> str:
     """The reference page: one table per top-level section."""
+
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
-    out = [f"# {title}", "",
-           "Every key of the suite's config, with its type, its built-in default and what it means; generated from",
-           "the config dataclasses by `augment config --reference` (a test keeps this page equal to that output).",
-           "Configs in `conf/` override these defaults; `--set KEY=VALUE` overrides a config.", ""]
+    out = [
+        f"# {title}",
+        "",
+        "Every key of the suite's config, with its type, its built-in default and what it means; generated from",
+        "the config dataclasses by `augment config --reference` (a test keeps this page equal to that output).",
+        "Configs in `conf/` override these defaults; `--set KEY=VALUE` overrides a config.",
+        "",
+    ]
     section = None
     for row in rows:
         top = row.key.split(".", 1)[0] if "." in row.key else "(top level)"

@@ -1,5 +1,6 @@
 """What the delta-rs write path reads off the Parquet files its writers left (:mod:`common.platform.delta_rs`): each
 file's add action with its statistics from the footer, and the folder's schema."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def add_actions_for(staging: str, batch_dir: str) -> list:
     for info in sorted(files, key=lambda f: f.path):
         with fs.open_input_file(info.path) as handle:
             stats = parquet_stats(pq.ParquetFile(handle).metadata)
-        relative = f"{batch_dir}/{info.path[len(root):].lstrip('/')}"
+        relative = f"{batch_dir}/{info.path[len(root) :].lstrip('/')}"
         mtime_ms = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
         actions.append(AddAction(relative, info.size, {}, mtime_ms, True, json.dumps(stats)))
     return actions

@@ -1,5 +1,6 @@
 """The native write path: Spark's own Delta writer (clusters, Databricks, and locally with the Delta jars),
 for path tables and catalog tables, with history and versions from ``DESCRIBE HISTORY``."""
+
 from __future__ import annotations
 
 import contextlib
@@ -47,17 +48,29 @@ def latest_version(spark: "SparkSession", ident: str) -> int:
 def history(spark: "SparkSession", ident: str, limit: Optional[int] = None) -> list[Commit]:
     """The table's commits (the newest ``limit``, or all; unsorted), with lineage parsed from userMetadata."""
     return [
-        Commit(version=int(r["version"]),
-               timestamp_ms=int(r["timestamp"].timestamp() * 1000) if r["timestamp"] else None,
-               operation=r["operation"], lineage=parse_lineage(r["userMetadata"]))
+        Commit(
+            version=int(r["version"]),
+            timestamp_ms=int(r["timestamp"].timestamp() * 1000) if r["timestamp"] else None,
+            operation=r["operation"],
+            lineage=parse_lineage(r["userMetadata"]),
+        )
         for r in spark.sql(f"DESCRIBE HISTORY {ident}" + (f" LIMIT {int(limit)}" if limit else "")).collect()
     ]
 
 
-def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ident: str, as_catalog_table: bool,
-          mode: WriteMode, metadata: Optional[str], txn_app_id: Optional[str] = None,
-          storage: Optional[dict[str, str]] = None,
-          lease: LeaseSettings = LeaseSettings()) -> WriteResult:  # noqa: B008  (frozen: one shared default is safe)
+def write(
+    spark: "SparkSession",
+    df: "DataFrame",
+    table: str,
+    location: str,
+    ident: str,
+    as_catalog_table: bool,
+    mode: WriteMode,
+    metadata: Optional[str],
+    txn_app_id: Optional[str] = None,
+    storage: Optional[dict[str, str]] = None,
+    lease: LeaseSettings = LeaseSettings(),  # noqa: B008  (frozen: one shared default is safe)
+) -> WriteResult:
     """Write ``df`` with Spark's Delta writer as one new version (``overwrite`` replaces the schema too).
 
     With ``txn_app_id``, the write is one of Delta's idempotent writes (``txnAppId``/``txnVersion`` 0): Delta
@@ -104,16 +117,28 @@ def write(spark: "SparkSession", df: "DataFrame", table: str, location: str, ide
                     raise
                 # Two writers of one lineage at once: Delta's idempotent-write check fails the later one; its
                 # work is the winner's, so it reports the winner's version below.
-                if txn_app_id and key and any((parse_lineage(m) or {}).get("key") == key for _, m, _ in
-                                              _recent_commits(spark, location, ident, as_catalog_table, storage)):
+                if (
+                    txn_app_id
+                    and key
+                    and any(
+                        (parse_lineage(m) or {}).get("key") == key
+                        for _, m, _ in _recent_commits(spark, location, ident, as_catalog_table, storage)
+                    )
+                ):
                     break
                 # A writer of another lineage committed first (two overwrites conflict): run the write again
                 # against the new table state, as Delta's own retry advice says.
                 if attempt == COMMIT_RETRIES:
-                    raise LakehouseError(f"write to {table!r} lost {attempt + 1} commit races to concurrent "
-                                         f"writers: {conflict}") from exc
-                log.warning("write to %s lost a commit race to a concurrent writer (%s); retrying (%d/%d)", table,
-                            conflict, attempt + 1, COMMIT_RETRIES)
+                    raise LakehouseError(
+                        f"write to {table!r} lost {attempt + 1} commit races to concurrent writers: {conflict}"
+                    ) from exc
+                log.warning(
+                    "write to %s lost a commit race to a concurrent writer (%s); retrying (%d/%d)",
+                    table,
+                    conflict,
+                    attempt + 1,
+                    COMMIT_RETRIES,
+                )
         recent = _recent_commits(spark, location, ident, as_catalog_table, storage)
         for version, user_metadata, metrics in recent:  # newest first: this write's commit carries exactly its
             if metadata is None or user_metadata == metadata:  # metadata (the run id included)
@@ -130,8 +155,11 @@ def _conflict(exc: Exception) -> Optional[str]:
     is another failure (Delta's ``ConcurrentModificationException`` family: ``Concurrent*Exception`` for
     append, delete-read, transaction, ..., and ``ProtocolChanged``/``MetadataChanged``, which two writers
     creating one table at once meet)."""
-    match = re.search(r"(\w*Concurrent\w*Exception|ProtocolChangedException|MetadataChangedException)\W*"
-                      r"([^\n]{0,160})", f"{type(exc).__name__}: {exc}")
+    match = re.search(
+        r"(\w*Concurrent\w*Exception|ProtocolChangedException|MetadataChangedException)\W*"
+        r"([^\n]{0,160})",
+        f"{type(exc).__name__}: {exc}",
+    )
     return f"{match.group(1)}: {match.group(2)}".rstrip(": ") if match else None
 
 
@@ -156,5 +184,7 @@ def _recent_commits(spark, location: str, ident: str, as_catalog_table: bool, st
         return [(int(r["version"]), r["userMetadata"], r["operationMetrics"]) for r in rows]
     from common.platform.delta_rs import commit_infos
 
-    return [(int(e["version"]), e.get("userMetadata"), e.get("operationMetrics"))
-            for e in commit_infos(location, storage, RECENT_COMMITS)]
+    return [
+        (int(e["version"]), e.get("userMetadata"), e.get("operationMetrics"))
+        for e in commit_infos(location, storage, RECENT_COMMITS)
+    ]

@@ -3,6 +3,7 @@ inside the table; the driver reads only their footers and commits them with delt
 Rows never pass through the driver. Also the delta-rs readers: a version's file list for Spark's Parquet
 reader, path-table listing and metadata.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,17 @@ def open_table(name: str, location: str, storage: Optional[dict[str, str]]):
     return DeltaTable(location, storage_options=storage)
 
 
-def commit_files(table: str, location: str, storage: Optional[dict[str, str]], mode: WriteMode,
-                 metadata: Optional[str], write_files: Callable[[str], Any], arrow_schema=None,
-                 app_id: Optional[str] = None, retries: int = COMMIT_RETRIES) -> WriteResult:
+def commit_files(
+    table: str,
+    location: str,
+    storage: Optional[dict[str, str]],
+    mode: WriteMode,
+    metadata: Optional[str],
+    write_files: Callable[[str], Any],
+    arrow_schema=None,
+    app_id: Optional[str] = None,
+    retries: int = COMMIT_RETRIES,
+) -> WriteResult:
     """Let ``write_files(folder)`` write Parquet files into a fresh folder inside the table at ``location``,
     then commit them with delta-rs as ONE version with ``metadata`` as userMetadata. A failure removes the
     folder; no version is created. Returns the new version and its row count (from the file footers).
@@ -73,8 +82,13 @@ def commit_files(table: str, location: str, storage: Optional[dict[str, str]], m
                 # a concurrent writer created the table first. Either way the next attempt sees its commit.
                 if attempt == retries or not (isinstance(exc, CommitFailedError) or "already exists" in str(exc)):
                     raise
-                log.warning("commit to %s lost a race to a concurrent writer (%s); retrying (%d/%d)", table,
-                            str(exc).splitlines()[0], attempt + 1, retries)
+                log.warning(
+                    "commit to %s lost a race to a concurrent writer (%s); retrying (%d/%d)",
+                    table,
+                    str(exc).splitlines()[0],
+                    attempt + 1,
+                    retries,
+                )
         if skipped is not None:
             remove_tree(staging)
             return skipped
@@ -87,8 +101,16 @@ def commit_files(table: str, location: str, storage: Optional[dict[str, str]], m
     return WriteResult(table, version, skipped=False, num_rows=num_rows)
 
 
-def _commit_once(table: str, location: str, storage: Optional[dict[str, str]], mode: WriteMode,
-                 metadata: Optional[str], actions: list, arrow_schema, app_id: Optional[str]) -> Optional[WriteResult]:
+def _commit_once(
+    table: str,
+    location: str,
+    storage: Optional[dict[str, str]],
+    mode: WriteMode,
+    metadata: Optional[str],
+    actions: list,
+    arrow_schema,
+    app_id: Optional[str],
+) -> Optional[WriteResult]:
     """One commit attempt against the table's current state: None when committed, or the skipped result when
     the table already holds ``app_id``'s transaction (a concurrent run of the same job committed first)."""
     import pyarrow as pa
@@ -98,14 +120,23 @@ def _commit_once(table: str, location: str, storage: Optional[dict[str, str]], m
     # max_commit_retries=0: delta-rs would rebase a commit that lost its version onto the winner's and commit
     # it without looking at the winner's transaction ids (two runs of one lineage racing to create a table,
     # or two appends, both committed). The loss comes back to commit_files, which rechecks the ids first.
-    properties = CommitProperties(custom_metadata={"userMetadata": metadata} if metadata else None,
-                                  app_transactions=[Transaction(app_id, 0)] if app_id else None,
-                                  max_commit_retries=0)
+    properties = CommitProperties(
+        custom_metadata={"userMetadata": metadata} if metadata else None,
+        app_transactions=[Transaction(app_id, 0)] if app_id else None,
+        max_commit_retries=0,
+    )
     if not DeltaTable.is_deltatable(location, storage_options=storage):
         from deltalake import Schema
 
-        create_table_with_add_actions(location, Schema.from_arrow(arrow_schema), actions, mode="error",
-                                      name=table, storage_options=storage, commit_properties=properties)
+        create_table_with_add_actions(
+            location,
+            Schema.from_arrow(arrow_schema),
+            actions,
+            mode="error",
+            name=table,
+            storage_options=storage,
+            commit_properties=properties,
+        )
         return None
     dt = DeltaTable(location, storage_options=storage)
     if app_id and dt.transaction_version(app_id) is not None:
@@ -129,15 +160,19 @@ def _version_holding(location: str, storage: Optional[dict[str, str]], metadata:
     key = (parse_lineage(metadata) or {}).get("key")
     for entry in commit_infos(location, storage, RECENT_COMMITS):
         user_metadata = entry.get("userMetadata")
-        same = user_metadata == metadata if match == "userMetadata" else \
-            (parse_lineage(user_metadata) or {}).get("key") == key
+        same = (
+            user_metadata == metadata
+            if match == "userMetadata"
+            else (parse_lineage(user_metadata) or {}).get("key") == key
+        )
         if same:
             return int(entry["version"])
     raise LakehouseError(f"no recent commit of {location} holds this write's lineage")
 
 
-def commit_infos(location: str, storage: Optional[dict[str, str]], limit: Optional[int] = None,
-                 newest: Optional[int] = None) -> list[dict[str, Any]]:
+def commit_infos(
+    location: str, storage: Optional[dict[str, str]], limit: Optional[int] = None, newest: Optional[int] = None
+) -> list[dict[str, Any]]:
     """The commitInfo of the table's newest ``limit`` commits (all with None), newest first, each with its
     ``version``, read from the commit files themselves: ``_delta_log/<version>.json``.
 
@@ -193,9 +228,13 @@ def _has_commit(fs, log_dir: str) -> bool:
 
     if fs.get_file_info(log_dir).type != pafs.FileType.Directory:
         return False
-    return any(e.type == pafs.FileType.File and e.base_name[:1].isdigit() and
-               (e.base_name.endswith(".json") or ".checkpoint" in e.base_name)
-               for e in fs.get_file_info(pafs.FileSelector(log_dir, recursive=False)))
+    return any(
+        e.type == pafs.FileType.File
+        and e.base_name[:1].isdigit()
+        and (e.base_name.endswith(".json") or ".checkpoint" in e.base_name)
+        for e in fs.get_file_info(pafs.FileSelector(log_dir, recursive=False))
+    )
+
 
 def path_table_info(name: str, location: str, storage: Optional[dict[str, str]]) -> TableInfo:
     """A path table's latest version, row count (from the add actions' stats) and last writing job."""
@@ -204,16 +243,24 @@ def path_table_info(name: str, location: str, storage: Optional[dict[str, str]])
     import pyarrow as pa
 
     adds = pa.table(adds)
-    num_rows = int(sum(v for v in adds.column("num_records").to_pylist() if v is not None)) \
-        if "num_records" in adds.column_names else None
+    num_rows = (
+        int(sum(v for v in adds.column("num_records").to_pylist() if v is not None))
+        if "num_records" in adds.column_names
+        else None
+    )
     last = commit_infos(location, storage, 1, dt.version())
     lineage = parse_lineage(last[0].get("userMetadata")) if last else None
     return TableInfo(name, dt.version(), num_rows, location, (lineage or {}).get("job"))
 
 
-def read_delta_rs(spark: "SparkSession", location: str, version: Optional[int] = None,
-                  storage_options: Optional[dict[str, str]] = None, name: Optional[str] = None,
-                  files: Optional[list[str]] = None) -> "DataFrame":
+def read_delta_rs(
+    spark: "SparkSession",
+    location: str,
+    version: Optional[int] = None,
+    storage_options: Optional[dict[str, str]] = None,
+    name: Optional[str] = None,
+    files: Optional[list[str]] = None,
+) -> "DataFrame":
     """Read a Delta table version with Spark's Parquet reader over the file list delta-rs resolves (or only
     ``files`` of it, e.g. :func:`appended_files`), in the version's schema.
 
@@ -246,8 +293,9 @@ def read_delta_rs(spark: "SparkSession", location: str, version: Optional[int] =
 APPEND_OPERATIONS = frozenset({"WRITE", "STREAMING UPDATE"})
 
 
-def appended_files(location: str, from_version: int, to_version: int,
-                   storage_options: Optional[dict[str, str]] = None) -> Optional[list[str]]:
+def appended_files(
+    location: str, from_version: int, to_version: int, storage_options: Optional[dict[str, str]] = None
+) -> Optional[list[str]]:
     """The data files that the commits after ``from_version`` up to ``to_version`` added, when every one of
     them only appended rows; then those files hold exactly the rows ``to_version`` has and ``from_version``
     had not. None when any other commit lies between (an overwrite, DELETE, UPDATE, MERGE, OPTIMIZE, a
@@ -258,21 +306,34 @@ def appended_files(location: str, from_version: int, to_version: int,
 
     storage = storage_options or None
     try:
-        history = [h for h in commit_infos(location, storage, to_version - from_version, to_version)
-                   if from_version < int(h.get("version", -1)) <= to_version]
+        history = [
+            h
+            for h in commit_infos(location, storage, to_version - from_version, to_version)
+            if from_version < int(h.get("version", -1)) <= to_version
+        ]
         if len(history) != to_version - from_version:
             return None
         for entry in history:
             mode = str((entry.get("operationParameters") or {}).get("mode", "")).strip('"').lower()
             if entry.get("operation") not in APPEND_OPERATIONS or mode != "append":
-                log.info("%s v%s is a %s (%s), not an append: reading the whole table", location,
-                         entry.get("version"), entry.get("operation"), mode or "no mode")
+                log.info(
+                    "%s v%s is a %s (%s), not an append: reading the whole table",
+                    location,
+                    entry.get("version"),
+                    entry.get("operation"),
+                    mode or "no mode",
+                )
                 return None
         old = set(DeltaTable(location, version=from_version, storage_options=storage).file_uris())
         new = set(DeltaTable(location, version=to_version, storage_options=storage).file_uris())
     except Exception as exc:  # a version whose log is cleaned up: fall back to the full read
-        log.info("%s: no append-only change from v%d to v%d (%s): reading the whole table", location,
-                 from_version, to_version, exc)
+        log.info(
+            "%s: no append-only change from v%d to v%d (%s): reading the whole table",
+            location,
+            from_version,
+            to_version,
+            exc,
+        )
         return None
     return sorted(new - old) if old <= new else None
 

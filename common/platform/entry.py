@@ -1,6 +1,7 @@
 """The command line of a job module: the options every job and the ``augment`` command take, logging, and
 ``entry_point``, which makes a module's ``main(argv)`` (parse the arguments, build the context, run, print, close)
 for the CLI, ``spark-submit jobs/<module>.py`` and a scheduled task alike."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,13 +19,28 @@ from common.platform.signals import Terminated, cause, handled
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """The options every job and the CLI accept: --conf, --set (repeatable), --force, --log-level."""
     parser.add_argument("--conf", help="YAML config (default: $AUGMENT_CONF or conf/local.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        nargs="+", help="override a config value, e.g. --set demo.scale=2 spark.master=local[2]")
-    parser.add_argument("--overrides", dest="set_string", default="", metavar="'KEY=VALUE ...'",
-                        help="overrides in one argument, separated by spaces (may be empty): what scheduled jobs pass "
-                             "from a job parameter, e.g. --overrides 'cga.threshold=0.8 demo.scale=2'")
-    parser.add_argument("--force", action="store_true",
-                        help="write new table versions even when the same config and inputs were written before")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        nargs="+",
+        help="override a config value, e.g. --set demo.scale=2 spark.master=local[2]",
+    )
+    parser.add_argument(
+        "--overrides",
+        dest="set_string",
+        default="",
+        metavar="'KEY=VALUE ...'",
+        help="overrides in one argument, separated by spaces (may be empty): what scheduled jobs pass "
+        "from a job parameter, e.g. --overrides 'cga.threshold=0.8 demo.scale=2'",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write new table versions even when the same config and inputs were written before",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -48,8 +64,13 @@ def setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def job_main(name: str, run: Callable[[JobContext], JobResult], argv: Optional[Sequence[str]] = None,
-             description: str = "", load: Optional[Callable[..., BaseConfig]] = None) -> JobResult:
+def job_main(
+    name: str,
+    run: Callable[[JobContext], JobResult],
+    argv: Optional[Sequence[str]] = None,
+    description: str = "",
+    load: Optional[Callable[..., BaseConfig]] = None,
+) -> JobResult:
     """Entry point shared by every job module: parse args, load the config with ``load(path, overrides)``,
     build the context, run, print, close."""
     if load is None:
@@ -99,8 +120,9 @@ def _run_closed(cfg: BaseConfig, run: Callable[[JobContext], JobResult], force: 
         ctx.close()
 
 
-def entry_point(name: str, run: Callable[[JobContext], JobResult], doc: Optional[str],
-                load: Callable[..., BaseConfig]) -> Callable[[Optional[Sequence[str]]], JobResult]:
+def entry_point(
+    name: str, run: Callable[[JobContext], JobResult], doc: Optional[str], load: Callable[..., BaseConfig]
+) -> Callable[[Optional[Sequence[str]]], JobResult]:
     """``main(argv=None)`` for a job module: the CLI / spark-submit entry of ``run``, described by the first
     line of ``doc``."""
     description = (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""

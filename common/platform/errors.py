@@ -9,6 +9,7 @@ Anything else is a bug and keeps its traceback.
 A watchdog thread (Ray on Spark's node watch) ends a job blocked in the main thread with :func:`interrupt_main`: the
 main thread gets a ``KeyboardInterrupt`` wherever it waits (a Ray ``get``, a Ray Data stage), and
 :func:`interruption` turns it back into the watchdog's error where the job's run closes."""
+
 from __future__ import annotations
 
 import _thread
@@ -52,11 +53,17 @@ class StageBusy(EndpointUnreachable):
 
 # (error class, exit code, what the CLI calls it), most specific first. An unreachable object store is the
 # operator's to fix (an endpoint, a credential, an outage), not a bug: one line naming the path and the endpoint.
-USER_ERRORS = ((ConfigError, 2, "config error"), (InputError, 3, "input error"),
-               (StorageUnreachable, 4, "storage unreachable"), (StorageBusy, 4, "storage busy"),
-               (ClusterError, 5, "cluster error"),
-               (StageBusy, 6, "endpoint busy"), (EndpointUnreachable, 6, "endpoint unreachable"),
-               (TrackingUnreachable, 8, "tracking unreachable"), (DiskFull, 9, "disk full"))
+USER_ERRORS = (
+    (ConfigError, 2, "config error"),
+    (InputError, 3, "input error"),
+    (StorageUnreachable, 4, "storage unreachable"),
+    (StorageBusy, 4, "storage busy"),
+    (ClusterError, 5, "cluster error"),
+    (StageBusy, 6, "endpoint busy"),
+    (EndpointUnreachable, 6, "endpoint unreachable"),
+    (TrackingUnreachable, 8, "tracking unreachable"),
+    (DiskFull, 9, "disk full"),
+)
 
 
 def _causes(exc: Optional[BaseException]):
@@ -107,13 +114,37 @@ _NO_SPACE = ("No space left on device", "Disk quota exceeded")
 # What an object store that failed mid-run says: Hadoop S3A's classes (a 5xx, a throttle, a request that found no
 # server) in a Py4JJavaError's text; pyarrow's and delta-rs's S3 errors (plain OSErrors) in theirs.
 # Only what a retry can cure: a refused credential or a missing permission (403) is no outage and keeps its traceback.
-_STORE_JVM = ("AWSStatus500Exception", "AWSServiceThrottledException", "AWSServiceUnavailableException",
-              "AWSClientIOException", "Unable to execute HTTP request", "Status Code: 503", "Status Code: 500")
-_STORE_PY = ("HTTP status 5", "SLOW_DOWN", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "NETWORK_CONNECTION",
-             "curlCode", "Generic S3 error")
-_STORE_REFUSED = ("ACCESS_DENIED", "AccessDenied", "HTTP status 403", "HTTP status 401", "Status Code: 403",
-                  "Status Code: 401", "status code: 403", "status code: 401", "Forbidden", "InvalidAccessKeyId",
-                  "SignatureDoesNotMatch")
+_STORE_JVM = (
+    "AWSStatus500Exception",
+    "AWSServiceThrottledException",
+    "AWSServiceUnavailableException",
+    "AWSClientIOException",
+    "Unable to execute HTTP request",
+    "Status Code: 503",
+    "Status Code: 500",
+)
+_STORE_PY = (
+    "HTTP status 5",
+    "SLOW_DOWN",
+    "SERVICE_UNAVAILABLE",
+    "INTERNAL_FAILURE",
+    "NETWORK_CONNECTION",
+    "curlCode",
+    "Generic S3 error",
+)
+_STORE_REFUSED = (
+    "ACCESS_DENIED",
+    "AccessDenied",
+    "HTTP status 403",
+    "HTTP status 401",
+    "Status Code: 403",
+    "Status Code: 401",
+    "status code: 403",
+    "status code: 401",
+    "Forbidden",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+)
 
 
 def _translated(exc: BaseException) -> BaseException:
@@ -133,13 +164,17 @@ def _translated(exc: BaseException) -> BaseException:
         return DiskFull(errno.ENOSPC, _line_with(text, _NO_SPACE))
     python_store = isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)  # a missing file is no outage
     refused = any(m in _line_with(text, _STORE_JVM + _STORE_PY) for m in _STORE_REFUSED)
-    if not refused and ((jvm and any(m in text for m in _STORE_JVM))
-                        or (python_store and any(m in text for m in _STORE_PY))):
+    if not refused and (
+        (jvm and any(m in text for m in _STORE_JVM)) or (python_store and any(m in text for m in _STORE_PY))
+    ):
         return StorageUnreachable(f"the object store failed mid-run: {_line_with(text, _STORE_JVM + _STORE_PY)}")
     # MLflow's client: "API request to URL failed with exception ..." (no answer, after its retries) or "... failed
     # with error code 503 != 200": a server down or failing, not a refused token (4xx), whose body is not printed.
-    if type(exc).__name__ == "MlflowException" and text.startswith("API request to") and (
-            "failed with exception" in text or re.search(r"error code 5\d\d != 200", text)):
+    if (
+        type(exc).__name__ == "MlflowException"
+        and text.startswith("API request to")
+        and ("failed with exception" in text or re.search(r"error code 5\d\d != 200", text))
+    ):
         return TrackingUnreachable(f"MLflow: {_mlflow_line(text)}")
     return exc
 
@@ -188,25 +223,48 @@ SHIP_INCOMPLETE = 7
 
 # Every exit code of `augment` and `spark-submit jobs/<module>.py`: (code, what ended the run, whether a scheduler
 # should run it again). `augment --help` prints it and the reliability page holds it (a test keeps them alike).
-EXIT_CODES = ((0, "success", "-"),
-              (1, "a bug: the traceback is in the log", "no: report it"),
-              (2, "config error: the line names the key", "no: fix the config"),
-              (3, "input error: the line names the file, column and row", "no: fix the input"),
-              (4, "storage unreachable or busy: the object store did not answer, or another run held a table's commit "
-                  "lock past the wait", "yes"),
-              (5, "cluster error: the cluster cannot run the job as sized", "yes, once it has the capacity"),
-              (6, "endpoint unreachable or busy: the model server failed or another run holds its stage",
-               "yes, after a wait (answers already paid for are kept)"),
-              (SHIP_INCOMPLETE, "ship incomplete: tables and run complete, a model not registered or gated",
-               "yes: the rerun finishes the ship without training"),
-              (8, "tracking unreachable: the MLflow server did not answer (at the start; or mid-run: the run "
-                  "finishes its work without it, keeps what it could not log in the run outbox, and the next start "
-                  "logs that to the run; the rerun skips what was committed and ships what is left)", "yes"),
-              (9, "disk full: a local disk or quota ran out while writing (the line names the file)",
-               "yes, once space is freed"),
-              (130, "interrupted (SIGINT): open MLflow runs marked KILLED", "yes"),
-              (143, "terminated (SIGTERM), within tracking.shutdown_grace_s: open MLflow runs marked KILLED, Spark "
-                    "jobs cancelled, leases released", "yes: the rerun reuses what was committed and kept"))
+EXIT_CODES = (
+    (0, "success", "-"),
+    (1, "a bug: the traceback is in the log", "no: report it"),
+    (2, "config error: the line names the key", "no: fix the config"),
+    (3, "input error: the line names the file, column and row", "no: fix the input"),
+    (
+        4,
+        "storage unreachable or busy: the object store did not answer, or another run held a table's commit "
+        "lock past the wait",
+        "yes",
+    ),
+    (5, "cluster error: the cluster cannot run the job as sized", "yes, once it has the capacity"),
+    (
+        6,
+        "endpoint unreachable or busy: the model server failed or another run holds its stage",
+        "yes, after a wait (answers already paid for are kept)",
+    ),
+    (
+        SHIP_INCOMPLETE,
+        "ship incomplete: tables and run complete, a model not registered or gated",
+        "yes: the rerun finishes the ship without training",
+    ),
+    (
+        8,
+        "tracking unreachable: the MLflow server did not answer (at the start; or mid-run: the run "
+        "finishes its work without it, keeps what it could not log in the run outbox, and the next start "
+        "logs that to the run; the rerun skips what was committed and ships what is left)",
+        "yes",
+    ),
+    (
+        9,
+        "disk full: a local disk or quota ran out while writing (the line names the file)",
+        "yes, once space is freed",
+    ),
+    (130, "interrupted (SIGINT): open MLflow runs marked KILLED", "yes"),
+    (
+        143,
+        "terminated (SIGTERM), within tracking.shutdown_grace_s: open MLflow runs marked KILLED, Spark "
+        "jobs cancelled, leases released",
+        "yes: the rerun reuses what was committed and kept",
+    ),
+)
 
 
 def exit_code_table() -> str:
@@ -253,4 +311,4 @@ def one_line(text: object, limit: int = 600) -> str:
     """``text`` (or an exception's message) on one line, whitespace runs collapsed, at most ``limit``
     characters."""
     flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

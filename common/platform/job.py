@@ -9,6 +9,7 @@ makes the module's ``main(argv)`` (parse args, build the context, run, close), s
 ``spark-submit jobs/<name>.py`` and a notebook (``jobs.ingest.main(["--set", "..."])`` or
 ``jobs.ingest.run(build_context(cfg))``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,8 +59,9 @@ class JobResult:
             state = "unchanged (same config and inputs)" if res.skipped else "new version"
             rows = "" if res.num_rows is None else f", {res.num_rows} rows"
             lines.append(f"  {name} v{res.version}{rows} - {state}")
-        return "\n".join(lines + [f"  {note}" for note in self.notes]
-                         + [f"  INCOMPLETE: {line}" for line in self.incomplete])
+        return "\n".join(
+            lines + [f"  {note}" for note in self.notes] + [f"  INCOMPLETE: {line}" for line in self.incomplete]
+        )
 
 
 @dataclass
@@ -121,8 +123,9 @@ class JobContext:
         self.chosen[self.lakehouse.location(table)] = result.version
         return result
 
-    def existing_version(self, run: TrackedRun, table: str, config_hash: str,
-                         inputs: Mapping[str, str]) -> Optional[int]:
+    def existing_version(
+        self, run: TrackedRun, table: str, config_hash: str, inputs: Mapping[str, str]
+    ) -> Optional[int]:
         """The version of ``table`` this job already wrote from the same config and inputs (None if none,
         or when forced): lets a job skip expensive work (model training) whose output exists."""
         if self.force:
@@ -144,15 +147,22 @@ class JobContext:
         the latest holds other data), log it as a run input, return (df, version)."""
         resolved = self.lakehouse.version(table) if version is None else version
         chosen = self.chosen.get(self.lakehouse.location(table))
-        if version is None and resolved is not None and chosen is not None and chosen < resolved \
-                and self.lakehouse.data_version(table, resolved) != chosen:  # (a history read only then)
+        if (
+            version is None
+            and resolved is not None
+            and chosen is not None
+            and chosen < resolved
+            and self.lakehouse.data_version(table, resolved) != chosen
+        ):  # (a history read only then)
             log.info("reading %s v%d, the version this run chose, not the latest (v%d)", table, chosen, resolved)
             resolved = chosen
         if resolved is None:
             from common.platform.lakehouse import LakehouseError
 
-            raise LakehouseError(f"table {table!r} does not exist in {self.cfg.lakehouse.root}; run the job "
-                                 "that produces it first (see docs/concepts/architecture.md)")
+            raise LakehouseError(
+                f"table {table!r} does not exist in {self.cfg.lakehouse.root}; run the job "
+                "that produces it first (see docs/concepts/architecture.md)"
+            )
         run.log_input_table(table, resolved, self.lakehouse.location(table))
         return self.lakehouse.read(table, resolved), resolved
 
@@ -168,8 +178,12 @@ def unchanged(table: str, version: int) -> WriteResult:
     return WriteResult(table, version, skipped=True, num_rows=None)
 
 
-def build_context(cfg: BaseConfig, force: bool = False, spark: Optional["SparkSession"] = None,
-                  capabilities: Optional[SparkCapabilities] = None) -> JobContext:
+def build_context(
+    cfg: BaseConfig,
+    force: bool = False,
+    spark: Optional["SparkSession"] = None,
+    capabilities: Optional[SparkCapabilities] = None,
+) -> JobContext:
     """Create the session (or use ``spark``), probe its capabilities (unless given) and wire the
     lakehouse and tracker. Raises :class:`~common.platform.storage.StorageUnreachable` first when the lakehouse's
     object store does not answer, :class:`~common.platform.errors.TrackingUnreachable` when the MLflow server does
@@ -264,27 +278,44 @@ class JobRun:
             self.inputs[table] = str(self.data_versions[table])
         return df
 
-    def write(self, df: "DataFrame", table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
-              mode: WriteMode = "overwrite") -> WriteResult:
+    def write(
+        self,
+        df: "DataFrame",
+        table: str,
+        config_hash: str,
+        inputs: Optional[Mapping[str, str]] = None,
+        mode: WriteMode = "overwrite",
+    ) -> WriteResult:
         """Write ``df`` as a new version of ``table`` (see :meth:`JobContext.write`) with lineage ``inputs``
         (default: every table read so far); the result lands in ``result.outputs[table]``."""
-        written = self.ctx.write(self.tracked, df, table, config_hash, self.inputs if inputs is None else inputs,
-                                 mode)
+        written = self.ctx.write(self.tracked, df, table, config_hash, self.inputs if inputs is None else inputs, mode)
         self.result.outputs[table] = written
         return written
 
-    def write_ray(self, ds, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
-                  before_commit: Optional[Callable[[], None]] = None) -> WriteResult:
+    def write_ray(
+        self,
+        ds,
+        table: str,
+        config_hash: str,
+        inputs: Optional[Mapping[str, str]] = None,
+        before_commit: Optional[Callable[[], None]] = None,
+    ) -> WriteResult:
         """Write the Ray Dataset ``ds`` as one new version of ``table`` (Ray's workers write the files; see
         :meth:`Lakehouse.write_ray`, which runs ``before_commit`` between the two), with lineage as in :meth:`write`;
         skipped when already written."""
-        lineage = Lineage(job=self.tracked.name, config_hash=config_hash,
-                          inputs=dict(self.inputs if inputs is None else inputs), run_id=self.tracked.run_id)
-        written = self.ctx.lakehouse.write_ray(ds, table, lineage=lineage, force=self.ctx.force,
-                                               before_commit=before_commit)
+        lineage = Lineage(
+            job=self.tracked.name,
+            config_hash=config_hash,
+            inputs=dict(self.inputs if inputs is None else inputs),
+            run_id=self.tracked.run_id,
+        )
+        written = self.ctx.lakehouse.write_ray(
+            ds, table, lineage=lineage, force=self.ctx.force, before_commit=before_commit
+        )
         self.ctx.chosen[self.ctx.lakehouse.location(table)] = written.version
-        self.tracked.log_output_table(table, written.version, self.ctx.lakehouse.location(table),
-                                      skipped=written.skipped)
+        self.tracked.log_output_table(
+            table, written.version, self.ctx.lakehouse.location(table), skipped=written.skipped
+        )
         self.result.outputs[table] = written
         return written
 
@@ -304,8 +335,13 @@ class JobRun:
         rows = self.result.outputs[table].num_rows
         return self.written(table).count() if rows is None else rows
 
-    def write_card(self, table: str, generator: Mapping[str, Any], filter: Mapping[str, Any],
-                   counts: Optional[Mapping[str, Any]] = None) -> str:
+    def write_card(
+        self,
+        table: str,
+        generator: Mapping[str, Any],
+        filter: Mapping[str, Any],
+        counts: Optional[Mapping[str, Any]] = None,
+    ) -> str:
         """Write and log the dataset card of the version of ``table`` this run wrote; returns its path
         (:func:`common.platform.cards.card_text`: lineage, rows, ``generator``, ``filter``, ``counts``)."""
         import tempfile
@@ -324,28 +360,38 @@ class JobRun:
             self.tracked.log_artifact(str(local), f"cards/{table}")
         return uri
 
-    def all_written(self, tables: Sequence[str], config_hash: str, inputs: Optional[Mapping[str, str]] = None,
-                    latest_only: bool = False) -> bool:
+    def all_written(
+        self,
+        tables: Sequence[str],
+        config_hash: str,
+        inputs: Optional[Mapping[str, str]] = None,
+        latest_only: bool = False,
+    ) -> bool:
         """True (and every one of ``tables`` recorded as unchanged) when this job already wrote each of them
         from the same config and inputs (never when forced); with ``latest_only``, only where that is still
         the table's latest data version. A job checks this before computing anything, so a scheduled run on
         unchanged inputs costs a history lookup per table, not a recomputation."""
         found = {}
         for table in tables:
-            done = self.ctx.existing_version(self.tracked, table, config_hash,
-                                             self.inputs if inputs is None else inputs)
+            done = self.ctx.existing_version(
+                self.tracked, table, config_hash, self.inputs if inputs is None else inputs
+            )
             if done is None or (latest_only and done != self.ctx.lakehouse.data_version(table)):
                 return False
             found[table] = done
         for table, done in found.items():
             self.result.outputs[table] = unchanged(table, done)
             self.ctx.chosen[self.ctx.lakehouse.location(table)] = done
-        log.info("%s: %s already hold this output (same config and inputs); nothing to do", self.result.job,
-                 ", ".join(f"{t} v{v}" for t, v in found.items()))
+        log.info(
+            "%s: %s already hold this output (same config and inputs); nothing to do",
+            self.result.job,
+            ", ".join(f"{t} v{v}" for t, v in found.items()),
+        )
         return True
 
-    def already_written(self, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None,
-                        latest_only: bool = False) -> bool:
+    def already_written(
+        self, table: str, config_hash: str, inputs: Optional[Mapping[str, str]] = None, latest_only: bool = False
+    ) -> bool:
         """:meth:`all_written` of the one table ``table``."""
         return self.all_written([table], config_hash, inputs, latest_only)
 
@@ -359,6 +405,7 @@ def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callabl
     (what the job needs of the config alone; ConfigError), which the CLI and ``run_pipeline`` also run for every
     job before a run's first job, opens the tracked MLflow run (a child of the pipeline's run when one is
     active), passes the body a :class:`JobRun`, and logs the metrics it returns (or None) to the run and result."""
+
     def wrap(body: JobBody) -> JobFunction:
         @functools.wraps(body)
         def run(ctx: JobContext) -> JobResult:
@@ -377,9 +424,11 @@ def job(name: str, preflight: Optional[Callable[[Any], None]] = None) -> Callabl
                     # The work is done and committed; what MLflow missed (this run's, or a run it opened) is kept.
                     offline = ([tracked] if tracked.offline else []) + ctx.tracker.offline[earlier:]
                     if offline:
-                        raise TrackingUnreachable(f"{offline[0].offline}; the run's work is committed, "
-                                                  + "; ".join(f"run {r.run_id}'s {r.outbox.summary()}"
-                                                              for r in offline) + " (the next start logs it)")
+                        raise TrackingUnreachable(
+                            f"{offline[0].offline}; the run's work is committed, "
+                            + "; ".join(f"run {r.run_id}'s {r.outbox.summary()}" for r in offline)
+                            + " (the next start logs it)"
+                        )
             finally:
                 ctx.reports.discard()
             return result

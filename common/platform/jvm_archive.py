@@ -11,6 +11,7 @@ another JDK build or Spark version is refused with a one-line warning and the JV
 
     python -m common.platform.jvm_archive      # what make install runs; prints the archive and its size
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +32,8 @@ def _workload(spark, folder: str, native_delta: bool) -> None:
     from pyspark.sql import functions as F
 
     pd.DataFrame({"id": range(200), "title": [f"item {i % 17} title" for i in range(200)]}).to_csv(
-        os.path.join(folder, "in.csv"), index=False)
+        os.path.join(folder, "in.csv"), index=False
+    )
     df = spark.read.option("header", True).csv(os.path.join(folder, "in.csv"))
     df = df.withColumn("group", F.col("id").cast("int") % 7).withColumn("words", F.split("title", " "))
     ranked = df.withColumn("rank", F.row_number().over(Window.partitionBy("group").orderBy("id")))
@@ -61,10 +63,13 @@ def build(cfg: SparkConfig | None = None) -> str:
     target = class_archive(cfg)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     partial = f"{target}.{os.getpid()}.partial"
-    dumping = dataclasses.replace(cfg, class_data_sharing=False,
-                                  java_options=f"{cfg.java_options} -XX:ArchiveClassesAtExit={partial} "
-                                               # thousands of "class skipped" warnings otherwise
-                                               "-Xlog:cds=off -Xlog:cds+dynamic=off".strip())
+    dumping = dataclasses.replace(
+        cfg,
+        class_data_sharing=False,
+        java_options=f"{cfg.java_options} -XX:ArchiveClassesAtExit={partial} "
+        # thousands of "class skipped" warnings otherwise
+        "-Xlog:cds=off -Xlog:cds+dynamic=off".strip(),
+    )
     with tempfile.TemporaryDirectory(prefix="jvm-archive-") as folder:
         spark = get_spark(dataclasses.replace(dumping, checkpoint_dir=os.path.join(folder, "checkpoints")))
         _workload(spark, folder, _uses_native_jars(cfg))

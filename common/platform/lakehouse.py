@@ -14,6 +14,7 @@ Every commit carries lineage (job, run id, config hash, input versions) in ``com
 which both Spark's ``DESCRIBE HISTORY`` and delta-rs ``history()`` show. A write whose lineage key is
 already in the table's history is skipped (idempotent re-runs) unless forced.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,8 +43,18 @@ from common.platform.tables import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Lakehouse", "LakehouseError", "Lineage", "WriteResult", "WriteMode", "Commit", "TableInfo",
-           "LINEAGE_MARK", "read_delta_rs", "fingerprint_files"]
+__all__ = [
+    "Lakehouse",
+    "LakehouseError",
+    "Lineage",
+    "WriteResult",
+    "WriteMode",
+    "Commit",
+    "TableInfo",
+    "LINEAGE_MARK",
+    "read_delta_rs",
+    "fingerprint_files",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +123,9 @@ class Lakehouse(RayHandoff):
                     operation=entry.get("operation"),
                     lineage=parse_lineage(entry.get("userMetadata")),
                 )
-                for entry in delta_rs.commit_infos(self.location(table), self.cfg.storage_options or None, limit,
-                                                   dt.version())
+                for entry in delta_rs.commit_infos(
+                    self.location(table), self.cfg.storage_options or None, limit, dt.version()
+                )
             ]
         return sorted(commits, key=lambda c: c.version, reverse=True)
 
@@ -151,14 +163,26 @@ class Lakehouse(RayHandoff):
             infos = []
             for name in self.table_names():
                 history = self.history(name)
-                infos.append(TableInfo(name, history[0].version, self.read(name).count(), self.location(name),
-                                       (history[0].lineage or {}).get("job")))
+                infos.append(
+                    TableInfo(
+                        name,
+                        history[0].version,
+                        self.read(name).count(),
+                        self.location(name),
+                        (history[0].lineage or {}).get("job"),
+                    )
+                )
             return infos
         storage = self.cfg.storage_options or None
         return [delta_rs.path_table_info(name, self.location(name), storage) for name in self.table_names()]
 
-    def value_counts(self, table: str, column: str, fold: Callable[[Optional[str]], Optional[str]] = lambda v: v,
-                     version: Optional[int] = None) -> dict[Optional[str], int]:
+    def value_counts(
+        self,
+        table: str,
+        column: str,
+        fold: Callable[[Optional[str]], Optional[str]] = lambda v: v,
+        version: Optional[int] = None,
+    ) -> dict[Optional[str], int]:
         """{fold(value): rows} of one column of a table version (the latest by default). Rows are streamed,
         never held: path tables in delta-rs' record batches, catalog tables through Spark's aggregate; a
         ``fold`` that maps values onto a bounded set keeps the result bounded however many values there are."""
@@ -218,9 +242,12 @@ class Lakehouse(RayHandoff):
 
         location = self.location(table)
         self._delta_rs_table(table)  # clear error when missing
-        return sorted(arrow_uri(uri) for uri in DeltaTable(location, version=version,
-                                                           storage_options=self.cfg.storage_options or None)
-                      .file_uris())
+        return sorted(
+            arrow_uri(uri)
+            for uri in DeltaTable(
+                location, version=version, storage_options=self.cfg.storage_options or None
+            ).file_uris()
+        )
 
     # ------------------------------------------------------------------ write
     def write(
@@ -255,40 +282,78 @@ class Lakehouse(RayHandoff):
         existing = self.find_version(table, lineage)
         if existing is None:
             return None
-        log.info("skip write of %s: version %s already holds this job output (lineage key %s)",
-                 table, existing, lineage.key(table))
+        log.info(
+            "skip write of %s: version %s already holds this job output (lineage key %s)",
+            table,
+            existing,
+            lineage.key(table),
+        )
         return WriteResult(table, existing, skipped=True, num_rows=None)
 
-    def _write_native(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str],
-                      app_id: Optional[str] = None) -> WriteResult:
+    def _write_native(
+        self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str], app_id: Optional[str] = None
+    ) -> WriteResult:
         if self.cfg.catalog:
             self._require_spark().sql(f"CREATE SCHEMA IF NOT EXISTS {self.cfg.catalog}")
         started = time.monotonic()
-        result = delta_native.write(self._require_spark(), df, table, self.location(table), self._ident(table),
-                                    bool(self.cfg.catalog), mode, metadata, app_id, self.cfg.storage_options or None,
-                                    self.cfg.lease)
+        result = delta_native.write(
+            self._require_spark(),
+            df,
+            table,
+            self.location(table),
+            self._ident(table),
+            bool(self.cfg.catalog),
+            mode,
+            metadata,
+            app_id,
+            self.cfg.storage_options or None,
+            self.cfg.lease,
+        )
         # The time covers computing the frame and writing its files as well as the commit.
-        log.info("committed %s version %s with Spark's Delta writer (%s rows) in %.1f s%s", table, result.version,
-                 result.num_rows, time.monotonic() - started,
-                 " - already written by a concurrent run" if result.skipped else "")
+        log.info(
+            "committed %s version %s with Spark's Delta writer (%s rows) in %.1f s%s",
+            table,
+            result.version,
+            result.num_rows,
+            time.monotonic() - started,
+            " - already written by a concurrent run" if result.skipped else "",
+        )
         return result
 
-    def _write_delta_rs(self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str],
-                        app_id: Optional[str] = None) -> WriteResult:
+    def _write_delta_rs(
+        self, df: "DataFrame", table: str, mode: WriteMode, metadata: Optional[str], app_id: Optional[str] = None
+    ) -> WriteResult:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         def spark_writes(staging: str) -> None:
-            (df.write.mode("errorifexists")
-             .option("compression", "snappy")
-             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-             .parquet(staging))
+            (
+                df.write.mode("errorifexists")
+                .option("compression", "snappy")
+                .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+                .parquet(staging)
+            )
 
         return self._commit_written(table, mode, metadata, spark_writes, to_arrow_schema(df.schema), app_id)
 
-    def _commit_written(self, table: str, mode: WriteMode, metadata: Optional[str], write_files,
-                        arrow_schema=None, app_id: Optional[str] = None) -> WriteResult:
-        return delta_rs.commit_files(table, self.location(table), self.cfg.storage_options or None, mode, metadata,
-                                     write_files, arrow_schema, app_id)
+    def _commit_written(
+        self,
+        table: str,
+        mode: WriteMode,
+        metadata: Optional[str],
+        write_files,
+        arrow_schema=None,
+        app_id: Optional[str] = None,
+    ) -> WriteResult:
+        return delta_rs.commit_files(
+            table,
+            self.location(table),
+            self.cfg.storage_options or None,
+            mode,
+            metadata,
+            write_files,
+            arrow_schema,
+            app_id,
+        )
 
     # ------------------------------------------------------------------ helpers
     def _require_spark(self) -> "SparkSession":
@@ -297,8 +362,9 @@ class Lakehouse(RayHandoff):
         return self.spark
 
     def _native_exists(self, table: str) -> bool:
-        return delta_native.table_exists(self._require_spark(), self._ident(table),
-                                         self.location(table) if self.cfg.catalog else None)
+        return delta_native.table_exists(
+            self._require_spark(), self._ident(table), self.location(table) if self.cfg.catalog else None
+        )
 
     def _delta_rs_table(self, table: str):
         return delta_rs.open_table(table, self.location(table), self.cfg.storage_options or None)
@@ -307,7 +373,7 @@ class Lakehouse(RayHandoff):
 def _local_path(uri: str) -> str:
     """``file:/x`` and ``file:///x`` as the plain path ``/x`` (Ray and pyarrow take both); other URIs unchanged."""
     if uri.startswith("file:"):
-        return "/" + uri[len("file:"):].lstrip("/")
+        return "/" + uri[len("file:") :].lstrip("/")
     return uri
 
 

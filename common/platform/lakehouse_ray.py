@@ -2,6 +2,7 @@
 mixes this in): a table version read by Ray's workers from its Parquet files (no driver copy), in a stable order
 when batches must hold the same rows whatever the file layout, and a dataset written as ONE new version with lineage
 and idempotence, committed by delta-rs in place or by Spark's Delta writer from a staging folder."""
+
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +54,15 @@ class RayHandoff:
         finally:
             remove_tree(staging)
 
-    def write_ray(self, ds, table: str, mode: WriteMode = "overwrite", lineage: Optional[Lineage] = None,
-                  force: bool = False, before_commit: Optional[Callable[[], None]] = None) -> WriteResult:
+    def write_ray(
+        self,
+        ds,
+        table: str,
+        mode: WriteMode = "overwrite",
+        lineage: Optional[Lineage] = None,
+        force: bool = False,
+        before_commit: Optional[Callable[[], None]] = None,
+    ) -> WriteResult:
         """Write a Ray Dataset as ONE new version of ``table`` (lineage and idempotence as in :meth:`write`).
 
         Ray's workers write the Parquet files. delta-rs path: the driver commits them in place. Native path (and
@@ -74,8 +82,11 @@ class RayHandoff:
             # Runs the stage, lazily (a lost node: again); Ray names S3 as pyarrow does, Spark reads it as given.
             from common.platform.ray_stages import run_stage
 
-            run_stage(lambda: ds.write_parquet(arrow_uri(staging)), f"the stage writing {table}",
-                      lambda: remove_tree(staging))
+            run_stage(
+                lambda: ds.write_parquet(arrow_uri(staging)),
+                f"the stage writing {table}",
+                lambda: remove_tree(staging),
+            )
             (before_commit or (lambda: None))()
 
         if not self.native_delta:
@@ -87,8 +98,9 @@ class RayHandoff:
         try:
             run(staging)
             # ds.schema, not ds.schema(): the dataset is lazy, and its schema would run it (the model) again.
-            return self.write(delta_rs.read_parquet_folder(self._require_spark(), staging, ds.schema), table,
-                              mode, lineage, force)
+            return self.write(
+                delta_rs.read_parquet_folder(self._require_spark(), staging, ds.schema), table, mode, lineage, force
+            )
         finally:
             remove_tree(staging)
 

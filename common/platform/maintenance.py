@@ -6,6 +6,7 @@ files no version inside the retention window references; versions younger than t
 file they read. Neither changes what any readable version returns, and lineage skips maintenance commits
 (:attr:`common.platform.tables.Commit.changes_data`), so a compaction never makes a job re-run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -91,8 +92,16 @@ def maintain_table(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -
         if unvacuumed.stored_files is not None and after.stored_files is not None:
             vacuumed = unvacuumed.stored_files - after.stored_files
     report = TableReport(table, version_before, lakehouse.version(table), compacted, vacuumed, before, after)
-    log.info("maintain %s: v%s -> v%s, live files %d -> %d, stored files %s -> %s", table, version_before,
-             report.version_after, before.live_files, after.live_files, before.stored_files, after.stored_files)
+    log.info(
+        "maintain %s: v%s -> v%s, live files %d -> %d, stored files %s -> %s",
+        table,
+        version_before,
+        report.version_after,
+        before.live_files,
+        after.live_files,
+        before.stored_files,
+        after.stored_files,
+    )
     return report
 
 
@@ -150,16 +159,21 @@ def _compact(lakehouse: "Lakehouse", table: str) -> None:
 def _vacuum(lakehouse: "Lakehouse", table: str, cfg: MaintenanceConfig) -> None:
     hours = cfg.retention_hours
     if lakehouse.native_delta:
-        with _retention_check_off(lakehouse.spark, hours < DELTA_SAFE_RETENTION_HOURS), \
-                _commit_lock(lakehouse, table):  # Spark's VACUUM commits too (VACUUM START / END)
+        with (
+            _retention_check_off(lakehouse.spark, hours < DELTA_SAFE_RETENTION_HOURS),
+            _commit_lock(lakehouse, table),
+        ):  # Spark's VACUUM commits too (VACUUM START / END)
             # Spark's VACUUM takes hours as a number; it refuses below the safety default unless told not to.
             lakehouse.spark.sql(f"VACUUM {lakehouse._ident(table)} RETAIN {hours:g} HOURS").collect()
     else:
         # full: also delete files no version references (a killed write's committed-to-folder task files), as
         # Spark's VACUUM does; delta-rs's default "lite" mode deletes only files a commit removed.
-        lakehouse._delta_rs_table(table).vacuum(retention_hours=int(math.ceil(hours)), dry_run=False,
-                                                enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS,
-                                                full=True)
+        lakehouse._delta_rs_table(table).vacuum(
+            retention_hours=int(math.ceil(hours)),
+            dry_run=False,
+            enforce_retention_duration=hours >= DELTA_SAFE_RETENTION_HOURS,
+            full=True,
+        )
         # VACUUM skips hidden folders; Spark's ``_temporary`` inside a write folder of a killed rs-path write
         # holds its uncommitted task files (a finished Spark write removes it; no version references it).
         from common.platform.storage import filesystem
@@ -196,8 +210,7 @@ def _retention_check_off(spark, off: bool) -> Iterator[None]:
 
 def format_report(reports: list[TableReport]) -> str:
     """A fixed-width per-table report: versions, live and stored files/bytes before -> after."""
-    header = (f"{'table':<30} {'versions':>9} {'live files':>13} {'live MB':>15} {'stored files':>13} "
-              f"{'stored MB':>15}")
+    header = f"{'table':<30} {'versions':>9} {'live files':>13} {'live MB':>15} {'stored files':>13} {'stored MB':>15}"
     lines = [header, "-" * len(header)]
 
     def pair(a, b, mb=False):
@@ -206,9 +219,11 @@ def format_report(reports: list[TableReport]) -> str:
         return f"{a / 1e6:.2f}->{b / 1e6:.2f}" if mb else f"{a}->{b}"
 
     for r in reports:
-        lines.append(f"{r.table:<30} {f'{r.version_before}->{r.version_after}':>9} "
-                     f"{pair(r.before.live_files, r.after.live_files):>13} "
-                     f"{pair(r.before.live_bytes, r.after.live_bytes, True):>15} "
-                     f"{pair(r.before.stored_files, r.after.stored_files):>13} "
-                     f"{pair(r.before.stored_bytes, r.after.stored_bytes, True):>15}")
+        lines.append(
+            f"{r.table:<30} {f'{r.version_before}->{r.version_after}':>9} "
+            f"{pair(r.before.live_files, r.after.live_files):>13} "
+            f"{pair(r.before.live_bytes, r.after.live_bytes, True):>15} "
+            f"{pair(r.before.stored_files, r.after.stored_files):>13} "
+            f"{pair(r.before.stored_bytes, r.after.stored_bytes, True):>15}"
+        )
     return "\n".join(lines)

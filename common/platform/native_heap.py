@@ -3,6 +3,7 @@ the next batch. Native workers (CTranslate2's generators and encoders, fastText)
 over and over; which of the two serves a worker depends on whether its buffers change size (a model reloaded
 per bucket) or repeat (an encoder's activations per batch).
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,5 +55,6 @@ def hold_native_heap() -> bool:
     libc = glibc()
     if libc is None:
         return False
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, HELD_MMAP_BYTES)) and bool(libc.mallopt(_M_TRIM_THRESHOLD,
-                                                                                         HELD_TRIM_BYTES))
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, HELD_MMAP_BYTES)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, HELD_TRIM_BYTES)
+    )

@@ -3,6 +3,7 @@
 The platform knows jobs only through a :class:`JobRegistry` that the application hands it (``jobs``
 builds one from its name tables), so the platform never imports the jobs that stand on it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -35,8 +36,9 @@ class JobRegistry:
     def module(self, name: str) -> ModuleType:
         """The module of job ``name``; raises KeyError listing the known jobs and pipelines."""
         if name not in self.jobs:
-            raise KeyError(f"unknown job {name!r}; jobs: {', '.join(self.jobs)}; "
-                           f"pipelines: {', '.join(self.pipelines)}")
+            raise KeyError(
+                f"unknown job {name!r}; jobs: {', '.join(self.jobs)}; pipelines: {', '.join(self.pipelines)}"
+            )
         return importlib.import_module(self.jobs[name].split(":")[0])
 
     def runner(self, name: str) -> JobFunction:
@@ -51,9 +53,13 @@ class JobRegistry:
         return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
-def run_pipeline(ctx: JobContext, name: str, job_names: Sequence[str],
-                 runner: Callable[[str], JobFunction],
-                 progress: Optional[Callable[[str], None]] = None) -> list[JobResult]:
+def run_pipeline(
+    ctx: JobContext,
+    name: str,
+    job_names: Sequence[str],
+    runner: Callable[[str], JobFunction],
+    progress: Optional[Callable[[str], None]] = None,
+) -> list[JobResult]:
     """Run ``job_names`` (resolved by ``runner``) in order under a parent MLflow run ``pipeline:<name>``;
     returns their results.
 
@@ -77,8 +83,10 @@ def run_pipeline(ctx: JobContext, name: str, job_names: Sequence[str],
                 raise
             results.append(result)
             parent.log_metrics({f"{job}.{k}": v for k, v in result.metrics.items()})
-            say(f"[{name} {i}/{len(job_names)}] {job} done in {_clock(time.monotonic() - job_start)}: "
-                f"{_outcome(result)}")
+            say(
+                f"[{name} {i}/{len(job_names)}] {job} done in {_clock(time.monotonic() - job_start)}: "
+                f"{_outcome(result)}"
+            )
     say(f"[{name}] {len(job_names)} jobs in {_clock(time.monotonic() - start)}")
     return results
 

@@ -27,6 +27,7 @@ What this module adds to Ray's own starter, each a failure seen on a standalone 
   :class:`~common.platform.errors.ClusterError` once nodes have been asked for and none of their tasks is scheduled
   within ``ray.spark_node_start_timeout_s``, or none is up within twice that.
 """
+
 from __future__ import annotations
 
 import functools
@@ -75,8 +76,10 @@ class Executors:
 
     def describe(self) -> str:
         """E.g. ``2 executors of 1 core and 1024 MiB each``."""
-        return (f"{self.count} executor{'s' if self.count != 1 else ''} of {self.cores} "
-                f"core{'s' if self.cores != 1 else ''} and {self.memory_mb} MiB each")
+        return (
+            f"{self.count} executor{'s' if self.count != 1 else ''} of {self.cores} "
+            f"core{'s' if self.cores != 1 else ''} and {self.memory_mb} MiB each"
+        )
 
 
 def executors(spark: "SparkSession", wait_s: float = 60.0) -> Executors:
@@ -95,9 +98,11 @@ def executors(spark: "SparkSession", wait_s: float = 60.0) -> Executors:
         if cores:
             return Executors(count=len(cores), cores=max(1, min(cores)), memory_mb=int(jsc.executorMemory()))
         if time.monotonic() > deadline:
-            raise ClusterError(f"ray.mode spark: no Spark executor registered with the application at {sc.master} "
-                               f"within {wait_s:.0f} s (ray.spark_node_start_timeout_s); Ray's worker nodes run "
-                               "in executors")
+            raise ClusterError(
+                f"ray.mode spark: no Spark executor registered with the application at {sc.master} "
+                f"within {wait_s:.0f} s (ray.spark_node_start_timeout_s); Ray's worker nodes run "
+                "in executors"
+            )
         time.sleep(0.5)
 
 
@@ -119,8 +124,11 @@ class RayOnSparkPlan:
     def capacity(self) -> dict[str, float]:
         """The most CPUs and GPUs the Ray cluster reaches (all worker nodes up; the head holds none), and
         ``node_CPU``, one node's CPUs."""
-        return {"CPU": float(self.max_nodes * self.cpus), "GPU": float(self.max_nodes * self.gpus),
-                "node_CPU": float(self.cpus)}
+        return {
+            "CPU": float(self.max_nodes * self.cpus),
+            "GPU": float(self.max_nodes * self.gpus),
+            "node_CPU": float(self.cpus),
+        }
 
     def memory_bytes(self) -> tuple[int, int]:
         """(heap, object store) of one worker node in bytes: :data:`OBJECT_STORE_SHARE` of ``memory_mb`` for the
@@ -130,8 +138,10 @@ class RayOnSparkPlan:
 
     def describe(self) -> str:
         """One line: the nodes and what they are cut from."""
-        line = (f"{self.min_nodes}-{self.max_nodes} worker nodes of {self.cpus} CPU, {self.gpus} GPU and "
-                f"{self.memory_mb} MB")
+        line = (
+            f"{self.min_nodes}-{self.max_nodes} worker nodes of {self.cpus} CPU, {self.gpus} GPU and "
+            f"{self.memory_mb} MB"
+        )
         return line + (f" (the application has {self.executors.describe()})" if self.executors else "")
 
 
@@ -141,22 +151,32 @@ def plan(cfg: RayConfig, spark: "SparkSession") -> RayOnSparkPlan:
     :class:`ConfigError` naming the key when the sizes cannot work, a node larger than an executor included (its Spark
     task would never be scheduled, and Ray would wait for it without a word)."""
     if not 0 <= cfg.spark_min_worker_nodes <= cfg.spark_max_worker_nodes or cfg.spark_max_worker_nodes < 1:
-        raise ConfigError(f"ray.spark_min_worker_nodes ({cfg.spark_min_worker_nodes}) must be between 0 and "
-                          f"ray.spark_max_worker_nodes ({cfg.spark_max_worker_nodes}), which must be at least 1")
+        raise ConfigError(
+            f"ray.spark_min_worker_nodes ({cfg.spark_min_worker_nodes}) must be between 0 and "
+            f"ray.spark_max_worker_nodes ({cfg.spark_max_worker_nodes}), which must be at least 1"
+        )
     if cfg.spark_idle_timeout_minutes <= 0:
         raise ConfigError(f"ray.spark_idle_timeout_minutes must be above 0, not {cfg.spark_idle_timeout_minutes}")
     found = executors(spark, cfg.spark_node_start_timeout_s)
     cpus = cfg.spark_num_cpus_per_node or found.cores
     if cpus > found.cores:
-        raise ConfigError(f"ray.spark_num_cpus_per_node ({cpus}) is more than a Spark executor has: the application "
-                          f"has {found.describe()}, and a Ray worker node is one Spark task holding its CPUs, which "
-                          f"would never be scheduled; set ray.spark_num_cpus_per_node to at most {found.cores} "
-                          f"(unset: "
-                          "an executor's cores), or give the executors more cores (spark.executor.cores)")
+        raise ConfigError(
+            f"ray.spark_num_cpus_per_node ({cpus}) is more than a Spark executor has: the application "
+            f"has {found.describe()}, and a Ray worker node is one Spark task holding its CPUs, which "
+            f"would never be scheduled; set ray.spark_num_cpus_per_node to at most {found.cores} "
+            f"(unset: "
+            "an executor's cores), or give the executors more cores (spark.executor.cores)"
+        )
     memory = cfg.spark_memory_per_node_mb or max(256, found.memory_mb * cpus // found.cores)
-    return RayOnSparkPlan(min_nodes=cfg.spark_min_worker_nodes, max_nodes=cfg.spark_max_worker_nodes, cpus=cpus,
-                          gpus=cfg.spark_num_gpus_per_node or 0, idle_minutes=cfg.spark_idle_timeout_minutes,
-                          memory_mb=memory, executors=found)
+    return RayOnSparkPlan(
+        min_nodes=cfg.spark_min_worker_nodes,
+        max_nodes=cfg.spark_max_worker_nodes,
+        cpus=cpus,
+        gpus=cfg.spark_num_gpus_per_node or 0,
+        idle_minutes=cfg.spark_idle_timeout_minutes,
+        memory_mb=memory,
+        executors=found,
+    )
 
 
 def ray_command_folder(python: str) -> Optional[str]:
@@ -173,13 +193,16 @@ def prepare_environment(spark: "SparkSession") -> None:
     Raises :class:`ConfigError` when this interpreter has no ``ray`` command (``ray[default]`` not installed)."""
     driver_folder = ray_command_folder(sys.executable) or (os.path.dirname(shutil.which("ray") or "") or None)
     if driver_folder is None:
-        raise ConfigError(f"ray.mode spark: no `ray` command beside {sys.executable} or on PATH; install "
-                          f"'ray[default]' into the Python that runs the driver and the executors (make install does)")
+        raise ConfigError(
+            f"ray.mode spark: no `ray` command beside {sys.executable} or on PATH; install "
+            f"'ray[default]' into the Python that runs the driver and the executors (make install does)"
+        )
     path = os.environ.get("PATH", os.defpath)
     if path.split(os.pathsep)[0] != driver_folder:  # (once per process, however many jobs start Ray on Spark)
         os.environ["PATH"] = os.pathsep.join([driver_folder, path])
-    executor_python = (spark.sparkContext.getConf().get("spark.pyspark.python")
-                       or os.environ.get("PYSPARK_PYTHON") or sys.executable)
+    executor_python = (
+        spark.sparkContext.getConf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    )
     node_folder = os.path.dirname(executor_python) if os.path.isabs(executor_python) else driver_folder
     os.environ[NODE_PATH_ENV] = os.pathsep.join([node_folder, path])
     if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
@@ -187,8 +210,11 @@ def prepare_environment(spark: "SparkSession") -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     stale = os.environ.pop("RAY_ADDRESS", None)
     if stale:
-        log.info("ray.mode spark: RAY_ADDRESS=%s set in the environment is not used (the job starts its own Ray "
-                 "cluster on Spark)", stale)
+        log.info(
+            "ray.mode spark: RAY_ADDRESS=%s set in the environment is not used (the job starts its own Ray "
+            "cluster on Spark)",
+            stale,
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -228,12 +254,21 @@ def start(cfg: RayConfig, spark: "SparkSession") -> RayOnSparkPlan:
     chosen = plan(cfg, spark)
     prepare_environment(spark)
     heap, store = chosen.memory_bytes()
-    setup_ray_cluster(min_worker_nodes=chosen.min_nodes, max_worker_nodes=chosen.max_nodes,
-                      num_cpus_worker_node=chosen.cpus, num_gpus_worker_node=chosen.gpus,
-                      memory_worker_node=heap, object_store_memory_worker_node=store,
-                      autoscale_idle_timeout_minutes=chosen.idle_minutes)
-    log.info("ray on spark up at %s: %s; idle nodes end after %.1f min", os.environ.get("RAY_ADDRESS"),
-             chosen.describe(), chosen.idle_minutes)
+    setup_ray_cluster(
+        min_worker_nodes=chosen.min_nodes,
+        max_worker_nodes=chosen.max_nodes,
+        num_cpus_worker_node=chosen.cpus,
+        num_gpus_worker_node=chosen.gpus,
+        memory_worker_node=heap,
+        object_store_memory_worker_node=store,
+        autoscale_idle_timeout_minutes=chosen.idle_minutes,
+    )
+    log.info(
+        "ray on spark up at %s: %s; idle nodes end after %.1f min",
+        os.environ.get("RAY_ADDRESS"),
+        chosen.describe(),
+        chosen.idle_minutes,
+    )
     return chosen
 
 
@@ -263,8 +298,14 @@ class NodeWatch:
     one that is up is no failure (the stage runs on the nodes it has). ``states`` (default :func:`node_states`) is
     read every ``poll_s``."""
 
-    def __init__(self, chosen: RayOnSparkPlan, timeout_s: float, poll_s: float = 1.0, grace_s: float = 60.0,
-                 states: Callable[[], tuple[int, int, int]] = node_states):
+    def __init__(
+        self,
+        chosen: RayOnSparkPlan,
+        timeout_s: float,
+        poll_s: float = 1.0,
+        grace_s: float = 60.0,
+        states: Callable[[], tuple[int, int, int]] = node_states,
+    ):
         self.plan, self.timeout_s, self.poll_s, self.grace_s, self.states = chosen, timeout_s, poll_s, grace_s, states
         self.failure: Optional[ClusterError] = None
         self._stopped = threading.Event()
@@ -307,24 +348,34 @@ class NodeWatch:
         cluster = cluster_init._active_ray_cluster
         last = getattr(getattr(cluster, "spark_job_server", None), "last_worker_error", None)
         nodes = f"{asked} Ray worker node{'s' if asked != 1 else ''}"
-        what = (f"{nodes} asked for and not one of their Spark tasks scheduled within {waited:.0f} s" if not running
-                else f"{nodes} asked for, {running} of their Spark tasks running, and none joined Ray within "
-                     f"{waited:.0f} s")
+        what = (
+            f"{nodes} asked for and not one of their Spark tasks scheduled within {waited:.0f} s"
+            if not running
+            else f"{nodes} asked for, {running} of their Spark tasks running, and none joined Ray within "
+            f"{waited:.0f} s"
+        )
         if unreadable is not None:
-            what = (f"the state of its worker nodes could not be read for {waited:.0f} s "
-                    f"({type(unreadable).__name__}: {str(unreadable).strip()[:200]})")
+            what = (
+                f"the state of its worker nodes could not be read for {waited:.0f} s "
+                f"({type(unreadable).__name__}: {str(unreadable).strip()[:200]})"
+            )
         self.failure = ClusterError(
             f"ray on spark: {what} (ray.spark_node_start_timeout_s {self.timeout_s:g}; twice that once a task runs): "
             f"{self.plan.describe()}; each node is a Spark task holding its CPUs, so it starts only when an executor "
             "has that many cores free (another Spark job holding the slots, lost executors) and its `ray start` "
-            "succeeds" + (f" (the last node's error: {str(last).strip().splitlines()[-1][:300]})" if last else "")
+            "succeeds"
+            + (f" (the last node's error: {str(last).strip().splitlines()[-1][:300]})" if last else "")
             + "; set ray.spark_num_cpus_per_node / ray.spark_memory_per_node_mb to fit an executor, or free its "
-            "slots. Ray on Spark was shut down")
+            "slots. Ray on Spark was shut down"
+        )
         log.error("%s", self.failure)
         interrupt_main(self.failure)
         if not self._stopped.wait(self.grace_s):  # the main thread did not get to its context's close
-            log.error("ray on spark: the job did not stop within %.0f s of the node watch's error: shutting Ray on "
-                      "Spark down from the watch", self.grace_s)
+            log.error(
+                "ray on spark: the job did not stop within %.0f s of the node watch's error: shutting Ray on "
+                "Spark down from the watch",
+                self.grace_s,
+            )
             stop()
 
 

@@ -3,6 +3,7 @@
 Modes: ``local`` (a loopback-only runtime on this machine), ``address`` (join an existing cluster),
 ``spark`` (Ray on Spark: Ray worker nodes inside the Spark cluster, as on Databricks).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,6 +24,8 @@ from common.platform.ray_stages import (
 from common.platform.signals import handle_taken, reclaim
 
 log = logging.getLogger(__name__)
+
+
 class RayRuntime:
     """Owns the process's Ray connection. Use as a context manager or call start()/stop()."""
 
@@ -87,8 +90,9 @@ class RayRuntime:
 
             spark = self.spark or SparkSession.getActiveSession()
             if spark is None:
-                raise RuntimeError("ray.mode spark starts Ray inside the Spark application: build the SparkSession "
-                                   "first")
+                raise RuntimeError(
+                    "ray.mode spark starts Ray inside the Spark application: build the SparkSession first"
+                )
             chosen = ray_on_spark.start(self.cfg, spark)
             self._capacity = chosen.capacity()
             self._spark_cluster = True
@@ -231,7 +235,7 @@ def package_folders(packages: tuple[str, ...]) -> list[str]:
             folders.append(location)
             continue
         # Inside a zip: <archive>.zip/<name>. Unpack the package's members (not the whole archive).
-        archive = location[:location.rindex(f"{os.sep}{name}")]
+        archive = location[: location.rindex(f"{os.sep}{name}")]
         unpacked = unpacked or tempfile.mkdtemp(prefix="augment-code-")
         with zipfile.ZipFile(archive) as zipped:
             zipped.extractall(unpacked, [m for m in zipped.namelist() if m.startswith(f"{name}/")])

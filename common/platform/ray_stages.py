@@ -1,6 +1,7 @@
 """What a Ray stage or task of the suite asks of the cluster: actor pools sized to leave Ray Data a CPU, the threads
 and runtime environment of torch work, the actors' restart and retry limits, stage retries after a lost node, and
 the capacity a started :class:`~common.platform.ray_runtime.RayRuntime` left in Ray Data's context."""
+
 from __future__ import annotations
 
 import logging
@@ -86,15 +87,21 @@ def lost_to_the_cluster(exc: BaseException) -> bool:
 
     from ray import exceptions as ray_errors
 
-    lost = (ray_errors.ActorUnavailableError, ray_errors.NodeDiedError, ray_errors.ObjectLostError,
-            ray_errors.OwnerDiedError, ray_errors.LocalRayletDiedError)
+    lost = (
+        ray_errors.ActorUnavailableError,
+        ray_errors.NodeDiedError,
+        ray_errors.ObjectLostError,
+        ray_errors.OwnerDiedError,
+        ray_errors.LocalRayletDiedError,
+    )
     for _ in range(10):  # the chain of causes, bounded
         if exc is None:
             return False
         if isinstance(exc, lost):
             return True
-        if isinstance(exc, ray_errors.ActorDiedError) and re.search(r"node (has )?died|node\S* .*(dead|removed)",
-                                                                     str(exc), re.IGNORECASE):
+        if isinstance(exc, ray_errors.ActorDiedError) and re.search(
+            r"node (has )?died|node\S* .*(dead|removed)", str(exc), re.IGNORECASE
+        ):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -113,8 +120,13 @@ def run_stage(run: Callable[[], T], stage: str, before_retry: Callable[[], None]
         except Exception as exc:
             if attempt == retries or not lost_to_the_cluster(exc):
                 raise
-            log.warning("%s lost a node or an actor of the Ray cluster (%s): running it again from its inputs "
-                        "(%d/%d)", stage, str(exc).splitlines()[0][:200], attempt + 1, retries)
+            log.warning(
+                "%s lost a node or an actor of the Ray cluster (%s): running it again from its inputs (%d/%d)",
+                stage,
+                str(exc).splitlines()[0][:200],
+                attempt + 1,
+                retries,
+            )
             before_retry()
     raise AssertionError("unreachable")
 
@@ -133,8 +145,9 @@ def map_batches_on_actors(ds, fn, concurrency: Optional[int] = None, compute=Non
         raise TypeError("map_batches_on_actors takes concurrency or compute, one of them")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        return ds.map_batches(fn, compute=compute or ActorPoolStrategy(size=concurrency), **kwargs,
-                              **actor_fault_tolerance())
+        return ds.map_batches(
+            fn, compute=compute or ActorPoolStrategy(size=concurrency), **kwargs, **actor_fault_tolerance()
+        )
 
 
 def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, stage: str = "actor pool") -> int:
@@ -149,13 +162,22 @@ def actor_pool_size(concurrency: int, num_gpus: float = 0.0, num_cpus: int = 1, 
     num_cpus = fit_cpus(num_cpus, stage)
     cpus = int(cluster_capacity().get("CPU", 1))
     if cpus > 1 and num_cpus > cpus - 1:
-        raise ValueError(f"{stage}: a CPU actor of {num_cpus} CPUs leaves none of this {cpus}-CPU cluster's CPUs "
-                         f"for Ray Data's read and write tasks, so the stage would wait forever; give the actor at "
-                         f"most {cpus - 1} CPU(s) (its threads can still use more cores)")
+        raise ValueError(
+            f"{stage}: a CPU actor of {num_cpus} CPUs leaves none of this {cpus}-CPU cluster's CPUs "
+            f"for Ray Data's read and write tasks, so the stage would wait forever; give the actor at "
+            f"most {cpus - 1} CPU(s) (its threads can still use more cores)"
+        )
     fits = max(1, (cpus - 1) // max(1, num_cpus))
     if concurrency > fits:
-        log.warning("%s concurrency %d x %d CPU leaves no CPU for Ray Data's other tasks on a %d-CPU cluster; "
-                    "using %d CPU actors", stage, concurrency, num_cpus, cpus, fits)
+        log.warning(
+            "%s concurrency %d x %d CPU leaves no CPU for Ray Data's other tasks on a %d-CPU cluster; "
+            "using %d CPU actors",
+            stage,
+            concurrency,
+            num_cpus,
+            cpus,
+            fits,
+        )
         return fits
     return concurrency
 
@@ -190,9 +212,14 @@ def fit_cpus(num_cpus: int, stage: str) -> int:
     capacity = known_capacity() if ray.is_initialized() else None
     node = int((capacity or {}).get("node_CPU", 0))
     if node and num_cpus > node:
-        log.warning("%s asks for %d CPUs per task and the largest node of this Ray cluster has %d: it gets %d "
-                    "(ray.spark_num_cpus_per_node sizes Ray-on-Spark nodes; ray.num_cpus a local runtime)",
-                    stage, num_cpus, node, node)
+        log.warning(
+            "%s asks for %d CPUs per task and the largest node of this Ray cluster has %d: it gets %d "
+            "(ray.spark_num_cpus_per_node sizes Ray-on-Spark nodes; ray.num_cpus a local runtime)",
+            stage,
+            num_cpus,
+            node,
+            node,
+        )
         return node
     return num_cpus
 
@@ -212,6 +239,8 @@ def require_gpus(num_gpus: float, stage: str) -> None:
     if have < num_gpus:
         from common.platform.config_loader import ConfigError
 
-        raise ConfigError(f"{stage} asks for {num_gpus:g} GPU(s) and this Ray cluster has {have:g}: give the stage "
-                          f"num_gpus 0, or GPUs to Ray (ray.num_gpus for a local runtime, "
-                          f"ray.spark_num_gpus_per_node for Ray on Spark, GPU nodes for ray.mode address)")
+        raise ConfigError(
+            f"{stage} asks for {num_gpus:g} GPU(s) and this Ray cluster has {have:g}: give the stage "
+            f"num_gpus 0, or GPUs to Ray (ray.num_gpus for a local runtime, "
+            f"ray.spark_num_gpus_per_node for Ray on Spark, GPU nodes for ray.mode address)"
+        )

@@ -8,6 +8,7 @@ task's demand (its total resources, not what is free now: a busy cluster is no f
 :class:`~common.platform.errors.ClusterError` naming what waited, what it asked for and what the cluster has. A task
 that runs, however long, is never cut short: training legitimately takes hours, and its bound is progress.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +45,13 @@ def schedulable(demand: Mapping[str, float]) -> bool:
     return any(all(n.get("Resources", {}).get(k, 0.0) >= v for k, v in demand.items() if v) for n in nodes)
 
 
-def wait_all(refs: Sequence[Any], what: str, demand: Mapping[str, float], unschedulable_s: Optional[float] = None,
-             poll_s: float = 2.0) -> list:
+def wait_all(
+    refs: Sequence[Any],
+    what: str,
+    demand: Mapping[str, float],
+    unschedulable_s: Optional[float] = None,
+    poll_s: float = 2.0,
+) -> list:
     """``ray.get(refs)`` (results in order; a task's error raised here) that ends: :class:`ClusterError` naming
     ``what`` after ``unschedulable_s`` seconds (None: the configured bound) in which none of the pending refs
     finished and no live node could hold ``demand`` (the refs then cancelled)."""
@@ -58,14 +64,25 @@ def wait_all(refs: Sequence[Any], what: str, demand: Mapping[str, float], unsche
         return ray.get(list(refs))
 
 
-def wait_any(refs: Sequence[Any], what: str, demand: Mapping[str, float], unschedulable_s: Optional[float] = None,
-             poll_s: float = 2.0) -> list:
+def wait_any(
+    refs: Sequence[Any],
+    what: str,
+    demand: Mapping[str, float],
+    unschedulable_s: Optional[float] = None,
+    poll_s: float = 2.0,
+) -> list:
     """``ray.wait(refs, num_returns=1)`` within :func:`wait_all`'s bound: the refs done (at least one)."""
     return _wait(list(refs), what, demand, unschedulable_s, poll_s, 1)[0]
 
 
-def _wait(refs: list, what: str, demand: Mapping[str, float], unschedulable_s: Optional[float], poll_s: float,
-          num_returns: int) -> tuple[list, list]:
+def _wait(
+    refs: list,
+    what: str,
+    demand: Mapping[str, float],
+    unschedulable_s: Optional[float],
+    poll_s: float,
+    num_returns: int,
+) -> tuple[list, list]:
     """(done, pending) once at least one of ``refs`` is done (all that are, up to ``num_returns``)."""
     import ray
 
@@ -87,7 +104,8 @@ def _wait(refs: list, what: str, demand: Mapping[str, float], unschedulable_s: O
                 f"{what}: {len(refs)} Ray task(s) asking for {dict((k, v) for k, v in demand.items() if v)} waited "
                 f"{bound:.0f} s with no live node able to hold them (nodes: {_capacity()}); the node they need is "
                 "gone or was never there: give the cluster such a node, or ask for less "
-                "(ray.unschedulable_timeout_s bounds this wait)")
+                "(ray.unschedulable_timeout_s bounds this wait)"
+            )
 
 
 @contextlib.contextmanager
@@ -108,7 +126,13 @@ def _capacity() -> str:
     import ray
 
     try:
-        return "; ".join(", ".join(f"{k} {v:g}" for k, v in sorted(n.get("Resources", {}).items())
-                                   if k in ("CPU", "GPU")) for n in ray.nodes() if n.get("Alive")) or "none"
+        return (
+            "; ".join(
+                ", ".join(f"{k} {v:g}" for k, v in sorted(n.get("Resources", {}).items()) if k in ("CPU", "GPU"))
+                for n in ray.nodes()
+                if n.get("Alive")
+            )
+            or "none"
+        )
     except Exception as exc:  # noqa: BLE001
         return f"unreadable ({exc})"

@@ -6,6 +6,7 @@ the report's own; on an object store it is a scratch folder whose files are copi
 so that a cluster's driver keeps nothing on its own disk. Reading reports back (the results pages' charts) copies
 them from the store into scratch the same way.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -22,7 +23,7 @@ class Reports:
     def __init__(self, root: str):
         self.root = root
         self._scratch: dict[str, str] = {}  # report name -> local scratch folder (object-store roots)
-        self._copies: list[str] = []        # local copies of reports read back from the store
+        self._copies: list[str] = []  # local copies of reports read back from the store
 
     def uri(self, name: str = "") -> str:
         """Where report ``name`` lives: ``<root>/reports/<name>``; ``""``: the reports' own root (summary.md,
@@ -57,8 +58,11 @@ class Reports:
     def names(self) -> list[str]:
         """The names of the report folders written so far (``results`` aside), sorted."""
         base = filesystem(self.uri())[1].rstrip("/") + "/"
-        names = {info.path[len(base):].split("/")[0] for info in list_files(self.uri())
-                 if info.path.startswith(base) and "/" in info.path[len(base):]}
+        names = {
+            info.path[len(base) :].split("/")[0]
+            for info in list_files(self.uri())
+            if info.path.startswith(base) and "/" in info.path[len(base) :]
+        }
         return sorted(names - {"results"})
 
     def files(self, name: str, suffix: str) -> list[Path]:

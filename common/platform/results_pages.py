@@ -8,6 +8,7 @@ versions of that version's commit, and the commit's date. A page is a pure funct
 the config's name, so rerunning the summary on unchanged tables writes the same page again: pages kept in the
 docs site (``results_pages_dir``) change only when a pipeline wrote new results.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,8 +41,10 @@ def text_block(section: ResultsTable) -> str:
     widths = [max(len(str(c)) for c in column) for column in zip(section.columns, *section.rows)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  " + " ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
-                               for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  " + " ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
+
     lines = [section.title, line(section.columns), *(line(r) for r in section.rows)]
     return "\n".join(lines + [f"  {figure}: {value} ({source})" for figure, value, source in section.facts])
 
@@ -52,25 +55,37 @@ def page(section: ResultsTable, commit: Any, config_name: str, charts: Sequence[
     Takes the section, the :class:`~common.platform.tables.Commit` of ``section.version`` (its lineage and
     time; None when unknown), the config's name and the chart file names to show (relative to the page).
     Returns the page's text."""
-    lineage: Mapping[str, Any] = (commit.lineage if commit is not None and commit.lineage else {})
+    lineage: Mapping[str, Any] = commit.lineage if commit is not None and commit.lineage else {}
     when = commit_time(getattr(commit, "timestamp_ms", None))
     inputs = ", ".join(f"`{name}` v{version}" for name, version in sorted(lineage.get("inputs", {}).items()))
-    lines = [f"# {section.pipeline} results ({config_name})", "",
-             "Written by the `results-summary` job from a results table version; rerun the pipeline, then "
-             "`augment run results-summary`, to update it. Do not edit by hand.", "",
-             "| | |", "|---|---|",
-             f"| results table | `{section.table}` version {section.version} |",
-             f"| written | {when} |",
-             f"| job | {lineage.get('job', 'unknown')} (MLflow run `{lineage.get('run_id') or '-'}`) |",
-             f"| config | `{config_name}`, hash `{lineage.get('config_hash', '-')}` |",
-             f"| inputs | {inputs or '-'} |", "",
-             section.title, "",
-             "| " + " | ".join(section.columns) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(section.columns))) + "|"]
+    lines = [
+        f"# {section.pipeline} results ({config_name})",
+        "",
+        "Written by the `results-summary` job from a results table version; rerun the pipeline, then "
+        "`augment run results-summary`, to update it. Do not edit by hand.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| results table | `{section.table}` version {section.version} |",
+        f"| written | {when} |",
+        f"| job | {lineage.get('job', 'unknown')} (MLflow run `{lineage.get('run_id') or '-'}`) |",
+        f"| config | `{config_name}`, hash `{lineage.get('config_hash', '-')}` |",
+        f"| inputs | {inputs or '-'} |",
+        "",
+        section.title,
+        "",
+        "| " + " | ".join(section.columns) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(section.columns))) + "|",
+    ]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in section.rows]
     if section.facts:
-        lines += ["", "The run behind these results, each figure counted from the table version beside it:", "",
-                  "| figure | value | counted from |", "|---|---:|---|"]
+        lines += [
+            "",
+            "The run behind these results, each figure counted from the table version beside it:",
+            "",
+            "| figure | value | counted from |",
+            "|---|---:|---|",
+        ]
         lines += [f"| {_cell(figure)} | {_cell(value)} | {source} |" for figure, value, source in section.facts]
     lines += [""] + [f"![{name}]({name})" for name in charts]
     return "\n".join(lines).rstrip() + "\n"

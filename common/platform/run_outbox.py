@@ -18,6 +18,7 @@ removes its folder: one start at a time where the lakehouse can be locked (local
 A kept run that cannot be logged (the server failing again, an artifact missing) stays for the start after, and is
 said in the log; nothing a kept run does stops a start.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ from typing import Any, Mapping, Optional
 
 log = logging.getLogger(__name__)
 
-REASON = ("the tracking server stopped answering mid-run (exit 8); what the run logged after that was kept in the run "
-          "outbox and logged by a later start")
+REASON = (
+    "the tracking server stopped answering mid-run (exit 8); what the run logged after that was kept in the run "
+    "outbox and logged by a later start"
+)
 RUN_FILE = "run.json"
 # A kept run not closed and not seen to die (its host, container or boot gone) is taken for killed after this long
 # without a change to its outbox (a run still going there, idle that long, would find its outbox delivered).
@@ -57,9 +60,17 @@ class Outbox:
         from common.platform.run_status import process_tags
 
         self.run_id, self.uri = run_id, f"{folder(root)}/{run_id}"
-        self.kept: dict[str, Any] = {"run_id": run_id, "server": server(tracking_uri), "process": process_tags(),
-                                     "pending": pending, "ended": None, "metrics": [], "params": {}, "tags": {},
-                                     "artifacts": []}
+        self.kept: dict[str, Any] = {
+            "run_id": run_id,
+            "server": server(tracking_uri),
+            "process": process_tags(),
+            "pending": pending,
+            "ended": None,
+            "metrics": [],
+            "params": {},
+            "tags": {},
+            "artifacts": [],
+        }
 
     @property
     def used(self) -> bool:
@@ -82,8 +93,11 @@ class Outbox:
 
     def add_folder(self, local_dir: str, artifact_path: Optional[str]) -> None:
         """Keep a copy of every file under ``local_dir``, to be logged under ``artifact_path``."""
-        files = [(os.path.join(d, f), os.path.relpath(os.path.join(d, f), local_dir))
-                 for d, _, names in os.walk(local_dir) for f in names]
+        files = [
+            (os.path.join(d, f), os.path.relpath(os.path.join(d, f), local_dir))
+            for d, _, names in os.walk(local_dir)
+            for f in names
+        ]
         self._add_files(files, artifact_path)
 
     def add_text(self, text: str, artifact_file: str) -> None:
@@ -92,8 +106,9 @@ class Outbox:
 
         slot = str(len(self.kept["artifacts"]))
         write_text(f"{self.uri}/artifacts/{slot}/{os.path.basename(artifact_file)}", text)
-        self.kept["artifacts"].append({"slot": slot, "artifact_path": os.path.dirname(artifact_file) or None,
-                                       "files": 1})
+        self.kept["artifacts"].append(
+            {"slot": slot, "artifact_path": os.path.dirname(artifact_file) or None, "files": 1}
+        )
         self._save()
 
     def _add_files(self, files: list[tuple[str, str]], artifact_path: Optional[str]) -> None:
@@ -136,8 +151,11 @@ def deliver(root: str, tracking_uri: str) -> list[str]:
 
     base, done = folder(root), []
     try:
-        infos = {info.path.rsplit("/", 2)[-2]: info for info in list_files(base)
-                 if info.base_name == RUN_FILE and info.path.rsplit("/", 3)[-3] == "outbox"}
+        infos = {
+            info.path.rsplit("/", 2)[-2]: info
+            for info in list_files(base)
+            if info.base_name == RUN_FILE and info.path.rsplit("/", 3)[-3] == "outbox"
+        }
     except Exception as exc:  # noqa: BLE001 - an outbox that cannot be read is said, never a failed start
         log.warning("the run outbox under %s could not be read: %s", root, without_credentials(str(exc)))
         return done
@@ -149,8 +167,12 @@ def deliver(root: str, tracking_uri: str) -> list[str]:
                 if mine and _deliver_one(uri, server(tracking_uri), stale):
                     done.append(run_id)
         except Exception as exc:  # noqa: BLE001 - left for the next start, never a failed start
-            log.warning("the outbox of MLflow run %s (%s) was not logged; left for the next start: %s", run_id, uri,
-                        without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            log.warning(
+                "the outbox of MLflow run %s (%s) was not logged; left for the next start: %s",
+                run_id,
+                uri,
+                without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+            )
     return done
 
 
@@ -191,8 +213,10 @@ def _deliver_one(uri: str, this_server: str, stale: bool) -> bool:
         for artifact in kept["artifacts"]:  # every file there before anything is logged
             found = len(list_files(f"{uri}/artifacts/{artifact['slot']}"))
             if found != artifact["files"]:
-                raise OSError(f"artifact folder {uri}/artifacts/{artifact['slot']} holds {found} of its "
-                              f"{artifact['files']} files")
+                raise OSError(
+                    f"artifact folder {uri}/artifacts/{artifact['slot']} holds {found} of its "
+                    f"{artifact['files']} files"
+                )
         client, pending = MlflowClient(), kept.get("pending")
         run_id = kept["run_id"]
         if pending:  # never opened on the server: opened now (once), under its parent, as it started
@@ -201,13 +225,24 @@ def _deliver_one(uri: str, this_server: str, stale: bool) -> bool:
                 parent = _opened(client, experiment, parent)
                 if parent is None:
                     return False  # its parent is not opened yet: after it
-            tags = {**pending["tags"], "mlflow.runName": pending["name"], "outbox.kept_as": run_id,
-                    **({"mlflow.parentRunId": parent} if parent else {})}
-            run_id = _opened(client, experiment, run_id) or client.create_run(
-                experiment, start_time=pending.get("start_ms"), tags=tags, run_name=pending["name"]).info.run_id
-        client.log_batch(run_id, metrics=[Metric(k, v, ts, step) for k, v, step, ts in kept["metrics"]],
-                         params=[Param(k, v) for k, v in kept["params"].items()],
-                         tags=[RunTag(k, v) for k, v in kept["tags"].items()])
+            tags = {
+                **pending["tags"],
+                "mlflow.runName": pending["name"],
+                "outbox.kept_as": run_id,
+                **({"mlflow.parentRunId": parent} if parent else {}),
+            }
+            run_id = (
+                _opened(client, experiment, run_id)
+                or client.create_run(
+                    experiment, start_time=pending.get("start_ms"), tags=tags, run_name=pending["name"]
+                ).info.run_id
+            )
+        client.log_batch(
+            run_id,
+            metrics=[Metric(k, v, ts, step) for k, v, step, ts in kept["metrics"]],
+            params=[Param(k, v) for k, v in kept["params"].items()],
+            tags=[RunTag(k, v) for k, v in kept["tags"].items()],
+        )
         for artifact in kept["artifacts"]:
             _log_artifacts(client, run_id, f"{uri}/artifacts/{artifact['slot']}", artifact["artifact_path"])
         status = "KILLED" if killed else kept["ended"]
@@ -219,8 +254,12 @@ def _deliver_one(uri: str, this_server: str, stale: bool) -> bool:
         # Logged: said in the file before it goes, so a removal that fails is finished by the next start, never
         # logged twice.
         write_text(f"{uri}/{RUN_FILE}", json.dumps({**kept, "delivered": run_id}, sort_keys=True))
-        log.warning("MLflow run %s: %s logged from the run outbox; the run ended %s", run_id,
-                    ", ".join(f"{len(kept[k])} {k}" for k in ("metrics", "params", "tags", "artifacts")), status)
+        log.warning(
+            "MLflow run %s: %s logged from the run outbox; the run ended %s",
+            run_id,
+            ", ".join(f"{len(kept[k])} {k}" for k in ("metrics", "params", "tags", "artifacts")),
+            status,
+        )
     remove_tree(uri)
     return True
 

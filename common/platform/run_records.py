@@ -1,5 +1,6 @@
 """What a run records besides its metrics: the code it ran (:func:`code_tags`) and the Delta table versions it read
 and wrote as MLflow datasets (:func:`delta_dataset`, :func:`log_dataset`)."""
+
 from __future__ import annotations
 
 import functools
@@ -28,8 +29,9 @@ def code_tags() -> dict[str, str]:
     # Only the package's own checkout: an installed copy inside some other repository's tree is not that commit.
     if (root / ".git").exists():
         try:
-            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                  timeout=30)
+            head = subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+            )
             if head.returncode == 0:
                 tags["mlflow.source.git.commit"] = head.stdout.strip()
                 diff = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"], timeout=30)
@@ -46,8 +48,11 @@ def delta_dataset(name: str, version: int, location: str):
     from mlflow.data.meta_dataset import MetaDataset
 
     is_path = "://" in location or location.startswith("/")
-    source = DeltaDatasetSource(path=location if is_path else None, delta_table_name=None if is_path else location,
-                                delta_table_version=int(version))
+    source = DeltaDatasetSource(
+        path=location if is_path else None,
+        delta_table_name=None if is_path else location,
+        delta_table_version=int(version),
+    )
     return MetaDataset(source=source, name=name, digest=f"v{version}")
 
 
@@ -72,8 +77,12 @@ def log_dataset(run_id: str, dataset: Any, context: str, attempts: int = 4) -> N
             return
         except MlflowException as exc:
             text = str(exc)
-            if attempt == attempts - 1 or not ("UNIQUE constraint" in text or "IntegrityError" in text
-                                              or "Duplicate entry" in text or "duplicate key" in text):
+            if attempt == attempts - 1 or not (
+                "UNIQUE constraint" in text
+                or "IntegrityError" in text
+                or "Duplicate entry" in text
+                or "duplicate key" in text
+            ):
                 raise
             log.warning("logging dataset %s lost a race to a concurrent run; retrying", dataset.name)
             time.sleep(0.05 * (attempt + 1))

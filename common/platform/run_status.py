@@ -7,6 +7,7 @@ experiment on that host (:func:`close_dead_runs`), told apart from a live one by
 server that does not answer at the job context's start is :class:`~common.platform.errors.TrackingUnreachable` within
 ``tracking.start_timeout_s`` (:func:`check_server`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,12 @@ def process_tags(pid: Optional[int] = None) -> dict[str, str]:
     import socket
 
     pid = os.getpid() if pid is None else pid
-    return {"process.host": socket.gethostname(), "process.pid": str(pid), "process.start": _process_start(pid),
-            "process.space": _pid_space()}
+    return {
+        "process.host": socket.gethostname(),
+        "process.pid": str(pid),
+        "process.start": _process_start(pid),
+        "process.space": _pid_space(),
+    }
 
 
 def _pid_space() -> str:
@@ -96,21 +101,28 @@ def close_dead_runs(experiment_id: str, limit: int = 200) -> list[str]:
     closed = []
     try:
         runs = mlflow.MlflowClient().search_runs(
-            [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`process.host` = '{host}'",
-            max_results=limit)
+            [experiment_id],
+            filter_string=f"attributes.status = 'RUNNING' and tags.`process.host` = '{host}'",
+            max_results=limit,
+        )
         for run in runs:
             if not _dead(run.data.tags) or "outbox.kept_as" in run.data.tags:  # a kept run: its deliverer ends it
                 continue
-            reason = (f"its process {run.data.tags['process.pid']} on {host} ended without closing it; closed by a "
-                      "later run's start")
+            reason = (
+                f"its process {run.data.tags['process.pid']} on {host} ended without closing it; closed by a "
+                "later run's start"
+            )
             mlflow.MlflowClient().set_tag(run.info.run_id, "closed.reason", reason)
             mlflow.MlflowClient().set_terminated(run.info.run_id, "KILLED")
-            log.warning("MLflow run %s (%s) left RUNNING: %s; marked KILLED", run.info.run_id,
-                        run.info.run_name, reason)
+            log.warning(
+                "MLflow run %s (%s) left RUNNING: %s; marked KILLED", run.info.run_id, run.info.run_name, reason
+            )
             closed.append(run.info.run_id)
     except (MlflowException, OSError) as exc:
-        log.warning("runs left RUNNING by dead processes not closed: %s",
-                    without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+        log.warning(
+            "runs left RUNNING by dead processes not closed: %s",
+            without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+        )
     return closed
 
 
@@ -131,8 +143,11 @@ def end_killed(run_id: str, reason: str) -> None:
             else:
                 client.set_terminated(run_id, "KILLED")
         except Exception as exc:  # the server is down: the next start on this host closes it
-            log.warning("MLflow run %s not marked KILLED (%s); the next run's start on this host closes it", run_id,
-                        without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            log.warning(
+                "MLflow run %s not marked KILLED (%s); the next run's start on this host closes it",
+                run_id,
+                without_credentials(str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+            )
             active = mlflow.active_run()
             if active is not None and active.info.run_id == run_id:
                 with contextlib.suppress(Exception):
@@ -169,15 +184,17 @@ def check_server(uri: str, timeout_s: float) -> None:
     if not uri.startswith(("http://", "https://")):
         return
     try:
-        answer = http_request(get_default_host_creds(uri), "/health", "GET", max_retries=0, timeout=timeout_s,
-                              raise_on_status=False)
+        answer = http_request(
+            get_default_host_creds(uri), "/health", "GET", max_retries=0, timeout=timeout_s, raise_on_status=False
+        )
         if answer.status_code == 200:
             return
         problem = f"answered HTTP {answer.status_code}"
     except Exception as exc:  # refused, timed out, no such host, a malformed URI: the server cannot be asked
         problem = f"did not answer within {timeout_s:g} s ({type(exc).__name__})"
-    raise TrackingUnreachable(f"the MLflow tracking server {_shown(uri)} {problem} to GET /health "
-                              "(tracking.uri; tracking.start_timeout_s)")
+    raise TrackingUnreachable(
+        f"the MLflow tracking server {_shown(uri)} {problem} to GET /health (tracking.uri; tracking.start_timeout_s)"
+    )
 
 
 def _shown(uri: str) -> str:

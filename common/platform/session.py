@@ -3,6 +3,7 @@
 Local mode builds a loopback-only session tuned for a laptop or CI box; cluster and Databricks modes
 take the session that spark-submit or the notebook already created.
 """
+
 from __future__ import annotations
 
 import glob
@@ -94,8 +95,11 @@ def delta_jars(cfg: SparkConfig) -> list[str]:
     folder = jars_dir(cfg)
     if not glob.glob(os.path.join(folder, "delta-spark_*.jar")):
         return []
-    return sorted(j for j in glob.glob(os.path.join(folder, "*.jar"))
-                  if not os.path.basename(j).startswith(("scala-library", "graphframes")))
+    return sorted(
+        j
+        for j in glob.glob(os.path.join(folder, "*.jar"))
+        if not os.path.basename(j).startswith(("scala-library", "graphframes"))
+    )
 
 
 def graphframes_jars(cfg: SparkConfig) -> list[str]:
@@ -110,7 +114,8 @@ def _uses_native_jars(cfg: SparkConfig) -> bool:
     if cfg.delta == "native" and not jars:
         raise DeltaJarsMissing(
             f"spark.delta is 'native' but no delta-spark jar is in {jars_dir(cfg)}: run `make install` (it "
-            "resolves jvm/pom.xml with mvn), or use the delta-rs path with --set spark.delta=rs")
+            "resolves jvm/pom.xml with mvn), or use the delta-rs path with --set spark.delta=rs"
+        )
     return bool(jars)
 
 
@@ -209,11 +214,13 @@ def get_spark(cfg: SparkConfig) -> "SparkSession":
     if _uses_native_jars(cfg):
         # The same settings as delta-spark's configure_spark_with_delta_pip, with jars Maven resolved at
         # install time instead of Ivy at every session start.
-        builder = (builder.config("spark.jars", ",".join(delta_jars(cfg) + graphframes_jars(cfg)))
-                   .config("spark.sql.extensions", DELTA_EXTENSION)
-                   .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
-                   # Delta rebuilds a table's state in 50 partitions by default; a local session has a few cores.
-                   .config("spark.databricks.delta.snapshotPartitions", str(partitions)))
+        builder = (
+            builder.config("spark.jars", ",".join(delta_jars(cfg) + graphframes_jars(cfg)))
+            .config("spark.sql.extensions", DELTA_EXTENSION)
+            .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+            # Delta rebuilds a table's state in 50 partitions by default; a local session has a few cores.
+            .config("spark.databricks.delta.snapshotPartitions", str(partitions))
+        )
     for key, value in cfg.conf.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.extraJavaOptions", driver_java_options(cfg, checkpoint_dir))

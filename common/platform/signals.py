@@ -6,6 +6,7 @@ starts, each MLflow run it leaves ends KILLED (:mod:`common.platform.tracking`),
 its own ``finally``, Spark's jobs are cancelled and Ray's tasks end with the runtime the context stops. A run still
 alive ``grace_s`` after the signal, or given a second signal, exits at once. Either way the exit code is
 ``128 + signal`` (143 for SIGTERM, 130 for SIGINT), what shells and schedulers read as "terminated"."""
+
 from __future__ import annotations
 
 import contextlib
@@ -60,11 +61,18 @@ def handled(grace_s: float) -> Iterator[None]:
             _exit_now(signum, "second signal: exited without cleanup")
         received.append(signum)
         # Straight to stderr, not through logging: a handler may run inside a logging call (a reentrant write).
-        os.write(2, f"augment: {signal.Signals(signum).name} received: stopping (cleanup bounded by {grace_s:g} s; a "
-                    "second signal exits at once)\n".encode())
-        deadline.append(threading.Timer(grace_s, _exit_now, (signum, f"cleanup passed {grace_s:g} s "
-                                                                    "(tracking.shutdown_grace_s): exited without "
-                                                                    "cleanup")))
+        os.write(
+            2,
+            f"augment: {signal.Signals(signum).name} received: stopping (cleanup bounded by {grace_s:g} s; a "
+            "second signal exits at once)\n".encode(),
+        )
+        deadline.append(
+            threading.Timer(
+                grace_s,
+                _exit_now,
+                (signum, f"cleanup passed {grace_s:g} s (tracking.shutdown_grace_s): exited without cleanup"),
+            )
+        )
         deadline[0].daemon = True
         deadline[0].start()
         _stop_spark_jobs()

@@ -3,6 +3,7 @@
 Only file listings and small files (models, reports) go through here; table data is read and written by
 Spark and delta-rs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,8 +65,7 @@ def endpoint(uri: str) -> str:
         return "local disk"
     if is_s3(uri):
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "the default region"
-        return (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-                or f"AWS S3 ({region})")
+        return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or f"AWS S3 ({region})"
     return f"{scheme(uri)}://{uri.split('://', 1)[1].split('/', 1)[0]}"
 
 
@@ -83,17 +83,19 @@ def check_reachable(uri: str, timeout_s: float = 10.0) -> None:
             # One attempt with short timeouts; region and credentials come from the environment (the endpoint too,
             # but pyarrow's constructor reads only what FileSystem.from_uri does not: it is passed here).
             override = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-            fs = pafs.S3FileSystem(connect_timeout=min(timeout_s, 5.0), request_timeout=timeout_s,
-                                   endpoint_override=override or None,
-                                   retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+            fs = pafs.S3FileSystem(
+                connect_timeout=min(timeout_s, 5.0),
+                request_timeout=timeout_s,
+                endpoint_override=override or None,
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+            )
             path = arrow_uri(uri).split("://", 1)[1]
         else:
             fs, path = filesystem(uri)
         fs.get_file_info(path.rstrip("/"))
     except (OSError, ValueError) as exc:
         reason = " ".join(str(exc).split())
-        raise StorageUnreachable(f"{uri}: the object store at {endpoint(uri)} did not answer: {reason[:300]}") \
-            from exc
+        raise StorageUnreachable(f"{uri}: the object store at {endpoint(uri)} did not answer: {reason[:300]}") from exc
 
 
 def list_files(uri: str) -> list:
@@ -206,8 +208,9 @@ def read_parquet_files(files: Sequence[str], columns: Sequence[str], filters: Op
         fs, _ = filesystem(files[0])
         paths = [filesystem(f)[1] for f in files]
         return pq.ParquetDataset(paths, filesystem=fs, filters=filters or None).read(columns=list(columns))
-    return pq.ParquetDataset([f.removeprefix("file://") for f in files], filters=filters or None) \
-        .read(columns=list(columns))
+    return pq.ParquetDataset([f.removeprefix("file://") for f in files], filters=filters or None).read(
+        columns=list(columns)
+    )
 
 
 def read_text(uri: str) -> str:

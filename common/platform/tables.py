@@ -1,4 +1,5 @@
 """The lakehouse's vocabulary, shared by its two write paths: lineage, write results, commits, errors."""
+
 from __future__ import annotations
 
 import hashlib

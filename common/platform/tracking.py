@@ -7,6 +7,7 @@ ran (:func:`code_tags`) and the process that ran it (:func:`process_tags`).
 A run ends FINISHED, FAILED (an error) or KILLED (a signal, :mod:`common.platform.signals`); one whose process died
 without ending it is closed by a later start (:mod:`common.platform.run_status`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,8 +55,12 @@ class TrackedRun:
                 self.offline = str(found)
                 if self.silent is not None:
                     self.silent.append(self.offline)
-                log.warning("MLflow run %s is offline from here (%s): what it logs is kept in %s", self.run_id,
-                            self.offline, self.outbox.uri)
+                log.warning(
+                    "MLflow run %s is offline from here (%s): what it logs is kept in %s",
+                    self.run_id,
+                    self.offline,
+                    self.outbox.uri,
+                )
         keep(self.outbox)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -64,7 +69,7 @@ class TrackedRun:
 
         items = [(k, _param_value(v)) for k, v in params.items()]
         for start in range(0, len(items), 100):
-            batch = dict(items[start:start + 100])
+            batch = dict(items[start : start + 100])
             self._call(lambda b=batch: mlflow.log_params(b), lambda box, b=batch: box.add("params", b))
 
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
@@ -80,8 +85,10 @@ class TrackedRun:
         tag_prefix = "input" if context == "input" else "output"
         self.set_tags({f"{tag_prefix}.{name}.version": str(version), f"{tag_prefix}.{name}.location": location})
         if isinstance(version, int) or str(version).isdigit():
-            self._call(lambda: log_dataset(self.run_id, delta_dataset(name, int(version), location), context),
-                       lambda box: None)
+            self._call(
+                lambda: log_dataset(self.run_id, delta_dataset(name, int(version), location), context),
+                lambda box: None,
+            )
 
     def log_output_table(self, name: str, version: int, location: str, skipped: bool = False) -> None:
         """Record a table version this run wrote (or found already written, when ``skipped``)."""
@@ -93,8 +100,10 @@ class TrackedRun:
         """Store a JSON/YAML artifact."""
         import mlflow
 
-        self._call(lambda: mlflow.log_dict(data, artifact_file),
-                   lambda box: box.add_text(json.dumps(data, indent=2, default=str), artifact_file))
+        self._call(
+            lambda: mlflow.log_dict(data, artifact_file),
+            lambda box: box.add_text(json.dumps(data, indent=2, default=str), artifact_file),
+        )
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Store a text artifact (reports, tables)."""
@@ -112,8 +121,9 @@ class TrackedRun:
         """Store a local folder's files as artifacts under ``artifact_path``."""
         import mlflow
 
-        self._call(lambda: mlflow.log_artifacts(folder, artifact_path),
-                   lambda box: box.add_folder(folder, artifact_path))
+        self._call(
+            lambda: mlflow.log_artifacts(folder, artifact_path), lambda box: box.add_folder(folder, artifact_path)
+        )
 
     def log_model_folder(self, uri: str, artifact_path: str) -> None:
         """Store a model folder (a local path or an object-store URI: copied through a scratch folder, removed
@@ -165,7 +175,7 @@ class Tracker:
         if uri.startswith("sqlite:///"):
             from pathlib import Path
 
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         if mlflow.get_experiment_by_name(self.cfg.tracking.experiment) is None:
             artifact_location = None
             if uri.startswith("sqlite:///") and "://" not in self.cfg.lakehouse.root:
@@ -179,15 +189,19 @@ class Tracker:
                 # the experiment the other made is the one to use.
                 if mlflow.get_experiment_by_name(self.cfg.tracking.experiment) is None:
                     raise
-                log.info("experiment %s was created by a concurrent run (%s)", self.cfg.tracking.experiment,
-                         str(exc).splitlines()[0])
+                log.info(
+                    "experiment %s was created by a concurrent run (%s)",
+                    self.cfg.tracking.experiment,
+                    str(exc).splitlines()[0],
+                )
         self._experiment_id = mlflow.set_experiment(self.cfg.tracking.experiment).experiment_id
         deliver(self.cfg.lakehouse.root, uri)  # first: a run whose outbox it logs is ended FAILED, not judged dead
         close_dead_runs(self._experiment_id)
 
     @contextlib.contextmanager
-    def run(self, name: str, tags: Optional[Mapping[str, Any]] = None,
-            log_config: bool = True) -> Iterator[TrackedRun]:
+    def run(
+        self, name: str, tags: Optional[Mapping[str, Any]] = None, log_config: bool = True
+    ) -> Iterator[TrackedRun]:
         """Open a run named ``name``; nested under the active run when there is one (pipeline children).
 
         Logs the flattened config as params when ``log_config``. The run ends FAILED if the body raises.
@@ -204,8 +218,9 @@ class Tracker:
             try:
                 # After a run of this process found the server silent, one quick try: not the client's minutes again.
                 with quick_mlflow(2.0) if offline else contextlib.nullcontext():
-                    started = mlflow.start_run(run_name=name, nested=parent is not None,
-                                               experiment_id=self._experiment_id, tags=run_tags)
+                    started = mlflow.start_run(
+                        run_name=name, nested=parent is not None, experiment_id=self._experiment_id, tags=run_tags
+                    )
             except Exception as exc:
                 if not isinstance(user_error(exc), TrackingUnreachable):
                     raise
@@ -215,11 +230,21 @@ class Tracker:
                 self._silent.clear()  # it answers (again): later runs ask it as usual
         if started is None:  # no server to open it on: the run is kept whole, and opened by a later start
             parent_id = self._born[-1].run_id if self._born else parent.info.run_id if parent is not None else None
-            pending = {"experiment_id": self._experiment_id, "name": name, "tags": run_tags,
-                       "parent_run_id": parent_id, "start_ms": int(time.time() * 1000)}
+            pending = {
+                "experiment_id": self._experiment_id,
+                "name": name,
+                "tags": run_tags,
+                "parent_run_id": parent_id,
+                "start_ms": int(time.time() * 1000),
+            }
             run_id = f"offline-{uuid.uuid4().hex}"
-            handle = TrackedRun(run_id=run_id, name=name, offline=offline, silent=self._silent,
-                                outbox=Outbox(self.cfg.lakehouse.root, run_id, self.cfg.tracking_uri, pending))
+            handle = TrackedRun(
+                run_id=run_id,
+                name=name,
+                offline=offline,
+                silent=self._silent,
+                outbox=Outbox(self.cfg.lakehouse.root, run_id, self.cfg.tracking_uri, pending),
+            )
             self._born.append(handle)
             try:
                 with self._ending(handle, mlflow):
@@ -230,8 +255,12 @@ class Tracker:
                 self._born.pop()
             return
         with started as r:
-            handle = TrackedRun(run_id=r.info.run_id, name=name, silent=self._silent,
-                                outbox=Outbox(self.cfg.lakehouse.root, r.info.run_id, self.cfg.tracking_uri))
+            handle = TrackedRun(
+                run_id=r.info.run_id,
+                name=name,
+                silent=self._silent,
+                outbox=Outbox(self.cfg.lakehouse.root, r.info.run_id, self.cfg.tracking_uri),
+            )
             with self._ending(handle, mlflow):
                 try:
                     if log_config:

@@ -6,6 +6,7 @@ The suite's encoder classifiers (:mod:`common.models.classifiers.encoder_classif
 these functions, so the two give the same predictions. Texts run in batches of ``max_batch_tokens //
 max_length`` rows, each cut at ``max_length`` word pieces.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,14 @@ def mean_pooled(hidden: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
-def batch_logits(tokenizer, logits: Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"], texts: Sequence[str],
-                 max_length: int, max_batch_tokens: int, device: str) -> Iterator["torch.Tensor"]:
+def batch_logits(
+    tokenizer,
+    logits: Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"],
+    texts: Sequence[str],
+    max_length: int,
+    max_batch_tokens: int,
+    device: str,
+) -> Iterator["torch.Tensor"]:
     """``logits(input_ids, attention_mask)`` as float32 for each batch of ``texts`` (None as the empty text), in
     order, under ``torch.inference_mode``: batches of ``max(1, max_batch_tokens // max_length)`` texts."""
     import torch
@@ -37,8 +44,13 @@ def batch_logits(tokenizer, logits: Callable[["torch.Tensor", "torch.Tensor"], "
     step = max(1, max_batch_tokens // max_length)
     with torch.inference_mode():
         for s in range(0, len(texts), step):
-            enc = tokenizer([t or "" for t in texts[s:s + step]], padding=True, truncation=True, max_length=max_length,
-                            return_tensors="pt").to(device)
+            enc = tokenizer(
+                [t or "" for t in texts[s : s + step]],
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            ).to(device)
             yield logits(enc["input_ids"], enc["attention_mask"]).float()
 
 
@@ -76,8 +88,15 @@ class _PooledHead:
     over its mean-pooled last hidden state, and the manifest's ``labels``, ``max_length`` and ``max_batch_tokens``;
     :meth:`batches` gives the head's logits for texts, batch by batch."""
 
-    def __init__(self, folder: str, manifest: dict[str, Any], device: Optional[str], subfolder: str, head_file: str,
-                 masked_lm: bool):
+    def __init__(
+        self,
+        folder: str,
+        manifest: dict[str, Any],
+        device: Optional[str],
+        subfolder: str,
+        head_file: str,
+        masked_lm: bool,
+    ):
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
         self.device = device or device_name()
@@ -86,8 +105,11 @@ class _PooledHead:
         path = os.path.join(folder, subfolder)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         # A masked-LM checkpoint's encoder runs without its MLM head (which the classifier never uses).
-        encoder = AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True).base_model if masked_lm else \
-            AutoModel.from_pretrained(path, use_safetensors=True)
+        encoder = (
+            AutoModelForMaskedLM.from_pretrained(path, use_safetensors=True).base_model
+            if masked_lm
+            else AutoModel.from_pretrained(path, use_safetensors=True)
+        )
         self.encoder = encoder.to(self.device).eval()
         self.head = linear_head(os.path.join(folder, head_file), self.device)
 

@@ -1,6 +1,7 @@
 """Hierarchical fastText (HFT) prediction: the agreement rule over the level models, and a scorer on a local
 model folder (``level_<i>.bin``, ``labels_<i>.json``). The suite's Spark and Ray prediction
 (:mod:`common.models.classifiers.hft`) and a registered model both score with :func:`score_levels`."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,9 @@ def load_level_files(folder: str, depth: int) -> tuple[list[Any], list[dict[str,
     return models, maps
 
 
-def score_levels(models: Sequence[Any], maps: Sequence[dict[str, str]],
-                 texts: Sequence[str]) -> list[tuple[str, float, int]]:
+def score_levels(
+    models: Sequence[Any], maps: Sequence[dict[str, str]], texts: Sequence[str]
+) -> list[tuple[str, float, int]]:
     """HFT predictions (label, confidence, level used) of raw ``texts`` by loaded level models."""
     clean = [normalize_title(t) for t in texts]
     per_level = []

@@ -21,6 +21,7 @@ The encoder kinds import torch and transformers (on a GPU where torch sees one);
 Input: a DataFrame with a ``text`` column (or a list of strings). The scoring is the suite's own
 (:mod:`.hft`, :mod:`.multilabel`), so the predictions are the suite's.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,15 +76,24 @@ class HFTClassifier:
         if self.substitutions:
             texts = [substitute(t, self.substitutions) for t in texts]
         out = score_levels(self.models, self.maps, texts) if texts else []
-        return pd.DataFrame({"label": [o[0] for o in out], "confidence": [o[1] for o in out],
-                             "level": pd.Series([o[2] for o in out], dtype="int64")})
+        return pd.DataFrame(
+            {
+                "label": [o[0] for o in out],
+                "confidence": [o[1] for o in out],
+                "level": pd.Series([o[2] for o in out], dtype="int64"),
+            }
+        )
 
 
 def _label_sets(labels: list[str], threshold: float, probabilities: list[dict[str, float]]):
     import pandas as pd
 
-    return pd.DataFrame({"labels": [decide(p, threshold) for p in probabilities],
-                         "scores": [[p.get(label, 0.0) for label in labels] for p in probabilities]})
+    return pd.DataFrame(
+        {
+            "labels": [decide(p, threshold) for p in probabilities],
+            "scores": [[p.get(label, 0.0) for label in labels] for p in probabilities],
+        }
+    )
 
 
 class MultiLabelClassifier:
@@ -98,8 +108,9 @@ class MultiLabelClassifier:
         self.threshold = float(manifest["threshold"])
 
     def predict(self, model_input: Any, params: Optional[dict[str, Any]] = None):
-        return _label_sets(self.labels, self.threshold,
-                           ova_probabilities(self.model, self.labels, _texts(model_input)))
+        return _label_sets(
+            self.labels, self.threshold, ova_probabilities(self.model, self.labels, _texts(model_input))
+        )
 
 
 class EncoderTextClassifier:
@@ -121,8 +132,12 @@ class EncoderTextClassifier:
         if self.substitutions:
             texts = [substitute(t, self.substitutions) for t in texts]
         out = self.model.classify(texts)
-        return pd.DataFrame({"label": pd.Series([o[0] for o in out], dtype="object"),
-                             "confidence": pd.Series([o[1] for o in out], dtype="float64")})
+        return pd.DataFrame(
+            {
+                "label": pd.Series([o[0] for o in out], dtype="object"),
+                "confidence": pd.Series([o[1] for o in out], dtype="float64"),
+            }
+        )
 
 
 class EncoderLabelSetClassifier:
@@ -143,8 +158,12 @@ class EncoderLabelSetClassifier:
 
 # Each kind's loader class: it declares its outputs (the model's signature) and whether it needs torch (its pinned
 # requirements, and the Ray workers that score it).
-KINDS = {"hft": HFTClassifier, "multilabel": MultiLabelClassifier, "encoder": EncoderTextClassifier,
-         "multilabel_encoder": EncoderLabelSetClassifier}
+KINDS = {
+    "hft": HFTClassifier,
+    "multilabel": MultiLabelClassifier,
+    "encoder": EncoderTextClassifier,
+    "multilabel_encoder": EncoderLabelSetClassifier,
+}
 ENCODER_KINDS = tuple(kind for kind, loader in KINDS.items() if loader.TORCH)  # the kinds that import torch
 
 

@@ -1,6 +1,7 @@
 """Multi-label fastText prediction (one-vs-all sigmoids): each label's probability and the decision at a
 threshold. The suite's compositional classifiers (:mod:`common.models.classifiers.multilabel`) and a registered
 model of them both decide with these."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -16,7 +17,7 @@ def ova_probabilities(model: Any, labels: Sequence[str], texts: Sequence[str]) -
     out = []
     for text in texts:
         names, probs = model.predict(normalize_title(text).replace("\n", " "), k=-1, threshold=0.0)
-        out.append({labels[int(n[len(LABEL_PREFIX):])]: float(p) for n, p in zip(names, probs)})
+        out.append({labels[int(n[len(LABEL_PREFIX) :])]: float(p) for n, p in zip(names, probs)})
     return out
 
 

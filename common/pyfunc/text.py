@@ -1,5 +1,6 @@
 """Title text: the normalisation every classifier trains and predicts on (the suite imports it as
 :func:`common.data.text.normalize_title`; a registered model carries this file). Standard library only."""
+
 from __future__ import annotations
 
 import re

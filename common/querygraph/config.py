@@ -1,4 +1,5 @@
 """The query-graph and query-reformulation config (METHODS.md section 2); defaults are the paper's."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -53,8 +54,14 @@ class QueryGraphConfig:
     max_subgraph_vertices: int = 5000
 
     def __post_init__(self) -> None:
-        for name in ("min_support", "top_k", "max_queries_per_product", "max_cluster_size", "max_subgraph_vertices",
-                     "default_activity_threshold"):
+        for name in (
+            "min_support",
+            "top_k",
+            "max_queries_per_product",
+            "max_cluster_size",
+            "max_subgraph_vertices",
+            "default_activity_threshold",
+        ):
             check(getattr(self, name) >= 1, f"query_graph.{name}", "must be >= 1")
         for name, value in self.activity_threshold.items():
             check(value >= 0, f"query_graph.activity_threshold.{name}", "must be >= 0")
@@ -108,8 +115,9 @@ class QueryReformulationConfig:
     """Query reformulation (METHODS.md section 2): T5-base, 2 epochs, batch 32 x accumulation 16, lr 3e-4."""
 
     model: T5ModelConfig = field(default_factory=lambda: T5ModelConfig(prompt=QR_PROMPT))
-    fine_tune: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(
-        epochs=2, learning_rate=3e-4, batch_size=32, grad_accumulation=16))
+    fine_tune: FineTuneConfig = field(
+        default_factory=lambda: FineTuneConfig(epochs=2, learning_rate=3e-4, batch_size=32, grad_accumulation=16)
+    )
     # The paper does not say how many reformulations per tuple; 8 samples (as in CGA) by default.
     generation: GenerationConfig = field(default_factory=ctranslate2_generation)
     matcher: MatcherConfig = field(default_factory=MatcherConfig)
@@ -120,5 +128,8 @@ class QueryReformulationConfig:
 
     def __post_init__(self) -> None:
         check_generator(self.model, self.fine_tune, "query_reformulation")
-        check(self.sources is None or self.sources >= 1, "query_reformulation.sources",
-              "must be >= 1 (or null for every collected query)")
+        check(
+            self.sources is None or self.sources >= 1,
+            "query_reformulation.sources",
+            "must be >= 1 (or null for every collected query)",
+        )

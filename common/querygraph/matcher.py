@@ -5,6 +5,7 @@ fastText with hierarchical softmax over product ids: a cheap extreme multi-label
 trains the matcher; evaluation asks for the top k products of every held-out query and compares them
 with the products that query led to in the original log: precision@k, recall@k and hit-rate@k.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -30,8 +31,18 @@ def is_holdout(query: "Column", fraction: float, seed: int) -> "Column":
 
 def fasttext_config(cfg: MatcherConfig) -> FastTextConfig:
     """The matcher's fastText settings: hierarchical softmax, character n-grams for misspelt queries."""
-    return FastTextConfig(epoch=cfg.epoch, lr=cfg.lr, word_ngrams=cfg.word_ngrams, dim=cfg.dim, min_count=1,
-                          bucket=cfg.bucket, loss="hs", minn=cfg.minn, maxn=cfg.maxn, thread=1)
+    return FastTextConfig(
+        epoch=cfg.epoch,
+        lr=cfg.lr,
+        word_ngrams=cfg.word_ngrams,
+        dim=cfg.dim,
+        min_count=1,
+        bucket=cfg.bucket,
+        loss="hs",
+        minn=cfg.minn,
+        maxn=cfg.maxn,
+        thread=1,
+    )
 
 
 def relevant_products(tuples: "DataFrame") -> "DataFrame":
@@ -65,8 +76,7 @@ def evaluate(queries: "DataFrame", model: "HFTModel", ks: Sequence[int]) -> "Dat
 
     ks = sorted(set(ks))
     names = [f"{m}_at_{k}" for k in ks for m in ("precision", "recall", "hit")]
-    schema = T.StructType([T.StructField("query", T.StringType())] +
-                          [T.StructField(n, T.DoubleType()) for n in names])
+    schema = T.StructType([T.StructField("query", T.StringType())] + [T.StructField(n, T.DoubleType()) for n in names])
 
     def score(batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         import pandas as pd

@@ -3,6 +3,7 @@
 Rows that do not pass go to the caller's quarantine with a ``reason``; ``n_rows`` keeps rows in = kept +
 rejected checkable.
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -43,13 +44,23 @@ def normalize_interactions(df: "DataFrame", cfg: QueryGraphConfig) -> tuple["Dat
     """
     from pyspark.sql import functions as F
 
-    normalized = df.select(normalize_query_col(F.col("query")).alias("query"), "product_id",
-                           F.lower(F.trim(F.col("interaction"))).alias("interaction"), "count")
-    empty = normalized.filter(F.col("query") == "").groupBy("query", "product_id", "interaction").agg(
-        F.sum("count").alias("count"), F.count("*").alias("n_rows")) \
+    normalized = df.select(
+        normalize_query_col(F.col("query")).alias("query"),
+        "product_id",
+        F.lower(F.trim(F.col("interaction"))).alias("interaction"),
+        "count",
+    )
+    empty = (
+        normalized.filter(F.col("query") == "")
+        .groupBy("query", "product_id", "interaction")
+        .agg(F.sum("count").alias("count"), F.count("*").alias("n_rows"))
         .withColumn("reason", F.lit("empty query after normalisation"))
-    aggregated = normalized.filter(F.col("query") != "").groupBy("query", "product_id", "interaction").agg(
-        F.sum("count").alias("count"), F.count("*").alias("n_rows"))
+    )
+    aggregated = (
+        normalized.filter(F.col("query") != "")
+        .groupBy("query", "product_id", "interaction")
+        .agg(F.sum("count").alias("count"), F.count("*").alias("n_rows"))
+    )
     kept, below = apply_activity_threshold(aggregated, cfg)
     return kept, below.unionByName(empty)
 
@@ -61,14 +72,30 @@ def apply_activity_threshold(tuples: "DataFrame", cfg: QueryGraphConfig) -> tupl
     """(tuples with ``count`` >= their interaction's threshold, the others with a ``reason``)."""
     from pyspark.sql import functions as F
 
-    thresholds = F.create_map(*[x for k, v in sorted(cfg.activity_threshold.items()) for x in (F.lit(k), F.lit(v))]) \
-        if cfg.activity_threshold else None
-    threshold = F.coalesce(thresholds[F.col("interaction")] if thresholds is not None else F.lit(None),
-                           F.lit(cfg.default_activity_threshold))
+    thresholds = (
+        F.create_map(*[x for k, v in sorted(cfg.activity_threshold.items()) for x in (F.lit(k), F.lit(v))])
+        if cfg.activity_threshold
+        else None
+    )
+    threshold = F.coalesce(
+        thresholds[F.col("interaction")] if thresholds is not None else F.lit(None),
+        F.lit(cfg.default_activity_threshold),
+    )
     with_threshold = tuples.withColumn("_threshold", threshold)
     kept = with_threshold.filter(F.col("count") >= F.col("_threshold")).drop("_threshold")
-    below = with_threshold.filter(F.col("count") < F.col("_threshold")).withColumn(
-        "reason", F.concat(F.lit(f"{BELOW_THRESHOLD} for "), F.col("interaction"), F.lit(": count "),
-                           F.col("count").cast("string"), F.lit(" < "), F.col("_threshold").cast("string"))
-    ).drop("_threshold")
+    below = (
+        with_threshold.filter(F.col("count") < F.col("_threshold"))
+        .withColumn(
+            "reason",
+            F.concat(
+                F.lit(f"{BELOW_THRESHOLD} for "),
+                F.col("interaction"),
+                F.lit(": count "),
+                F.col("count").cast("string"),
+                F.lit(" < "),
+                F.col("_threshold").cast("string"),
+            ),
+        )
+        .drop("_threshold")
+    )
     return kept, below

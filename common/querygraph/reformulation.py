@@ -8,6 +8,7 @@ A reformulation depends only on the query text, so generation runs once per dist
 samples are joined back to every tuple of that query (the same output distribution as one call per tuple,
 at tuples/queries times less generation).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ def usable_reformulations(generated: "DataFrame") -> "DataFrame":
     from pyspark.sql import functions as F
 
     refs = generated.filter(F.col("reason").isNull() & (F.col("sample_idx") >= 0)).select(
-        F.col("source_text").alias("query"), normalize_query_col(F.col("generated_text")).alias("reformulation"))
+        F.col("source_text").alias("query"), normalize_query_col(F.col("generated_text")).alias("reformulation")
+    )
     return refs.filter((F.col("reformulation") != "") & (F.col("reformulation") != F.col("query"))).distinct()
 
 
@@ -71,17 +73,31 @@ def augment_interactions(tuples: "DataFrame", reformulations: "DataFrame", cfg: 
 
     original = tuples.select(*TUPLE_COLUMNS)
     reformulated = original.join(reformulations, "query").select(
-        F.col("reformulation").alias("query"), "product_id", "interaction", "count")
-    both = original.withColumn("_orig", F.col("count")).withColumn("_gen", F.lit(0).cast("long")).unionByName(
-        reformulated.withColumn("_orig", F.lit(0).cast("long")).withColumn("_gen", F.col("count").cast("long")))
+        F.col("reformulation").alias("query"), "product_id", "interaction", "count"
+    )
+    both = (
+        original.withColumn("_orig", F.col("count"))
+        .withColumn("_gen", F.lit(0).cast("long"))
+        .unionByName(
+            reformulated.withColumn("_orig", F.lit(0).cast("long")).withColumn("_gen", F.col("count").cast("long"))
+        )
+    )
     aggregated = both.groupBy("query", "product_id", "interaction").agg(
-        F.sum("count").alias("count"), F.sum("_orig").alias("original_count"),
-        F.sum("_gen").alias("reformulated_count"))
+        F.sum("count").alias("count"),
+        F.sum("_orig").alias("original_count"),
+        F.sum("_gen").alias("reformulated_count"),
+    )
     kept, rejected = apply_activity_threshold(aggregated, cfg)
     base_kept, _ = apply_activity_threshold(aggregated.withColumn("count", F.col("original_count")), cfg)
-    was_kept = base_kept.filter(F.col("original_count") > 0).select("query", "product_id", "interaction",
-                                                                    F.lit(True).alias("_was_kept"))
-    kept = kept.join(was_kept, ["query", "product_id", "interaction"], "left").withColumn(
-        "origin", F.when(F.col("_was_kept"), "original").when(F.col("original_count") > 0, "lifted").otherwise("new")
-    ).drop("_was_kept")
+    was_kept = base_kept.filter(F.col("original_count") > 0).select(
+        "query", "product_id", "interaction", F.lit(True).alias("_was_kept")
+    )
+    kept = (
+        kept.join(was_kept, ["query", "product_id", "interaction"], "left")
+        .withColumn(
+            "origin",
+            F.when(F.col("_was_kept"), "original").when(F.col("original_count") > 0, "lifted").otherwise("new"),
+        )
+        .drop("_was_kept")
+    )
     return Augmented(kept=kept, rejected=rejected, reformulated=reformulated)

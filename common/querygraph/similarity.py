@@ -3,6 +3,7 @@
 Hub products are capped before the self-join, so the join costs at most ``cap`` pairs per query
 occurrence: linear in the log, not quadratic in hub sizes.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -23,13 +24,20 @@ def product_queries(interactions: "DataFrame", cfg: QueryGraphConfig) -> tuple["
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    pq = interactions.filter(F.col("interaction").isin(cfg.cooccurrence_interactions)) \
-        .groupBy("product_id", "query").agg(F.sum("count").alias("count"))
-    ranked = pq.withColumn("_rank", F.row_number().over(
-        Window.partitionBy("product_id").orderBy(F.col("count").desc(), F.col("query")))) \
-        .withColumn("_n", F.count("*").over(Window.partitionBy("product_id")))
-    caps = ranked.filter(F.col("_n") > cfg.max_queries_per_product).groupBy("product_id") \
-        .agg(F.first("_n").alias("n_queries")).withColumn("kept", F.lit(cfg.max_queries_per_product))
+    pq = (
+        interactions.filter(F.col("interaction").isin(cfg.cooccurrence_interactions))
+        .groupBy("product_id", "query")
+        .agg(F.sum("count").alias("count"))
+    )
+    ranked = pq.withColumn(
+        "_rank", F.row_number().over(Window.partitionBy("product_id").orderBy(F.col("count").desc(), F.col("query")))
+    ).withColumn("_n", F.count("*").over(Window.partitionBy("product_id")))
+    caps = (
+        ranked.filter(F.col("_n") > cfg.max_queries_per_product)
+        .groupBy("product_id")
+        .agg(F.first("_n").alias("n_queries"))
+        .withColumn("kept", F.lit(cfg.max_queries_per_product))
+    )
     return ranked.filter(F.col("_rank") <= cfg.max_queries_per_product).drop("_rank", "_n"), caps
 
 
@@ -49,23 +57,50 @@ def similarities(pq: "DataFrame", spec: "DataFrame", cfg: QueryGraphConfig) -> "
     n_products = basket.agg(F.countDistinct("product_id").alias("_N"))
     per_query = basket.groupBy("query").agg(F.count("*").alias("_nq"))
     a, b = basket.alias("a"), basket.alias("b")
-    pairs = a.join(b, "product_id").filter(F.col("a.query") != F.col("b.query")) \
-        .groupBy(F.col("a.query").alias("query"), F.col("b.query").alias("similar_query")) \
-        .agg(F.count("*").alias("cooccurrence")).filter(F.col("cooccurrence") >= cfg.min_support)
-    scored = pairs.join(per_query, "query").join(
-        per_query.select(F.col("query").alias("similar_query"), F.col("_nq").alias("_ns")), "similar_query") \
-        .crossJoin(F.broadcast(n_products)) \
-        .withColumn("pmi", F.log(F.col("cooccurrence") * F.col("_N") / (F.col("_nq") * F.col("_ns")))) \
-        .withColumn("npmi", F.when(F.col("cooccurrence") < F.col("_N"),
-                                   F.col("pmi") / -F.log(F.col("cooccurrence") / F.col("_N"))).otherwise(F.lit(1.0)))
-    ranked = scored.withColumn("score", F.col(cfg.similarity)).withColumn("rank", F.row_number().over(
-        Window.partitionBy("query").orderBy(F.col("score").desc(), F.col("similar_query"))))
+    pairs = (
+        a.join(b, "product_id")
+        .filter(F.col("a.query") != F.col("b.query"))
+        .groupBy(F.col("a.query").alias("query"), F.col("b.query").alias("similar_query"))
+        .agg(F.count("*").alias("cooccurrence"))
+        .filter(F.col("cooccurrence") >= cfg.min_support)
+    )
+    scored = (
+        pairs.join(per_query, "query")
+        .join(per_query.select(F.col("query").alias("similar_query"), F.col("_nq").alias("_ns")), "similar_query")
+        .crossJoin(F.broadcast(n_products))
+        .withColumn("pmi", F.log(F.col("cooccurrence") * F.col("_N") / (F.col("_nq") * F.col("_ns"))))
+        .withColumn(
+            "npmi",
+            F.when(
+                F.col("cooccurrence") < F.col("_N"), F.col("pmi") / -F.log(F.col("cooccurrence") / F.col("_N"))
+            ).otherwise(F.lit(1.0)),
+        )
+    )
+    ranked = scored.withColumn("score", F.col(cfg.similarity)).withColumn(
+        "rank", F.row_number().over(Window.partitionBy("query").orderBy(F.col("score").desc(), F.col("similar_query")))
+    )
     top = ranked.filter(F.col("rank") <= cfg.top_k)
     s = spec.select("query", "specificity")
-    return top.join(s, "query").join(
-        s.select(F.col("query").alias("similar_query"), F.col("specificity").alias("similar_specificity")),
-        "similar_query").filter(
-        within_tolerance(F.col("similar_specificity"), F.col("specificity"), cfg.specificity_tolerance,
-                         cfg.tolerance_mode)
-    ).select("query", "similar_query", "cooccurrence", "pmi", "npmi", "score", "rank", "specificity",
-             "similar_specificity")
+    return (
+        top.join(s, "query")
+        .join(
+            s.select(F.col("query").alias("similar_query"), F.col("specificity").alias("similar_specificity")),
+            "similar_query",
+        )
+        .filter(
+            within_tolerance(
+                F.col("similar_specificity"), F.col("specificity"), cfg.specificity_tolerance, cfg.tolerance_mode
+            )
+        )
+        .select(
+            "query",
+            "similar_query",
+            "cooccurrence",
+            "pmi",
+            "npmi",
+            "score",
+            "rank",
+            "specificity",
+            "similar_specificity",
+        )
+    )

@@ -2,6 +2,7 @@
 
 The global maximum entropy is a one-row aggregate cross-joined back: nothing reaches the driver.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -18,17 +19,28 @@ def specificity(interactions: "DataFrame", click_types: list[str]) -> "DataFrame
     """
     from pyspark.sql import functions as F
 
-    clicks = interactions.filter(F.col("interaction").isin(click_types)).groupBy("query", "product_id") \
-        .agg(F.sum("count").alias("c")).filter(F.col("c") > 0)
+    clicks = (
+        interactions.filter(F.col("interaction").isin(click_types))
+        .groupBy("query", "product_id")
+        .agg(F.sum("count").alias("c"))
+        .filter(F.col("c") > 0)
+    )
     per_query = clicks.groupBy("query").agg(
-        F.sum("c").alias("clicks"), F.count("*").alias("n_products"),
-        F.sum(F.col("c") * F.log(F.col("c"))).alias("_clogc"))
+        F.sum("c").alias("clicks"),
+        F.count("*").alias("n_products"),
+        F.sum(F.col("c") * F.log(F.col("c"))).alias("_clogc"),
+    )
     entropy = per_query.withColumn(
-        "entropy", F.greatest(F.lit(0.0), F.log(F.col("clicks")) - F.col("_clogc") / F.col("clicks"))).drop("_clogc")
+        "entropy", F.greatest(F.lit(0.0), F.log(F.col("clicks")) - F.col("_clogc") / F.col("clicks"))
+    ).drop("_clogc")
     max_entropy = entropy.agg(F.max("entropy").alias("_max"))
-    return entropy.crossJoin(F.broadcast(max_entropy)).withColumn(
-        "specificity", F.when(F.col("_max") > 0, 1 - F.col("entropy") / F.col("_max")).otherwise(F.lit(1.0))
-    ).drop("_max")
+    return (
+        entropy.crossJoin(F.broadcast(max_entropy))
+        .withColumn(
+            "specificity", F.when(F.col("_max") > 0, 1 - F.col("entropy") / F.col("_max")).otherwise(F.lit(1.0))
+        )
+        .drop("_max")
+    )
 
 
 def within_tolerance(value: "Column", seed: "Column", tolerance: float, mode: str) -> "Column":

@@ -15,6 +15,7 @@ sorted order, so the same subgraph always gives the same clusters.
    is below ``prune_ratio`` (0.5); a vertex with no external edge stays.
 4. Only clusters with 2 <= size < ``max_size`` (10) are kept; duplicates are dropped.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,8 +59,11 @@ def seed_clusters(adj: dict[str, set[str]], c3_threshold: float) -> list[frozens
     seeds: list[frozenset[str]] = []
     seen: set[frozenset[str]] = set()
     for vertex in sorted(adj):
-        cluster = frozenset({vertex} | adj[vertex]) if clustering_coefficient(adj, vertex) > c3_threshold \
+        cluster = (
+            frozenset({vertex} | adj[vertex])
+            if clustering_coefficient(adj, vertex) > c3_threshold
             else frozenset({vertex})
+        )
         if cluster not in seen:
             seen.add(cluster)
             seeds.append(cluster)
@@ -105,8 +109,14 @@ def prune(cluster: frozenset[str], adj: dict[str, set[str]], ratio: float) -> fr
     return frozenset(kept)
 
 
-def cluster_subgraph(vertices: Iterable[str], edges: Iterable[tuple[str, str]], c3_threshold: float = 0.33,
-                     theta: float = 0.4, prune_ratio: float = 0.5, max_size: int = 10) -> list[Cluster]:
+def cluster_subgraph(
+    vertices: Iterable[str],
+    edges: Iterable[tuple[str, str]],
+    c3_threshold: float = 0.33,
+    theta: float = 0.4,
+    prune_ratio: float = 0.5,
+    max_size: int = 10,
+) -> list[Cluster]:
     """Cluster one subgraph; returns the kept clusters (2 <= size < ``max_size``) in a stable order."""
     adj = adjacency(vertices, edges)
     clusters = seed_clusters(adj, c3_threshold)

@@ -1,6 +1,7 @@
 """What a job hands the registry: one :class:`Candidate` per method (the folder its seed-0 classifier was kept
 in, the loader's manifest, its figures over the R seeds, its tables' versions, how to score it beside a champion),
 and what came of it (:class:`Shipped`)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -21,15 +22,15 @@ class Candidate:
 
     pipeline: str
     method: str
-    folder: str                            # the classifier's files: a local path or an object-store URI
-    manifest: dict[str, Any]               # the loader's model.json: kind and its fields (common.pyfunc.loader)
-    measures: dict[str, Measure]           # test metrics over the R seeds
-    train: dict[str, int]                  # the Delta tables (and versions) it was trained on
-    test: dict[str, int]                   # the fixed test tables (and versions) its metrics were measured on
-    examples: list[str]                    # a few input texts: the model's input example
+    folder: str  # the classifier's files: a local path or an object-store URI
+    manifest: dict[str, Any]  # the loader's model.json: kind and its fields (common.pyfunc.loader)
+    measures: dict[str, Measure]  # test metrics over the R seeds
+    train: dict[str, int]  # the Delta tables (and versions) it was trained on
+    test: dict[str, int]  # the fixed test tables (and versions) its metrics were measured on
+    examples: list[str]  # a few input texts: the model's input example
     lineage: dict[str, str] = field(default_factory=dict)  # config hash, generator model and version...
     scoring: dict[str, Any] = field(default_factory=dict)  # JSON: how to score it beside a champion (CompareOf)
-    model: str = "fasttext"                # the classifier kind of the pipeline's eval.models
+    model: str = "fasttext"  # the classifier kind of the pipeline's eval.models
 
     def to_json(self) -> dict[str, Any]:
         """The candidate as JSON (the shipping ledger's)."""
@@ -54,9 +55,9 @@ class Shipped:
     name: str
     version: str
     model_uri: str
-    champion: bool           # the version holds the alias now
+    champion: bool  # the version holds the alias now
     reason: str
-    decided: bool = True     # the gate judged it (False: the registry erred, and the next run gates it again)
+    decided: bool = True  # the gate judged it (False: the registry erred, and the next run gates it again)
 
     def line(self, alias: str) -> str:
         state = f"took @{alias}" if self.champion else f"not @{alias}"
@@ -74,9 +75,15 @@ def generator_lineage(model, versions: Sequence[str] = ()) -> dict[str, str]:
     return out
 
 
-def method_candidates(pipeline: str, results, folders: Mapping[tuple[str, str], str], metrics: Sequence[str],
-                      train: Callable[[str], dict[str, int]], substitute: Sequence[Sequence[str]] = (),
-                      **shared: Any) -> list[Candidate]:
+def method_candidates(
+    pipeline: str,
+    results,
+    folders: Mapping[tuple[str, str], str],
+    metrics: Sequence[str],
+    train: Callable[[str], dict[str, int]],
+    substitute: Sequence[Sequence[str]] = (),
+    **shared: Any,
+) -> list[Candidate]:
     """One candidate per kept classifier of ``folders`` ((model, method) -> the folder its seed-0 classifier was
     kept in, with the loader's ``model.json``): its ``metrics`` over the rows of ``results`` (a pandas frame of
     the job's results, one row per seed, with ``model`` and ``method`` columns) of that model and method, its
@@ -88,9 +95,19 @@ def method_candidates(pipeline: str, results, folders: Mapping[tuple[str, str], 
     out = []
     for (model, method), folder in folders.items():
         rows = results[(results["model"] == model) & (results["method"] == method)]
-        out.append(Candidate(pipeline, method, folder, {**manifests[(model, method)], **extra},
-                             {m: Measure.of(rows[m].tolist()) for m in metrics}, train=train(method),
-                             lineage=dict(lineage), model=model, **shared))
+        out.append(
+            Candidate(
+                pipeline,
+                method,
+                folder,
+                {**manifests[(model, method)], **extra},
+                {m: Measure.of(rows[m].tolist()) for m in metrics},
+                train=train(method),
+                lineage=dict(lineage),
+                model=model,
+                **shared,
+            )
+        )
     return out
 
 
@@ -99,6 +116,9 @@ def task_scoring(test: Sequence[Any], encoder: Optional["EncoderConfig"] = None,
     :func:`~common.registry.compare.task_compare`: its test rows
     (row sources, (files, filters)), single- or multi-label, and the CPUs and GPUs of an encoder's task
     (``encoder``: the job's evaluation encoder config)."""
-    return {"test": [[list(files), [list(f) for f in filters] if filters else None] for files, filters in test],
-            "multilabel": multilabel, "cpus": encoder.num_cpus if encoder else 1,
-            "gpus": encoder.num_gpus if encoder else 0.0}
+    return {
+        "test": [[list(files), [list(f) for f in filters] if filters else None] for files, filters in test],
+        "multilabel": multilabel,
+        "cpus": encoder.num_cpus if encoder else 1,
+        "gpus": encoder.num_gpus if encoder else 0.0,
+    }

@@ -8,6 +8,7 @@ names it and no unfinished shipping ledger does; every other folder under ``mode
 models: the caches a rerun reuses; classifiers not yet shipped) is left, and a registry that does not answer leaves
 them all.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,14 +44,22 @@ def shipped_folders(root: str, client) -> list[tuple[str, str]]:
     with quick_mlflow(10.0):  # a registry that is down found at the first folder
         for info in sorted(fs.get_file_info(pafs.FileSelector(path)), key=lambda i: i.base_name):
             folder = f"{base}/{info.base_name}"
-            if info.type != pafs.FileType.Directory or info.base_name == "shipping" or folder in waiting \
-                    or "'" in folder or folder_state(folder) == "incomplete":
+            if (
+                info.type != pafs.FileType.Directory
+                or info.base_name == "shipping"
+                or folder in waiting
+                or "'" in folder
+                or folder_state(folder) == "incomplete"
+            ):
                 continue
             try:
                 versions = client.search_model_versions(f"tags.`{FOLDER_TAG}` = '{folder}'")
             except Exception as exc:  # the registry down or refusing: this folder and the rest stay
-                log.warning("shipped classifier folders: the registry did not answer (%s); %s and the folders after "
-                            "it kept", str(exc).splitlines()[0] if str(exc) else type(exc).__name__, folder)
+                log.warning(
+                    "shipped classifier folders: the registry did not answer (%s); %s and the folders after it kept",
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    folder,
+                )
                 break
             shipped = [v for v in versions if v.tags.get(FOLDER_TAG) == folder and v.status == "READY"]
             if shipped:

@@ -10,6 +10,7 @@ pipeline's HFT scored in Spark on its accuracy test and title pairs). :func:`cha
 champion's files from the registry, copies them where the workers read (the lakehouse's models), runs the compare
 and removes the copy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -84,8 +85,9 @@ def task_compare(ctx: "JobContext", scoring: Mapping[str, Any]) -> Compare:
 
     test = [(files, [tuple(f) for f in filters] if filters else None) for files, filters in scoring["test"]]
 
-    def compare(candidate: str, candidate_manifest: Mapping[str, Any], champion: str,
-                champion_manifest: Mapping[str, Any]) -> Cells:
+    def compare(
+        candidate: str, candidate_manifest: Mapping[str, Any], champion: str, champion_manifest: Mapping[str, Any]
+    ) -> Cells:
         job = {"candidate": candidate, "champion": champion, "test": test, "multilabel": scoring["multilabel"]}
         if {candidate_manifest.get("kind"), champion_manifest.get("kind")} & set(ENCODER_KINDS):
             return run_tasks(ctx.ray(), paired_cells, [job], scoring["cpus"], scoring["gpus"], torch=True)[0]
@@ -94,8 +96,15 @@ def task_compare(ctx: "JobContext", scoring: Mapping[str, Any]) -> Compare:
     return compare
 
 
-def champion_cells(ctx: "JobContext", client, name: str, version: str, candidate_folder: str,
-                   candidate_manifest: Mapping[str, Any], compare: Compare) -> Cells:
+def champion_cells(
+    ctx: "JobContext",
+    client,
+    name: str,
+    version: str,
+    candidate_folder: str,
+    candidate_manifest: Mapping[str, Any],
+    compare: Compare,
+) -> Cells:
     """``compare`` of the candidate (``candidate_folder``, its manifest) and version ``version`` of registered
     model ``name``: the version's classifier is downloaded from the registry (``client``'s), copied under the
     lakehouse's models (where Spark's executors and Ray's workers on other nodes read it), compared, and the copy
@@ -109,12 +118,16 @@ def champion_cells(ctx: "JobContext", client, name: str, version: str, candidate
 
     with tempfile.TemporaryDirectory(prefix="augment-champion-") as tmp:
         try:
-            path = mlflow.artifacts.download_artifacts(f"models:/{name}/{version}", dst_path=tmp,
-                                                       tracking_uri=client._tracking_client.tracking_uri,
-                                                       registry_uri=client._registry_uri)
+            path = mlflow.artifacts.download_artifacts(
+                f"models:/{name}/{version}",
+                dst_path=tmp,
+                tracking_uri=client._tracking_client.tracking_uri,
+                registry_uri=client._registry_uri,
+            )
         except (MlflowException, OSError) as exc:
-            raise RegistryUnavailable(f"the registry could not hand {name} v{version}'s files "
-                                      f"({' '.join(str(exc).split())[:200]})") from None
+            raise RegistryUnavailable(
+                f"the registry could not hand {name} v{version}'s files ({' '.join(str(exc).split())[:200]})"
+            ) from None
         folder = Path(path) / "data" / "classifier"
         manifest = read_manifest(str(folder))
         # A copy of this gate's own: two runs judging against one champion never remove each other's.
@@ -124,6 +137,7 @@ def champion_cells(ctx: "JobContext", client, name: str, version: str, candidate
         cells = compare(candidate_folder, candidate_manifest, uri, manifest)
     finally:
         remove_tree(uri)
-    log.info("%s v%s and the candidate compared on %s", name, version,
-             {k: sum(c for _, c in v) for k, v in cells.items()})
+    log.info(
+        "%s v%s and the candidate compared on %s", name, version, {k: sum(c for _, c in v) for k, v in cells.items()}
+    )
     return cells

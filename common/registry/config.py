@@ -1,6 +1,7 @@
 """Registered models (the ``registry`` section): which pipelines ship their classifiers as MLflow models, what
 they are named, and the gate that moves the alias (:mod:`common.registry.ship`, :mod:`common.registry.gate`).
 Where the registry is, is the platform's ``tracking.registry_uri``."""
+
 from __future__ import annotations
 
 import re
@@ -49,32 +50,46 @@ class RegistryConfig:
     classifiers: list[str] = field(default_factory=lambda: list(CLASSIFIERS))
 
     def __post_init__(self) -> None:
-        for key, names, known in (("registry.pipelines", self.pipelines, SHIPPING_PIPELINES),
-                                  ("registry.gate", self.gate, SHIPPING_PIPELINES),
-                                  ("registry.classifiers", self.classifiers, CLASSIFIERS)):
+        for key, names, known in (
+            ("registry.pipelines", self.pipelines, SHIPPING_PIPELINES),
+            ("registry.gate", self.gate, SHIPPING_PIPELINES),
+            ("registry.classifiers", self.classifiers, CLASSIFIERS),
+        ):
             unknown = sorted(set(names) - set(known))
             check(not unknown, key, f"unknown names {unknown}; known: {', '.join(known)}")
-        check(bool(self.alias) and self.alias.replace("_", "").replace("-", "").isalnum(), "registry.alias",
-              "must be a word (letters, digits, _ and -)")
+        check(
+            bool(self.alias) and self.alias.replace("_", "").replace("-", "").isalnum(),
+            "registry.alias",
+            "must be a word (letters, digits, _ and -)",
+        )
         check(0.0 <= self.margin < 1.0, "registry.margin", "must be in [0, 1): a metric's difference")
         check(0.5 <= self.confidence < 1.0, "registry.confidence", "must be in [0.5, 1)")
         check(self.resamples >= 100, "registry.resamples", "must be at least 100")
-        check(self.settle_s >= 0 and self.max_rejudge >= 1, "registry.settle_s",
-              "settle_s must be >= 0 and max_rejudge >= 1")
+        check(
+            self.settle_s >= 0 and self.max_rejudge >= 1,
+            "registry.settle_s",
+            "settle_s must be >= 0 and max_rejudge >= 1",
+        )
 
     def check_names(self, registry_uri: Optional[str], tracking_uri: Optional[str]) -> None:
         """On Unity Catalog (``registry_uri`` ``databricks-uc``, or none with a Databricks ``tracking_uri``, whose
         default registry it is), ``name_prefix`` must make three-level names, ``<catalog>.<schema>.``, each part of
         the characters Unity Catalog takes unquoted (letters, digits, underscores); raises ConfigError naming the key
         otherwise."""
-        uri = registry_uri if registry_uri is not None else \
-            ("databricks-uc" if (tracking_uri or "").startswith("databricks") else "")
+        uri = (
+            registry_uri
+            if registry_uri is not None
+            else ("databricks-uc" if (tracking_uri or "").startswith("databricks") else "")
+        )
         if not self.pipelines or not uri.startswith("databricks-uc"):
             return
-        check(re.fullmatch(r"[A-Za-z0-9_]+\.[A-Za-z0-9_]+\.", self.name_prefix) is not None, "registry.name_prefix",
-              f"{self.name_prefix!r} makes no Unity Catalog name: on {uri} a registered model is "
-              "<catalog>.<schema>.<model>, so the prefix is '<catalog>.<schema>.' (letters, digits, underscores), "
-              "e.g. 'main.catalog_augment.'")
+        check(
+            re.fullmatch(r"[A-Za-z0-9_]+\.[A-Za-z0-9_]+\.", self.name_prefix) is not None,
+            "registry.name_prefix",
+            f"{self.name_prefix!r} makes no Unity Catalog name: on {uri} a registered model is "
+            "<catalog>.<schema>.<model>, so the prefix is '<catalog>.<schema>.' (letters, digits, underscores), "
+            "e.g. 'main.catalog_augment.'",
+        )
 
     def ships(self, pipeline: str, model: str = "fasttext") -> bool:
         """Whether ``pipeline``'s ``model`` classifiers (a kind of its eval.models) are logged and registered."""

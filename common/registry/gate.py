@@ -15,6 +15,7 @@ pipeline's metric (:data:`RULES`, the paper's) exceeds ``margin``, and, where th
 guard's interval does not lie wholly below ``-margin`` (CST must not buy consistency with a significant loss of
 F1). One seed is enough: both sides are the artifacts that serve, on the same rows.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,12 @@ class Rule:
 # The papers' metrics: consistency for the consistency pipeline with weighted F1 as the guard (CST must not buy
 # consistency with accuracy), accuracy for BoostAug, macro-F1 for genre transfer, exact-set accuracy for the
 # compositional multi-label classifiers (its "accuracy" is exact-set accuracy).
-RULES = {"consistency": Rule("consistency_rate", guard="f1_weighted"), "boostaug": Rule("accuracy"),
-         "genre": Rule("macro_f1"), "compositional": Rule("accuracy")}
+RULES = {
+    "consistency": Rule("consistency_rate", guard="f1_weighted"),
+    "boostaug": Rule("accuracy"),
+    "genre": Rule("macro_f1"),
+    "compositional": Rule("accuracy"),
+}
 assert tuple(RULES) == SHIPPING_PIPELINES, "every shipping pipeline has its rule, and only those"
 
 
@@ -129,8 +134,12 @@ def _same(key: tuple) -> tuple:
 
 # Each gate metric: the test set its cells come from, what of a cell it reads (cells alike in that are merged before
 # resampling), and its value per row of a (resamples x cells) count matrix.
-METRICS = {"accuracy": ("rows", _hits, _rate), "macro_f1": ("rows", _same, _f1(weighted=False)),
-           "f1_weighted": ("rows", _same, _f1(weighted=True)), "consistency_rate": ("pairs", _same, _rate)}
+METRICS = {
+    "accuracy": ("rows", _hits, _rate),
+    "macro_f1": ("rows", _same, _f1(weighted=False)),
+    "f1_weighted": ("rows", _same, _f1(weighted=True)),
+    "consistency_rate": ("pairs", _same, _rate),
+}
 # Resamples drawn at once: memory is this times the cells.
 CHUNK = 256
 
@@ -145,21 +154,28 @@ class Paired:
     low: float
     high: float
     n: int
-    unit: str = "rows"      # what n counts: test rows, or title pairs
+    unit: str = "rows"  # what n counts: test rows, or title pairs
 
     @property
     def difference(self) -> float:
         return self.candidate - self.champion
 
     def text(self, champion_name: str) -> str:
-        return (f"{self.metric} {self.candidate:.4f} vs {champion_name}'s {self.champion:.4f} on the same {self.n} "
-                f"{self.unit}: {self.difference:+.4f}, interval [{self.low:+.4f}, {self.high:+.4f}]")
+        return (
+            f"{self.metric} {self.candidate:.4f} vs {champion_name}'s {self.champion:.4f} on the same {self.n} "
+            f"{self.unit}: {self.difference:+.4f}, interval [{self.low:+.4f}, {self.high:+.4f}]"
+        )
 
     def tags(self, prefix: str) -> dict[str, str]:
-        return {f"{prefix}.metric": self.metric, f"{prefix}.candidate": f"{self.candidate:.6f}",
-                f"{prefix}.champion": f"{self.champion:.6f}", f"{prefix}.difference": f"{self.difference:+.6f}",
-                f"{prefix}.interval": f"[{self.low:.6f}, {self.high:.6f}]", f"{prefix}.rows": str(self.n),
-                f"{prefix}.unit": self.unit}
+        return {
+            f"{prefix}.metric": self.metric,
+            f"{prefix}.candidate": f"{self.candidate:.6f}",
+            f"{prefix}.champion": f"{self.champion:.6f}",
+            f"{prefix}.difference": f"{self.difference:+.6f}",
+            f"{prefix}.interval": f"[{self.low:.6f}, {self.high:.6f}]",
+            f"{prefix}.rows": str(self.n),
+            f"{prefix}.unit": self.unit,
+        }
 
 
 def paired(metric: str, cells: Cells, confidence: float, resamples: int, seed: int) -> Optional[Paired]:
@@ -191,8 +207,15 @@ def paired(metric: str, cells: Cells, confidence: float, resamples: int, seed: i
     return Paired(metric, candidate, champion, float(low), float(high), n, test_set)
 
 
-def decide(rule: Rule, cells: Optional[Cells], margin: float = 0.0, confidence: float = 0.95,
-           resamples: int = 2000, seed: int = 0, champion_name: str = "the champion") -> Decision:
+def decide(
+    rule: Rule,
+    cells: Optional[Cells],
+    margin: float = 0.0,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    champion_name: str = "the champion",
+) -> Decision:
     """Whether the candidate takes the alias from the champion, from both artifacts' predictions on the same test
     rows (``cells``; None: there is no champion, and the first version takes it)."""
     if cells is None:
@@ -203,14 +226,18 @@ def decide(rule: Rule, cells: Optional[Cells], margin: float = 0.0, confidence: 
         return Decision(False, f"no test rows to compare {rule.metric} on: the alias stays")
     figures = {**main.tags("gate"), "gate.confidence": str(confidence), "gate.margin": str(margin)}
     if main.low <= margin:
-        return Decision(False, f"{main.text(champion_name)} ({level}): its lower bound does not exceed "
-                               f"{margin:.4f}", figures)
+        return Decision(
+            False, f"{main.text(champion_name)} ({level}): its lower bound does not exceed {margin:.4f}", figures
+        )
     if rule.guard:
         guard = paired(rule.guard, cells, confidence, resamples, seed + 1)
         if guard is None:
             return Decision(False, f"no test rows to compare {rule.guard} on: the alias stays", figures)
         figures.update(guard.tags("gate.guard"))
         if guard.high < -margin:
-            return Decision(False, f"{rule.metric} gains but {guard.text(champion_name)} ({level}): it falls "
-                                   f"beyond {margin:.4f}", figures)
+            return Decision(
+                False,
+                f"{rule.metric} gains but {guard.text(champion_name)} ({level}): it falls beyond {margin:.4f}",
+                figures,
+            )
     return Decision(True, f"{main.text(champion_name)} ({level}) beats it by more than {margin:.4f}", figures)

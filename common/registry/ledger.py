@@ -8,6 +8,7 @@ ship cut short (a kill after ``create_model_version``, a registry that erred whi
 job, whether it trains or returns early, finishes every entry not done (no retraining: the kept classifier folders
 are what ships) and removes a file whose entries are all done, so a fully shipped run registers nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,18 +31,19 @@ class Entry:
     """One candidate of a ship, and how far it got."""
 
     candidate: Candidate
-    name: Optional[str] = None       # the registered model's name, as the shipping run's config made it
+    name: Optional[str] = None  # the registered model's name, as the shipping run's config made it
     model_uri: Optional[str] = None  # the logged MLflow Model (logged once: a rerun reuses it)
     model_id: Optional[str] = None
-    run_id: Optional[str] = None     # the run that registers (or registered) its version
-    version: Optional[str] = None    # the version it got
-    done: bool = False               # the version carries a verdict (or it can never ship: said once)
-    attempts: int = 0                # runs that failed on it: after MAX_ATTEMPTS it is said once and dropped
+    run_id: Optional[str] = None  # the run that registers (or registered) its version
+    version: Optional[str] = None  # the version it got
+    done: bool = False  # the version carries a verdict (or it can never ship: said once)
+    attempts: int = 0  # runs that failed on it: after MAX_ATTEMPTS it is said once and dropped
 
 
 # Runs that may fail on one entry (a champion that cannot be scored, a folder gone) before it is dropped with a line:
 # a broken entry never fails every later run of its job.
 MAX_ATTEMPTS = 3
+
 
 def folder(ctx: "JobContext", job: str) -> str:
     """Where ``job``'s ledger files are: ``<lakehouse.root>/models/shipping/<job>``."""
@@ -52,9 +54,18 @@ def save(uri: str, entries: list[Entry]) -> None:
     """Write ``entries`` to the ledger file ``uri`` (replacing it whole: a kill mid-write leaves the old file)."""
     from common.platform.storage import write_text
 
-    write_text(uri, json.dumps([{**{k: v for k, v in asdict(e).items() if k != "candidate"},
-                                 "candidate": e.candidate.to_json()} for e in entries], indent=1, sort_keys=True,
-                               default=lambda o: o.item() if hasattr(o, "item") else str(o)))  # numpy scalars
+    write_text(
+        uri,
+        json.dumps(
+            [
+                {**{k: v for k, v in asdict(e).items() if k != "candidate"}, "candidate": e.candidate.to_json()}
+                for e in entries
+            ],
+            indent=1,
+            sort_keys=True,
+            default=lambda o: o.item() if hasattr(o, "item") else str(o),
+        ),
+    )  # numpy scalars
 
 
 def load(uri: str) -> list[Entry]:

@@ -1,4 +1,5 @@
 """What the registry holds of the suite's models, one line per registered model: what the results summary says."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -42,7 +43,9 @@ def registry_lines(ctx: "JobContext") -> list[str]:
             line += f", {rule.metric} {measure.text()}"
         newest = versions[-1] if versions else None
         if newest and (champion is None or str(newest.version) != str(champion.version)):
-            line += f"; newest v{newest.version} {newest.tags.get('gate.decision', '?')}: " \
-                    f"{newest.tags.get('gate.reason', '')}"
+            line += (
+                f"; newest v{newest.version} {newest.tags.get('gate.decision', '?')}: "
+                f"{newest.tags.get('gate.reason', '')}"
+            )
         lines.append(line)
     return lines

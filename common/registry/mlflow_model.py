@@ -4,6 +4,7 @@ per
 classifier kind, an input example and pinned pip requirements. :mod:`common.registry` logs and registers
 these; :func:`model_arguments` also serves ``mlflow.pyfunc.save_model`` for a model outside any run.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -32,11 +33,16 @@ def signature(kind: str):
     from common.pyfunc.loader import KINDS
 
     def spec(name: str, kind: str) -> ColSpec:
-        return ColSpec(Array(kind.removeprefix("list<").removesuffix(">")), name) if kind.startswith("list<") \
+        return (
+            ColSpec(Array(kind.removeprefix("list<").removesuffix(">")), name)
+            if kind.startswith("list<")
             else ColSpec(kind, name)
+        )
 
-    return ModelSignature(inputs=Schema([ColSpec("string", "text")]),
-                          outputs=Schema([spec(name, kind) for name, kind in KINDS[kind].OUTPUTS]))
+    return ModelSignature(
+        inputs=Schema([ColSpec("string", "text")]),
+        outputs=Schema([spec(name, kind) for name, kind in KINDS[kind].OUTPUTS]),
+    )
 
 
 def requirements(kind: str, installed: Optional[Callable[[str], str]] = None) -> list[str]:
@@ -53,9 +59,11 @@ def requirements(kind: str, installed: Optional[Callable[[str], str]] = None) ->
         try:
             pinned.append(f"{name}=={(installed or version)(name).split('+')[0]}")
         except PackageNotFoundError:
-            raise RuntimeError(f"the {kind} classifier's requirement {name} cannot be pinned: no distribution named "
-                               f"{name} is installed here (pip install {name}, or install the suite with its "
-                               "extras); the model is not logged with an unpinned requirement") from None
+            raise RuntimeError(
+                f"the {kind} classifier's requirement {name} cannot be pinned: no distribution named "
+                f"{name} is installed here (pip install {name}, or install the suite with its "
+                "extras); the model is not logged with an unpinned requirement"
+            ) from None
     return pinned
 
 
@@ -91,17 +99,23 @@ def shipped_code(folder: Path) -> Path:
     return target
 
 
-def model_arguments(source_uri: str, manifest: Mapping[str, Any], examples: Sequence[str], folder: Path
-                    ) -> dict[str, Any]:
+def model_arguments(
+    source_uri: str, manifest: Mapping[str, Any], examples: Sequence[str], folder: Path
+) -> dict[str, Any]:
     """``mlflow.pyfunc.save_model``'s and ``log_model``'s arguments for the classifier in ``source_uri`` (its files
     and the loader's code copied under ``folder``; ``manifest``: the loader's model.json): loader module, data and
     code paths, signature, input example (up to three of ``examples``), pinned pip requirements."""
     import pandas as pd
 
     kind = manifest["kind"]
-    return {"loader_module": LOADER, "data_path": str(model_files(source_uri, manifest, folder)),
-            "code_paths": [str(shipped_code(folder))], "signature": signature(kind),
-            "input_example": pd.DataFrame({"text": list(examples)[:3]}), "pip_requirements": requirements(kind)}
+    return {
+        "loader_module": LOADER,
+        "data_path": str(model_files(source_uri, manifest, folder)),
+        "code_paths": [str(shipped_code(folder))],
+        "signature": signature(kind),
+        "input_example": pd.DataFrame({"text": list(examples)[:3]}),
+        "pip_requirements": requirements(kind),
+    }
 
 
 class _UncheckedPyfunc:
@@ -116,8 +130,9 @@ class _UncheckedPyfunc:
         mlflow.pyfunc.save_model(path, mlflow_model=mlflow_model, **arguments)
 
 
-def log_model(name: str, params: Mapping[str, str], source_uri: str, manifest: Mapping[str, Any],
-              examples: Sequence[str]):
+def log_model(
+    name: str, params: Mapping[str, str], source_uri: str, manifest: Mapping[str, Any], examples: Sequence[str]
+):
     """Log the classifier in ``source_uri`` as MLflow Model ``name`` of the active run, with ``params``; returns
     MLflow's ``ModelInfo``."""
     import mlflow
@@ -126,12 +141,20 @@ def log_model(name: str, params: Mapping[str, str], source_uri: str, manifest: M
     from common.pyfunc.loader import KINDS
 
     with tempfile.TemporaryDirectory(prefix="augment-model-") as tmp:
-        arguments = {"name": name, "params": dict(params),
-                     **model_arguments(source_uri, manifest, examples, Path(tmp))}
+        arguments = {
+            "name": name,
+            "params": dict(params),
+            **model_arguments(source_uri, manifest, examples, Path(tmp)),
+        }
         if KINDS[manifest["kind"]].TORCH:
             # MLflow tries the input example by loading the model and predicting in this process: for an encoder that
             # is torch and the model in the job's driver (Ray tasks hold the suite's torch work). The job has just
             # scored this classifier in its Ray task; the tests load and serve it in processes of their own.
-            return Model.log(artifact_path=None, flavor=_UncheckedPyfunc, flavor_name="pyfunc",
-                             validate_serving_input=False, **arguments)
+            return Model.log(
+                artifact_path=None,
+                flavor=_UncheckedPyfunc,
+                flavor_name="pyfunc",
+                validate_serving_input=False,
+                **arguments,
+            )
         return mlflow.pyfunc.log_model(**arguments)

@@ -1,5 +1,6 @@
 """Registered models' names, and the version tags that say what a version is (read back instead of parsing a
 name: ``catalog_augment_boostaug_eda_boostaug`` splits more than one way)."""
+
 from __future__ import annotations
 
 import re

@@ -13,6 +13,7 @@ over the R seeds (``metric.*``), and the gate's verdict (``gate.decision``: prom
 gating keeps the alias where it is (fail closed), tags the version undecided, and the job's result says the ship
 is incomplete (exit 7).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +45,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
-         compare_of: Optional[CompareOf] = None, client=None) -> list[Shipped]:
+def ship(
+    ctx: "JobContext",
+    tr: "JobRun",
+    candidates: Sequence[Candidate],
+    compare_of: Optional[CompareOf] = None,
+    client=None,
+) -> list[Shipped]:
     """Log, register and gate each candidate (nothing where the registry config does not ship its pipeline and
     classifier kind), after what earlier runs of the job left unshipped (:func:`resume`); ``compare_of``: the job's
     scoring of a candidate beside a champion from its ``scoring`` (default: :func:`~.compare.task_compare`);
@@ -54,8 +60,10 @@ def ship(ctx: "JobContext", tr: "JobRun", candidates: Sequence[Candidate],
     cfg = ctx.cfg.registry
     chosen = [c for c in candidates if cfg.ships(c.pipeline, c.model)]
     if chosen:
-        ledger.save(f"{ledger.folder(ctx, tr.result.job)}/{tr.run_id}.json",
-                    [ledger.Entry(c, registered_name(cfg.name_prefix, c.pipeline, c.name)) for c in chosen])
+        ledger.save(
+            f"{ledger.folder(ctx, tr.result.job)}/{tr.run_id}.json",
+            [ledger.Entry(c, registered_name(cfg.name_prefix, c.pipeline, c.name)) for c in chosen],
+        )
     return resume(ctx, tr, compare_of, client)
 
 
@@ -102,8 +110,9 @@ def resume_file(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list
             continue
         if not cfg.ships(c.pipeline, c.model):  # the config no longer ships it: nothing registered or moved
             entry.done = True
-            tr.result.notes.append(f"{entry.name}: not shipped: the registry config no longer ships {c.pipeline}'s "
-                                   f"{c.model} classifiers")
+            tr.result.notes.append(
+                f"{entry.name}: not shipped: the registry config no longer ships {c.pipeline}'s {c.model} classifiers"
+            )
         else:
             try:
                 shipped = ship_entry(ctx, tr, client, uri, entries, entry, build)
@@ -164,15 +173,26 @@ def ship_entry(ctx: "JobContext", tr: "JobRun", client, uri: str, entries: list,
             info = log_classifier(ctx, candidate)
             entry.model_uri, entry.model_id = info.model_uri, info.model_id
             ledger.save(uri, entries)
-        create_registered_model(client, name, f"{candidate.pipeline} pipeline's {candidate.method} classifier "
-                                              f"({candidate.model}; catalog-augment)")
-        tags = {**measure_tags(candidate.measures), PIPELINE_TAG: candidate.pipeline, METHOD_TAG: candidate.method,
-                CLASSIFIER_TAG: candidate.model, FOLDER_TAG: candidate.folder, **candidate.lineage,
-                **table_tags(ctx, "train", candidate.train), **table_tags(ctx, "test", candidate.test)}
+        create_registered_model(
+            client,
+            name,
+            f"{candidate.pipeline} pipeline's {candidate.method} classifier ({candidate.model}; catalog-augment)",
+        )
+        tags = {
+            **measure_tags(candidate.measures),
+            PIPELINE_TAG: candidate.pipeline,
+            METHOD_TAG: candidate.method,
+            CLASSIFIER_TAG: candidate.model,
+            FOLDER_TAG: candidate.folder,
+            **candidate.lineage,
+            **table_tags(ctx, "train", candidate.train),
+            **table_tags(ctx, "test", candidate.test),
+        }
         entry.run_id = tr.run_id
         ledger.save(uri, entries)  # a kill after the next call: the rerun finds the version by this run
-        version = client.create_model_version(name, entry.model_uri, run_id=tr.run_id, tags=tags,
-                                              model_id=entry.model_id)
+        version = client.create_model_version(
+            name, entry.model_uri, run_id=tr.run_id, tags=tags, model_id=entry.model_id
+        )
         entry.version = str(version.version)
         ledger.save(uri, entries)
     elif version.tags.get("gate.decision") in ledger.VERDICTS:
@@ -195,14 +215,19 @@ def registered_version(client, name: str, entry):
             return _ready(client.get_model_version(name, entry.version), entry)
         except MlflowException as exc:
             if exc.error_code in missing:
-                raise VersionDeleted(f"{name} v{entry.version} was deleted from the registry before its gate "
-                                     "finished; not registered again") from None
+                raise VersionDeleted(
+                    f"{name} v{entry.version} was deleted from the registry before its gate "
+                    "finished; not registered again"
+                ) from None
             raise
     if entry.run_id is None:
         return None
     # One condition: Unity Catalog's registry takes no more; the name is matched here.
-    found = [v for v in client.search_model_versions(f"run_id = '{entry.run_id}'") if v.name == name
-             and getattr(v, "status", "READY") != "FAILED_REGISTRATION"]
+    found = [
+        v
+        for v in client.search_model_versions(f"run_id = '{entry.run_id}'")
+        if v.name == name and getattr(v, "status", "READY") != "FAILED_REGISTRATION"
+    ]
     return _ready(client.get_model_version(name, str(found[0].version)), entry) if found else None
 
 
@@ -222,8 +247,9 @@ class VersionDeleted(LookupError):
     """A ledger entry's version is gone from the registry."""
 
 
-def settle(ctx: "JobContext", tr: "JobRun", client, name: str, model_version, candidate: Candidate,
-           compare: Optional[Compare]) -> Shipped:
+def settle(
+    ctx: "JobContext", tr: "JobRun", client, name: str, model_version, candidate: Candidate, compare: Optional[Compare]
+) -> Shipped:
     """Gate ``model_version`` (a registered version of ``name``, from ``candidate``) and record the verdict on its
     tags; a registry error on the way leaves the alias where it is, tags the version undecided where it can, and adds
     the error to the job's incomplete list. Returns what became of the version."""
@@ -242,12 +268,21 @@ def settle(ctx: "JobContext", tr: "JobRun", client, name: str, model_version, ca
         if candidate.pipeline not in cfg.gate:
             decision = take_alias(client, name, cfg.alias, version, newer, cfg.settle_s, cfg.max_rejudge)
         else:
-            decision = take_alias(client, name, cfg.alias, version,
-                                  lambda champion: judge(ctx, client, name, candidate, champion, compare),
-                                  cfg.settle_s, cfg.max_rejudge)
+            decision = take_alias(
+                client,
+                name,
+                cfg.alias,
+                version,
+                lambda champion: judge(ctx, client, name, candidate, champion, compare),
+                cfg.settle_s,
+                cfg.max_rejudge,
+            )
     except (RegistryUnavailable, MlflowException) as exc:  # fail closed: the run says the ship is incomplete
-        reason = exc if isinstance(exc, RegistryUnavailable) else \
-            f"the registry erred ({exc.error_code}: {' '.join(str(exc).split())[:200]})"
+        reason = (
+            exc
+            if isinstance(exc, RegistryUnavailable)
+            else f"the registry erred ({exc.error_code}: {' '.join(str(exc).split())[:200]})"
+        )
         decision, undecided = Decision(False, f"{reason}: the alias stays"), True
         tr.result.incomplete.append(f"{name} v{version}: {reason}")
     # "undecided", not "kept": the gate never judged this version (the registry erred), and nothing may read the
@@ -255,9 +290,12 @@ def settle(ctx: "JobContext", tr: "JobRun", client, name: str, model_version, ca
     verdict = "promoted" if decision.promote else "undecided" if undecided else "kept"
     # The verdict last: a version with gate.decision has its reason and figures (a kill in between leaves it to the
     # next run to gate again).
-    tags = {"gate.reason": decision.reason, **decision.figures, "gate.test": json.dumps(candidate.test,
-                                                                                        sort_keys=True),
-            "gate.decision": verdict}
+    tags = {
+        "gate.reason": decision.reason,
+        **decision.figures,
+        "gate.test": json.dumps(candidate.test, sort_keys=True),
+        "gate.decision": verdict,
+    }
     try:
         for key, value in tags.items():
             client.set_model_version_tag(name, version, key, value)
@@ -274,8 +312,9 @@ def _number(version) -> Optional[str]:
     return None if version is None else str(version.version)
 
 
-def take_alias(client, name: str, alias: str, version: str, judge: Callable[[object], Decision],
-               settle_s: float, max_rejudge: int) -> Decision:
+def take_alias(
+    client, name: str, alias: str, version: str, judge: Callable[[object], Decision], settle_s: float, max_rejudge: int
+) -> Decision:
     """Move ``alias`` of ``name`` to ``version`` when ``judge(champion)`` (the champion's model version, or None)
     says so, by compare-and-set: the champion is read again just before setting, and ``settle_s`` after; where
     another version is there either time (a concurrent run moved it), ``version`` is judged again against that one.
@@ -303,8 +342,9 @@ def take_alias(client, name: str, alias: str, version: str, judge: Callable[[obj
     raise RegistryUnavailable(f"@{alias} of {name} moved under v{version} {max_rejudge} times while it was judged")
 
 
-def judge(ctx: "JobContext", client, name: str, candidate: Candidate, champion,
-          compare: Optional[Compare]) -> Decision:
+def judge(
+    ctx: "JobContext", client, name: str, candidate: Candidate, champion, compare: Optional[Compare]
+) -> Decision:
     """The gate's decision for ``candidate`` against ``champion`` (a model version of ``name``, or None: the first
     version takes the alias): both artifacts scored by ``compare`` on the candidate's test rows, decided by
     :func:`common.registry.gate.decide` with the registry config's margin, confidence and resamples."""
@@ -316,8 +356,10 @@ def judge(ctx: "JobContext", client, name: str, candidate: Candidate, champion,
             return Decision(False, f"the candidate has no {rule.metric}: the first version takes no alias")
         return decide(rule, None)
     if compare is None:
-        return Decision(False, f"this job cannot score champion v{champion.version} beside the candidate: the "
-                               "alias stays")
+        return Decision(
+            False, f"this job cannot score champion v{champion.version} beside the candidate: the alias stays"
+        )
     cells = champion_cells(ctx, client, name, str(champion.version), candidate.folder, candidate.manifest, compare)
-    return decide(rule, cells, cfg.margin, cfg.confidence, cfg.resamples, ctx.cfg.seed,
-                  f"champion v{champion.version}")
+    return decide(
+        rule, cells, cfg.margin, cfg.confidence, cfg.resamples, ctx.cfg.seed, f"champion v{champion.version}"
+    )

@@ -1,6 +1,7 @@
 """The registry's MLflow calls: the client on the config's registry, the champion lookup that fails closed,
 registering a model and logging a classifier as an MLflow Model of the job's run, and the version tags that carry
 a version's tables and figures."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
@@ -35,16 +36,27 @@ def log_classifier(ctx: "JobContext", candidate: "Candidate"):
     from common.registry.mlflow_model import log_model
 
     lakehouse = ctx.lakehouse
-    params = {"pipeline": candidate.pipeline, "method": candidate.method, "classifier": candidate.model,
-              **candidate.lineage, **table_tags(ctx, "train", candidate.train),
-              **table_tags(ctx, "test", candidate.test)}
-    info = log_model(f"classifier-{word(candidate.name)}", params, candidate.folder, candidate.manifest,
-                     candidate.examples)
+    params = {
+        "pipeline": candidate.pipeline,
+        "method": candidate.method,
+        "classifier": candidate.model,
+        **candidate.lineage,
+        **table_tags(ctx, "train", candidate.train),
+        **table_tags(ctx, "test", candidate.test),
+    }
+    info = log_model(
+        f"classifier-{word(candidate.name)}", params, candidate.folder, candidate.manifest, candidate.examples
+    )
     # Linked to the model and its test table; run metrics too, so named by method (one run ships several models).
     test_table = next(iter(candidate.test))
-    mlflow.log_metrics({f"{word(candidate.name)}.{k.removeprefix('metric.')}": v
-                        for k, v in measure_tags(candidate.measures, numeric=True).items()}, model_id=info.model_id,
-                       dataset=delta_dataset(test_table, candidate.test[test_table], lakehouse.location(test_table)))
+    mlflow.log_metrics(
+        {
+            f"{word(candidate.name)}.{k.removeprefix('metric.')}": v
+            for k, v in measure_tags(candidate.measures, numeric=True).items()
+        },
+        model_id=info.model_id,
+        dataset=delta_dataset(test_table, candidate.test[test_table], lakehouse.location(test_table)),
+    )
     return info
 
 
@@ -70,8 +82,10 @@ def measure_tags(measures: Mapping[str, Measure], numeric: bool = False) -> dict
 def measures_of(tags: Mapping[str, str]) -> dict[str, Measure]:
     """The measures a version's :func:`measure_tags` recorded."""
     names = {k.split(".")[1] for k in tags if k.startswith("metric.") and k.endswith(".mean")}
-    return {n: Measure(float(tags[f"metric.{n}.mean"]), float(tags[f"metric.{n}.std"]), int(tags[f"metric.{n}.n"]))
-            for n in names}
+    return {
+        n: Measure(float(tags[f"metric.{n}.mean"]), float(tags[f"metric.{n}.std"]), int(tags[f"metric.{n}.n"]))
+        for n in names
+    }
 
 
 class RegistryUnavailable(RuntimeError):
@@ -86,8 +100,10 @@ def champion_version(client, name: str, alias: str):
     from mlflow.exceptions import MlflowException
 
     def unavailable(exc: MlflowException) -> RegistryUnavailable:
-        return RegistryUnavailable(f"the registry could not say which version of {name} holds @{alias} "
-                                   f"({exc.error_code}: {' '.join(str(exc).split())[:200]})")
+        return RegistryUnavailable(
+            f"the registry could not say which version of {name} holds @{alias} "
+            f"({exc.error_code}: {' '.join(str(exc).split())[:200]})"
+        )
 
     try:
         model = client.get_registered_model(name)

@@ -1,4 +1,5 @@
 """What the cluster demo uploads to its bucket: the local demo's input files at the keys the cluster demo reads."""
+
 from __future__ import annotations
 
 import os
@@ -7,8 +8,9 @@ from pathlib import Path
 from cluster_processes import BUCKET, CONF, REPO
 
 
-def demo_inputs(bucket_uri: str = f"s3a://{BUCKET}", conf: Path = CONF,
-                local_conf: Path = REPO / "conf" / "demo.yaml") -> dict[str, Path]:
+def demo_inputs(
+    bucket_uri: str = f"s3a://{BUCKET}", conf: Path = CONF, local_conf: Path = REPO / "conf" / "demo.yaml"
+) -> dict[str, Path]:
     """{bucket key: local file}: every file the local demo (``local_conf``) reads for an input that the cluster demo
     (``conf``, with ``AUGMENT_BUCKET`` = ``bucket_uri``) reads from the bucket, at the key the cluster demo reads it
     from: a folder's files, a glob's matches, or the file. Listed from the two configs themselves (their paths
@@ -42,9 +44,9 @@ def demo_inputs(bucket_uri: str = f"s3a://{BUCKET}", conf: Path = CONF,
         if base.is_dir():
             files = {p.relative_to(base).as_posix(): p for p in sorted(base.rglob("*")) if p.is_file()}
             for relative, path in files.items():
-                uploads[f"{remote.path[len(prefix):].rstrip('/')}/{relative}"] = path
+                uploads[f"{remote.path[len(prefix) :].rstrip('/')}/{relative}"] = path
         else:
-            folder, remote_folder = base.parent, remote.path[len(prefix):].rsplit("/", 1)[0]
+            folder, remote_folder = base.parent, remote.path[len(prefix) :].rsplit("/", 1)[0]
             for match in sorted(glob.glob(str(base))):
                 uploads[f"{remote_folder}/{Path(match).relative_to(folder).as_posix()}"] = Path(match)
     return uploads

@@ -1,5 +1,6 @@
 """The local cluster's layout: its folders, secrets and ports, each process's environment and command line, the
 nodes' Python and Spark's defaults (:class:`ClusterLayout`, the base of :class:`~cluster_lifecycle.LocalCluster`)."""
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,6 @@ class ClusterLayout:
         self.venv = Path(venv).resolve()
         # Logical CPUs of the Ray head and the second node (Ray's scheduling tokens; the machine has what it has).
         self.state: dict[str, Any] = {"ports": {}, "pids": {}, "ray_cpus": list(ray_cpus)}
-
 
     # ------------------------------------------------------------------ layout
     @property
@@ -99,47 +99,91 @@ class ClusterLayout:
         gets ``RAY_ADDRESS``, ``MLFLOW_TRACKING_URI`` and ``AUGMENT_BUCKET``. ``node`` names its scratch folder
         (``TMPDIR``) and machine-local cache."""
         drop = ("RAY_", "AWS_", "MLFLOW_", "SPARK_", "PYSPARK_", "AUGMENT_")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(drop) and k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(drop) and k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+        }
         scratch = self.root / "scratch" / node
         scratch.mkdir(parents=True, exist_ok=True)
-        env.update({
-            "AWS_ACCESS_KEY_ID": self._secret("s3-key-id"), "AWS_SECRET_ACCESS_KEY": self._secret("s3-secret"),
-            "AWS_REGION": REGION, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port('s3')}",
-            "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true",
-            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_file),
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYARROW_IGNORE_TIMEZONE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "SPARK_HOME": str(self.spark_home), "SPARK_CONF_DIR": str(self.root / "spark" / "conf"),
-            "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "512m",
-            "PYSPARK_PYTHON": str(self.node_python), "PYSPARK_DRIVER_PYTHON": str(self.node_python),
-            "TMPDIR": str(scratch), "AUGMENT_CACHE": str(scratch / "cache"),
-        })
+        env.update(
+            {
+                "AWS_ACCESS_KEY_ID": self._secret("s3-key-id"),
+                "AWS_SECRET_ACCESS_KEY": self._secret("s3-secret"),
+                "AWS_REGION": REGION,
+                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port('s3')}",
+                "AWS_ALLOW_HTTP": "true",
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN_PATH": str(self.token_file),
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                "RAY_USAGE_STATS_ENABLED": "0",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "PYARROW_IGNORE_TIMEZONE": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+                "SPARK_HOME": str(self.spark_home),
+                "SPARK_CONF_DIR": str(self.root / "spark" / "conf"),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_DAEMON_MEMORY": "512m",
+                "PYSPARK_PYTHON": str(self.node_python),
+                "PYSPARK_DRIVER_PYTHON": str(self.node_python),
+                "TMPDIR": str(scratch),
+                "AUGMENT_CACHE": str(scratch / "cache"),
+            }
+        )
         if node == "driver":
-            env.update({"RAY_ADDRESS": f"127.0.0.1:{self.port('ray-gcs')}",
-                        "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{self.port('mlflow')}",
-                        "AUGMENT_BUCKET": self.bucket_uri})
+            env.update(
+                {
+                    "RAY_ADDRESS": f"127.0.0.1:{self.port('ray-gcs')}",
+                    "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{self.port('mlflow')}",
+                    "AUGMENT_BUCKET": self.bucket_uri,
+                }
+            )
             if (self.root / "secrets" / "endpoint-key").exists():  # only the driver: the actors get it from there
                 env[ENDPOINT_KEY_ENV] = self._secret("endpoint-key")
         return env
 
     # ------------------------------------------------------------------ set-up
     def _prepare(self) -> None:
-        for folder in ("logs", "secrets", "spark/conf", "spark/events", "spark/local", "spark/warehouse", "mlflow",
-                       "scratch"):
+        for folder in (
+            "logs",
+            "secrets",
+            "spark/conf",
+            "spark/events",
+            "spark/local",
+            "spark/warehouse",
+            "mlflow",
+            "scratch",
+        ):
             (self.root / folder).mkdir(parents=True, exist_ok=True)
         if self.driver_dir.exists():
             shutil.rmtree(self.driver_dir)
         self.driver_dir.mkdir()
         os.chmod(self.root / "secrets", 0o700)
-        for name, value in (("ray-token", secrets.token_hex(32)), ("s3-key-id", "AKIA" + secrets.token_hex(8).upper()),
-                            ("s3-secret", secrets.token_urlsafe(30)), ("endpoint-key", "sk-" + secrets.token_hex(16))):
+        for name, value in (
+            ("ray-token", secrets.token_hex(32)),
+            ("s3-key-id", "AKIA" + secrets.token_hex(8).upper()),
+            ("s3-secret", secrets.token_urlsafe(30)),
+            ("endpoint-key", "sk-" + secrets.token_hex(16)),
+        ):
             path = self.root / "secrets" / name
             path.write_text(value)
             os.chmod(path, 0o600)
-        ports = ["s3", "s3-store", "mlflow", "spark-master", "spark-master-ui", "ray-gcs", "ray-dashboard",
-                 "ray-client", "ray-node-2-agent", "ray-node-2-metrics", "ray-head-agent", "ray-head-metrics"]
+        ports = [
+            "s3",
+            "s3-store",
+            "mlflow",
+            "spark-master",
+            "spark-master-ui",
+            "ray-gcs",
+            "ray-dashboard",
+            "ray-client",
+            "ray-node-2-agent",
+            "ray-node-2-metrics",
+            "ray-head-agent",
+            "ray-head-metrics",
+        ]
         ports += [f"{w}{suffix}" for w in SPARK_WORKERS for suffix in ("", "-ui")] + ["model-server"]
         self.state["ports"] = {name: free_port() for name in ports}
         self._node_env()
@@ -152,31 +196,47 @@ class ClusterLayout:
         dependencies are."""
         env_dir = self.root / "node-env"
         if not self.node_python.exists():
-            subprocess.run([str(self.venv / "bin" / "python"), "-m", "venv", "--without-pip", str(env_dir)],
-                           check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                [str(self.venv / "bin" / "python"), "-m", "venv", "--without-pip", str(env_dir)],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
         (site_packages(env_dir) / "augment-dependencies.pth").write_text(f"{site_packages(self.venv)}\n")
         # The `ray` command a node image with Ray installed has beside its Python (Ray on Spark's node starter runs
         # `python $(which ray) start ...` on the driver and in the executors). This machine's nodes keep to
         # loopback (tests/cluster/ray_node.py says why), also where Ray on Spark starts them with
         # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1, which would advertise the machine's outward address instead.
         ray_command = env_dir / "bin" / "ray"
-        ray_command.write_text(f"#!{self.node_python}\nimport os\nimport runpy\n"
-                               f"os.environ['RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'] = '0'\n"
-                               f"runpy.run_path({str(HERE / 'ray_node.py')!r}, run_name='__main__')\n")
+        ray_command.write_text(
+            f"#!{self.node_python}\nimport os\nimport runpy\n"
+            f"os.environ['RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'] = '0'\n"
+            f"runpy.run_path({str(HERE / 'ray_node.py')!r}, run_name='__main__')\n"
+        )
         ray_command.chmod(0o755)
         # Checked while the processes start (the imports take seconds); up() reads the answer.
         self._node_check = subprocess.Popen(
-            [str(self.node_python), "-c", "import ray, pyspark, deltalake, mlflow, torch\n"
-             "try:\n    import common\nexcept ImportError:\n    print('no project')\nelse:\n    "
-             "print(common.__file__)"],
-            cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self._plain_env())
+            [
+                str(self.node_python),
+                "-c",
+                "import ray, pyspark, deltalake, mlflow, torch\n"
+                "try:\n    import common\nexcept ImportError:\n    print('no project')\nelse:\n    "
+                "print(common.__file__)",
+            ],
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self._plain_env(),
+        )
 
     def _node_env_checked(self) -> None:
         """Raises :class:`ClusterError` unless the nodes' Python imported the dependencies and not the project."""
         out, err = self._node_check.communicate(timeout=120)
         if self._node_check.returncode != 0 or out.strip() != "no project":
-            raise ClusterError(f"the nodes' Python must have the dependencies and not the project: "
-                               f"{out.strip()} {err.strip()[-500:]}")
+            raise ClusterError(
+                f"the nodes' Python must have the dependencies and not the project: {out.strip()} {err.strip()[-500:]}"
+            )
 
     def _plain_env(self) -> dict[str, str]:
         return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -188,27 +248,36 @@ class ClusterLayout:
         classpath = ":".join(f"{folder}/*" for folder in self.jars)
         settings = {
             "spark.master": f"spark://127.0.0.1:{self.port('spark-master')}",
-            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.memory": "2g", "spark.executor.memory": "1500m", "spark.executor.cores": "1",
-            "spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.memory": "2g",
+            "spark.executor.memory": "1500m",
+            "spark.executor.cores": "1",
+            "spark.driver.extraClassPath": classpath,
+            "spark.executor.extraClassPath": classpath,
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.hadoop.fs.s3a.endpoint": f"http://127.0.0.1:{self.port('s3')}",
             "spark.hadoop.fs.s3a.endpoint.region": REGION,
             "spark.hadoop.fs.s3a.path.style.access": "true",
             "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
-            "spark.pyspark.python": str(self.node_python), "spark.pyspark.driver.python": str(self.node_python),
-            "spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{self.root}/spark/events",
+            "spark.pyspark.python": str(self.node_python),
+            "spark.pyspark.driver.python": str(self.node_python),
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": f"file://{self.root}/spark/events",
             # One plain JSON-lines file per application (Spark 4 rolls and zstd-compresses them by default).
-            "spark.eventLog.rolling.enabled": "false", "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+            "spark.eventLog.compress": "false",
             "spark.local.dir": str(self.root / "spark" / "local"),
             "spark.sql.warehouse.dir": str(self.root / "spark" / "warehouse"),
             "spark.ui.showConsoleProgress": "false",
             # Three JVMs (the driver, two executors) share two cores here: C1 alone compiles a job's code at a fraction
             # of C2's cost, and the serial collector has no threads of its own. Measured on genre transfer's small
             # world: JVM CPU 420 s -> 224 s, the pipeline 6:09 -> 4:56.
-            "spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.extraJavaOptions": JVM_OPTIONS,
-            "spark.default.parallelism": "2", "spark.sql.shuffle.partitions": "2",
+            "spark.driver.extraJavaOptions": JVM_OPTIONS,
+            "spark.executor.extraJavaOptions": JVM_OPTIONS,
+            "spark.default.parallelism": "2",
+            "spark.sql.shuffle.partitions": "2",
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
         }
@@ -219,8 +288,8 @@ class ClusterLayout:
             "rootLogger.level = warn\nrootLogger.appenderRef.stderr.ref = console\n"
             "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n"
             "appender.console.layout.type = PatternLayout\n"
-            "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n")
-
+            "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
+        )
 
     # ------------------------------------------------------------------ processes
     def _command(self, name: str) -> tuple[list[str], dict[str, str]]:
@@ -229,45 +298,98 @@ class ClusterLayout:
         if name == "s3-store":
             return [py, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(p("s3-store"))], self.env("s3")
         if name == "s3":
-            return [py, str(HERE / "cluster_s3_gateway.py"), str(p("s3")), str(p("s3-store"))], \
-                self.env("s3")
+            return [py, str(HERE / "cluster_s3_gateway.py"), str(p("s3")), str(p("s3-store"))], self.env("s3")
         if name == "mlflow":
-            env = {**self.env("mlflow"), "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{p('s3')}",
-                   # MLflow 3.17's server otherwise starts 7 job consumers (huey): 1.8 GB and half a core, idle.
-                   "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-            return [py, "-m", "mlflow", "server", "--backend-store-uri",
-                    f"sqlite:///{self.root / 'mlflow' / 'mlflow.db'}", "--artifacts-destination",
-                    f"s3://{BUCKET}/mlflow", "--host", "127.0.0.1", "--port", str(p("mlflow")), "--workers", "1"], env
+            env = {
+                **self.env("mlflow"),
+                "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{p('s3')}",
+                # MLflow 3.17's server otherwise starts 7 job consumers (huey): 1.8 GB and half a core, idle.
+                "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            }
+            return [
+                py,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'mlflow' / 'mlflow.db'}",
+                "--artifacts-destination",
+                f"s3://{BUCKET}/mlflow",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(p("mlflow")),
+                "--workers",
+                "1",
+            ], env
         if name == "model-server":
-            return model_server_command(py, self.state["model_folder"], p(name)), \
-                {**self.env(name), **model_server_env(self.root / "scratch" / "hub")}
+            return model_server_command(py, self.state["model_folder"], p(name)), {
+                **self.env(name),
+                **model_server_env(self.root / "scratch" / "hub"),
+            }
         if name == "spark-master":
-            return spark_class + ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                                  str(p("spark-master")), "--webui-port", str(p("spark-master-ui"))], self.env(name)
+            return spark_class + [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(p("spark-master")),
+                "--webui-port",
+                str(p("spark-master-ui")),
+            ], self.env(name)
         if name in SPARK_WORKERS:
             work = self.root / "spark" / name
             work.mkdir(parents=True, exist_ok=True)
-            return spark_class + ["org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{p('spark-master')}",
-                                  "--host", "127.0.0.1", "--cores", "1", "--memory", "3g", "--work-dir", str(work),
-                                  "--port", str(p(name)), "--webui-port", str(p(f"{name}-ui"))], self.env(name)
+            return spark_class + [
+                "org.apache.spark.deploy.worker.Worker",
+                f"spark://127.0.0.1:{p('spark-master')}",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "3g",
+                "--work-dir",
+                str(work),
+                "--port",
+                str(p(name)),
+                "--webui-port",
+                str(p(f"{name}-ui")),
+            ], self.env(name)
         temp = self.ray_temp / name
         temp.mkdir(parents=True, exist_ok=True)
         cpus = self.state["ray_cpus"][RAY_NODES.index(name)]
-        start = [py, str(HERE / "ray_node.py"), "start", "--block", "--node-ip-address=127.0.0.1",
-                 f"--num-cpus={cpus}",
-                 "--object-store-memory=800000000", f"--temp-dir={temp}", "--disable-usage-stats",
-                 f"--dashboard-agent-listen-port={p(f'{name}-agent')}",
-                 f"--metrics-export-port={p(f'{name}-metrics')}"]
+        start = [
+            py,
+            str(HERE / "ray_node.py"),
+            "start",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={cpus}",
+            "--object-store-memory=800000000",
+            f"--temp-dir={temp}",
+            "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={p(f'{name}-agent')}",
+            f"--metrics-export-port={p(f'{name}-metrics')}",
+        ]
         if name == "ray-head":
-            return start + ["--head", f"--port={p('ray-gcs')}", "--include-dashboard=true",
-                            "--dashboard-host=127.0.0.1", f"--dashboard-port={p('ray-dashboard')}",
-                            f"--ray-client-server-port={p('ray-client')}"], self.env(name)
+            return start + [
+                "--head",
+                f"--port={p('ray-gcs')}",
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={p('ray-dashboard')}",
+                f"--ray-client-server-port={p('ray-client')}",
+            ], self.env(name)
         return start + [f"--address=127.0.0.1:{p('ray-gcs')}"], self.env(name)
-
 
     def _s3(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=f"http://127.0.0.1:{self.port('s3')}", region_name=REGION,
-                            aws_access_key_id=self._secret("s3-key-id"),
-                            aws_secret_access_key=self._secret("s3-secret"))
+        return boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{self.port('s3')}",
+            region_name=REGION,
+            aws_access_key_id=self._secret("s3-key-id"),
+            aws_secret_access_key=self._secret("s3-secret"),
+        )

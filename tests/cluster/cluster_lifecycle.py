@@ -1,4 +1,5 @@
 """The local cluster's processes started, waited for, checked, killed and stopped, and jobs submitted to it."""
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,15 @@ class LocalCluster(ClusterLayout, ClusterObserver):
         with open(self.log(name), "ab") as log:
             log.write(f"\n--- {time.strftime('%H:%M:%S')} start: {' '.join(command)}\n".encode())
             # Each in a session of its own: a kill of its process group is the loss of that node.
-            process = subprocess.Popen(command, env=env, cwd=self.root / "scratch", stdout=log,
-                                       stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=self.root / "scratch",
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.state["pids"][name] = process.pid
         self._save()
 
@@ -99,10 +106,22 @@ class LocalCluster(ClusterLayout, ClusterObserver):
         started = time.monotonic()
         self._prepare()
         if model_server:  # the folder the materialising venv made (the nodes' env holds no project to do it)
-            self.state["model_folder"] = subprocess.run(
-                [str(self.venv / "bin" / "python"), "-c", "from common.models.generation.causal_lm import "
-                 "materialise_smollm2; print(materialise_smollm2())"], capture_output=True, text=True, check=True,
-                cwd=REPO).stdout.strip().splitlines()[-1]
+            self.state["model_folder"] = (
+                subprocess.run(
+                    [
+                        str(self.venv / "bin" / "python"),
+                        "-c",
+                        "from common.models.generation.causal_lm import "
+                        "materialise_smollm2; print(materialise_smollm2())",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd=REPO,
+                )
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             self._spawn("model-server")
         for name in ("s3-store", "s3", "mlflow", "spark-master", "ray-head"):
             self._spawn(name)
@@ -114,14 +133,26 @@ class LocalCluster(ClusterLayout, ClusterObserver):
         # The second node joins as soon as the head's GCS answers (the dashboard comes up later, on its own).
         self._wait("ray-head", lambda: listening(self.port("ray-gcs")), timeout, "Ray head's GCS")
         self._spawn("ray-node-2")
-        self._wait("spark-master", lambda: self.spark_master_json().get("aliveworkers") == len(SPARK_WORKERS),
-                   timeout, f"{len(SPARK_WORKERS)} Spark workers registered")
+        self._wait(
+            "spark-master",
+            lambda: self.spark_master_json().get("aliveworkers") == len(SPARK_WORKERS),
+            timeout,
+            f"{len(SPARK_WORKERS)} Spark workers registered",
+        )
         self._wait("ray-node-2", lambda: len(self.ray_nodes()) == 2, timeout, "second Ray node alive")
-        self._wait("mlflow", lambda: http_get(f"http://127.0.0.1:{self.port('mlflow')}/health") == b"OK", timeout,
-                   "MLflow health")
+        self._wait(
+            "mlflow",
+            lambda: http_get(f"http://127.0.0.1:{self.port('mlflow')}/health") == b"OK",
+            timeout,
+            "MLflow health",
+        )
         if model_server:
-            self._wait("model-server", lambda: b'"data"' in http_get(f"{self.endpoint_url}/models"), timeout,
-                       "the model server's /v1/models")
+            self._wait(
+                "model-server",
+                lambda: b'"data"' in http_get(f"{self.endpoint_url}/models"),
+                timeout,
+                "the model server's /v1/models",
+            )
         self._node_env_checked()
         self.state["up_seconds"] = round(time.monotonic() - started, 1)
         self._save()
@@ -152,7 +183,6 @@ class LocalCluster(ClusterLayout, ClusterObserver):
             if not any(exists(p) for p in victims):
                 return
 
-
     # ------------------------------------------------------------------ health
     def _s3_answers(self) -> bool:
         try:
@@ -160,7 +190,6 @@ class LocalCluster(ClusterLayout, ClusterObserver):
         except urllib.error.HTTPError:
             return True  # an S3 error document is an answer
         return True
-
 
     def _make_bucket(self) -> None:
         client = self._s3()
@@ -181,17 +210,19 @@ class LocalCluster(ClusterLayout, ClusterObserver):
         lines = [f"local cluster at {self.root}"]
         for name in PROCESSES:
             pid = self.state["pids"].get(name)
-            lines.append(f"  {name:<15} {'up  ' if self._alive(name) else 'down'} pid {pid or '-':<8} "
-                         f"log {self.log(name)}")
+            lines.append(
+                f"  {name:<15} {'up  ' if self._alive(name) else 'down'} pid {pid or '-':<8} log {self.log(name)}"
+            )
         ports = self.state["ports"]
-        lines += [f"  spark master   spark://127.0.0.1:{ports['spark-master']} (UI http://127.0.0.1:"
-                  f"{ports['spark-master-ui']})",
-                  f"  ray            127.0.0.1:{ports['ray-gcs']} (dashboard http://127.0.0.1:{ports['ray-dashboard']}"
-                  f", token {self.token_file})",
-                  f"  s3             http://127.0.0.1:{ports['s3']} bucket {BUCKET}",
-                  f"  mlflow         http://127.0.0.1:{ports['mlflow']}"]
+        lines += [
+            f"  spark master   spark://127.0.0.1:{ports['spark-master']} (UI http://127.0.0.1:"
+            f"{ports['spark-master-ui']})",
+            f"  ray            127.0.0.1:{ports['ray-gcs']} (dashboard http://127.0.0.1:{ports['ray-dashboard']}"
+            f", token {self.token_file})",
+            f"  s3             http://127.0.0.1:{ports['s3']} bucket {BUCKET}",
+            f"  mlflow         http://127.0.0.1:{ports['mlflow']}",
+        ]
         return "\n".join(lines)
-
 
     # ------------------------------------------------------------------ faults
     def kill(self, name: str) -> list[int]:
@@ -217,8 +248,18 @@ class LocalCluster(ClusterLayout, ClusterObserver):
         gateway answering)."""
         self._spawn(name)
         if name in SPARK_WORKERS:
-            self._wait(name, lambda: sum(w["state"] == "ALIVE" and w["port"] == self.port(name)
-                                         for w in self.spark_master_json()["workers"]) == 1, timeout, "registration")
+            self._wait(
+                name,
+                lambda: (
+                    sum(
+                        w["state"] == "ALIVE" and w["port"] == self.port(name)
+                        for w in self.spark_master_json()["workers"]
+                    )
+                    == 1
+                ),
+                timeout,
+                "registration",
+            )
         elif name in RAY_NODES:
             self._wait(name, lambda: len(self.ray_nodes()) == 2, timeout, "rejoin")
         elif name == "s3":
@@ -248,25 +289,40 @@ class LocalCluster(ClusterLayout, ClusterObserver):
         for key, path in inputs.items():
             client.upload_file(str(path), BUCKET, key)
 
-    def submit_command(self, args: Sequence[str], name: str, ui_port: Optional[int] = None,
-                       conf: Path = CONF) -> list[str]:
+    def submit_command(
+        self, args: Sequence[str], name: str, ui_port: Optional[int] = None, conf: Path = CONF
+    ) -> list[str]:
         """The spark-submit command line of ``augment ARGS --conf conf`` (jobs/cli.py) with the code shipped."""
         command = [str(self.spark_home / "bin" / "spark-submit"), "--name", name, "--py-files", str(self.dist)]
         if ui_port:
             command += ["--conf", f"spark.ui.port={ui_port}"]
         return command + [str(REPO / "jobs" / "cli.py"), *args, "--conf", str(conf)]
 
-    def submit_script(self, script: Path, args: Sequence[str], name: str, timeout: float = 900,
-                      env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
+    def submit_script(
+        self, script: Path, args: Sequence[str], name: str, timeout: float = 900, env: Optional[dict[str, str]] = None
+    ) -> subprocess.CompletedProcess:
         """Run a driver script through spark-submit with the code shipped (``--py-files dist/augment.zip``), from the
         driver's folder, in ``env`` (default the driver's); output in ``logs/submit-<name>.log`` and returned."""
         log = self.log(f"submit-{name}")
-        command = [str(self.spark_home / "bin" / "spark-submit"), "--name", name, "--py-files", str(self.dist),
-                   str(script), *args]
+        command = [
+            str(self.spark_home / "bin" / "spark-submit"),
+            "--name",
+            name,
+            "--py-files",
+            str(self.dist),
+            str(script),
+            *args,
+        ]
         with open(log, "w") as handle:
             # its own process group: on a timeout the driver (a child of spark-submit's JVM launcher) goes too
-            job = subprocess.Popen(command, cwd=self.driver_dir, env=env or self.env("driver"), stdout=handle,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+            job = subprocess.Popen(
+                command,
+                cwd=self.driver_dir,
+                env=env or self.env("driver"),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 returncode = job.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -279,19 +335,39 @@ class LocalCluster(ClusterLayout, ClusterObserver):
                 returncode = -signal.SIGTERM
         return subprocess.CompletedProcess(command, returncode, log.read_text(errors="replace"), "")
 
-    def submit(self, args: Sequence[str], name: str, timeout: float = 3600, log: Optional[Path] = None,
-               ui_port: Optional[int] = None, conf: Path = CONF) -> subprocess.CompletedProcess:
+    def submit(
+        self,
+        args: Sequence[str],
+        name: str,
+        timeout: float = 3600,
+        log: Optional[Path] = None,
+        ui_port: Optional[int] = None,
+        conf: Path = CONF,
+    ) -> subprocess.CompletedProcess:
         """Run ``augment ARGS`` through spark-submit from the driver's folder; its output goes to ``log`` (default
         ``logs/submit-<name>.log``) and is returned."""
         log = log or self.log(f"submit-{name}")
         with open(log, "w") as handle:
-            done = subprocess.run(self.submit_command(args, name, ui_port, conf), cwd=self.driver_dir,
-                                  env=self.env("driver"), stdout=handle, stderr=subprocess.STDOUT, timeout=timeout)
+            done = subprocess.run(
+                self.submit_command(args, name, ui_port, conf),
+                cwd=self.driver_dir,
+                env=self.env("driver"),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
         return subprocess.CompletedProcess(done.args, done.returncode, log.read_text(errors="replace"), "")
 
-    def submit_background(self, args: Sequence[str], name: str, ui_port: Optional[int] = None,
-                          conf: Path = CONF) -> subprocess.Popen:
+    def submit_background(
+        self, args: Sequence[str], name: str, ui_port: Optional[int] = None, conf: Path = CONF
+    ) -> subprocess.Popen:
         """Start ``augment ARGS`` through spark-submit and return at once (output in ``logs/submit-<name>.log``)."""
         log = open(self.log(f"submit-{name}"), "w")
-        return subprocess.Popen(self.submit_command(args, name, ui_port, conf), cwd=self.driver_dir,
-                                env=self.env("driver"), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            self.submit_command(args, name, ui_port, conf),
+            cwd=self.driver_dir,
+            env=self.env("driver"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -1,5 +1,6 @@
 """The model server of the endpoint tests and rehearsals: Hugging Face's ``transformers serve`` of a local model
 folder, an OpenAI-compatible API on loopback."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,21 @@ def model_server_command(python: str, folder: str, port: int) -> list[str]:
     """Hugging Face's ``transformers serve`` of the local model ``folder`` on 127.0.0.1:``port``, on CPU in float32:
     the OpenAI-compatible server of the endpoint tests and rehearsals (it answers ``/v1/completions`` and
     ``/v1/chat/completions``, and logs each request as an access line)."""
-    return [python, "-m", "transformers.cli.transformers", "serve", folder, "--host", "127.0.0.1", "--port", str(port),
-            "--device", "cpu", "--dtype", "float32"]
+    return [
+        python,
+        "-m",
+        "transformers.cli.transformers",
+        "serve",
+        folder,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+    ]
 
 
 def model_server_env(hub: Path) -> dict[str, str]:
@@ -26,14 +40,19 @@ def model_server_env(hub: Path) -> dict[str, str]:
     return {"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def start_model_server(python: str, folder: str, port: int, log: Path, hub: Path,
-                       timeout: float = 180.0) -> subprocess.Popen:
+def start_model_server(
+    python: str, folder: str, port: int, log: Path, hub: Path, timeout: float = 180.0
+) -> subprocess.Popen:
     """:func:`model_server_command` started with its output to ``log`` (appended), once its ``/v1/models``
     answers; raises :class:`ClusterError` with the log's tail when it exits or does not answer in ``timeout`` s."""
     with open(log, "ab") as out:
-        server = subprocess.Popen(model_server_command(python, folder, port),
-                                  env={**os.environ, **model_server_env(hub)}, stdout=out, stderr=subprocess.STDOUT,
-                                  cwd=hub.parent)
+        server = subprocess.Popen(
+            model_server_command(python, folder, port),
+            env={**os.environ, **model_server_env(hub)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=hub.parent,
+        )
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -43,5 +62,6 @@ def start_model_server(python: str, folder: str, port: int, log: Path, hub: Path
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
                 raise ClusterError(
-                    f"transformers serve did not start: {log.read_text(errors='replace')[-3000:]}") from None
+                    f"transformers serve did not start: {log.read_text(errors='replace')[-3000:]}"
+                ) from None
             time.sleep(0.5)

@@ -1,5 +1,6 @@
 """Where a cluster's work ran (Spark's event logs, Ray's state API) and what its bucket holds
 (:class:`ClusterObserver`, a part of :class:`~cluster_lifecycle.LocalCluster`)."""
+
 from __future__ import annotations
 
 import json
@@ -69,9 +70,16 @@ class ClusterObserver:
             "                        raise_on_missing_output=False):\n"
             "        kind = {'ACTOR_TASK': 'actor tasks', 'ACTOR_CREATION_TASK': 'actors'}.get(t.type, 'tasks')\n"
             "        work.setdefault(name, {})[kind] = work.setdefault(name, {}).get(kind, 0) + 1\n"
-            "print(json.dumps(work))\n")
-        done = subprocess.run([str(self.node_python), "-c", script], env=self.env("driver"), capture_output=True,
-                              text=True, timeout=120, cwd=self.root / "scratch")
+            "print(json.dumps(work))\n"
+        )
+        done = subprocess.run(
+            [str(self.node_python), "-c", script],
+            env=self.env("driver"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.root / "scratch",
+        )
         if done.returncode != 0:
             raise ClusterError(f"Ray's state API: {done.stderr[-1500:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -94,8 +102,9 @@ class ClusterObserver:
     def bucket_keys(self, prefix: str) -> list[str]:
         client, keys, token = self._s3(), [], None
         while True:
-            page = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix,
-                                          **({"ContinuationToken": token} if token else {}))
+            page = client.list_objects_v2(
+                Bucket=BUCKET, Prefix=prefix, **({"ContinuationToken": token} if token else {})
+            )
             keys += [o["Key"] for o in page.get("Contents", [])]
             token = page.get("NextContinuationToken")
             if not token:

@@ -1,5 +1,6 @@
 """What the cluster tier reads off a running local cluster: Spark executors at work, Ray's state API, a
 table version's rows in the bucket, a commit lease held by another process, the MLflow server's REST API."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,11 @@ def when_busy(job: subprocess.Popen, busy, timeout: float) -> bool:
 def executor_busy(cluster: LocalCluster, ui: int, worker: str) -> bool:
     """Whether the executor on ``worker`` runs a task now (the driver's REST API)."""
     apps = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/applications", timeout=2).read())
-    executors = json.loads(urllib.request.urlopen(
-        f"http://127.0.0.1:{ui}/api/v1/applications/{apps[0]['id']}/executors", timeout=2).read())
+    executors = json.loads(
+        urllib.request.urlopen(
+            f"http://127.0.0.1:{ui}/api/v1/applications/{apps[0]['id']}/executors", timeout=2
+        ).read()
+    )
     port = f":{cluster.port(f'{worker}-ui')}/"
     return any(e["activeTasks"] > 0 and port in json.dumps(e.get("executorLogs", {})) for e in executors)
 
@@ -60,19 +64,26 @@ def table_rows(cluster: LocalCluster, table: str, version: int, columns=None) ->
     from deltalake import DeltaTable
 
     storage = {k: v for k, v in cluster.env("driver").items() if k.startswith("AWS_")}
-    data = DeltaTable(f"s3://{BUCKET}/lakehouse/{table}", version=version, storage_options=storage) \
-        .to_pyarrow_table(columns=list(columns) if columns else None)
+    data = DeltaTable(f"s3://{BUCKET}/lakehouse/{table}", version=version, storage_options=storage).to_pyarrow_table(
+        columns=list(columns) if columns else None
+    )
     return sorted(tuple(str(v) for v in row.values()) for row in data.to_pylist())
 
 
 def hold_lease(cluster: LocalCluster, location: str, ttl: float, seconds: float) -> subprocess.Popen:
     """A process holding the commit lease of ``location`` for ``seconds``; returns once it holds it."""
-    script = ("import sys, time\nfrom common.platform.commit_lease import LeaseSettings, s3_commit_lease\n"
-              f"with s3_commit_lease({location!r}, 'items', LeaseSettings(ttl_s={ttl}, wait_s=5)):\n"
-              "    print('held', flush=True)\n"
-              f"    time.sleep({seconds})\n")
-    process = subprocess.Popen([str(VENV / "bin" / "python"), "-c", script], env=cluster.env("lease-holder"),
-                               stdout=subprocess.PIPE, text=True)
+    script = (
+        "import sys, time\nfrom common.platform.commit_lease import LeaseSettings, s3_commit_lease\n"
+        f"with s3_commit_lease({location!r}, 'items', LeaseSettings(ttl_s={ttl}, wait_s=5)):\n"
+        "    print('held', flush=True)\n"
+        f"    time.sleep({seconds})\n"
+    )
+    process = subprocess.Popen(
+        [str(VENV / "bin" / "python"), "-c", script],
+        env=cluster.env("lease-holder"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert process.stdout.readline().strip() == "held"
     return process
 
@@ -83,6 +94,9 @@ def experiment_id(cluster: LocalCluster, name: str) -> str:
 
 
 def mlflow_post(endpoint: str, cluster: LocalCluster, body: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{cluster.port('mlflow')}/api/2.0/mlflow/{endpoint}",
-                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{cluster.port('mlflow')}/api/2.0/mlflow/{endpoint}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     return json.loads(urllib.request.urlopen(request, timeout=30).read())

@@ -1,5 +1,6 @@
 """The local cluster's constants and the process tools every part of it uses: free ports, HTTP gets, which
 processes live, their descendants, reaping. Only the standard library: the nodes' Python imports it."""
+
 from __future__ import annotations
 
 import os

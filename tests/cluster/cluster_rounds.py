@@ -1,5 +1,6 @@
 """The rehearsal (``make cluster-demo``): the local demo, the cluster up, every pipeline through spark-submit twice,
 the checks, the endpoint rounds, the cluster down; and the per-job time table of a finished rehearsal."""
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,10 @@ def endpoint_demo_overrides(cluster: LocalCluster) -> list[str]:
     import yaml
 
     tree = yaml.safe_load((REPO / "conf" / "endpoint_demo.yaml").read_text())
-    values = {"${AUGMENT_ENDPOINT_URL}": cluster.endpoint_url,
-              "${AUGMENT_ENDPOINT_MODEL}": cluster.state["model_folder"]}
+    values = {
+        "${AUGMENT_ENDPOINT_URL}": cluster.endpoint_url,
+        "${AUGMENT_ENDPOINT_MODEL}": cluster.state["model_folder"],
+    }
     out: list[str] = []
 
     def walk(node: dict, prefix: str) -> None:
@@ -56,12 +59,21 @@ def endpoint_rehearsal(cluster: LocalCluster, timed, pipelines: Sequence[str] = 
     for round_ in (1, 2):
         for pipeline in pipelines:
             tables, served = cluster.tables(), cluster.model_server_completions()
-            result = timed(f"endpoint {round_}: spark-submit {pipeline}, its generator served", cluster.submit,
-                           ["run", pipeline, *args], f"endpoint-{pipeline}-{round_}")
-            sent, moved = cluster.model_server_completions() - served, {
-                t: v for t, v in cluster.tables().items() if tables.get(t) != v}
-            print(f"[cluster-demo] endpoint round {round_}: {pipeline} exit {result.returncode}, {sent} completions "
-                  f"served, {len(moved)} tables with a new version", flush=True)
+            result = timed(
+                f"endpoint {round_}: spark-submit {pipeline}, its generator served",
+                cluster.submit,
+                ["run", pipeline, *args],
+                f"endpoint-{pipeline}-{round_}",
+            )
+            sent, moved = (
+                cluster.model_server_completions() - served,
+                {t: v for t, v in cluster.tables().items() if tables.get(t) != v},
+            )
+            print(
+                f"[cluster-demo] endpoint round {round_}: {pipeline} exit {result.returncode}, {sent} completions "
+                f"served, {len(moved)} tables with a new version",
+                flush=True,
+            )
             if result.returncode != 0:
                 print(result.stdout[-4000:])
                 return failures + [f"endpoint round {round_}: {pipeline} exited {result.returncode}"]
@@ -70,15 +82,20 @@ def endpoint_rehearsal(cluster: LocalCluster, timed, pipelines: Sequence[str] = 
             if round_ == 2 and (sent or moved):
                 failures.append(f"endpoint round 2: {pipeline} sent {sent} completions again, new versions {moved}")
     key = cluster._secret("endpoint-key").encode()
-    leaks = [str(p) for folder in (cluster.root / "logs", cluster.ray_temp) for p in folder.rglob("*")
-             if p.is_file() and key in p.read_bytes()]
+    leaks = [
+        str(p)
+        for folder in (cluster.root / "logs", cluster.ray_temp)
+        for p in folder.rglob("*")
+        if p.is_file() and key in p.read_bytes()
+    ]
     if leaks:
         failures.append(f"the endpoint's key is written in {leaks[:5]}")
     return failures
 
 
-def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address",
-         notebook: Optional[str] = None) -> int:
+def demo(
+    root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address", notebook: Optional[str] = None
+) -> int:
     """``make cluster-demo``: the local demo for comparison, then the cluster, every pipeline through spark-submit,
     where the work ran, the checks, the same chain again (no new versions), and the cluster down. ``notebook``
     names a pipeline of the chain whose first run is its notebook run as a scheduled Databricks job runs it
@@ -100,10 +117,23 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address
         shutil.rmtree(root)
     root.mkdir(parents=True)
     local = root / "local-demo"
-    done = timed("local demo (augment run demo, conf/demo.yaml)", subprocess.run,
-                 [str(VENV / "bin" / "augment"), "run", "demo", "--conf", str(REPO / "conf" / "demo.yaml"),
-                  "--set", f"lakehouse.root={local}", f"tracking.uri=sqlite:///{local}/mlflow.db"],
-                 cwd=REPO, capture_output=True, text=True)
+    done = timed(
+        "local demo (augment run demo, conf/demo.yaml)",
+        subprocess.run,
+        [
+            str(VENV / "bin" / "augment"),
+            "run",
+            "demo",
+            "--conf",
+            str(REPO / "conf" / "demo.yaml"),
+            "--set",
+            f"lakehouse.root={local}",
+            f"tracking.uri=sqlite:///{local}/mlflow.db",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     (root / "local-demo.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         print(done.stdout[-3000:] + done.stderr[-3000:])
@@ -119,8 +149,14 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address
             for name in chain:
                 overrides = [f"ray.mode={ray_mode}"] if ray_mode != "address" else []
                 if round_ == 1 and name == notebook:
-                    result = timed(f"round {round_}: spark-submit notebooks/{name.replace('-', '_')}.py as a job",
-                                   _notebook_job, cluster, name, overrides, f"{name}-{round_}")
+                    result = timed(
+                        f"round {round_}: spark-submit notebooks/{name.replace('-', '_')}.py as a job",
+                        _notebook_job,
+                        cluster,
+                        name,
+                        overrides,
+                        f"{name}-{round_}",
+                    )
                 else:
                     args = ["run", name] + [a for o in overrides for a in ("--set", o)]
                     result = timed(f"round {round_}: spark-submit {name}", cluster.submit, args, f"{name}-{round_}")
@@ -144,12 +180,18 @@ def demo(root: Path, chain: Iterable[str] = DEMO_CHAIN, ray_mode: str = "address
     finally:
         timed("cluster down", cluster.down)
     chain_time = sum(v for k, v in timings.items() if k.startswith("round 1"))
-    print(f"[cluster-demo] local demo {clock(timings['local demo (augment run demo, conf/demo.yaml)'])}; on the "
-          f"cluster: up {clock(timings.get('cluster up', 0))}, the chain {clock(chain_time)}, again "
-          f"{clock(sum(v for k, v in timings.items() if k.startswith('round 2')))}", flush=True)
+    print(
+        f"[cluster-demo] local demo {clock(timings['local demo (augment run demo, conf/demo.yaml)'])}; on the "
+        f"cluster: up {clock(timings.get('cluster up', 0))}, the chain {clock(chain_time)}, again "
+        f"{clock(sum(v for k, v in timings.items() if k.startswith('round 2')))}",
+        flush=True,
+    )
     # Where the time went: the Delta writes (each write's compute, its files and its commit), both sides.
-    round1 = "".join(cluster.log(f"submit-{name}-1").read_text(errors="replace") for name in chain
-                     if cluster.log(f"submit-{name}-1").exists())
+    round1 = "".join(
+        cluster.log(f"submit-{name}-1").read_text(errors="replace")
+        for name in chain
+        if cluster.log(f"submit-{name}-1").exists()
+    )
     for label, text in (("local demo", (root / "local-demo.log").read_text()), ("cluster round 1", round1)):
         seconds = [float(s) for s in re.findall(r"committed \S+ version \d+ with .* in ([\d.]+) s", text)]
         print(f"[cluster-demo] {label}: {len(seconds)} Delta writes, {sum(seconds):.0f} s in all", flush=True)
@@ -175,16 +217,17 @@ def job_table(root: Path, chain: Iterable[str] = DEMO_CHAIN) -> str:
     logs = [root / "cluster" / "logs" / f"submit-{name}-1.log" for name in chain]
     remote = job_times("".join(log.read_text(errors="replace") for log in logs if log.exists()))
     lines = [f"{'job':<24} {'local':>6} {'cluster':>8}"]
-    lines += [f"{job:<24} {clock(local[job]):>6} {clock(remote[job]) if job in remote else '-':>8}"
-              for job in local]
+    lines += [f"{job:<24} {clock(local[job]):>6} {clock(remote[job]) if job in remote else '-':>8}" for job in local]
     both = [job for job in local if job in remote]  # a single job's run (results-summary) prints no progress line
-    lines.append(f"{'jobs in both':<24} {clock(sum(local[j] for j in both)):>6} "
-                 f"{clock(sum(remote[j] for j in both)):>8}")
+    lines.append(
+        f"{'jobs in both':<24} {clock(sum(local[j] for j in both)):>6} {clock(sum(remote[j] for j in both)):>8}"
+    )
     return "\n".join(lines)
 
 
-def _notebook_job(cluster: LocalCluster, pipeline: str, overrides: Sequence[str],
-                  name: str) -> subprocess.CompletedProcess:
+def _notebook_job(
+    cluster: LocalCluster, pipeline: str, overrides: Sequence[str], name: str
+) -> subprocess.CompletedProcess:
     """Pipeline ``pipeline``'s notebook through spark-submit as a scheduled Databricks job runs it (its
     parameters in ``$AUGMENT_CONF``/``$AUGMENT_OVERRIDES``, the session made before the notebook starts)."""
     env = {**cluster.env("driver"), "AUGMENT_CONF": str(CONF), "AUGMENT_OVERRIDES": " ".join(overrides)}
@@ -198,8 +241,11 @@ def _checks(cluster: LocalCluster, local: Path, ray_mode: str = "address") -> li
     mine, theirs = cluster.tables(), lakehouse_tables(str(local))
     missing = sorted(set(theirs) - set(mine))
     differ = {t: (theirs[t], mine[t]) for t in theirs if t in mine and theirs[t] != mine[t]}
-    print(f"[cluster-demo] tables: {len(mine)} in the bucket, {len(theirs)} in the local demo; "
-          f"missing {missing or 'none'}; other version or rows: {differ or 'none'}", flush=True)
+    print(
+        f"[cluster-demo] tables: {len(mine)} in the bucket, {len(theirs)} in the local demo; "
+        f"missing {missing or 'none'}; other version or rows: {differ or 'none'}",
+        flush=True,
+    )
     if missing or differ:
         failures.append(f"bucket tables differ from the local demo's: missing {missing}, differ {differ}")
     left = sorted(str(p.relative_to(cluster.driver_dir)) for p in cluster.driver_dir.rglob("*"))
@@ -221,8 +267,10 @@ def _checks(cluster: LocalCluster, local: Path, ray_mode: str = "address") -> li
             failures.append(f"Ray work ran on {sorted(ray)}, not on both nodes")
     artifacts = cluster.bucket_keys("mlflow/")
     runs = _mlflow_runs(cluster)
-    print(f"[cluster-demo] MLflow: {runs} runs on the server, {len(artifacts)} artifact files in "
-          f"s3://{BUCKET}/mlflow/", flush=True)
+    print(
+        f"[cluster-demo] MLflow: {runs} runs on the server, {len(artifacts)} artifact files in s3://{BUCKET}/mlflow/",
+        flush=True,
+    )
     if not runs or not artifacts:
         failures.append("no MLflow runs or artifacts on the tracking server")
     return failures
@@ -239,18 +287,24 @@ def _ray_on_spark_reports(cluster: LocalCluster) -> list[dict[str, int]]:
 
 def _mlflow_runs(cluster: LocalCluster) -> int:
     url = f"http://127.0.0.1:{cluster.port('mlflow')}/api/2.0/mlflow/experiments/search"
-    request = urllib.request.Request(url, data=json.dumps({"max_results": 100}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps({"max_results": 100}).encode(), headers={"Content-Type": "application/json"}
+    )
     experiments = json.loads(urllib.request.urlopen(request, timeout=30).read()).get("experiments", [])
     total = 0
     for experiment in experiments:
         token = None
         while True:
-            body = {"experiment_ids": [experiment["experiment_id"]], "max_results": 1000,
-                    **({"page_token": token} if token else {})}
-            request = urllib.request.Request(url.replace("experiments/search", "runs/search"),
-                                             data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
+            body = {
+                "experiment_ids": [experiment["experiment_id"]],
+                "max_results": 1000,
+                **({"page_token": token} if token else {}),
+            }
+            request = urllib.request.Request(
+                url.replace("experiments/search", "runs/search"),
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             page = json.loads(urllib.request.urlopen(request, timeout=30).read())
             total += len(page.get("runs", []))
             token = page.get("next_page_token")

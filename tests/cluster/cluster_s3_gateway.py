@@ -3,6 +3,7 @@ store does (the objects survive behind it, as a real store's would).
 
     python tests/cluster/cluster_s3_gateway.py LISTEN_PORT STORE_PORT
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -10,6 +10,7 @@ log counts the completions each pipeline asked for), the second sends none and w
 per run and a summary; exits 1 when a run failed or the second round sent or wrote anything. DIR defaults to
 build/endpoint-demo; the server's log is DIR/model-server.log.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,28 +39,50 @@ def main(argv=None) -> int:
         shutil.rmtree(root)
     root.mkdir(parents=True)
     python = str(VENV / "bin" / "python")
-    folder = subprocess.run([python, "-c", "from common.models.generation.causal_lm import materialise_smollm2; "
-                             "print(materialise_smollm2())"], capture_output=True, text=True, check=True,
-                            cwd=REPO).stdout.strip().splitlines()[-1]
+    folder = (
+        subprocess.run(
+            [
+                python,
+                "-c",
+                "from common.models.generation.causal_lm import materialise_smollm2; print(materialise_smollm2())",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     port, log = free_port(), root / "model-server.log"
     base = f"http://127.0.0.1:{port}/v1"
     server = start_model_server(python, folder, port, log, root / "hub")
     failures: list[str] = []
     try:
         env = {**os.environ, "AUGMENT_ENDPOINT_URL": base, "AUGMENT_ENDPOINT_MODEL": folder}
-        common = ["--conf", str(CONF), "--set", f"lakehouse.root={root / 'lakehouse'}", "--set",
-                  f"tracking.uri=sqlite:///{root / 'mlflow.db'}"]
+        common = [
+            "--conf",
+            str(CONF),
+            "--set",
+            f"lakehouse.root={root / 'lakehouse'}",
+            "--set",
+            f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
+        ]
         augment = str(VENV / "bin" / "augment")
         for round_ in (1, 2):
             tables = subprocess.run([augment, "tables", *common], env=env, capture_output=True, text=True).stdout
             for pipeline in PIPELINES:
                 served, started = completions(log), time.monotonic()
-                done = subprocess.run([augment, "run", pipeline, *common], env=env, cwd=REPO, capture_output=True,
-                                      text=True)
+                done = subprocess.run(
+                    [augment, "run", pipeline, *common], env=env, cwd=REPO, capture_output=True, text=True
+                )
                 (root / f"{pipeline}-{round_}.log").write_text(done.stdout + done.stderr)
                 sent = completions(log) - served
-                print(f"[endpoint-demo] round {round_}: augment run {pipeline}: exit {done.returncode} in "
-                      f"{time.monotonic() - started:.0f} s, {sent} completions served", flush=True)
+                print(
+                    f"[endpoint-demo] round {round_}: augment run {pipeline}: exit {done.returncode} in "
+                    f"{time.monotonic() - started:.0f} s, {sent} completions served",
+                    flush=True,
+                )
                 if done.returncode != 0:
                     print(done.stderr[-3000:])
                     failures.append(f"round {round_}: {pipeline} exited {done.returncode}")

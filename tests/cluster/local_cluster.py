@@ -34,6 +34,7 @@ start, wait, kill, stop, submit), ``cluster_observe`` (where work ran, the bucke
 ``cluster_model_server``, ``cluster_inputs`` (the demo's uploads) and ``cluster_rounds`` (the rehearsal). This file
 is their command line, and the names other tests and benchmarks import.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,24 +66,49 @@ from cluster_processes import (  # noqa: E402
 from cluster_rounds import demo, endpoint_rehearsal, job_table  # noqa: E402
 from cluster_s3_gateway import gateway  # noqa: E402
 
-__all__ = ["BUCKET", "CONF", "DEMO_CHAIN", "ENDPOINT_KEY_ENV", "REPO", "SPARK_WORKERS", "VENV", "ClusterError",
-           "LocalCluster", "demo", "demo_inputs", "free_port", "model_server_command", "model_server_env",
-           "start_model_server"]
+__all__ = [
+    "BUCKET",
+    "CONF",
+    "DEMO_CHAIN",
+    "ENDPOINT_KEY_ENV",
+    "REPO",
+    "SPARK_WORKERS",
+    "VENV",
+    "ClusterError",
+    "LocalCluster",
+    "demo",
+    "demo_inputs",
+    "free_port",
+    "model_server_command",
+    "model_server_env",
+    "start_model_server",
+]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="local_cluster.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["up", "down", "status", "env", "submit", "where", "demo", "times",
-                                            "gateway", "endpoint"])
+    parser.add_argument(
+        "command", choices=["up", "down", "status", "env", "submit", "where", "demo", "times", "gateway", "endpoint"]
+    )
     parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--listen", type=int)
     parser.add_argument("--to", type=int)
-    parser.add_argument("--ray-mode", choices=["address", "spark"], default="address",
-                        help="demo: the model stages on the Ray cluster (address) or on Ray on Spark (spark)")
-    parser.add_argument("--model-server", action="store_true",
-                        help="up: also serve SmolLM2 behind an OpenAI-compatible API (transformers serve)")
-    parser.add_argument("--notebook", choices=DEMO_CHAIN[:-1],
-                        help="demo: run this pipeline's notebook as a scheduled Databricks job would, not augment run")
+    parser.add_argument(
+        "--ray-mode",
+        choices=["address", "spark"],
+        default="address",
+        help="demo: the model stages on the Ray cluster (address) or on Ray on Spark (spark)",
+    )
+    parser.add_argument(
+        "--model-server",
+        action="store_true",
+        help="up: also serve SmolLM2 behind an OpenAI-compatible API (transformers serve)",
+    )
+    parser.add_argument(
+        "--notebook",
+        choices=DEMO_CHAIN[:-1],
+        help="demo: run this pipeline's notebook as a scheduled Databricks job would, not augment run",
+    )
     args, rest = parser.parse_known_args(argv)  # submit's own arguments: after --
     if args.command == "gateway":
         asyncio.run(gateway(args.listen, args.to))
@@ -116,8 +142,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elif args.command == "env":
         env = cluster.env("driver")
         secret = {"AWS_ACCESS_KEY_ID": "s3-key-id", "AWS_SECRET_ACCESS_KEY": "s3-secret"}
-        for key in sorted(k for k in env if k.startswith(("AWS_", "RAY_", "MLFLOW_", "AUGMENT_", "SPARK_",
-                                                          "PYSPARK_"))):
+        for key in sorted(
+            k for k in env if k.startswith(("AWS_", "RAY_", "MLFLOW_", "AUGMENT_", "SPARK_", "PYSPARK_"))
+        ):
             value = f'"$(cat {cluster.root / "secrets" / secret[key]})"' if key in secret else f"'{env[key]}'"
             print(f"export {key}={value}")
     elif args.command == "submit":

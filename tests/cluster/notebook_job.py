@@ -6,6 +6,7 @@ Tables go through ``display`` (printed here).
 
 Usage: spark-submit --py-files dist/augment.zip tests/cluster/notebook_job.py NOTEBOOK_FILE
 """
+
 from __future__ import annotations
 
 import runpy

@@ -7,6 +7,7 @@ binds the machine's outward address instead. So this runs Ray's own command line
 multi-node setting, while everything else (the node's address, what its raylet, agents and workers bind) keeps
 loopback. A real cluster needs none of this: its nodes are machines with their own addresses.
 """
+
 import sys
 import types
 

@@ -17,6 +17,7 @@ Ray runtime, in the order a pipeline uses them, measured:
 Prints one JSON line, ``RESULT {...}``: where the Ray tasks ran, the seconds each step took, and any failure.
 Usage: python tests/cluster/ray_on_spark_probe.py CONF SLOT_WAIT_S
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,9 @@ def _ray_stage(ctx) -> dict:
 
     ctx.ray()
     ds = ray.data.range(64, override_num_blocks=4)
-    ds = map_batches_on_actors(ds, _Where, batch_size=16, batch_format="numpy",
-                               concurrency=actor_pool_size(2, stage="probe"))
+    ds = map_batches_on_actors(
+        ds, _Where, batch_size=16, batch_format="numpy", concurrency=actor_pool_size(2, stage="probe")
+    )
     rows: dict[str, int] = {}
     for row in ds.iter_rows():
         rows[row["node"]] = rows.get(row["node"], 0) + 1
@@ -100,8 +102,11 @@ def _hold_every_slot(spark, slots: int, seconds: float) -> tuple[threading.Threa
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         tracker = sc.statusTracker()
-        running = sum(tracker.getStageInfo(s).numActiveTasks for s in tracker.getActiveStageIds()
-                      if tracker.getStageInfo(s) is not None)
+        running = sum(
+            tracker.getStageInfo(s).numActiveTasks
+            for s in tracker.getActiveStageIds()
+            if tracker.getStageInfo(s) is not None
+        )
         if running >= slots:
             return thread, group
         time.sleep(0.5)
@@ -174,8 +179,9 @@ def main(conf: str, slot_wait: float) -> dict:
         closing = time.monotonic()
         ctx.close()  # as every job's entry point does, on success, error and Ctrl-C
         result["close_s"] = time.monotonic() - closing
-    result["jobs_after_error"] = [j for j in _active_jobs(spark)
-                                  if j not in spark.sparkContext.statusTracker().getJobIdsForGroup(group)]
+    result["jobs_after_error"] = [
+        j for j in _active_jobs(spark) if j not in spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+    ]
     result["ray_processes_after_error"] = _ray_processes(head_port)
     spark.sparkContext.cancelJobGroup(group)
     holder.join(timeout=60)

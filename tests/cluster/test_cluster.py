@@ -11,6 +11,7 @@ nodes cut from the executors, Spark -> Ray -> Spark with the slots given back, n
 with an error (tests/cluster/ray_on_spark_probe.py). The rehearsal of every pipeline is ``make cluster-demo`` (its time
 is in docs/operations/cluster.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -74,11 +75,13 @@ def cluster_conf(cluster, tmp_path_factory) -> Path:
     write_documents(folder / "documents.csv")
     cluster.upload_inputs({"raw/documents.csv": folder / "documents.csv"})
     tree = world_config(folder, "sqlite:///unused.db").to_dict()
-    tree.update(name="cluster-tier",
-                spark={**tree["spark"], "mode": "cluster", "delta": "native"},
-                ray={"mode": "address", "address": "${RAY_ADDRESS}", "warm_task_rows": 0},
-                lakehouse={"root": "${AUGMENT_BUCKET}/lakehouse", "commit_lease_s": 30},
-                tracking={"uri": "${MLFLOW_TRACKING_URI}", "experiment": "cluster-tier"})
+    tree.update(
+        name="cluster-tier",
+        spark={**tree["spark"], "mode": "cluster", "delta": "native"},
+        ray={"mode": "address", "address": "${RAY_ADDRESS}", "warm_task_rows": 0},
+        lakehouse={"root": "${AUGMENT_BUCKET}/lakehouse", "commit_lease_s": 30},
+        tracking={"uri": "${MLFLOW_TRACKING_URI}", "experiment": "cluster-tier"},
+    )
     tree["inputs"]["documents"] = {**tree["inputs"]["documents"], "path": "${AUGMENT_BUCKET}/raw/documents.csv"}
     tree["genre"]["generator"]["generation"].update(concurrency=2, batch_size=9)
     path = folder / "cluster_world.yaml"
@@ -134,17 +137,24 @@ def pipeline_run(cluster, cluster_conf):
         for name in (SPARK_WORKERS[1], "ray-node-2"):  # whatever happened, the next tests get the whole cluster
             if name not in cluster.state["pids"]:
                 cluster.restart(name)
-    print(f"with the store down refused in {record['refused_seconds']:.0f} s; "
-          f"{PIPELINE} on the cluster: {record['seconds']:.0f} s; Spark worker killed at "
-          f"{record.get('spark_kill_at', -1):.0f} s, Ray node at {record.get('ray_kill_at', -1):.0f} s")
+    print(
+        f"with the store down refused in {record['refused_seconds']:.0f} s; "
+        f"{PIPELINE} on the cluster: {record['seconds']:.0f} s; Spark worker killed at "
+        f"{record.get('spark_kill_at', -1):.0f} s, Ray node at {record.get('ray_kill_at', -1):.0f} s"
+    )
     return record
 
 
 def test_nothing_of_the_project_reaches_a_node_but_what_is_shipped(cluster):
     """The nodes' Python has the dependencies and not the project: a job works only with the code it ships."""
-    done = subprocess.run([str(cluster.node_python), "-c", "import pyspark\nimport common"],
-                          capture_output=True, text=True, timeout=120, cwd=cluster.root,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    done = subprocess.run(
+        [str(cluster.node_python), "-c", "import pyspark\nimport common"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cluster.root,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert done.returncode != 0 and "No module named 'common'" in done.stderr
 
 
@@ -155,15 +165,21 @@ def test_a_pipeline_runs_through_spark_submit_as_it_runs_locally(cluster, pipeli
     generated documents row for row); Spark tasks on both workers and Ray work on both nodes; the MLflow server
     holds the runs, their artifacts in the bucket; nothing on the driver's disk."""
     assert pipeline_run["returncode"] == 0, pipeline_run["log"].read_text()[-6000:]
-    local = {table: (res.version, res.num_rows if res.num_rows is not None else
-                     small_world.lakehouse.read(table, res.version).count())
-             for result in small_world.run(PIPELINE).values() for table, res in result.outputs.items()}
+    local = {
+        table: (
+            res.version,
+            res.num_rows if res.num_rows is not None else small_world.lakehouse.read(table, res.version).count(),
+        )
+        for result in small_world.run(PIPELINE).values()
+        for table, res in result.outputs.items()
+    }
     remote = cluster.tables()
     assert {t: remote.get(t) for t in local} == local
     columns = ("source_id", "sample_idx", "generated_text")
     local_rows = small_world.lakehouse.read("genre_generated", local["genre_generated"][0]).select(*columns).collect()
-    assert table_rows(cluster, "genre_generated", remote["genre_generated"][0], columns) == \
-        sorted(tuple(str(v) for v in r) for r in local_rows)
+    assert table_rows(cluster, "genre_generated", remote["genre_generated"][0], columns) == sorted(
+        tuple(str(v) for v in r) for r in local_rows
+    )
     # Where the work ran: Spark's event log of this application, Ray's state API.
     spark = next(counts for app, counts in cluster.spark_tasks().items() if app.startswith(PIPELINE))
     assert all(spark.get(w, 0) > 0 for w in SPARK_WORKERS), spark
@@ -171,8 +187,9 @@ def test_a_pipeline_runs_through_spark_submit_as_it_runs_locally(cluster, pipeli
     assert ray.get("head") and ray.get("node-2"), ray
     print(f"Spark tasks {spark}; Ray work {ray}")
     # MLflow: the pipeline's parent run and one child per job, with the report and models as artifacts in the bucket.
-    runs = mlflow_post("runs/search", cluster, {"experiment_ids": [experiment_id(cluster, "cluster-tier")],
-                                            "max_results": 100})["runs"]
+    runs = mlflow_post(
+        "runs/search", cluster, {"experiment_ids": [experiment_id(cluster, "cluster-tier")], "max_results": 100}
+    )["runs"]
     names = {r["info"]["run_name"] for r in runs}
     assert {f"pipeline:{PIPELINE}", "ingest-documents", "genre-generate", "genre-evaluate"} <= names, names
     assert all(r["info"]["artifact_uri"].startswith("mlflow-artifacts:") for r in runs)
@@ -215,8 +232,10 @@ def test_the_second_ray_node_killed_mid_generation(cluster, pipeline_run):
     there = pipeline_run["ray_actors_there"]
     restarted = [a for a in pipeline_run["actors"] if a["actor_id"] in there and int(a["num_restarts"]) > 0]
     rerun = "lost a node or an actor of the Ray cluster" in pipeline_run["log"].read_text()
-    print(f"recovered by: {'an actor restart' if restarted else ''}{' and ' if restarted and rerun else ''}"
-          f"{'the stage run again' if rerun else ''}")
+    print(
+        f"recovered by: {'an actor restart' if restarted else ''}{' and ' if restarted and rerun else ''}"
+        f"{'the stage run again' if rerun else ''}"
+    )
     assert restarted or rerun, pipeline_run["actors"]
 
 
@@ -227,8 +246,10 @@ def test_the_object_store_down_when_a_job_starts(cluster, pipeline_run):
     refused = pipeline_run["refused"]
     assert refused.returncode == 4, refused.stdout[-3000:]
     endpoint = f"http://127.0.0.1:{cluster.port('s3')}"
-    assert f"augment: storage unreachable: s3a://{BUCKET}/lakehouse: the object store at {endpoint} did not answer" \
+    assert (
+        f"augment: storage unreachable: s3a://{BUCKET}/lakehouse: the object store at {endpoint} did not answer"
         in refused.stdout
+    )
     assert pipeline_run["refused_seconds"] < 90
     assert pipeline_run["lakehouse_after_refusal"] == []
     assert pipeline_run["returncode"] == 0
@@ -265,8 +286,7 @@ def test_the_commit_lease_makes_a_second_writer_wait_or_fail(cluster, monkeypatc
     assert not cluster.bucket_keys("lease-test/")
 
 
-def test_the_doctor_reaches_the_cluster_and_ray_refuses_a_driver_without_its_token(cluster, cluster_conf,
-                                                                                    monkeypatch):
+def test_the_doctor_reaches_the_cluster_and_ray_refuses_a_driver_without_its_token(cluster, cluster_conf, monkeypatch):
     """``augment doctor``'s cluster lines against the real thing: the master, Ray's head and this driver's token, the
     bucket, the MLflow server, each reached. And Ray's token authentication is on: a driver without the token is
     refused."""
@@ -282,12 +302,17 @@ def test_the_doctor_reaches_the_cluster_and_ray_refuses_a_driver_without_its_tok
     assert all(c.ok for c in checks.values()), checks
     lakehouse = _lakehouse(cfg)
     assert lakehouse.ok and lakehouse.detail.startswith(
-        f"s3a://{BUCKET}/lakehouse answers at http://127.0.0.1:{cluster.port('s3')}"), lakehouse
+        f"s3a://{BUCKET}/lakehouse answers at http://127.0.0.1:{cluster.port('s3')}"
+    ), lakehouse
     started = time.monotonic()
     # Ray retries a refused GCS handshake once a second, 20 times by default: two tries show the refusal as well.
-    refused = subprocess.run([str(cluster.node_python), "-c", "import ray; ray.init(address='auto')"],
-                             env={**cluster.env("driver"), "RAY_AUTH_MODE": "disabled",
-                                  "RAY_NUM_REDIS_GET_RETRIES": "2"}, capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [str(cluster.node_python), "-c", "import ray; ray.init(address='auto')"],
+        env={**cluster.env("driver"), "RAY_AUTH_MODE": "disabled", "RAY_NUM_REDIS_GET_RETRIES": "2"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     print(f"a driver without the token refused in {time.monotonic() - started:.0f} s")
     assert refused.returncode != 0 and "InvalidAuthToken" in refused.stderr
 
@@ -303,35 +328,53 @@ def test_ray_on_spark_sizes_its_nodes_from_the_executors_and_never_waits_silentl
     ``ray.spark_node_start_timeout_s`` with an error naming the executors and the keys, Ray on Spark is shut down
     (no Spark job or Ray process of it left), and the slots serve the next Spark stage at once."""
     tree = yaml.safe_load(cluster_conf.read_text())
-    tree["spark"] = {"mode": "local", "master": f"spark://127.0.0.1:{cluster.port('spark-master')}", "delta": "rs",
-                     "driver_memory": "1g"}
-    tree["ray"] = {"mode": "spark", "spark_max_worker_nodes": 2, "spark_idle_timeout_minutes": 0.1,
-                   "spark_node_start_timeout_s": 30}
+    tree["spark"] = {
+        "mode": "local",
+        "master": f"spark://127.0.0.1:{cluster.port('spark-master')}",
+        "delta": "rs",
+        "driver_memory": "1g",
+    }
+    tree["ray"] = {
+        "mode": "spark",
+        "spark_max_worker_nodes": 2,
+        "spark_idle_timeout_minutes": 0.1,
+        "spark_node_start_timeout_s": 30,
+    }
     conf = tmp_path / "ray_on_spark.yaml"
     conf.write_text(yaml.safe_dump(tree, sort_keys=False))
     # The environment of a user's shell: no spark-defaults (SPARK_CONF_DIR), no executor Python set (the session
     # sets the driver's), no activated venv; RAY_ADDRESS names the other Ray cluster, which must go unused. The
     # driver is the nodes' Python with the checkout on its path, whose `ray` keeps Ray on loopback here.
-    env = {k: v for k, v in cluster.env("driver").items()
-           if not k.startswith(("SPARK_CONF", "SPARK_HOME", "PYSPARK_"))}
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep)
-                                  if p and not Path(p).resolve().is_relative_to(VENV.resolve()))
+    env = {
+        k: v for k, v in cluster.env("driver").items() if not k.startswith(("SPARK_CONF", "SPARK_HOME", "PYSPARK_"))
+    }
+    env["PATH"] = os.pathsep.join(
+        p
+        for p in env.get("PATH", os.defpath).split(os.pathsep)
+        if p and not Path(p).resolve().is_relative_to(VENV.resolve())
+    )
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     assert "RAY_ADDRESS" in env
     slot_wait = 120
     started = time.monotonic()
-    done = subprocess.run([str(cluster.node_python), str(Path(__file__).with_name("ray_on_spark_probe.py")),
-                           str(conf), str(slot_wait)], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [str(cluster.node_python), str(Path(__file__).with_name("ray_on_spark_probe.py")), str(conf), str(slot_wait)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     seconds = time.monotonic() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, (done.stdout + done.stderr)[-4000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     print(f"ray on spark: {seconds:.0f} s in all; {json.dumps(result)}")
     executors = "2 executors of 1 core and 1024 MiB each"
     assert result["default_parallelism"] == 4 and result["executors"] == executors
     assert result["too_large_refused"].startswith(
-        f"ray.spark_num_cpus_per_node (2) is more than a Spark executor has: the application has {executors}")
+        f"ray.spark_num_cpus_per_node (2) is more than a Spark executor has: the application has {executors}"
+    )
     assert result["plan"] == f"0-2 worker nodes of 1 CPU, 0 GPU and 1024 MB (the application has {executors})"
     ray_stage = result["pipeline_ray"]
     assert sum(ray_stage["rows_by_node"].values()) == 64 and ray_stage["head"] not in ray_stage["rows_by_node"]

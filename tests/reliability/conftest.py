@@ -1,4 +1,5 @@
 """Fixtures of the reliability layer: the demo world whose clean ingest every process-level test is held to."""
+
 from __future__ import annotations
 
 import pytest

@@ -5,6 +5,7 @@ The generator is the production :class:`~common.models.generation.pool.T5Generat
 each batch; the faults come from outside the stage's code (``ray.kill`` from the plan actor) or are raised
 inside one batch, so what survives is decided by the suite's Ray options, not by the test.
 """
+
 from __future__ import annotations
 
 import time

@@ -1,6 +1,7 @@
 """The small demo world the process-level reliability tests ingest: its config, and the ``augment run ingest``
 arguments that point a lakehouse at its landing files (4 tables: kept and quarantined rows of the labeled
 products and the catalog)."""
+
 from __future__ import annotations
 
 import json
@@ -20,15 +21,23 @@ SHORT_JVM = "-XX:TieredStopAtLevel=1"
 # hundred rows the interpreted operators finish first: an ingest process takes 11.4 s instead of 12.9 s on 2
 # cores. NO_CODEGEN is Spark's own test setting, kept to these short-lived processes.
 SHORT_SPARK_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-DEMO = [*SMALL_DEMO, f"spark.java_options={SHORT_JVM}",
-        f"spark.conf={json.dumps(SHORT_SPARK_CONF)}"]  # JSON is YAML: the values stay strings
+DEMO = [
+    *SMALL_DEMO,
+    f"spark.java_options={SHORT_JVM}",
+    f"spark.conf={json.dumps(SHORT_SPARK_CONF)}",
+]  # JSON is YAML: the values stay strings
 
 
 def settings(root: Path, base: Path, path: str = "native", landing: Path | None = None) -> list[str]:
     """The job's --set items: its lakehouse ``root``, the MLflow database under ``base``, the write ``path``
     and, with ``landing``, that folder's labeled products and catalog files as the inputs."""
-    items = [f"lakehouse.root={root}", f"tracking.uri=sqlite:///{base / 'mlflow.db'}",
-             f"tracking.experiment=reliability-{root.name}", f"spark.delta={path}", *DEMO]
+    items = [
+        f"lakehouse.root={root}",
+        f"tracking.uri=sqlite:///{base / 'mlflow.db'}",
+        f"tracking.experiment=reliability-{root.name}",
+        f"spark.delta={path}",
+        *DEMO,
+    ]
     if landing is not None:
         items += [f"inputs.labeled={landing / 'labeled_products'}", f"inputs.catalog={landing / 'catalog'}"]
     return items

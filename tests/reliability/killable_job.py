@@ -18,6 +18,7 @@ process while it checks what the last kill left, and its clock starts at the fil
     python tests/reliability/killable_job.py run ingest --conf ... --set ...
     python tests/reliability/killable_job.py ray-stage LAKEHOUSE_ROOT ROWS native|rs
 """
+
 from __future__ import annotations
 
 import os
@@ -32,6 +33,7 @@ def _marker():
         handle.write(f"{time.monotonic():.6f} {event}\n")
         handle.flush()
         os.fsync(handle.fileno())
+
     return mark
 
 
@@ -43,9 +45,9 @@ def _barrier():
             return
         name = event.replace(" ", "-")
         open(os.path.join(folder, f"{name}.{os.getpid()}"), "w").close()
-        if not _wait_until(lambda: sum(entry.startswith(f"{name}.") for entry in os.listdir(folder)) >= parties,
-                           120):
+        if not _wait_until(lambda: sum(entry.startswith(f"{name}.") for entry in os.listdir(folder)) >= parties, 120):
             raise RuntimeError(f"the other writers never reached {event!r}")
+
     return wait
 
 
@@ -63,14 +65,18 @@ def install_markers() -> None:
     from common.platform import delta_native, delta_rs
 
     mark, barrier = _marker(), _barrier()
-    real_commit_files, real_commit_once, real_native_write = \
-        delta_rs.commit_files, delta_rs._commit_once, delta_native.write
+    real_commit_files, real_commit_once, real_native_write = (
+        delta_rs.commit_files,
+        delta_rs._commit_once,
+        delta_native.write,
+    )
 
     def commit_files(table, location, storage, mode, metadata, write_files, *args, **kwargs):
         def marked_write(folder):
             mark(f"files {table}")
             barrier(f"files {table}")
             return write_files(folder)
+
         result = real_commit_files(table, location, storage, mode, metadata, marked_write, *args, **kwargs)
         mark(f"committed {table}")
         return result
@@ -102,8 +108,12 @@ def write_stage(lakehouse, rows: int):
         return {"id": ids, "text": [f"generated text {i} " * 8 for i in ids]}
 
     ds = ray.data.range(rows, override_num_blocks=8).map_batches(generate, batch_size=max(1, rows // 8))
-    lineage = Lineage(job="ray-stage", config_hash=f"rows{rows}", inputs={"range": str(rows)},
-                      run_id=f"pid{os.getpid()}-{time.time_ns()}")
+    lineage = Lineage(
+        job="ray-stage",
+        config_hash=f"rows{rows}",
+        inputs={"range": str(rows)},
+        run_id=f"pid{os.getpid()}-{time.time_ns()}",
+    )
     return lakehouse.write_ray(ds, "generated", lineage=lineage)
 
 
@@ -119,8 +129,9 @@ def ray_stage(root: str, rows: int, path: str) -> int:
 
         from common.platform.session import get_spark
 
-        spark = get_spark(SparkConfig(master="local[1]", shuffle_partitions=1, java_options=SHORT_JVM,
-                                      conf=dict(SHORT_SPARK_CONF)))
+        spark = get_spark(
+            SparkConfig(master="local[1]", shuffle_partitions=1, java_options=SHORT_JVM, conf=dict(SHORT_SPARK_CONF))
+        )
     runtime = RayRuntime(RayConfig(num_cpus=1)).start()
     try:
         wait_for_go()

@@ -5,6 +5,7 @@ Both run in a process of their own (``python s3_proxy.py``): delta-rs holds the 
 calls (``DeltaTable.is_deltatable``), so a server in the test's own process would never answer them. The test steers
 the proxy through its control path, ``/__proxy__``: the refusals to give (:meth:`S3Proxy.refuse`) and how many it
 gave (:attr:`S3Proxy.refused`)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,10 +17,13 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-DENIED = ('<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message>'
-          '</Error>')
-UNAVAILABLE = ('<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>Please reduce '
-               'your request rate.</Message></Error>')
+DENIED = (
+    '<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
+)
+UNAVAILABLE = (
+    '<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>Please reduce '
+    "your request rate.</Message></Error>"
+)
 CONTROL = "/__proxy__"
 
 
@@ -67,8 +71,13 @@ class S3Proxy:
         import tempfile
 
         errors = tempfile.TemporaryFile()
-        process = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdout=subprocess.PIPE,
-                                   stderr=errors, text=True, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve())],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            start_new_session=True,
+        )
         # the proxy's port, once both listen: within a minute, or the process's own words
         ready = select.select([process.stdout], [], [], 60)[0]
         line = process.stdout.readline() if ready else ""
@@ -77,10 +86,15 @@ class S3Proxy:
             errors.seek(0)
             raise AssertionError(f"the S3 proxy did not start: {line!r} {errors.read()[-2000:]!r}")
         proxy = cls(process, int(line))
-        for name, value in {"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": "test",
-                            "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-                            "AWS_REGION": "us-east-1",
-                            "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        for name, value in {
+            "AWS_ENDPOINT_URL": proxy.url,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }.items():
             monkeypatch.setenv(name, value)
         try:
             yield proxy
@@ -117,17 +131,24 @@ def _serve() -> None:
         if rule and rule["method"] in ("", request.method) and rule["path"] in request.path:
             state["refused"] += 1
             return web.Response(status=rule["status"], body=rule["body"].encode(), content_type="application/xml")
-        headers = {k: v for k, v in request.headers.items()
-                   if k.lower() not in ("host", "content-length", "transfer-encoding")}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in ("host", "content-length", "transfer-encoding")
+        }
         # A HEAD is asked upstream as a GET: aiohttp answers the client's HEAD with that body's length and without
         # the body, so the object's size (what a client reads from a HEAD) passes through.
         method = "GET" if request.method == "HEAD" else request.method
         async with ClientSession(auto_decompress=False) as session:
-            async with session.request(method, upstream + request.path_qs, headers=headers,
-                                       data=await request.read()) as answer:
+            async with session.request(
+                method, upstream + request.path_qs, headers=headers, data=await request.read()
+            ) as answer:
                 body = await answer.read()
-                keep = {k: v for k, v in answer.headers.items()
-                        if k.lower() not in ("content-length", "transfer-encoding", "connection")}
+                keep = {
+                    k: v
+                    for k, v in answer.headers.items()
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection")
+                }
                 return web.Response(status=answer.status, body=body, headers=keep)
 
     async def start() -> None:

@@ -1,6 +1,7 @@
 """The S3 commit lease's waits end in their bound: a stale lease that the writer is not allowed to delete (an object
 store answering 403 to DeleteObject, as a bucket policy without s3:DeleteObject does) ends in CommitLeaseTimeout
 naming the denial after ``wait_s``, instead of a busy loop with no end."""
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,9 @@ def test_a_local_commit_lock_held_by_another_process_ends_in_the_bound(tmp_path)
     from common.platform.commit_lease import LockTimeout, local_commit_lock
 
     location = str(tmp_path / "items")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / ".items.commit-lock"), "60"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / ".items.commit-lock"), "60"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         started = time.monotonic()
@@ -110,8 +112,9 @@ def test_a_notebooks_interrupt_releases_the_local_lock_and_a_signal_keeps_it_unt
         pass
 
 
-TAGS = ("import json; from common.platform.run_status import process_tags; "
-        "print(json.dumps(process_tags()), flush=True)")
+TAGS = (
+    "import json; from common.platform.run_status import process_tags; print(json.dumps(process_tags()), flush=True)"
+)
 
 
 def test_a_lease_left_by_a_process_gone_from_this_host_is_broken_without_the_ttl(monkeypatch):
@@ -136,18 +139,35 @@ def test_a_lease_left_by_a_process_gone_from_this_host_is_broken_without_the_ttl
             bucket, key = lease_key(location)
             client = _client()
             client.create_bucket(Bucket=bucket)
-            gone = json.loads(subprocess.run([sys.executable, "-c", TAGS], capture_output=True, text=True, env=env,
-                                             cwd=repo, timeout=60, check=True).stdout)
-            live = subprocess.Popen([sys.executable, "-c", f"{TAGS}; import time; time.sleep(60)"],
-                                    stdout=subprocess.PIPE, text=True, env=env, cwd=repo)
+            gone = json.loads(
+                subprocess.run(
+                    [sys.executable, "-c", TAGS],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    cwd=repo,
+                    timeout=60,
+                    check=True,
+                ).stdout
+            )
+            live = subprocess.Popen(
+                [sys.executable, "-c", f"{TAGS}; import time; time.sleep(60)"],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=repo,
+            )
             alive = json.loads(live.stdout.readline())
             settings = LeaseSettings(ttl_s=600.0, wait_s=3.0, poll_s=0.25)
             try:
                 # a live driver; a gone driver whose JVM (spark-submit's, its parent) still runs; a gone driver
                 for driver, jvms in ((alive, []), (gone, [alive]), (gone, [])):
                     owner = f"{driver['process.host']}:{driver['process.pid']}:x"
-                    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(
-                        {"owner": owner, "since": "then", "process": driver, "jvms": jvms}).encode())
+                    client.put_object(
+                        Bucket=bucket,
+                        Key=key,
+                        Body=json.dumps({"owner": owner, "since": "then", "process": driver, "jvms": jvms}).encode(),
+                    )
                     started = time.monotonic()
                     if driver is alive or jvms:
                         with pytest.raises(CommitLeaseTimeout, match=f"held by {owner}"):

@@ -7,6 +7,7 @@ Threads on the session's Spark test the write paths; three ``augment run ingest`
 one lineage and one of another, test the whole job, each with its own Spark driver or delta-rs writer, on a
 fresh lakehouse (the tables' creation races too).
 """
+
 from __future__ import annotations
 
 import os
@@ -68,8 +69,9 @@ def test_two_runs_of_one_lineage_commit_exactly_once(spark, lakehouse, rounds):
     for r in range(rounds):
         lineage = Lineage(job="ingest", config_hash=f"cfg{r}", inputs={"raw": f"files:{r}"})
         runs = [Lineage(lineage.job, lineage.config_hash, lineage.inputs, run_id=f"run-{r}-{i}") for i in range(2)]
-        results, errors = _together([lambda ln=ln: lakehouse.write(_frame(spark, 40, "same"), "items", lineage=ln)
-                                     for ln in runs])
+        results, errors = _together(
+            [lambda ln=ln: lakehouse.write(_frame(spark, 40, "same"), "items", lineage=ln) for ln in runs]
+        )
         assert not errors, errors
         assert sorted(res.skipped for res in results) == [False, True], results
         assert results[0].version == results[1].version == r + 1
@@ -87,19 +89,30 @@ def test_the_transaction_id_stops_a_run_that_missed_the_history_check(spark, lak
     late = Lineage(lineage.job, lineage.config_hash, lineage.inputs, run_id="late").to_metadata("items")
     location = lakehouse.location("items")
     if lakehouse.native_delta:
-        second = delta_native.write(spark, _frame(spark, 30, "b"), "items", location, f"delta.`{location}`", False,
-                                    "overwrite", late, app_id)
+        second = delta_native.write(
+            spark, _frame(spark, 30, "b"), "items", location, f"delta.`{location}`", False, "overwrite", late, app_id
+        )
     else:
-        second = delta_rs.commit_files("items", location, None, "overwrite", late,
-                                       lambda folder: _frame(spark, 30, "b").write.parquet(folder), None, app_id)
+        second = delta_rs.commit_files(
+            "items",
+            location,
+            None,
+            "overwrite",
+            late,
+            lambda folder: _frame(spark, 30, "b").write.parquet(folder),
+            None,
+            app_id,
+        )
     assert second.skipped and second.version == first.version == 0
     assert lakehouse.version("items") == 0
     assert DeltaTable(location).to_pyarrow_table().column("writer").unique().to_pylist() == ["a"]
     # The losing write's files were never committed; on the delta-rs path they are removed at once.
     if not lakehouse.native_delta:
         folders = {p.name for p in Path(location).iterdir() if not p.name.startswith("_")}
-        referenced = {Path("/" + u.removeprefix("file://").lstrip("/")).relative_to(location).parts[0]
-                      for u in DeltaTable(location).file_uris()}
+        referenced = {
+            Path("/" + u.removeprefix("file://").lstrip("/")).relative_to(location).parts[0]
+            for u in DeltaTable(location).file_uris()
+        }
         assert folders == referenced
 
 
@@ -108,10 +121,21 @@ def test_two_runs_creating_a_table_at_once(spark, lakehouse, same_lineage):
     """Two writers of a table that does not exist yet: both race to write version 0 (Delta's
     ProtocolChangedException on Spark's writer, "already exists" on delta-rs'). One lineage: one version, the
     other run reports it; two lineages: both commit, the loser as version 1."""
-    lineages = [Lineage(job="ingest", config_hash="cfg" if same_lineage else f"cfg{i}", inputs={"raw": "files:1"},
-                        run_id=f"run-{i}") for i in range(2)]
-    results, errors = _together([lambda ln=ln, i=i: lakehouse.write(_frame(spark, 30, f"w{i}"), "items", lineage=ln)
-                                 for i, ln in enumerate(lineages)])
+    lineages = [
+        Lineage(
+            job="ingest",
+            config_hash="cfg" if same_lineage else f"cfg{i}",
+            inputs={"raw": "files:1"},
+            run_id=f"run-{i}",
+        )
+        for i in range(2)
+    ]
+    results, errors = _together(
+        [
+            lambda ln=ln, i=i: lakehouse.write(_frame(spark, 30, f"w{i}"), "items", lineage=ln)
+            for i, ln in enumerate(lineages)
+        ]
+    )
     assert not errors, errors
     history = _versions_and_writers(lakehouse, "items")
     if same_lineage:
@@ -146,26 +170,38 @@ def test_delta_rs_commits_of_one_lineage_racing_for_one_version_commit_once(tmp_
             parquet(folder, 3)
             barrier.wait(timeout=60)  # both runs' files are written; their commits start together
 
-        results, errors = _together([
-            lambda i=i, location=location, lineage=lineage, write_files=write_files: delta_rs.commit_files(
-                "items", location, None, mode,
-                Lineage(lineage.job, lineage.config_hash, lineage.inputs, run_id=f"run{i}").to_metadata("items"),
-                write_files, None, f"augment-{lineage.key('items')}")
-            for i in range(2)])
+        results, errors = _together(
+            [
+                lambda i=i, location=location, lineage=lineage, write_files=write_files: delta_rs.commit_files(
+                    "items",
+                    location,
+                    None,
+                    mode,
+                    Lineage(lineage.job, lineage.config_hash, lineage.inputs, run_id=f"run{i}").to_metadata("items"),
+                    write_files,
+                    None,
+                    f"augment-{lineage.key('items')}",
+                )
+                for i in range(2)
+            ]
+        )
         assert not errors, errors
         assert sorted(res.skipped for res in results) == [False, True], (round_, results)
         assert DeltaTable(location).version() == round_ % 2, f"round {round_}: the lineage was committed twice"
-
 
 
 @pytest.mark.parametrize("mode", ["overwrite", "append"])
 def test_different_lineages_both_commit_and_nothing_is_lost(spark, lakehouse, mode):
     lakehouse.write(_frame(spark, 5, "seed"), "items")
     writers = ["a", "b", "c"]
-    results, errors = _together([
-        lambda w=w, i=i: lakehouse.write(_frame(spark, 20 + i, w), "items", mode,
-                                    Lineage(job=f"job-{w}", config_hash=w, inputs={"raw": w}))
-        for i, w in enumerate(writers)])
+    results, errors = _together(
+        [
+            lambda w=w, i=i: lakehouse.write(
+                _frame(spark, 20 + i, w), "items", mode, Lineage(job=f"job-{w}", config_hash=w, inputs={"raw": w})
+            )
+            for i, w in enumerate(writers)
+        ]
+    )
     assert not errors, errors
     assert not any(res.skipped for res in results)
     assert sorted(res.version for res in results) == [1, 2, 3]
@@ -189,8 +225,13 @@ with local_commit_lock(sys.argv[1]):
 def _hold_commit_lock(location: str, seconds: float, released: Path) -> subprocess.Popen:
     """A process holding ``location``'s commit lock for ``seconds`` (then writing the time to ``released``),
     returned once it holds it."""
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, location, str(seconds), str(released)], cwd=REPO,
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, location, str(seconds), str(released)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -243,15 +284,24 @@ def _run_together(runs: list[tuple[Path, Path, Path]], base: Path, path: str, ba
     """Run ``augment run ingest`` once per (lakehouse root, landing folder, log file) in processes of their own,
     held together at each table's write (killable_job's barrier); returns each run's output."""
     barrier.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "AUGMENT_FAULT_BARRIER": str(barrier),
-           "AUGMENT_FAULT_PARTIES": str(len(runs))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "AUGMENT_FAULT_BARRIER": str(barrier),
+        "AUGMENT_FAULT_PARTIES": str(len(runs)),
+    }
     procs = []
     for root, landing, log in runs:
         with open(log, "w") as out:
-            procs.append(subprocess.Popen(
-                [sys.executable, killable_job.__file__, *ingest_args(root, base, path, landing)], cwd=REPO,
-                env={**env, "AUGMENT_FAULT_MARKER": str(log.with_suffix(".marker"))}, stdout=out,
-                stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, killable_job.__file__, *ingest_args(root, base, path, landing)],
+                    cwd=REPO,
+                    env={**env, "AUGMENT_FAULT_MARKER": str(log.with_suffix(".marker"))},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     for proc in procs:
         proc.wait(timeout=600)
     outputs = [log.read_text() for _, _, log in runs]
@@ -278,10 +328,12 @@ def test_three_processes_ingesting_at_once_commit_each_lineage_once(spark, write
     landings = [root / "landing", tmp_path / "other_landing"]
     for landing in landings:
         shutil.copytree(world["landing"], landing)
-    runs = [(root, landings[0], tmp_path / "same0.log"), (root, landings[0], tmp_path / "same1.log"),
-            (root, landings[1], tmp_path / "other.log")]
-    same0, same1, other = (_reported(o) for o in _run_together(runs, world["base"], write_path,
-                                                               tmp_path / "barrier"))
+    runs = [
+        (root, landings[0], tmp_path / "same0.log"),
+        (root, landings[0], tmp_path / "same1.log"),
+        (root, landings[1], tmp_path / "other.log"),
+    ]
+    same0, same1, other = (_reported(o) for o in _run_together(runs, world["base"], write_path, tmp_path / "barrier"))
     assert set(same0) == set(same1) == set(other) == set(world["clean"]), (same0, same1, other)
     lakehouse = Lakehouse(LakehouseConfig(root=str(root)), spark, native_delta=write_path == "native")
     for table, rows in world["clean"].items():
@@ -313,12 +365,17 @@ def test_two_runs_logging_one_table_version_at_once_both_record_it(tmp_path):
         experiment = client.create_experiment("race")
         for round_ in range(8):
             runs = [client.create_run(experiment).info.run_id for _ in range(2)]
-            dataset = MetaDataset(source=DeltaDatasetSource(path=str(tmp_path / "items"), delta_table_version=round_),
-                                  name="items", digest=f"v{round_}")
-            _, errors = _together([lambda run=run, dataset=dataset: log_dataset(run, dataset, "output")
-                                   for run in runs])
+            dataset = MetaDataset(
+                source=DeltaDatasetSource(path=str(tmp_path / "items"), delta_table_version=round_),
+                name="items",
+                digest=f"v{round_}",
+            )
+            _, errors = _together(
+                [lambda run=run, dataset=dataset: log_dataset(run, dataset, "output") for run in runs]
+            )
             assert not errors, errors
-            assert all([d.dataset.digest for d in client.get_run(run).inputs.dataset_inputs] == [f"v{round_}"]
-                       for run in runs)
+            assert all(
+                [d.dataset.digest for d in client.get_run(run).inputs.dataset_inputs] == [f"v{round_}"] for run in runs
+            )
     finally:
         mlflow.set_tracking_uri(None)

@@ -1,6 +1,7 @@
 """Mid-run faults of each dependency end in their class's exit code, from real failures: a full disk (the kernel's
 /dev/full), an object store answering 503 (an HTTP server that answers nothing else), an MLflow server that is not
 there or never answers, and the ``spark-submit jobs/<module>.py`` entry saying it as the CLI does."""
+
 from __future__ import annotations
 
 import os
@@ -84,8 +85,13 @@ def test_an_object_store_answering_503_is_storage_unreachable_and_403_is_not(una
 
     found = []
     for endpoint in unavailable_store:
-        store = pafs.S3FileSystem(endpoint_override=endpoint, access_key="k", secret_key="s", region="us-east-1",
-                                  retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+        store = pafs.S3FileSystem(
+            endpoint_override=endpoint,
+            access_key="k",
+            secret_key="s",
+            region="us-east-1",
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+        )
         with pytest.raises(OSError) as raised:
             store.get_file_info("bucket/lake/table/_delta_log/00000000000000000000.json")
         found.append(user_error(raised.value))
@@ -94,8 +100,7 @@ def test_an_object_store_answering_503_is_storage_unreachable_and_403_is_not(una
     assert found[1] is None, found[1]
 
 
-def test_an_mlflow_server_gone_or_failing_is_tracking_unreachable_and_a_refusal_is_not(monkeypatch,
-                                                                                      unavailable_store):
+def test_an_mlflow_server_gone_or_failing_is_tracking_unreachable_and_a_refusal_is_not(monkeypatch, unavailable_store):
     from mlflow import MlflowClient
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -138,14 +143,23 @@ def test_the_spark_submit_entry_says_a_fault_in_one_line_with_its_code(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     args = [sys.executable, str(REPO / "jobs" / "ingest.py"), "--set", f"lakehouse.root={tmp_path / 'lake'}"]
     start = time.monotonic()
-    down = subprocess.run([*args, "--set", f"tracking.uri=http://127.0.0.1:{_closed_port()}",
-                           "tracking.start_timeout_s=2"], capture_output=True, text=True, timeout=120, env=env)
+    down = subprocess.run(
+        [*args, "--set", f"tracking.uri=http://127.0.0.1:{_closed_port()}", "tracking.start_timeout_s=2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert down.returncode == 8, down.stderr[-3000:]
-    assert down.stderr.strip().splitlines()[-1].startswith("augment: tracking unreachable: the MLflow tracking "
-                                                           "server http://127.0.0.1:")
+    assert (
+        down.stderr.strip()
+        .splitlines()[-1]
+        .startswith("augment: tracking unreachable: the MLflow tracking server http://127.0.0.1:")
+    )
     assert "Traceback" not in down.stderr and time.monotonic() - start < 60
-    bad = subprocess.run([*args, "--set", "tracking.start_timeout_s=0"], capture_output=True, text=True, timeout=120,
-                         env=env)
+    bad = subprocess.run(
+        [*args, "--set", "tracking.start_timeout_s=0"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert bad.returncode == 2 and "tracking.start_timeout_s" in bad.stderr.strip().splitlines()[-1], bad.stderr
 
 
@@ -168,6 +182,7 @@ def test_an_object_store_answering_503_to_a_commit_leaves_no_version_and_the_rer
         def write(folder):
             store, path = filesystem(folder)
             pq.write_table(pa.table({"a": values}), f"{path}/part-0.parquet", filesystem=store)
+
         return write
 
     with S3Proxy.over_moto(monkeypatch) as proxy:

@@ -7,6 +7,7 @@ holds the clean run's row count), a rerun completes and the table ends with exac
 job's lineage, with the clean run's rows; files the killed writer left are referenced by no version and are
 removed by VACUUM (``augment run maintain``), after which the tables read the same.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,11 +51,14 @@ def _start(cmd: list[str], marker: Path, log: Path) -> subprocess.Popen:
     """Start ``cmd`` (killable_job) in a session of its own: it starts its engines, then waits for the file
     ``marker.go`` before running its job (see :func:`_kill_at`), so that it starts while the test checks the
     last kill."""
-    env = {**os.environ, "AUGMENT_FAULT_MARKER": str(marker), "AUGMENT_FAULT_GO": f"{marker}.go",
-           "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "AUGMENT_FAULT_MARKER": str(marker),
+        "AUGMENT_FAULT_GO": f"{marker}.go",
+        "PYTHONPATH": str(REPO),
+    }
     with open(log, "w") as out:
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -76,16 +80,16 @@ def _stop(proc: subprocess.Popen) -> None:
     psutil.wait_procs([p for p in everything if p.pid != proc.pid], timeout=30)
 
 
-def _kill_at(proc: subprocess.Popen, marker: Path, event: str, delay: float, log: Path,
-             timeout: float = 300) -> bool:
+def _kill_at(proc: subprocess.Popen, marker: Path, event: str, delay: float, log: Path, timeout: float = 300) -> bool:
     """Let ``proc`` (from :func:`_start`) run its job; when ``event`` appears in ``marker``, wait ``delay``
     seconds and SIGKILL it with every process it started. Returns False when it finished before the kill
     point."""
     Path(f"{marker}.go").touch()
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
-        if marker.exists() and any(line.split(" ", 1)[1].strip() == event
-                                   for line in marker.read_text().splitlines() if " " in line):
+        if marker.exists() and any(
+            line.split(" ", 1)[1].strip() == event for line in marker.read_text().splitlines() if " " in line
+        ):
             time.sleep(delay)
             _stop(proc)
             return True
@@ -165,8 +169,7 @@ def _recover(lakehouse: Lakehouse, expected: dict[str, int], rerun) -> int:
         left = _parquet_files(location) - _referenced(location)
         if left:
             orphans += len(left)
-            maintain_table(lakehouse, table, MaintenanceConfig(compact=False, retention_hours=0,
-                                                               force_retention=True))
+            maintain_table(lakehouse, table, MaintenanceConfig(compact=False, retention_hours=0, force_retention=True))
             assert _parquet_files(location) == _referenced(location), f"{table}: VACUUM left orphaned files"
     _check_tables(lakehouse, expected)
     return orphans
@@ -222,6 +225,7 @@ def test_kill_9_during_ingest_writes(spark, capabilities, write_path, world, tmp
                     ingest.run(ctx)
                 finally:
                     ctx.close()
+
             OUTCOMES[(write_path, "ingest", "orphaned files vacuumed")] += _recover(lakehouse, clean, rerun)
     assert killed >= INGEST_KILLS - 1, OUTCOMES
 
@@ -234,8 +238,14 @@ def test_kill_9_during_a_ray_write_stage(spark, write_path, ray_runtime, world, 
 
     def start(i: int) -> tuple[subprocess.Popen, Path, Path]:
         marker, log = tmp_path / f"marker{i}", tmp_path / f"r{i}.log"
-        cmd = [sys.executable, str(Path(killable_job.__file__)), "ray-stage", str(tmp_path / f"r{i}"),
-               str(RAY_ROWS), write_path]
+        cmd = [
+            sys.executable,
+            str(Path(killable_job.__file__)),
+            "ray-stage",
+            str(tmp_path / f"r{i}"),
+            str(RAY_ROWS),
+            write_path,
+        ]
         return _start(cmd, marker, log), marker, log
 
     with _OneAhead(len(plan), start) as procs:
@@ -249,7 +259,8 @@ def test_kill_9_during_a_ray_write_stage(spark, write_path, ray_runtime, world, 
             OUTCOMES[(write_path, "ray", _outcome(lakehouse.location("generated"), set()))] += 1
             _check_tables(lakehouse, {"generated": RAY_ROWS})
             OUTCOMES[(write_path, "ray", "orphaned files vacuumed")] += _recover(
-                lakehouse, {"generated": RAY_ROWS}, lambda lh=lakehouse: killable_job.write_stage(lh, RAY_ROWS))
+                lakehouse, {"generated": RAY_ROWS}, lambda lh=lakehouse: killable_job.write_stage(lh, RAY_ROWS)
+            )
             # The native path stages Ray's files outside the table; a kill leaves the folder for maintenance.
             staging = root / "_staging"
             left = len(list(staging.iterdir())) if staging.exists() else 0

@@ -6,6 +6,7 @@ What survives is set by ``ray.actor_max_restarts`` / ``ray.actor_task_retries`` 
 output is exactly inputs x n rows, none twice, and equal to a clean run's (sampling is seeded per bucket);
 a batch that fails on every attempt fails the stage after its retries and no table version is written.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,9 @@ def tiny_model(tmp_path_factory, ray_runtime):
     pairs = [(f"{b} {n}", f"{n} by {b}") for b in BRANDS for n in NOUNS]
     path = str(tmp_path_factory.mktemp("t5") / "model")
     task = ray.remote(num_cpus=1, max_calls=1)(fine_tune)
-    ray.get(task.remote(pairs, path, ModelSpec(vocab_size=40, max_source_length=16),
-                        TrainSpec(epochs=3, batch_size=8)))
+    ray.get(
+        task.remote(pairs, path, ModelSpec(vocab_size=40, max_source_length=16), TrainSpec(epochs=3, batch_size=8))
+    )
     return path
 
 
@@ -61,12 +63,20 @@ def _stage(model: str, fault=None, poison=None):
     import ray
 
     plan = ray.remote(num_cpus=0)(faulty_actors.FaultPlan).remote()
-    rows = [{"source_id": f"s{i:02d}", "source_text": f"{BRANDS[i % 3]} {NOUNS[i // 3 % 3]} {i}"}
-            for i in range(N_INPUTS)]
-    kwargs = {"model_path": model, "model_version": "t5@1", "spec": SPEC, "plan": plan, "fault": fault,
-              "poison": poison}
-    return on_actor_pool(ray.data.from_items(rows), faulty_actors.FaultyGenerator, kwargs, concurrency=1,
-                         num_gpus=0.0, batch_size=BATCH), plan
+    rows = [
+        {"source_id": f"s{i:02d}", "source_text": f"{BRANDS[i % 3]} {NOUNS[i // 3 % 3]} {i}"} for i in range(N_INPUTS)
+    ]
+    kwargs = {
+        "model_path": model,
+        "model_version": "t5@1",
+        "spec": SPEC,
+        "plan": plan,
+        "fault": fault,
+        "poison": poison,
+    }
+    return on_actor_pool(
+        ray.data.from_items(rows), faulty_actors.FaultyGenerator, kwargs, concurrency=1, num_gpus=0.0, batch_size=BATCH
+    ), plan
 
 
 def _written(lakehouse, ds, table: str) -> list[tuple]:
@@ -98,8 +108,7 @@ def clean_rows(tiny_model, spark, capabilities, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_generation_actor_killed_mid_batch_restarts_and_loses_or_duplicates_nothing(tiny_model, lakehouse,
-                                                                                     clean_rows):
+def test_generation_actor_killed_mid_batch_restarts_and_loses_or_duplicates_nothing(tiny_model, lakehouse, clean_rows):
     import ray
 
     ds, plan = _stage(tiny_model, fault="kill")
@@ -142,8 +151,12 @@ def _training_files(tmp_path: Path, rows: int = 3000) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    words = {"Home > Kitchen > Mugs": "mug cup coffee tea", "Home > Kitchen > Pans": "pan skillet frying wok",
-             "Toys > Dolls > Baby": "doll baby newborn pram", "Toys > Blocks": "bricks blocks building set"}
+    words = {
+        "Home > Kitchen > Mugs": "mug cup coffee tea",
+        "Home > Kitchen > Pans": "pan skillet frying wok",
+        "Toys > Dolls > Baby": "doll baby newborn pram",
+        "Toys > Blocks": "bricks blocks building set",
+    }
     titles, cats = [], []
     for i in range(rows):
         cat = list(words)[i % 4]
@@ -188,8 +201,9 @@ def test_classifier_training_workers_killed_mid_training_are_retried_and_train_t
     _, clean_stats = train_hft(pool, files, 3, cfg, seed=7, out_dir=str(tmp_path / "clean"))
     # The trainer writes level_1.train.txt in its temp folder before fastText starts and removes it after:
     # its presence is the moment to kill (a sleep was too early or too late on some machines).
-    tmp = ray.get(ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)(
-        lambda: __import__("tempfile").gettempdir()).remote())
+    tmp = ray.get(
+        ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)(lambda: __import__("tempfile").gettempdir()).remote()
+    )
     outcome: dict = {}
 
     def killed_run() -> None:

@@ -1,5 +1,6 @@
 """Secrets and safe model loading: no credential in the shipped config, credentials masked in MLflow params
 and in ``augment config``, and model weights stored as safetensors and loaded without unpickling."""
+
 from __future__ import annotations
 
 import ast
@@ -18,8 +19,10 @@ from common.platform.tracking import Tracker
 REPO = Path(__file__).resolve().parents[2]
 # Credential shapes that must never appear as literal config values: AWS access keys, Databricks, GitHub and
 # Hugging Face tokens, Azure SAS signatures, passwords inside URIs.
-CREDENTIAL_VALUES = re.compile(r"AKIA[0-9A-Z]{16}|dapi[0-9a-f]{32}|gh[pousr]_[A-Za-z0-9]{30,}|hf_[A-Za-z]{30,}|"
-                               r"[?&]sig=[A-Za-z0-9%]{20,}|://[^/\s:@]+:[^/\s@]+@")
+CREDENTIAL_VALUES = re.compile(
+    r"AKIA[0-9A-Z]{16}|dapi[0-9a-f]{32}|gh[pousr]_[A-Za-z0-9]{30,}|hf_[A-Za-z]{30,}|"
+    r"[?&]sig=[A-Za-z0-9%]{20,}|://[^/\s:@]+:[^/\s@]+@"
+)
 REFERENCE = re.compile(r"^\$\{[A-Z0-9_]+\}$|^\{\{\s*secrets/[^}]+\}\}$")
 
 
@@ -37,11 +40,24 @@ def test_no_credential_is_written_in_the_shipped_config():
 
 
 def test_secret_key_names_are_told_from_counts():
-    for key in ("lakehouse.storage_options.AWS_SECRET_ACCESS_KEY", "x.azure_storage_sas_token", "a.clientSecret",
-                "tracking.password", "s.AZURE_STORAGE_ACCOUNT_KEY", "hub.token", "x.api_key"):
+    for key in (
+        "lakehouse.storage_options.AWS_SECRET_ACCESS_KEY",
+        "x.azure_storage_sas_token",
+        "a.clientSecret",
+        "tracking.password",
+        "s.AZURE_STORAGE_ACCOUNT_KEY",
+        "hub.token",
+        "x.api_key",
+    ):
         assert is_secret_key(key), key
-    for key in ("generation.max_new_tokens", "generation.max_source_tokens", "model.tokenizer", "lakehouse.root",
-                "ingest.label_separator", "x.keywords"):
+    for key in (
+        "generation.max_new_tokens",
+        "generation.max_source_tokens",
+        "model.tokenizer",
+        "lakehouse.root",
+        "ingest.label_separator",
+        "x.keywords",
+    ):
         assert not is_secret_key(key), key
     masked = mask_secrets({"uri": "https://bob:hunter2@mlflow.example.com", "n": [{"sas_token": "abc"}]})
     assert masked == {"uri": f"https://bob:{MASK}@mlflow.example.com", "n": [{"sas_token": MASK}]}
@@ -52,12 +68,20 @@ def test_credentials_come_from_the_environment_and_are_masked_in_params_and_prin
 
     secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
     conf = tmp_path / "cluster.yaml"
-    conf.write_text("lakehouse:\n  storage_options:\n    AWS_SECRET_ACCESS_KEY: ${AUGMENT_TEST_SECRET}\n"
-                    "    AWS_REGION: eu-west-1\n")
+    conf.write_text(
+        "lakehouse:\n  storage_options:\n    AWS_SECRET_ACCESS_KEY: ${AUGMENT_TEST_SECRET}\n"
+        "    AWS_REGION: eu-west-1\n"
+    )
     os.environ["AUGMENT_TEST_SECRET"] = secret
     try:
-        cfg = load_config(str(conf), [f"lakehouse.root={tmp_path / 'lh'}", f"tracking.uri={tracking_uri}",
-                                      f"tracking.experiment=secrets-{tmp_path.name}"])
+        cfg = load_config(
+            str(conf),
+            [
+                f"lakehouse.root={tmp_path / 'lh'}",
+                f"tracking.uri={tracking_uri}",
+                f"tracking.experiment=secrets-{tmp_path.name}",
+            ],
+        )
         # The job gets the real value (delta-rs and object stores need it) ...
         assert cfg.lakehouse.storage_options["AWS_SECRET_ACCESS_KEY"] == secret
         with Tracker(cfg).run("secrets") as run:
@@ -68,8 +92,13 @@ def test_credentials_come_from_the_environment_and_are_masked_in_params_and_prin
         assert params["lakehouse.storage_options.AWS_REGION"] == "eu-west-1"
         assert not [k for k, v in params.items() if secret in v]
         assert any(k.endswith("max_new_tokens") and v.isdigit() for k, v in params.items())
-        printed = subprocess.run([str(Path(sys.executable).parent / "augment"), "config", "--conf", str(conf)],
-                                 capture_output=True, text=True, timeout=120, env={**os.environ})
+        printed = subprocess.run(
+            [str(Path(sys.executable).parent / "augment"), "config", "--conf", str(conf)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ},
+        )
         assert printed.returncode == 0, printed.stderr
         assert secret not in printed.stdout and f"AWS_SECRET_ACCESS_KEY: '{MASK}'" in printed.stdout
     finally:
@@ -98,8 +127,9 @@ def test_model_weights_load_without_pickle():
                 kwargs = {k.arg: ast.unparse(k.value) for k in call.keywords}
                 assert kwargs.get("use_safetensors") == "True", f"{path}:{call.lineno}: {ast.unparse(call)}"
         # Loads through the training loader (common.models.pretrained.load_for_training) count too.
-        loads += sum(isinstance(node, ast.Call) and ast.unparse(node.func) == "load_for_training"
-                     for node in ast.walk(tree))
+        loads += sum(
+            isinstance(node, ast.Call) and ast.unparse(node.func) == "load_for_training" for node in ast.walk(tree)
+        )
         for call in _calls(tree, "load"):
             if ast.unparse(call.func.value) == "torch":
                 kwargs = {k.arg: ast.unparse(k.value) for k in call.keywords}
@@ -136,8 +166,14 @@ with open(os.path.join("{tmp_path}/prefix", PREFIX_FILE), "rb") as fh:
 loaded = LabelPrefix.load("{tmp_path}/prefix")
 print("PREFIX", PREFIX_FILE, torch.equal(loaded.table, prefix.table), int.from_bytes(header, "little") > 0)
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "REFUSED" in out.stdout and "LOADED" not in out.stdout, out.stdout
     assert "PREFIX label_prefix.safetensors True True" in out.stdout, out.stdout

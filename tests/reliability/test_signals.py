@@ -5,6 +5,7 @@ Each ends within ``tracking.shutdown_grace_s`` with exit code 143 and one line, 
 the tracking store), no Ray process of its own left; a run a SIGKILLed process left RUNNING is closed KILLED, with
 the reason, by the next start on the host; the plain rerun completes with one version per table.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,21 +49,30 @@ def _run_left_running(root: Path, base: Path) -> str:
             print(run.run_id, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
     """)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     return done.stdout.split()[-1]
 
 
-def _terminate_at(proc: subprocess.Popen, marker: Path, prefix: str, log: Path,
-                  delay: float) -> tuple[float, list[psutil.Process]]:
+def _terminate_at(
+    proc: subprocess.Popen, marker: Path, prefix: str, log: Path, delay: float
+) -> tuple[float, list[psutil.Process]]:
     """Let ``proc`` run; ``delay`` seconds after a marker line starting with ``prefix`` send SIGTERM to it alone
     (its engines' processes get none: a scheduler signals the process it started); returns the seconds from the
     signal to its exit and the processes it had started (its JVM, Ray's)."""
     Path(f"{marker}.go").touch()
     deadline = time.monotonic() + 300
-    while not (marker.exists() and any(line.split(" ", 1)[1].startswith(prefix)
-                                       for line in marker.read_text().splitlines() if " " in line)):
+    while not (
+        marker.exists()
+        and any(line.split(" ", 1)[1].startswith(prefix) for line in marker.read_text().splitlines() if " " in line)
+    ):
         if proc.poll() is not None or time.monotonic() > deadline:
             _stop(proc)
             raise AssertionError(f"{proc.args} never reached {prefix!r}:\n{log.read_text()[-3000:]}")
@@ -111,8 +121,9 @@ def test_sigterm_during_a_spark_write_kills_the_run_and_the_rerun_completes(spar
     assert not [r.info.run_id for r in runs.values() if r.info.status == "RUNNING"], runs
     dead = runs.pop(left_running)
     assert dead.info.status == "KILLED" and "ended without closing it" in dead.data.tags["closed.reason"]
-    assert [(r.info.run_name, r.info.status, r.data.tags.get("closed.reason")) for r in runs.values()] == \
-        [("ingest", "KILLED", TERMINATED.removeprefix("augment: terminated: "))]
+    assert [(r.info.run_name, r.info.status, r.data.tags.get("closed.reason")) for r in runs.values()] == [
+        ("ingest", "KILLED", TERMINATED.removeprefix("augment: terminated: "))
+    ]
 
     cfg = ingest_config(root, base)
     from common.platform.job import build_context
@@ -129,6 +140,7 @@ def test_sigterm_during_a_spark_write_kills_the_run_and_the_rerun_completes(spar
             ingest.run(ctx)
         finally:
             ctx.close()
+
     _recover(lakehouse, world["clean"], rerun)
 
 
@@ -177,8 +189,13 @@ def test_sigterm_during_a_wait_on_ray_tasks_is_the_signal_not_an_error(tmp_path)
     training and scoring, HFT levels, fine-tunes, conversions) raise the signal itself."""
     log = tmp_path / "wait.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", WAITS_ON_A_TASK], cwd=REPO, stdout=out,
-                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WAITS_ON_A_TASK],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
     deadline = time.monotonic() + 120
     while "waiting" not in log.read_text():
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -206,8 +223,14 @@ def test_a_signal_between_a_tracking_read_and_its_fetch_still_ends_the_run_kille
     from common.platform.signals import Terminated, handled
     from common.platform.tracking import Tracker
 
-    cfg = load_config(None, [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"lakehouse.root={tmp_path / 'lake'}",
-                             "tracking.experiment=signal-mid-read"])
+    cfg = load_config(
+        None,
+        [
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"lakehouse.root={tmp_path / 'lake'}",
+            "tracking.experiment=signal-mid-read",
+        ],
+    )
     armed: list[bool] = []
     signalled: list[float] = []
     with pytest.raises(Terminated):
@@ -252,8 +275,13 @@ def test_sigterm_while_ray_starts_is_the_suites_signal_not_rays_exit_15(tmp_path
     then ends the run as any other (143, the run's line), with what Ray had started shut down."""
     log = tmp_path / "start.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", STARTS_RAY], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STARTS_RAY],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
     deadline = time.monotonic() + 120
     while "starting" not in log.read_text():
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -263,7 +291,9 @@ def test_sigterm_while_ray_starts_is_the_suites_signal_not_rays_exit_15(tmp_path
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     text = log.read_text()
-    assert proc.returncode == 143 and "augment: terminated: SIGTERM" in text and "started" not in text, \
-        (proc.returncode, text[-3000:])
+    assert proc.returncode == 143 and "augment: terminated: SIGTERM" in text and "started" not in text, (
+        proc.returncode,
+        text[-3000:],
+    )
     _, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, [(p.pid, p.cmdline()[:3]) for p in alive if p.is_running()]

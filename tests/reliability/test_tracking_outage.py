@@ -2,6 +2,7 @@
 first table): the job finishes its work, keeps what MLflow missed in the run outbox instead of asking the dead server
 again for each call, and exits 8 saying so; once the server is back, the next start logs what was kept to that run
 and ends it FAILED with the reason."""
+
 from __future__ import annotations
 
 import json
@@ -23,16 +24,34 @@ def _mlflow_server(folder: Path, port: int) -> subprocess.Popen:
 
     log = folder / f"mlflow-{time.monotonic_ns()}.log"
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
-         "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"], env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-        stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{folder / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(folder / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     wait_answering(server, f"http://127.0.0.1:{port}/health", log, "mlflow server")
     return server
 
 
-def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_logs_it(spark, capabilities, tmp_path,
-                                                                                    monkeypatch):
+def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_logs_it(
+    spark, capabilities, tmp_path, monkeypatch
+):
     from cluster.local_cluster import free_port
     from mlflow import MlflowClient
 
@@ -49,8 +68,9 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = _mlflow_server(tmp_path, port)
-    cfg = load_config(None, [f"tracking.uri={url}", f"lakehouse.root={tmp_path / 'lake'}",
-                             "tracking.experiment=outage"])
+    cfg = load_config(
+        None, [f"tracking.uri={url}", f"lakehouse.root={tmp_path / 'lake'}", "tracking.experiment=outage"]
+    )
     ctx = build_context(cfg, spark=spark, capabilities=capabilities)
     killed: list[float] = []
     opened_in: list[float] = []
@@ -93,8 +113,9 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         assert ctx.lakehouse.read("second").count() == 1
         kept_folder = Path(cfg.lakehouse.root) / "_tracking" / "outbox"
         [run_id] = [p.name for p in kept_folder.iterdir() if not p.name.startswith((".", "offline-"))]
-        points = [json.loads((p / "run.json").read_text()) for p in kept_folder.iterdir()
-                  if p.name.startswith("offline-")]
+        points = [
+            json.loads((p / "run.json").read_text()) for p in kept_folder.iterdir() if p.name.startswith("offline-")
+        ]
         [point_id] = [p["run_id"] for p in points if p["pending"]["name"] == "probe-point"]
         [leaf] = [p for p in points if p["pending"]["name"] == "probe-leaf"]
         assert leaf["pending"]["parent_run_id"] == point_id  # kept under the run it ran in
@@ -117,12 +138,14 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         assert run.info.status == "FAILED" and "run outbox" in run.data.tags["closed.reason"]
         assert [a.path for a in MlflowClient(url).list_artifacts(run_id, "report")] == ["report/summary.json"]
         assert not (kept_folder / run_id).exists() and not (kept_folder / point_id).exists()
-        [opened] = MlflowClient(url).search_runs([run.info.experiment_id],
-                                                 filter_string=f"tags.`outbox.kept_as` = '{point_id}'")
+        [opened] = MlflowClient(url).search_runs(
+            [run.info.experiment_id], filter_string=f"tags.`outbox.kept_as` = '{point_id}'"
+        )
         assert opened.data.tags["mlflow.parentRunId"] == run_id and opened.data.metrics == {"threshold": 0.8}
         assert opened.info.status == "FINISHED" and opened.info.run_name == "probe-point"
-        [opened_leaf] = MlflowClient(url).search_runs([run.info.experiment_id],
-                                                      filter_string="attributes.run_name = 'probe-leaf'")
+        [opened_leaf] = MlflowClient(url).search_runs(
+            [run.info.experiment_id], filter_string="attributes.run_name = 'probe-leaf'"
+        )
         assert opened_leaf.data.tags["mlflow.parentRunId"] == opened.info.run_id
         assert not list(kept_folder.iterdir())  # every kept run delivered, no lock file left
     finally:

@@ -22,6 +22,7 @@ Models are saved as ``<folder>/lm`` (``save_pretrained`` of the MLM model and it
 classifier kept to ship (:func:`fit_and_evaluate`'s ``keep``) adds ``model.json``, the manifest of the registered
 model's loader (:mod:`common.pyfunc.loader`, kind ``encoder``), whose classification is this module's.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,8 +89,9 @@ class _Surrogate:
         return self.head(hidden_at)
 
 
-def _mask_tokens(ids: "torch.Tensor", special: "torch.Tensor", probability: float,
-                 mask_id: int, generator: "torch.Generator") -> tuple["torch.Tensor", "torch.Tensor"]:
+def _mask_tokens(
+    ids: "torch.Tensor", special: "torch.Tensor", probability: float, mask_id: int, generator: "torch.Generator"
+) -> tuple["torch.Tensor", "torch.Tensor"]:
     """A copy of ``ids`` with ``probability`` of the ordinary tokens (at least one per row) set to the mask
     token, and the boolean positions masked."""
     import torch
@@ -106,43 +108,71 @@ def _mask_tokens(ids: "torch.Tensor", special: "torch.Tensor", probability: floa
     return masked, chosen
 
 
-def _accuracy(surrogate: _Surrogate, tokenizer, rows: Sequence[tuple[str, str]], index: dict[str, int],
-              spec: EncoderConfig, device: str) -> float:
+def _accuracy(
+    surrogate: _Surrogate,
+    tokenizer,
+    rows: Sequence[tuple[str, str]],
+    index: dict[str, int],
+    spec: EncoderConfig,
+    device: str,
+) -> float:
     import torch
 
     surrogate.train(False)
     correct = 0
     with torch.inference_mode():
         for start in range(0, len(rows), spec.batch_size * 4):
-            chunk = rows[start:start + spec.batch_size * 4]
-            enc = tokenizer([t or "" for t, _ in chunk], padding=True, truncation=True,
-                            max_length=spec.max_length, return_tensors="pt").to(device)
-            pred = surrogate.class_logits(surrogate.hidden(enc["input_ids"], enc["attention_mask"]),
-                                          enc["attention_mask"]).argmax(-1).tolist()
+            chunk = rows[start : start + spec.batch_size * 4]
+            enc = tokenizer(
+                [t or "" for t, _ in chunk],
+                padding=True,
+                truncation=True,
+                max_length=spec.max_length,
+                return_tensors="pt",
+            ).to(device)
+            pred = (
+                surrogate.class_logits(
+                    surrogate.hidden(enc["input_ids"], enc["attention_mask"]), enc["attention_mask"]
+                )
+                .argmax(-1)
+                .tolist()
+            )
             correct += sum(p == index.get(label, -1) for p, (_, label) in zip(pred, chunk))
     return correct / len(rows)
 
 
-def _save(surrogate: _Surrogate, tokenizer, labels: list[str], spec: EncoderConfig, figures: dict,
-          folder: str) -> None:
+def _save(
+    surrogate: _Surrogate, tokenizer, labels: list[str], spec: EncoderConfig, figures: dict, folder: str
+) -> None:
     from safetensors.torch import save_file
 
     surrogate.lm.save_pretrained(os.path.join(folder, "lm"))
     tokenizer.save_pretrained(os.path.join(folder, "lm"))
-    save_file({k: v.detach().cpu().contiguous() for k, v in surrogate.classifier.state_dict().items()},
-              os.path.join(folder, "classifier.safetensors"))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in surrogate.classifier.state_dict().items()},
+        os.path.join(folder, "classifier.safetensors"),
+    )
     _save_meta(labels, spec, figures, folder)
 
 
-def _save_meta(labels: list[str], spec: EncoderConfig, figures: dict, folder: str,
-               validation_perplexities: Sequence[float] = ()) -> None:
+def _save_meta(
+    labels: list[str], spec: EncoderConfig, figures: dict, folder: str, validation_perplexities: Sequence[float] = ()
+) -> None:
     with open(os.path.join(folder, "labels.json"), "w", encoding="utf-8") as fh:
-        json.dump({"labels": labels, "spec": asdict(spec), "figures": figures,
-                   "validation_perplexities": sorted(validation_perplexities)}, fh)
+        json.dump(
+            {
+                "labels": labels,
+                "spec": asdict(spec),
+                "figures": figures,
+                "validation_perplexities": sorted(validation_perplexities),
+            },
+            fh,
+        )
 
 
-def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: EncoderConfig, seed: int,
-                  out_dir: str) -> dict[str, Any]:
+def fit_surrogate(
+    train: Sequence[Source], validation: Sequence[Source], spec: EncoderConfig, seed: int, out_dir: str
+) -> dict[str, Any]:
     """Fine-tune the encoder on ``train`` rows (text, label) with the joint classification + MLM loss; after
     each epoch measure accuracy on ``validation`` and keep the best epoch (ties: the earlier; without
     validation rows, the last). Saves the chosen model under ``out_dir`` (local path or URI), with the
@@ -171,9 +201,12 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
     tokenizer = AutoTokenizer.from_pretrained(path)
     surrogate = _Surrogate(masked_lm(path, dtype=torch.float32), len(labels)).to(device)
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
-    optimizer = LinearWarmupAdamW(surrogate.parameters(), spec.learning_rate,
-                                  int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
-                                  steps_per_epoch * spec.epochs)
+    optimizer = LinearWarmupAdamW(
+        surrogate.parameters(),
+        spec.learning_rate,
+        int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
+        steps_per_epoch * spec.epochs,
+    )
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     best: Optional[dict[str, Any]] = None
@@ -183,22 +216,31 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
             surrogate.train(True)
             order = rng.permutation(len(rows))
             for s in range(0, len(rows), spec.batch_size):
-                batch = [rows[i] for i in order[s:s + spec.batch_size]]
-                enc = tokenizer([t or "" for t, _ in batch], padding=True, truncation=True,
-                                max_length=spec.max_length, return_tensors="pt", return_special_tokens_mask=True)
+                batch = [rows[i] for i in order[s : s + spec.batch_size]]
+                enc = tokenizer(
+                    [t or "" for t, _ in batch],
+                    padding=True,
+                    truncation=True,
+                    max_length=spec.max_length,
+                    return_tensors="pt",
+                    return_special_tokens_mask=True,
+                )
                 ids, mask = enc["input_ids"], enc["attention_mask"]
                 target = torch.tensor([index[label] for _, label in batch])
                 loss = torch.nn.functional.cross_entropy(
                     surrogate.class_logits(surrogate.hidden(ids.to(device), mask.to(device)), mask.to(device)),
-                    target.to(device))
+                    target.to(device),
+                )
                 if spec.mlm_weight > 0:
                     special = enc["special_tokens_mask"].bool() | (mask == 0)
-                    masked, chosen = _mask_tokens(ids, special, spec.mlm_probability, tokenizer.mask_token_id,
-                                                  generator)
+                    masked, chosen = _mask_tokens(
+                        ids, special, spec.mlm_probability, tokenizer.mask_token_id, generator
+                    )
                     hidden = surrogate.hidden(masked.to(device), mask.to(device))
                     chosen = chosen.to(device)
                     loss = loss + spec.mlm_weight * torch.nn.functional.cross_entropy(
-                        surrogate.token_logits(hidden[chosen]), ids.to(device)[chosen])
+                        surrogate.token_logits(hidden[chosen]), ids.to(device)[chosen]
+                    )
                 loss_value = optimizer.step(loss)
             accuracy = _accuracy(surrogate, tokenizer, held_out, index, spec, device) if held_out else float("nan")
             # Without validation rows the last epoch is the model: only it is written (each write is the whole
@@ -215,8 +257,14 @@ def fit_surrogate(train: Sequence[Source], validation: Sequence[Source], spec: E
             _save_meta(labels, spec, best, tmp, perplexities)
         put_folder(tmp, out_dir)
     median = float(np.median(perplexities)) if perplexities else float("nan")
-    return {**best, "rows": len(rows), "seconds": time.perf_counter() - start, "device": device,
-            "uri": out_dir, "val_perplexity_median": median}
+    return {
+        **best,
+        "rows": len(rows),
+        "seconds": time.perf_counter() - start,
+        "device": device,
+        "uri": out_dir,
+        "val_perplexity_median": median,
+    }
 
 
 class EncoderScorer:
@@ -253,9 +301,17 @@ class EncoderScorer:
         """(predicted label, its softmax probability) per text (:mod:`common.pyfunc.encoder`'s scoring, which a
         registered model of this classifier runs too)."""
         model = self.model
-        return top_labels(self.labels, batch_logits(
-            self.tokenizer, lambda ids, mask: model.class_logits(model.hidden(ids, mask), mask), texts,
-            self.spec.max_length, self.spec.max_batch_tokens, self.device))
+        return top_labels(
+            self.labels,
+            batch_logits(
+                self.tokenizer,
+                lambda ids, mask: model.class_logits(model.hidden(ids, mask), mask),
+                texts,
+                self.spec.max_length,
+                self.spec.max_batch_tokens,
+                self.device,
+            ),
+        )
 
     def pseudo_perplexity(self, texts: Sequence[str]) -> list[Optional[float]]:
         """exp(mean over tokens of -log p(token | the text with that token masked)) per text; None for a text
@@ -264,8 +320,9 @@ class EncoderScorer:
         import numpy as np
 
         torch = self._torch
-        enc = self.tokenizer([t or "" for t in texts], truncation=True, max_length=self.spec.max_length,
-                             return_special_tokens_mask=True)
+        enc = self.tokenizer(
+            [t or "" for t in texts], truncation=True, max_length=self.spec.max_length, return_special_tokens_mask=True
+        )
         if not len(texts):
             return []
         lengths = np.array([len(seq) for seq in enc["input_ids"]], dtype=np.int64)
@@ -276,8 +333,8 @@ class EncoderScorer:
         padded = np.full((len(texts), int(lengths.max())), self.tokenizer.pad_token_id, dtype=np.int64)
         ordinary = np.zeros(padded.shape, dtype=bool)
         for i, (seq, special) in enumerate(zip(enc["input_ids"], enc["special_tokens_mask"])):
-            padded[i, :len(seq)] = seq
-            ordinary[i, :len(seq)] = np.asarray(special) == 0
+            padded[i, : len(seq)] = seq
+            ordinary[i, : len(seq)] = np.asarray(special) == 0
         # (text index, position) of every ordinary token, longest texts first to keep padding low in a batch.
         text_of, position = np.nonzero(ordinary)
         order = np.argsort(-lengths[text_of], kind="stable")
@@ -287,7 +344,7 @@ class EncoderScorer:
             while s < len(text_of):
                 width = int(lengths[text_of[s]])
                 n = max(1, self.spec.max_batch_tokens // width)
-                rows_text, rows_pos = text_of[s:s + n], position[s:s + n]
+                rows_text, rows_pos = text_of[s : s + n], position[s : s + n]
                 s += n
                 ids = torch.from_numpy(padded[rows_text, :width])  # a copy: fancy indexing
                 mask = torch.from_numpy(np.arange(width)[None, :] < lengths[rows_text][:, None]).long()
@@ -308,12 +365,17 @@ def manifest(folder: str) -> dict[str, Any]:
     """The registered-model loader's manifest (:mod:`common.pyfunc.loader`, kind ``encoder``) of the classifier
     saved in ``folder`` (a local path)."""
     meta = json.loads(open(os.path.join(folder, "labels.json"), encoding="utf-8").read())
-    return {"kind": "encoder", "labels": meta["labels"], "max_length": meta["spec"]["max_length"],
-            "max_batch_tokens": meta["spec"]["max_batch_tokens"]}
+    return {
+        "kind": "encoder",
+        "labels": meta["labels"],
+        "max_length": meta["spec"]["max_length"],
+        "max_batch_tokens": meta["spec"]["max_batch_tokens"],
+    }
 
 
-def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int,
-                     keep: Optional[str] = None) -> dict[str, Any]:
+def fit_and_evaluate(
+    train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int, keep: Optional[str] = None
+) -> dict[str, Any]:
     """Fine-tune an encoder classifier (``spec``) on ``train`` rows and evaluate it on ``test`` rows; it is saved in
     ``keep`` (a folder URI, with the loader's ``model.json``) when given, else discarded. Returns {rows, seconds,
     accuracy, macro_f1, n_test}."""

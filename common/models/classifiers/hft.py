@@ -9,6 +9,7 @@ Training runs as Ray tasks, one level per task, in parallel; a task reads the tr
 files itself (nothing passes through the driver). Prediction runs in Spark ``mapInPandas``;
 each Python worker loads the models once and keeps them for every later batch.
 """
+
 from __future__ import annotations
 
 import functools
@@ -103,8 +104,9 @@ def read_rows(sources: Sequence[Source], text_col: str, label_col: str) -> list[
     return sorted(rows, key=lambda r: (r[0] or "", r[1] or ""))
 
 
-def fit_rows(rows: Sequence[tuple[str, str]], params: dict[str, Any], seed: int, out_dir: str,
-             level: int = 1) -> tuple[int, int, float]:
+def fit_rows(
+    rows: Sequence[tuple[str, str]], params: dict[str, Any], seed: int, out_dir: str, level: int = 1
+) -> tuple[int, int, float]:
     """Train one fastText classifier on sorted (text, label) ``rows`` and save ``level_<level>.bin`` and
     ``labels_<level>.json`` under ``out_dir`` (local path or URI). Returns (tokens, labels, seconds); raises
     :class:`TrainingDataError` for no rows."""
@@ -116,15 +118,23 @@ def fit_rows(rows: Sequence[tuple[str, str]], params: dict[str, Any], seed: int,
 
     order = np.random.default_rng(seed).permutation(len(rows))
     with worker_scratch("hft-") as tmp:
-        figures = fit_fasttext([rows[i][0] for i in order], [rows[i][1] for i in order], params, seed, tmp,
-                               f"level_{level}")
+        figures = fit_fasttext(
+            [rows[i][0] for i in order], [rows[i][1] for i in order], params, seed, tmp, f"level_{level}"
+        )
         for name in (f"level_{level}.bin", f"labels_{level}.json"):
             put_file(os.path.join(tmp, name), f"{out_dir.rstrip('/')}/{name}")
     return figures
 
 
-def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: int, out_dir: str,
-                text_col: str = "title", label_col: str = "category") -> LevelStats:
+def train_level(
+    files: Sequence[str],
+    level: int,
+    params: dict[str, Any],
+    seed: int,
+    out_dir: str,
+    text_col: str = "title",
+    label_col: str = "category",
+) -> LevelStats:
     """Train f_level on the Parquet ``files`` (columns ``text_col``, ``label_col``); save it under ``out_dir``.
 
     Writes ``level_<level>.bin`` and ``labels_<level>.json`` (fastText label token -> category path).
@@ -137,8 +147,9 @@ def train_level(files: Sequence[str], level: int, params: dict[str, Any], seed: 
     return LevelStats(level, len(rows), tokens, n_labels, seconds, rate)
 
 
-def fit_fasttext(texts: Sequence[str], labels: Sequence[str], params: dict[str, Any], seed: int, folder: str,
-                 name: str = "level_1") -> tuple[int, int, float]:
+def fit_fasttext(
+    texts: Sequence[str], labels: Sequence[str], params: dict[str, Any], seed: int, folder: str, name: str = "level_1"
+) -> tuple[int, int, float]:
     """Train one fastText classifier on (text, label) in the given order; write ``<name>.bin`` and the label
     map ``labels_<n>.json`` (fastText label token -> label; ``n`` from ``name``) into the local ``folder``.
 
@@ -160,8 +171,9 @@ def fit_fasttext(texts: Sequence[str], labels: Sequence[str], params: dict[str, 
     seconds = time.perf_counter() - start
     os.remove(train_file)
     suffix = name.rsplit("_", 1)[-1]
-    Path(folder, f"labels_{suffix}.json").write_text(json.dumps({tok: label for label, tok in token_of.items()}),
-                                                    encoding="utf-8")
+    Path(folder, f"labels_{suffix}.json").write_text(
+        json.dumps({tok: label for label, tok in token_of.items()}), encoding="utf-8"
+    )
     return tokens, len(vocabulary), seconds
 
 
@@ -219,8 +231,10 @@ def _train_in_fresh_process(train_file: str, params: dict[str, Any], seed: int, 
     process.start()
     _join_working(process)
     if process.exitcode != 0 or not os.path.isfile(out_bin):
-        raise TrainingDataError(f"fastText training failed (exit code {process.exitcode}); "
-                                "NaN usually means a too high learning rate for this data")
+        raise TrainingDataError(
+            f"fastText training failed (exit code {process.exitcode}); "
+            "NaN usually means a too high learning rate for this data"
+        )
 
 
 # How long a training process may use no CPU at all before it is taken for hung (a deadlock, a stopped process):
@@ -241,8 +255,10 @@ def _join_working(process, stalled_s: float = STALLED_S, poll_s: float = 1.0) ->
         elif time.monotonic() - since > stalled_s:
             process.kill()
             process.join(poll_s)
-            raise ClusterError(f"fastText's training process {process.pid} used no CPU for {stalled_s:g} s "
-                                    "and was killed (hft.STALLED_S)")
+            raise ClusterError(
+                f"fastText's training process {process.pid} used no CPU for {stalled_s:g} s "
+                "and was killed (hft.STALLED_S)"
+            )
 
 
 def _cpu_ticks(pid: int) -> Optional[int]:
@@ -257,9 +273,18 @@ def _cpu_ticks(pid: int) -> Optional[int]:
 
 def fasttext_params(cfg: FastTextConfig) -> dict[str, Any]:
     """fastText keyword arguments from the config (names as fastText spells them)."""
-    return {"epoch": cfg.epoch, "lr": cfg.lr, "wordNgrams": cfg.word_ngrams, "dim": cfg.dim,
-            "minCount": cfg.min_count, "bucket": cfg.bucket, "loss": cfg.loss, "thread": cfg.thread,
-            "minn": cfg.minn, "maxn": cfg.maxn}
+    return {
+        "epoch": cfg.epoch,
+        "lr": cfg.lr,
+        "wordNgrams": cfg.word_ngrams,
+        "dim": cfg.dim,
+        "minCount": cfg.min_count,
+        "bucket": cfg.bucket,
+        "loss": cfg.loss,
+        "thread": cfg.thread,
+        "minn": cfg.minn,
+        "maxn": cfg.maxn,
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -297,25 +322,59 @@ class HFTTrainerPool:
         while waiting or running:
             while waiting and len(running) < self.size:
                 i, job = waiting.pop(0)
-                running[task.remote(job["files"], job["level"], job["params"], job["seed"], job["out_dir"],
-                                    job.get("text_col", "title"), job.get("label_col", "category"))] = i
+                running[
+                    task.remote(
+                        job["files"],
+                        job["level"],
+                        job["params"],
+                        job["seed"],
+                        job["out_dir"],
+                        job.get("text_col", "title"),
+                        job.get("label_col", "category"),
+                    )
+                ] = i
             done = wait_any(list(running), "HFT level training tasks", {"CPU": 1})
             results[running.pop(done[0])] = ray.get(done[0])
         return [results[i] for i in range(len(jobs))]
 
 
-def level_jobs(files: Sequence[str], depth: int, cfg: FastTextConfig, seed: int, out_dir: str,
-               text_col: str = "title", label_col: str = "category") -> list[dict[str, Any]]:
+def level_jobs(
+    files: Sequence[str],
+    depth: int,
+    cfg: FastTextConfig,
+    seed: int,
+    out_dir: str,
+    text_col: str = "title",
+    label_col: str = "category",
+) -> list[dict[str, Any]]:
     """One :meth:`HFTTrainerPool.train` job per level 1..``depth`` of an HFT saved under ``out_dir``."""
     if depth < 1:
         raise TrainingDataError("labels have no levels")
     params = fasttext_params(cfg)
-    return [{"files": list(files), "level": level, "params": params, "seed": seed, "out_dir": out_dir,
-             "text_col": text_col, "label_col": label_col} for level in range(1, depth + 1)]
+    return [
+        {
+            "files": list(files),
+            "level": level,
+            "params": params,
+            "seed": seed,
+            "out_dir": out_dir,
+            "text_col": text_col,
+            "label_col": label_col,
+        }
+        for level in range(1, depth + 1)
+    ]
 
 
-def train_hft(pool: HFTTrainerPool, files: Sequence[str], depth: int, cfg: FastTextConfig, seed: int,
-              out_dir: str, text_col: str = "title", label_col: str = "category") -> tuple[HFTModel, list[LevelStats]]:
+def train_hft(
+    pool: HFTTrainerPool,
+    files: Sequence[str],
+    depth: int,
+    cfg: FastTextConfig,
+    seed: int,
+    out_dir: str,
+    text_col: str = "title",
+    label_col: str = "category",
+) -> tuple[HFTModel, list[LevelStats]]:
     """Train all ``depth`` levels in parallel on the pool; returns the model and per-level stats."""
     stats = pool.train(level_jobs(files, depth, cfg, seed, out_dir, text_col, label_col))
     return HFTModel(uri=out_dir, depth=depth), stats
@@ -346,11 +405,14 @@ def predict(df: "DataFrame", model: HFTModel, text_col: str = "title", prefix: s
     """
     from pyspark.sql import types as T
 
-    schema = T.StructType(df.schema.fields + [
-        T.StructField(f"{prefix}_label", T.StringType()),
-        T.StructField(f"{prefix}_confidence", T.DoubleType()),
-        T.StructField(f"{prefix}_level", T.IntegerType()),
-    ])
+    schema = T.StructType(
+        df.schema.fields
+        + [
+            T.StructField(f"{prefix}_label", T.StringType()),
+            T.StructField(f"{prefix}_confidence", T.DoubleType()),
+            T.StructField(f"{prefix}_level", T.IntegerType()),
+        ]
+    )
 
     def score(batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         for batch in batches:

@@ -6,6 +6,7 @@ aggregates over whole prediction tables are :mod:`common.models.classifiers.metr
 it imports none
 of them.
 """
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,5 +1,6 @@
 """The loader's manifest (``model.json``, :data:`common.pyfunc.loader.MANIFEST`) of a saved classifier folder: what
 each classifier writes beside its files when it is kept, and what the registry and the loader read."""
+
 from __future__ import annotations
 
 import json

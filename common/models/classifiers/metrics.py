@@ -1,4 +1,5 @@
 """Classifier evaluation metrics as Spark aggregates (only per-class counts reach the driver)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -20,10 +21,14 @@ def weighted_f1(df: "DataFrame", label_col: str, pred_col: str) -> float:
     confusion = df.groupBy(F.col(label_col).alias("label"), F.col(pred_col).alias("pred")).count()
     truth = confusion.groupBy(F.col("label").alias("cls")).agg(
         F.sum("count").alias("support"),
-        F.sum(F.when(F.col("label") == F.col("pred"), F.col("count")).otherwise(0)).alias("tp"))
+        F.sum(F.when(F.col("label") == F.col("pred"), F.col("count")).otherwise(0)).alias("tp"),
+    )
     predicted = confusion.groupBy(F.col("pred").alias("cls")).agg(F.sum("count").alias("n_pred"))
-    per_class = truth.join(predicted, "cls", "left").fillna(0, ["n_pred"]).select(
-        "support", (2 * F.col("tp") / (F.col("support") + F.col("n_pred"))).alias("f1"))
+    per_class = (
+        truth.join(predicted, "cls", "left")
+        .fillna(0, ["n_pred"])
+        .select("support", (2 * F.col("tp") / (F.col("support") + F.col("n_pred"))).alias("f1"))
+    )
     row = per_class.agg(F.sum(F.col("support") * F.col("f1")).alias("num"), F.sum("support").alias("den")).first()
     return float(row["num"] / row["den"]) if row["den"] else 0.0
 

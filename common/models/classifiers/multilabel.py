@@ -8,6 +8,7 @@ threshold (the one maximising mean Jaccard there), trains on the rest, and retur
 the rows to predict as an Arrow table: the caller turns the tasks' tables into a Ray Dataset
 (``ray.data.from_arrow_refs``) and writes it, so predictions never pass through the driver.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
     from common.models.config import EncoderConfig, FastTextConfig
     from common.platform.ray_runtime import RayRuntime
 
-def read_examples(sources: Sequence[Source], id_col: str = "example_id", text_col: str = "text",
-                  labels_col: Optional[str] = "labels") -> list[tuple[str, str, list[str]]]:
+
+def read_examples(
+    sources: Sequence[Source], id_col: str = "example_id", text_col: str = "text", labels_col: Optional[str] = "labels"
+) -> list[tuple[str, str, list[str]]]:
     """(id, text, labels) of every source, sorted by id (so a model never depends on the files' order);
     ``labels_col`` None gives empty label lists."""
     rows: list[tuple[str, str, list[str]]] = []
@@ -72,16 +75,26 @@ def fit(rows: Sequence[tuple[str, str, list[str]]], params: dict[str, Any], seed
         for i in np.random.default_rng(seed).permutation(len(rows)):
             _, text, labels = rows[i]
             if labels:
-                fh.write(" ".join(token[label] for label in labels) + " " + normalize_title(text).replace("\n", " ")
-                         + "\n")
+                fh.write(
+                    " ".join(token[label] for label in labels) + " " + normalize_title(text).replace("\n", " ") + "\n"
+                )
     out_bin = os.path.join(folder, "model.bin")
     train_file_to_model(train_file, {**params, "loss": "ova"}, seed, out_bin)
     return MultiLabelModel(out_bin, vocabulary)
 
 
-def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: dict[str, Any], seed: int,
-                    validation_fraction: float, keys: dict[str, Any], predict_id_col: str = "example_id",
-                    predict_labels_col: Optional[str] = "labels", kind: str = "fasttext", keep: Optional[str] = None):
+def fit_and_predict(
+    train: Sequence[Source],
+    predict: Sequence[Source],
+    params: dict[str, Any],
+    seed: int,
+    validation_fraction: float,
+    keys: dict[str, Any],
+    predict_id_col: str = "example_id",
+    predict_labels_col: Optional[str] = "labels",
+    kind: str = "fasttext",
+    keep: Optional[str] = None,
+):
     """Train a ``kind`` classifier on ``train`` (less a seeded ``validation_fraction`` held out to choose the
     threshold, and for the encoder its epoch), predict ``predict``; returns an Arrow table of (``keys``'
     columns, example_id, gold, predicted, threshold, n_train) with one row per predicted example (gold empty
@@ -119,11 +132,15 @@ def fit_and_predict(train: Sequence[Source], predict: Sequence[Source], params: 
     n = len(targets)
     kinds = {bool: pa.bool_(), int: pa.int64(), float: pa.float64()}
     columns = {name: pa.array([value] * n, kinds.get(type(value), pa.string())) for name, value in keys.items()}
-    columns.update({"example_id": pa.array([i for i, _, _ in targets], pa.string()),
-                    "gold": pa.array([g for _, _, g in targets], pa.list_(pa.string())),
-                    "predicted": pa.array(predicted, pa.list_(pa.string())),
-                    "threshold": pa.array([threshold] * n, pa.float64()),
-                    "n_train": pa.array([len(rows)] * n, pa.int64())})
+    columns.update(
+        {
+            "example_id": pa.array([i for i, _, _ in targets], pa.string()),
+            "gold": pa.array([g for _, _, g in targets], pa.list_(pa.string())),
+            "predicted": pa.array(predicted, pa.list_(pa.string())),
+            "threshold": pa.array([threshold] * n, pa.float64()),
+            "n_train": pa.array([len(rows)] * n, pa.int64()),
+        }
+    )
     return pa.table(columns)
 
 
@@ -135,9 +152,12 @@ def fit_and_predict_many(runtime: "RayRuntime", jobs: list[dict], encoder: "Enco
     from common.models.classifiers.hft import task_options
 
     runtime.start()
-    remotes = {"fasttext": ray.remote(num_cpus=1, max_retries=2, **task_options(False))(fit_and_predict),
-               "encoder": ray.remote(num_gpus=encoder.num_gpus or None, max_retries=2,
-                                     **task_options(True, encoder.num_gpus, encoder.num_cpus))(fit_and_predict)}
+    remotes = {
+        "fasttext": ray.remote(num_cpus=1, max_retries=2, **task_options(False))(fit_and_predict),
+        "encoder": ray.remote(
+            num_gpus=encoder.num_gpus or None, max_retries=2, **task_options(True, encoder.num_gpus, encoder.num_cpus)
+        )(fit_and_predict),
+    }
     return ray.data.from_arrow_refs([remotes[job["kind"]].remote(**job) for job in jobs])
 
 

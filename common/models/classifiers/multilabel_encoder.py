@@ -8,6 +8,7 @@ Runs inside a Ray task (GPU when the task has one) through
 which holds out the validation slice and chooses the decision threshold; here the same slice also chooses
 the epoch (the one with the highest mean Jaccard at its best threshold; ties: the earlier).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,10 @@ class EncoderMultiLabelModel:
 
     def state(self) -> dict[str, dict]:
         """A CPU copy of the weights (the best epoch's, kept in memory)."""
-        return {name: {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
-                for name, module in (("encoder", self.encoder), ("head", self.head))}
+        return {
+            name: {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+            for name, module in (("encoder", self.encoder), ("head", self.head))
+        }
 
     def load(self, state: dict[str, dict]) -> None:
         self.encoder.load_state_dict(state["encoder"])
@@ -60,16 +63,25 @@ class EncoderMultiLabelModel:
         return self.head(self.dropout(mean_pooled(hidden, mask)))
 
     def logits(self, texts: Sequence[str]) -> "torch.Tensor":
-        enc = self.tokenizer([t or "" for t in texts], padding=True, truncation=True, max_length=self.spec.max_length,
-                             return_tensors="pt").to(self.device)
+        enc = self.tokenizer(
+            [t or "" for t in texts],
+            padding=True,
+            truncation=True,
+            max_length=self.spec.max_length,
+            return_tensors="pt",
+        ).to(self.device)
         return self._logits(enc["input_ids"], enc["attention_mask"])
 
     def probabilities(self, texts: Sequence[str]) -> list[dict[str, float]]:
         """Each text's probability per label (independent sigmoids), in batches of ``max_batch_tokens``
         (:mod:`common.pyfunc.encoder`'s scoring, which a registered model of this classifier runs too)."""
         self.train(False)
-        return label_probabilities(self.labels, batch_logits(self.tokenizer, self._logits, texts, self.spec.max_length,
-                                                             self.spec.max_batch_tokens, self.device))
+        return label_probabilities(
+            self.labels,
+            batch_logits(
+                self.tokenizer, self._logits, texts, self.spec.max_length, self.spec.max_batch_tokens, self.device
+            ),
+        )
 
     def save(self, threshold: float, folder: str) -> None:
         """The encoder and its tokenizer (``encoder/``), the head (``head.safetensors``) and the registered-model
@@ -85,14 +97,26 @@ class EncoderMultiLabelModel:
         with worker_scratch("multilabel-encoder-") as tmp:
             self.encoder.save_pretrained(os.path.join(tmp, "encoder"))
             self.tokenizer.save_pretrained(os.path.join(tmp, "encoder"))
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
-                      os.path.join(tmp, "head.safetensors"))
-            write_manifest(tmp, {"kind": "multilabel_encoder", "labels": self.labels, "threshold": threshold,
-                                 "max_length": self.spec.max_length, "max_batch_tokens": self.spec.max_batch_tokens})
+            save_file(
+                {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+                os.path.join(tmp, "head.safetensors"),
+            )
+            write_manifest(
+                tmp,
+                {
+                    "kind": "multilabel_encoder",
+                    "labels": self.labels,
+                    "threshold": threshold,
+                    "max_length": self.spec.max_length,
+                    "max_batch_tokens": self.spec.max_batch_tokens,
+                },
+            )
             put_folder(tmp, folder)
 
-def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderConfig, seed: int
-        ) -> tuple[EncoderMultiLabelModel, dict[str, float]]:
+
+def fit(
+    rows: Sequence[Example], validation: Sequence[Example], spec: EncoderConfig, seed: int
+) -> tuple[EncoderMultiLabelModel, dict[str, float]]:
     """Fine-tune on (id, text, labels) ``rows`` for ``spec.epochs`` epochs in a seeded order (AdamW, linear
     warm-up and decay, gradient norm clipped at 1); after each epoch score ``validation`` (mean Jaccard at
     its best threshold) and keep the best epoch's weights (without validation rows: the last epoch).
@@ -110,9 +134,12 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
     model = EncoderMultiLabelModel(spec, labels)
     index = {label: i for i, label in enumerate(labels)}
     steps_per_epoch = math.ceil(len(rows) / spec.batch_size)
-    optimizer = LinearWarmupAdamW(model.parameters(), spec.learning_rate,
-                                  int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
-                                  steps_per_epoch * spec.epochs)
+    optimizer = LinearWarmupAdamW(
+        model.parameters(),
+        spec.learning_rate,
+        int(spec.warmup_ratio * steps_per_epoch * spec.epochs),
+        steps_per_epoch * spec.epochs,
+    )
     rng = np.random.default_rng(seed)
     best: Optional[tuple[float, int, dict]] = None
     loss_value = float("nan")
@@ -120,20 +147,25 @@ def fit(rows: Sequence[Example], validation: Sequence[Example], spec: EncoderCon
         model.train(True)
         order = rng.permutation(len(rows))
         for s in range(0, len(rows), spec.batch_size):
-            batch = [rows[i] for i in order[s:s + spec.batch_size]]
+            batch = [rows[i] for i in order[s : s + spec.batch_size]]
             target = torch.zeros((len(batch), len(labels)))
             for r, (_, _, ls) in enumerate(batch):
                 target[r, [index[label] for label in ls]] = 1.0
             loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                model.logits([t for _, t, _ in batch]).float(), target.to(model.device))
+                model.logits([t for _, t, _ in batch]).float(), target.to(model.device)
+            )
             loss_value = optimizer.step(loss)
         score = -1.0
         if validation:
-            score = best_threshold(model.probabilities([t for _, t, _ in validation]),
-                                   [g for _, _, g in validation])[1]
+            score = best_threshold(model.probabilities([t for _, t, _ in validation]), [g for _, _, g in validation])[
+                1
+            ]
         if best is None or not validation or score > best[0]:
             best = (score, epoch, model.state())
     assert best is not None
     model.load(best[2])
-    return model, {"epoch": float(best[1]), "val_jaccard": best[0] if validation else float("nan"),
-                   "final_loss": loss_value}
+    return model, {
+        "epoch": float(best[1]),
+        "val_jaccard": best[0] if validation else float("nan"),
+        "final_loss": loss_value,
+    }

@@ -9,6 +9,7 @@ A task reads its rows straight from the Parquet files of Delta table versions (`
 returns figures;
 nothing passes through the driver.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -45,8 +46,9 @@ def _evaluate(model_dir: str, rows: Sequence[tuple[str, str]]) -> dict[str, floa
     return {"accuracy": accuracy, "macro_f1": macro_f1, "n_test": len(rows)}
 
 
-def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: dict[str, Any],
-                     seed: int, keep: Optional[str] = None) -> dict[str, Any]:
+def fit_and_evaluate(
+    train: Sequence[Source], test: Sequence[Source], params: dict[str, Any], seed: int, keep: Optional[str] = None
+) -> dict[str, Any]:
     """Train a flat fastText classifier on ``train`` rows and evaluate it on ``test`` rows; it is saved in ``keep``
     (a folder URI: an HFT of depth 1, with the registered-model loader's ``model.json``) when given, else
     discarded. Returns {rows, tokens, seconds, accuracy, macro_f1, n_test}; raises TrainingDataError on no rows."""
@@ -58,8 +60,14 @@ def fit_and_evaluate(train: Sequence[Source], test: Sequence[Source], params: di
     return figures
 
 
-def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], num_cpus: int = 1,
-              num_gpus: float = 0.0, torch: bool = False) -> list[Any]:
+def run_tasks(
+    runtime: "RayRuntime",
+    function,
+    jobs: Sequence[dict[str, Any]],
+    num_cpus: int = 1,
+    num_gpus: float = 0.0,
+    torch: bool = False,
+) -> list[Any]:
     """Run ``function(**job)`` for every job as Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs each
     (fastText: one CPU, single-threaded, so deterministic per seed); results in job order.
 
@@ -71,12 +79,20 @@ def run_tasks(runtime: "RayRuntime", function, jobs: Sequence[dict[str, Any]], n
     runtime.start()
     options = task_options(torch, num_gpus, num_cpus)
     remote = ray.remote(num_gpus=num_gpus or None, max_retries=2, **options)(function)
-    return runtime.wait([remote.remote(**job) for job in jobs], f"{function.__name__} tasks",
-                        {"CPU": options.get("num_cpus", 1), "GPU": num_gpus})
+    return runtime.wait(
+        [remote.remote(**job) for job in jobs],
+        f"{function.__name__} tasks",
+        {"CPU": options.get("num_cpus", 1), "GPU": num_gpus},
+    )
 
 
-def evaluate_many(runtime: "RayRuntime", model: str, jobs: Sequence[dict[str, Any]], fasttext: "FastTextConfig",
-                  encoder: "EncoderConfig") -> list[dict[str, Any]]:
+def evaluate_many(
+    runtime: "RayRuntime",
+    model: str,
+    jobs: Sequence[dict[str, Any]],
+    fasttext: "FastTextConfig",
+    encoder: "EncoderConfig",
+) -> list[dict[str, Any]]:
     """Train and evaluate one ``model`` classifier (``fasttext`` or ``encoder``) per job ({train, test, seed}:
     row sources and a seed) as Ray tasks. Returns each job's figures {rows, accuracy, macro_f1, n_test, ...},
     in job order."""
@@ -85,7 +101,13 @@ def evaluate_many(runtime: "RayRuntime", model: str, jobs: Sequence[dict[str, An
 
         # An evaluation encoder is a plain classifier: no MLM loss, whatever its mlm_weight says.
         spec = replace(encoder, mlm_weight=0.0)
-        return run_tasks(runtime, fit_encoder_and_evaluate, [{**job, "spec": spec} for job in jobs], spec.num_cpus,
-                         spec.num_gpus, torch=True)
+        return run_tasks(
+            runtime,
+            fit_encoder_and_evaluate,
+            [{**job, "spec": spec} for job in jobs],
+            spec.num_cpus,
+            spec.num_gpus,
+            torch=True,
+        )
     params = fasttext_params(fasttext)
     return run_tasks(runtime, fit_and_evaluate, [{**job, "params": params} for job in jobs])

@@ -2,6 +2,7 @@
 tensors, and each epoch's batches, at random or grouped by length (as transformers' ``group_by_length`` and
 fairseq's length-sorted batches), so that a batch pads to about its own length instead of its longest random
 member's."""
+
 from __future__ import annotations
 
 import random
@@ -22,8 +23,8 @@ def padded(rows: list[list[int]], pad: int):
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, :len(r)] = 1
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
     return ids, mask
 
 
@@ -35,22 +36,26 @@ def epoch_batches(order: list[int], lengths: Sequence, batch_size: int, group_by
     step. Every example is in exactly one batch."""
     random.shuffle(order)
     if not group_by_length:
-        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     mega = batch_size * 50
     batches = []
     for m in range(0, len(order), mega):
-        group = sorted(order[m:m + mega], key=lengths.__getitem__)
-        batches.extend(group[i:i + batch_size] for i in range(0, len(group), batch_size))
+        group = sorted(order[m : m + mega], key=lengths.__getitem__)
+        batches.extend(group[i : i + batch_size] for i in range(0, len(group), batch_size))
     random.shuffle(batches)
     return batches
 
 
-def read_pairs(files: Sequence[str], source_col: str, target_col: str,
-               filters: Optional[list] = None) -> list[tuple[str, str]]:
+def read_pairs(
+    files: Sequence[str], source_col: str, target_col: str, filters: Optional[list] = None
+) -> list[tuple[str, str]]:
     """(source, target) pairs from Parquet ``files`` (the rows matching pyarrow ``filters``, when given),
     sorted (file row order follows the writer's partitioning; the model must not); rows with an empty side skipped."""
     from common.platform.storage import read_parquet_files
 
     table = read_parquet_files(files, [source_col, target_col], filters)
-    return sorted((s, t) for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
-                  if s and t and s.strip() and t.strip())
+    return sorted(
+        (s, t)
+        for s, t in zip(table.column(source_col).to_pylist(), table.column(target_col).to_pylist())
+        if s and t and s.strip() and t.strip()
+    )

@@ -16,6 +16,7 @@ beside the weights (``generator.json``), so generation builds exactly the prompt
 on. With ``lora_r`` > 0 only LoRA adapters train (``peft``), and they are merged into the weights before the
 save: generation and CTranslate2's conversion see a plain model, saved in bfloat16 to halve the disk.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,12 +61,14 @@ def smollm2_gguf() -> tuple[Path, str]:
     try:
         dist = metadata.distribution(SMOLLM2_DIST)
     except metadata.PackageNotFoundError as exc:
-        raise ImportError(f"the smollm2 generator needs the {SMOLLM2_DIST} wheel, which is not installed: "
-                          f"{INSTALL_HINT}") from exc
+        raise ImportError(
+            f"the smollm2 generator needs the {SMOLLM2_DIST} wheel, which is not installed: {INSTALL_HINT}"
+        ) from exc
     path = Path(str(dist.locate_file(SMOLLM2_GGUF)))
     if not path.is_file():
-        raise ImportError(f"{SMOLLM2_DIST} {dist.version} is installed but has no {SMOLLM2_GGUF}: "
-                          f"reinstall it ({INSTALL_HINT})")
+        raise ImportError(
+            f"{SMOLLM2_DIST} {dist.version} is installed but has no {SMOLLM2_GGUF}: reinstall it ({INSTALL_HINT})"
+        )
     return path, dist.version
 
 
@@ -111,8 +114,13 @@ def materialise_smollm2(root: Optional[Path] = None) -> Path:
             os.rename(work, folder)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        log.info("materialised SmolLM2-135M from %s %s into %s in %.1f s", SMOLLM2_DIST, version, folder,
-                 time.perf_counter() - start)
+        log.info(
+            "materialised SmolLM2-135M from %s %s into %s in %.1f s",
+            SMOLLM2_DIST,
+            version,
+            folder,
+            time.perf_counter() - start,
+        )
     return folder
 
 
@@ -146,8 +154,10 @@ def _dequantize(gguf: Path, out: Path) -> None:
     # A tied LM head has no tensor of its own in the file.
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
-        raise RuntimeError(f"{gguf}: the GGUF tensors do not fit {type(net).__name__}: missing {missing[:5]}, "
-                           f"unexpected {unexpected[:5]}")
+        raise RuntimeError(
+            f"{gguf}: the GGUF tensors do not fit {type(net).__name__}: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
+        )
     net.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
 
@@ -188,21 +198,28 @@ def build_causal(kind: str, name_or_path: Optional[str], lora_r: int = 0, lora_a
         except ImportError as exc:
             raise ImportError("lora_r > 0 needs peft: pip install peft") from exc
         torch.manual_seed(seed)
-        net = get_peft_model(net, LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0,
-                                             target_modules="all-linear", task_type="CAUSAL_LM"))
+        net = get_peft_model(
+            net,
+            LoraConfig(
+                r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+            ),
+        )
     return tokenizer, net
 
 
-def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]], template: str, max_source_length: int,
-                 max_target_length: int) -> tuple[list[list[int]], list[list[int]]]:
+def encode_pairs(
+    tokenizer, pairs: Sequence[tuple[str, str]], template: str, max_source_length: int, max_target_length: int
+) -> tuple[list[list[int]], list[list[int]]]:
     """(input ids, labels) per pair: the prompt (source cut to ``max_source_length`` tokens), then the target
     (cut to ``max_target_length`` tokens) and the end token; labels copy the target and end tokens and are
     -100 over the prompt, so the loss ignores it."""
-    sources = tokenizer([s for s, _ in pairs], add_special_tokens=False, max_length=max_source_length,
-                        truncation=True).input_ids
+    sources = tokenizer(
+        [s for s, _ in pairs], add_special_tokens=False, max_length=max_source_length, truncation=True
+    ).input_ids
     # Targets follow the prompt after a space, as they will when generated.
-    targets = tokenizer([" " + t.strip() for _, t in pairs], add_special_tokens=False,
-                        max_length=max_target_length, truncation=True).input_ids
+    targets = tokenizer(
+        [" " + t.strip() for _, t in pairs], add_special_tokens=False, max_length=max_target_length, truncation=True
+    ).input_ids
     eos = tokenizer.eos_token_id
     inputs, labels = [], []
     for source_ids, target_ids in zip(sources, targets):
@@ -213,8 +230,14 @@ def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]], template: str, max
     return inputs, labels
 
 
-def training_batches(tokenizer, pairs: Sequence[tuple[str, str]], template: str, max_source_length: int,
-                     max_target_length: int, device: str):
+def training_batches(
+    tokenizer,
+    pairs: Sequence[tuple[str, str]],
+    template: str,
+    max_source_length: int,
+    max_target_length: int,
+    device: str,
+):
     """(sizes, batch_inputs) for the training loop of :func:`common.models.generation.seq2seq.fine_tune`: each pair's
     (sequence length, 0), and a function of a batch's pair indices returning (the model's keyword arguments:
     right-padded ids, mask and labels on ``device``; padded token count). The loss is a mean over label
@@ -226,8 +249,11 @@ def training_batches(tokenizer, pairs: Sequence[tuple[str, str]], template: str,
     def batch_inputs(batch: list[int]) -> tuple[dict, int]:
         ids, mask = padded([sequences[i] for i in batch], tokenizer.pad_token_id)
         targets, _ = padded([labels[i] for i in batch], -100)
-        return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": targets.to(device)}, \
-            ids.numel()
+        return {
+            "input_ids": ids.to(device),
+            "attention_mask": mask.to(device),
+            "labels": targets.to(device),
+        }, ids.numel()
 
     return [(len(ids), 0) for ids in sequences], batch_inputs
 
@@ -247,12 +273,14 @@ def target_loss(net, inputs: dict):
         return net(**inputs).loss
     keep = torch.arange(int(predicting[0]), labels.shape[1] - 1, device=labels.device)
     logits = net(**{k: v for k, v in inputs.items() if k != "labels"}, logits_to_keep=keep).logits
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels[:, keep + 1].flatten(),
-                                             ignore_index=-100)
+    return torch.nn.functional.cross_entropy(
+        logits.float().flatten(0, 1), labels[:, keep + 1].flatten(), ignore_index=-100
+    )
 
 
-def prefix_training_batches(tokenizer, net, prefix, pairs: Sequence[tuple[str, str]], max_target_length: int,
-                            device: str):
+def prefix_training_batches(
+    tokenizer, net, prefix, pairs: Sequence[tuple[str, str]], max_target_length: int, device: str
+):
     """:func:`training_batches` for LS-PT: each source is a label set, and its sequence is the labels' learned
     blocks (``prefix``, a :class:`common.models.generation.label_prefix.LabelPrefix`; left-padded), then the target and
     the end token as token embeddings. Position ids count from the first block, so padding shifts nothing;
@@ -262,9 +290,15 @@ def prefix_training_batches(tokenizer, net, prefix, pairs: Sequence[tuple[str, s
     from common.models.generation.batching import padded
 
     sources = [s for s, _ in pairs]
-    targets = [ids + [tokenizer.eos_token_id] for ids in tokenizer(
-        [" " + t.strip() for _, t in pairs], add_special_tokens=False, max_length=max_target_length,
-        truncation=True).input_ids]
+    targets = [
+        ids + [tokenizer.eos_token_id]
+        for ids in tokenizer(
+            [" " + t.strip() for _, t in pairs],
+            add_special_tokens=False,
+            max_length=max_target_length,
+            truncation=True,
+        ).input_ids
+    ]
 
     def batch_inputs(batch: list[int]) -> tuple[dict, int]:
         blocks = prefix.encoder_inputs([sources[i] for i in batch], device, left=True)
@@ -272,10 +306,12 @@ def prefix_training_batches(tokenizer, net, prefix, pairs: Sequence[tuple[str, s
         labels, _ = padded([targets[i] for i in batch], -100)
         tokens = net.get_input_embeddings()(ids.to(device))
         mask = torch.cat([blocks["attention_mask"], target_mask.to(device)], dim=1)
-        return {"inputs_embeds": torch.cat([blocks["inputs_embeds"].to(tokens.dtype), tokens], dim=1),
-                "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-                "labels": torch.cat([torch.full_like(blocks["attention_mask"], -100), labels.to(device)], dim=1)}, \
-            mask.numel()
+        return {
+            "inputs_embeds": torch.cat([blocks["inputs_embeds"].to(tokens.dtype), tokens], dim=1),
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "labels": torch.cat([torch.full_like(blocks["attention_mask"], -100), labels.to(device)], dim=1),
+        }, mask.numel()
 
     return [(len(ids), 0) for ids in targets], batch_inputs
 
@@ -332,8 +368,13 @@ def doctor_check(cfg: Any):
         except metadata.PackageNotFoundError:
             missing.append(package)
     if missing:
-        return Check("generator", False, f"{SMOLLM2_DIST} {version}, but {', '.join(missing)} not installed",
-                     f"pip install {' '.join(missing)}", required=needs_smollm2)
+        return Check(
+            "generator",
+            False,
+            f"{SMOLLM2_DIST} {version}, but {', '.join(missing)} not installed",
+            f"pip install {' '.join(missing)}",
+            required=needs_smollm2,
+        )
     made = sorted(cache_dir().glob(f"smollm2-135m-{version}-*/materialised.json"))
     where = f"materialised at {made[-1].parent}" if made else f"materialised on first use into {cache_dir()} (~25 s)"
     try:

@@ -17,6 +17,7 @@ and the samples are what follows them.
 A model with a label-prefix table (the compositional pipeline's LS-PT generator) feeds learned blocks to
 its encoder instead of tokens, which CTranslate2 cannot take: :class:`CT2Generator` serves it with HF.
 """
+
 from __future__ import annotations
 
 import logging
@@ -99,8 +100,9 @@ def convert(model_path: str, quantization: str, target: Optional[str] = None, la
         except Exception as exc:
             if isinstance(user_error(exc), DiskFull):
                 # A full disk (however wrapped) says nothing about the model or the engine: raised, never remembered.
-                raise DiskFull(errno.ENOSPC, f"No space left on device: converting {model_path} into {scratch}") \
-                    from exc
+                raise DiskFull(
+                    errno.ENOSPC, f"No space left on device: converting {model_path} into {scratch}"
+                ) from exc
             with open(failed, "w", encoding="utf-8") as handle:
                 json.dump({"ctranslate2": ctranslate2.__version__, "error": f"{type(exc).__name__}: {exc}"}, handle)
             raise
@@ -128,8 +130,10 @@ def _converter_source(model_path: str, config: dict, scratch: str, layers: Optio
         overrides["normalize_before"] = False
     if layers is not None:
         if not 1 <= layers <= int(config.get("num_hidden_layers") or 0):
-            raise ValueError(f"{model_path}: cannot keep {layers} layers of a model of "
-                             f"{config.get('num_hidden_layers')} (num_hidden_layers in its config.json)")
+            raise ValueError(
+                f"{model_path}: cannot keep {layers} layers of a model of "
+                f"{config.get('num_hidden_layers')} (num_hidden_layers in its config.json)"
+            )
         overrides["num_hidden_layers"] = layers
     if not overrides:
         return model_path
@@ -307,8 +311,12 @@ class CT2Generator(T5Generator):
             from transformers import AutoTokenizer
 
             self.tokenizer = AutoTokenizer.from_pretrained(local)
-        self._load = {"model_path": folder, "device": self.device, "compute_type": kind,
-                      "intra_threads": _actor_threads()}
+        self._load = {
+            "model_path": folder,
+            "device": self.device,
+            "compute_type": kind,
+            "intra_threads": _actor_threads(),
+        }
         # A causal LM runs on CTranslate2's Generator, a seq2seq model on its Translator.
         self._engine = ctranslate2.Generator if self.prompt is not None else ctranslate2.Translator
         self.translator = self._engine(**self._load)
@@ -317,8 +325,9 @@ class CT2Generator(T5Generator):
 
             # The end token, and for an in-context generator every token holding its stop text.
             self.stop, stop_ids = stops(settings)
-            self.end_token = [read_json_file(os.path.join(folder, "config.json")).get("eos_token")] + \
-                self.tokenizer.convert_ids_to_tokens(stop_ids)
+            self.end_token = [
+                read_json_file(os.path.join(folder, "config.json")).get("eos_token")
+            ] + self.tokenizer.convert_ids_to_tokens(stop_ids)
             from common.models.generation.in_context import static_tokens
 
             self.static = static_tokens(self.prompt, self.tokenizer) if settings.get("in_context") else None
@@ -329,7 +338,7 @@ class CT2Generator(T5Generator):
     def _seed(self, seed: int) -> None:
         if self._ct2 is None:
             return super()._seed(seed)
-        self._seed_value = seed % (2 ** 31)
+        self._seed_value = seed % (2**31)
 
     def _seeded_translator(self):
         """The translator, its sampling seeded with the bucket's seed. CTranslate2 keeps one random
@@ -352,19 +361,25 @@ class CT2Generator(T5Generator):
         if self._ct2 is None:
             return super()._generate(texts, ids)
         spec = self.spec
-        kwargs: dict[str, Any] = {"num_hypotheses": spec.n_samples, "max_batch_size": spec.max_batch_tokens,
-                                  "batch_type": "tokens", "return_end_token": True}
+        kwargs: dict[str, Any] = {
+            "num_hypotheses": spec.n_samples,
+            "max_batch_size": spec.max_batch_tokens,
+            "batch_type": "tokens",
+            "return_end_token": True,
+        }
         if self.prompt is not None:
             from common.models.generation.causal_lm import prompt_text
 
             prompts = [prompt_text(self.prompt, t) for t in texts]
-            sources = [self.tokenizer.convert_ids_to_tokens(ids)
-                       for ids in self.tokenizer(prompts, add_special_tokens=False).input_ids]
+            sources = [
+                self.tokenizer.convert_ids_to_tokens(ids)
+                for ids in self.tokenizer(prompts, add_special_tokens=False).input_ids
+            ]
             static = self.static
-            if static and all(row[:len(static)] == static for row in sources):
+            if static and all(row[: len(static)] == static for row in sources):
                 # every row starts with the examples' tokens: their state is computed once for the batch
                 kwargs.update(static_prompt=static)
-                sources = [row[len(static):] for row in sources]
+                sources = [row[len(static) :] for row in sources]
             # The prompt initialises the decoder state at once; max_length bounds the tokens after it.
             kwargs.update(max_length=spec.max_new_tokens, include_prompt_in_result=False, end_token=self.end_token)
         else:
@@ -382,7 +397,7 @@ class CT2Generator(T5Generator):
         out = []
         for result in run(sources, **kwargs):
             samples = []
-            for tokens in (result.sequences if self.prompt is not None else result.hypotheses):
+            for tokens in result.sequences if self.prompt is not None else result.hypotheses:
                 text = self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
                 samples.append((cut_at_stop(text, self.stop) if self.prompt is not None else text, len(tokens)))
             out.append(samples)

@@ -1,5 +1,6 @@
 """The tokenizer of CTranslate2's generation actors: the transformers tokenizer calls they make, answered by the
 ``tokenizers`` library alone from a model's ``tokenizer.json``."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,9 @@ class FastTokenizer:
         ``add_special_tokens`` is False."""
         if isinstance(text, str):
             return SimpleNamespace(input_ids=self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
-        return SimpleNamespace(input_ids=[e.ids for e in self._tokenizer.encode_batch(
-            list(text), add_special_tokens=add_special_tokens)])
+        return SimpleNamespace(
+            input_ids=[e.ids for e in self._tokenizer.encode_batch(list(text), add_special_tokens=add_special_tokens)]
+        )
 
     def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
         return [self._tokenizer.id_to_token(i) for i in ids]

@@ -4,6 +4,7 @@ Runs per batch on Ray Data (``map_batches`` with Arrow tables), so it is vectori
 data. Every input row leaves either in the kept set or in the rejected set with a ``reason``:
 ``empty output``, ``copy of the source``, ``score below T`` (T on the 0..1 scale).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,11 @@ def score_batch(table, spec: FilterSpec):
     sources = [s or "" for s in table.column("source_text").to_pylist()]
     outputs = [g or "" for g in table.column("generated_text").to_pylist()]
     earlier = table.column("reason").to_pylist() if "reason" in table.column_names else [None] * len(outputs)
-    live = [i for i, (s, g, r) in enumerate(zip(sources, outputs, earlier))
-            if r is None and g.strip() and g.strip().lower() != s.strip().lower()]
+    live = [
+        i
+        for i, (s, g, r) in enumerate(zip(sources, outputs, earlier))
+        if r is None and g.strip() and g.strip().lower() != s.strip().lower()
+    ]
     scores: list[Optional[float]] = [None] * len(outputs)
     if live:
         hyps, refs = [outputs[i] for i in live], [sources[i] for i in live]
@@ -60,8 +64,9 @@ def score_batch(table, spec: FilterSpec):
         else:
             reasons.append(None)
     table = table.drop_columns([c for c in ("score", "reason") if c in table.column_names])
-    return table.append_column("score", pa.array(scores, pa.float64())).append_column("reason",
-                                                                                      pa.array(reasons, pa.string()))
+    return table.append_column("score", pa.array(scores, pa.float64())).append_column(
+        "reason", pa.array(reasons, pa.string())
+    )
 
 
 def score_generated(ds, spec: FilterSpec, batch_size: int = 1024):

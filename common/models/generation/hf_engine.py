@@ -11,6 +11,7 @@ learned blocks to the encoder instead of tokens. A causal LM (a folder with ``ge
 :mod:`common.models.generation.causal_lm`) gets each source written into the prompt it was trained on, left-padded, and
 its samples are what it writes after the prompt.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,7 +26,6 @@ from common.models.config import Decoding
 from common.models.generation.formats import OUTPUT_COLUMNS, output_schema  # noqa: F401
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -74,14 +74,22 @@ class T5Generator:
             self.tokenizer.padding_side = "left"
             # An in-context generator: its base model's weights, its samples cut at a line break.
             self.stop, self.stop_ids = stops(settings)
-            self.model = AutoModelForCausalLM.from_pretrained(weights_folder(model_path), dtype=model_dtype,
-                                                              use_safetensors=True).to(self.device).eval()
+            self.model = (
+                AutoModelForCausalLM.from_pretrained(
+                    weights_folder(model_path), dtype=model_dtype, use_safetensors=True
+                )
+                .to(self.device)
+                .eval()
+            )
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(model_path)
             # T5 (checkpoint, scratch) or BART (the MiniLM warm start): the saved config names the class.
             # use_safetensors: weights load without unpickling (a .bin-only folder is refused, not trusted).
-            self.model = AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=model_dtype,
-                                                               use_safetensors=True).to(self.device).eval()
+            self.model = (
+                AutoModelForSeq2SeqLM.from_pretrained(model_path, dtype=model_dtype, use_safetensors=True)
+                .to(self.device)
+                .eval()
+            )
         self.prefix = None
         if has_prefix(model_path):
             # A label-prefix model (LS-PT): each source text is a label set.
@@ -111,26 +119,43 @@ class T5Generator:
         elif self.prompt is not None:
             from common.models.generation.causal_lm import prompt_text
 
-            enc = model_inputs(self.tokenizer([prompt_text(self.prompt, t) for t in texts], padding=True,
-                                              add_special_tokens=False, return_tensors="pt"), self.device)
+            enc = model_inputs(
+                self.tokenizer(
+                    [prompt_text(self.prompt, t) for t in texts],
+                    padding=True,
+                    add_special_tokens=False,
+                    return_tensors="pt",
+                ),
+                self.device,
+            )
             width = enc["input_ids"].shape[1]
         else:
             enc = model_inputs(self.tokenizer(texts, padding=True, return_tensors="pt"), self.device)
         kwargs: dict[str, Any] = {"max_new_tokens": spec.max_new_tokens}
         if self.prompt is not None:
-            kwargs.update(pad_token_id=self.tokenizer.pad_token_id,
-                          eos_token_id=[self.tokenizer.eos_token_id] + self.stop_ids)
+            kwargs.update(
+                pad_token_id=self.tokenizer.pad_token_id, eos_token_id=[self.tokenizer.eos_token_id] + self.stop_ids
+            )
         if spec.mode == "beam":
-            kwargs.update(num_beams=max(spec.num_beams, spec.n_samples), do_sample=False,
-                          num_return_sequences=spec.n_samples)
+            kwargs.update(
+                num_beams=max(spec.num_beams, spec.n_samples), do_sample=False, num_return_sequences=spec.n_samples
+            )
         else:
             # Each input repeated n times (what generate does for num_return_sequences), then greedy search
             # over the row-keyed draws.
             enc = {k: v.repeat_interleave(spec.n_samples, dim=0) for k, v in enc.items()}
-            keys = torch.tensor(row_keys(spec.seed, texts if ids is None else ids, spec.n_samples),
-                                dtype=torch.int64, device=self.device)
-            kwargs.update(do_sample=False, num_beams=1, top_k=None, top_p=None,
-                          logits_processor=[RowKeyedSampler(keys, spec.top_k, spec.top_p, width)])
+            keys = torch.tensor(
+                row_keys(spec.seed, texts if ids is None else ids, spec.n_samples),
+                dtype=torch.int64,
+                device=self.device,
+            )
+            kwargs.update(
+                do_sample=False,
+                num_beams=1,
+                top_k=None,
+                top_p=None,
+                logits_processor=[RowKeyedSampler(keys, spec.top_k, spec.top_p, width)],
+            )
         with torch.inference_mode():
             out = self.model.generate(**enc, **kwargs)
         # A seq2seq output opens with the decoder start token; a causal one with the prompt.
@@ -138,8 +163,9 @@ class T5Generator:
         if self.prompt is not None:
             from common.models.generation.in_context import cut_at_stop
 
-            decoded = [cut_at_stop(text, self.stop)
-                       for text in self.tokenizer.batch_decode(body, skip_special_tokens=True)]
+            decoded = [
+                cut_at_stop(text, self.stop) for text in self.tokenizer.batch_decode(body, skip_special_tokens=True)
+            ]
             eos = [self.tokenizer.eos_token_id] + self.stop_ids  # the fine-tune's end token; in-context stops
         else:
             decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
@@ -149,10 +175,11 @@ class T5Generator:
         # beams with more end tokens), else every non-pad token.
         eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         ends = torch.isin(body, torch.tensor(eos_ids, dtype=body.dtype, device=body.device))
-        counts = torch.where(ends.any(dim=1), ends.int().argmax(dim=1) + 1,
-                             (body != self.tokenizer.pad_token_id).sum(dim=1)).tolist()
+        counts = torch.where(
+            ends.any(dim=1), ends.int().argmax(dim=1) + 1, (body != self.tokenizer.pad_token_id).sum(dim=1)
+        ).tolist()
         n = spec.n_samples
-        return [list(zip(decoded[i * n:(i + 1) * n], counts[i * n:(i + 1) * n])) for i in range(len(texts))]
+        return [list(zip(decoded[i * n : (i + 1) * n], counts[i * n : (i + 1) * n])) for i in range(len(texts))]
 
     def __call__(self, batch: dict[str, np.ndarray]):
         ids = [str(x) for x in batch["source_id"]]
@@ -164,13 +191,22 @@ class T5Generator:
             if not text.strip():
                 rows.append((ids[i], text, None, -1, self.model_version, 0, "empty input"))
             elif length > self.spec.max_source_tokens:
-                rows.append((ids[i], text, None, -1, self.model_version, 0,
-                             f"input longer than {self.spec.max_source_tokens} tokens ({length})"))
+                rows.append(
+                    (
+                        ids[i],
+                        text,
+                        None,
+                        -1,
+                        self.model_version,
+                        0,
+                        f"input longer than {self.spec.max_source_tokens} tokens ({length})",
+                    )
+                )
             else:
                 good.append(i)
         good.sort(key=lambda i: (lengths[i], ids[i]))  # length buckets: similar lengths share a padded batch
         for start in range(0, len(good), self.spec.bucket_size):
-            bucket = good[start:start + self.spec.bucket_size]
+            bucket = good[start : start + self.spec.bucket_size]
             # hf draws per row (common.models.generation.row_sampling); CTranslate2 per bucket, from this seed: either
             # way not from which actor got the batch or what it generated before.
             self._seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
@@ -185,8 +221,17 @@ class T5Generator:
                         outputs.append(exc)
             for i, samples in zip(bucket, outputs):
                 if isinstance(samples, Exception):
-                    rows.append((ids[i], texts[i], None, -1, self.model_version, 0,
-                                 f"decoding error: {type(samples).__name__}: {samples}"[:300]))
+                    rows.append(
+                        (
+                            ids[i],
+                            texts[i],
+                            None,
+                            -1,
+                            self.model_version,
+                            0,
+                            f"decoding error: {type(samples).__name__}: {samples}"[:300],
+                        )
+                    )
                     continue
                 for k, (generated, n_tokens) in enumerate(samples):
                     rows.append((ids[i], texts[i], generated, k, self.model_version, n_tokens, None))

@@ -24,6 +24,7 @@ SmolLM2-135M-Instruct on demo title pairs, 2 cores (CTranslate2 int8, slow day):
 variants of the same product at about 1.5-2.4 samples a second, the 225-token prompt dominating; the same
 prompt with no examples writes off-topic text at 7.4 a second.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,15 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split()).replace("{source}", "(source)")
 
 
-def few_shot_prompt(tokenizer, pairs: Sequence[tuple[str, str]], template: str, k: int, seed: int,
-                    max_source_length: int, max_target_length: int) -> str:
+def few_shot_prompt(
+    tokenizer,
+    pairs: Sequence[tuple[str, str]],
+    template: str,
+    k: int,
+    seed: int,
+    max_source_length: int,
+    max_target_length: int,
+) -> str:
     """The prompt template with ``k`` of ``pairs`` (drawn with ``seed`` from the sorted pairs, so the draw
     does not depend on the order the files were read in) filled in ahead of it, each source and target cut
     to ``max_source_length`` / ``max_target_length`` tokens (words when ``tokenizer`` is None: a served model's)
@@ -62,8 +70,9 @@ def few_shot_prompt(tokenizer, pairs: Sequence[tuple[str, str]], template: str, 
         ids = tokenizer(one_line(text), add_special_tokens=False, max_length=n, truncation=True).input_ids
         return tokenizer.decode(ids).strip()
 
-    shots = [prompt_text(template, cut(s, max_source_length)) + " " + cut(t, max_target_length) + "\n\n"
-             for s, t in chosen]
+    shots = [
+        prompt_text(template, cut(s, max_source_length)) + " " + cut(t, max_target_length) + "\n\n" for s, t in chosen
+    ]
     return "".join(shots) + template
 
 
@@ -80,16 +89,23 @@ def static_tokens(template: str, tokenizer) -> Optional[list[str]]:
     return tokenizer.convert_ids_to_tokens(tokenizer(static, add_special_tokens=False).input_ids)
 
 
-def save_in_context(out_dir: str, kind: str, base: str, base_path: str, prompt: str, k: int, tokenizer,
-                    net=None) -> None:
+def save_in_context(
+    out_dir: str, kind: str, base: str, base_path: str, prompt: str, k: int, tokenizer, net=None
+) -> None:
     """Write an in-context generator to ``out_dir``: ``generator.json`` (kind, the few-shot ``prompt``,
     ``base``, ``in_context``: k, ``stop`` and ``stop_ids``, the ids of ``tokenizer``'s tokens holding it),
     the tokenizer, and either a reference to the base weights at the local folder ``base_path``
     (``"weights": "base"``) or, when ``net`` is given (a hub checkpoint), the weights themselves."""
     from common.models.generation.causal_lm import GENERATOR_FILE, save_generator
 
-    settings = {"kind": kind, "prompt": prompt, "base": base, "in_context": k, "stop": STOP,
-                "stop_ids": stop_token_ids(tokenizer, STOP)}
+    settings = {
+        "kind": kind,
+        "prompt": prompt,
+        "base": base,
+        "in_context": k,
+        "stop": STOP,
+        "stop_ids": stop_token_ids(tokenizer, STOP),
+    }
     if net is not None:
         save_generator(net, tokenizer, out_dir, kind, prompt, base)
     else:
@@ -112,14 +128,17 @@ def in_context_generator(pairs: Sequence[tuple[str, str]], out_dir: str, model: 
     if model.kind == "endpoint":
         return save_endpoint(pairs, out_dir, model, seed)
     if not model.causal or model.prefix_labels:
-        raise ValueError(f"fine_tune.epochs 0 (in-context generation) needs a causal model kind (smollm2, "
-                         f"causal_checkpoint) without label prefixes; got {model.kind!r}"
-                         f"{' with prefix labels' if model.prefix_labels else ''}")
+        raise ValueError(
+            f"fine_tune.epochs 0 (in-context generation) needs a causal model kind (smollm2, "
+            f"causal_checkpoint) without label prefixes; got {model.kind!r}"
+            f"{' with prefix labels' if model.prefix_labels else ''}"
+        )
     start = time.perf_counter()
     path = base_folder(model.kind, model.model_name_or_path)
     tokenizer = load_tokenizer(path)
-    prompt = few_shot_prompt(tokenizer, pairs, model.prompt, model.in_context, seed, model.max_source_length,
-                             model.max_target_length)
+    prompt = few_shot_prompt(
+        tokenizer, pairs, model.prompt, model.in_context, seed, model.max_source_length, model.max_target_length
+    )
     base = model.model_name_or_path or model.kind
     if os.path.isdir(path):
         save_in_context(out_dir, model.kind, base, path, prompt, model.in_context, tokenizer)
@@ -127,8 +146,13 @@ def in_context_generator(pairs: Sequence[tuple[str, str]], out_dir: str, model: 
         _, net = build_causal(model.kind, model.model_name_or_path, lora_r=0)
         save_in_context(out_dir, model.kind, base, path, prompt, model.in_context, tokenizer, net)
     seconds = time.perf_counter() - start
-    log.info("in-context generator: %d of %d pairs in a %d-token prompt, no training (%.1f s)",
-             min(model.in_context, len(pairs)), len(pairs), len(tokenizer(prompt).input_ids), seconds)
+    log.info(
+        "in-context generator: %d of %d pairs in a %d-token prompt, no training (%.1f s)",
+        min(model.in_context, len(pairs)),
+        len(pairs),
+        len(tokenizer(prompt).input_ids),
+        seconds,
+    )
     return seconds
 
 
@@ -140,17 +164,28 @@ def save_endpoint(pairs: Sequence[tuple[str, str]], out_dir: str, model: Any, se
     from common.models.generation.causal_lm import GENERATOR_FILE
 
     start = time.perf_counter()
-    prompt = few_shot_prompt(None, pairs, model.prompt, model.in_context, seed, model.max_source_length,
-                             model.max_target_length)
-    settings = {"kind": "endpoint", "prompt": prompt, "base": f"{model.endpoint['model']} at "
-                f"{model.endpoint['base_url']}", "in_context": model.in_context, "stop": STOP,
-                "endpoint": dict(model.endpoint)}
+    prompt = few_shot_prompt(
+        None, pairs, model.prompt, model.in_context, seed, model.max_source_length, model.max_target_length
+    )
+    settings = {
+        "kind": "endpoint",
+        "prompt": prompt,
+        "base": f"{model.endpoint['model']} at {model.endpoint['base_url']}",
+        "in_context": model.in_context,
+        "stop": STOP,
+        "endpoint": dict(model.endpoint),
+    }
     os.makedirs(out_dir, exist_ok=True)
     for name, content in ((GENERATOR_FILE, settings), ("config.json", {"model_type": "endpoint"})):
         with open(os.path.join(out_dir, name), "w", encoding="utf-8") as handle:
             json.dump(content, handle, indent=2)
-    log.info("endpoint generator: %s prompted with %d of %d pairs (%d words), no fine-tune: a served model",
-             settings["base"], min(model.in_context, len(pairs)), len(pairs), len(prompt.split()))
+    log.info(
+        "endpoint generator: %s prompted with %d of %d pairs (%d words), no fine-tune: a served model",
+        settings["base"],
+        min(model.in_context, len(pairs)),
+        len(pairs),
+        len(prompt.split()),
+    )
     return time.perf_counter() - start
 
 

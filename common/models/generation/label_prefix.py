@@ -9,6 +9,7 @@ encoder's input. Either way the model trains with the table (LoRA adapters on a 
 model as ``label_prefix.safetensors`` and ``label_prefix.json``; a model folder holding them is generated from
 label sets (:class:`common.models.generation.pool.T5Generator`).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,19 +31,27 @@ class LabelPrefix(torch.nn.Module):
     """``table[label]``: a (length, d_model) block per label; :meth:`encoder_inputs` turns label-set strings
     (label names joined by ``separator``) into ``inputs_embeds`` and ``attention_mask``."""
 
-    def __init__(self, labels: Sequence[str], length: int, d_model: int, separator: str = ",",
-                 init: "torch.Tensor | None" = None):
+    def __init__(
+        self,
+        labels: Sequence[str],
+        length: int,
+        d_model: int,
+        separator: str = ",",
+        init: "torch.Tensor | None" = None,
+    ):
         super().__init__()
         self.labels = list(labels)
         self.index = {label: i for i, label in enumerate(self.labels)}
         self.length = length
         self.separator = separator
-        self.table = torch.nn.Parameter(init.clone() if init is not None
-                                        else torch.randn(len(self.labels), length, d_model) * 0.02)
+        self.table = torch.nn.Parameter(
+            init.clone() if init is not None else torch.randn(len(self.labels), length, d_model) * 0.02
+        )
 
     @classmethod
-    def for_model(cls, labels: Sequence[str], length: int, net, tokenizer, separator: str = ",",
-                  seed: int = 0) -> "LabelPrefix":
+    def for_model(
+        cls, labels: Sequence[str], length: int, net, tokenizer, separator: str = ",", seed: int = 0
+    ) -> "LabelPrefix":
         """A prefix table for ``net``: each label's block starts as the mean input embedding of its name's
         tokens, repeated ``length`` times, plus a little seeded noise (so the copies can differ)."""
         embeddings = net.get_input_embeddings().weight.detach()

@@ -14,6 +14,7 @@ text as a label set and feeds its labels' learned blocks to the encoder instead 
 (a folder with ``generator.json``, :mod:`common.models.generation.causal_lm`) gets each source written into the prompt
 it was trained on, left-padded, and its samples are what it writes after the prompt.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, concurrency: int = 1,
-             num_gpus: float = 0.0, batch_size: int = 256, warm_tasks: bool = False, threads: int = 0, tag: str = ""):
+def generate(
+    ds,
+    model_path: str,
+    model_version: str,
+    spec: GenerationSpec,
+    concurrency: int = 1,
+    num_gpus: float = 0.0,
+    batch_size: int = 256,
+    warm_tasks: bool = False,
+    threads: int = 0,
+    tag: str = "",
+):
     """``ds`` (source_id, source_text) -> generated rows (OUTPUT_COLUMNS), over an actor pool.
 
     The input is cut into blocks of exactly ``batch_size`` rows first, in the order it comes (a strict
@@ -61,13 +72,35 @@ def generate(ds, model_path: str, model_version: str, spec: GenerationSpec, conc
     if served is not None:
         concurrency = pool_size(concurrency, [served])
         _outages_as_themselves(ds)
-        return _on_pool(ds, EndpointGenerator, {"generator": served, "model_version": model_version, "spec": spec,
-                                                "actors": concurrency, "tag": tag, "key": served_key([served])},
-                        concurrency, 0.0, batch_size, warm_tasks, 1)
+        return _on_pool(
+            ds,
+            EndpointGenerator,
+            {
+                "generator": served,
+                "model_version": model_version,
+                "spec": spec,
+                "actors": concurrency,
+                "tag": tag,
+                "key": served_key([served]),
+            },
+            concurrency,
+            0.0,
+            batch_size,
+            warm_tasks,
+            1,
+        )
     if spec.engine == "ctranslate2":
         prepare(model_path, spec, num_gpus)
-    return _on_pool(ds, engine_class(spec), {"model_path": model_path, "model_version": model_version, "spec": spec},
-                    concurrency, num_gpus, batch_size, warm_tasks, threads)
+    return _on_pool(
+        ds,
+        engine_class(spec),
+        {"model_path": model_path, "model_version": model_version, "spec": spec},
+        concurrency,
+        num_gpus,
+        batch_size,
+        warm_tasks,
+        threads,
+    )
 
 
 def _outages_as_themselves(ds) -> None:
@@ -77,8 +110,9 @@ def _outages_as_themselves(ds) -> None:
     ds.context.raise_original_map_exception = True
 
 
-def engine_for(model_path: str, model_version: str, spec: GenerationSpec, actors: int = 1, tag: str = "",
-               key=None, served=None):
+def engine_for(
+    model_path: str, model_version: str, spec: GenerationSpec, actors: int = 1, tag: str = "", key=None, served=None
+):
     """The generator of the model at ``model_path``: an
     :class:`~common.models.generation.served.engine.EndpointGenerator` for a served one (``served``: the
     :class:`~common.models.generation.served.engine.ServedGenerator` the driver read; one of ``actors`` sharing the
@@ -97,8 +131,9 @@ def engine_class(spec: GenerationSpec) -> type:
     return CT2Generator if spec.engine == "ctranslate2" else T5Generator
 
 
-def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int,
-                  threads: int = 1):
+def on_actor_pool(
+    ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int, threads: int = 1
+):
     """``ds`` mapped in batches of ``batch_size`` over a pool of ``concurrency`` ``generator_class`` actors
     (:class:`T5Generator`, :class:`ModelRoutedGenerator` or a subclass) built with ``constructor_kwargs``; a CPU
     actor runs :func:`common.platform.ray_stages.cpu_threads` of ``threads`` threads (0: the node's CPUs shared)."""
@@ -111,13 +146,27 @@ def on_actor_pool(ds, generator_class, constructor_kwargs: dict, concurrency: in
     # A killed actor restarts and its batch is retried (ray.actor_max_restarts / actor_task_retries): the
     # batch's rows are produced once, by the retry, as the killed attempt's output never left the actor.
     return map_batches_on_actors(
-        ds.repartition(target_num_rows_per_block=batch_size, strict=True), generator_class,
-        fn_constructor_kwargs=constructor_kwargs, concurrency=concurrency, num_gpus=num_gpus or None,
-        batch_size=batch_size, batch_format="numpy", **env)
+        ds.repartition(target_num_rows_per_block=batch_size, strict=True),
+        generator_class,
+        fn_constructor_kwargs=constructor_kwargs,
+        concurrency=concurrency,
+        num_gpus=num_gpus or None,
+        batch_size=batch_size,
+        batch_format="numpy",
+        **env,
+    )
 
 
-def _on_pool(ds, generator_class, constructor_kwargs: dict, concurrency: int, num_gpus: float, batch_size: int,
-             warm_tasks: bool, threads: int):
+def _on_pool(
+    ds,
+    generator_class,
+    constructor_kwargs: dict,
+    concurrency: int,
+    num_gpus: float,
+    batch_size: int,
+    warm_tasks: bool,
+    threads: int,
+):
     """:func:`on_warm_tasks` for a CPU stage that asked for them, else :func:`on_actor_pool`."""
     if warm_tasks and not num_gpus:
         return on_warm_tasks(ds, generator_class, constructor_kwargs, concurrency, batch_size, threads)
@@ -169,8 +218,10 @@ def saved_at(model_path: str) -> Optional[int]:
 def _warm_generator(generator_class: type, constructor_kwargs: dict):
     """This worker's ``generator_class(**constructor_kwargs)``, built on first use and kept (LRU)."""
     path = constructor_kwargs.get("model_path")
-    key = (f"{generator_class.__module__}.{generator_class.__qualname__}({constructor_kwargs!r})"
-           f"@{saved_at(path) if path else ''}")
+    key = (
+        f"{generator_class.__module__}.{generator_class.__qualname__}({constructor_kwargs!r})"
+        f"@{saved_at(path) if path else ''}"
+    )
     return _kept(_WARM_GENERATORS, key, _WARM_CACHE, lambda: generator_class(**constructor_kwargs))
 
 
@@ -179,8 +230,7 @@ def _generate_batch(batch, generator_class: type, constructor_kwargs: dict):
     return _warm_generator(generator_class, constructor_kwargs)(batch)
 
 
-def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: int, batch_size: int,
-                  threads: int = 1):
+def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: int, batch_size: int, threads: int = 1):
     """``ds`` mapped in batches of ``batch_size`` (the same batches as :func:`on_actor_pool`) by Ray tasks in
     the torch runtime environment (:data:`common.platform.ray_stages.TORCH_TASK_ENV`), at most ``concurrency``
     at a time. Ray hands them the workers that already imported torch for the run's fine-tunes and
@@ -197,14 +247,21 @@ def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: in
 
     from common.platform.ray_stages import actor_fault_tolerance, cpu_threads, retried_errors, torch_task_options
 
-    retries = {"max_retries": actor_fault_tolerance()["max_task_retries"],
-               "retry_exceptions": retried_errors(bool(DataContext.get_current().actor_task_retry_on_errors))}
+    retries = {
+        "max_retries": actor_fault_tolerance()["max_task_retries"],
+        "retry_exceptions": retried_errors(bool(DataContext.get_current().actor_task_retry_on_errors)),
+    }
     with warnings.catch_warnings():  # Ray 2.60 names no replacement yet (see map_batches_on_actors)
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
         return ds.repartition(target_num_rows_per_block=batch_size, strict=True).map_batches(
-            _generate_batch, fn_kwargs={"generator_class": generator_class, "constructor_kwargs": constructor_kwargs},
-            compute=TaskPoolStrategy(size=concurrency), batch_size=batch_size, batch_format="numpy",
-            **torch_task_options(threads=cpu_threads(threads, concurrency)), **retries)
+            _generate_batch,
+            fn_kwargs={"generator_class": generator_class, "constructor_kwargs": constructor_kwargs},
+            compute=TaskPoolStrategy(size=concurrency),
+            batch_size=batch_size,
+            batch_format="numpy",
+            **torch_task_options(threads=cpu_threads(threads, concurrency)),
+            **retries,
+        )
 
 
 class ModelRoutedGenerator:
@@ -213,17 +270,21 @@ class ModelRoutedGenerator:
     :class:`T5Generator` instances loaded and routes each batch's rows to theirs. Rows sorted by model
     before the pass arrive in batches of few models, so each model loads about once per actor."""
 
-    def __init__(self, spec: GenerationSpec, cache_models: int = 4, actors: int = 1, tag: str = "", key=None,
-                 served=None):
+    def __init__(
+        self, spec: GenerationSpec, cache_models: int = 4, actors: int = 1, tag: str = "", key=None, served=None
+    ):
         self.spec, self.actors, self.tag, self.key, self.served = spec, actors, tag, key, dict(served or {})
         self.cache_models = cache_models
         self.models: "OrderedDict[str, T5Generator]" = OrderedDict()  # CT2Generator is one too
 
     def _model(self, path: str, version: str) -> T5Generator:
         key = f"{path}@{version}@{saved_at(path)}"  # a model saved again in place is loaded again
-        return _kept(self.models, key, self.cache_models,
-                     lambda: engine_for(path, version, self.spec, self.actors, self.tag, self.key,
-                                        self.served.get(path)))
+        return _kept(
+            self.models,
+            key,
+            self.cache_models,
+            lambda: engine_for(path, version, self.spec, self.actors, self.tag, self.key, self.served.get(path)),
+        )
 
     def __call__(self, batch: dict[str, np.ndarray]):
         import pyarrow as pa
@@ -241,9 +302,18 @@ class ModelRoutedGenerator:
 ROUTED_COLUMNS = ("source_id", "source_text", "model_path", "model_version")
 
 
-def generate_routed(ds, spec: GenerationSpec, concurrency: int = 1, num_gpus: float = 0.0, batch_size: int = 256,
-                    cache_models: int = 4, warm_tasks: bool = False, threads: int = 0, tag: str = "",
-                    generator_uris=()):
+def generate_routed(
+    ds,
+    spec: GenerationSpec,
+    concurrency: int = 1,
+    num_gpus: float = 0.0,
+    batch_size: int = 256,
+    cache_models: int = 4,
+    warm_tasks: bool = False,
+    threads: int = 0,
+    tag: str = "",
+    generator_uris=(),
+):
     """``ds`` (source_id, source_text, model_path, model_version) -> generated rows (OUTPUT_COLUMNS), each
     input generated by the model its row names, over one actor pool (:class:`ModelRoutedGenerator`), or with
     ``warm_tasks`` on warm torch tasks (:func:`on_warm_tasks`), each of ``threads`` threads (see :func:`generate`).
@@ -257,10 +327,23 @@ def generate_routed(ds, spec: GenerationSpec, concurrency: int = 1, num_gpus: fl
     if served:
         concurrency = pool_size(concurrency, list(served.values()))
         _outages_as_themselves(ds)
-    return _on_pool(ds, ModelRoutedGenerator, {"spec": spec, "cache_models": cache_models, "actors": concurrency,
-                                               "tag": tag, "key": served_key(list(served.values())),
-                                               "served": served}, concurrency, num_gpus, batch_size, warm_tasks,
-                    threads)
+    return _on_pool(
+        ds,
+        ModelRoutedGenerator,
+        {
+            "spec": spec,
+            "cache_models": cache_models,
+            "actors": concurrency,
+            "tag": tag,
+            "key": served_key(list(served.values())),
+            "served": served,
+        },
+        concurrency,
+        num_gpus,
+        batch_size,
+        warm_tasks,
+        threads,
+    )
 
 
 def rows_by_reason(table, quarantined: bool):
@@ -275,8 +358,10 @@ def split_quarantine(ds):
 
     Filters with Arrow in ``map_batches`` (a row-wise ``filter`` would re-infer the schema from Python
     values and type an all-null column as ``null``)."""
-    return (ds.map_batches(rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": False}),
-            ds.map_batches(rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": True}))
+    return (
+        ds.map_batches(rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": False}),
+        ds.map_batches(rows_by_reason, batch_format="pyarrow", fn_kwargs={"quarantined": True}),
+    )
 
 
 def naive_generate(model_path: str, texts: list[str], spec: GenerationSpec) -> list[list[str]]:

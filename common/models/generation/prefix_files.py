@@ -3,6 +3,7 @@
 Torch-free, so a CTranslate2 actor can tell such a model apart without importing torch
 (:mod:`common.models.generation.label_prefix` holds the prefix itself).
 """
+
 from __future__ import annotations
 
 import os

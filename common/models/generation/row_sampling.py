@@ -9,6 +9,7 @@ filters, ``argmax(logit + Gumbel noise)`` is a draw from the filtered softmax. T
 score and transformers' greedy search takes it, so the rest of ``generate`` (end tokens, padding of
 finished rows, the model's own logits processors, applied first) is unchanged.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -54,7 +55,7 @@ def gumbel_noise(keys, step: int, tokens):
     h = _hash32(h ^ (step & _MASK32))
     h = _hash32(h ^ keys[:, :1])
     h = _hash32(h ^ keys[:, 1:2])
-    u = (h.to(torch.float64) + 0.5) / 2.0 ** 32  # in (0, 1): both logs stay finite
+    u = (h.to(torch.float64) + 0.5) / 2.0**32  # in (0, 1): both logs stay finite
     return -torch.log(-torch.log(u))
 
 

@@ -9,6 +9,7 @@
 
 Both work on batches (lists), so Ray Data ``map_batches`` or a pandas UDF can call them per batch.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,9 +39,16 @@ def minilm_path() -> str:
 
 
 @lru_cache(maxsize=2)
-def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_type: str = "auto",
-             threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True,
-             layers: Optional[int] = None):
+def _encoder(
+    path: str,
+    device: Optional[str],
+    engine: str = "auto",
+    compute_type: str = "auto",
+    threads: Optional[int] = None,
+    max_length: Optional[int] = None,
+    parallel: bool = True,
+    layers: Optional[int] = None,
+):
     """The sentence encoder of ``path`` on ``engine``: ``ctranslate2``
     (:mod:`common.models.generation.sentence_encoder`, with ``compute_type`` and ``threads``), ``torch``
     (sentence-transformers), or ``auto``: ctranslate2 where it can run the model, else torch. Asked for by name,
@@ -62,8 +70,9 @@ def _encoder(path: str, device: Optional[str], engine: str = "auto", compute_typ
                 return CT2SentenceEncoder(path, device, compute_type, threads, max_length, parallel, layers)
             except Exception as exc:  # noqa: BLE001  (a model the converter does not take: torch serves it)
                 reason = f"CTranslate2 could not load it: {type(exc).__name__}: {exc}"
-        (log.warning if engine == "ctranslate2" else log.info)("encoding with torch, not ctranslate2, %s: %s",
-                                                               path, reason)
+        (log.warning if engine == "ctranslate2" else log.info)(
+            "encoding with torch, not ctranslate2, %s: %s", path, reason
+        )
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(path, device=device)
@@ -84,8 +93,14 @@ def keep_layers(bert, layers: int, path: str) -> None:
     bert.config.num_hidden_layers = layers
 
 
-def cosine_scores(texts: Sequence[str], references: Sequence[str], model_path: Optional[str] = None,
-                  device: Optional[str] = None, batch_size: int = 256, engine: str = "auto") -> list[float]:
+def cosine_scores(
+    texts: Sequence[str],
+    references: Sequence[str],
+    model_path: Optional[str] = None,
+    device: Optional[str] = None,
+    batch_size: int = 256,
+    engine: str = "auto",
+) -> list[float]:
     """Cosine similarity of each text's embedding with its reference's (MiniLM by default), encoded on
     ``engine`` (:func:`_encoder`).
 

@@ -7,6 +7,7 @@ run by ``ctranslate2.Encoder``; texts are tokenized by the ``tokenizers`` librar
 their tokens. :class:`CT2SentenceEncoder` answers ``encode`` as ``SentenceTransformer.encode`` does, so the
 scorer takes either; a model of any other layout is left to sentence-transformers (:func:`ct2_reason`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,9 @@ from common.platform.storage import cache_root, read_json
 # measures the pipeline's pool). A GPU wants large batches: there the default is no limit.
 CPU_BATCH_TOKENS = 512
 
-TRANSFORMER, POOLING, NORMALIZE = (f"sentence_transformers.models.{name}"
-                                   for name in ("Transformer", "Pooling", "Normalize"))
+TRANSFORMER, POOLING, NORMALIZE = (
+    f"sentence_transformers.models.{name}" for name in ("Transformer", "Pooling", "Normalize")
+)
 
 
 def ct2_reason(path: str) -> Optional[str]:
@@ -56,8 +58,14 @@ def converted_folder(path: str, quantization: str, layers: Optional[int] = None)
     writable), keyed by the folder, the weights' size and time, so new weights convert anew."""
     from common.models.generation.ct2 import convert
 
-    weights = next((os.path.join(path, name) for name in ("model.safetensors", "pytorch_model.bin")
-                    if os.path.isfile(os.path.join(path, name))), path)
+    weights = next(
+        (
+            os.path.join(path, name)
+            for name in ("model.safetensors", "pytorch_model.bin")
+            if os.path.isfile(os.path.join(path, name))
+        ),
+        path,
+    )
     stat = os.stat(weights)
     key = hashlib.sha256(f"{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     name = os.path.basename(os.path.normpath(path)) or "encoder"
@@ -75,9 +83,16 @@ class CT2SentenceEncoder:
     at ``max_length`` word pieces (None: the model's ``max_seq_length``). ``layers``: embeddings are the mean of
     the encoder's ``layers``-th layer's states, the later layers dropped (None: all layers)."""
 
-    def __init__(self, path: str, device: Optional[str] = None, compute_type: str = "auto",
-                 threads: Optional[int] = None, max_length: Optional[int] = None, parallel: bool = True,
-                 layers: Optional[int] = None):
+    def __init__(
+        self,
+        path: str,
+        device: Optional[str] = None,
+        compute_type: str = "auto",
+        threads: Optional[int] = None,
+        max_length: Optional[int] = None,
+        parallel: bool = True,
+        layers: Optional[int] = None,
+    ):
         import ctranslate2
         from tokenizers import Tokenizer
 
@@ -96,8 +111,13 @@ class CT2SentenceEncoder:
         # 655/328/147 against 357/212/92), the same embeddings to the bit; a lone batch cannot keep both threads
         # busy between the per-batch Python work (tokens in, pooling out) and its small matrix products.
         self.workers = n if parallel and device == "cpu" and n > 1 else 1
-        self.encoder = ctranslate2.Encoder(folder, device=device, compute_type=kind,
-                                           intra_threads=1 if self.workers > 1 else n, inter_threads=self.workers)
+        self.encoder = ctranslate2.Encoder(
+            folder,
+            device=device,
+            compute_type=kind,
+            intra_threads=1 if self.workers > 1 else n,
+            inter_threads=self.workers,
+        )
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="ct2-encode") if self.workers > 1 else None
         settings = read_json(os.path.join(path, "sentence_bert_config.json"))
         self.lower_case = bool(settings.get("do_lower_case"))
@@ -105,8 +125,14 @@ class CT2SentenceEncoder:
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(int(max_length or settings.get("max_seq_length") or 512))
 
-    def encode(self, texts: Sequence[str], batch_size: int = 256, normalize_embeddings: bool = True,
-               convert_to_numpy: bool = True, max_batch_tokens: Optional[int] = None) -> np.ndarray:
+    def encode(
+        self,
+        texts: Sequence[str],
+        batch_size: int = 256,
+        normalize_embeddings: bool = True,
+        convert_to_numpy: bool = True,
+        max_batch_tokens: Optional[int] = None,
+    ) -> np.ndarray:
         """(len(texts), dim) float32 mean-pooled embeddings, unit length unless ``normalize_embeddings`` is
         False. Texts are sorted by token count and encoded in batches of at most ``batch_size`` rows and
         ``max_batch_tokens`` tokens (rows x the batch's longest text; None: :data:`CPU_BATCH_TOKENS` on CPU, no

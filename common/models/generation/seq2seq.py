@@ -16,6 +16,7 @@ of a causal kind, or a served model (``endpoint``): no training (:mod:`common.mo
 it as one Ray task (``num_gpus`` from config) that reads the pairs' Parquet files, logs the loss, a
 checkpoint per epoch and the final model to the MLflow run, and copies the model to the models folder.
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,13 +65,29 @@ class ModelSpec:
     @classmethod
     def from_config(cls, cfg: "T5ModelConfig") -> "ModelSpec":
         """The spec of a ``*.model`` config section (a checkpoint when ``name_or_path`` is set)."""
-        shape = {} if cfg.kind != "scratch_t5" else {
-            "vocab_size": cfg.scratch.vocab_size, "d_model": cfg.scratch.d_model, "d_ff": cfg.scratch.d_ff,
-            "num_layers": cfg.scratch.num_layers, "num_heads": cfg.scratch.num_heads}
-        return cls(kind=cfg.kind, model_name_or_path=cfg.name_or_path, max_source_length=cfg.max_source_length,
-                   max_target_length=cfg.max_target_length, prompt=cfg.prompt, lora_r=cfg.lora_r,
-                   lora_alpha=cfg.lora_alpha, in_context=cfg.in_context_examples,
-                   endpoint=asdict(cfg.endpoint) if cfg.served else None, **shape)
+        shape = (
+            {}
+            if cfg.kind != "scratch_t5"
+            else {
+                "vocab_size": cfg.scratch.vocab_size,
+                "d_model": cfg.scratch.d_model,
+                "d_ff": cfg.scratch.d_ff,
+                "num_layers": cfg.scratch.num_layers,
+                "num_heads": cfg.scratch.num_heads,
+            }
+        )
+        return cls(
+            kind=cfg.kind,
+            model_name_or_path=cfg.name_or_path,
+            max_source_length=cfg.max_source_length,
+            max_target_length=cfg.max_target_length,
+            prompt=cfg.prompt,
+            lora_r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            in_context=cfg.in_context_examples,
+            endpoint=asdict(cfg.endpoint) if cfg.served else None,
+            **shape,
+        )
 
     @property
     def causal(self) -> bool:
@@ -100,9 +117,15 @@ class TrainSpec:
     @classmethod
     def from_config(cls, cfg: "FineTuneConfig", seed: int) -> "TrainSpec":
         """The spec of a ``*.fine_tune`` config section."""
-        return cls(epochs=cfg.epochs, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
-                   grad_accumulation=cfg.grad_accumulation, seed=seed, group_by_length=cfg.group_by_length,
-                   max_steps=cfg.max_steps)
+        return cls(
+            epochs=cfg.epochs,
+            learning_rate=cfg.learning_rate,
+            batch_size=cfg.batch_size,
+            grad_accumulation=cfg.grad_accumulation,
+            seed=seed,
+            group_by_length=cfg.group_by_length,
+            max_steps=cfg.max_steps,
+        )
 
     def steps_per_epoch(self, n_pairs: int) -> int:
         """Optimiser steps in one pass over ``n_pairs`` pairs (the last step may take fewer micro-batches)."""
@@ -145,10 +168,18 @@ def build_model(spec: ModelSpec, pairs: Sequence[tuple[str, str]], seed: int = 0
     from common.models.generation.unigram import train_tokenizer
 
     tokenizer = train_tokenizer([t for pair in pairs for t in pair], spec.vocab_size)
-    config = T5Config(vocab_size=len(tokenizer), d_model=spec.d_model, d_kv=spec.d_model // spec.num_heads,
-                      d_ff=spec.d_ff, num_layers=spec.num_layers, num_decoder_layers=spec.num_layers,
-                      num_heads=spec.num_heads, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+    config = T5Config(
+        vocab_size=len(tokenizer),
+        d_model=spec.d_model,
+        d_kv=spec.d_model // spec.num_heads,
+        d_ff=spec.d_ff,
+        num_layers=spec.num_layers,
+        num_decoder_layers=spec.num_layers,
+        num_heads=spec.num_heads,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
     return tokenizer, T5ForConditionalGeneration(config)
 
 
@@ -169,8 +200,13 @@ def model_inputs(encoded, device: str) -> dict:
 EpochHook = Callable[[int, Any, Any, list[float]], None]
 
 
-def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, train: TrainSpec,
-              on_epoch_end: Optional[EpochHook] = None) -> FineTuneResult:
+def fine_tune(
+    pairs: Sequence[tuple[str, str]],
+    out_dir: str,
+    model: ModelSpec,
+    train: TrainSpec,
+    on_epoch_end: Optional[EpochHook] = None,
+) -> FineTuneResult:
     """Fine-tune (or train from scratch) on (source, target) pairs; save to ``out_dir``; return the losses.
 
     Each optimiser step averages the loss over ``grad_accumulation`` micro-batches of ``batch_size``.
@@ -181,6 +217,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
         raise ValueError("no (source, target) pairs to fine-tune on")
     if model.kind == "endpoint" or (train.epochs == 0 and not train.max_steps):
         from common.models.generation.in_context import in_context_generator
+
         return FineTuneResult(path=out_dir, seconds=in_context_generator(pairs, out_dir, model, train.seed))
     random.seed(train.seed)
     torch.manual_seed(train.seed)
@@ -192,23 +229,30 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
     if model.causal:
         from common.models.generation import causal_lm
 
-        tokenizer, net = causal_lm.build_causal(model.kind, model.model_name_or_path, model.lora_r,
-                                                model.lora_alpha, train.seed)
+        tokenizer, net = causal_lm.build_causal(
+            model.kind, model.model_name_or_path, model.lora_r, model.lora_alpha, train.seed
+        )
         if model.prefix_labels:  # LS-PT: the label blocks ahead of the text, as the paper's prefix-tuned GPT-2
             from common.models.generation.label_prefix import LabelPrefix
-            prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
-                                           model.prefix_separator, train.seed).to(device)
-            sizes, batch_inputs = causal_lm.prefix_training_batches(tokenizer, net, prefix, pairs,
-                                                                    model.max_target_length, device)
+
+            prefix = LabelPrefix.for_model(
+                model.prefix_labels, model.prefix_length, net, tokenizer, model.prefix_separator, train.seed
+            ).to(device)
+            sizes, batch_inputs = causal_lm.prefix_training_batches(
+                tokenizer, net, prefix, pairs, model.max_target_length, device
+            )
         else:
-            sizes, batch_inputs = causal_lm.training_batches(tokenizer, pairs, model.prompt, model.max_source_length,
-                                                             model.max_target_length, device)
+            sizes, batch_inputs = causal_lm.training_batches(
+                tokenizer, pairs, model.prompt, model.max_source_length, model.max_target_length, device
+            )
     else:
         tokenizer, net = build_model(model, pairs, train.seed)
         if model.prefix_labels:
             from common.models.generation.label_prefix import LabelPrefix
-            prefix = LabelPrefix.for_model(model.prefix_labels, model.prefix_length, net, tokenizer,
-                                           model.prefix_separator, train.seed).to(device)
+
+            prefix = LabelPrefix.for_model(
+                model.prefix_labels, model.prefix_length, net, tokenizer, model.prefix_separator, train.seed
+            ).to(device)
         sources = [s for s, _ in pairs]
         source_ids = None if prefix is not None else token_ids(tokenizer, sources, model.max_source_length)
         target_ids = token_ids(tokenizer, [t for _, t in pairs], model.max_target_length)
@@ -230,12 +274,14 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
                 n_padded += ids.numel()
             labels, _ = padded([target_ids[i] for i in batch], -100)  # padding not in the loss
             return {**enc, "labels": labels.to(device)}, n_padded + labels.numel()
+
     net.to(device).train()
     # A batch pads sources and targets each to its longest: grouping by the longer side, then the shorter,
     # fills WDC title-pair batches to 80% (43% at random, 66% by the sum of the two).
     keys = [(max(pair), min(pair)) for pair in sizes]
-    weights = [w for w in net.parameters() if w.requires_grad] + (list(prefix.parameters()) if prefix is not None
-                                                                   else [])
+    weights = [w for w in net.parameters() if w.requires_grad] + (
+        list(prefix.parameters()) if prefix is not None else []
+    )
     optimiser = torch.optim.AdamW(weights, lr=train.learning_rate)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
     result = FineTuneResult(path=out_dir, device=device, dtype=str(dtype).removeprefix("torch."))
@@ -248,7 +294,7 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
         if train.max_steps:
             # Cut the pass where its optimiser steps reach the bound.
             left = train.max_steps - len(result.step_losses)
-            batches = batches[:left * train.grad_accumulation]
+            batches = batches[: left * train.grad_accumulation]
         running, in_step = 0.0, 0
         for b, batch in enumerate(batches):
             inputs, n_padded = batch_inputs(batch)
@@ -286,18 +332,37 @@ def fine_tune(pairs: Sequence[tuple[str, str]], out_dir: str, model: ModelSpec, 
         tokenizer.save_pretrained(out_dir)
     if prefix is not None:
         prefix.save(out_dir)
-    log.info("fine-tuned %d pairs: %d examples in %d steps (%d epochs) on %s/%s in %.1f s; loss %.3f -> %.3f",
-             len(pairs), result.examples, len(result.step_losses), epochs, device, result.dtype, result.seconds,
-             result.step_losses[0], result.step_losses[-1])
+    log.info(
+        "fine-tuned %d pairs: %d examples in %d steps (%d epochs) on %s/%s in %.1f s; loss %.3f -> %.3f",
+        len(pairs),
+        result.examples,
+        len(result.step_losses),
+        epochs,
+        device,
+        result.dtype,
+        result.seconds,
+        result.step_losses[0],
+        result.step_losses[-1],
+    )
     return result
 
 
 MODEL_MARKER = "config.json"  # a folder holding this file is a saved model
 
 
-def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_uri: str, model: ModelSpec,
-                    train: TrainSpec, num_cpus: int, tracking_uri: Optional[str], run_id: Optional[str],
-                    checkpoint_every: int, filters: Optional[list] = None) -> FineTuneResult:
+def _fine_tune_task(
+    files: Sequence[str],
+    source_col: str,
+    target_col: str,
+    out_uri: str,
+    model: ModelSpec,
+    train: TrainSpec,
+    num_cpus: int,
+    tracking_uri: Optional[str],
+    run_id: Optional[str],
+    checkpoint_every: int,
+    filters: Optional[list] = None,
+) -> FineTuneResult:
     """The body of the Ray task: read, train, log to MLflow, copy the final model to ``out_uri``."""
     import shutil
     import tempfile
@@ -310,8 +375,9 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     pairs = read_pairs(files, source_col, target_col, filters)
     if not pairs:
-        raise ValueError(f"no (source, target) pairs in {len(files)} files matching {filters}: nothing to fine-tune "
-                         f"{out_uri} on")
+        raise ValueError(
+            f"no (source, target) pairs in {len(files)} files matching {filters}: nothing to fine-tune {out_uri} on"
+        )
     client = None
     if tracking_uri and run_id:
         from mlflow import MlflowClient
@@ -323,20 +389,27 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
 
     def on_epoch_end(epoch: int, net, tokenizer, losses: list[float]) -> None:
         seconds = time.perf_counter() - state["start"]
-        epoch_losses = losses[state["logged_steps"]:]
-        log.info("epoch %d/%d: %d steps, mean loss %.4f, %.1f steps/s", epoch, epochs, len(epoch_losses),
-                 sum(epoch_losses) / max(1, len(epoch_losses)), len(losses) / max(seconds, 1e-9))
+        epoch_losses = losses[state["logged_steps"] :]
+        log.info(
+            "epoch %d/%d: %d steps, mean loss %.4f, %.1f steps/s",
+            epoch,
+            epochs,
+            len(epoch_losses),
+            sum(epoch_losses) / max(1, len(epoch_losses)),
+            len(losses) / max(seconds, 1e-9),
+        )
         if client is None:
             state["logged_steps"] = len(losses)
             return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric("train_loss", v, now, step)
-                   for step, v in enumerate(losses) if step >= state["logged_steps"]]
+        metrics = [
+            Metric("train_loss", v, now, step) for step, v in enumerate(losses) if step >= state["logged_steps"]
+        ]
         metrics.append(Metric("epoch_loss", sum(epoch_losses) / max(1, len(epoch_losses)), now, epoch))
         for start in range(0, len(metrics), 1000):
-            client.log_batch(run_id, metrics=metrics[start:start + 1000])
+            client.log_batch(run_id, metrics=metrics[start : start + 1000])
         state["logged_steps"] = len(losses)
         # The last epoch's weights are the final model, logged once as model/.
         if checkpoint_every and epoch % checkpoint_every == 0 and epoch < epochs:
@@ -358,10 +431,20 @@ def _fine_tune_task(files: Sequence[str], source_col: str, target_col: str, out_
         shutil.rmtree(work, ignore_errors=True)
 
 
-def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, model: ModelSpec, train: TrainSpec,
-                     source_col: str = "source_text", target_col: str = "target_text", num_cpus: int = 1,
-                     num_gpus: float = 0.0, tracking_uri: Optional[str] = None, run_id: Optional[str] = None,
-                     checkpoint_every: int = 1) -> FineTuneResult:
+def fine_tune_on_ray(
+    runtime: "RayRuntime",
+    files: Sequence[str],
+    out_uri: str,
+    model: ModelSpec,
+    train: TrainSpec,
+    source_col: str = "source_text",
+    target_col: str = "target_text",
+    num_cpus: int = 1,
+    num_gpus: float = 0.0,
+    tracking_uri: Optional[str] = None,
+    run_id: Optional[str] = None,
+    checkpoint_every: int = 1,
+) -> FineTuneResult:
     """Fine-tune on the pairs in Parquet ``files`` as one Ray task with ``num_cpus``/``num_gpus``.
 
     The model lands in ``out_uri`` (a path or URI); with ``run_id`` the task logs ``train_loss`` per step,
@@ -369,8 +452,9 @@ def fine_tune_on_ray(runtime: "RayRuntime", files: Sequence[str], out_uri: str, 
     model (``model/``) to that MLflow run. Returns the :class:`FineTuneResult` (losses, device, seconds).
     """
     task = _fine_tune_remote(runtime, num_cpus, num_gpus)
-    ref = task.remote(list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri, run_id,
-                      checkpoint_every)
+    ref = task.remote(
+        list(files), source_col, target_col, out_uri, model, train, num_cpus, tracking_uri, run_id, checkpoint_every
+    )
     return runtime.wait([ref], "the fine-tune task", {"CPU": fit_cpus(num_cpus, "fine-tune"), "GPU": num_gpus})[0]
 
 
@@ -380,20 +464,30 @@ def _fine_tune_remote(runtime: "RayRuntime", num_cpus: int, num_gpus: float, **o
     import ray
 
     runtime.start()
-    return ray.remote(_fine_tune_task).options(num_cpus=fit_cpus(num_cpus, "fine-tune"), num_gpus=num_gpus or 0,
-                                               runtime_env=TORCH_TASK_ENV, **options)
+    return ray.remote(_fine_tune_task).options(
+        num_cpus=fit_cpus(num_cpus, "fine-tune"), num_gpus=num_gpus or 0, runtime_env=TORCH_TASK_ENV, **options
+    )
 
 
-def fine_tune_many_on_ray(runtime: "RayRuntime", files: Sequence[str], models: Sequence[tuple[list, str]],
-                          model: "ModelSpec | Sequence[ModelSpec]", train: TrainSpec, source_col: str = "source_text",
-                          target_col: str = "target_text", num_cpus: int = 1,
-                          num_gpus: float = 0.0) -> list[FineTuneResult]:
+def fine_tune_many_on_ray(
+    runtime: "RayRuntime",
+    files: Sequence[str],
+    models: Sequence[tuple[list, str]],
+    model: "ModelSpec | Sequence[ModelSpec]",
+    train: TrainSpec,
+    source_col: str = "source_text",
+    target_col: str = "target_text",
+    num_cpus: int = 1,
+    num_gpus: float = 0.0,
+) -> list[FineTuneResult]:
     """Fine-tune one model per (pyarrow filters, out_uri) of ``models`` on the matching pairs of the Parquet
     ``files``, as concurrent Ray tasks of ``num_cpus``/``num_gpus`` each (Ray runs as many at once as the
     cluster holds); ``model`` is one spec for all, or one per model. Returns the results in ``models`` order;
     a task's error is raised here."""
     specs = [model] * len(models) if isinstance(model, ModelSpec) else list(model)
     task = _fine_tune_remote(runtime, num_cpus, num_gpus, max_retries=1)
-    refs = [task.remote(list(files), source_col, target_col, out_uri, spec, train, num_cpus, None, None, 0, filters)
-            for (filters, out_uri), spec in zip(models, specs)]
+    refs = [
+        task.remote(list(files), source_col, target_col, out_uri, spec, train, num_cpus, None, None, 0, filters)
+        for (filters, out_uri), spec in zip(models, specs)
+    ]
     return runtime.wait(refs, "fine-tune tasks", {"CPU": fit_cpus(num_cpus, "fine-tune"), "GPU": num_gpus})

@@ -5,6 +5,7 @@ pairs table's Parquet files itself; generation streams the input table's files t
 pool and the scorer, and Ray's workers write the output files that the driver commits as ONE Delta
 version (with lineage, so re-running the same config on the same inputs writes nothing).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,10 +48,19 @@ def reusable_model(uri: str) -> bool:
     return state == "complete" or (state == "unmarked" and exists(f"{uri}/{MODEL_MARKER}"))
 
 
-def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int, role: str,
-                    model_cfg: "T5ModelConfig", ft_cfg: "FineTuneConfig", config_hash: str,
-                    inputs: Mapping[str, str], source_col: str = "source_text",
-                    target_col: str = "target_text") -> TrainedModel:
+def fine_tune_stage(
+    ctx: JobContext,
+    tr: "TrackedRun",
+    table: str,
+    version: int,
+    role: str,
+    model_cfg: "T5ModelConfig",
+    ft_cfg: "FineTuneConfig",
+    config_hash: str,
+    inputs: Mapping[str, str],
+    source_col: str = "source_text",
+    target_col: str = "target_text",
+) -> TrainedModel:
     """Fine-tune the ``model_cfg`` generator on ``table`` v``version`` in a Ray task, or reuse the model already
     trained from the same config and input versions (unless forced). Logs losses, throughput, checkpoints and
     the model to the MLflow run ``tr``. The model version is ``<kind>_<role>-<key>`` (``smollm2_cga-…``: what
@@ -79,29 +89,61 @@ def fine_tune_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int,
     n_pairs = ctx.lakehouse.read(table, version).count()
     if n_pairs == 0:
         raise ValueError(f"{table} v{version} has no (source, target) pairs: nothing to fine-tune {name} on")
-    budget = "a served model's prompt" if model_cfg.served else \
-        f"{ft_cfg.max_steps} steps" if ft_cfg.max_steps else f"{ft_cfg.epochs} epochs"
-    log.info("fine-tuning %s on %d pairs of %s v%d (%s, %s, effective batch %d)", name, n_pairs, table,
-             version, model_cfg.name_or_path or model_cfg.kind, budget, ft_cfg.batch_size * ft_cfg.grad_accumulation)
-    result = fine_tune_on_ray(ctx.ray(), ctx.lakehouse.file_uris(table, version), uri,
-                              ModelSpec.from_config(model_cfg), TrainSpec.from_config(ft_cfg, ctx.cfg.seed),
-                              source_col, target_col, num_cpus=ft_cfg.num_cpus, num_gpus=ft_cfg.num_gpus,
-                              tracking_uri=ctx.cfg.tracking_uri, run_id=tr.run_id,
-                              checkpoint_every=ft_cfg.checkpoint_every)
+    budget = (
+        "a served model's prompt"
+        if model_cfg.served
+        else f"{ft_cfg.max_steps} steps"
+        if ft_cfg.max_steps
+        else f"{ft_cfg.epochs} epochs"
+    )
+    log.info(
+        "fine-tuning %s on %d pairs of %s v%d (%s, %s, effective batch %d)",
+        name,
+        n_pairs,
+        table,
+        version,
+        model_cfg.name_or_path or model_cfg.kind,
+        budget,
+        ft_cfg.batch_size * ft_cfg.grad_accumulation,
+    )
+    result = fine_tune_on_ray(
+        ctx.ray(),
+        ctx.lakehouse.file_uris(table, version),
+        uri,
+        ModelSpec.from_config(model_cfg),
+        TrainSpec.from_config(ft_cfg, ctx.cfg.seed),
+        source_col,
+        target_col,
+        num_cpus=ft_cfg.num_cpus,
+        num_gpus=ft_cfg.num_gpus,
+        tracking_uri=ctx.cfg.tracking_uri,
+        run_id=tr.run_id,
+        checkpoint_every=ft_cfg.checkpoint_every,
+    )
     tr.set_tags({"model.device": result.device, "model.dtype": result.dtype})
-    losses = {"fine_tune.first_loss": result.step_losses[0], "fine_tune.final_loss": result.step_losses[-1]} \
-        if result.step_losses else {}  # an in-context generator trains no step
-    tr.log_metrics({"fine_tune.pairs": n_pairs, "fine_tune.steps": len(result.step_losses),
-                    "fine_tune.seconds": result.seconds,
-                    "fine_tune.examples_per_second": result.examples / max(result.seconds, 1e-9), **losses})
+    losses = (
+        {"fine_tune.first_loss": result.step_losses[0], "fine_tune.final_loss": result.step_losses[-1]}
+        if result.step_losses
+        else {}
+    )  # an in-context generator trains no step
+    tr.log_metrics(
+        {
+            "fine_tune.pairs": n_pairs,
+            "fine_tune.steps": len(result.step_losses),
+            "fine_tune.seconds": result.seconds,
+            "fine_tune.examples_per_second": result.examples / max(result.seconds, 1e-9),
+            **losses,
+        }
+    )
     return TrainedModel(uri, model_version, reused=False)
 
 
 def _as_generation_input(batch, id_col: str, text_col: str):
     import pyarrow as pa
 
-    return pa.table({"source_id": batch.column(id_col).cast(pa.string()),
-                     "source_text": batch.column(text_col).cast(pa.string())})
+    return pa.table(
+        {"source_id": batch.column(id_col).cast(pa.string()), "source_text": batch.column(text_col).cast(pa.string())}
+    )
 
 
 @dataclass(frozen=True)
@@ -115,18 +157,37 @@ class GenerationStats:
     seconds: Optional[float]
 
     def metrics(self) -> dict[str, float]:
-        out = {"generation.inputs": self.inputs, "generation.quarantined_inputs": self.quarantined_inputs,
-               "generation.sequences": self.sequences, "generation.tokens": self.tokens}
+        out = {
+            "generation.inputs": self.inputs,
+            "generation.quarantined_inputs": self.quarantined_inputs,
+            "generation.sequences": self.sequences,
+            "generation.tokens": self.tokens,
+        }
         if self.seconds:
-            out.update({"generation.seconds": self.seconds,
-                        "generation.sequences_per_second": self.sequences / self.seconds,
-                        "generation.tokens_per_second": self.tokens / self.seconds})
+            out.update(
+                {
+                    "generation.seconds": self.seconds,
+                    "generation.sequences_per_second": self.sequences / self.seconds,
+                    "generation.tokens_per_second": self.tokens / self.seconds,
+                }
+            )
         return {k: float(v) for k, v in out.items()}
 
 
-def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_version: int, id_col: str,
-                   text_col: str, model: TrainedModel, gen_cfg: "GenerationConfig", scoring: Optional["FilterSpec"],
-                   out_table: str, config_hash: str, inputs: Mapping[str, str]) -> tuple[WriteResult, GenerationStats]:
+def generate_stage(
+    ctx: JobContext,
+    tr: "TrackedRun",
+    source_table: str,
+    source_version: int,
+    id_col: str,
+    text_col: str,
+    model: TrainedModel,
+    gen_cfg: "GenerationConfig",
+    scoring: Optional["FilterSpec"],
+    out_table: str,
+    config_hash: str,
+    inputs: Mapping[str, str],
+) -> tuple[WriteResult, GenerationStats]:
     """Generate ``n_samples`` outputs per row of ``source_table`` and score them (``scoring`` None: no
     scores, as for outputs that are not rewrites of their input); write ``out_table``.
 
@@ -151,45 +212,86 @@ def generate_stage(ctx: JobContext, tr: "TrackedRun", source_table: str, source_
     if written is None:
         ctx.ray()  # only here: a rerun whose output exists starts no Ray runtime
         # Read in id order: the generation batches, and so the samples, do not depend on the table's layout.
-        with sending([model.uri], out_table), \
-                ctx.lakehouse.read_ray_ordered(source_table, source_version, columns, order_by=columns) as ds:
-            ds = ds.map_batches(_as_generation_input, batch_format="pyarrow",
-                                fn_kwargs={"id_col": id_col, "text_col": text_col})
-            out = generate(ds, model.uri, model.version, spec, concurrency=gen_cfg.concurrency,
-                           num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size, tag=tag,
-                           **pool_options(n_in, gen_cfg, ctx.cfg.ray))
+        with (
+            sending([model.uri], out_table),
+            ctx.lakehouse.read_ray_ordered(source_table, source_version, columns, order_by=columns) as ds,
+        ):
+            ds = ds.map_batches(
+                _as_generation_input, batch_format="pyarrow", fn_kwargs={"id_col": id_col, "text_col": text_col}
+            )
+            out = generate(
+                ds,
+                model.uri,
+                model.version,
+                spec,
+                concurrency=gen_cfg.concurrency,
+                num_gpus=gen_cfg.num_gpus,
+                batch_size=gen_cfg.batch_size,
+                tag=tag,
+                **pool_options(n_in, gen_cfg, ctx.cfg.ray),
+            )
             if scoring is not None:
                 out = score_generated(out, scoring)
             # No version from a broken server: past max_failed_share, the commit is refused (exit code 6).
-            written = ctx.lakehouse.write_ray(out, out_table, lineage=lineage, force=ctx.force,
-                                              before_commit=failed_share_check(ctx.spark, [model.uri], tag, out_table))
+            written = ctx.lakehouse.write_ray(
+                out,
+                out_table,
+                lineage=lineage,
+                force=ctx.force,
+                before_commit=failed_share_check(ctx.spark, [model.uri], tag, out_table),
+            )
     seconds = None if written.skipped else time.perf_counter() - start
     tr.log_output_table(out_table, written.version, ctx.lakehouse.location(out_table), skipped=written.skipped)
 
     table = ctx.lakehouse.read(out_table, written.version)
     quarantine = table.filter(F.col("sample_idx") < 0)
     q_written = ctx.write(tr, quarantine, f"{out_table}_quarantine", config_hash, inputs)
-    row = table.agg(F.countDistinct(F.when(F.col("sample_idx") >= 0, F.col("source_id"))).alias("ok"),
-                    F.sum((F.col("sample_idx") < 0).cast("long")).alias("bad"),
-                    F.sum((F.col("sample_idx") >= 0).cast("long")).alias("seqs"),
-                    F.sum("generated_tokens").alias("tokens")).first()
-    stats = GenerationStats(inputs=n_in, quarantined_inputs=int(row["bad"] or 0), sequences=int(row["seqs"] or 0),
-                            tokens=int(row["tokens"] or 0), seconds=seconds)
+    row = table.agg(
+        F.countDistinct(F.when(F.col("sample_idx") >= 0, F.col("source_id"))).alias("ok"),
+        F.sum((F.col("sample_idx") < 0).cast("long")).alias("bad"),
+        F.sum((F.col("sample_idx") >= 0).cast("long")).alias("seqs"),
+        F.sum("generated_tokens").alias("tokens"),
+    ).first()
+    stats = GenerationStats(
+        inputs=n_in,
+        quarantined_inputs=int(row["bad"] or 0),
+        sequences=int(row["seqs"] or 0),
+        tokens=int(row["tokens"] or 0),
+        seconds=seconds,
+    )
     if int(row["ok"] or 0) + stats.quarantined_inputs != n_in:
-        raise RuntimeError(f"{out_table}: {n_in} inputs in {source_table} v{source_version} != "
-                           f"{row['ok']} generated from + {stats.quarantined_inputs} quarantined")
+        raise RuntimeError(
+            f"{out_table}: {n_in} inputs in {source_table} v{source_version} != "
+            f"{row['ok']} generated from + {stats.quarantined_inputs} quarantined"
+        )
     tr.log_metrics(stats.metrics())
     endpoint_accounting(ctx, tr, [model.uri], tag, out_table, written, quarantine_rows=stats.quarantined_inputs)
     if seconds:
-        log.info("generated %d sequences (%d tokens) from %d inputs in %.1f s: %.1f sequences/s, %.0f tokens/s; "
-                 "%d inputs quarantined (%s v%d)", stats.sequences, stats.tokens, n_in, seconds,
-                 stats.sequences / seconds, stats.tokens / seconds, stats.quarantined_inputs,
-                 f"{out_table}_quarantine", q_written.version)
+        log.info(
+            "generated %d sequences (%d tokens) from %d inputs in %.1f s: %.1f sequences/s, %.0f tokens/s; "
+            "%d inputs quarantined (%s v%d)",
+            stats.sequences,
+            stats.tokens,
+            n_in,
+            seconds,
+            stats.sequences / seconds,
+            stats.tokens / seconds,
+            stats.quarantined_inputs,
+            f"{out_table}_quarantine",
+            q_written.version,
+        )
     return written, stats
 
 
-def endpoint_accounting(ctx: JobContext, tr: "TrackedRun", generator_uris: Sequence[str], tag: str, out_table: str,
-                        written: WriteResult, quarantine_rows: int = 0) -> dict[str, float]:
+def endpoint_accounting(
+    ctx: JobContext,
+    tr: "TrackedRun",
+    generator_uris: Sequence[str],
+    tag: str,
+    out_table: str,
+    written: WriteResult,
+    quarantine_rows: int = 0,
+) -> dict[str, float]:
     """For a stage whose generators are served
     (:class:`~common.models.generation.served.engine.ServedGenerator` of the first of ``generator_uris``): what the
     stage run ``tag`` sent (:func:`common.models.generation.served.log.usage`) logged to the MLflow run and, when it
@@ -204,23 +306,44 @@ def endpoint_accounting(ctx: JobContext, tr: "TrackedRun", generator_uris: Seque
     counts, endpoint = usage(ctx.spark, generator_uris, tag), served.endpoint
     tr.log_metrics(counts)
     tr.set_tags({"generator.served_model": endpoint.model, "generator.endpoint": endpoint.base_url})
-    log.info("%s: %s at %s: %s", out_table, endpoint.model, endpoint.base_url,
-             ", ".join(f"{k.removeprefix('endpoint.')} {v:g}" for k, v in counts.items()))
+    log.info(
+        "%s: %s at %s: %s",
+        out_table,
+        endpoint.model,
+        endpoint.base_url,
+        ", ".join(f"{k.removeprefix('endpoint.')} {v:g}" for k, v in counts.items()),
+    )
     tr.result.outputs[out_table] = written
-    tr.write_card(out_table, {"model": endpoint.model, "kind": "endpoint (a served model, not trained here)",
-                              "endpoint": endpoint.base_url, "api": endpoint.api,
-                              "in-context examples": served.in_context,
-                              "prompt": served.prompt if len(generator_uris) == 1 else
-                              f"one per generator ({len(generator_uris)})"},
-                  {"quarantined": "requests refused or failed after their retries, and empty inputs",
-                   "quarantined inputs": quarantine_rows},
-                  {k.removeprefix("endpoint."): v for k, v in counts.items()})
+    tr.write_card(
+        out_table,
+        {
+            "model": endpoint.model,
+            "kind": "endpoint (a served model, not trained here)",
+            "endpoint": endpoint.base_url,
+            "api": endpoint.api,
+            "in-context examples": served.in_context,
+            "prompt": served.prompt if len(generator_uris) == 1 else f"one per generator ({len(generator_uris)})",
+        },
+        {
+            "quarantined": "requests refused or failed after their retries, and empty inputs",
+            "quarantined inputs": quarantine_rows,
+        },
+        {k.removeprefix("endpoint."): v for k, v in counts.items()},
+    )
     return counts
 
 
-def generate_routed_stage(ctx: JobContext, tr: "TrackedRun", table: str, version: int, gen_cfg: "GenerationConfig",
-                          generator_uris: Sequence[str], cache_models: int, out_table: str,
-                          config_hash: str) -> WriteResult:
+def generate_routed_stage(
+    ctx: JobContext,
+    tr: "TrackedRun",
+    table: str,
+    version: int,
+    gen_cfg: "GenerationConfig",
+    generator_uris: Sequence[str],
+    cache_models: int,
+    out_table: str,
+    config_hash: str,
+) -> WriteResult:
     """Generate from ``table`` v``version`` (:data:`~common.models.generation.pool.ROUTED_COLUMNS`: each row names
     its model, one of ``generator_uris``) on one pool (:func:`common.models.generation.pool.generate_routed`,
     ``cache_models`` kept per actor), read in (model, id) order so batches hold few models and are the same rows
@@ -231,13 +354,23 @@ def generate_routed_stage(ctx: JobContext, tr: "TrackedRun", table: str, version
 
     ctx.ray()  # the configured runtime, also when every generator was reused (no fine-tune started it)
     tag = f"{tr.run_id}/{out_table}"
-    with sending(generator_uris, out_table), \
-            ctx.lakehouse.read_ray_ordered(table, version, ROUTED_COLUMNS, order_by=["model_path", "source_id"]) as ds:
-        out = generate_routed(ds, GenerationSpec.from_config(gen_cfg, ctx.cfg.seed), concurrency=gen_cfg.concurrency,
-                              num_gpus=gen_cfg.num_gpus, batch_size=gen_cfg.batch_size, cache_models=cache_models,
-                              tag=tag, generator_uris=generator_uris,
-                              **pool_options(tr.written_rows(table), gen_cfg, ctx.cfg.ray))
-        written = tr.write_ray(out, out_table, config_hash,
-                               before_commit=failed_share_check(ctx.spark, generator_uris, tag, out_table))
+    with (
+        sending(generator_uris, out_table),
+        ctx.lakehouse.read_ray_ordered(table, version, ROUTED_COLUMNS, order_by=["model_path", "source_id"]) as ds,
+    ):
+        out = generate_routed(
+            ds,
+            GenerationSpec.from_config(gen_cfg, ctx.cfg.seed),
+            concurrency=gen_cfg.concurrency,
+            num_gpus=gen_cfg.num_gpus,
+            batch_size=gen_cfg.batch_size,
+            cache_models=cache_models,
+            tag=tag,
+            generator_uris=generator_uris,
+            **pool_options(tr.written_rows(table), gen_cfg, ctx.cfg.ray),
+        )
+        written = tr.write_ray(
+            out, out_table, config_hash, before_commit=failed_share_check(ctx.spark, generator_uris, tag, out_table)
+        )
     endpoint_accounting(ctx, tr, sorted(generator_uris), tag, out_table, written)
     return written

@@ -1,5 +1,6 @@
 """The scratch T5's tokenizer: a Unigram model trained on the fine-tuning pairs, with ids that do not
 change from run to run on the same texts (T5's special tokens: pad = 0, eos = 1, unk = 2)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -17,13 +18,15 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int):
     tokenizer.normalizer = normalizers.NFKC()
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=[PAD, EOS, UNK], unk_token=UNK,
-                                      show_progress=False)
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=[PAD, EOS, UNK], unk_token=UNK, show_progress=False
+    )
     tokenizer.train_from_iterator(list(texts), trainer=trainer)
     specials, pieces = _unigram_pieces(tokenizer)
     tokenizer.model = models.Unigram(specials + pieces, unk_id=2)  # the same texts, the same ids
-    tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", special_tokens=[
-        (EOS, tokenizer.token_to_id(EOS))])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS}", special_tokens=[(EOS, tokenizer.token_to_id(EOS))]
+    )
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK)
 
 

@@ -16,6 +16,7 @@ The encoder built this way reproduces BertModel's hidden states up to the LayerN
 1e-5 in BART). The tokenizer is MiniLM's (uncased WordPiece): ``[CLS]`` starts the decoder, ``[SEP]`` ends a
 sequence.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,10 +43,14 @@ def _copy_layer(target, bert: dict[str, Any], i: int) -> None:
     """BERT layer ``i`` into a BART encoder or decoder layer (self-attention, feed-forward, LayerNorms)."""
     p = f"encoder.layer.{i}."
     pairs = {
-        "self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "attention.self.key",
-        "self_attn.v_proj": "attention.self.value", "self_attn.out_proj": "attention.output.dense",
-        "self_attn_layer_norm": "attention.output.LayerNorm", "fc1": "intermediate.dense",
-        "fc2": "output.dense", "final_layer_norm": "output.LayerNorm",
+        "self_attn.q_proj": "attention.self.query",
+        "self_attn.k_proj": "attention.self.key",
+        "self_attn.v_proj": "attention.self.value",
+        "self_attn.out_proj": "attention.output.dense",
+        "self_attn_layer_norm": "attention.output.LayerNorm",
+        "fc1": "intermediate.dense",
+        "fc2": "output.dense",
+        "final_layer_norm": "output.LayerNorm",
     }
     for ours, theirs in pairs.items():
         module = target.get_submodule(ours)
@@ -70,25 +75,39 @@ def build_warm_minilm(max_positions: int = 512, seed: int = 0):
     if max_positions > bert_cfg.max_position_embeddings:
         raise ValueError(f"max_positions {max_positions} > MiniLM's {bert_cfg.max_position_embeddings}")
     config = BartConfig(
-        vocab_size=bert_cfg.vocab_size, d_model=bert_cfg.hidden_size, max_position_embeddings=max_positions,
-        encoder_layers=bert_cfg.num_hidden_layers, decoder_layers=bert_cfg.num_hidden_layers,
-        encoder_attention_heads=bert_cfg.num_attention_heads, decoder_attention_heads=bert_cfg.num_attention_heads,
-        encoder_ffn_dim=bert_cfg.intermediate_size, decoder_ffn_dim=bert_cfg.intermediate_size,
-        activation_function=bert_cfg.hidden_act, dropout=bert_cfg.hidden_dropout_prob,
-        attention_dropout=bert_cfg.attention_probs_dropout_prob, activation_dropout=0.0, scale_embedding=False,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
-        eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.cls_token_id,
-        forced_bos_token_id=None, forced_eos_token_id=None, tie_word_embeddings=True,
+        vocab_size=bert_cfg.vocab_size,
+        d_model=bert_cfg.hidden_size,
+        max_position_embeddings=max_positions,
+        encoder_layers=bert_cfg.num_hidden_layers,
+        decoder_layers=bert_cfg.num_hidden_layers,
+        encoder_attention_heads=bert_cfg.num_attention_heads,
+        decoder_attention_heads=bert_cfg.num_attention_heads,
+        encoder_ffn_dim=bert_cfg.intermediate_size,
+        decoder_ffn_dim=bert_cfg.intermediate_size,
+        activation_function=bert_cfg.hidden_act,
+        dropout=bert_cfg.hidden_dropout_prob,
+        attention_dropout=bert_cfg.attention_probs_dropout_prob,
+        activation_dropout=0.0,
+        scale_embedding=False,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        decoder_start_token_id=tokenizer.cls_token_id,
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+        tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
     model = BartForConditionalGeneration(config)
     with torch.no_grad():
         model.model.shared.weight.copy_(bert["embeddings.word_embeddings.weight"])
-        positions = bert["embeddings.position_embeddings.weight"][:max_positions] \
+        positions = (
+            bert["embeddings.position_embeddings.weight"][:max_positions]
             + bert["embeddings.token_type_embeddings.weight"][0]
+        )
         for stack in (model.model.encoder, model.model.decoder):
             stack.embed_tokens.weight = model.model.shared.weight
-            stack.embed_positions.weight[POSITION_OFFSET:POSITION_OFFSET + max_positions].copy_(positions)
+            stack.embed_positions.weight[POSITION_OFFSET : POSITION_OFFSET + max_positions].copy_(positions)
             stack.embed_positions.weight[:POSITION_OFFSET].copy_(positions[:1].expand(POSITION_OFFSET, -1))
             stack.layernorm_embedding.weight.copy_(bert["embeddings.LayerNorm.weight"])
             stack.layernorm_embedding.bias.copy_(bert["embeddings.LayerNorm.bias"])
@@ -99,6 +118,9 @@ def build_warm_minilm(max_positions: int = 512, seed: int = 0):
     model.generation_config.bos_token_id = tokenizer.cls_token_id
     model.generation_config.eos_token_id = tokenizer.sep_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    log.info("warm-started a BART encoder-decoder from %s (%.1fM parameters)", folder,
-             sum(p.numel() for p in model.parameters()) / 1e6)
+    log.info(
+        "warm-started a BART encoder-decoder from %s (%.1fM parameters)",
+        folder,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+    )
     return tokenizer, model

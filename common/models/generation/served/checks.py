@@ -1,6 +1,7 @@
 """The checks of a served generator's endpoint: a job's start check (:func:`served_preflight`, before any engine
 starts), ``augment doctor``'s line (:func:`doctor_check`) and the walk of a config's served sections
 (:func:`served_sections`)."""
+
 from __future__ import annotations
 
 import json
@@ -37,22 +38,28 @@ def check_endpoint(cfg: "EndpointConfig", timeout_s: float = 30.0, complete: boo
         # /models is broken or absent, which says nothing of completions: one token decides
         done, url = _one_token(cfg, key, timeout_s)
         if not done.ok:
-            raise EndpointUnreachable(f"{models_url} answered HTTP {exc.code}, and {url}: a one-token completion "
-                                      f"failed: {done.reason}") from None
-        return (f"{cfg.base_url} serves {cfg.model} (/models answered HTTP {exc.code}; a one-token completion in "
-                f"{done.latency_s:.1f} s)")
+            raise EndpointUnreachable(
+                f"{models_url} answered HTTP {exc.code}, and {url}: a one-token completion failed: {done.reason}"
+            ) from None
+        return (
+            f"{cfg.base_url} serves {cfg.model} (/models answered HTTP {exc.code}; a one-token completion in "
+            f"{done.latency_s:.1f} s)"
+        )
     except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
         raise EndpointUnreachable(f"{models_url} did not answer ({getattr(exc, 'reason', exc)})") from None
     if listed and cfg.model not in listed:
-        raise EndpointUnreachable(f"{models_url} does not list the model {cfg.model!r} (it lists "
-                                  f"{', '.join(map(str, listed[:10]))})")
+        raise EndpointUnreachable(
+            f"{models_url} does not list the model {cfg.model!r} (it lists {', '.join(map(str, listed[:10]))})"
+        )
     if not complete:
         return f"{cfg.base_url} answers and {'lists' if listed else 'lists no model but may serve'} {cfg.model}"
     done, url = _one_token(cfg, key, timeout_s)
     if not done.ok:
         raise EndpointUnreachable(f"{url}: a one-token completion failed: {done.reason}")
-    return (f"{cfg.base_url} serves {cfg.model} ({'listed' if listed else 'not listed by /models'}; a one-token "
-            f"completion in {done.latency_s:.1f} s)")
+    return (
+        f"{cfg.base_url} serves {cfg.model} ({'listed' if listed else 'not listed by /models'}; a one-token "
+        f"completion in {done.latency_s:.1f} s)"
+    )
 
 
 def _one_token(cfg: "EndpointConfig", key, timeout_s: float):
@@ -68,12 +75,15 @@ def served_preflight(*sections: Callable[[Any], Any]) -> Callable[[Any], None]:
     """A job's start check (``job(name, preflight=...)``) of the generator model sections ``sections`` pick from the
     config (``lambda cfg: cfg.cga.model``): each served one's endpoint answers (:func:`check_endpoint`, no
     completion), before any Spark or Ray work; else :class:`EndpointUnreachable` naming the URL."""
+
     def check(cfg: Any) -> None:
         for section in sections:
             model = section(cfg)
             if model.served:
-                log.info("generator: %s", check_endpoint(model.endpoint, timeout_s=model.endpoint.timeout_s,
-                                                         complete=False))
+                log.info(
+                    "generator: %s", check_endpoint(model.endpoint, timeout_s=model.endpoint.timeout_s, complete=False)
+                )
+
     return check
 
 
@@ -100,8 +110,13 @@ def doctor_check(cfg: Any):
         except EndpointUnreachable as exc:
             failed.append(f"{exc}; used by {keys}")
     if failed:
-        return Check("endpoint", False, "; ".join(failed), "start the server, or fix *.model.endpoint (base_url, "
-                     "model, api_key_env)", required=True)
+        return Check(
+            "endpoint",
+            False,
+            "; ".join(failed),
+            "start the server, or fix *.model.endpoint (base_url, model, api_key_env)",
+            required=True,
+        )
     return Check("endpoint", True, "; ".join(lines))
 
 

@@ -24,6 +24,7 @@ a request of its own, which also makes each sample's response a unit that is kep
 it samples; vLLM honours both. The API key is read from the environment variable the config names, sent as a bearer
 token, and never written into an outcome, a log line or an error.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -116,8 +117,10 @@ def api_key(cfg: "EndpointConfig") -> Optional[Secret]:
 
             return Secret(DBUtils(SparkSession.getActiveSession()).secrets.get(scope=scope, key=name))
         except Exception as exc:  # not on Databricks, no such scope or key, no permission
-            raise EndpointUnreachable(f"{cfg.base_url}: the API key's Databricks secret {cfg.api_key_secret} could "
-                                      f"not be read ({type(exc).__name__})") from None
+            raise EndpointUnreachable(
+                f"{cfg.base_url}: the API key's Databricks secret {cfg.api_key_secret} could "
+                f"not be read ({type(exc).__name__})"
+            ) from None
     if not cfg.api_key_env:
         return None
     key = os.environ.get(cfg.api_key_env)
@@ -166,8 +169,15 @@ class EndpointClient:
     defaults: the endpoint's own), reporting to the endpoint's breaker of ``scope`` (the stage run's tag). Use
     :meth:`run`; counts of requests and retries are in :attr:`stats`."""
 
-    def __init__(self, cfg: "EndpointConfig", params: dict[str, Any], concurrency: Optional[int] = None,
-                 requests_per_minute: Optional[float] = None, key: Optional[Secret] = None, scope: str = ""):
+    def __init__(
+        self,
+        cfg: "EndpointConfig",
+        params: dict[str, Any],
+        concurrency: Optional[int] = None,
+        requests_per_minute: Optional[float] = None,
+        key: Optional[Secret] = None,
+        scope: str = "",
+    ):
         self.cfg, self.params = cfg, dict(params)
         self.concurrency = concurrency or cfg.max_concurrency
         self.requests_per_minute = requests_per_minute if requests_per_minute is not None else cfg.requests_per_minute
@@ -192,8 +202,13 @@ class EndpointClient:
             body["prompt"] = request.prompt
         return body
 
-    def run(self, requests: Sequence[Request], on_done: Optional[Callable[[int, Outcome], None]] = None,
-            tick: Optional[Callable[[], None]] = None, tick_s: float = 10.0) -> list[Outcome]:
+    def run(
+        self,
+        requests: Sequence[Request],
+        on_done: Optional[Callable[[int, Outcome], None]] = None,
+        tick: Optional[Callable[[], None]] = None,
+        tick_s: float = 10.0,
+    ) -> list[Outcome]:
         """Send every request; returns their outcomes in order (never raises for a request that failed; a request
         the open breaker kept from being sent is an outcome with ``sent`` False). ``on_done(index, outcome)`` is
         called as each completes (the response log keeps it at once), ``tick()`` every ``tick_s`` seconds while
@@ -215,6 +230,7 @@ class EndpointClient:
         timeout = aiohttp.ClientTimeout(total=self.cfg.timeout_s)
         connector = aiohttp.TCPConnector(limit=self.concurrency)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=self._headers) as session:
+
             async def one(index: int, request: Request) -> Outcome:
                 started = time.monotonic()
                 try:
@@ -274,8 +290,12 @@ class EndpointClient:
             if self.health.failed(result):
                 opened.set()
             if kind == "refused" or retries >= self.cfg.max_retries:
-                return self._failed(result if kind == "refused" else f"{result} after {retries} retries", started,
-                                    retries + throttles, server=True)
+                return self._failed(
+                    result if kind == "refused" else f"{result} after {retries} retries",
+                    started,
+                    retries + throttles,
+                    server=True,
+                )
             retries += 1
             self.stats["retries"] += 1
             await self._wait(self._backoff(rng, retries), opened)
@@ -330,17 +350,31 @@ class EndpointClient:
         if not isinstance(text, str):
             return "prompt", "a response with no text", None
         usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
-        return "ok", Outcome(text=text, reason=None, prompt_tokens=_count(usage.get("prompt_tokens")),
-                             completion_tokens=_count(usage.get("completion_tokens")),
-                             latency_s=time.monotonic() - started, retries=retries), None
+        return (
+            "ok",
+            Outcome(
+                text=text,
+                reason=None,
+                prompt_tokens=_count(usage.get("prompt_tokens")),
+                completion_tokens=_count(usage.get("completion_tokens")),
+                latency_s=time.monotonic() - started,
+                retries=retries,
+            ),
+            None,
+        )
 
     def _failed(self, reason: str, started: float, retries: int, server: bool) -> Outcome:
         self.stats["failed"] += 1
         return Outcome(text=None, reason=reason, latency_s=time.monotonic() - started, retries=retries, server=server)
 
     def _unsent(self, started: float) -> Outcome:
-        return Outcome(text=None, reason=f"not sent: the endpoint's breaker is open ({self.health.reason})",
-                       latency_s=time.monotonic() - started, server=True, sent=False)
+        return Outcome(
+            text=None,
+            reason=f"not sent: the endpoint's breaker is open ({self.health.reason})",
+            latency_s=time.monotonic() - started,
+            server=True,
+            sent=False,
+        )
 
 
 def _safely(call: Callable[..., None], *args: Any) -> None:
@@ -349,8 +383,12 @@ def _safely(call: Callable[..., None], *args: Any) -> None:
     try:
         call(*args)
     except Exception as exc:
-        log.warning("%s failed (%s: %s); the requests go on", getattr(call, "__name__", "a callback"),
-                    type(exc).__name__, " ".join(str(exc).split())[:200])
+        log.warning(
+            "%s failed (%s: %s); the requests go on",
+            getattr(call, "__name__", "a callback"),
+            type(exc).__name__,
+            " ".join(str(exc).split())[:200],
+        )
 
 
 def _count(value: Any) -> int:
@@ -369,5 +407,9 @@ def sampling_params(spec) -> dict[str, Any]:
     from common.models.generation.formats import STOP
 
     sampling = spec.mode == "sample"
-    return {"max_tokens": spec.max_new_tokens, "temperature": 1.0 if sampling else 0.0,
-            **({"top_p": spec.top_p} if sampling else {}), "stop": [STOP]}
+    return {
+        "max_tokens": spec.max_new_tokens,
+        "temperature": 1.0 if sampling else 0.0,
+        **({"top_p": spec.top_p} if sampling else {}),
+        "stop": [STOP],
+    }

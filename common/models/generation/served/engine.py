@@ -4,6 +4,7 @@ endpoint`` (:func:`common.models.generation.in_context.save_endpoint`), read onc
 :class:`~common.models.generation.served.client.EndpointClient` and keeps its answers in the role's response log
 (:mod:`common.models.generation.served.log`).
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,13 @@ class ServedGenerator:
         settings = json.loads(read_text(path))
         if settings.get("kind") != "endpoint":
             return None
-        return ServedGenerator(model_path.rstrip("/"), EndpointConfig(**settings["endpoint"]), settings["prompt"],
-                               settings["stop"], int(settings.get("in_context", 0)))
+        return ServedGenerator(
+            model_path.rstrip("/"),
+            EndpointConfig(**settings["endpoint"]),
+            settings["prompt"],
+            settings["stop"],
+            int(settings.get("in_context", 0)),
+        )
 
 
 def served_generators(generator_uris: Sequence[str]) -> dict[str, ServedGenerator]:
@@ -91,16 +97,27 @@ class EndpointGenerator:
     opens, the batch raises :class:`EndpointUnreachable` instead, its answers kept: an outage is not the rows' fault,
     and the run started again sends only what is missing."""
 
-    def __init__(self, generator: ServedGenerator, model_version: str, spec, actors: int = 1, tag: str = "",
-                 key: Optional[Secret] = None):
+    def __init__(
+        self,
+        generator: ServedGenerator,
+        model_version: str,
+        spec,
+        actors: int = 1,
+        tag: str = "",
+        key: Optional[Secret] = None,
+    ):
         from common.models.generation.served.log import RESPONSES, AnswerIndex, log_root
 
         endpoint = generator.endpoint
         self.generator, self.model_version, self.spec = generator, model_version, spec
-        self.client = EndpointClient(endpoint, sampling_params(spec),
-                                     concurrency=share(endpoint.max_concurrency, actors),
-                                     requests_per_minute=rate_share(endpoint.requests_per_minute, actors), key=key,
-                                     scope=tag)
+        self.client = EndpointClient(
+            endpoint,
+            sampling_params(spec),
+            concurrency=share(endpoint.max_concurrency, actors),
+            requests_per_minute=rate_share(endpoint.requests_per_minute, actors),
+            key=key,
+            scope=tag,
+        )
         self.responses, self.tag = log_root(generator.path), tag
         self.kept = AnswerIndex.shared(self.responses, tag).include(f"{generator.path}/{RESPONSES}")
 
@@ -130,8 +147,16 @@ class EndpointGenerator:
             self.client.health.vouched()
         # What was paid for is written on every exit, and joins the index once written.
         with ResponseLog(self.responses, self.tag, self.kept) as responses:
-            sent = self.client.run([requests[j] for j in todo], on_done=lambda i, o: responses.add(keys[todo[i]], o),
-                                   tick=responses.flush, tick_s=FLUSH_S) if todo else []
+            sent = (
+                self.client.run(
+                    [requests[j] for j in todo],
+                    on_done=lambda i, o: responses.add(keys[todo[i]], o),
+                    tick=responses.flush,
+                    tick_s=FLUSH_S,
+                )
+                if todo
+                else []
+            )
             responses.close(reused=len(requests) - len(todo))
         by_key = {keys[j]: outcome for j, outcome in zip(todo, sent)}
         outcomes = [o if o is not None else by_key[key] for o, key in zip(outcomes, keys)]
@@ -141,19 +166,25 @@ class EndpointGenerator:
             raise EndpointDown(
                 f"{self.client.url} is down: {self.client.health.reason}; {unsent} of this batch's {len(todo)} "
                 f"requests not sent, the {answered} answered kept under {self.responses} (the run started again "
-                f"sends only the requests still missing)")
-        rows: list[tuple] = [(ids[i], texts[i], None, -1, self.model_version, 0, "empty input")
-                             for i, text in enumerate(texts) if not text.strip()]
+                f"sends only the requests still missing)"
+            )
+        rows: list[tuple] = [
+            (ids[i], texts[i], None, -1, self.model_version, 0, "empty input")
+            for i, text in enumerate(texts)
+            if not text.strip()
+        ]
         stop = self.generator.stop
         for j, i in enumerate(good):
-            samples = outcomes[j * n:(j + 1) * n]
+            samples = outcomes[j * n : (j + 1) * n]
             failed = next((o for o in samples if not o.ok), None)
             if failed is not None:
                 rows.append((ids[i], texts[i], None, -1, self.model_version, 0, f"endpoint: {failed.reason}"[:300]))
                 continue
             # (a server that ignores `stop` writes on: the sample ends at the line break, as in-context engines cut)
-            rows += [(ids[i], texts[i], o.text.split(stop, 1)[0].strip(), k, self.model_version,
-                      o.completion_tokens, None) for k, o in enumerate(samples)]
+            rows += [
+                (ids[i], texts[i], o.text.split(stop, 1)[0].strip(), k, self.model_version, o.completion_tokens, None)
+                for k, o in enumerate(samples)
+            ]
         columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_COLUMNS]
         return pa.table({name: list(values) for name, values in zip(OUTPUT_COLUMNS, columns)}, schema=output_schema())
 
@@ -185,13 +216,18 @@ def failed_share_check(spark, generator_uris: Sequence[str], tag: str, stage: st
 
         counts = usage(spark, list(generators), tag)
         failed = counts.get("endpoint.server_failed", 0.0)
-        total = counts.get("endpoint.answered", 0.0) + counts.get("endpoint.failed", 0.0) + \
-            counts.get("endpoint.reused", 0.0)
+        total = (
+            counts.get("endpoint.answered", 0.0)
+            + counts.get("endpoint.failed", 0.0)
+            + counts.get("endpoint.reused", 0.0)
+        )
         limit = min(g.endpoint.max_failed_share for g in generators.values())
         if total and failed / total > limit:
             endpoint = next(iter(generators.values())).endpoint
             raise EndpointUnreachable(
                 f"{endpoint.base_url}: {failed:.0f} of {stage}'s {total:.0f} requests failed on the server's side "
                 f"after their retries ({failed / total:.1%}, more than max_failed_share {limit:.1%}): no version "
-                f"written; the run started again sends only the requests with no answer")
+                f"written; the run started again sends only the requests with no answer"
+            )
+
     return check

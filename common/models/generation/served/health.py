@@ -12,6 +12,7 @@ retry backoff, the concurrency and the request timeout, never on how many reques
 ``breaker_s`` open, the breaker lets requests try again, and one more failure opens it again (a long-lived worker
 recovers when the server does).
 """
+
 from __future__ import annotations
 
 import threading
@@ -83,9 +84,11 @@ class Health:
             if not self._answered_once:
                 self._refused_prompts.add(prompt)
                 if len(self._refused_prompts) >= self.failures:
-                    return self._open(f"{len(self._refused_prompts)} different prompts refused and none answered "
-                                      f"(the request's parameters or the model are wrong for this server), the last: "
-                                      f"{reason}")
+                    return self._open(
+                        f"{len(self._refused_prompts)} different prompts refused and none answered "
+                        f"(the request's parameters or the model are wrong for this server), the last: "
+                        f"{reason}"
+                    )
             return self._opened is not None
 
     def throttled(self) -> bool:
@@ -96,8 +99,9 @@ class Health:
             self._run = 0
             self._throttled = now if self._throttled is None else self._throttled
             if now - self._throttled > self.throttle_s:
-                return self._open(f"HTTP 429 to every request for {now - self._throttled:.0f} s with no answer (a "
-                                  f"spent quota?)")
+                return self._open(
+                    f"HTTP 429 to every request for {now - self._throttled:.0f} s with no answer (a spent quota?)"
+                )
             return self._opened is not None
 
     def failed(self, reason: str) -> bool:
@@ -109,8 +113,10 @@ class Health:
             self._run += 1
             span = now - self._first
             if self._run >= self.failures or (self._run >= 3 and span >= self.window_s):
-                return self._open(f"{self._run} server-side failures in a row over {span:.1f} s with no answer "
-                                  f"between them, the last: {reason}")
+                return self._open(
+                    f"{self._run} server-side failures in a row over {span:.1f} s with no answer "
+                    f"between them, the last: {reason}"
+                )
             return self._opened is not None
 
     def pause(self, seconds: float) -> None:

@@ -19,6 +19,7 @@ Each part row carries the ``tag`` of the stage run that wrote it (its MLflow run
 :func:`usage` finds what one stage sent: requests, retries, tokens, latency percentiles and server-side failures,
 read with Spark.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,9 +46,19 @@ FLUSH_S = 10.0  # ... or seconds since the last part
 
 # The parts' columns and their Spark SQL types. A row with no ``key`` is a batch's summary: ``reused``, the answers
 # it took from the log instead of sending. ``server``: a failure that was the server's (5xx, timeout, connection).
-COLUMNS = (("key", "string"), ("text", "string"), ("reason", "string"), ("prompt_tokens", "long"),
-           ("completion_tokens", "long"), ("latency_s", "double"), ("retries", "long"), ("reused", "long"),
-           ("tag", "string"), ("written_at", "double"), ("server", "boolean"))
+COLUMNS = (
+    ("key", "string"),
+    ("text", "string"),
+    ("reason", "string"),
+    ("prompt_tokens", "long"),
+    ("completion_tokens", "long"),
+    ("latency_s", "double"),
+    ("retries", "long"),
+    ("reused", "long"),
+    ("tag", "string"),
+    ("written_at", "double"),
+    ("server", "boolean"),
+)
 
 
 def schema():
@@ -62,8 +73,9 @@ def request_key(base_url: str, model: str, api: str, params: dict[str, Any], req
     """The hex SHA-256 of everything that decides ``request``'s answer: the server (``base_url``: another server
     serving a model under the same name is another model), the served ``model``, the ``api`` style, the sampling
     ``params``, the prompt, the sample index and the seed."""
-    body = json.dumps([base_url.rstrip("/"), model, api, params, request.prompt, request.sample_idx, request.seed],
-                      sort_keys=True)
+    body = json.dumps(
+        [base_url.rstrip("/"), model, api, params, request.prompt, request.sample_idx, request.seed], sort_keys=True
+    )
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
@@ -113,9 +125,11 @@ def _local_lease(root: str, stage: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            raise StageBusy(f"{stage}: another run is sending to the model server ({path} held by "
-                            f"{handle.read().strip() or 'a live process'}); this run sends nothing: run it again "
-                            f"when that one has ended") from None
+            raise StageBusy(
+                f"{stage}: another run is sending to the model server ({path} held by "
+                f"{handle.read().strip() or 'a live process'}); this run sends nothing: run it again "
+                f"when that one has ended"
+            ) from None
         handle.truncate(0)
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         handle.write(f"{socket.gethostname()}:{os.getpid()} since {since}")
@@ -135,8 +149,10 @@ def _s3_lease(root: str, stage: str) -> Iterator[None]:
         lease = s3_commit_lease(root, stage, LeaseSettings(wait_s=0.0, poll_s=0.1))
         lease.__enter__()
     except CommitLeaseTimeout as exc:
-        raise StageBusy(f"{stage}: another run is sending to the model server ({exc}); this run sends nothing: run "
-                        f"it again when that one has ended") from None
+        raise StageBusy(
+            f"{stage}: another run is sending to the model server ({exc}); this run sends nothing: run "
+            f"it again when that one has ended"
+        ) from None
     try:
         yield
     finally:
@@ -148,8 +164,11 @@ def _parts(root: str) -> list[str]:
     from common.platform.storage import list_files
 
     prefix = root.split("://", 1)[0] + "://" if "://" in root else ""
-    paths = sorted(f.path for f in list_files(root) if f.path.endswith(".parquet")
-                   and not posixpath.basename(f.path).startswith("."))
+    paths = sorted(
+        f.path
+        for f in list_files(root)
+        if f.path.endswith(".parquet") and not posixpath.basename(f.path).startswith(".")
+    )
     return [prefix + p if prefix and "://" not in p else p for p in paths]
 
 
@@ -201,12 +220,16 @@ class AnswerIndex:
         for part in _parts(root):
             fs, path = filesystem(part)
             try:
-                table = pq.read_table(path, filesystem=fs,
-                                      columns=["key", "text", "prompt_tokens", "completion_tokens"])
+                table = pq.read_table(
+                    path, filesystem=fs, columns=["key", "text", "prompt_tokens", "completion_tokens"]
+                )
             except Exception as exc:  # a torn or foreign file: report it, send its requests again
                 self.unreadable.append(part)
-                log.warning("response log part %s cannot be read (%s): its requests are sent again", part,
-                            " ".join(str(exc).split())[:200])
+                log.warning(
+                    "response log part %s cannot be read (%s): its requests are sent again",
+                    part,
+                    " ".join(str(exc).split())[:200],
+                )
                 continue
             for key, text, prompt, completion in zip(*(table.column(c).to_pylist() for c in table.column_names)):
                 if key is not None and text is not None and key not in found:
@@ -226,8 +249,9 @@ class AnswerIndex:
         from common.models.generation.served.client import Outcome
 
         hit = self._index().get(key)
-        return None if hit is None else Outcome(text=hit[0], reason=None, prompt_tokens=hit[1],
-                                                completion_tokens=hit[2])
+        return (
+            None if hit is None else Outcome(text=hit[0], reason=None, prompt_tokens=hit[1], completion_tokens=hit[2])
+        )
 
     def written(self, key: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
         """An answer the log has just written."""
@@ -263,18 +287,38 @@ class ResponseLog:
             self._add(key, outcome)
 
     def _add(self, key: str, outcome: "Outcome") -> None:
-        self._rows.append({"key": key, "text": outcome.text, "reason": outcome.reason,
-                           "prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
-                           "latency_s": outcome.latency_s, "retries": outcome.retries, "reused": None,
-                           "server": outcome.server if not outcome.ok else None})
+        self._rows.append(
+            {
+                "key": key,
+                "text": outcome.text,
+                "reason": outcome.reason,
+                "prompt_tokens": outcome.prompt_tokens,
+                "completion_tokens": outcome.completion_tokens,
+                "latency_s": outcome.latency_s,
+                "retries": outcome.retries,
+                "reused": None,
+                "server": outcome.server if not outcome.ok else None,
+            }
+        )
         if len(self._rows) >= FLUSH_EVERY or time.monotonic() - self._last >= FLUSH_S:
             self.flush()
 
     def close(self, reused: int) -> None:
         """Write what is buffered and the batch's summary row (``reused`` answers taken from the log)."""
         with self._lock:
-            self._rows.append({"key": None, "text": None, "reason": None, "prompt_tokens": 0, "completion_tokens": 0,
-                               "latency_s": None, "retries": 0, "reused": reused, "server": None})
+            self._rows.append(
+                {
+                    "key": None,
+                    "text": None,
+                    "reason": None,
+                    "prompt_tokens": 0,
+                    "completion_tokens": 0,
+                    "latency_s": None,
+                    "retries": 0,
+                    "reused": reused,
+                    "server": None,
+                }
+            )
             self.flush()
 
     def flush(self) -> None:
@@ -287,10 +331,11 @@ class ResponseLog:
             if not self._rows:
                 return
             rows, now = list(self._rows), time.time()
-            table = pa.Table.from_pylist([{**row, "tag": self.tag, "written_at": now} for row in rows],
-                                         schema=schema())
+            table = pa.Table.from_pylist(
+                [{**row, "tag": self.tag, "written_at": now} for row in rows], schema=schema()
+            )
             self._write(table)
-            self._rows = self._rows[len(rows):]  # (the lock is re-entrant: nothing was added meanwhile)
+            self._rows = self._rows[len(rows) :]  # (the lock is re-entrant: nothing was added meanwhile)
             if self.index is not None:  # now kept for good: a retry of this batch here finds them
                 for row in rows:
                     if row["key"] is not None and row["text"] is not None:
@@ -328,31 +373,51 @@ def usage(spark, generator_uris: Sequence[str], tag: str) -> dict[str, float]:
     if not roots:
         return {}
     # A torn part (a writer killed on a store without atomic puts) is skipped here too, as the workers skip it.
-    rows = spark.read.schema(", ".join(f"{name} {kind}" for name, kind in COLUMNS)) \
-        .option("recursiveFileLookup", "true").option("pathGlobFilter", "*.parquet") \
-        .option("ignoreCorruptFiles", "true").parquet(*roots).filter(F.col("tag") == tag)
+    rows = (
+        spark.read.schema(", ".join(f"{name} {kind}" for name, kind in COLUMNS))
+        .option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.parquet")
+        .option("ignoreCorruptFiles", "true")
+        .parquet(*roots)
+        .filter(F.col("tag") == tag)
+    )
     # By request: a batch Ray ran twice logs a request twice; it failed only if no try of it was answered.
-    requests = rows.filter(F.col("key").isNotNull()).groupBy("key").agg(
-        F.max(F.col("text").isNotNull().cast("int")).alias("ok"),
-        F.max(F.coalesce(F.col("server"), F.lit(False)).cast("int")).alias("server"),
-        F.max(F.when(F.col("text").isNotNull(), F.col("prompt_tokens"))).alias("prompt_tokens"),
-        F.max(F.when(F.col("text").isNotNull(), F.col("completion_tokens"))).alias("completion_tokens"))
-    got = requests.agg(F.count("*").alias("sent"), F.sum("ok").alias("answered"),
-                       F.sum(((F.col("ok") == 0) & (F.col("server") == 1)).cast("long")).alias("server_failed"),
-                       F.sum("prompt_tokens").alias("prompt_tokens"),
-                       F.sum("completion_tokens").alias("completion_tokens")).first()
-    tries = rows.agg(F.sum("retries").alias("retries"), F.sum((F.col("key").isNotNull()).cast("long")).alias("tries"),
-                     F.sum("reused").alias("reused"),
-                     F.percentile_approx(F.when(F.col("key").isNotNull(), F.col("latency_s")), [0.5, 0.9, 0.99],
-                                         10_000).alias("p")).first()
+    requests = (
+        rows.filter(F.col("key").isNotNull())
+        .groupBy("key")
+        .agg(
+            F.max(F.col("text").isNotNull().cast("int")).alias("ok"),
+            F.max(F.coalesce(F.col("server"), F.lit(False)).cast("int")).alias("server"),
+            F.max(F.when(F.col("text").isNotNull(), F.col("prompt_tokens"))).alias("prompt_tokens"),
+            F.max(F.when(F.col("text").isNotNull(), F.col("completion_tokens"))).alias("completion_tokens"),
+        )
+    )
+    got = requests.agg(
+        F.count("*").alias("sent"),
+        F.sum("ok").alias("answered"),
+        F.sum(((F.col("ok") == 0) & (F.col("server") == 1)).cast("long")).alias("server_failed"),
+        F.sum("prompt_tokens").alias("prompt_tokens"),
+        F.sum("completion_tokens").alias("completion_tokens"),
+    ).first()
+    tries = rows.agg(
+        F.sum("retries").alias("retries"),
+        F.sum((F.col("key").isNotNull()).cast("long")).alias("tries"),
+        F.sum("reused").alias("reused"),
+        F.percentile_approx(F.when(F.col("key").isNotNull(), F.col("latency_s")), [0.5, 0.9, 0.99], 10_000).alias("p"),
+    ).first()
     if got is None or not got["sent"] and not tries["reused"]:
         return {}
     sent_n, answered, retries = int(got["sent"] or 0), int(got["answered"] or 0), int(tries["retries"] or 0)
-    out = {"endpoint.requests": int(tries["tries"] or 0) + retries, "endpoint.retries": retries,
-           "endpoint.answered": answered, "endpoint.failed": sent_n - answered,
-           "endpoint.server_failed": int(got["server_failed"] or 0),
-           "endpoint.reused": int(tries["reused"] or 0), "endpoint.prompt_tokens": int(got["prompt_tokens"] or 0),
-           "endpoint.completion_tokens": int(got["completion_tokens"] or 0)}
+    out = {
+        "endpoint.requests": int(tries["tries"] or 0) + retries,
+        "endpoint.retries": retries,
+        "endpoint.answered": answered,
+        "endpoint.failed": sent_n - answered,
+        "endpoint.server_failed": int(got["server_failed"] or 0),
+        "endpoint.reused": int(tries["reused"] or 0),
+        "endpoint.prompt_tokens": int(got["prompt_tokens"] or 0),
+        "endpoint.completion_tokens": int(got["completion_tokens"] or 0),
+    }
     if tries["p"]:
         out.update({f"endpoint.latency_p{q}_s": v for q, v in zip((50, 90, 99), tries["p"])})
     return {k: float(v) for k, v in out.items()}
