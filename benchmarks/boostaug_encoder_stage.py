@@ -86,7 +86,7 @@ def export(args) -> None:
 
 
 def _spec(args, **overrides):
-    from common.models.config import EncoderConfig
+    from common.models.classifier_config import EncoderConfig
 
     values = dict(kv.split("=", 1) for kv in args.set or [])
     quantile = float(values.pop("quantile")) if "quantile" in values else None
@@ -163,7 +163,7 @@ def load(args, augment_args) -> int:
     import pyarrow.parquet as pq
 
     import common.boostaug.surrogate as surrogate_module
-    import jobs.boostaug as boostaug_jobs
+    import jobs.boostaug_filter as boostaug_filter
     from jobs.cli import main as augment
 
     scores_dir = Path(args.scores)
@@ -197,7 +197,7 @@ def load(args, augment_args) -> int:
             raise SystemExit(f"{table.num_rows} candidates, {scores.num_rows} scores: not the same rows")
         return ray.data.from_arrow(joined.select([*table.column_names, *SCORE_COLUMNS]))
 
-    boostaug_jobs._surrogates = surrogates
+    boostaug_filter._surrogates = surrogates
     surrogate_module.score_on_ray = score_on_ray
     return augment(["run", "boostaug", *augment_args])
 

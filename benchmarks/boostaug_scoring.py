@@ -52,8 +52,9 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     from common.boostaug.backends import augment_text, synonym_table
-    from common.models.classifiers.hft import HFTModel, fasttext_params, fit_fasttext, predict_texts
-    from common.models.config import FastTextConfig
+    from common.models.classifier_config import FastTextConfig
+    from common.models.classifiers.fasttext_training import fasttext_params, fit_fasttext
+    from common.models.classifiers.hft import HFTModel, predict_texts
 
     with open(DATA, newline="", encoding="utf-8") as fh:
         rows = [(r["text"], r["label_name"]) for r in csv.DictReader(fh)]
@@ -112,8 +113,8 @@ def encoder_figures(train, candidates, model) -> dict:
     import torch
 
     from common.boostaug.surrogate import EncoderPoolScorer
+    from common.models.classifier_config import EncoderConfig
     from common.models.classifiers.encoder_classifier import _device, fit_surrogate
-    from common.models.config import EncoderConfig
 
     out: dict = {"encoder_device": _device()}
     with tempfile.TemporaryDirectory() as tmp:

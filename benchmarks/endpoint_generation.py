@@ -46,8 +46,8 @@ PAIRS = [
 def in_context_folder(out: str) -> str:
     """CGA's in-context SmolLM2 generator (its prompt with the 3 pairs) saved to ``out``."""
     from common.catalog.config import CGA_PROMPT
+    from common.models.generation.fine_tune_specs import ModelSpec
     from common.models.generation.in_context import in_context_generator
-    from common.models.generation.seq2seq import ModelSpec
 
     in_context_generator(
         PAIRS,
@@ -67,10 +67,12 @@ def main() -> None:
     import json
 
     from common.models.config import EndpointConfig
-    from common.models.generation.causal_lm import materialise_smollm2, prompt_text
-    from common.models.generation.ct2 import CT2Generator, prepare
+    from common.models.generation.ct2 import CT2Generator
+    from common.models.generation.ct2_conversion import prepare
+    from common.models.generation.formats import prompt_text
     from common.models.generation.hf_engine import GenerationSpec
     from common.models.generation.served.client import EndpointClient, Request, sampling_params
+    from common.models.generation.smollm2 import materialise_smollm2
 
     texts = [
         TITLES[i % len(TITLES)] + (f" pack of {i // len(TITLES) + 1}" if i >= len(TITLES) else "")

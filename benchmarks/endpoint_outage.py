@@ -52,7 +52,7 @@ def _outage(folder: str, n: int) -> float:
 
 def main() -> None:
     from common.models.config import EndpointConfig
-    from common.models.generation.causal_lm import materialise_smollm2
+    from common.models.generation.smollm2 import materialise_smollm2
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pending", type=int, nargs="+", default=[10, 1000])

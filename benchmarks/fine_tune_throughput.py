@@ -65,7 +65,8 @@ def eval_loss(folder: str, pairs: list[tuple[str, str]], batch: int = 32) -> flo
 
 
 def run_one(kind: str, pairs, held_out, seed: int, steps: int, batch: int, grouped: bool) -> dict:
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
+    from common.models.generation.seq2seq import fine_tune
 
     rng = random.Random(seed)
     budget = [pairs[rng.randrange(len(pairs))] for _ in range(steps * batch)]

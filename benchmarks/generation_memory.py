@@ -54,7 +54,8 @@ def read_titles(path: str, column: int, n: int) -> list[str]:
 def fine_tuned(path: str, corpus: list[str], steps: int = 30) -> str:
     """SmolLM2-135M fine-tuned ``steps`` batches of 8 to write a title after CGA's prompt, saved to ``path``."""
     from common.catalog.config import CGA_PROMPT
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
+    from common.models.generation.seq2seq import fine_tune
 
     fine_tune(
         [(t, t) for t in corpus[: steps * 8]],

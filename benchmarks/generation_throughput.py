@@ -111,7 +111,8 @@ def train_copy_model(path: str, corpus: list[str]) -> str:
     engines' keep-rates can be compared; in a Ray task, as the jobs fine-tune."""
     import ray
 
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
+    from common.models.generation.seq2seq import fine_tune
 
     task = ray.remote(num_cpus=1, max_calls=1)(fine_tune)
     ray.get(
@@ -133,7 +134,8 @@ def train_warm_copy_model(path: str, corpus: list[str], steps: int = 120) -> str
     engines' quality comparison here."""
     import ray
 
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
+    from common.models.generation.seq2seq import fine_tune
 
     task = ray.remote(num_cpus=2, max_calls=1)(fine_tune)
     ray.get(
@@ -154,7 +156,8 @@ def train_smollm2_model(path: str, corpus: list[str], steps: int = 30) -> str:
     import ray
 
     from common.catalog.config import CGA_PROMPT
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
+    from common.models.generation.seq2seq import fine_tune
 
     task = ray.remote(num_cpus=2, max_calls=1)(fine_tune)
     ray.get(
@@ -201,7 +204,7 @@ def cpu_comparison(model: str, n_inputs: int, naive: bool = True) -> dict:
     import ray
     import torch
 
-    from common.models.generation.ct2 import prepare
+    from common.models.generation.ct2_conversion import prepare
     from common.models.generation.pool import GenerationSpec, generate, naive_generate
 
     torch.set_num_threads(1)

@@ -93,8 +93,9 @@ def train_and_generate(
     final_loss, device}. Needs torch and transformers only (what a lent GPU box has)."""
     import torch
 
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
     from common.models.generation.pool import GenerationSpec, T5Generator
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.seq2seq import fine_tune
 
     rng = random.Random(seed)
     budget = [pairs[rng.randrange(len(pairs))] for _ in range(steps * batch)]  # one epoch = the step budget

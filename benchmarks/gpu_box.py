@@ -35,8 +35,9 @@ def _generate_part(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from common.models.generation.fine_tune_ray import _fine_tune_task
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
     from common.models.generation.pool import GenerationSpec, ModelRoutedGenerator
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, _fine_tune_task
 
     tf32()
     bundle = Bundle(bundle_root)
@@ -134,7 +135,7 @@ def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: 
     """Run recorded job ``i`` of the stage (in this process or a pool's); writes its result file."""
     import torch
 
-    from common.models.config import EncoderConfig
+    from common.models.classifier_config import EncoderConfig
 
     tf32()
     bundle = Bundle(bundle_root)

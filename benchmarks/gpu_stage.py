@@ -4,8 +4,8 @@ box), with the pipeline's own functions, replayed into the pipeline's own run.
 The pipeline runs here (``pipeline``) with hooks. Each stage's hook replays the bundle's GPU results when they
 are there; when they are not, it records what the stage needs into the bundle folder and stops the run:
 
-* ``generate``: ``common.models.generation.seq2seq.fine_tune_many_on_ray`` (the generators' fine-tunes: the pairs'
-  Parquet files, filters, model and training specs) and ``common.models.generation.pool.generate_routed`` (the
+* ``generate``: ``common.models.generation.fine_tune_ray.fine_tune_many_on_ray`` (the generators' fine-tunes: the
+  pairs' Parquet files, filters, model and training specs) and ``common.models.generation.pool.generate_routed`` (the
   routed prompts and the generation spec): the compositional and genre-transfer generators; and their one-model
   forms ``fine_tune_on_ray`` and ``generate`` (every prompt routed to the one model): CGA's and query
   reformulation's generator;
@@ -16,7 +16,7 @@ are there; when they are not, it records what the stage needs into the bundle fo
   ``fit_and_evaluate`` (genre transfer's and BoostAug's ``eval.models: [encoder]``); other tasks run here.
 
 On the GPU box (``benchmarks/gpu_box.py``), ``generate`` fine-tunes each generator with the Ray task's own body
-(:func:`common.models.generation.seq2seq._fine_tune_task`) and generates with the Ray Data pool's own callable
+(:func:`common.models.generation.fine_tune_ray._fine_tune_task`) and generates with the Ray Data pool's own callable
 (:class:`common.models.generation.pool.ModelRoutedGenerator`; ``--workers`` processes share the GPU, each
 fine-tuning and generating a share of the models); ``classify`` runs the stage's recorded jobs
 (:func:`common.models.classifiers.multilabel.fit_and_predict` or
@@ -87,11 +87,12 @@ def pipeline(args, augment_args) -> int:
     import pyarrow.parquet as pq
 
     import common.models.classifiers.text_classifier as text_classifier
+    import common.models.generation.fine_tune_ray as fine_tune_ray
     import common.models.generation.pool as generation
-    import common.models.generation.seq2seq as seq2seq
     import jobs.compositional as compositional
     import jobs.compositional_evaluate as compositional_evaluate
     from common.models.classifiers import encoder_classifier
+    from common.models.generation.fine_tune_specs import FineTuneResult, ModelSpec
     from jobs.cli import main as augment
 
     bundle = Bundle(args.bundle)
@@ -100,13 +101,11 @@ def pipeline(args, augment_args) -> int:
     def fine_tune_many_on_ray(
         runtime, files, models, model, train, source_col="source_text", target_col="target_text", **_
     ):
-        specs = [model] * len(models) if isinstance(model, seq2seq.ModelSpec) else list(model)
+        specs = [model] * len(models) if isinstance(model, ModelSpec) else list(model)
         if bundle.results("generate"):
             done = json.loads((bundle.stage("generate") / "results" / "fine_tune.json").read_text())
             return [
-                seq2seq.FineTuneResult(
-                    **{k: v for k, v in done[out_uri].items() if k in seq2seq.FineTuneResult.__dataclass_fields__}
-                )
+                FineTuneResult(**{k: v for k, v in done[out_uri].items() if k in FineTuneResult.__dataclass_fields__})
                 for _, out_uri in models
             ]
         copied: dict = {}
@@ -124,7 +123,7 @@ def pipeline(args, augment_args) -> int:
             },
         )
         # Not trained here: the run stops at generation, before anything reads these figures.
-        return [seq2seq.FineTuneResult(path=out_uri, step_losses=[float("nan")], seconds=0.0) for _, out_uri in models]
+        return [FineTuneResult(path=out_uri, step_losses=[float("nan")], seconds=0.0) for _, out_uri in models]
 
     def fine_tune_on_ray(
         runtime, files, out_uri, model, train, source_col="source_text", target_col="target_text", **_
@@ -229,9 +228,9 @@ def pipeline(args, augment_args) -> int:
         return replay_or_record("encoder-eval", "encoder", jobs)
 
     if not args.local_generation:
-        seq2seq.fine_tune_many_on_ray = fine_tune_many_on_ray
+        fine_tune_ray.fine_tune_many_on_ray = fine_tune_many_on_ray
         generation.generate_routed = generate_routed
-        seq2seq.fine_tune_on_ray = fine_tune_on_ray
+        fine_tune_ray.fine_tune_on_ray = fine_tune_on_ray
         generation.generate = generate_one
     compositional.fit_and_predict_many = compositional_evaluate.fit_and_predict_many = run_classifiers
     text_classifier.run_tasks = run_tasks

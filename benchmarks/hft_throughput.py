@@ -18,8 +18,9 @@ import pyarrow.parquet as pq
 
 from common.data import demo_data
 from common.data.config import DemoConfig
-from common.models.classifiers.hft import HFTTrainerPool, fasttext_params, train_hft, train_level
-from common.models.config import FastTextConfig
+from common.models.classifier_config import FastTextConfig
+from common.models.classifiers.fasttext_training import fasttext_params
+from common.models.classifiers.hft import HFTTrainerPool, train_hft, train_level
 from common.platform.config import RayConfig
 from common.platform.ray_runtime import RayRuntime
 

@@ -61,8 +61,8 @@ def no_aug_rows(args) -> dict:
     import pyarrow.parquet as pq
     import torch
 
+    from common.models.classifier_config import EncoderConfig
     from common.models.classifiers.multilabel_encoder import fit
-    from common.models.config import EncoderConfig
 
     def rows(*names):
         out = []
@@ -123,8 +123,8 @@ def main(argv=None) -> dict:
 
     import torch
 
+    from common.models.classifier_config import EncoderConfig
     from common.models.classifiers.multilabel_encoder import fit
-    from common.models.config import EncoderConfig
 
     train = read(Path(args.data, "2018-E-c-En-train.txt"))
     limit = args.limit if args.limit is not None else 0 if torch.cuda.is_available() else 400

@@ -41,8 +41,9 @@ def main(argv=None) -> dict:
     import pyarrow as pa
     import torch
 
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
     from common.models.generation.pool import GenerationSpec, T5Generator
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.seq2seq import fine_tune
 
     with open(args.data, newline="", encoding="utf-8") as fh:
         texts = [r["text"] for r in csv.DictReader(fh)][: args.pairs or (4000 if torch.cuda.is_available() else 400)]

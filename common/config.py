@@ -15,7 +15,7 @@ from common.catalog.config import CGAConfig, ConsistencyConfig, GroupingConfig
 from common.compositional.config import CompositionalConfig
 from common.data.config import DemoConfig, IngestConfig, InputsConfig, SubsampleConfig
 from common.genre.config import GenreConfig
-from common.platform.config import BaseConfig, load
+from common.platform.base_config import BaseConfig, load
 from common.querygraph.config import QueryGraphConfig, QueryReformulationConfig
 from common.registry.config import RegistryConfig
 

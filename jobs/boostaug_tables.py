@@ -1,4 +1,5 @@
-"""The BoostAug pipeline's tables (:mod:`jobs.boostaug`, :mod:`jobs.boostaug_evaluate`): one list both import."""
+"""The BoostAug pipeline's tables (:mod:`jobs.boostaug`, :mod:`jobs.boostaug_filter`, :mod:`jobs.boostaug_evaluate`):
+one list they all import."""
 
 TEXTS, CANDIDATES, KEPT, REJECTS = "boostaug_texts", "boostaug_candidates", "boostaug_kept", "boostaug_rejects"
 SCORED, EMBEDDINGS = "boostaug_scored", "boostaug_candidate_embeddings"

@@ -1,6 +1,6 @@
-"""The compositional multi-label augmentation jobs (paper 4, METHODS.md section 4): five thin jobs, the fifth
-(``compositional-evaluate``) in :mod:`jobs.compositional_evaluate`, the tables both use in
-:mod:`jobs.compositional_tables`.
+"""The compositional multi-label augmentation jobs (paper 4, METHODS.md section 4): five thin jobs, the third
+(``compositional-generate``) in :mod:`jobs.compositional_generate`, the fifth (``compositional-evaluate``) in
+:mod:`jobs.compositional_evaluate`, the tables they all use in :mod:`jobs.compositional_tables`.
 
 * ``compositional-split`` writes the compositional split of ``multilabel``: ``cg_train``, ``cg_support`` and
   ``cg_test`` (M label compositions on the test side, none of them in training; N_s test-side examples as
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Optional
 
 from common.models.classifiers.multilabel import classifier_params, fit_and_predict_many
-from common.models.generation.served.checks import served_preflight
 from common.platform.errors import InputError
 from common.platform.job import JobContext, JobResult, JobRun, hash_of, job, run_jobs
 from jobs import entry_point
 from jobs.compositional_evaluate import evaluate_job
+from jobs.compositional_generate import generate_job
 from jobs.compositional_tables import (  # noqa: F401  (the pipeline's tables, also by this module's name)
     CANDIDATES,
     CG_SUPPORT,
@@ -180,115 +180,6 @@ def labels_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
     }
 
 
-def _fine_tune_generators(
-    ctx: JobContext, tr: JobRun, pairs_version: int, methods: list[str], vocabulary: list[str], config_hash: str
-) -> dict[str, tuple[str, str]]:
-    """Fine-tune (or reuse) one seq2seq generator per method in ``methods``; returns {method: (path, version)}."""
-    from common.compositional.generation import PHRASE_JOIN
-    from common.models.generation.seq2seq import MODEL_MARKER, ModelSpec, TrainSpec, fine_tune_many_on_ray
-    from common.platform.storage import exists
-
-    gen = ctx.cfg.compositional.generator
-    base = ModelSpec.from_config(gen.model)
-    out, todo = {}, []
-    for method in methods:
-        key = hash_of(config_hash, tr.inputs, method)
-        uri = ctx.models_dir(f"cg_{method}", key)
-        out[method] = (uri, f"cg_{method}-{key}")
-        if ctx.force or not exists(f"{uri}/{MODEL_MARKER}"):
-            spec = (
-                base
-                if method == "t5_labels"
-                else replace(
-                    base,
-                    prefix_labels=tuple(vocabulary),
-                    prefix_length=gen.prefix_length,
-                    prefix_separator=PHRASE_JOIN.strip(),
-                )
-            )
-            todo.append((method, uri, spec))
-    log.info("generators: %d to fine-tune, %d reused (same config and inputs)", len(todo), len(methods) - len(todo))
-    if todo:
-        results = fine_tune_many_on_ray(
-            ctx.ray(),
-            ctx.lakehouse.file_uris(PAIRS, pairs_version),
-            [(None, uri) for _, uri, _ in todo],
-            [spec for _, _, spec in todo],
-            TrainSpec.from_config(gen.fine_tune, ctx.cfg.seed),
-            num_cpus=gen.fine_tune.num_cpus,
-            num_gpus=gen.fine_tune.num_gpus,
-        )
-        for (method, _, _), result in zip(todo, results):
-            loss = {f"fine_tune.{method}.final_loss": result.step_losses[-1]} if result.step_losses else {}
-            tr.log_metrics({**loss, f"fine_tune.{method}.seconds": result.seconds})
-    return out
-
-
-@job("compositional-generate", preflight=served_preflight(lambda cfg: cfg.compositional.generator.model))
-def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
-    """``compositional-generate``: prompts from the sampled label sets; Concat and seq2seq candidates."""
-    from pyspark.sql import functions as F
-
-    from common.compositional.generation import candidates, concat_texts, generator_pairs, prompts
-    from common.compositional.split import label_vocabulary
-    from common.models.generation.stages import generate_routed_stage
-
-    cfg = ctx.cfg.compositional
-    gen = cfg.generator
-    label_sets, train, support = tr.read(LABEL_SETS), tr.read(CG_TRAIN), tr.read(CG_SUPPORT)
-    config_hash = hash_of(asdict(gen), ctx.cfg.seed)
-    if tr.already_written(CANDIDATES, config_hash):
-        return None
-    methods = list(dict.fromkeys(gen.methods))
-    prompt_rows = tr.write(prompts(label_sets, methods), PROMPTS, config_hash)
-    prompt_df = ctx.lakehouse.read(PROMPTS, prompt_rows.version)
-    pool = train.unionByName(support)
-    concat_rows = concat_texts(prompt_df.filter(F.col("method") == "concat"), pool, ctx.cfg.seed)
-    seq2seq = [m for m in methods if m in SEQ2SEQ]
-    if seq2seq:
-        pairs = tr.write(generator_pairs(train, support), PAIRS, config_hash)
-        vocabulary = label_vocabulary(pool)
-        models = _fine_tune_generators(ctx, tr, pairs.version, seq2seq, vocabulary, config_hash)
-        routes = ctx.spark.createDataFrame(
-            [(m, p, v) for m, (p, v) in models.items()], "method string, model_path string, model_version string"
-        )
-        # Sorted by model and read in that order: batches hold few models, and the same rows whatever the layout.
-        routed = (
-            prompt_df.join(routes, "method")
-            .select(F.col("example_id").alias("source_id"), "source_text", "model_path", "model_version")
-            .orderBy("model_path", "source_id")
-        )
-        route_rows = tr.write(routed, f"{PROMPTS}_routed", config_hash)
-        written = generate_routed_stage(
-            ctx,
-            tr,
-            f"{PROMPTS}_routed",
-            route_rows.version,
-            gen.generation,
-            [p for p, _ in models.values()],
-            len(models),
-            GENERATED,
-            config_hash,
-        )
-        generated = ctx.lakehouse.read(GENERATED, written.version)
-    else:
-        generated = ctx.spark.createDataFrame(
-            [], "source_id string, generated_text string, generated_tokens long, reason string"
-        )
-    written = tr.write(candidates(prompt_df, concat_rows, generated), CANDIDATES, config_hash)
-    rows = ctx.lakehouse.read(CANDIDATES, written.version)
-    # One row per (method, reason): bounded.
-    counts = {(r["method"], r["reason"]): r["count"] for r in rows.groupBy("method", "reason").count().collect()}
-    n_prompts = prompt_df.count()
-    if sum(counts.values()) != n_prompts:
-        raise RuntimeError(f"{n_prompts} prompts != {sum(counts.values())} candidates")
-    for (method, reason), n in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        log.info("candidates %-12s %6d %s", method, n, reason or "ok")
-    return {f"{m}.candidates": float(sum(n for (mm, _), n in counts.items() if mm == m)) for m in methods} | {
-        f"{m}.failed": float(sum(n for (mm, r), n in counts.items() if mm == m and r)) for m in methods
-    }
-
-
 @job("compositional-qc")
 def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``compositional-qc``: rank each generator's candidates by Jaccard(predicted, intended), keep the top K."""
@@ -296,7 +187,7 @@ def qc_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.compositional.evaluation import qc_cut
     from common.data.leakage import mark_test_copies
-    from common.models.config import used_settings
+    from common.models.classifier_config import used_settings
 
     cfg, qc = ctx.cfg.compositional, ctx.cfg.compositional.qc
     cands, _, _ = tr.read(CANDIDATES), tr.read(CG_TRAIN), tr.read(CG_SUPPORT)

@@ -49,7 +49,7 @@ RESULT_COLUMNS = [
 def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """``compositional-evaluate``: no_aug vs each generator on the CG split, no_aug on iid, R seeds."""
     from common.compositional.evaluation import results
-    from common.models.config import used_settings
+    from common.models.classifier_config import used_settings
     from common.registry.ship import resume
 
     cfg = ctx.cfg.compositional

@@ -1,5 +1,5 @@
-"""The compositional pipeline's tables (:mod:`jobs.compositional`, :mod:`jobs.compositional_evaluate`): one list
-both import."""
+"""The compositional pipeline's tables (:mod:`jobs.compositional`, :mod:`jobs.compositional_generate`,
+:mod:`jobs.compositional_evaluate`): one list they all import."""
 
 MULTILABEL = "multilabel"
 CG_TRAIN, CG_SUPPORT, CG_TEST, IID_TRAIN, IID_TEST = "cg_train", "cg_support", "cg_test", "iid_train", "iid_test"

@@ -34,7 +34,7 @@ OUTPUTS = ("accuracy_test", "labeled_train", "consistency_test", "unlabeled_pool
 
 def check_labels(n_rows: int, n_classes: int, table: str) -> None:
     """Fail clearly on training data no classifier can learn from."""
-    from common.models.classifiers.hft import TrainingDataError
+    from common.models.classifiers.training_rows import TrainingDataError
 
     if n_rows == 0:
         raise TrainingDataError(f"{table} is empty: nothing to train on")

@@ -77,11 +77,11 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 def _generate(ctx: JobContext, landing: str) -> dict[str, int]:
     from pyspark.sql import functions as F
 
-    from common.data import demo_data
+    from common.data import demo_data, demo_interactions, demo_vocabulary, demo_world
 
     spark = ctx.spark
     cfg = ctx.cfg.demo
-    world = demo_data.World(cfg)
+    world = demo_world.World(cfg)
     parts = cfg.partitions
 
     def ranges(total: int):
@@ -103,7 +103,7 @@ def _generate(ctx: JobContext, landing: str) -> dict[str, int]:
     def gen_interactions(batches):
         for batch in batches:
             for start, stop in zip(batch["start"], batch["stop"]):
-                yield demo_data.interaction_rows(cfg, int(start), int(stop))
+                yield demo_interactions.interaction_rows(cfg, int(start), int(stop))
 
     def bad(kind: str, n_good: int, schema: str):
         n_bad = int(round(n_good * cfg.bad_row_fraction))
@@ -131,7 +131,7 @@ def _generate(ctx: JobContext, landing: str) -> dict[str, int]:
     interactions.unionByName(interactions_bad).write.mode("overwrite").parquet(f"{landing}/interactions")
     n_interactions = spark.read.parquet(f"{landing}/interactions").count()
 
-    write_text(f"{landing}/taxonomy.txt", "\n".join(demo_data.taxonomy_lines()) + "\n")
+    write_text(f"{landing}/taxonomy.txt", "\n".join(demo_vocabulary.taxonomy_lines()) + "\n")
     return {
         "labeled_products": world.n_labeled + n_labeled_bad,
         "labeled_products_bad": n_labeled_bad,

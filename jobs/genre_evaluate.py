@@ -1,6 +1,7 @@
-"""Job ``genre-evaluate`` of the genre-transfer pipeline (:mod:`jobs.genre` holds the other three): writes
-``genre_eval_sets`` (cleaned windows of every split document and the cleaned synthetic documents) and trains the genre
-classifiers in Ray tasks: per classifier model (fastText and/or the fine-tuned encoder), topic, N and method
+"""Job ``genre-evaluate`` of the genre-transfer pipeline (:mod:`jobs.genre` and :mod:`jobs.genre_generate` hold the
+other three): writes ``genre_eval_sets`` (cleaned windows of every split document and the cleaned synthetic
+documents) and trains the genre classifiers in Ray tasks: per classifier model (fastText and/or the fine-tuned
+encoder), topic, N and method
 (on_topic, off_topic, augmented; off_keywords with the control, synthetic_only and off_topic_balanced when asked)
 ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set: ``genre_results``, a report (the paper's Table 4 and
 per-topic gains), and the kept classifiers shipped.
@@ -24,8 +25,8 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from pyspark.sql import functions as F
 
     from common.genre.evaluation import balanced_rows, eval_rows, methods, summary_table
+    from common.models.classifier_config import used_settings
     from common.models.classifiers.text_classifier import evaluate_many
-    from common.models.config import used_settings
     from common.registry.naming import classifier_name
     from common.registry.ship import resume
 

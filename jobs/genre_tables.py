@@ -1,4 +1,5 @@
-"""The genre-transfer pipeline's tables (:mod:`jobs.genre`, :mod:`jobs.genre_evaluate`): one list both import."""
+"""The genre-transfer pipeline's tables (:mod:`jobs.genre`, :mod:`jobs.genre_generate`, :mod:`jobs.genre_evaluate`):
+one list they all import."""
 
 DOCUMENTS, TOPIC_CORPUS = "documents", "topic_corpus"
 DOC_TOPICS, TOPIC_WORDS, PASSAGES = "genre_doc_topics", "genre_topic_words", "genre_passages"

@@ -153,7 +153,7 @@ def app_config(tmp_path, tracking_uri):
 
 @pytest.fixture
 def ctx(spark, capabilities, app_config):
-    from common.platform.job import build_context
+    from common.platform.job_context import build_context
 
     context = build_context(app_config, spark=spark, capabilities=capabilities)
     yield context
@@ -196,7 +196,7 @@ def server(tmp_path_factory):
     the endpoint tests of every file and killed at the session's end."""
     from model_server import Server
 
-    from common.models.generation.causal_lm import materialise_smollm2
+    from common.models.generation.smollm2 import materialise_smollm2
 
     server = Server(str(materialise_smollm2()), tmp_path_factory.mktemp("serve"))
     server.start()

@@ -189,8 +189,8 @@ def served_generator(
     pairs in the prompt."""
     from dataclasses import asdict
 
+    from common.models.generation.fine_tune_specs import ModelSpec
     from common.models.generation.in_context import save_endpoint
-    from common.models.generation.seq2seq import ModelSpec
 
     spec = ModelSpec(kind="endpoint", prompt=prompt, in_context=1, endpoint=asdict(endpoint))
     save_endpoint([("red toy car", "toy car, red"), ("green ball", "ball in green")], str(folder), spec, seed=3)

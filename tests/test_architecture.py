@@ -46,10 +46,17 @@ IO_MODULES = (
     "common.platform.cli",
     "common.platform.tracking",
 )
-MAX_LINES = 400
+# A module over 360 lines (formatted by ruff) holds more than one responsibility; split it by what it does.
+MAX_LINES = 360
 # common.models' halves, and the shared modules under them.
 MODEL_HALVES = ("common.models.generation", "common.models.classifiers")
-MODEL_BASE = ("common.models.config", "common.models.optim", "common.models.pretrained")
+MODEL_BASE = (
+    "common.models.config",
+    "common.models.classifier_config",
+    "common.models.generator_summary",
+    "common.models.optim",
+    "common.models.pretrained",
+)
 
 
 def package_of(module: str) -> str | None:

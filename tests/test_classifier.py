@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from common.models.classifier_config import FastTextConfig
 from common.models.classifiers.hft import HFTTrainerPool, predict, predict_texts, train_hft
-from common.models.config import FastTextConfig
 from common.pyfunc.hft import hft_decide
 
 
@@ -111,7 +111,7 @@ def test_training_depends_on_rows_and_seed_not_on_file_order(spark, tiny_trainin
 
 HEAP_GARBAGE_SCRIPT = """
 import hashlib, sys
-from common.models.classifiers.hft import train_file_to_model
+from common.models.classifiers.fasttext_training import train_file_to_model
 
 train_file, out = sys.argv[1], sys.argv[2]
 params = {"epoch": 3, "lr": 0.5, "wordNgrams": 2, "dim": 16, "minCount": 1, "bucket": 5000, "loss": "softmax",
@@ -163,7 +163,7 @@ def test_a_trainer_removes_the_scratch_folders_its_killed_predecessors_left(tmp_
     import subprocess
     import tempfile
 
-    from common.models.classifiers.hft import fit_rows
+    from common.models.classifiers.fasttext_training import fit_rows
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     finished = subprocess.Popen(["true"])

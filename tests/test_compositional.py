@@ -266,9 +266,9 @@ def test_label_prefix_blocks_do_not_depend_on_co_labels(ray_runtime):
 def test_multilabel_fasttext_learns_a_separable_toy_task(ray_runtime, tmp_path):
     import ray
 
-    from common.models.classifiers.hft import FASTTEXT_TASK_ENV, fasttext_params
+    from common.models.classifier_config import FastTextConfig
+    from common.models.classifiers.fasttext_training import FASTTEXT_TASK_ENV, fasttext_params
     from common.models.classifiers.multilabel import fit_and_predict
-    from common.models.config import FastTextConfig
 
     _toy_parquet(tmp_path, 400, 100)
     task = ray.remote(num_cpus=1, runtime_env=FASTTEXT_TASK_ENV)(fit_and_predict)
@@ -320,8 +320,8 @@ def test_multilabel_encoder_learns_a_separable_toy_task_and_ships_as_a_pyfunc_mo
     from ray import cloudpickle
     from shipped_models import fresh_predictions
 
+    from common.models.classifier_config import EncoderConfig
     from common.models.classifiers.multilabel import fit_and_predict
-    from common.models.config import EncoderConfig
     from common.registry.mlflow_model import model_arguments
 
     _toy_parquet(tmp_path, 180, 60)
@@ -473,7 +473,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world):
 
 
 def test_config_hashes_count_only_the_classifiers_that_run():
-    from common.models.config import EncoderConfig, used_settings
+    from common.models.classifier_config import EncoderConfig, used_settings
 
     base = EvalConfig(models=["fasttext"])
     other_encoder = EvalConfig(models=["fasttext"], encoder=EncoderConfig(epochs=9))

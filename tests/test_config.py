@@ -225,7 +225,7 @@ def test_generative_defaults_are_the_papers():
         None, ["query_reformulation.model.kind=checkpoint", "query_reformulation.model.name_or_path=t5-base"]
     )
     from common.models.config import T5ModelConfig
-    from common.models.generation.seq2seq import ModelSpec
+    from common.models.generation.fine_tune_specs import ModelSpec
 
     spec = ModelSpec.from_config(production.query_reformulation.model)
     assert (spec.kind, spec.model_name_or_path) == ("checkpoint", "t5-base")

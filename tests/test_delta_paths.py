@@ -121,7 +121,7 @@ def test_catalog_tables_by_name(spark, native_only, tmp_path):
 
 
 def test_a_job_writes_and_reads_catalog_tables(spark, capabilities, native_only, app_config, tmp_path):
-    from common.platform.job import build_context
+    from common.platform.job_context import build_context
     from jobs import run_pipeline
 
     app_config.lakehouse.catalog = f"spark_catalog.jobs_{tmp_path.name.replace('-', '_')[-20:]}"
@@ -188,7 +188,7 @@ def test_a_context_that_starts_its_session_opens_mlflow_beside_it(spark, capabil
     import mlflow
 
     from common.config import load_config
-    from common.platform.job import build_context
+    from common.platform.job_context import build_context
 
     cfg = load_config(
         None,

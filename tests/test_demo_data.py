@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.data import demo_data
+from common.data import demo_data, demo_interactions, demo_vocabulary, demo_world
 from common.data.config import DemoConfig
 from common.data.taxonomy import Taxonomy
 
@@ -29,7 +29,11 @@ def catalog(cfg):
 
 
 def test_rows_do_not_depend_on_partitioning_and_follow_the_seed(cfg):
-    for fn, total in ((demo_data.labeled_rows, 60), (demo_data.catalog_rows, 30), (demo_data.interaction_rows, 40)):
+    for fn, total in (
+        (demo_data.labeled_rows, 60),
+        (demo_data.catalog_rows, 30),
+        (demo_interactions.interaction_rows, 40),
+    ):
         whole = fn(cfg, 0, total)
         pieces = pd.concat([fn(cfg, a, b) for a, b in demo_data.chunks(total, 3)], ignore_index=True)
         pd.testing.assert_frame_equal(whole, pieces)
@@ -39,12 +43,12 @@ def test_rows_do_not_depend_on_partitioning_and_follow_the_seed(cfg):
 
 def test_taxonomy_is_four_levels_and_labels_are_its_leaves(labeled, tmp_path):
     path = tmp_path / "taxonomy.txt"
-    path.write_text("\n".join(demo_data.taxonomy_lines()) + "\n")
+    path.write_text("\n".join(demo_vocabulary.taxonomy_lines()) + "\n")
     taxonomy = Taxonomy.from_google_file(path)
     assert taxonomy.max_depth == 4 and {len(p.split(" > ")) for p in taxonomy.leaves()} == {4}
-    assert taxonomy.leaves() == sorted(demo_data.leaf_paths())
-    assert set(labeled.category) <= set(demo_data.leaf_paths())
-    assert labeled.category.nunique() == len(demo_data.leaf_paths()) == 28
+    assert taxonomy.leaves() == sorted(demo_vocabulary.leaf_paths())
+    assert set(labeled.category) <= set(demo_vocabulary.leaf_paths())
+    assert labeled.category.nunique() == len(demo_vocabulary.leaf_paths()) == 28
     assert labeled.item_id.is_unique
 
 
@@ -84,13 +88,13 @@ def test_groups_without_group_id_are_recoverable_from_identifiers(catalog):
 
 
 def _colour_follows_leaf(frame: pd.DataFrame, cfg: DemoConfig, category_col: str) -> float:
-    world = demo_data.World(cfg)
-    index = {path: i for i, path in enumerate(demo_data.leaf_paths())}
+    world = demo_world.World(cfg)
+    index = {path: i for i, path in enumerate(demo_vocabulary.leaf_paths())}
     hits = []
     for title, category in zip(frame.title, frame[category_col]):
         words = set(re.findall(r"[a-z]+", title.lower()))
-        colour = next(c for c in demo_data.COLOURS if c in words)
-        hits.append(demo_data.COLOURS.index(colour) in set(world.leaf_colours[index[category]]))
+        colour = next(c for c in demo_vocabulary.COLOURS if c in words)
+        hits.append(demo_vocabulary.COLOURS.index(colour) in set(world.leaf_colours[index[category]]))
     return float(np.mean(hits))
 
 
@@ -124,12 +128,12 @@ def test_a_naive_classifier_is_visibly_inconsistent_on_groups(tmp_path):
 
 
 def test_interactions_mix_specific_and_broad_queries(cfg):
-    log = demo_data.interaction_rows(cfg, 0, cfg.n_sessions)
+    log = demo_interactions.interaction_rows(cfg, 0, cfg.n_sessions)
     assert set(log.interaction) == {"click", "add_to_cart", "purchase"}
     products_per_query = log[log.interaction == "click"].groupby("query").product_id.nunique()
     assert products_per_query.max() >= 10  # broad queries spread over many products
     assert (products_per_query == 1).mean() > 0.3  # specific queries hit one product
-    world = demo_data.World(cfg)
+    world = demo_world.World(cfg)
     valid = {f"C{g:07d}-{k:03d}" for g in range(world.n_groups) for k in range(int(world.size[g]))}
     assert set(log.product_id) <= valid
 

@@ -19,8 +19,9 @@ from model_server import FaultProxy, served_generator
 
 from common.models.config import EndpointConfig
 from common.models.generation.served.checks import check_endpoint
-from common.models.generation.served.client import EndpointClient, Request, retry_after
+from common.models.generation.served.client import EndpointClient, Request
 from common.models.generation.served.health import share
+from common.models.generation.served.retry import retry_after
 from common.platform.config_loader import ConfigError
 from common.platform.errors import EndpointUnreachable
 
@@ -152,8 +153,9 @@ def test_config_takes_the_key_by_reference_and_shares_the_limits():
     assert retry_after(None) is None and retry_after("9999") == 120.0
     with pytest.raises(ConfigError, match="api_key_secret"):
         EndpointConfig(base_url="http://h/v1", model="m", api_key_secret="no-slash")
-    from common.models.config import FineTuneConfig, T5ModelConfig, describe_generator, generator_facts, in_context
-    from common.models.generation.served.client import Secret
+    from common.models.config import FineTuneConfig, T5ModelConfig, in_context
+    from common.models.generation.served.auth import Secret
+    from common.models.generator_summary import describe_generator, generator_facts
 
     with pytest.raises(ConfigError, match="endpoint.base_url"):
         T5ModelConfig(kind="endpoint")

@@ -199,7 +199,7 @@ def test_a_429_pauses_every_request_of_the_worker_for_as_long_as_it_asks(live_se
         proxy.close()
     from email.utils import formatdate
 
-    from common.models.generation.served.client import retry_after
+    from common.models.generation.served.retry import retry_after
 
     assert 1.0 <= retry_after({"Retry-After": formatdate(time.time() + 3, usegmt=True)}) <= 3.0
     assert retry_after({"retry-after-ms": "250"}) == 0.25 and retry_after({"Retry-After": "600"}, limit=60) == 60
@@ -343,7 +343,8 @@ def test_a_second_concurrent_run_of_a_stage_is_refused_at_once_and_goes_ahead_on
     import subprocess
     import sys
 
-    from common.models.generation.served.log import log_root, stage_lease
+    from common.models.generation.served.lease import stage_lease
+    from common.models.generation.served.log import log_root
     from common.platform.errors import USER_ERRORS, StageBusy
 
     root = log_root(str(tmp_path / "models" / "endpoint_cga-1"))
@@ -352,7 +353,7 @@ def test_a_second_concurrent_run_of_a_stage_is_refused_at_once_and_goes_ahead_on
             sys.executable,
             "-c",
             "import sys, time; sys.path.insert(0, '.');\n"
-            "from common.models.generation.served.log import stage_lease\n"
+            "from common.models.generation.served.lease import stage_lease\n"
             f"with stage_lease([{root!r}], 'cga_generated'):\n    print('held', flush=True); time.sleep(120)",
         ],
         stdout=subprocess.PIPE,

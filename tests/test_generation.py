@@ -6,8 +6,9 @@ import os
 
 import pytest
 
+from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
 from common.models.generation.pool import GenerationSpec, generate, split_quarantine
-from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+from common.models.generation.seq2seq import fine_tune
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +150,7 @@ def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(t
 
 
 def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):
-    from common.models.generation.ct2 import compute_type, hf_reason
+    from common.models.generation.ct2_conversion import compute_type, hf_reason
     from common.models.generation.label_prefix import META_FILE
 
     assert hf_reason(str(tmp_path)) is None
@@ -271,7 +272,7 @@ def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_ru
     import pandas as pd
     import ray
 
-    from common.models.generation.pool import _warm_generator, on_warm_tasks, warm_tasks_for
+    from common.models.generation.warm_tasks import _warm_generator, on_warm_tasks, warm_tasks_for
     from common.platform.config import RayConfig
 
     class Probe:  # a generator stand-in that says which process and which instance served each row

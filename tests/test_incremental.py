@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from common.data.config import InputSpec
-from common.platform.delta_rs import appended_files
+from common.platform.delta_rs_read import appended_files
 from common.platform.lakehouse import Lakehouse
 from jobs import ingest
 

@@ -10,8 +10,8 @@ import pytest
 
 from common.catalog.config import ConsistencyConfig
 from common.data.config import InputSpec
-from common.models.classifiers.hft import TrainingDataError
-from common.models.config import FastTextConfig
+from common.models.classifier_config import FastTextConfig
+from common.models.classifiers.training_rows import TrainingDataError
 from jobs import PIPELINES, group_catalog, run_pipeline
 
 

@@ -143,9 +143,9 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
 
     from pyspark.sql import functions as F
 
-    from common.models.config import describe_generator
+    from common.models.generator_summary import describe_generator
     from jobs import run_pipeline
-    from jobs.summary import GENERATED, PAGES
+    from jobs.summary_tables import GENERATED, PAGES
 
     small_world.run_every_pipeline()
     lake = small_world.lakehouse

@@ -166,8 +166,8 @@ def test_another_decoding_regenerates_the_matchers_reformulations_without_a_fine
     from dataclasses import replace
     from pathlib import Path
 
-    from common.models.generation.seq2seq import MODEL_MARKER
-    from jobs.query_reformulation import matcher_job
+    from common.models.generation.fine_tune_specs import MODEL_MARKER
+    from jobs.query_matcher import matcher_job
 
     small_world.run("query-reformulation")
     ctx = small_world.copy(tmp_path)

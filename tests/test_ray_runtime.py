@@ -428,9 +428,9 @@ def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where
     from pathlib import Path
 
     from common.platform import ray_on_spark
-    from common.platform.config import BaseConfig
+    from common.platform.base_config import BaseConfig
     from common.platform.config_loader import ConfigError, from_mapping
-    from common.platform.doctor import cluster_checks
+    from common.platform.doctor_cluster import cluster_checks
 
     chosen = ray_on_spark.plan(RayConfig(mode="spark"), spark)
     assert chosen.executors == ray_on_spark.Executors(count=1, cores=2, memory_mb=1024)  # spark.executor.memory
@@ -486,7 +486,7 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(c
     pending node beside one that is up, or none asked for, is no failure; a user's Ctrl-C stays a Ctrl-C."""
     import time
 
-    from common.platform import ray_on_spark
+    from common.platform import ray_on_spark, ray_on_spark_nodes
     from common.platform.errors import ClusterError, interruption
 
     chosen = ray_on_spark.RayOnSparkPlan(
@@ -499,14 +499,14 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(c
         executors=ray_on_spark.Executors(count=2, cores=1, memory_mb=1024),
     )
     for states in ((2, 1, 1), (0, 0, 0)):  # one up (the stage runs on it), or none asked for
-        watch = ray_on_spark.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, states=lambda s=states: s).start()
+        watch = ray_on_spark_nodes.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, states=lambda s=states: s).start()
         time.sleep(0.6)
         watch.stop()
         assert watch.failure is None
 
     def waited_for(states) -> tuple[float, BaseException]:
         read = states if callable(states) else (lambda: states)
-        watch = ray_on_spark.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, grace_s=30, states=read).start()
+        watch = ray_on_spark_nodes.NodeWatch(chosen, timeout_s=0.3, poll_s=0.05, grace_s=30, states=read).start()
         started = time.monotonic()
         try:
             with pytest.raises(KeyboardInterrupt):

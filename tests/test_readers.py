@@ -8,8 +8,11 @@ import re
 import pytest
 
 from common.data.config import IngestConfig, InputSpec
+from common.data.csv_input import MALFORMED_CSV
+from common.data.input_formats import resolve_format
 from common.data.quarantine import kept, rejected, with_reasons
-from common.data.readers import MALFORMED_CSV, InputSchemaError, read_input, resolve_format
+from common.data.raw_input import InputSchemaError
+from common.data.readers import read_input
 from common.data.schemas import CATALOG, INTERACTIONS, LABELED
 
 MESSY_CSV = """item_id,title,category

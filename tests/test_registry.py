@@ -131,7 +131,7 @@ def test_the_gate_fails_closed_when_the_registry_errs(monkeypatch, tmp_path, ctx
 
     from common.platform.cli import exit_code
     from common.platform.job import JobResult
-    from common.registry.ship import take_alias
+    from common.registry.promotion import take_alias
     from common.registry.store import RegistryUnavailable, champion_version
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -507,7 +507,7 @@ RACER = """
 import sys, time
 from mlflow import MlflowClient
 from common.registry.gate import Decision
-from common.registry.ship import take_alias
+from common.registry.promotion import take_alias
 
 url, name, version, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 client = MlflowClient(url, url)
@@ -538,7 +538,7 @@ def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
     from mlflow import MlflowClient
 
     from common.registry.gate import Decision
-    from common.registry.ship import take_alias
+    from common.registry.promotion import take_alias
 
     port, root = free_port(), Path(__file__).resolve().parents[1]
     log = open(tmp_path / "mlflow.log", "wb")

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
+from common.models.generation.seq2seq import fine_tune
 from common.models.generation.unigram import train_tokenizer
 
 PAIRS = [
@@ -181,7 +182,7 @@ def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path,
     import pyarrow.parquet as pq
     from transformers import T5ForConditionalGeneration
 
-    from common.models.generation.seq2seq import fine_tune_on_ray
+    from common.models.generation.fine_tune_ray import fine_tune_on_ray
 
     files = []
     for part in range(2):  # the task reads a table's files itself, like a Delta version's
@@ -284,7 +285,7 @@ def test_a_converter_failure_is_remembered_and_served_by_hf(tmp_path):
     served by hf, and the failure is remembered beside it: the next actor or run is told at once."""
     from transformers import BertConfig, BertModel
 
-    from common.models.generation.ct2 import convert, converted
+    from common.models.generation.ct2_conversion import convert, converted
 
     BertModel(
         BertConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)

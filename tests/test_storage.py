@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.platform import storage
-from common.platform.config import BaseConfig
+from common.platform.base_config import BaseConfig
 from common.platform.config_loader import from_mapping
 from common.platform.storage import StorageUnreachable, arrow_uri, check_reachable, endpoint
 
@@ -122,7 +122,7 @@ def test_the_shipped_dictionaries_are_read_from_the_package_even_inside_a_zip():
 def test_the_doctor_names_what_a_cluster_config_cannot_reach(monkeypatch, tmp_path):
     """A cluster config's doctor lines: the standalone master (from spark-defaults.conf), Ray's head and the token
     this driver would present, the MLflow server. Closed ports: each named, required, with its fix."""
-    from common.platform.doctor import cluster_checks, spark_master_url
+    from common.platform.doctor_cluster import cluster_checks, spark_master_url
 
     ports = []
     for _ in range(3):

@@ -225,7 +225,8 @@ def world_config(folder: Path, tracking_uri: str) -> "AppConfig":
     from common.data.config import InputSpec
     from common.genre.config import EvalConfig as GenreEvalConfig
     from common.genre.config import GeneratorConfig, GenreConfig, SplitConfig, TopicModelConfig
-    from common.models.config import EncoderConfig, FastTextConfig, FineTuneConfig, GenerationConfig
+    from common.models.classifier_config import EncoderConfig, FastTextConfig
+    from common.models.config import FineTuneConfig, GenerationConfig
     from common.querygraph.config import MatcherConfig, QueryReformulationConfig
 
     cfg = load_config(
@@ -333,7 +334,7 @@ class SmallWorld:
     """
 
     def __init__(self, spark, capabilities, folder: Path, tracking_uri: str):
-        from common.platform.job import build_context
+        from common.platform.job_context import build_context
 
         self.folder = folder
         self.n_documents = write_documents(folder / "documents.csv")
@@ -386,7 +387,7 @@ class SmallWorld:
         """A context on a copy of this world's lakehouse in ``folder`` (only ``tables``, with every version,
         when given) with a copy of its config: for tests that change the config and run jobs again. The caller
         closes it."""
-        from common.platform.job import build_context
+        from common.platform.job_context import build_context
 
         if tables:
             for table in tables:

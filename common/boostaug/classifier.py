@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from common.models.classifiers.hft import Source, read_rows
 from common.models.classifiers.text_classifier import LABEL, TEXT, _evaluate, _fit
+from common.models.classifiers.training_rows import Source, read_rows
 
 
 def choose_and_fit(

@@ -6,15 +6,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Optional
 
+from common.models.classifier_config import EncoderConfig, FastTextConfig
 from common.models.config import (
-    EncoderConfig,
-    FastTextConfig,
     FineTuneConfig,
     GenerationConfig,
     T5ModelConfig,
     ctranslate2_generation,
-    generator_facts,
 )
+from common.models.generator_summary import generator_facts
 from common.platform.config import check
 
 Backend = Literal["eda", "spelling", "split", "contextual"]

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from common.models.classifiers.hft import read_rows
 from common.models.classifiers.text_classifier import LABEL, TEXT
+from common.models.classifiers.training_rows import read_rows
 from common.platform.storage import local_copy, put_file, worker_scratch
 
 if TYPE_CHECKING:
@@ -146,8 +146,8 @@ def predict(head: dict[str, np.ndarray], x: np.ndarray) -> tuple[list[str], list
 
 
 def fit_surrogates(plans: Sequence[dict[str, Any]], spec: "FeatureSurrogateConfig", seed: int) -> list[dict[str, Any]]:
-    """Fit one head per plan (``train``, ``validation``: :data:`~common.models.classifiers.hft.Source` lists of
-    (text, label) rows; ``out_dir``: where its head goes, local path or URI). Every distinct text is embedded
+    """Fit one head per plan (``train``, ``validation``: :data:`~common.models.classifiers.training_rows.Source`
+    lists of (text, label) rows; ``out_dir``: where its head goes, local path or URI). Every distinct text is embedded
     once for all plans; ``spec.head`` says which head. Returns per plan {rows, epoch (0: the head's epochs are
     not the surrogate's epoch choice), C (logistic) or hidden and epochs (mlp), val_accuracy, seconds,
     embed_seconds, uri}; raises ValueError for a plan without training rows."""

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
-    from common.models.config import EncoderConfig
+    from common.models.classifier_config import EncoderConfig
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ def mono_plan(k: int) -> FoldPlan:
 
 def surrogate_sources(files: Sequence[str], plan: FoldPlan) -> tuple[list, list]:
     """(training sources, validation sources) of ``plan`` over the Parquet files of ``boostaug_texts``, in
-    :data:`common.models.classifiers.hft.Source` form (files, pyarrow filters): the plan's training folds of the
-    train split; its validation fold, or the dev split for the mono surrogate."""
+    :data:`common.models.classifiers.training_rows.Source` form (files, pyarrow filters): the plan's training folds
+    of the train split; its validation fold, or the dev split for the mono surrogate."""
     train_rows = ("split", "=", "train")
     validation = [("split", "=", "dev")] if plan.boost is None else [train_rows, ("fold", "=", plan.validation)]
     return [(list(files), [train_rows, ("fold", "in", list(plan.train))])], [(list(files), validation)]
@@ -108,7 +108,7 @@ class EncoderPoolScorer:
     ):
         import torch
 
-        from common.models.classifiers.encoder_classifier import EncoderScorer
+        from common.models.classifiers.encoder_surrogate import EncoderScorer
 
         if threads and not torch.cuda.is_available():
             torch.set_num_threads(threads)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
+from common.models.classifier_config import FastTextConfig
 from common.models.config import (
-    FastTextConfig,
     FineTuneConfig,
     GenerationConfig,
     T5ModelConfig,

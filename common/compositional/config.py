@@ -7,16 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
+from common.models.classifier_config import EncoderConfig, FastTextConfig
 from common.models.config import (
-    EncoderConfig,
-    FastTextConfig,
     FineTuneConfig,
     GenerationConfig,
     T5ModelConfig,
     check_generator,
-    generator_facts,
     in_context,
 )
+from common.models.generator_summary import generator_facts
 from common.platform.config import check
 
 GENERATORS = ("concat", "t5_labels", "label_prefix")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Optional
 from common.data.config import IngestConfig
 from common.data.leakage import text_key
 from common.data.quarantine import DUPLICATE, DUPLICATE_TEXT, REASON_COL, TEXT_COLUMNS, normalized
-from common.data.readers import ROW_COL, SOURCE_COL
+from common.data.raw_input import ROW_COL, SOURCE_COL
 from common.data.schemas import Contract
 
 if TYPE_CHECKING:

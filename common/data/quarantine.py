@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from common.data.config import IngestConfig
-from common.data.readers import CORRUPT_COL, LABEL_ERROR_COL, MALFORMED_LINE, SOURCE_COL, InputSchemaError, reading
+from common.data.raw_input import CORRUPT_COL, LABEL_ERROR_COL, MALFORMED_LINE, SOURCE_COL, InputSchemaError, reading
 from common.data.schemas import SPLITS, Contract
 from common.data.taxonomy import canonical_col, depth_col, malformed_col
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
+from common.models.classifier_config import EncoderConfig, FastTextConfig
 from common.models.config import (
-    EncoderConfig,
-    FastTextConfig,
     FineTuneConfig,
     GenerationConfig,
     T5ModelConfig,

@@ -6,6 +6,7 @@
 * :mod:`common.models.classifiers`: hierarchical fastText (Ray tasks, Spark prediction), the text, encoder
   and multi-label classifiers and their metrics.
 
-Both build on :mod:`common.models.config` (every model's typed config), :mod:`common.models.pretrained`
+Both build on the models' typed config (:mod:`common.models.config`: generators, fine-tuning, generation;
+:mod:`common.models.classifier_config`: fastText and the encoder classifier), :mod:`common.models.pretrained`
 (the offline MiniLM weights) and :mod:`common.models.optim`.
 """

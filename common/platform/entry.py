@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Callable, Optional, Sequence
 
-from common.platform.config import BaseConfig
+from common.platform.base_config import BaseConfig
 from common.platform.config_loader import ConfigError
 from common.platform.errors import SHIP_INCOMPLETE, interruption, one_line, report, user_error
 from common.platform.job import JobContext, JobResult, build_context

@@ -8,7 +8,8 @@ Two write paths, one contract (this module is the table API; each path has its o
   parallel into a fresh folder inside the table; the driver reads only their footers and commits them with
   delta-rs as ONE new table version. Rows never pass through the driver.
 
-Ray Datasets come in and go out through the same contract (:mod:`common.platform.lakehouse_ray`).
+Ray Datasets come in and go out through the same contract (:mod:`common.platform.lakehouse_ray`); a table's metadata
+(versions, history, lineage look-ups) is :mod:`common.platform.lakehouse_metadata`.
 
 Every commit carries lineage (job, run id, config hash, input versions) in ``commitInfo.userMetadata``,
 which both Spark's ``DESCRIBE HISTORY`` and delta-rs ``history()`` show. A write whose lineage key is
@@ -20,11 +21,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from common.platform import delta_native, delta_rs
 from common.platform.config import LakehouseConfig
-from common.platform.delta_rs import read_delta_rs
+from common.platform.delta_rs_read import read_delta_rs
+from common.platform.lakehouse_metadata import TableMetadata
 from common.platform.lakehouse_ray import RayHandoff
 from common.platform.storage import arrow_uri
 from common.platform.tables import (
@@ -37,7 +39,6 @@ from common.platform.tables import (
     WriteResult,
     app_id,
     check_name,
-    parse_lineage,
 )
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class Lakehouse(RayHandoff):
+class Lakehouse(TableMetadata, RayHandoff):
     """Named Delta tables under ``cfg.root`` (path tables) or in ``cfg.catalog`` (catalog tables).
 
     ``spark`` may be None for metadata-only use (``tables``, ``history``, ``version``) of path tables;
@@ -88,132 +89,6 @@ class Lakehouse(RayHandoff):
         """A Spark SQL identifier for the table."""
         return self.location(table) if self.cfg.catalog else f"delta.`{self.location(table)}`"
 
-    # ------------------------------------------------------------------ metadata
-    def exists(self, table: str) -> bool:
-        """Whether the table has at least one committed version."""
-        return self.version(table) is not None
-
-    # Metadata of path tables comes from their _delta_log through delta-rs, whichever path wrote them (no
-    # Spark job per look-up); catalog tables ask Spark (DESCRIBE HISTORY).
-    def version(self, table: str) -> Optional[int]:
-        """The latest version number, or None when the table does not exist."""
-        if self.cfg.catalog:
-            if not self._native_exists(table):
-                return None
-            return delta_native.latest_version(self._require_spark(), self._ident(table))
-        from deltalake import DeltaTable
-
-        location = self.location(table)
-        if not DeltaTable.is_deltatable(location, storage_options=self.cfg.storage_options or None):
-            return None
-        return DeltaTable(location, storage_options=self.cfg.storage_options or None).version()
-
-    def history(self, table: str, limit: Optional[int] = None) -> list[Commit]:
-        """The commits (the newest ``limit``, or all), newest first, with lineage parsed from userMetadata."""
-        if self.cfg.catalog:
-            if not self._native_exists(table):
-                raise LakehouseError(f"table {table!r} does not exist at {self.location(table)}")
-            commits = delta_native.history(self._require_spark(), self._ident(table), limit)
-        else:
-            dt = self._delta_rs_table(table)
-            commits = [
-                Commit(
-                    version=int(entry["version"]),
-                    timestamp_ms=entry.get("timestamp"),
-                    operation=entry.get("operation"),
-                    lineage=parse_lineage(entry.get("userMetadata")),
-                )
-                for entry in delta_rs.commit_infos(
-                    self.location(table), self.cfg.storage_options or None, limit, dt.version()
-                )
-            ]
-        return sorted(commits, key=lambda c: c.version, reverse=True)
-
-    def data_version(self, table: str, version: Optional[int] = None) -> int:
-        """The newest version at or before ``version`` (default: latest) whose commit changed data: maintenance
-        commits (OPTIMIZE, VACUUM) read the same rows as the version before them, so lineage names this one."""
-        commit = self.data_commit(table, version)
-        if commit is not None:
-            return commit.version
-        return self.history(table, 1)[0].version if version is None else version
-
-    def data_commit(self, table: str, version: Optional[int] = None) -> Optional[Commit]:
-        """The commit of :meth:`data_version` (with its lineage), or None when no commit at or before
-        ``version`` changed data."""
-        # Maintenance commits are rare and come in short runs: the last few commits nearly always suffice;
-        # the whole history is read only when they do not (or ``version`` is older than them).
-        for limit in (8, None):
-            commits = self.history(table, limit)
-            newest = commits[0].version if version is None else version
-            for commit in commits:
-                if commit.version <= newest and commit.changes_data:
-                    return commit
-        return None
-
-    def table_names(self) -> list[str]:
-        """The names of the lakehouse's tables, sorted (no metadata read)."""
-        if self.cfg.catalog:
-            spark = self._require_spark()
-            return sorted(r["tableName"] for r in spark.sql(f"SHOW TABLES IN {self.cfg.catalog}").collect())
-        return delta_rs.path_table_names(self.cfg.root)
-
-    def tables(self) -> list[TableInfo]:
-        """Every table in the lakehouse with its latest version and row count."""
-        if self.cfg.catalog:
-            infos = []
-            for name in self.table_names():
-                history = self.history(name)
-                infos.append(
-                    TableInfo(
-                        name,
-                        history[0].version,
-                        self.read(name).count(),
-                        self.location(name),
-                        (history[0].lineage or {}).get("job"),
-                    )
-                )
-            return infos
-        storage = self.cfg.storage_options or None
-        return [delta_rs.path_table_info(name, self.location(name), storage) for name in self.table_names()]
-
-    def value_counts(
-        self,
-        table: str,
-        column: str,
-        fold: Callable[[Optional[str]], Optional[str]] = lambda v: v,
-        version: Optional[int] = None,
-    ) -> dict[Optional[str], int]:
-        """{fold(value): rows} of one column of a table version (the latest by default). Rows are streamed,
-        never held: path tables in delta-rs' record batches, catalog tables through Spark's aggregate; a
-        ``fold`` that maps values onto a bounded set keeps the result bounded however many values there are."""
-        from collections import Counter
-
-        counts: Counter = Counter()
-        if self.cfg.catalog:
-            from pyspark.sql import functions as F
-
-            for row in self.read(table, version).groupBy(F.col(column).cast("string")).count().toLocalIterator():
-                counts[fold(row[0])] += row[1]
-            return dict(counts)
-        import pyarrow.compute as pc
-        from deltalake import DeltaTable
-
-        dt = DeltaTable(self.location(table), version=version, storage_options=self.cfg.storage_options or None)
-        for batch in dt.to_pyarrow_dataset().to_batches(columns=[column]):
-            for entry in pc.value_counts(batch.column(0)).to_pylist():
-                counts[fold(entry["values"])] += entry["counts"]
-        return dict(counts)
-
-    def find_version(self, table: str, lineage: Lineage) -> Optional[int]:
-        """The version whose commit carries ``lineage``'s key, or None."""
-        if not self.exists(table):
-            return None
-        key = lineage.key(table)
-        for commit in self.history(table):
-            if commit.lineage and commit.lineage.get("key") == key:
-                return commit.version
-        return None
-
     # ------------------------------------------------------------------ read
     def read(self, table: str, version: Optional[int] = None) -> "DataFrame":
         """The table as a DataFrame, at ``version`` or the latest one."""
@@ -230,7 +105,7 @@ class Lakehouse(RayHandoff):
                 if version is not None and "time travel" in str(exc).lower():
                     raise LakehouseError(f"table {table!r} has no version {version}: {exc}") from exc
                 raise
-        return delta_rs.read_delta_rs(spark, self.location(table), version, self.cfg.storage_options, name=table)
+        return read_delta_rs(spark, self.location(table), version, self.cfg.storage_options, name=table)
 
     def file_uris(self, table: str, version: Optional[int] = None) -> list[str]:
         """The data files of a table version, for readers outside Spark (Ray actors read them directly), named as
@@ -360,14 +235,6 @@ class Lakehouse(RayHandoff):
         if self.spark is None:
             raise LakehouseError("this lakehouse operation needs a SparkSession")
         return self.spark
-
-    def _native_exists(self, table: str) -> bool:
-        return delta_native.table_exists(
-            self._require_spark(), self._ident(table), self.location(table) if self.cfg.catalog else None
-        )
-
-    def _delta_rs_table(self, table: str):
-        return delta_rs.open_table(table, self.location(table), self.cfg.storage_options or None)
 
 
 def _local_path(uri: str) -> str:

@@ -10,7 +10,7 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from common.platform import delta_rs
+from common.platform.delta_rs_read import read_parquet_folder
 from common.platform.storage import arrow_uri, remove_tree
 from common.platform.tables import LakehouseError, Lineage, WriteMode, WriteResult, app_id, check_name
 
@@ -99,7 +99,7 @@ class RayHandoff:
             run(staging)
             # ds.schema, not ds.schema(): the dataset is lazy, and its schema would run it (the model) again.
             return self.write(
-                delta_rs.read_parquet_folder(self._require_spark(), staging, ds.schema), table, mode, lineage, force
+                read_parquet_folder(self._require_spark(), staging, ds.schema), table, mode, lineage, force
             )
         finally:
             remove_tree(staging)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Mapping, Optional, Sequence
 
-from common.platform.config import BaseConfig
+from common.platform.base_config import BaseConfig
 from common.platform.job import JobContext, JobFunction, JobResult
 
 log = logging.getLogger(__name__)

@@ -86,7 +86,7 @@ class RayRuntime:
         else:
             from pyspark.sql import SparkSession
 
-            from common.platform import ray_on_spark
+            from common.platform import ray_on_spark, ray_on_spark_nodes
 
             spark = self.spark or SparkSession.getActiveSession()
             if spark is None:
@@ -103,7 +103,7 @@ class RayRuntime:
                 self.stop()
                 raise
             # Nodes asked for and never up end the job with an error instead of a silent wait.
-            self._watch = ray_on_spark.NodeWatch(chosen, self.cfg.spark_node_start_timeout_s).start()
+            self._watch = ray_on_spark_nodes.NodeWatch(chosen, self.cfg.spark_node_start_timeout_s).start()
         self._started_here = True
         reclaim()  # Ray's driver took SIGTERM for itself (sys.exit(15)): a run's handler is the suite's
         self._configure_data_context()
@@ -153,10 +153,10 @@ class RayRuntime:
             self._watch.stop()
             self._watch = None
         if self._spark_cluster and ray.is_initialized():
-            from common.platform import ray_on_spark
+            from common.platform import ray_on_spark_nodes
 
             try:  # where the model stages ran, while the cluster still answers (it ends with the job)
-                log.info("ray on spark: tasks by node %s", ray_on_spark.work_by_node())
+                log.info("ray on spark: tasks by node %s", ray_on_spark_nodes.work_by_node())
             except Exception as exc:  # the state API is a report, never a reason for the job to fail
                 log.warning("ray on spark: no task report (%s)", exc)
         try:

@@ -25,7 +25,7 @@ CAPACITY_KEY = "catalog_augment.capacity"
 # - a worker that imported torch for one such task serves the next (ray.max_workers keeps idle ones) instead of
 #   a new process importing torch and transformers again (4-5 s each on 2 cores);
 # - no torch-shaped worker ever trains fastText, whose tasks run in their own environment
-#   (common.models.classifiers.hft.SAFE_MALLOC_ENV: fastText reads uninitialised memory).
+#   (common.models.classifiers.fasttext_training.SAFE_MALLOC_ENV: fastText reads uninitialised memory).
 TORCH_TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
 
 

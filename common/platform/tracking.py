@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from common.platform.config import BaseConfig
+from common.platform.base_config import BaseConfig
 from common.platform.errors import TrackingUnreachable, interruption, user_error
 from common.platform.run_outbox import Outbox, deliver
 from common.platform.run_records import code_tags, delta_dataset, log_dataset  # noqa: F401  (also imported from here)

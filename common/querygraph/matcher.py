@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from common.models.config import FastTextConfig
+from common.models.classifier_config import FastTextConfig
 from common.querygraph.config import MatcherConfig
 
 if TYPE_CHECKING:

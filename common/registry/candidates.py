@@ -12,7 +12,7 @@ from common.registry.gate import Measure
 from common.registry.naming import classifier_name
 
 if TYPE_CHECKING:
-    from common.models.config import EncoderConfig
+    from common.models.classifier_config import EncoderConfig
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from common.registry.naming import FOLDER_TAG
 
 if TYPE_CHECKING:
-    from common.platform.job import JobContext
+    from common.platform.job_context import JobContext
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from common.models.classifiers.manifest import read_manifest
 from common.registry.gate import Cells
 
 if TYPE_CHECKING:
-    from common.platform.job import JobContext
+    from common.platform.job_context import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def paired_cells(candidate: str, champion: str, test: Sequence[Any], multilabel:
 
         rows = [(text, label_set(gold)) for _, text, gold in read_examples(test)]
     else:
-        from common.models.classifiers.hft import read_rows
+        from common.models.classifiers.training_rows import read_rows
 
         rows = read_rows(test, "text", "label")
     texts = [t for t, _ in rows]

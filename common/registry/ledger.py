@@ -20,7 +20,7 @@ from common.registry.candidates import Candidate
 from common.registry.naming import word
 
 if TYPE_CHECKING:
-    from common.platform.job import JobContext
+    from common.platform.job_context import JobContext
 
 # The gate's verdicts; "undecided" (the registry erred) is none: the next run gates that version again.
 VERDICTS = ("promoted", "kept")

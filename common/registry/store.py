@@ -10,7 +10,7 @@ from common.registry.gate import Measure
 from common.registry.naming import word
 
 if TYPE_CHECKING:
-    from common.platform.job import JobContext
+    from common.platform.job_context import JobContext
     from common.registry.candidates import Candidate
 
 

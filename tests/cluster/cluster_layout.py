@@ -1,5 +1,6 @@
-"""The local cluster's layout: its folders, secrets and ports, each process's environment and command line, the
-nodes' Python and Spark's defaults (:class:`ClusterLayout`, the base of :class:`~cluster_lifecycle.LocalCluster`)."""
+"""The local cluster's layout: its folders, secrets and ports, each process's environment, the nodes' Python and
+Spark's defaults (:class:`ClusterLayout`, the base of :class:`~cluster_lifecycle.LocalCluster`; each process's
+command line is in ``cluster_commands``)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from cluster_model_server import model_server_command, model_server_env
 from cluster_processes import (
     BUCKET,
     DEFAULT_ROOT,
     ENDPOINT_KEY_ENV,
     HERE,
     JVM_OPTIONS,
-    RAY_NODES,
     REGION,
     SPARK_WORKERS,
     VENV,
@@ -28,7 +27,7 @@ from cluster_processes import (
 
 
 class ClusterLayout:
-    """Where the cluster's processes, ports and folders are under ``root`` and how each process starts. State
+    """Where the cluster's processes, ports and folders are under ``root`` and each process's environment. State
     (ports, pids) is kept in ``<root>/state.json``."""
 
     def __init__(self, root: Path | str = DEFAULT_ROOT, venv: Path = VENV, ray_cpus: tuple[int, int] = (2, 2)):
@@ -291,98 +290,7 @@ class ClusterLayout:
             "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
         )
 
-    # ------------------------------------------------------------------ processes
-    def _command(self, name: str) -> tuple[list[str], dict[str, str]]:
-        py, p = str(self.node_python), self.port
-        spark_class = [str(self.spark_home / "bin" / "spark-class")]
-        if name == "s3-store":
-            return [py, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(p("s3-store"))], self.env("s3")
-        if name == "s3":
-            return [py, str(HERE / "cluster_s3_gateway.py"), str(p("s3")), str(p("s3-store"))], self.env("s3")
-        if name == "mlflow":
-            env = {
-                **self.env("mlflow"),
-                "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{p('s3')}",
-                # MLflow 3.17's server otherwise starts 7 job consumers (huey): 1.8 GB and half a core, idle.
-                "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-            }
-            return [
-                py,
-                "-m",
-                "mlflow",
-                "server",
-                "--backend-store-uri",
-                f"sqlite:///{self.root / 'mlflow' / 'mlflow.db'}",
-                "--artifacts-destination",
-                f"s3://{BUCKET}/mlflow",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(p("mlflow")),
-                "--workers",
-                "1",
-            ], env
-        if name == "model-server":
-            return model_server_command(py, self.state["model_folder"], p(name)), {
-                **self.env(name),
-                **model_server_env(self.root / "scratch" / "hub"),
-            }
-        if name == "spark-master":
-            return spark_class + [
-                "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(p("spark-master")),
-                "--webui-port",
-                str(p("spark-master-ui")),
-            ], self.env(name)
-        if name in SPARK_WORKERS:
-            work = self.root / "spark" / name
-            work.mkdir(parents=True, exist_ok=True)
-            return spark_class + [
-                "org.apache.spark.deploy.worker.Worker",
-                f"spark://127.0.0.1:{p('spark-master')}",
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "1",
-                "--memory",
-                "3g",
-                "--work-dir",
-                str(work),
-                "--port",
-                str(p(name)),
-                "--webui-port",
-                str(p(f"{name}-ui")),
-            ], self.env(name)
-        temp = self.ray_temp / name
-        temp.mkdir(parents=True, exist_ok=True)
-        cpus = self.state["ray_cpus"][RAY_NODES.index(name)]
-        start = [
-            py,
-            str(HERE / "ray_node.py"),
-            "start",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            f"--num-cpus={cpus}",
-            "--object-store-memory=800000000",
-            f"--temp-dir={temp}",
-            "--disable-usage-stats",
-            f"--dashboard-agent-listen-port={p(f'{name}-agent')}",
-            f"--metrics-export-port={p(f'{name}-metrics')}",
-        ]
-        if name == "ray-head":
-            return start + [
-                "--head",
-                f"--port={p('ray-gcs')}",
-                "--include-dashboard=true",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={p('ray-dashboard')}",
-                f"--ray-client-server-port={p('ray-client')}",
-            ], self.env(name)
-        return start + [f"--address=127.0.0.1:{p('ray-gcs')}"], self.env(name)
-
+    # ------------------------------------------------------------------ the store's client
     def _s3(self):
         import boto3
 

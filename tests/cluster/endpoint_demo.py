@@ -44,7 +44,7 @@ def main(argv=None) -> int:
             [
                 python,
                 "-c",
-                "from common.models.generation.causal_lm import materialise_smollm2; print(materialise_smollm2())",
+                "from common.models.generation.smollm2 import materialise_smollm2; print(materialise_smollm2())",
             ],
             capture_output=True,
             text=True,

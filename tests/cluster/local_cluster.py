@@ -29,8 +29,9 @@ DIR defaults to build/cluster. What runs:
   executors get the code from ``--py-files``, Ray nodes from the driver's runtime environment (``py_modules``).
 
 The harness, one module per part: ``cluster_processes`` (constants, ports, process tools), ``cluster_layout``
-(folders, secrets, each process's environment and command line), ``cluster_lifecycle`` (:class:`LocalCluster`:
-start, wait, kill, stop, submit), ``cluster_observe`` (where work ran, the bucket's tables), ``cluster_s3_gateway``,
+(folders, secrets, each process's environment), ``cluster_commands`` (each process's command line),
+``cluster_lifecycle`` (:class:`LocalCluster`: start, wait, kill, stop), ``cluster_jobs`` (``make dist``, uploads,
+spark-submit), ``cluster_observe`` (where work ran, the bucket's tables), ``cluster_s3_gateway``,
 ``cluster_model_server``, ``cluster_inputs`` (the demo's uploads) and ``cluster_rounds`` (the rehearsal). This file
 is their command line, and the names other tests and benchmarks import.
 """

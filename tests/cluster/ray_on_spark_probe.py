@@ -141,7 +141,7 @@ def main(conf: str, slot_wait: float) -> dict:
     from common.platform import ray_on_spark
     from common.platform.config_loader import ConfigError
     from common.platform.errors import ClusterError
-    from common.platform.job import build_context
+    from common.platform.job_context import build_context
 
     cfg = load_config(conf)
     result: dict = {}

@@ -156,7 +156,7 @@ def start_session(argv: list[str]) -> None:
 
     from common.config import load_config
     from common.platform.entry import add_common_args, config_from_args
-    from common.platform.job import build_context
+    from common.platform.job_context import build_context
 
     parser = argparse.ArgumentParser()
     parser.add_argument("command")

@@ -66,7 +66,7 @@ def test_a_local_commit_lock_held_by_another_process_ends_in_the_bound(tmp_path)
     import subprocess
     import sys
 
-    from common.platform.commit_lease import LockTimeout, local_commit_lock
+    from common.platform.commit_flock import LockTimeout, local_commit_lock
 
     location = str(tmp_path / "items")
     holder = subprocess.Popen(
@@ -92,7 +92,7 @@ def test_a_notebooks_interrupt_releases_the_local_lock_and_a_signal_keeps_it_unt
     the table again."""
     import os
 
-    from common.platform.commit_lease import _HELD_TO_EXIT, LockTimeout, local_commit_lock
+    from common.platform.commit_flock import _HELD_TO_EXIT, LockTimeout, local_commit_lock
     from common.platform.termination import Terminated
 
     location = str(tmp_path / "items")

@@ -214,7 +214,7 @@ def test_different_lineages_both_commit_and_nothing_is_lost(spark, lakehouse, mo
 
 
 _HOLD_LOCK = """import sys, time
-from common.platform.commit_lease import local_commit_lock
+from common.platform.commit_flock import local_commit_lock
 with local_commit_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -266,7 +266,7 @@ def test_a_mount_without_locks_commits_unserialized_and_says_so(tmp_path, monkey
     import fcntl
     import logging
 
-    from common.platform.commit_lease import local_commit_lock
+    from common.platform.commit_flock import local_commit_lock
 
     def refuse(handle, operation):
         raise OSError(errno.ENOLCK, "No locks available")

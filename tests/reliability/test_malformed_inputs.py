@@ -3,7 +3,7 @@ or refused with one line naming the file, the column and (where there is one) th
 never a JVM stack trace as the only message. Hand-made cases plus property-based ones (hypothesis).
 
 Every case goes through the ingest path's own functions: read_input -> with_reasons -> reason_counts ->
-kept / rejected (``jobs/ingest.py:ingest_one`` adds only the writes).
+kept / rejected (``jobs/ingest_input.py:ingest_one`` adds only the writes).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.data.config import IngestConfig, InputSpec
+from common.data.csv_input import MALFORMED_CSV
 from common.data.quarantine import kept, reason_counts, rejected, with_reasons
-from common.data.readers import MALFORMED_CSV, MALFORMED_LINE, read_input
+from common.data.raw_input import MALFORMED_LINE
+from common.data.readers import read_input
 from common.data.schemas import CATALOG, INTERACTIONS, LABELED, MULTILABEL, TEXTS, Contract
 from common.platform.errors import InputError
 

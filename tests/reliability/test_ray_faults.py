@@ -33,7 +33,8 @@ def tiny_model(tmp_path_factory, ray_runtime):
     """A scratch T5 fine-tuned in a Ray task (torch stays out of the test process)."""
     import ray
 
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
+    from common.models.generation.seq2seq import fine_tune
 
     ray.cloudpickle.register_pickle_by_value(faulty_actors)
     pairs = [(f"{b} {n}", f"{n} by {b}") for b in BRANDS for n in NOUNS]
@@ -193,8 +194,9 @@ def test_classifier_training_workers_killed_mid_training_are_retried_and_train_t
     import psutil
     import ray
 
-    from common.models.classifiers.hft import FASTTEXT_TASK_ENV, HFTTrainerPool, train_hft
-    from common.models.config import FastTextConfig
+    from common.models.classifier_config import FastTextConfig
+    from common.models.classifiers.fasttext_training import FASTTEXT_TASK_ENV
+    from common.models.classifiers.hft import HFTTrainerPool, train_hft
 
     files, cfg = _training_files(tmp_path), FastTextConfig(epoch=150, bucket=20000, dim=32)
     pool = HFTTrainerPool(ray_runtime)

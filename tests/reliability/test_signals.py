@@ -126,7 +126,7 @@ def test_sigterm_during_a_spark_write_kills_the_run_and_the_rerun_completes(spar
     ]
 
     cfg = ingest_config(root, base)
-    from common.platform.job import build_context
+    from common.platform.job_context import build_context
     from common.platform.lakehouse import Lakehouse
     from jobs import ingest
 

@@ -15,14 +15,15 @@ import os
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from common.data.text import normalize_title
-from common.models.classifiers.hft import Source, train_file_to_model
+from common.models.classifiers.fasttext_training import train_file_to_model
 from common.models.classifiers.label_metrics import best_threshold, decide
+from common.models.classifiers.training_rows import Source
 from common.platform.storage import read_parquet_files, worker_scratch
 from common.pyfunc.hft import fasttext_module
 from common.pyfunc.multilabel import LABEL_PREFIX, ova_probabilities
 
 if TYPE_CHECKING:
-    from common.models.config import EncoderConfig, FastTextConfig
+    from common.models.classifier_config import EncoderConfig, FastTextConfig
     from common.platform.ray_runtime import RayRuntime
 
 
@@ -117,8 +118,8 @@ def fit_and_predict(
     targets = read_examples(predict, predict_id_col, "text", predict_labels_col)
     with worker_scratch("multilabel-") as tmp:
         if kind == "encoder":
+            from common.models.classifier_config import EncoderConfig
             from common.models.classifiers.multilabel_encoder import fit as fit_encoder
-            from common.models.config import EncoderConfig
 
             model: Any = fit_encoder(fit_rows, val, EncoderConfig(**params), seed)[0]
         elif kind == "fasttext":
@@ -149,7 +150,7 @@ def fit_and_predict_many(runtime: "RayRuntime", jobs: list[dict], encoder: "Enco
     GPUs in torch's workers); their prediction tables come back as one Ray Dataset."""
     import ray
 
-    from common.models.classifiers.hft import task_options
+    from common.models.classifiers.fasttext_training import task_options
 
     runtime.start()
     remotes = {
@@ -166,6 +167,6 @@ def classifier_params(kind: str, fasttext: "FastTextConfig", encoder: "EncoderCo
     fastText's arguments."""
     from dataclasses import asdict
 
-    from common.models.classifiers.hft import fasttext_params
+    from common.models.classifiers.fasttext_training import fasttext_params
 
     return asdict(encoder) if kind == "encoder" else fasttext_params(fasttext)

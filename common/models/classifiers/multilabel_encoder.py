@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from common.models.config import EncoderConfig
+from common.models.classifier_config import EncoderConfig
 from common.pyfunc.encoder import batch_logits, label_probabilities, mean_pooled
 
 if TYPE_CHECKING:

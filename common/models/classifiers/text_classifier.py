@@ -5,7 +5,8 @@ for both (:func:`evaluate_many`).
 
 A task reads its rows straight from the Parquet files of Delta table versions (``sources``: a list of
 (files, pyarrow filters) so one table can hold many folds, methods or splits;
-:func:`common.models.classifiers.hft.read_rows`), trains with :func:`common.models.classifiers.hft.fit_rows`, and
+:func:`common.models.classifiers.training_rows.read_rows`), trains with
+:func:`common.models.classifiers.fasttext_training.fit_rows`, and
 returns figures;
 nothing passes through the driver.
 """
@@ -15,21 +16,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from common.models.classifiers.hft import (
-    HFTModel,
-    Source,
-    fasttext_params,
-    fit_rows,
-    predict_texts,
-    read_rows,
-    task_options,
-)
+from common.models.classifiers.fasttext_training import fasttext_params, fit_rows, task_options
+from common.models.classifiers.hft import HFTModel, predict_texts
 from common.models.classifiers.label_metrics import accuracy_and_macro_f1
 from common.models.classifiers.manifest import write_manifest
+from common.models.classifiers.training_rows import Source, read_rows
 from common.platform.storage import worker_scratch
 
 if TYPE_CHECKING:
-    from common.models.config import EncoderConfig, FastTextConfig
+    from common.models.classifier_config import EncoderConfig, FastTextConfig
     from common.platform.ray_runtime import RayRuntime
 
 TEXT, LABEL = "text", "label"
@@ -71,9 +66,9 @@ def run_tasks(
     """Run ``function(**job)`` for every job as Ray tasks of ``num_cpus`` CPUs and ``num_gpus`` GPUs each
     (fastText: one CPU, single-threaded, so deterministic per seed); results in job order.
 
-    ``torch``: the tasks import torch, and run in torch's workers, never in fastText's (``hft.task_options``):
-    fastText trains on uninitialised memory, and in a worker whose heap torch has shaped a later fastText model
-    could differ from a clean process's, or hit NaN."""
+    ``torch``: the tasks import torch, and run in torch's workers, never in fastText's
+    (``fasttext_training.task_options``): fastText trains on uninitialised memory, and in a worker whose heap torch
+    has shaped a later fastText model could differ from a clean process's, or hit NaN."""
     import ray
 
     runtime.start()

@@ -117,7 +117,7 @@ class T5Generator:
             # A causal LM's label blocks are left-padded; generate() then returns the new tokens only.
             enc = self.prefix.encoder_inputs(texts, self.device, left=self.prompt is not None)
         elif self.prompt is not None:
-            from common.models.generation.causal_lm import prompt_text
+            from common.models.generation.formats import prompt_text
 
             enc = model_inputs(
                 self.tokenizer(

@@ -60,7 +60,7 @@ def few_shot_prompt(
     does not depend on the order the files were read in) filled in ahead of it, each source and target cut
     to ``max_source_length`` / ``max_target_length`` tokens (words when ``tokenizer`` is None: a served model's)
     and put on one line. Returns a template with one ``{source}``."""
-    from common.models.generation.causal_lm import prompt_text
+    from common.models.generation.formats import prompt_text
 
     chosen = random.Random(seed).sample(sorted(pairs), min(k, len(pairs)))
 
@@ -121,7 +121,7 @@ def save_in_context(
 def in_context_generator(pairs: Sequence[tuple[str, str]], out_dir: str, model: Any, seed: int) -> float:
     """The "fine-tune" of ``fine_tune.epochs: 0``: ``model.in_context`` of ``pairs`` drawn with ``seed`` into
     the prompt (:func:`few_shot_prompt`), saved to ``out_dir`` (:func:`save_in_context`); ``model`` is the
-    :class:`~common.models.generation.seq2seq.ModelSpec`. Returns the seconds it took. Raises ValueError for
+    :class:`~common.models.generation.fine_tune_specs.ModelSpec`. Returns the seconds it took. Raises ValueError for
     a model kind that cannot be prompted (a seq2seq model, or label-prefix blocks)."""
     from common.models.generation.causal_lm import base_folder, build_causal, load_tokenizer
 

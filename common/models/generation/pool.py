@@ -12,23 +12,24 @@ failing its batch; :func:`split_quarantine` separates the two kinds. A model sav
 table (:mod:`common.models.generation.label_prefix`, the compositional pipeline's LS-PT generator) reads each source
 text as a label set and feeds its labels' learned blocks to the encoder instead of tokens. A causal LM
 (a folder with ``generator.json``, :mod:`common.models.generation.causal_lm`) gets each source written into the prompt
-it was trained on, left-padded, and its samples are what it writes after the prompt.
+it was trained on, left-padded, and its samples are what it writes after the prompt. A small CPU stage runs on warm
+torch tasks instead of a pool (:mod:`common.models.generation.warm_tasks`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.models.generation.ct2 import CT2Generator, prepare
+from common.models.generation.ct2 import CT2Generator
+from common.models.generation.ct2_conversion import prepare
 
 # The engine's names, imported from here by the jobs, benchmarks and tests.
 from common.models.generation.hf_engine import OUTPUT_COLUMNS, GenerationSpec, T5Generator, output_schema  # noqa: F401
-from common.models.generation.seq2seq import MODEL_MARKER
+from common.models.generation.warm_tasks import kept, on_warm_tasks, saved_at, warm_tasks_for
 
 if TYPE_CHECKING:
     from common.models.config import GenerationConfig
@@ -57,10 +58,12 @@ def generate(
     generated. A dataset read in a fixed order (:meth:`common.platform.lakehouse.Lakehouse.read_ray_ordered`)
     so gets the same batches whatever its files: what the ctranslate2 engine's samples depend on, as it
     seeds per length bucket; the hf engine's samples depend on each row alone. On the ctranslate2 engine the model
-    is converted first, once, in a Ray task (:func:`common.models.generation.ct2.prepare`), not by each actor.
-    With ``warm_tasks`` (a small CPU stage: :func:`warm_tasks_for`), the batches run as torch tasks instead
-    (:func:`on_warm_tasks`). A CPU actor or task runs ``threads`` threads
-    (:func:`common.platform.ray_stages.cpu_threads`; 0: the node's CPUs shared among the pool). A served
+    is converted first, once, in a Ray task (:func:`~common.models.generation.ct2_conversion.prepare`), not by each
+    actor.
+    With ``warm_tasks`` (a small CPU stage: :func:`~common.models.generation.warm_tasks.warm_tasks_for`), the
+    batches run as torch tasks instead (:func:`~common.models.generation.warm_tasks.on_warm_tasks`). A CPU actor or
+    task runs ``threads`` threads (:func:`common.platform.ray_stages.cpu_threads`; 0: the node's CPUs shared among
+    the pool). A served
     generator (:class:`~common.models.generation.served.engine.ServedGenerator`, read here once) runs on CPU-only
     :class:`~common.models.generation.served.engine.EndpointGenerator` s, at most the endpoint's ``max_concurrency``
     of them, its response log tagged ``tag`` (the stage run's); a batch that found the endpoint down is not retried
@@ -167,101 +170,18 @@ def _on_pool(
     warm_tasks: bool,
     threads: int,
 ):
-    """:func:`on_warm_tasks` for a CPU stage that asked for them, else :func:`on_actor_pool`."""
+    """:func:`~common.models.generation.warm_tasks.on_warm_tasks` for a CPU stage that asked for them, else
+    :func:`on_actor_pool`."""
     if warm_tasks and not num_gpus:
         return on_warm_tasks(ds, generator_class, constructor_kwargs, concurrency, batch_size, threads)
     return on_actor_pool(ds, generator_class, constructor_kwargs, concurrency, num_gpus, batch_size, threads)
 
 
-def warm_tasks_for(rows: int, generation: "GenerationConfig", ray: "RayConfig") -> bool:
-    """Whether a generation stage of ``rows`` inputs with the ``generation`` section's pool settings runs on
-    warm torch tasks rather than an actor pool: a CPU stage of at most ``ray.warm_task_rows`` rows."""
-    return not generation.num_gpus and 0 < rows <= ray.warm_task_rows
-
-
 def pool_options(rows: int, generation: "GenerationConfig", ray: "RayConfig") -> dict[str, Any]:
     """:func:`generate`'s (and :func:`generate_routed`'s) pool keywords for a stage of ``rows`` inputs with the
-    ``generation`` section's settings: ``warm_tasks`` (:func:`warm_tasks_for`) and ``threads``
-    (``ray.generation_threads``)."""
+    ``generation`` section's settings: ``warm_tasks`` (:func:`~common.models.generation.warm_tasks.warm_tasks_for`)
+    and ``threads`` (``ray.generation_threads``)."""
     return {"warm_tasks": warm_tasks_for(rows, generation, ray), "threads": ray.generation_threads}
-
-
-# The generators a worker process loaded for earlier batches of warm torch tasks (on_warm_tasks), the most
-# recently used last: a worker serves a stage's next batch, or the next stage of one model, without loading it
-# again. Two: a stage's model and the one before it; each holds a model's weights while the worker idles.
-_WARM_GENERATORS: "OrderedDict[str, object]" = OrderedDict()
-_WARM_CACHE = 2
-
-
-def _kept(cache: "OrderedDict[str, Any]", key: str, limit: int, build: Callable[[], Any]) -> Any:
-    """``cache[key]``, built with ``build()`` when missing, evicting the least recently used entry beyond
-    ``limit``; the entry becomes the most recent."""
-    if key in cache:
-        cache.move_to_end(key)
-    else:
-        while len(cache) >= limit:
-            cache.popitem(last=False)
-        cache[key] = build()
-    return cache[key]
-
-
-def saved_at(model_path: str) -> Optional[int]:
-    """When the model at ``model_path`` was last saved (its config file's mtime in ns), or None for a path
-    that is not a local folder: part of a kept generator's key, so that a model fine-tuned again in place (a
-    forced run) is loaded again, not served from a worker's cache."""
-    try:
-        return os.stat(os.path.join(model_path, MODEL_MARKER)).st_mtime_ns
-    except OSError:
-        return None
-
-
-def _warm_generator(generator_class: type, constructor_kwargs: dict):
-    """This worker's ``generator_class(**constructor_kwargs)``, built on first use and kept (LRU)."""
-    path = constructor_kwargs.get("model_path")
-    key = (
-        f"{generator_class.__module__}.{generator_class.__qualname__}({constructor_kwargs!r})"
-        f"@{saved_at(path) if path else ''}"
-    )
-    return _kept(_WARM_GENERATORS, key, _WARM_CACHE, lambda: generator_class(**constructor_kwargs))
-
-
-def _generate_batch(batch, generator_class: type, constructor_kwargs: dict):
-    """One batch through this worker's cached generator (a Ray Data task function)."""
-    return _warm_generator(generator_class, constructor_kwargs)(batch)
-
-
-def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: int, batch_size: int, threads: int = 1):
-    """``ds`` mapped in batches of ``batch_size`` (the same batches as :func:`on_actor_pool`) by Ray tasks in
-    the torch runtime environment (:data:`common.platform.ray_stages.TORCH_TASK_ENV`), at most ``concurrency``
-    at a time. Ray hands them the workers that already imported torch for the run's fine-tunes and
-    conversions, and each worker keeps the generator it built (:func:`_warm_generator`), so a small stage
-    pays neither a process start nor a second model load. Retries are bounded as the actor pool's are: a batch
-    whose worker died, or whose code raised (``ray.retry_exceptions``), runs again at most
-    ``ray.actor_task_retries`` times, then fails the stage (Ray Data's tasks would otherwise retry forever).
-    Each task runs :func:`common.platform.ray_stages.cpu_threads` of ``threads`` threads: above 1 that is
-    another runtime environment, so the stage's first task starts a worker of its own (kept for the next
-    stages that run as many threads)."""
-    import warnings
-
-    from ray.data import DataContext, TaskPoolStrategy
-
-    from common.platform.ray_stages import actor_fault_tolerance, cpu_threads, retried_errors, torch_task_options
-
-    retries = {
-        "max_retries": actor_fault_tolerance()["max_task_retries"],
-        "retry_exceptions": retried_errors(bool(DataContext.get_current().actor_task_retry_on_errors)),
-    }
-    with warnings.catch_warnings():  # Ray 2.60 names no replacement yet (see map_batches_on_actors)
-        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        return ds.repartition(target_num_rows_per_block=batch_size, strict=True).map_batches(
-            _generate_batch,
-            fn_kwargs={"generator_class": generator_class, "constructor_kwargs": constructor_kwargs},
-            compute=TaskPoolStrategy(size=concurrency),
-            batch_size=batch_size,
-            batch_format="numpy",
-            **torch_task_options(threads=cpu_threads(threads, concurrency)),
-            **retries,
-        )
 
 
 class ModelRoutedGenerator:
@@ -279,7 +199,7 @@ class ModelRoutedGenerator:
 
     def _model(self, path: str, version: str) -> T5Generator:
         key = f"{path}@{version}@{saved_at(path)}"  # a model saved again in place is loaded again
-        return _kept(
+        return kept(
             self.models,
             key,
             self.cache_models,
@@ -316,7 +236,8 @@ def generate_routed(
 ):
     """``ds`` (source_id, source_text, model_path, model_version) -> generated rows (OUTPUT_COLUMNS), each
     input generated by the model its row names, over one actor pool (:class:`ModelRoutedGenerator`), or with
-    ``warm_tasks`` on warm torch tasks (:func:`on_warm_tasks`), each of ``threads`` threads (see :func:`generate`).
+    ``warm_tasks`` on warm torch tasks (:func:`~common.models.generation.warm_tasks.on_warm_tasks`), each of
+    ``threads`` threads (see :func:`generate`).
     The served ones among ``generator_uris`` (read here once,
     :func:`~common.models.generation.served.engine.served_generators`) cap the pool at their smallest
     ``max_concurrency`` (one budget for the stage: :func:`~common.models.generation.served.engine.pool_size`), share

@@ -34,7 +34,7 @@ def ct2_reason(path: str) -> Optional[str]:
     """Why the sentence-transformers model folder ``path`` cannot run on CTranslate2 here (None when it can):
     the package does not import, or the model is not Transformer -> mean Pooling (-> Normalize) with a
     ``tokenizer.json``."""
-    from common.models.generation.ct2 import available
+    from common.models.generation.ct2_conversion import available
 
     if not available():
         return "the ctranslate2 package does not import here"
@@ -56,7 +56,7 @@ def converted_folder(path: str, quantization: str, layers: Optional[int] = None)
     per model file, quantization and layer count in the suite's cache
     (:func:`~common.platform.storage.cache_root`: the packaged model lives in site-packages, which need not be
     writable), keyed by the folder, the weights' size and time, so new weights convert anew."""
-    from common.models.generation.ct2 import convert
+    from common.models.generation.ct2_conversion import convert
 
     weights = next(
         (
@@ -96,7 +96,7 @@ class CT2SentenceEncoder:
         import ctranslate2
         from tokenizers import Tokenizer
 
-        from common.models.generation.ct2 import stored_type
+        from common.models.generation.ct2_conversion import stored_type
 
         if device is None:
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"

@@ -3,7 +3,8 @@
 Both hand data from Delta to Ray and back without the driver holding rows: the fine-tuning task reads the
 pairs table's Parquet files itself; generation streams the input table's files through a Ray Data actor
 pool and the scorer, and Ray's workers write the output files that the driver commits as ONE Delta
-version (with lineage, so re-running the same config on the same inputs writes nothing).
+version (with lineage, so re-running the same config on the same inputs writes nothing). What a generation stage
+reports (its counts, a served model's usage and card) is :mod:`common.models.generation.stage_accounting`'s.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from common.models.generation.stage_accounting import GenerationStats, endpoint_accounting
 from common.platform.job import JobContext, hash_of
 from common.platform.lakehouse import Lineage, WriteResult
 
@@ -38,7 +40,7 @@ def reusable_model(uri: str) -> bool:
     finished it, or it predates the marks and holds its ``config.json``. A folder a kill, an outage or a full disk cut
     short is never loaded: the caller trains the model again and writes it over (not removed first: another run of
     the same config may be writing it, the same model)."""
-    from common.models.generation.seq2seq import MODEL_MARKER
+    from common.models.generation.fine_tune_specs import MODEL_MARKER
     from common.platform.storage import exists, folder_state
 
     state = folder_state(uri)
@@ -66,7 +68,8 @@ def fine_tune_stage(
     the model to the MLflow run ``tr``. The model version is ``<kind>_<role>-<key>`` (``smollm2_cga-…``: what
     the generator is and what it does), also its folder's name under ``<lakehouse>/models/``."""
     from common.models.config import skipped_fine_tune
-    from common.models.generation.seq2seq import ModelSpec, TrainSpec, fine_tune_on_ray
+    from common.models.generation.fine_tune_ray import fine_tune_on_ray
+    from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
 
     name = f"{model_cfg.kind}_{role}"
     key = hash_of(config_hash, dict(inputs), ctx.cfg.seed)
@@ -144,34 +147,6 @@ def _as_generation_input(batch, id_col: str, text_col: str):
     return pa.table(
         {"source_id": batch.column(id_col).cast(pa.string()), "source_text": batch.column(text_col).cast(pa.string())}
     )
-
-
-@dataclass(frozen=True)
-class GenerationStats:
-    """Counts and throughput of one generation table version."""
-
-    inputs: int
-    quarantined_inputs: int
-    sequences: int
-    tokens: int
-    seconds: Optional[float]
-
-    def metrics(self) -> dict[str, float]:
-        out = {
-            "generation.inputs": self.inputs,
-            "generation.quarantined_inputs": self.quarantined_inputs,
-            "generation.sequences": self.sequences,
-            "generation.tokens": self.tokens,
-        }
-        if self.seconds:
-            out.update(
-                {
-                    "generation.seconds": self.seconds,
-                    "generation.sequences_per_second": self.sequences / self.seconds,
-                    "generation.tokens_per_second": self.tokens / self.seconds,
-                }
-            )
-        return {k: float(v) for k, v in out.items()}
 
 
 def generate_stage(
@@ -283,56 +258,6 @@ def generate_stage(
     return written, stats
 
 
-def endpoint_accounting(
-    ctx: JobContext,
-    tr: "TrackedRun",
-    generator_uris: Sequence[str],
-    tag: str,
-    out_table: str,
-    written: WriteResult,
-    quarantine_rows: int = 0,
-) -> dict[str, float]:
-    """For a stage whose generators are served
-    (:class:`~common.models.generation.served.engine.ServedGenerator` of the first of ``generator_uris``): what the
-    stage run ``tag`` sent (:func:`common.models.generation.served.log.usage`) logged to the MLflow run and, when it
-    wrote a version of ``out_table``, that version's dataset card (the served model, its prompt, the counts). Returns
-    the counts ({} for a local model or a stage that wrote nothing)."""
-    from common.models.generation.served.engine import ServedGenerator
-    from common.models.generation.served.log import usage
-
-    served = ServedGenerator.read(generator_uris[0]) if generator_uris else None
-    if served is None or written.skipped:
-        return {}
-    counts, endpoint = usage(ctx.spark, generator_uris, tag), served.endpoint
-    tr.log_metrics(counts)
-    tr.set_tags({"generator.served_model": endpoint.model, "generator.endpoint": endpoint.base_url})
-    log.info(
-        "%s: %s at %s: %s",
-        out_table,
-        endpoint.model,
-        endpoint.base_url,
-        ", ".join(f"{k.removeprefix('endpoint.')} {v:g}" for k, v in counts.items()),
-    )
-    tr.result.outputs[out_table] = written
-    tr.write_card(
-        out_table,
-        {
-            "model": endpoint.model,
-            "kind": "endpoint (a served model, not trained here)",
-            "endpoint": endpoint.base_url,
-            "api": endpoint.api,
-            "in-context examples": served.in_context,
-            "prompt": served.prompt if len(generator_uris) == 1 else f"one per generator ({len(generator_uris)})",
-        },
-        {
-            "quarantined": "requests refused or failed after their retries, and empty inputs",
-            "quarantined inputs": quarantine_rows,
-        },
-        {k.removeprefix("endpoint."): v for k, v in counts.items()},
-    )
-    return counts
-
-
 def generate_routed_stage(
     ctx: JobContext,
     tr: "TrackedRun",
@@ -348,7 +273,7 @@ def generate_routed_stage(
     its model, one of ``generator_uris``) on one pool (:func:`common.models.generation.pool.generate_routed`,
     ``cache_models`` kept per actor), read in (model, id) order so batches hold few models and are the same rows
     whatever the table's layout; write ``out_table``, and for served generators their accounting
-    (:func:`endpoint_accounting`). Returns the write."""
+    (:func:`~common.models.generation.stage_accounting.endpoint_accounting`). Returns the write."""
     from common.models.generation.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
     from common.models.generation.served.engine import failed_share_check, sending
 

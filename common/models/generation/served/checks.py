@@ -10,7 +10,8 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from common.models.generation.served.client import EndpointClient, Request, api_key, headers
+from common.models.generation.served.auth import api_key, headers
+from common.models.generation.served.client import EndpointClient, Request
 from common.platform.errors import EndpointUnreachable
 
 if TYPE_CHECKING:

@@ -21,35 +21,30 @@ with the response's ``usage`` and the latency, or the reason it failed, and whet
 
 Servers differ in what they honour: ``transformers serve`` ignores ``n`` (one sample a request, so the sample index is
 a request of its own, which also makes each sample's response a unit that is kept or sent again) and a ``seed`` where
-it samples; vLLM honours both. The API key is read from the environment variable the config names, sent as a bearer
-token, and never written into an outcome, a log line or an error.
+it samples; vLLM honours both. The waits, and which statuses are retried, are the retry policy's
+(:mod:`~common.models.generation.served.retry`). The API key (:mod:`~common.models.generation.served.auth`) is read
+from the environment variable the config names, sent as a bearer token, and never written into an outcome, a log line
+or an error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import hashlib
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
+from common.models.generation.served.auth import Secret, api_key, headers
 from common.models.generation.served.health import health_of
-from common.platform.errors import EndpointUnreachable
+from common.models.generation.served.retry import ENDPOINT_REFUSALS, backoff, retry_after
 
 if TYPE_CHECKING:
     from common.models.config import EndpointConfig
 
 log = logging.getLogger(__name__)
-
-# The first backoff step (doubled each retry).
-BACKOFF_S = 0.5
-# Statuses that say the endpoint, not the prompt, is wrong: the key, the URL, the model (not retried).
-ENDPOINT_REFUSALS = (401, 403, 404)
 
 
 @dataclass(frozen=True)
@@ -85,78 +80,6 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.text is not None
-
-
-class Secret:
-    """An API key in memory: what the driver hands the pool's actors (their environments do not hold the driver's
-    variables, and on Databricks only the driver reads secrets). Its repr and str are a fingerprint, never the key,
-    so no log line, error, Ray task description or cache key built from it holds the key; :meth:`reveal` gives it
-    to the one place that needs it, the Authorization header."""
-
-    def __init__(self, value: str):
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return f"Secret(sha256:{hashlib.sha256(self._value.encode()).hexdigest()[:8]})"
-
-    __str__ = __repr__
-
-
-def api_key(cfg: "EndpointConfig") -> Optional[Secret]:
-    """The key ``cfg`` refers to: the environment variable ``cfg.api_key_env`` names, or on Databricks the secret
-    ``cfg.api_key_secret`` (``<scope>/<key>``, through ``dbutils.secrets``); None when it names none. Raises
-    :class:`EndpointUnreachable` naming the variable or secret, never a value, when it cannot be read."""
-    if cfg.api_key_secret:
-        scope, name = cfg.api_key_secret.split("/", 1)
-        try:
-            from pyspark.dbutils import DBUtils  # Databricks runtimes only
-            from pyspark.sql import SparkSession
-
-            return Secret(DBUtils(SparkSession.getActiveSession()).secrets.get(scope=scope, key=name))
-        except Exception as exc:  # not on Databricks, no such scope or key, no permission
-            raise EndpointUnreachable(
-                f"{cfg.base_url}: the API key's Databricks secret {cfg.api_key_secret} could "
-                f"not be read ({type(exc).__name__})"
-            ) from None
-    if not cfg.api_key_env:
-        return None
-    key = os.environ.get(cfg.api_key_env)
-    if not key:
-        raise EndpointUnreachable(f"{cfg.base_url}: the API key's variable {cfg.api_key_env} is not set")
-    return Secret(key)
-
-
-def headers(key: Optional[Secret]) -> dict[str, str]:
-    """The JSON content type, and with a ``key`` its bearer token: every request's headers (never logged)."""
-    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {key.reveal()}"} if key else {})}
-
-
-def retry_after(response_headers: Any, limit: float = 120.0, now: Optional[float] = None) -> Optional[float]:
-    """Seconds a 429 asks to wait, from ``response_headers`` (a mapping, or the ``Retry-After`` value alone):
-    ``retry-after-ms`` (milliseconds, as OpenAI's and Azure's gateways send), else ``Retry-After`` as seconds or an
-    HTTP date; None when absent or unreadable; at most ``limit``."""
-    if response_headers is None or isinstance(response_headers, str):
-        value, millis = response_headers, None
-    else:
-        value, millis = response_headers.get("Retry-After"), response_headers.get("retry-after-ms")
-    seconds: Optional[float] = None
-    if millis:
-        try:
-            seconds = float(millis) / 1000.0
-        except ValueError:
-            seconds = None
-    if seconds is None and value:
-        try:
-            seconds = float(value)
-        except ValueError:
-            try:
-                seconds = email.utils.parsedate_to_datetime(value).timestamp() - (now or time.time())
-            except (TypeError, ValueError):
-                return None
-    return None if seconds is None else min(max(0.0, seconds), limit)
 
 
 class _BreakerOpen(Exception):
@@ -280,7 +203,7 @@ class EndpointClient:
                     opened.set()
                 return self._failed(result, started, retries + throttles, server=False)
             if kind == "throttled":  # not a failure: wait as asked (jittered, so the waiters do not wake as one)
-                self.health.pause(wait if wait is not None else self._backoff(rng, throttles + 1))
+                self.health.pause(wait if wait is not None else backoff(rng, throttles + 1))
                 throttles += 1
                 self.stats["retries"] += 1
                 if self.health.throttled():
@@ -298,11 +221,7 @@ class EndpointClient:
                 )
             retries += 1
             self.stats["retries"] += 1
-            await self._wait(self._backoff(rng, retries), opened)
-
-    @staticmethod
-    def _backoff(rng: random.Random, retry: int) -> float:
-        return BACKOFF_S * 2 ** (retry - 1) * (0.5 + rng.random())
+            await self._wait(backoff(rng, retries), opened)
 
     async def _try(self, session, body: str, started: float, retries: int) -> tuple[str, Any, Optional[float]]:
         """One try: ("ok", the outcome), ("prompt", why that prompt failed), ("throttled", "HTTP 429", the wait it

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ray.exceptions import UserCodeException
 
-from common.models.generation.served.client import EndpointClient, Outcome, Request, Secret, api_key, sampling_params
+from common.models.generation.served.auth import Secret, api_key
+from common.models.generation.served.client import EndpointClient, Outcome, Request, sampling_params
 from common.models.generation.served.health import rate_share, share
 from common.platform.errors import EndpointUnreachable
 
@@ -90,12 +91,12 @@ class EndpointGenerator:
     :func:`rate_share`); ``key`` is the API key the driver read (:func:`api_key`; None: this process reads it).
 
     Each outcome goes to the role's response log (tagged ``tag``) as it completes, and a request whose answer the log
-    already holds (:class:`~common.models.generation.served.log.AnswerIndex`) is not sent. An input whose every sample
-    came back gives its samples; an empty one, or one with a request that failed (the prompt refused, or the server's
-    failure after its retries), gives one row with the ``reason`` (``endpoint: HTTP 503 after 5 retries``), which the
-    stage quarantines (and counts against ``max_failed_share`` when the server failed). When the endpoint's breaker
-    opens, the batch raises :class:`EndpointUnreachable` instead, its answers kept: an outage is not the rows' fault,
-    and the run started again sends only what is missing."""
+    already holds (:class:`~common.models.generation.served.answers.AnswerIndex`) is not sent. An input whose every
+    sample came back gives its samples; an empty one, or one with a request that failed (the prompt refused, or the
+    server's failure after its retries), gives one row with the ``reason`` (``endpoint: HTTP 503 after 5 retries``),
+    which the stage quarantines (and counts against ``max_failed_share`` when the server failed). When the endpoint's
+    breaker opens, the batch raises :class:`EndpointUnreachable` instead, its answers kept: an outage is not the rows'
+    fault, and the run started again sends only what is missing."""
 
     def __init__(
         self,
@@ -106,7 +107,8 @@ class EndpointGenerator:
         tag: str = "",
         key: Optional[Secret] = None,
     ):
-        from common.models.generation.served.log import RESPONSES, AnswerIndex, log_root
+        from common.models.generation.served.answers import AnswerIndex
+        from common.models.generation.served.log import RESPONSES, log_root
 
         endpoint = generator.endpoint
         self.generator, self.model_version, self.spec = generator, model_version, spec
@@ -191,11 +193,12 @@ class EndpointGenerator:
 
 def sending(generator_uris: Sequence[str], stage: str):
     """The context a generation stage sends in: for served generators among ``generator_uris``, the lease of their
-    response logs (:func:`~common.models.generation.served.log.stage_lease`: a second concurrent run of the stage
+    response logs (:func:`~common.models.generation.served.lease.stage_lease`: a second concurrent run of the stage
     is refused, so that the two never both pay); else nothing."""
     import contextlib
 
-    from common.models.generation.served.log import log_root, stage_lease
+    from common.models.generation.served.lease import stage_lease
+    from common.models.generation.served.log import log_root
 
     served = served_generators(generator_uris)
     return stage_lease([log_root(uri) for uri in served], stage) if served else contextlib.nullcontext()

@@ -4,10 +4,10 @@ Every request a generation stage sends to an endpoint is keyed by what decides i
 served model, the API style, the sampling parameters, the prompt, the sample's index and the seed). Its outcome is
 appended, as it completes, to the role's response log: Parquet parts under ``<lakehouse>/models/responses/<role>/``
 (:func:`log_root`; ``<role>`` is the generator's name without its key, ``endpoint_cga``), shared by every generator
-folder of that role. A worker reads the log once (:class:`AnswerIndex`) and looks each request up by its key, so an
-answer is found wherever an earlier run kept it: another batch size, an added or removed input row, a re-partitioned
-input or a generator folder made again from new input versions send only the requests that are new. Logs of
-earlier releases (``<generator folder>/responses/<batch>/``) are read too.
+folder of that role. A worker reads the log once (:class:`~common.models.generation.served.answers.AnswerIndex`) and
+looks each request up by its key, so an answer is found wherever an earlier run kept it: another batch size, an added
+or removed input row, a re-partitioned input or a generator folder made again from new input versions send only the
+requests that are new. Logs of earlier releases (``<generator folder>/responses/<batch>/``) are read too.
 
 A part is written every :data:`FLUSH_EVERY` outcomes or :data:`FLUSH_S` seconds and, in a ``finally``, when the batch
 ends, fails or is interrupted, so a killed worker loses at most the outcomes of its last seconds. A part is whole or
@@ -17,28 +17,23 @@ logged (for the stage's accounting) but sent again next time.
 
 Each part row carries the ``tag`` of the stage run that wrote it (its MLflow run and output table), which is how
 :func:`usage` finds what one stage sent: requests, retries, tokens, latency percentiles and server-side failures,
-read with Spark.
+read with Spark. While a stage sends, it holds the lease of its logs (:mod:`~common.models.generation.served.lease`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import logging
 import os
 import posixpath
-import socket
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 if TYPE_CHECKING:
+    from common.models.generation.served.answers import AnswerIndex
     from common.models.generation.served.client import Outcome, Request
-
-log = logging.getLogger(__name__)
 
 RESPONSES = "responses"  # the logs' folder beside the generators (and, before, under each generator's folder)
 FLUSH_EVERY = 32  # outcomes buffered before a part is written
@@ -92,180 +87,13 @@ def log_roots(model_path: str) -> list[str]:
     return [log_root(model_path), f"{model_path.rstrip('/')}/{RESPONSES}"]
 
 
-@contextlib.contextmanager
-def stage_lease(roots: Sequence[str], stage: str) -> Iterator[None]:
-    """Hold the lease of the response logs at ``roots`` while the stage ``stage`` sends, so that two concurrent runs
-    of a stage never both pay: the second is refused at once with :class:`~common.platform.errors.StageBusy` naming
-    the holder (exit code 6; run it again when the first has ended, and it finds the first's answers). A local log's
-    lease is a ``flock`` on ``.<role>.lease`` beside it, released by the kernel when its holder dies; an S3 log's is
-    the commit lease object (:func:`~common.platform.commit_lease.s3_commit_lease`: a conditional put, broken once
-    not renewed for a minute). Other stores take no lease (documented)."""
-    from common.platform.storage import is_local, is_s3
-
-    with contextlib.ExitStack() as stack:
-        for root in sorted(dict.fromkeys(roots)):  # one order for every run: no two runs hold each half
-            if is_local(root):
-                stack.enter_context(_local_lease(root.removeprefix("file://"), stage))
-            elif is_s3(root):
-                stack.enter_context(_s3_lease(root, stage))
-        yield
-
-
-@contextlib.contextmanager
-def _local_lease(root: str, stage: str) -> Iterator[None]:
-    import fcntl
-
-    from common.platform.errors import StageBusy
-
-    parent, name = os.path.split(root.rstrip("/"))
-    os.makedirs(parent or ".", exist_ok=True)
-    path = os.path.join(parent, f".{name}.lease")
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            raise StageBusy(
-                f"{stage}: another run is sending to the model server ({path} held by "
-                f"{handle.read().strip() or 'a live process'}); this run sends nothing: run it again "
-                f"when that one has ended"
-            ) from None
-        handle.truncate(0)
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        handle.write(f"{socket.gethostname()}:{os.getpid()} since {since}")
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _s3_lease(root: str, stage: str) -> Iterator[None]:
-    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, s3_commit_lease
-    from common.platform.errors import StageBusy
-
-    try:
-        lease = s3_commit_lease(root, stage, LeaseSettings(wait_s=0.0, poll_s=0.1))
-        lease.__enter__()
-    except CommitLeaseTimeout as exc:
-        raise StageBusy(
-            f"{stage}: another run is sending to the model server ({exc}); this run sends nothing: run "
-            f"it again when that one has ended"
-        ) from None
-    try:
-        yield
-    finally:
-        lease.__exit__(None, None, None)
-
-
-def _parts(root: str) -> list[str]:
-    """The Parquet parts under ``root`` (any depth), as URIs of its store, oldest name first."""
-    from common.platform.storage import list_files
-
-    prefix = root.split("://", 1)[0] + "://" if "://" in root else ""
-    paths = sorted(
-        f.path
-        for f in list_files(root)
-        if f.path.endswith(".parquet") and not posixpath.basename(f.path).startswith(".")
-    )
-    return [prefix + p if prefix and "://" not in p else p for p in paths]
-
-
-_SHARED: "OrderedDict[tuple, AnswerIndex]" = OrderedDict()
-_SHARED_LOCK = threading.Lock()
-
-
-class AnswerIndex:
-    """Every answer kept in the log at ``root`` (and the folders :meth:`include` adds), by request key: read once per
-    worker and stage run (the first time it is asked), then kept up to date with the answers this worker's log
-    writes (only once they are written: a batch Ray runs again here finds them, and nothing unwritten passes for
-    kept). A part that cannot be read is reported and skipped: its requests are sent again."""
-
-    def __init__(self, root: str):
-        self.roots = [root]
-        self._found: Optional[dict[str, tuple[str, int, int]]] = None
-        self._lock = threading.Lock()
-        self.unreadable: list[str] = []
-
-    @staticmethod
-    def shared(root: str, tag: str) -> "AnswerIndex":
-        """This process's index of the role's log at ``root`` for the stage run ``tag``: the generators of one role
-        in a routed worker read it once between them; the next stage run reads it afresh (other workers wrote
-        since). The most recently used 8 are kept."""
-        key = (root, tag)
-        with _SHARED_LOCK:
-            if key in _SHARED:
-                _SHARED.move_to_end(key)
-            else:
-                while len(_SHARED) >= 8:
-                    _SHARED.popitem(last=False)
-                _SHARED[key] = AnswerIndex(root)
-            return _SHARED[key]
-
-    def include(self, root: str) -> "AnswerIndex":
-        """Read ``root`` too (a generator folder's own log of an earlier release); returns the index."""
-        with self._lock:
-            if root not in self.roots:
-                self.roots.append(root)
-                if self._found is not None:
-                    self._read(root, self._found)
-        return self
-
-    def _read(self, root: str, found: dict[str, tuple[str, int, int]]) -> None:
-        import pyarrow.parquet as pq
-
-        from common.platform.storage import filesystem
-
-        for part in _parts(root):
-            fs, path = filesystem(part)
-            try:
-                table = pq.read_table(
-                    path, filesystem=fs, columns=["key", "text", "prompt_tokens", "completion_tokens"]
-                )
-            except Exception as exc:  # a torn or foreign file: report it, send its requests again
-                self.unreadable.append(part)
-                log.warning(
-                    "response log part %s cannot be read (%s): its requests are sent again",
-                    part,
-                    " ".join(str(exc).split())[:200],
-                )
-                continue
-            for key, text, prompt, completion in zip(*(table.column(c).to_pylist() for c in table.column_names)):
-                if key is not None and text is not None and key not in found:
-                    found[key] = (text, prompt or 0, completion or 0)
-
-    def _index(self) -> dict[str, tuple[str, int, int]]:
-        with self._lock:
-            if self._found is None:
-                found: dict[str, tuple[str, int, int]] = {}
-                for root in self.roots:
-                    self._read(root, found)
-                self._found = found
-            return self._found
-
-    def get(self, key: str) -> Optional["Outcome"]:
-        """The kept answer of the request ``key`` (a request answered twice keeps its first answer), or None."""
-        from common.models.generation.served.client import Outcome
-
-        hit = self._index().get(key)
-        return (
-            None if hit is None else Outcome(text=hit[0], reason=None, prompt_tokens=hit[1], completion_tokens=hit[2])
-        )
-
-    def written(self, key: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
-        """An answer the log has just written."""
-        index = self._index()
-        with self._lock:
-            index.setdefault(key, (text, prompt_tokens, completion_tokens))
-
-
 class ResponseLog:
     """The outcomes one batch appends to the log at ``root`` (a path or an object-store URI), written by the stage
     run ``tag``: :meth:`add` buffers an outcome and writes a part every :data:`FLUSH_EVERY` of them or
     :data:`FLUSH_S` seconds; :meth:`close` writes the rest and the batch's summary. Use it as a context manager: what
     is buffered is written on every exit, an exception's included. Each answer written goes to ``index`` (an
-    :class:`AnswerIndex`). Thread-safe: the client writes from its executor's threads."""
+    :class:`~common.models.generation.served.answers.AnswerIndex`). Thread-safe: the client writes from its executor's
+    threads."""
 
     def __init__(self, root: str, tag: str, index: Optional[AnswerIndex] = None):
         self.folder, self.tag, self.index = root, tag, index
