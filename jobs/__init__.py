@@ -2,7 +2,8 @@
 
 ``JOBS`` maps a job name to ``module`` (whose ``run(ctx)`` is the job) or ``module:function``;
 ``PIPELINES`` maps a pipeline name to its jobs in order; ``REGISTRY`` hands both to the platform (CLI,
-pipeline runner). Each module also has ``main(argv)`` for ``spark-submit jobs/<module>.py``.
+pipeline runner). Each job module has ``main(argv)`` for ``spark-submit jobs/<module>.py``: a family's first
+module (``jobs/cga.py``) runs the family's jobs in order, a job in a module of its own runs that job.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 from jobs.boostaug_tables import EVAL_SETS, KEPT, REJECTS, RESULT_SCHEMA, RESULTS, TEXTS
 
 log = logging.getLogger(__name__)
@@ -156,3 +157,9 @@ def report(ctx: JobContext, tr: JobRun, pdf) -> None:
     files[0].write_text(text, encoding="utf-8")
     for path in files:
         tr.log_artifact(str(path), "report")
+
+
+main = entry_point("boostaug-evaluate", evaluate_job, __doc__)
+
+if __name__ == "__main__":
+    main()

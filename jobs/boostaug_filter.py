@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Optional
 
 from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 from jobs.boostaug_tables import CANDIDATES, EMBEDDINGS, KEPT, REJECTS, SCORED, TEXTS
 
 log = logging.getLogger(__name__)
@@ -212,3 +213,9 @@ def filter_job(ctx: JobContext, tr: JobRun) -> dict[str, float]:
             cfg.filter.perplexity_threshold,
         )
     return metrics
+
+
+main = entry_point("boostaug-filter", filter_job, __doc__)
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 from jobs.cga_train import evaluation_inputs
 
 log = logging.getLogger(__name__)
@@ -143,3 +144,9 @@ def figure2(ctx: JobContext, tr, pdf, sweep) -> None:
     print("\n".join(lines))
     tr.log_artifact(str(chart), "report")
     tr.log_artifact(str(markdown), "report")
+
+
+main = entry_point("cga-sweep", sweep_job, __doc__)
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from typing import Optional
 
 from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 from jobs.consistency_results import RESULTS
 
 log = logging.getLogger(__name__)
@@ -122,3 +123,9 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         "mean.cga.consistency_rate": cga.consistency_rate.mean(),
         "mean.cga.n_augmented": n_aug,
     }
+
+
+main = entry_point("cga-train", train_job, __doc__)
+
+if __name__ == "__main__":
+    main()

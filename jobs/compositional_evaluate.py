@@ -13,6 +13,7 @@ from typing import Optional
 
 from common.models.classifiers.multilabel import classifier_params, fit_and_predict_many
 from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 from jobs.compositional_tables import (
     CG_SUPPORT,
     CG_TEST,
@@ -233,3 +234,9 @@ def report(ctx: JobContext, tr: JobRun, pdf) -> None:
     path.write_text(text, encoding="utf-8")
     for file in (path, chart):
         tr.log_artifact(str(file), "report")
+
+
+main = entry_point("compositional-evaluate", evaluate_job, __doc__)
+
+if __name__ == "__main__":
+    main()

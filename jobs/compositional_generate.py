@@ -12,6 +12,7 @@ from typing import Optional
 
 from common.models.generation.served.checks import served_preflight
 from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 from jobs.compositional_tables import CANDIDATES, CG_SUPPORT, CG_TRAIN, GENERATED, LABEL_SETS, PAIRS, PROMPTS, SEQ2SEQ
 
 log = logging.getLogger(__name__)
@@ -125,3 +126,9 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     return {f"{m}.candidates": float(sum(n for (mm, _), n in counts.items() if mm == m)) for m in methods} | {
         f"{m}.failed": float(sum(n for (mm, r), n in counts.items() if mm == m and r)) for m in methods
     }
+
+
+main = entry_point("compositional-generate", generate_job, __doc__)
+
+if __name__ == "__main__":
+    main()

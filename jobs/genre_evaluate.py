@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 from jobs.genre_tables import DOCUMENTS, EVAL_SETS, RESULT_SCHEMA, RESULTS, SPLITS, SYNTHETIC
 
 log = logging.getLogger(__name__)
@@ -165,3 +166,9 @@ def report(ctx: JobContext, tr: JobRun, pdf) -> None:
     path = folder / "report.md"
     path.write_text(text, encoding="utf-8")
     tr.log_artifact(str(path), "report")
+
+
+main = entry_point("genre-evaluate", evaluate_job, __doc__)
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@ from typing import Optional
 
 from common.models.generation.served.checks import served_preflight
 from common.platform.job import JobContext, JobRun, hash_of, job
+from jobs import entry_point
 from jobs.genre_tables import GENERATED, GENERATORS, PAIRS, PASSAGES, PROMPTS, QUARANTINE, SPLITS, SYNTHETIC
 
 log = logging.getLogger(__name__)
@@ -166,3 +167,9 @@ def generate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         "quarantined": float(n_rejected),
         "generated_tokens": float(tokens),
     }
+
+
+main = entry_point("genre-generate", generate_job, __doc__)
+
+if __name__ == "__main__":
+    main()

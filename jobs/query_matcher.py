@@ -16,6 +16,7 @@ from typing import Optional
 from common.models.generation.served.checks import served_preflight
 from common.platform.job import JobContext, JobRun, hash_of, job
 from common.platform.results_pages import fmt_mean
+from jobs import entry_point
 from jobs.query_reformulation_inputs import (
     generator_hash,
     interaction_tables,
@@ -193,3 +194,9 @@ def matcher_report(ctx: JobContext, tr, pdf) -> None:
     path.write_text(text, encoding="utf-8")
     tr.log_artifact(str(path), "report")
     print("\n".join(lines))
+
+
+main = entry_point("query-matcher", matcher_job, __doc__)
+
+if __name__ == "__main__":
+    main()

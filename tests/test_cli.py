@@ -47,6 +47,25 @@ def test_jobs_lists_jobs_and_pipelines():
     assert "query-graph" in out.stdout and "consistency-train" in out.stdout
 
 
+def test_every_job_module_runs_under_spark_submit():
+    """Each module JOBS names has ``main`` (``spark-submit jobs/<module>.py``); a module without it would import,
+    do nothing and exit 0. Its help names the job, or the family's jobs it runs in order."""
+    import importlib
+
+    from jobs import JOBS
+
+    modules = sorted({target.split(":")[0] for target in JOBS.values()})
+    missing = [m for m in modules if not callable(getattr(importlib.import_module(m), "main", None))]
+    assert not missing, f"job modules without main: {missing}"
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "jobs" / "cga_train.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and "cga-train" in out.stdout
+
+
 def test_tables_and_history_read_the_lakehouse_without_spark(spark, lakehouse, tmp_path):
     lineage = Lineage(job="ingest", config_hash="c0ffee", inputs={"landing/x.csv": "files:1"}, run_id="r1")
     lakehouse.write(spark.range(12).withColumn("v", F.lit("x")), "items", lineage=lineage)

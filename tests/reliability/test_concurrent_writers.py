@@ -273,7 +273,7 @@ def test_a_mount_without_locks_commits_unserialized_and_says_so(tmp_path, monkey
 
     monkeypatch.setattr(fcntl, "flock", refuse)
     ran = []
-    with caplog.at_level(logging.WARNING, logger="common.platform.storage"):
+    with caplog.at_level(logging.WARNING, logger="common.platform.commit_flock"):
         with local_commit_lock(str(tmp_path / "items")):
             ran.append(True)
     assert ran == [True]
