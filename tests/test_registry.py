@@ -34,6 +34,42 @@ def wait_answering(server: subprocess.Popen, url: str, log: Path, what: str, lim
             time.sleep(0.5)
 
 
+def mlflow_server(folder: Path, port: int) -> subprocess.Popen:
+    """``mlflow server`` on ``port`` over the SQLite store and artifact folder in ``folder``, once it answers (its
+    own process group, its output in ``folder/mlflow-<ns>.log``); stopped again if it never answers."""
+    log = folder / f"mlflow-{time.monotonic_ns()}.log"
+    with open(log, "wb") as out:  # the server holds its own copy of the handle
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{folder / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(folder / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_answering(server, f"http://127.0.0.1:{port}/health", log, "mlflow server")
+    except BaseException:
+        os.killpg(server.pid, 9)
+        server.wait(timeout=30)
+        raise
+    return server
+
+
 def version_of(client, name: str, run_id: str):
     """The version of registered model ``name`` that run ``run_id`` registered."""
     versions = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
@@ -541,32 +577,9 @@ def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
     from common.registry.promotion import take_alias
 
     port, root = free_port(), Path(__file__).resolve().parents[1]
-    log = open(tmp_path / "mlflow.log", "wb")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{tmp_path / 'mlflow.db'}",
-            "--artifacts-destination",
-            str(tmp_path / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    server = mlflow_server(tmp_path, port)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_answering(server, f"{url}/health", tmp_path / "mlflow.log", "mlflow server")
         client = MlflowClient(url, url)
         client.create_registered_model("race")
         for quality in (1, 3, 2):  # v1 the champion, v2 the better candidate, v3 the worse
@@ -618,4 +631,3 @@ def test_two_runs_gating_at_once_leave_the_better_model_on_the_alias(tmp_path):
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
-        log.close()

@@ -14,13 +14,13 @@ from pathlib import Path
 from cluster_commands import ClusterCommands
 from cluster_jobs import ClusterJobs
 from cluster_layout import ClusterLayout
+from cluster_model_server import smollm2_folder
 from cluster_observe import ClusterObserver
 from cluster_processes import (
     BUCKET,
     DEFAULT_ROOT,
     PROCESSES,
     RAY_NODES,
-    REPO,
     SPARK_WORKERS,
     VENV,
     ClusterError,
@@ -105,22 +105,7 @@ class LocalCluster(ClusterLayout, ClusterCommands, ClusterJobs, ClusterObserver)
         started = time.monotonic()
         self._prepare()
         if model_server:  # the folder the materialising venv made (the nodes' env holds no project to do it)
-            self.state["model_folder"] = (
-                subprocess.run(
-                    [
-                        str(self.venv / "bin" / "python"),
-                        "-c",
-                        "from common.models.generation.smollm2 import "
-                        "materialise_smollm2; print(materialise_smollm2())",
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    cwd=REPO,
-                )
-                .stdout.strip()
-                .splitlines()[-1]
-            )
+            self.state["model_folder"] = smollm2_folder(str(self.venv / "bin" / "python"))
             self._spawn("model-server")
         for name in ("s3-store", "s3", "mlflow", "spark-master", "ray-head"):
             self._spawn(name)

@@ -9,7 +9,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-from cluster_processes import ClusterError
+from cluster_processes import REPO, ClusterError
+
+
+def smollm2_folder(python: str) -> str:
+    """The packaged SmolLM2's model folder, made once per machine by ``python`` (the project's venv, run in the
+    repository): the model server's environment holds no project to make it."""
+    code = "from common.models.generation.smollm2 import materialise_smollm2; print(materialise_smollm2())"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    return done.stdout.strip().splitlines()[-1]
 
 
 def model_server_command(python: str, folder: str, port: int) -> list[str]:

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from local_cluster import REPO, VENV, free_port, start_model_server
+from local_cluster import REPO, VENV, free_port, smollm2_folder, start_model_server
 
 PIPELINES = ("cga", "query-reformulation", "genre-transfer", "compositional")
 CONF = REPO / "conf" / "endpoint_demo.yaml"
@@ -39,21 +39,7 @@ def main(argv=None) -> int:
         shutil.rmtree(root)
     root.mkdir(parents=True)
     python = str(VENV / "bin" / "python")
-    folder = (
-        subprocess.run(
-            [
-                python,
-                "-c",
-                "from common.models.generation.smollm2 import materialise_smollm2; print(materialise_smollm2())",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=REPO,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
+    folder = smollm2_folder(python)
     port, log = free_port(), root / "model-server.log"
     base = f"http://127.0.0.1:{port}/v1"
     server = start_model_server(python, folder, port, log, root / "hub")

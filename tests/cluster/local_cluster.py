@@ -51,7 +51,12 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 
 from cluster_inputs import demo_inputs  # noqa: E402
 from cluster_lifecycle import LocalCluster  # noqa: E402
-from cluster_model_server import model_server_command, model_server_env, start_model_server  # noqa: E402
+from cluster_model_server import (  # noqa: E402
+    model_server_command,
+    model_server_env,
+    smollm2_folder,
+    start_model_server,
+)
 from cluster_processes import (  # noqa: E402
     BUCKET,
     CONF,
@@ -82,6 +87,7 @@ __all__ = [
     "free_port",
     "model_server_command",
     "model_server_env",
+    "smollm2_folder",
     "start_model_server",
 ]
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,42 +16,12 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def _mlflow_server(folder: Path, port: int) -> subprocess.Popen:
-    """``mlflow server`` on ``port`` over the SQLite store and artifact folder in ``folder``, answering."""
-    from test_registry import wait_answering
-
-    log = folder / f"mlflow-{time.monotonic_ns()}.log"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{folder / 'mlflow.db'}",
-            "--artifacts-destination",
-            str(folder / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-        stdout=open(log, "wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    wait_answering(server, f"http://127.0.0.1:{port}/health", log, "mlflow server")
-    return server
-
-
 def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_logs_it(
     spark, capabilities, tmp_path, monkeypatch
 ):
     from cluster.local_cluster import free_port
     from mlflow import MlflowClient
+    from test_registry import mlflow_server
 
     from common.config import load_config
     from common.platform import run_outbox
@@ -67,7 +35,7 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = _mlflow_server(tmp_path, port)
+    server = mlflow_server(tmp_path, port)
     cfg = load_config(
         None, [f"tracking.uri={url}", f"lakehouse.root={tmp_path / 'lake'}", "tracking.experiment=outage"]
     )
@@ -125,7 +93,7 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         point = json.loads((kept_folder / point_id / "run.json").read_text())
         assert point["ended"] == "FINISHED" and point["pending"]["parent_run_id"] == run_id
 
-        server = _mlflow_server(tmp_path, port)  # back: the next start logs what was kept
+        server = mlflow_server(tmp_path, port)  # back: the next start logs what was kept
     finally:
         ctx.close()
     restarted = build_context(cfg, spark=spark, capabilities=capabilities)
