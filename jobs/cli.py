@@ -1,7 +1,7 @@
 """The ``augment`` console script: the platform's CLI over this suite's jobs, pipelines and config.
 
 augment run NAME [--conf FILE] [--set KEY=VALUE ...] [--force]   a job or a pipeline
-augment tables | history TABLE | jobs | config                    see ``common.platform.cli``
+augment tables | history TABLE | jobs | config                    see ``common.platform.runner.cli``
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import sys
 from typing import Optional, Sequence
 
 from common.config import load_config
-from common.platform import cli
+from common.platform.runner import cli
 from jobs import REGISTRY
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse ``argv`` and dispatch; returns the process exit code (2 for config errors)."""
-    from common.models.generation import causal_lm
+    from common.models.generation.kinds import causal_lm
     from common.models.generation.served import checks as endpoint
-    from jobs.ingest import dedup_lines
+    from jobs.foundation.ingest import dedup_lines
 
     return cli.main(
         argv,

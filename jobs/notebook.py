@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from common.config import load_config
-from common.platform.entry import add_common_args, override_list
-from common.platform.job import build_context
+from common.platform.runner.entry import add_common_args, override_list
+from common.platform.runner.job import build_context
 from jobs import PIPELINES, run_pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from common.platform.job import JobContext, JobResult
+    from common.platform.runner.job import JobContext, JobResult
 
 OVERRIDES_ENV = "AUGMENT_OVERRIDES"
 LOCAL_CONF = "conf/demo.yaml"

@@ -23,7 +23,7 @@ results = nb.run("foundation")
 
 # COMMAND ----------
 
-from common.platform.cli import format_history, format_tables
+from common.platform.runner.cli import format_history, format_tables
 
 lh = nb.ctx.lakehouse
 print(format_tables(lh.tables()))

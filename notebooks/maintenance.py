@@ -23,7 +23,7 @@ results = nb.run("maintenance")
 
 # COMMAND ----------
 
-from common.platform.cli import format_tables
+from common.platform.runner.cli import format_tables
 
 print(format_tables(nb.ctx.lakehouse.tables()))
 

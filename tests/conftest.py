@@ -70,8 +70,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
+    from common.platform.compute.session import get_spark
     from common.platform.config import SparkConfig
-    from common.platform.session import get_spark
 
     session = get_spark(
         SparkConfig(
@@ -87,8 +87,8 @@ def spark(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def capabilities(spark):
+    from common.platform.compute.session import detect_capabilities
     from common.platform.config import SparkConfig
-    from common.platform.session import detect_capabilities
 
     return detect_capabilities(spark, SparkConfig())
 
@@ -97,8 +97,8 @@ def capabilities(spark):
 def ray_runtime(request):
     import ray
 
+    from common.platform.compute.ray_runtime import RayRuntime
     from common.platform.config import RayConfig
-    from common.platform.ray_runtime import RayRuntime
 
     runtime = RayRuntime(RayConfig(num_cpus=2)).start()
     node = ray._private.worker._global_node  # the local head this runtime started
@@ -153,7 +153,7 @@ def app_config(tmp_path, tracking_uri):
 
 @pytest.fixture
 def ctx(spark, capabilities, app_config):
-    from common.platform.job_context import build_context
+    from common.platform.runner.job_context import build_context
 
     context = build_context(app_config, spark=spark, capabilities=capabilities)
     yield context
@@ -174,7 +174,7 @@ def write_path(request, capabilities) -> str:
 @pytest.fixture
 def lakehouse(spark, write_path, tmp_path):
     from common.platform.config import LakehouseConfig
-    from common.platform.lakehouse import Lakehouse
+    from common.platform.lakehouse.lakehouse import Lakehouse
 
     return Lakehouse(LakehouseConfig(root=str(tmp_path / "lh")), spark, native_delta=write_path == "native")
 
@@ -196,7 +196,7 @@ def server(tmp_path_factory):
     the endpoint tests of every file and killed at the session's end."""
     from model_server import Server
 
-    from common.models.generation.smollm2 import materialise_smollm2
+    from common.models.generation.kinds.smollm2 import materialise_smollm2
 
     server = Server(str(materialise_smollm2()), tmp_path_factory.mktemp("serve"))
     server.start()

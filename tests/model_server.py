@@ -190,7 +190,7 @@ def served_generator(
     from dataclasses import asdict
 
     from common.models.generation.fine_tune_specs import ModelSpec
-    from common.models.generation.in_context import save_endpoint
+    from common.models.generation.kinds.in_context import save_endpoint
 
     spec = ModelSpec(kind="endpoint", prompt=prompt, in_context=1, endpoint=asdict(endpoint))
     save_endpoint([("red toy car", "toy car, red"), ("green ball", "ball in green")], str(folder), spec, seed=3)

@@ -1,10 +1,11 @@
 """The layout's rules, checked on the source (ast), so they keep holding as code is added.
 
-Dependencies point one way: ``jobs -> common.config -> method packages -> models -> data/algorithms ->
-platform``. A method package never imports another method package; transforms (method packages and
-algorithms) never import the session factory, the lakehouse or the job runner. Inside ``common.models`` the
-generation and classifier halves never import each other, and the modules both build on (config, pretrained
-weights, optimiser) import neither.
+Dependencies point one way: ``jobs -> common.config -> registry/stages -> method packages -> models ->
+data/algorithms -> platform``. A method package never imports another method package; transforms (method packages
+and algorithms) never import the session factory, the lakehouse or the job runner. The model layer never imports the
+runner, the lakehouse or tracking: the stages above it (``common.stages``) join a model to a job's run and tables.
+Inside ``common.models`` the generation and classifier halves never import each other, and the modules both build on
+(config, pretrained weights, optimiser) import neither. Every folder holds one concept in at most a dozen modules.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ LAYERS = {
     "common.compositional": 3,
     "common.genre": 3,
     "common.registry": 4,
+    "common.stages": 4,
     "common.config": 5,
     "jobs": 6,
 }
@@ -37,15 +39,19 @@ METHOD_LAYER = 3
 # What a transform module must not reach: sessions, tables, runs.
 TRANSFORM_PACKAGES = {"common.algorithms"} | {p for p, rank in LAYERS.items() if rank == METHOD_LAYER}
 IO_MODULES = (
-    "common.platform.session",
-    "common.platform.lakehouse",
-    "common.platform.delta_rs",
-    "common.platform.delta_native",
-    "common.platform.job",
-    "common.platform.pipeline",
-    "common.platform.cli",
-    "common.platform.tracking",
+    "common.platform.compute.session",
+    "common.platform.lakehouse.lakehouse",
+    "common.platform.lakehouse.delta_rs",
+    "common.platform.lakehouse.delta_native",
+    "common.platform.runner.job",
+    "common.platform.runner.pipeline",
+    "common.platform.runner.cli",
+    "common.platform.tracking.tracker",
 )
+# What the model layer must not reach: a job's run, the lakehouse, tracking (the stages above it do).
+MODEL_LAYER_FORBIDS = ("common.platform.runner", "common.platform.lakehouse", "common.platform.tracking")
+# A folder of more modules than this holds more than one concept; give each its own folder.
+MAX_MODULES_PER_FOLDER = 12
 # A module over 360 lines (formatted by ruff) holds more than one responsibility; split it by what it does.
 MAX_LINES = 360
 # common.models' halves, and the shared modules under them.
@@ -118,12 +124,22 @@ def violations(module: str, source: str) -> list[str]:
                 f"{module}:{line} imports {target}: {own} and {other} are peers; a method or shared "
                 "package never imports another"
             )
+        if module.startswith("common.models.") and _under(target, MODEL_LAYER_FORBIDS):
+            problems.append(
+                f"{module}:{line} imports {target}: the model layer never imports the runner, the lakehouse or "
+                "tracking (a stage in common.stages joins them)"
+            )
         if own in TRANSFORM_PACKAGES and target.startswith(IO_MODULES):
             problems.append(
                 f"{module}:{line} imports {target}: transforms never import the session factory, "
                 "the lakehouse or the job runner"
             )
     return problems
+
+
+def _under(module: str, packages: tuple[str, ...]) -> bool:
+    """Whether ``module`` is one of ``packages`` or inside one of them."""
+    return any(module == package or module.startswith(package + ".") for package in packages)
 
 
 def model_half(module: str) -> str | None:
@@ -183,19 +199,38 @@ def test_every_package_has_a_layer_and_the_layout_is_there():
 @pytest.mark.parametrize(
     "module, source, expected",
     [
-        ("common.platform.session", "from common.catalog.grouping import group_items\n", "may not depend on"),
+        ("common.platform.compute.session", "from common.catalog.grouping import group_items\n", "may not depend on"),
         (
             "common.data.readers",
             "def f():\n    from common.models.classifiers.hft import predict\n",
             "may not depend on",
         ),
         ("common.catalog.cga", "from common.querygraph.matcher import evaluate\n", "are peers"),
-        ("common.querygraph.clusters", "from common.platform.lakehouse import Lakehouse\n", "transforms never"),
-        ("common.algorithms.graph", "from common.platform import session\n", "transforms never"),
+        (
+            "common.querygraph.clusters",
+            "from common.platform.lakehouse.lakehouse import Lakehouse\n",
+            "transforms never",
+        ),
+        ("common.algorithms.graph", "from common.platform.compute import session\n", "transforms never"),
         ("common.newpaper.core", "import os\n", "has no layer"),
-        ("common.models.classifiers.hft", "from common.models.generation.ct2 import convert\n", "two halves"),
-        ("common.models.generation.pool", "def f():\n    from common.models.classifiers import hft\n", "two halves"),
-        ("common.models.config", "from common.models.generation.batching import padded\n", "import neither half"),
+        ("common.models.classifiers.hft", "from common.models.generation.engines.ct2 import convert\n", "two halves"),
+        (
+            "common.models.generation.on_ray.pool",
+            "def f():\n    from common.models.classifiers import hft\n",
+            "two halves",
+        ),
+        (
+            "common.models.config",
+            "from common.models.generation.kinds.batching import padded\n",
+            "import neither half",
+        ),
+        ("common.models.generation.on_ray.pool", "from common.platform.runner.job import JobContext\n", "model layer"),
+        (
+            "common.models.classifiers.hft",
+            "def f():\n    from common.platform.tracking.tracker import TrackedRun\n",
+            "model layer",
+        ),
+        ("common.models.generation.served.log", "from common.platform.lakehouse import tables\n", "model layer"),
     ],
 )
 def test_the_checker_catches_wrong_arrows(module, source, expected):
@@ -204,7 +239,8 @@ def test_the_checker_catches_wrong_arrows(module, source, expected):
 
 def test_the_checker_accepts_arrows_the_right_way():
     assert (
-        violations("jobs.cga", "from common.catalog.cga import augmentation_set\nfrom jobs import entry_point\n") == []
+        violations("jobs.cga.cga", "from common.catalog.cga import augmentation_set\nfrom jobs import entry_point\n")
+        == []
     )
     assert (
         violations(
@@ -215,10 +251,22 @@ def test_the_checker_accepts_arrows_the_right_way():
     )
     assert (
         violations(
-            "common.models.generation.seq2seq",
+            "common.models.generation.kinds.seq2seq",
             "from common.models.pretrained import load_for_training\n"
-            "from common.models.generation.batching import "
+            "from common.models.generation.kinds.batching import "
             "padded\n",
+        )
+        == []
+    )
+
+
+def test_a_stage_may_join_a_model_to_a_run_and_its_tables():
+    assert (
+        violations(
+            "common.stages.generation",
+            "from common.models.generation.on_ray.pool import generate\n"
+            "from common.platform.runner.job import JobContext\n"
+            "from common.platform.lakehouse.lakehouse import Lineage\n",
         )
         == []
     )
@@ -362,3 +410,49 @@ def test_the_code_a_registered_model_carries_is_self_contained():
                 if root not in allowed and root not in sys.stdlib_module_names
             ]
     assert not problems, "\n".join(problems)
+
+
+def folder_modules() -> dict[str, list[str]]:
+    """Each folder of ``common``, ``jobs`` and ``benchmarks`` -> the modules (or scripts) in it, ``__init__`` left
+    out."""
+    folders: dict[str, list[str]] = {}
+    for path in sorted([*ROOT.glob("common/**/*.py"), *ROOT.glob("jobs/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]):
+        if path.name != "__init__.py":
+            folders.setdefault(str(path.parent.relative_to(ROOT)), []).append(path.stem)
+    return folders
+
+
+def test_every_folder_holds_at_most_a_dozen_modules():
+    """A folder is one concept a newcomer can read in one sitting: at most a dozen modules (``common/platform`` was 42
+    modules on 13 internal floors until 2026-12-07, ``common/models/generation`` 25, ``jobs`` 37, ``benchmarks``
+    30)."""
+    crowded = {folder: len(names) for folder, names in folder_modules().items() if len(names) > MAX_MODULES_PER_FOLDER}
+    assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules: {crowded}"
+
+
+def test_the_platform_keeps_only_what_all_of_it_uses_at_its_root():
+    """``common/platform``'s root holds config, config loading, errors and storage; everything else is in a folder of
+    its concept (process, compute, lakehouse, tracking, reports, doctor, runner)."""
+    root = set(folder_modules()["common/platform"])
+    assert root == {"base_config", "config", "config_loader", "config_reference", "errors", "storage"}, root
+    for concept in ("process", "compute", "lakehouse", "tracking", "reports", "doctor", "runner"):
+        assert (ROOT / "common" / "platform" / concept / "__init__.py").is_file(), concept
+
+
+def test_each_job_family_has_a_package_with_the_module_that_chains_it():
+    """``jobs/<family>/`` per pipeline family, each with the module that runs the family's jobs in order for
+    ``spark-submit`` (``query`` has two: the graph's and the reformulation's); only the registry, the CLI and the
+    notebook helper stay at ``jobs/``'s root."""
+    chains = {
+        "foundation": "foundation",
+        "consistency": "consistency",
+        "cga": "cga",
+        "query": "query_reformulation",
+        "boostaug": "boostaug",
+        "genre": "genre",
+        "compositional": "compositional",
+        "summary": "summary",
+    }
+    for family, chain in chains.items():
+        assert "main = entry_point(" in (ROOT / "jobs" / family / f"{chain}.py").read_text(), family
+    assert sorted(p.name for p in (ROOT / "jobs").glob("*.py")) == ["__init__.py", "cli.py", "notebook.py"]

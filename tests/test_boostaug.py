@@ -272,7 +272,7 @@ def test_accuracy_and_macro_f1_by_hand():
 def test_texts_ingest_quarantines_bad_rows_and_takes_the_split_from_file_names(ctx, tmp_path):
     from common.data.config import InputSpec
     from common.data.raw_input import InputSchemaError
-    from jobs.ingest import texts_job
+    from jobs.foundation.ingest import texts_job
 
     folder = tmp_path / "sst"
     folder.mkdir()

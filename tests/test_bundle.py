@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.platform.cli import _parser
-from common.platform.entry import override_list
+from common.platform.runner.cli import _parser
+from common.platform.runner.entry import override_list
 from jobs import PIPELINES, REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]

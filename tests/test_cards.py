@@ -1,11 +1,11 @@
-"""Dataset cards (common.platform.cards): what a card says, from a version's lineage and the job's facts.
+"""Dataset cards (common.platform.reports.cards): what a card says, from a version's lineage and the job's facts.
 The end-to-end tests of the five generative pipelines check each pipeline's card against its table."""
 
 from __future__ import annotations
 
 from common.models.config import FineTuneConfig, GenerationConfig, T5ModelConfig
 from common.models.generator_summary import generator_facts
-from common.platform.cards import CardFacts, render
+from common.platform.reports.cards import CardFacts, render
 
 
 def test_a_card_names_its_provenance_generator_filter_and_counts():

@@ -12,11 +12,11 @@ import os
 
 import pytest
 
-from common.models.generation.causal_lm import GENERATOR_FILE
-from common.models.generation.causal_training import encode_pairs
 from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
-from common.models.generation.pool import GenerationSpec, T5Generator
-from common.models.generation.seq2seq import fine_tune
+from common.models.generation.kinds.causal_lm import GENERATOR_FILE
+from common.models.generation.kinds.causal_training import encode_pairs
+from common.models.generation.kinds.seq2seq import fine_tune
+from common.models.generation.on_ray.pool import GenerationSpec, T5Generator
 
 PAIRS = [(f"{b} {n}", f"{n} by {b}") for b in ("acme", "zeta", "bolt") for n in ("mug", "lamp", "pan")]
 PROMPT = "Title: {source}\nAnother title:"
@@ -29,7 +29,7 @@ def tiny_llama(tmp_path_factory) -> str:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from common.models.generation.unigram import train_tokenizer
+    from common.models.generation.kinds.unigram import train_tokenizer
 
     tokenizer = train_tokenizer([t for pair in PAIRS for t in pair] + [PROMPT], 60)
     torch.manual_seed(0)
@@ -73,8 +73,8 @@ def trained(tiny_llama, tmp_path_factory) -> str:
 
 
 def test_prompt_tokens_are_masked_out_of_the_loss(tiny_llama):
-    from common.models.generation.causal_lm import load_tokenizer
     from common.models.generation.formats import prompt_text
+    from common.models.generation.kinds.causal_lm import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_llama)
     inputs, labels = encode_pairs(tokenizer, PAIRS[:3], PROMPT, 16, 16)
@@ -96,9 +96,9 @@ def test_the_target_loss_is_the_models_loss_and_its_gradient(tiny_llama, lora_r)
     label-block batches."""
     import torch
 
-    from common.models.generation.causal_lm import build_causal
-    from common.models.generation.causal_training import prefix_training_batches, target_loss, training_batches
-    from common.models.generation.label_prefix import LabelPrefix
+    from common.models.generation.kinds.causal_lm import build_causal
+    from common.models.generation.kinds.causal_training import prefix_training_batches, target_loss, training_batches
+    from common.models.generation.kinds.label_prefix import LabelPrefix
 
     tokenizer, net = build_causal("causal_checkpoint", tiny_llama, lora_r, 8, seed=0)
     # Prompts of different lengths in one batch: the kept positions start at the shortest prompt's last token.
@@ -163,7 +163,7 @@ def test_lora_adapters_are_merged_before_the_save(tiny_llama, tmp_path):
 
 
 def test_ctranslate2_greedy_output_equals_hf(trained):
-    from common.models.generation.ct2 import CT2Generator
+    from common.models.generation.engines.ct2 import CT2Generator
 
     spec = GenerationSpec(
         n_samples=1, mode="beam", num_beams=1, max_new_tokens=16, compute_type="float32", engine="ctranslate2"
@@ -180,9 +180,9 @@ def test_ctranslate2_greedy_output_equals_hf(trained):
 def test_an_in_context_generator_trains_nothing_and_runs_on_its_base(tiny_llama, tmp_path):
     """fine_tune.epochs 0: k of the pairs (the same k whatever order they came in) written ahead of the
     prompt, no weights in the folder, the base's weights on both engines, converted once beside the base."""
-    from common.models.generation.causal_lm import generator_settings
-    from common.models.generation.ct2 import CT2Generator
-    from common.models.generation.in_context import weights_folder
+    from common.models.generation.engines.ct2 import CT2Generator
+    from common.models.generation.kinds.causal_lm import generator_settings
+    from common.models.generation.kinds.in_context import weights_folder
 
     spec = ModelSpec(**{**_spec(tiny_llama).__dict__, "in_context": 2})
     out, again = str(tmp_path / "icl"), str(tmp_path / "icl-reversed")
@@ -254,7 +254,7 @@ def test_in_context_needs_a_causal_kind_in_the_config():
 def test_a_missing_wheel_names_the_fix(monkeypatch):
     from importlib import metadata
 
-    from common.models.generation import smollm2
+    from common.models.generation.kinds import smollm2
 
     def missing(name):
         raise metadata.PackageNotFoundError(name)
@@ -283,8 +283,8 @@ def test_config_checks_the_causal_keys():
 def test_packaged_smollm2_materialises_fine_tunes_and_generates(tmp_path, monkeypatch):
     """The real SmolLM2-135M: made from the wheel's GGUF once (a second call reuses the folder), fine-tuned a
     few LoRA steps, then generating readable text on HF and CTranslate2 int8."""
-    from common.models.generation import smollm2
-    from common.models.generation.ct2 import CT2Generator
+    from common.models.generation.engines.ct2 import CT2Generator
+    from common.models.generation.kinds import smollm2
 
     folder = smollm2.materialise_smollm2()
     assert smollm2.materialise_smollm2() == folder and (folder / "model.safetensors").stat().st_size > 4e8
@@ -325,7 +325,7 @@ def test_the_actor_pool_serves_a_causal_generator(trained, ray_runtime, engine):
     n samples per input, bad rows quarantined with their reason, every row's text what followed its prompt."""
     import ray
 
-    from common.models.generation.pool import generate, split_quarantine
+    from common.models.generation.on_ray.pool import generate, split_quarantine
 
     rows = [
         {"source_id": f"s{i}", "source_text": text} for i, text in enumerate(["acme mug", "zeta pan", "bolt lamp"])
@@ -345,8 +345,8 @@ def test_the_actor_pool_serves_a_causal_generator(trained, ray_runtime, engine):
 def test_label_prefix_blocks_steer_a_causal_lm(tiny_llama, tmp_path):
     """LS-PT on a causal LM: each label set's learned blocks stand ahead of the text; trained on three label
     sets, greedy decoding from each writes its own text, and CTranslate2 leaves such a model to HF."""
-    from common.models.generation.ct2_conversion import hf_reason
-    from common.models.generation.label_prefix import has_prefix
+    from common.models.generation.engines.ct2_conversion import hf_reason
+    from common.models.generation.kinds.label_prefix import has_prefix
 
     out = str(tmp_path / "lspt")
     pairs = [("joy", "mug by acme"), ("anger", "pan by zeta"), ("anger,joy", "lamp by bolt")] * 4
@@ -373,7 +373,7 @@ def test_doctor_reports_the_generator_and_requires_it_where_used(monkeypatch):
     from importlib import metadata
 
     from common.config import load_config
-    from common.models.generation import causal_lm
+    from common.models.generation.kinds import causal_lm
 
     uses = load_config(None, ["cga.model.kind=smollm2", "compositional.generator.model.kind=smollm2"])
     assert causal_lm.causal_sections(uses) == [("cga.model", "smollm2"), ("compositional.generator.model", "smollm2")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from common.platform.lakehouse import Lineage
+from common.platform.lakehouse.lakehouse import Lineage
 
 AUGMENT = Path(sys.executable).parent / "augment"
 
@@ -27,7 +27,7 @@ def test_help_lists_the_commands():
     assert "generate-demo" in run_help.stdout and "--set" in run_help.stdout and "--force" in run_help.stdout
     # the exit codes: the help's table, the reliability page's and the code's are one
     from common.platform.errors import EXIT_CODES, SHIP_INCOMPLETE, USER_ERRORS
-    from common.platform.signals import SIGNALS
+    from common.platform.process.signals import SIGNALS
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "operations" / "reliability.md").read_text()
     for code, what, retry in EXIT_CODES:
@@ -48,7 +48,8 @@ def test_jobs_lists_jobs_and_pipelines():
 
 
 def test_every_job_module_runs_under_spark_submit():
-    """Each module JOBS names has ``main`` (``spark-submit jobs/<module>.py``); a module without it would import,
+    """Each module JOBS names has ``main`` (``spark-submit jobs/<family>/<module>.py``); a module without it would
+    import,
     do nothing and exit 0. Its help names the job, or the family's jobs it runs in order."""
     import importlib
 
@@ -58,7 +59,7 @@ def test_every_job_module_runs_under_spark_submit():
     missing = [m for m in modules if not callable(getattr(importlib.import_module(m), "main", None))]
     assert not missing, f"job modules without main: {missing}"
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve().parents[1] / "jobs" / "cga_train.py"), "--help"],
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "jobs" / "cga" / "cga_train.py"), "--help"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -119,7 +120,7 @@ def test_a_pipeline_checks_every_jobs_config_before_its_first_job(ctx):
     import pytest
 
     from common.platform.errors import ConfigError
-    from common.platform.pipeline import run_pipeline
+    from common.platform.runner.pipeline import run_pipeline
     from jobs import PIPELINES, REGISTRY
 
     ctx.cfg.inputs.multilabel = None

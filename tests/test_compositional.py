@@ -18,7 +18,7 @@ from common.compositional.labels import MarkovLabelModel, sample_novel
 
 # ----------------------------------------------------------------------------- ingest
 def test_multilabel_ingest_folds_label_columns_and_quarantines_bad_rows(ctx, tmp_path):
-    from jobs.ingest import multilabel_job
+    from jobs.foundation.ingest import multilabel_job
 
     path = tmp_path / "ml.tsv"
     rows = _multilabel_tsv(path, n=20)
@@ -38,7 +38,7 @@ def test_multilabel_ingest_folds_label_columns_and_quarantines_bad_rows(ctx, tmp
 
 def test_labels_as_a_joined_string_and_an_unknown_label(ctx, tmp_path):
     from common.data.config import InputSpec
-    from jobs.ingest import multilabel_job
+    from jobs.foundation.ingest import multilabel_job
 
     path = tmp_path / "ml.csv"
     path.write_text(
@@ -206,8 +206,8 @@ def _prefix_independence() -> dict:
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from common.models.generation.label_prefix import LabelPrefix, UnknownLabelError
-    from common.models.generation.unigram import train_tokenizer
+    from common.models.generation.kinds.label_prefix import LabelPrefix, UnknownLabelError
+    from common.models.generation.kinds.unigram import train_tokenizer
 
     tokenizer = train_tokenizer(["anger fear joy love sadness"] * 20 + ["some words to learn"] * 20, 60)
     net = T5ForConditionalGeneration(

@@ -9,7 +9,7 @@ from common.catalog.consistency import group_labels, sample_size, uniform_sample
 from common.catalog.metrics import consistency_rate
 from common.data.text import normalize_title
 from common.models.classifiers.metrics import accuracy, weighted_f1
-from jobs.consistency_results import with_lifts
+from jobs.consistency.consistency_results import with_lifts
 
 
 def test_weighted_f1_by_hand(spark):

@@ -16,10 +16,10 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from common.platform import delta_native
+from common.platform.compute.session import class_archive, driver_java_options
 from common.platform.config import LakehouseConfig, SparkConfig
-from common.platform.lakehouse import Lakehouse, Lineage
-from common.platform.session import class_archive, driver_java_options
+from common.platform.lakehouse import delta_native
+from common.platform.lakehouse.lakehouse import Lakehouse, Lineage
 
 BIN = Path(sys.executable).parent
 
@@ -121,7 +121,7 @@ def test_catalog_tables_by_name(spark, native_only, tmp_path):
 
 
 def test_a_job_writes_and_reads_catalog_tables(spark, capabilities, native_only, app_config, tmp_path):
-    from common.platform.job_context import build_context
+    from common.platform.runner.job_context import build_context
     from jobs import run_pipeline
 
     app_config.lakehouse.catalog = f"spark_catalog.jobs_{tmp_path.name.replace('-', '_')[-20:]}"
@@ -167,7 +167,7 @@ def test_graphframes_and_the_dataframe_algorithms_agree(spark, capabilities):
 def test_a_cluster_session_takes_the_configs_shuffle_partitions(spark):
     """On a cluster the session is spark-submit's, whose default is Spark's 200 partitions: a configured
     ``spark.shuffle_partitions`` replaces it, then ``spark.conf``; unset, the session's own value stays."""
-    from common.platform.session import get_spark
+    from common.platform.compute.session import get_spark
 
     before = spark.conf.get("spark.sql.shuffle.partitions")
     try:
@@ -188,7 +188,7 @@ def test_a_context_that_starts_its_session_opens_mlflow_beside_it(spark, capabil
     import mlflow
 
     from common.config import load_config
-    from common.platform.job_context import build_context
+    from common.platform.runner.job_context import build_context
 
     cfg = load_config(
         None,

@@ -8,8 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.data import demo_data, demo_interactions, demo_vocabulary, demo_world
 from common.data.config import DemoConfig
+from common.data.demo import interactions as demo_interactions
+from common.data.demo import rows as demo_rows
+from common.data.demo import vocabulary as demo_vocabulary
+from common.data.demo import world as demo_world
 from common.data.taxonomy import Taxonomy
 
 
@@ -20,25 +23,25 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def labeled(cfg):
-    return demo_data.labeled_rows(cfg, 0, cfg.n_labeled)
+    return demo_rows.labeled_rows(cfg, 0, cfg.n_labeled)
 
 
 @pytest.fixture(scope="module")
 def catalog(cfg):
-    return demo_data.catalog_rows(cfg, 0, cfg.n_groups)
+    return demo_rows.catalog_rows(cfg, 0, cfg.n_groups)
 
 
 def test_rows_do_not_depend_on_partitioning_and_follow_the_seed(cfg):
     for fn, total in (
-        (demo_data.labeled_rows, 60),
-        (demo_data.catalog_rows, 30),
+        (demo_rows.labeled_rows, 60),
+        (demo_rows.catalog_rows, 30),
         (demo_interactions.interaction_rows, 40),
     ):
         whole = fn(cfg, 0, total)
-        pieces = pd.concat([fn(cfg, a, b) for a, b in demo_data.chunks(total, 3)], ignore_index=True)
+        pieces = pd.concat([fn(cfg, a, b) for a, b in demo_rows.chunks(total, 3)], ignore_index=True)
         pd.testing.assert_frame_equal(whole, pieces)
-    other = demo_data.labeled_rows(DemoConfig(seed=cfg.seed + 1), 0, 60)
-    assert not other.equals(demo_data.labeled_rows(cfg, 0, 60))
+    other = demo_rows.labeled_rows(DemoConfig(seed=cfg.seed + 1), 0, 60)
+    assert not other.equals(demo_rows.labeled_rows(cfg, 0, 60))
 
 
 def test_taxonomy_is_four_levels_and_labels_are_its_leaves(labeled, tmp_path):
@@ -110,14 +113,14 @@ def test_a_naive_classifier_is_visibly_inconsistent_on_groups(tmp_path):
     def consistency(strength: float) -> float:
         cfg = DemoConfig(n_labeled=3000, n_groups=800, spurious_strength=strength)
         train = tmp_path / f"train-{strength}.txt"
-        lab = demo_data.labeled_rows(cfg, 0, cfg.n_labeled)
+        lab = demo_rows.labeled_rows(cfg, 0, cfg.n_labeled)
         train.write_text(
             "".join(f"__label__{c.replace(' ', '_')} {t.lower()}\n" for t, c in zip(lab.title, lab.category))
         )
         model = fasttext.train_supervised(
             input=str(train), epoch=20, lr=0.5, wordNgrams=2, verbose=0, thread=1, seed=1
         )
-        cat = demo_data.catalog_rows(cfg, 0, cfg.n_groups)
+        cat = demo_rows.catalog_rows(cfg, 0, cfg.n_groups)
         cat["pred"] = [p[0] for p in model.predict([t.lower() for t in cat.title])[0]]
         pairs = cat.groupby(cat.item_id.str[:8]).pred.agg(lambda s: s.iloc[0] == s.iloc[1])
         return float(pairs.mean())
@@ -139,6 +142,6 @@ def test_interactions_mix_specific_and_broad_queries(cfg):
 
 
 def test_bad_rows_each_break_a_rule():
-    bad = demo_data.bad_rows("labeled", DemoConfig(), 8)
+    bad = demo_rows.bad_rows("labeled", DemoConfig(), 8)
     assert len(bad) == 8 and bad.item_id.str.startswith("BAD-").all()
     assert (bad.title.str.strip() == "").sum() == 2

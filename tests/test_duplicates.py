@@ -154,7 +154,7 @@ def test_an_incremental_append_that_repeats_kept_rows_quarantines_the_new_copies
 ):
     from deltalake import write_deltalake
 
-    from common.platform.lakehouse import Lakehouse
+    from common.platform.lakehouse.lakehouse import Lakehouse
 
     source = str(tmp_path / "bronze_labeled")
     ctx.cfg.inputs.labeled = InputSpec(path=source, format="delta")

@@ -200,7 +200,7 @@ def test_the_pool_engine_gives_generated_rows_keeps_answers_and_quarantines_what
     quarantined with its reason. The same batch again sends nothing: its answers come from the role's response log.
     Behind a server that answers 503 (below the breaker's count), every input one row with the request's reason,
     none lost."""
-    from common.models.generation.hf_engine import GenerationSpec, output_schema
+    from common.models.generation.engines.hf_engine import GenerationSpec, output_schema
     from common.models.generation.served.engine import EndpointGenerator, ServedGenerator
     from common.models.generation.served.log import RESPONSES
 
@@ -266,7 +266,7 @@ def test_a_pipeline_stage_survives_an_outage_a_broken_gateway_and_a_new_row_payi
     from common.models.config import T5ModelConfig
     from common.models.generation.served.log import RESPONSES
     from common.platform.errors import one_line, user_error
-    from jobs.cga import generate_job
+    from jobs.cga.cga import generate_job
 
     if not server.running():
         server.start()

@@ -16,7 +16,7 @@ from cluster.local_cluster import free_port
 from model_server import FaultProxy, served_generator
 
 from common.models.config import EndpointConfig
-from common.models.generation.hf_engine import GenerationSpec
+from common.models.generation.engines.hf_engine import GenerationSpec
 from common.models.generation.served.client import EndpointClient, Request
 from common.models.generation.served.engine import EndpointDown, EndpointGenerator, ServedGenerator, failed_share_check
 from common.models.generation.served.log import RESPONSES
@@ -232,7 +232,7 @@ def test_a_routed_pool_never_holds_more_than_max_concurrency_in_flight(live_serv
     actors of one request each, and the proxy never holds more than two in flight."""
     import ray
 
-    from common.models.generation.pool import generate_routed
+    from common.models.generation.on_ray.pool import generate_routed
 
     proxy = FaultProxy(live_server.base)
     try:
@@ -256,7 +256,7 @@ def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runti
     driver's RayTaskError resolves to it with its own message; a ValueError is retried."""
     import ray
 
-    from common.platform.ray_stages import retried_errors
+    from common.platform.compute.ray_stages import retried_errors
 
     @ray.remote(max_retries=2, retry_exceptions=retried_errors(True))
     def attempt(folder: str, error: str) -> None:
@@ -277,8 +277,8 @@ def test_ray_does_not_retry_an_outage_and_the_driver_sees_it_as_itself(ray_runti
     found = user_error(raised.value)
     assert isinstance(found, EndpointUnreachable) and str(found) == "http://h/v1/completions is down"
     # The generation pool's own path: an actor pool of Ray Data with the runtime's retry settings.
-    from common.models.generation.pool import _outages_as_themselves
-    from common.platform.ray_stages import actor_fault_tolerance, map_batches_on_actors
+    from common.models.generation.on_ray.pool import _outages_as_themselves
+    from common.platform.compute.ray_stages import actor_fault_tolerance, map_batches_on_actors
 
     class Failing:  # defined here: Ray pickles it by value (workers cannot import a test module)
         """A pool's callable that counts its tries in ``folder/error`` and raises an outage or a bug."""
@@ -343,9 +343,9 @@ def test_a_second_concurrent_run_of_a_stage_is_refused_at_once_and_goes_ahead_on
     import subprocess
     import sys
 
-    from common.models.generation.served.lease import stage_lease
     from common.models.generation.served.log import log_root
     from common.platform.errors import USER_ERRORS, StageBusy
+    from common.stages.served_lease import stage_lease
 
     root = log_root(str(tmp_path / "models" / "endpoint_cga-1"))
     holder = subprocess.Popen(
@@ -353,7 +353,7 @@ def test_a_second_concurrent_run_of_a_stage_is_refused_at_once_and_goes_ahead_on
             sys.executable,
             "-c",
             "import sys, time; sys.path.insert(0, '.');\n"
-            "from common.models.generation.served.lease import stage_lease\n"
+            "from common.stages.served_lease import stage_lease\n"
             f"with stage_lease([{root!r}], 'cga_generated'):\n    print('held', flush=True); time.sleep(120)",
         ],
         stdout=subprocess.PIPE,

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
-from common.models.generation.pool import GenerationSpec, generate, split_quarantine
-from common.models.generation.seq2seq import fine_tune
+from common.models.generation.kinds.seq2seq import fine_tune
+from common.models.generation.on_ray.pool import GenerationSpec, generate, split_quarantine
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def test_ctranslate2_decodes_as_hf_does(learned_model, ray_runtime):
 def test_ctranslate2_samples_depend_on_the_bucket_and_seed_alone(tiny_model):
     """CTranslate2 seeds a worker thread's generator at its first draw only; a bucket's samples must still
     not depend on what the actor sampled before (another bucket in between, or a fresh actor)."""
-    from common.models.generation.ct2 import CT2Generator
+    from common.models.generation.engines.ct2 import CT2Generator
 
     spec = GenerationSpec(n_samples=3, max_new_tokens=12, engine="ctranslate2")
     texts = ["acme mug", "zeta pan", "bolt lamp"]
@@ -130,7 +130,7 @@ def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(t
 
     from transformers import AutoTokenizer
 
-    from common.models.generation.fast_tokenizer import FastTokenizer
+    from common.models.generation.engines.fast_tokenizer import FastTokenizer
 
     assert json.load(open(f"{tiny_model}/tokenizer.json"))["truncation"] is not None  # the trap is there
     hf, fast = AutoTokenizer.from_pretrained(tiny_model), FastTokenizer.load(tiny_model)
@@ -150,8 +150,8 @@ def test_ctranslate2_actor_tokenizes_as_transformers_does_without_importing_it(t
 
 
 def test_a_model_ctranslate2_cannot_run_is_named(tmp_path):
-    from common.models.generation.ct2_conversion import compute_type, hf_reason
-    from common.models.generation.label_prefix import META_FILE
+    from common.models.generation.engines.ct2_conversion import compute_type, hf_reason
+    from common.models.generation.kinds.label_prefix import META_FILE
 
     assert hf_reason(str(tmp_path)) is None
     (tmp_path / META_FILE).write_text("{}")
@@ -165,7 +165,7 @@ def test_row_keyed_sampling_draws_from_the_filtered_softmax():
     its key alone (not its batch neighbours), and a filtered-out token is never drawn."""
     import torch
 
-    from common.models.generation.row_sampling import RowKeyedSampler, row_keys
+    from common.models.generation.engines.row_sampling import RowKeyedSampler, row_keys
 
     logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -8.0])
     rows = 20_000
@@ -192,7 +192,7 @@ def test_row_keyed_sampling_draws_from_the_filtered_softmax():
 def test_sampled_rows_do_not_depend_on_their_batch(tiny_model):
     """An input's samples depend on its source id, the seed and the model, not on the rows generated with
     it: alone, in a batch, and in reverse order give the same texts; another seed gives others."""
-    from common.models.generation.pool import T5Generator
+    from common.models.generation.on_ray.pool import T5Generator
 
     texts = ["acme mug", "zeta lamp", "bolt pan", "acme lamp"]
     ids = ["a", "b", "c", "d"]
@@ -272,7 +272,7 @@ def test_warm_tasks_keep_each_workers_generator_across_batches_and_stages(ray_ru
     import pandas as pd
     import ray
 
-    from common.models.generation.warm_tasks import _warm_generator, on_warm_tasks, warm_tasks_for
+    from common.models.generation.on_ray.warm_tasks import _warm_generator, on_warm_tasks, warm_tasks_for
     from common.platform.config import RayConfig
 
     class Probe:  # a generator stand-in that says which process and which instance served each row

@@ -360,7 +360,7 @@ def test_generator_pairs_are_read_per_generator(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from common.models.generation.batching import read_pairs
+    from common.models.generation.kinds.batching import read_pairs
 
     pq.write_table(
         pa.table(
@@ -386,7 +386,7 @@ def test_generator_pairs_are_read_per_generator(tmp_path):
 
 
 def test_bad_documents_and_split_settings_are_named(ctx):
-    from jobs.genre import DuplicateDocumentError, splits_job, topics_job
+    from jobs.genre.genre import DuplicateDocumentError, splits_job, topics_job
 
     lake = ctx.lakehouse
     lake.write(
@@ -489,7 +489,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
 
     # another ratio prompts anew but reuses the fine-tuned generators (a model depends on its data and
     # training, not on how it is prompted): every test document now prompts every generator
-    from jobs.genre_generate import generate_job
+    from jobs.genre.genre_generate import generate_job
 
     ctx.cfg.genre.generator.synthetic_ratio, ctx.cfg.genre.generator.off_topic_control = None, False
     generate_job(ctx)
@@ -512,7 +512,7 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     # the encoder classifier (a tiny fine-tune) beside fastText, and the synthetic-only row
     from common.genre.config import EvalConfig
     from common.models.classifier_config import EncoderConfig
-    from jobs.genre_evaluate import evaluate_job
+    from jobs.genre.genre_evaluate import evaluate_job
 
     ctx.cfg.genre.eval = EvalConfig(
         repeats=1,

@@ -8,8 +8,8 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from common.models.generation.scoring import bleu_scores, cosine_scores
-from common.platform.lakehouse import Lineage
+from common.models.generation.quality.scoring import bleu_scores, cosine_scores
+from common.platform.lakehouse.lakehouse import Lineage
 
 
 def test_spark_table_to_ray_and_back_as_one_delta_version(spark, lakehouse, ray_runtime):
@@ -88,7 +88,7 @@ def test_minilm_cosine_on_hand_checked_pairs():
 def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime):
     import ray
 
-    from common.models.generation.filtering import FilterSpec, filter_generated
+    from common.models.generation.quality.filtering import FilterSpec, filter_generated
 
     rows = [
         ("a", "acme red cotton t-shirt xl", "acme red cotton t-shirt size xl"),  # close: kept
@@ -112,7 +112,7 @@ def test_filter_keeps_scores_above_t_and_gives_every_reject_a_reason(ray_runtime
 def test_scoring_keeps_earlier_reasons_and_threshold_free_mode(ray_runtime):
     import pyarrow as pa
 
-    from common.models.generation.filtering import FilterSpec, score_batch
+    from common.models.generation.quality.filtering import FilterSpec, score_batch
 
     table = pa.table(
         {
@@ -133,8 +133,8 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
 
     import numpy as np
 
-    from common.models.generation.scoring import _encoder, minilm_path
-    from common.models.generation.sentence_encoder import CT2SentenceEncoder, ct2_reason, token_batches
+    from common.models.generation.quality.scoring import _encoder, minilm_path
+    from common.models.generation.quality.sentence_encoder import CT2SentenceEncoder, ct2_reason, token_batches
 
     monkeypatch.setenv("AUGMENT_CACHE", str(tmp_path / "cache"))
     texts = [
@@ -179,6 +179,6 @@ def test_minilm_on_ctranslate2_matches_sentence_transformers_and_converts_once(t
         '{"word_embedding_dimension": 384, "pooling_mode_cls_token": true}'
     )
     assert "not mean tokens" in ct2_reason(str(other))
-    with caplog.at_level(logging.WARNING, logger="common.models.generation.scoring"):
+    with caplog.at_level(logging.WARNING, logger="common.models.generation.quality.scoring"):
         encoder = _encoder(str(other), None, "ctranslate2")
     assert type(encoder).__name__ == "SentenceTransformer" and "not mean tokens" in caplog.text

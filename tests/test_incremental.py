@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from common.data.config import InputSpec
-from common.platform.delta_rs_read import appended_files
-from common.platform.lakehouse import Lakehouse
+from common.platform.lakehouse.delta_rs_read import appended_files
+from common.platform.lakehouse.lakehouse import Lakehouse
 from jobs import ingest
 
 

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from common.platform.config import LakehouseConfig
-from common.platform.lakehouse import Lakehouse, LakehouseError, Lineage
+from common.platform.lakehouse.lakehouse import Lakehouse, LakehouseError, Lineage
 
 
 def _frame(spark, n, offset=0):
@@ -152,7 +152,7 @@ def test_history_shows_the_lineage_in_describe_history(spark, lakehouse):
 def test_a_job_that_finds_its_output_at_an_older_version_feeds_that_version_downstream(spark, ctx):
     # Config A, then B, then A again: the third run's writer skips (version 0 holds A's output), and the job
     # after it must read A's rows, not B's (the latest), or it would label B's data with A's config.
-    from common.platform.job import JobResult, JobRun
+    from common.platform.runner.job import JobResult, JobRun
 
     def writer(config: str) -> int:
         with ctx.tracked("writer") as tracked:
@@ -174,7 +174,7 @@ def test_a_job_that_finds_its_output_at_an_older_version_feeds_that_version_down
     # a maintenance commit after the chosen version holds the same data: the latest is read again
     assert writer("B") == 1
     from common.platform.config import MaintenanceConfig
-    from common.platform.maintenance import maintain_table
+    from common.platform.lakehouse.maintenance import maintain_table
 
     maintain_table(ctx.lakehouse, "items", MaintenanceConfig(min_files=2, vacuum=False))
     assert ctx.lakehouse.version("items") > 1 and reader() == (7, ctx.lakehouse.version("items"))

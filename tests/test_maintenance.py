@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 
 from common.platform.config import MaintenanceConfig
 from common.platform.config_loader import ConfigError
-from common.platform.maintenance import file_stats, format_report, maintain_table
+from common.platform.lakehouse.maintenance import file_stats, format_report, maintain_table
 from jobs import REGISTRY, run_pipeline
 
 

@@ -120,7 +120,7 @@ def test_user_inputs_replace_the_demo(ctx, tmp_path):
 
 def test_demo_generation_runs_beside_configured_documents_but_not_beside_catalog_inputs(ctx, tmp_path):
     from common.data.config import InputSpec
-    from jobs.generate_demo import run as generate_demo
+    from jobs.foundation.generate_demo import run as generate_demo
 
     # documents and multi-label texts never come from the demo world: configuring them must not stop it
     # (conf/demo.yaml does)
@@ -145,7 +145,7 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
 
     from common.models.generator_summary import describe_generator
     from jobs import run_pipeline
-    from jobs.summary_tables import GENERATED, PAGES
+    from jobs.summary.summary_tables import GENERATED, PAGES
 
     small_world.run_every_pipeline()
     lake = small_world.lakehouse
@@ -297,7 +297,7 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
 
 def test_two_contexts_in_one_process_track_into_their_own_experiments(tracking_uri, tmp_path):
     from common.config import load_config
-    from common.platform.tracking import Tracker
+    from common.platform.tracking.tracker import Tracker
 
     def tracker(name):
         return Tracker(

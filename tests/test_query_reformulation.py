@@ -167,7 +167,7 @@ def test_another_decoding_regenerates_the_matchers_reformulations_without_a_fine
     from pathlib import Path
 
     from common.models.generation.fine_tune_specs import MODEL_MARKER
-    from jobs.query_matcher import matcher_job
+    from jobs.query.query_matcher import matcher_job
 
     small_world.run("query-reformulation")
     ctx = small_world.copy(tmp_path)

@@ -10,8 +10,8 @@ import psutil
 import pytest
 import ray
 
+from common.platform.compute.ray_runtime import RayRuntime
 from common.platform.config import RayConfig
-from common.platform.ray_runtime import RayRuntime
 
 
 def _is_ray_process(pid: int) -> bool:
@@ -95,7 +95,7 @@ _WORKER_REUSE = """
 import json, os, tempfile, time
 import ray
 from common.platform.config import RayConfig
-from common.platform.ray_runtime import RayRuntime
+from common.platform.compute.ray_runtime import RayRuntime
 
 @ray.remote(num_cpus=1)
 def light(folder, i):
@@ -173,7 +173,7 @@ def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
     and fastText's tasks never run in it (their heap must not be one torch shaped). With a GPU, each torch
     task's worker exits after it."""
     from common.models.classifiers.text_classifier import run_tasks
-    from common.platform.ray_stages import TORCH_TASK_ENV, torch_task_options
+    from common.platform.compute.ray_stages import TORCH_TASK_ENV, torch_task_options
 
     pid = lambda: __import__("os").getpid()  # noqa: E731  (a lambda travels to Ray by value)
 
@@ -190,7 +190,7 @@ def test_torch_tasks_share_their_workers_and_never_fasttexts(ray_runtime):
 
 
 def test_cpu_actor_pools_leave_a_cpu_to_ray_data(ray_runtime):
-    from common.platform.ray_stages import actor_pool_size
+    from common.platform.compute.ray_stages import actor_pool_size
 
     # 2 CPUs: CPU actors of 1 CPU are cut to one, so the read and write tasks keep a CPU; an actor of 2 CPUs
     # would hold them all and the stage would never start, so the pool is refused with the fix in the message
@@ -206,7 +206,7 @@ def test_a_cpu_generation_task_runs_the_threads_it_is_given(ray_runtime):
     says: a CPU generation actor or task of 1 CPU asked for 2 threads gets the variable at 2 in its runtime
     environment, and the CTranslate2 engine reads its thread count from it. 0 threads: the node's CPUs shared
     among the pool's actors; 1 keeps the warm torch workers' environment as it is."""
-    from common.platform.ray_stages import TORCH_TASK_ENV, cpu_threads, threads_env, torch_task_options
+    from common.platform.compute.ray_stages import TORCH_TASK_ENV, cpu_threads, threads_env, torch_task_options
 
     assert threads_env(1) is TORCH_TASK_ENV and threads_env(2)["env_vars"]["OMP_NUM_THREADS"] == "2"
     assert threads_env(2)["env_vars"]["TOKENIZERS_PARALLELISM"] == TORCH_TASK_ENV["env_vars"]["TOKENIZERS_PARALLELISM"]
@@ -216,7 +216,7 @@ def test_a_cpu_generation_task_runs_the_threads_it_is_given(ray_runtime):
 
     @ray.remote(num_cpus=1)
     def threads_seen():
-        from common.models.generation.ct2 import _actor_threads
+        from common.models.generation.engines.ct2 import _actor_threads
 
         return os.environ.get("OMP_NUM_THREADS"), _actor_threads()
 
@@ -228,8 +228,8 @@ def test_a_stage_that_asks_for_a_gpu_the_cluster_cannot_have_fails_before_it_sta
     """Ray would wait forever for a GPU no node has: the stage is refused with the settings to change, on the
     session's CPU-only runtime and on a Ray on Spark plan without GPUs; a cluster joined by address (whose autoscaler
     may add GPU nodes) is not second-guessed."""
+    from common.platform.compute.ray_stages import actor_pool_size, torch_task_options
     from common.platform.config_loader import ConfigError
-    from common.platform.ray_stages import actor_pool_size, torch_task_options
 
     with pytest.raises(
         ConfigError, match=r"generation asks for 1 GPU\(s\) and this Ray cluster has 0: .*ray.num_gpus"
@@ -248,8 +248,8 @@ def test_a_wait_on_tasks_no_node_can_hold_ends_and_a_long_task_is_never_cut_shor
     runs past that bound on a node that can hold it finishes."""
     import ray
 
+    from common.platform.compute.ray_waits import wait_all
     from common.platform.errors import ClusterError
-    from common.platform.ray_waits import wait_all
 
     def nap(seconds: float) -> float:  # nested: pickled by value, as the workers cannot import this test module
         import time
@@ -273,7 +273,7 @@ def test_a_wait_on_tasks_no_node_can_hold_ends_and_a_long_task_is_never_cut_shor
 def test_a_task_asking_for_more_cpus_than_any_node_has_gets_the_largest_node(ray_runtime, caplog):
     """Ray would wait forever for a task of 2 CPUs on Ray on Spark's 1-core nodes: the request is cut to the
     largest node, with a warning naming the setting; a cluster joined by address is not second-guessed."""
-    from common.platform.ray_stages import actor_pool_size, fit_cpus
+    from common.platform.compute.ray_stages import actor_pool_size, fit_cpus
 
     assert fit_cpus(3, "fine-tune") == 2  # the session's local runtime: one node of 2 CPUs
     with _capacity({"CPU": 2.0, "GPU": 0.0, "node_CPU": 1.0}):  # Ray on Spark: two nodes of one executor core
@@ -290,7 +290,7 @@ def _capacity(capacity):
     """The driver's recorded Ray capacity set to ``capacity`` for the block (as RayRuntime.start records it)."""
     from ray.data import DataContext
 
-    from common.platform.ray_stages import CAPACITY_KEY
+    from common.platform.compute.ray_stages import CAPACITY_KEY
 
     context = DataContext.get_current()
     before = context.get_config(CAPACITY_KEY, None)
@@ -304,7 +304,7 @@ def _capacity(capacity):
 _HEAP_SCRIPT = """
 import ctypes
 import psutil
-from common.platform.native_heap import release_free_heap
+from common.platform.process.native_heap import release_free_heap
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
@@ -337,7 +337,7 @@ def test_release_free_heap_hands_freed_heap_pages_back():
 _HELD_HEAP_SCRIPT = """
 import resource, sys
 import numpy as np
-from common.platform.native_heap import hold_native_heap
+from common.platform.process.native_heap import hold_native_heap
 held = hold_native_heap() if sys.argv[1] == "held" else None
 def cycle():  # a batch's activations: 16 buffers of 1 MiB written, then freed
     buffers = [np.ones(1 << 18, np.float32) for _ in range(16)]
@@ -376,7 +376,7 @@ def test_a_stage_lost_to_the_cluster_runs_again_and_a_failing_one_does_not():
     code, or an actor that died of itself past its restarts, fails at once."""
     from ray import exceptions as ray_errors
 
-    from common.platform.ray_stages import lost_to_the_cluster, run_stage
+    from common.platform.compute.ray_stages import lost_to_the_cluster, run_stage
 
     unavailable = ray_errors.ActorUnavailableError("RpcError: failed to connect to all addresses", None)
     assert lost_to_the_cluster(unavailable)
@@ -427,10 +427,10 @@ def test_ray_on_spark_plans_nodes_an_executor_can_hold_and_tells_its_nodes_where
     import sys
     from pathlib import Path
 
-    from common.platform import ray_on_spark
     from common.platform.base_config import BaseConfig
+    from common.platform.compute import ray_on_spark
     from common.platform.config_loader import ConfigError, from_mapping
-    from common.platform.doctor_cluster import cluster_checks
+    from common.platform.doctor.cluster import cluster_checks
 
     chosen = ray_on_spark.plan(RayConfig(mode="spark"), spark)
     assert chosen.executors == ray_on_spark.Executors(count=1, cores=2, memory_mb=1024)  # spark.executor.memory
@@ -486,7 +486,7 @@ def test_ray_on_spark_nodes_never_up_end_the_job_with_an_error_naming_the_plan(c
     pending node beside one that is up, or none asked for, is no failure; a user's Ctrl-C stays a Ctrl-C."""
     import time
 
-    from common.platform import ray_on_spark, ray_on_spark_nodes
+    from common.platform.compute import ray_on_spark, ray_on_spark_nodes
     from common.platform.errors import ClusterError, interruption
 
     chosen = ray_on_spark.RayOnSparkPlan(

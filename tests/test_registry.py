@@ -165,8 +165,8 @@ def test_the_gate_fails_closed_when_the_registry_errs(monkeypatch, tmp_path, ctx
     from mlflow import MlflowClient
     from model_server import FaultProxy
 
-    from common.platform.cli import exit_code
-    from common.platform.job import JobResult
+    from common.platform.runner.cli import exit_code
+    from common.platform.runner.job import JobResult
     from common.registry.promotion import take_alias
     from common.registry.store import RegistryUnavailable, champion_version
 
@@ -389,9 +389,9 @@ def sigterm_while_gating(ctx, client, name: str) -> None:
 
     from mlflow import MlflowClient
 
-    from common.platform.signals import Terminated, handled
+    from common.platform.process.signals import Terminated, handled
     from common.registry import ledger
-    from jobs.boostaug import evaluate_job
+    from jobs.boostaug.boostaug import evaluate_job
 
     signalled: list[float] = []
     stop = threading.Event()
@@ -447,9 +447,9 @@ def test_a_worse_week_does_not_take_the_alias_and_a_better_one_does(small_world,
     from mlflow import MlflowClient
     from model_server import FaultProxy
 
-    from common.platform.cli import exit_code
-    from common.platform.lakehouse import Lineage
-    from jobs.boostaug import EVAL_SETS, KEPT, REJECTS, RESULTS, TEXTS, evaluate_job
+    from common.platform.lakehouse.lakehouse import Lineage
+    from common.platform.runner.cli import exit_code
+    from jobs.boostaug.boostaug import EVAL_SETS, KEPT, REJECTS, RESULTS, TEXTS, evaluate_job
 
     small_world.run("boostaug")
     ctx = small_world.copy(tmp_path, [TEXTS, KEPT, REJECTS])  # its registered models' names of its own

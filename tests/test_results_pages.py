@@ -1,11 +1,11 @@
-"""Results pages (common.platform.results_pages): one section prints as fixed-width text and becomes a Markdown
+"""Results pages (common.platform.reports.results_pages): one section prints as fixed-width text and becomes a Markdown
 page naming the results-table version its numbers come from. The end-to-end summary test checks the pages the
 job writes for every pipeline against their tables."""
 
 from __future__ import annotations
 
-from common.platform.results_pages import ResultsTable, beyond_std, fmt_mean, lift, page, text_block
-from common.platform.tables import Commit
+from common.platform.lakehouse.tables import Commit
+from common.platform.reports.results_pages import ResultsTable, beyond_std, fmt_mean, lift, page, text_block
 
 SECTION = ResultsTable(
     pipeline="consistency",

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
-from common.models.generation.seq2seq import fine_tune
-from common.models.generation.unigram import train_tokenizer
+from common.models.generation.kinds.seq2seq import fine_tune
+from common.models.generation.kinds.unigram import train_tokenizer
 
 PAIRS = [
     (f"{brand} {noun} {colour}", f"{colour} {noun} by {brand}")
@@ -48,7 +48,7 @@ def test_canonical_ids_survive_score_noise_and_a_chosen_piece_inside_the_charact
     points. Both must give the same ids."""
     import json
 
-    from common.models.generation.unigram import _unigram_pieces
+    from common.models.generation.kinds.unigram import _unigram_pieces
 
     class Trained:  # what _unigram_pieces reads of a trained tokenizer
         def __init__(self, vocab):
@@ -103,7 +103,7 @@ def test_length_grouped_batches_hold_every_example_once_and_pad_less():
     import math
     import random
 
-    from common.models.generation.batching import epoch_batches
+    from common.models.generation.kinds.batching import epoch_batches
 
     lengths = [random.Random(i).randint(3, 60) for i in range(5000)]
     random.seed(3)
@@ -156,7 +156,7 @@ def test_a_long_fine_tune_logs_its_progress_between_epoch_lines(tmp_path, monkey
 
     monkeypatch.setattr(optim, "PROGRESS_SECONDS", 0.0)
     train = TrainSpec(epochs=30, learning_rate=3e-3, batch_size=16, grad_accumulation=2, seed=1, max_steps=5)
-    with caplog.at_level("INFO", logger="common.models.generation.seq2seq"):
+    with caplog.at_level("INFO", logger="common.models.generation.kinds.seq2seq"):
         result = fine_tune(PAIRS, str(tmp_path / "t5"), ModelSpec(vocab_size=60), train)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
     assert [line.split(":")[0] for line in lines] == [f"step {i}/5" for i in range(1, 6)]
@@ -164,7 +164,7 @@ def test_a_long_fine_tune_logs_its_progress_between_epoch_lines(tmp_path, monkey
     assert f"mean loss {result.step_losses[-1]:.4f} over the last 1 " in lines[-1]
     # Without the bound: epochs x optimiser steps per pass (3 micro-batches of 16, 2 a step: 2 steps).
     caplog.clear()
-    with caplog.at_level("INFO", logger="common.models.generation.seq2seq"):
+    with caplog.at_level("INFO", logger="common.models.generation.kinds.seq2seq"):
         fine_tune(
             PAIRS,
             str(tmp_path / "t5b"),
@@ -182,7 +182,7 @@ def test_fine_tuning_runs_as_a_ray_task_and_logs_checkpoints_to_mlflow(tmp_path,
     import pyarrow.parquet as pq
     from transformers import T5ForConditionalGeneration
 
-    from common.models.generation.fine_tune_ray import fine_tune_on_ray
+    from common.models.generation.on_ray.fine_tune_ray import fine_tune_on_ray
 
     files = []
     for part in range(2):  # the task reads a table's files itself, like a Delta version's
@@ -221,7 +221,7 @@ def test_warm_minilm_encoder_reproduces_bert_and_shares_embeddings():
     import torch
     from transformers import BertModel
 
-    from common.models.generation.warm_start import build_warm_minilm
+    from common.models.generation.kinds.warm_start import build_warm_minilm
     from common.models.pretrained import minilm_folder
 
     tok, bart = build_warm_minilm(64, seed=0)
@@ -246,7 +246,7 @@ def test_warm_minilm_encoder_reproduces_bert_and_shares_embeddings():
 
 
 def test_warm_minilm_fine_tunes_reloads_and_generates(tmp_path):
-    from common.models.generation.pool import GenerationSpec, T5Generator
+    from common.models.generation.on_ray.pool import GenerationSpec, T5Generator
 
     result = fine_tune(
         PAIRS,
@@ -265,7 +265,7 @@ def test_warm_minilm_fine_tunes_reloads_and_generates(tmp_path):
     assert all(isinstance(text, str) and 1 <= tokens <= 9 for pair in samples for text, tokens in pair)
     # The ctranslate2 engine serves it too (the converter's two gaps filled: no `normalize_before` in
     # transformers 5's BartConfig, no bos/eos in a BERT tokenizer), and greedy float32 decoding is hf's.
-    from common.models.generation.ct2 import CT2Generator
+    from common.models.generation.engines.ct2 import CT2Generator
 
     greedy = dict(n_samples=1, mode="beam", num_beams=1, max_new_tokens=8, max_source_tokens=32)
     texts = ["acme mug red", "nova lamp black", "zeta pan blue"]
@@ -285,7 +285,7 @@ def test_a_converter_failure_is_remembered_and_served_by_hf(tmp_path):
     served by hf, and the failure is remembered beside it: the next actor or run is told at once."""
     from transformers import BertConfig, BertModel
 
-    from common.models.generation.ct2_conversion import convert, converted
+    from common.models.generation.engines.ct2_conversion import convert, converted
 
     BertModel(
         BertConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)

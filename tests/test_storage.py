@@ -79,7 +79,7 @@ def test_packages_imported_from_a_zip_are_unpacked_for_rays_py_modules(tmp_path)
         zipped.writestr("other/__init__.py", "")
     script = (
         "import sys, os; sys.path.insert(0, sys.argv[1])\n"
-        "from common.platform.ray_runtime import package_folders\n"
+        "from common.platform.compute.ray_runtime import package_folders\n"
         "folders = package_folders(('pkg_a', 'pkg_b'))\n"
         "print([os.path.basename(f) for f in folders])\n"
         "print(sorted(os.listdir(os.path.dirname(folders[0]))))\n"
@@ -122,7 +122,7 @@ def test_the_shipped_dictionaries_are_read_from_the_package_even_inside_a_zip():
 def test_the_doctor_names_what_a_cluster_config_cannot_reach(monkeypatch, tmp_path):
     """A cluster config's doctor lines: the standalone master (from spark-defaults.conf), Ray's head and the token
     this driver would present, the MLflow server. Closed ports: each named, required, with its fix."""
-    from common.platform.doctor_cluster import cluster_checks, spark_master_url
+    from common.platform.doctor.cluster import cluster_checks, spark_master_url
 
     ports = []
     for _ in range(3):
@@ -180,7 +180,7 @@ def test_a_model_folder_cut_short_is_rebuilt_never_loaded(tmp_path):
     import os
     import signal
 
-    from common.models.generation.stages import reusable_model
+    from common.stages.generation import reusable_model
 
     source = tmp_path / "local_model"
     source.mkdir()

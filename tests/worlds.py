@@ -27,7 +27,7 @@ from common.platform.config_loader import to_mapping
 
 if TYPE_CHECKING:
     from common.config import AppConfig
-    from common.platform.job import JobContext, JobResult
+    from common.platform.runner.job import JobContext, JobResult
 
 # The small demo world of the function-scoped ``app_config`` fixture (conftest.py). The session world adds
 # search sessions: the query graph needs enough co-clicks for reformulation pairs and a held-out set.
@@ -334,7 +334,7 @@ class SmallWorld:
     """
 
     def __init__(self, spark, capabilities, folder: Path, tracking_uri: str):
-        from common.platform.job_context import build_context
+        from common.platform.runner.job_context import build_context
 
         self.folder = folder
         self.n_documents = write_documents(folder / "documents.csv")
@@ -387,7 +387,7 @@ class SmallWorld:
         """A context on a copy of this world's lakehouse in ``folder`` (only ``tables``, with every version,
         when given) with a copy of its config: for tests that change the config and run jobs again. The caller
         closes it."""
-        from common.platform.job_context import build_context
+        from common.platform.runner.job_context import build_context
 
         if tables:
             for table in tables:

@@ -49,7 +49,7 @@ def _infiller_model() -> T5ModelConfig:
 
 
 def _infiller_fine_tune() -> FineTuneConfig:
-    # One pass at the warm model's rate (benchmarks/generator_quality.py: 3e-4 fits the training text and
+    # One pass at the warm model's rate (benchmarks/generation/generator_quality.py: 3e-4 fits the training text and
     # forgets the pretrained model); length-grouped batches pad less.
     return FineTuneConfig(epochs=1, learning_rate=1e-4, batch_size=32, group_by_length=True, checkpoint_every=0)
 
@@ -99,7 +99,7 @@ class FeatureSurrogateConfig:
     # auto: CTranslate2 where it can run the model, else sentence-transformers (torch).
     engine: Literal["auto", "ctranslate2", "torch"] = "auto"
     # CTranslate2's compute type (auto: float32 on CPU, float16 on GPU). int8: 263 vs 204 candidates/s on 2
-    # idle cores (benchmarks/boostaug_scoring.py --features), with the same head accuracy.
+    # idle cores (benchmarks/classifiers/boostaug_scoring.py --features), with the same head accuracy.
     compute_type: Literal["auto", "int8", "int8_float32", "float32", "float16"] = "int8"
     # The head per fold: mlp (one hidden layer of `hidden` ReLU units trained until its loss stops falling, at
     # most max_iter epochs: sure of in-distribution text, as the paper's 0.99 threshold assumes) or logistic
@@ -121,8 +121,10 @@ class FeatureSurrogateConfig:
     # How many of the encoder's transformer layers run: the embedding is the mean over a text's tokens of the
     # states the `layers`-th layer puts out; the later layers never run (0: all; all-MiniLM-L6-v2 has 6). 3 halves
     # the encoder's work (4.5x the stage's rate of 2026-12-01 at 40 words against 3.5x with all six,
-    # benchmarks/candidate_embedding.py), and a head reads layer 3 as well as layer 6 on SST-2 and better on Brown's
-    # genres (benchmarks/surrogate_layers.py), but its heads are less sure, so fewer candidates pass the 0.99
+    # benchmarks/classifiers/candidate_embedding.py), and a head reads layer 3 as well as layer 6 on SST-2 and better
+    # on Brown's
+    # genres (benchmarks/classifiers/surrogate_layers.py), but its heads are less sure, so fewer candidates pass the
+    # 0.99
     # threshold: on SST-2 the filter's figures held (within the std of all six), on Brown passages it kept 5% of
     # the candidates where six layers kept 15%, and every filtered row fell below its unfiltered one; layer 5 did
     # the same on Brown (docs/pipelines/boostaug.md). So 0 stays the default; 3 is for texts where it is checked.
@@ -130,7 +132,7 @@ class FeatureSurrogateConfig:
     # Most tokens (rows x the batch's longest text) per CTranslate2 encoder batch, texts sorted by token count.
     # None: 512 on CPU, no limit on GPU; 0: one batch per block (the stage before 2026-12-02). In the pipeline's
     # pool on 2 cores the default ran 1.6-2.7x the candidates a second of 0 at 20-160 words
-    # (benchmarks/candidate_embedding.py). Embeddings do not depend on it beyond float rounding.
+    # (benchmarks/classifiers/candidate_embedding.py). Embeddings do not depend on it beyond float rounding.
     batch_tokens: Optional[int] = None
     # On CPU, CTranslate2 encodes `threads` batches at once, one thread each: 1.5-1.8x the texts a second of one batch
     # at a time on every thread (the encoder alone, 2 cores, 20-80 words), the same embeddings to the bit. False:

@@ -94,7 +94,7 @@ def infill_prompts(train: "DataFrame", n: int, p: float, max_span: int, mask: st
 
 
 def contextual_candidates(prompts: "DataFrame", generated: "DataFrame") -> "DataFrame":
-    """Join the prompts with the model's fills (a :func:`common.models.generation.pool.generate` output keyed by
+    """Join the prompts with the model's fills (a :func:`common.models.generation.on_ray.pool.generate` output keyed by
     ``prompt_id``): rows of the candidate schema plus ``reason``, null for candidates; a prompt whose
     generation was quarantined keeps the generation's reason, one without a generated row gets ``no
     generation``, and one whose fill leaves no text ``empty text``; the candidate text is the fill between the

@@ -40,7 +40,7 @@ def sentence_encoder(spec: "FeatureSurrogateConfig"):
     ``spec.threads`` threads (0: ``spec.num_cpus``), truncating at ``spec.max_tokens`` word pieces (0: the
     model's own limit), its first ``spec.layers`` layers (0: all), its batches in parallel on CPU unless
     ``spec.parallel_batches`` is False."""
-    from common.models.generation.scoring import _encoder, minilm_path
+    from common.models.generation.quality.scoring import _encoder, minilm_path
 
     return _encoder(
         spec.encoder or minilm_path(),
@@ -57,7 +57,7 @@ def sentence_encoder(spec: "FeatureSurrogateConfig"):
 def embed(encoder, texts: Sequence[str], batch_size: int = 256, batch_tokens: Optional[int] = None) -> np.ndarray:
     """(len(texts), dim) unit-length float32 embeddings of ``texts`` (None as the empty text), in encoder batches
     of at most ``batch_size`` texts and, on CTranslate2, ``batch_tokens`` tokens (None: the device's default)."""
-    from common.models.generation.sentence_encoder import CT2SentenceEncoder
+    from common.models.generation.quality.sentence_encoder import CT2SentenceEncoder
 
     budget = {"max_batch_tokens": batch_tokens} if isinstance(encoder, CT2SentenceEncoder) else {}
     return encoder.encode(
@@ -205,7 +205,7 @@ class CandidateEmbedder:
     candidates an ``embedding`` column (list<float>, unit length), one encoder pass per distinct text."""
 
     def __init__(self, spec: "FeatureSurrogateConfig"):
-        from common.platform.native_heap import hold_native_heap
+        from common.platform.process.native_heap import hold_native_heap
 
         if spec.hold_heap:
             hold_native_heap()  # else each encoder batch's activations go back to the OS and fault in anew
@@ -275,7 +275,7 @@ def embed_on_ray(ds, spec: "FeatureSurrogateConfig"):
     at once on each actor."""
     import ray
 
-    from common.platform.ray_stages import actor_pool_size, fit_cpus, map_batches_on_actors
+    from common.platform.compute.ray_stages import actor_pool_size, fit_cpus, map_batches_on_actors
 
     concurrency = actor_pool_size(spec.concurrency, spec.num_gpus, spec.num_cpus, stage="boostaug candidate embedding")
     # the actors' threads stay spec's (the embeddings depend on them); the request fits the largest node
@@ -302,7 +302,7 @@ def score_on_ray(ds, surrogates: dict[int, str], mono: Optional[str], spec: "Fea
     """``ds`` (Ray Dataset of embedded candidates, :func:`embed_on_ray`'s rows) judged by
     :class:`FeatureHeadScorer` on one CPU actor (heads are small matrix products), in blocks of
     ``spec.batch_size`` rows."""
-    from common.platform.ray_stages import map_batches_on_actors
+    from common.platform.compute.ray_stages import map_batches_on_actors
 
     return map_batches_on_actors(
         ds,

@@ -169,7 +169,7 @@ def score_on_ray(
     """``ds`` (Ray Dataset of candidates) scored by :class:`EncoderPoolScorer` on a pool of
     ``cfg.concurrency`` actors with ``cfg.num_cpus`` CPUs and ``cfg.num_gpus`` GPUs each. The input is cut
     into blocks of ``cfg.score_batch_size`` rows so the pool starts at once and the write streams."""
-    from common.platform.ray_stages import actor_pool_size, fit_cpus, map_batches_on_actors
+    from common.platform.compute.ray_stages import actor_pool_size, fit_cpus, map_batches_on_actors
 
     concurrency = actor_pool_size(cfg.concurrency, cfg.num_gpus, cfg.num_cpus, stage="boostaug scoring")
     cpus = fit_cpus(cfg.num_cpus, "boostaug scoring")

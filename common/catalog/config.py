@@ -100,7 +100,7 @@ class CGASweepConfig:
 
 
 # The causal generators' prompt (kinds smollm2 / causal_checkpoint): a title in, another title of the same
-# product out (benchmarks/generator_quality.py measures it on WDC).
+# product out (benchmarks/generation/generator_quality.py measures it on WDC).
 CGA_PROMPT = "Product title: {source}\nThe same product, another title:"
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from common.data.config import FILE_FORMATS, InputSpec, looks_like_table_name
 from common.data.raw_input import InputSchemaError
-from common.platform.lakehouse import fingerprint_files
+from common.platform.lakehouse.lakehouse import fingerprint_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -27,7 +27,7 @@ from common.data.raw_input import (
     reading,
 )
 from common.data.schemas import Contract
-from common.platform.lakehouse import read_delta_rs
+from common.platform.lakehouse.lakehouse import read_delta_rs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -147,7 +147,7 @@ def _appended_since(
 ) -> tuple["DataFrame", Optional[str]]:
     """(the rows appended to a Delta path input after ``since``, ``since``) when its commits since then only
     appended; else (``df``, None): every row."""
-    from common.platform.delta_rs_read import appended_files
+    from common.platform.lakehouse.delta_rs_read import appended_files
 
     if fmt != "delta" or not since.isdigit() or int(since) >= int(version):
         return df, None

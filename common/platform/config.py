@@ -209,7 +209,8 @@ class LakehouseConfig:
     # a failing store: max_retries (10) and retry_timeout ("3m") per request, after which the write fails (exit 4).
     storage_options: dict[str, str] = field(default_factory=dict)
     # S3 tables written with Spark's Delta writer: its log store is safe for one writing driver at a time, so each
-    # write holds the table's commit lease (common/platform/commit_lease.py). A lease not renewed for this many
+    # write holds the table's commit lease (common/platform/lakehouse/commit_lease.py). A lease not renewed for this
+    # many
     # seconds (its writer died) is broken by the next writer.
     commit_lease_s: float = 60.0
     # How long a writer waits for another driver's commit lease (S3) or commit lock (a local table) on the same
@@ -224,8 +225,9 @@ class LakehouseConfig:
 
     @property
     def lease(self):
-        """The commit lease settings (:class:`common.platform.commit_lease.LeaseSettings`) of this lakehouse."""
-        from common.platform.commit_lease import LeaseSettings
+        """The commit lease settings of this lakehouse
+        (:class:`common.platform.lakehouse.commit_lease.LeaseSettings`)."""
+        from common.platform.lakehouse.commit_lease import LeaseSettings
 
         return LeaseSettings(ttl_s=self.commit_lease_s, wait_s=self.commit_wait_s)
 

@@ -221,7 +221,8 @@ class RetriedByRay(Exception, metaclass=_RetriedByRayMeta):
 # registry erred (its alias kept where it was). Retryable once the registry answers.
 SHIP_INCOMPLETE = 7
 
-# Every exit code of `augment` and `spark-submit jobs/<module>.py`: (code, what ended the run, whether a scheduler
+# Every exit code of `augment` and `spark-submit jobs/<family>/<module>.py`: (code, what ended the run, whether a
+# scheduler
 # should run it again). `augment --help` prints it and the reliability page holds it (a test keeps them alike).
 EXIT_CODES = (
     (0, "success", "-"),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from common.registry.naming import FOLDER_TAG
 
 if TYPE_CHECKING:
-    from common.platform.job_context import JobContext
+    from common.platform.runner.job_context import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,8 @@ def shipped_folders(root: str, client) -> list[tuple[str, str]]:
     it does not answer ends the listing with what was found before it (logged): nothing is removed on a guess."""
     import pyarrow.fs as pafs
 
-    from common.platform.run_status import quick_mlflow
     from common.platform.storage import filesystem, folder_state
+    from common.platform.tracking.status import quick_mlflow
 
     base = f"{root.rstrip('/')}/models"
     fs, path = filesystem(base)

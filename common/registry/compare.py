@@ -24,7 +24,7 @@ from common.models.classifiers.manifest import read_manifest
 from common.registry.gate import Cells
 
 if TYPE_CHECKING:
-    from common.platform.job_context import JobContext
+    from common.platform.runner.job_context import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def champion_cells(
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from common.platform.job import hash_of
+    from common.platform.runner.job import hash_of
     from common.platform.storage import put_folder, remove_tree
     from common.registry.store import RegistryUnavailable
 

@@ -20,7 +20,7 @@ from common.registry.candidates import Candidate
 from common.registry.naming import word
 
 if TYPE_CHECKING:
-    from common.platform.job_context import JobContext
+    from common.platform.runner.job_context import JobContext
 
 # The gate's verdicts; "undecided" (the registry erred) is none: the next run gates that version again.
 VERDICTS = ("promoted", "kept")
@@ -83,8 +83,8 @@ def load(uri: str) -> list[Entry]:
 @contextlib.contextmanager
 def claim(uri: str) -> Iterator[bool]:
     """Hold the ledger file ``uri`` for the body, so that two runs of one job never finish one ledger at once: yields
-    True, or False at once where another run holds it (:func:`common.platform.commit_lease.claim`)."""
-    from common.platform.commit_lease import claim as claim_file
+    True, or False at once where another run holds it (:func:`common.platform.lakehouse.commit_lease.claim`)."""
+    from common.platform.lakehouse.commit_lease import claim as claim_file
 
     with claim_file(uri, "shipping ledger") as mine:
         yield mine

@@ -9,7 +9,7 @@ from common.registry.naming import PIPELINE_TAG
 from common.registry.store import RegistryUnavailable, champion_version, measures_of, registry_client
 
 if TYPE_CHECKING:
-    from common.platform.job_context import JobContext
+    from common.platform.runner.job_context import JobContext
 
 
 def registry_lines(ctx: "JobContext") -> list[str]:

@@ -18,7 +18,7 @@ from common.registry.gate import RULES, Decision, decide
 from common.registry.store import RegistryUnavailable, champion_version
 
 if TYPE_CHECKING:
-    from common.platform.job import JobContext, JobRun
+    from common.platform.runner.job import JobContext, JobRun
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from common.registry.store import (
 )
 
 if TYPE_CHECKING:
-    from common.platform.job import JobContext, JobRun
+    from common.platform.runner.job import JobContext, JobRun
 
 log = logging.getLogger(__name__)
 

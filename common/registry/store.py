@@ -10,7 +10,7 @@ from common.registry.gate import Measure
 from common.registry.naming import word
 
 if TYPE_CHECKING:
-    from common.platform.job_context import JobContext
+    from common.platform.runner.job_context import JobContext
     from common.registry.candidates import Candidate
 
 
@@ -32,7 +32,7 @@ def log_classifier(ctx: "JobContext", candidate: "Candidate"):
     ``ModelInfo``."""
     import mlflow
 
-    from common.platform.tracking import delta_dataset
+    from common.platform.tracking.tracker import delta_dataset
     from common.registry.mlflow_model import log_model
 
     lakehouse = ctx.lakehouse

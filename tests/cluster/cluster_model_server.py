@@ -15,7 +15,7 @@ from cluster_processes import REPO, ClusterError
 def smollm2_folder(python: str) -> str:
     """The packaged SmolLM2's model folder, made once per machine by ``python`` (the project's venv, run in the
     repository): the model server's environment holds no project to make it."""
-    code = "from common.models.generation.smollm2 import materialise_smollm2; print(materialise_smollm2())"
+    code = "from common.models.generation.kinds.smollm2 import materialise_smollm2; print(materialise_smollm2())"
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     return done.stdout.strip().splitlines()[-1]
 

@@ -119,7 +119,7 @@ def lakehouse_tables(root: str, env: Optional[dict[str, str]] = None) -> dict[st
             os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
         sys.path.insert(0, str(REPO))
         from common.platform.config import LakehouseConfig
-        from common.platform.lakehouse import Lakehouse
+        from common.platform.lakehouse.lakehouse import Lakehouse
 
         return {t.name: (t.version, t.num_rows) for t in Lakehouse(LakehouseConfig(root=root)).tables()}
     finally:

@@ -73,7 +73,7 @@ def table_rows(cluster: LocalCluster, table: str, version: int, columns=None) ->
 def hold_lease(cluster: LocalCluster, location: str, ttl: float, seconds: float) -> subprocess.Popen:
     """A process holding the commit lease of ``location`` for ``seconds``; returns once it holds it."""
     script = (
-        "import sys, time\nfrom common.platform.commit_lease import LeaseSettings, s3_commit_lease\n"
+        "import sys, time\nfrom common.platform.lakehouse.commit_lease import LeaseSettings, s3_commit_lease\n"
         f"with s3_commit_lease({location!r}, 'items', LeaseSettings(ttl_s={ttl}, wait_s=5)):\n"
         "    print('held', flush=True)\n"
         f"    time.sleep({seconds})\n"

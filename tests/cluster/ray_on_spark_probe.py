@@ -43,7 +43,7 @@ def _ray_stage(ctx) -> dict:
     """A Ray Data stage on the suite's actor pool: returns {node id: rows} and the head's node id."""
     import ray
 
-    from common.platform.ray_stages import actor_pool_size, map_batches_on_actors
+    from common.platform.compute.ray_stages import actor_pool_size, map_batches_on_actors
 
     ctx.ray()
     ds = ray.data.range(64, override_num_blocks=4)
@@ -138,10 +138,10 @@ def _ray_processes(port: str, wait_s: float = 30.0) -> list[str]:
 
 def main(conf: str, slot_wait: float) -> dict:
     from common.config import load_config
-    from common.platform import ray_on_spark
+    from common.platform.compute import ray_on_spark
     from common.platform.config_loader import ConfigError
     from common.platform.errors import ClusterError
-    from common.platform.job_context import build_context
+    from common.platform.runner.job_context import build_context
 
     cfg = load_config(conf)
     result: dict = {}

@@ -25,7 +25,7 @@ def test_the_commit_lease_makes_a_second_writer_wait_or_fail(cluster, monkeypatc
     """Spark's Delta log store on S3 is safe for one writing driver: a native write holds the table's commit lease
     (a conditional put on the bucket). A second writer waits for it, fails naming the holder when it waits too long,
     and breaks a lease its dead holder stopped renewing."""
-    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, lease_key, s3_commit_lease
+    from common.platform.lakehouse.commit_lease import CommitLeaseTimeout, LeaseSettings, lease_key, s3_commit_lease
 
     for key, value in cluster.env("driver").items():
         if key.startswith("AWS_"):
@@ -57,8 +57,8 @@ def test_the_doctor_reaches_the_cluster_and_ray_refuses_a_driver_without_its_tok
     bucket, the MLflow server, each reached. And Ray's token authentication is on: a driver without the token is
     refused."""
     from common.config import load_config
-    from common.platform.doctor import _lakehouse
-    from common.platform.doctor_cluster import cluster_checks
+    from common.platform.doctor.checks import _lakehouse
+    from common.platform.doctor.cluster import cluster_checks
 
     for key, value in cluster.env("driver").items():
         if key.startswith(("AWS_", "RAY_", "MLFLOW_", "AUGMENT_", "SPARK_")):

@@ -12,7 +12,7 @@ from common.config import load_config
 def world(spark, capabilities, tmp_path_factory):
     """The demo landing files and the clean ingest's row count per table (the reference kills and concurrent
     runs are held to): {"base": folder of the MLflow database, "landing": the files, "clean": {table: rows}}."""
-    from common.platform.job_context import build_context
+    from common.platform.runner.job_context import build_context
     from jobs import generate_demo, ingest
 
     base = tmp_path_factory.mktemp("world")

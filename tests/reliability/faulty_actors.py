@@ -1,7 +1,7 @@
 """Fault injection for the Ray actor tests: a plan actor that hands out each fault once, and a generator
 that asks it for one on every batch.
 
-The generator is the production :class:`~common.models.generation.pool.T5Generator` with a hook in front of
+The generator is the production :class:`~common.models.generation.on_ray.pool.T5Generator` with a hook in front of
 each batch; the faults come from outside the stage's code (``ray.kill`` from the plan actor) or are raised
 inside one batch, so what survives is decided by the suite's Ray options, not by the test.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from common.models.generation.pool import T5Generator
+from common.models.generation.on_ray.pool import T5Generator
 
 
 class FaultPlan:

@@ -62,7 +62,7 @@ def _wait_until(done, seconds: float) -> bool:
 
 
 def install_markers() -> None:
-    from common.platform import delta_native, delta_rs
+    from common.platform.lakehouse import delta_native, delta_rs
 
     mark, barrier = _marker(), _barrier()
     real_commit_files, real_commit_once, real_native_write = (
@@ -101,7 +101,7 @@ def write_stage(lakehouse, rows: int):
     Returns the :class:`WriteResult`."""
     import ray
 
-    from common.platform.lakehouse import Lineage
+    from common.platform.lakehouse.lakehouse import Lineage
 
     def generate(batch):
         ids = batch["id"]
@@ -119,15 +119,15 @@ def write_stage(lakehouse, rows: int):
 
 def ray_stage(root: str, rows: int, path: str) -> int:
     """:func:`write_stage` in a process of its own: local Ray (and local Spark on the native path)."""
+    from common.platform.compute.ray_runtime import RayRuntime
     from common.platform.config import LakehouseConfig, RayConfig, SparkConfig
-    from common.platform.lakehouse import Lakehouse
-    from common.platform.ray_runtime import RayRuntime
+    from common.platform.lakehouse.lakehouse import Lakehouse
 
     spark = None
     if path == "native":
         from ingest_world import SHORT_JVM, SHORT_SPARK_CONF
 
-        from common.platform.session import get_spark
+        from common.platform.compute.session import get_spark
 
         spark = get_spark(
             SparkConfig(master="local[1]", shuffle_partitions=1, java_options=SHORT_JVM, conf=dict(SHORT_SPARK_CONF))
@@ -155,8 +155,8 @@ def start_session(argv: list[str]) -> None:
     import argparse
 
     from common.config import load_config
-    from common.platform.entry import add_common_args, config_from_args
-    from common.platform.job_context import build_context
+    from common.platform.runner.entry import add_common_args, config_from_args
+    from common.platform.runner.job_context import build_context
 
     parser = argparse.ArgumentParser()
     parser.add_argument("command")
@@ -168,7 +168,7 @@ def start_session(argv: list[str]) -> None:
 if __name__ == "__main__":
     install_markers()
     if sys.argv[1] == "ray-stage":
-        from common.platform.signals import Terminated, handled
+        from common.platform.process.signals import Terminated, handled
 
         # As the CLI runs a job: a signal ends the stage, stops the runtime and exits 143 within the grace.
         with handled(float(os.environ.get("AUGMENT_FAULT_GRACE_S", "20"))):

@@ -15,7 +15,7 @@ from s3_proxy import DENIED, S3Proxy
 def s3_denying_deletes(monkeypatch):
     """A moto S3 server (a real HTTP server, in a process of its own) behind an :class:`S3Proxy` answering every
     DELETE with S3's 403 AccessDenied (until told otherwise); boto3 pointed at the proxy."""
-    from common.platform import commit_lease
+    from common.platform.lakehouse import commit_lease
 
     with S3Proxy.over_moto(monkeypatch) as proxy:
         proxy.refuse("DELETE", status=403, body=DENIED)
@@ -27,7 +27,13 @@ def s3_denying_deletes(monkeypatch):
 
 
 def test_a_stale_lease_that_cannot_be_deleted_ends_in_the_bound(s3_denying_deletes):
-    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, _client, lease_key, s3_commit_lease
+    from common.platform.lakehouse.commit_lease import (
+        CommitLeaseTimeout,
+        LeaseSettings,
+        _client,
+        lease_key,
+        s3_commit_lease,
+    )
 
     location = "s3://lake/tables/items"
     bucket, key = lease_key(location)
@@ -66,7 +72,7 @@ def test_a_local_commit_lock_held_by_another_process_ends_in_the_bound(tmp_path)
     import subprocess
     import sys
 
-    from common.platform.commit_flock import LockTimeout, local_commit_lock
+    from common.platform.lakehouse.commit_flock import LockTimeout, local_commit_lock
 
     location = str(tmp_path / "items")
     holder = subprocess.Popen(
@@ -92,8 +98,8 @@ def test_a_notebooks_interrupt_releases_the_local_lock_and_a_signal_keeps_it_unt
     the table again."""
     import os
 
-    from common.platform.commit_flock import _HELD_TO_EXIT, LockTimeout, local_commit_lock
-    from common.platform.termination import Terminated
+    from common.platform.lakehouse.commit_flock import _HELD_TO_EXIT, LockTimeout, local_commit_lock
+    from common.platform.process.termination import Terminated
 
     location = str(tmp_path / "items")
     with pytest.raises(KeyboardInterrupt):
@@ -113,7 +119,8 @@ def test_a_notebooks_interrupt_releases_the_local_lock_and_a_signal_keeps_it_unt
 
 
 TAGS = (
-    "import json; from common.platform.run_status import process_tags; print(json.dumps(process_tags()), flush=True)"
+    "import json; from common.platform.process.identity import process_tags; "
+    "print(json.dumps(process_tags()), flush=True)"
 )
 
 
@@ -126,8 +133,14 @@ def test_a_lease_left_by_a_process_gone_from_this_host_is_broken_without_the_ttl
     import sys
     from pathlib import Path
 
-    from common.platform import commit_lease
-    from common.platform.commit_lease import CommitLeaseTimeout, LeaseSettings, _client, lease_key, s3_commit_lease
+    from common.platform.lakehouse import commit_lease
+    from common.platform.lakehouse.commit_lease import (
+        CommitLeaseTimeout,
+        LeaseSettings,
+        _client,
+        lease_key,
+        s3_commit_lease,
+    )
 
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo)}

@@ -25,9 +25,9 @@ from deltalake import DeltaTable
 from ingest_world import REPO, ingest_args
 from pyspark.sql import functions as F
 
-from common.platform import delta_native, delta_rs
 from common.platform.config import LakehouseConfig
-from common.platform.lakehouse import Lakehouse, Lineage
+from common.platform.lakehouse import delta_native, delta_rs
+from common.platform.lakehouse.lakehouse import Lakehouse, Lineage
 
 
 def _frame(spark, n: int, tag: str):
@@ -214,7 +214,7 @@ def test_different_lineages_both_commit_and_nothing_is_lost(spark, lakehouse, mo
 
 
 _HOLD_LOCK = """import sys, time
-from common.platform.commit_flock import local_commit_lock
+from common.platform.lakehouse.commit_flock import local_commit_lock
 with local_commit_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -266,14 +266,14 @@ def test_a_mount_without_locks_commits_unserialized_and_says_so(tmp_path, monkey
     import fcntl
     import logging
 
-    from common.platform.commit_flock import local_commit_lock
+    from common.platform.lakehouse.commit_flock import local_commit_lock
 
     def refuse(handle, operation):
         raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", refuse)
     ran = []
-    with caplog.at_level(logging.WARNING, logger="common.platform.commit_flock"):
+    with caplog.at_level(logging.WARNING, logger="common.platform.lakehouse.commit_flock"):
         with local_commit_lock(str(tmp_path / "items")):
             ran.append(True)
     assert ran == [True]
@@ -357,7 +357,7 @@ def test_two_runs_logging_one_table_version_at_once_both_record_it(tmp_path):
     from mlflow.data.delta_dataset_source import DeltaDatasetSource
     from mlflow.data.meta_dataset import MetaDataset
 
-    from common.platform.tracking import log_dataset
+    from common.platform.tracking.tracker import log_dataset
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     try:

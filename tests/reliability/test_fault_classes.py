@@ -1,6 +1,6 @@
 """Mid-run faults of each dependency end in their class's exit code, from real failures: a full disk (the kernel's
 /dev/full), an object store answering 503 (an HTTP server that answers nothing else), an MLflow server that is not
-there or never answers, and the ``spark-submit jobs/<module>.py`` entry saying it as the CLI does."""
+there or never answers, and the ``spark-submit jobs/<family>/<module>.py`` entry saying it as the CLI does."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from common.platform.errors import DiskFull, StorageUnreachable, TrackingUnreachable, report, user_error
-from common.platform.run_status import check_server
+from common.platform.tracking.status import check_server
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,10 +138,16 @@ def test_the_start_check_finds_a_server_gone_or_hung_within_its_timeout():
 
 
 def test_the_spark_submit_entry_says_a_fault_in_one_line_with_its_code(tmp_path):
-    """``python jobs/ingest.py`` (what ``spark-submit jobs/ingest.py`` runs) with its tracking server down: exit 8
+    """``python jobs/foundation/ingest.py`` (what ``spark-submit jobs/foundation/ingest.py`` runs) with its tracking
+    server down: exit 8
     and one line naming the server, before a JVM starts; with a bad key: exit 2."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = [sys.executable, str(REPO / "jobs" / "ingest.py"), "--set", f"lakehouse.root={tmp_path / 'lake'}"]
+    args = [
+        sys.executable,
+        str(REPO / "jobs" / "foundation" / "ingest.py"),
+        "--set",
+        f"lakehouse.root={tmp_path / 'lake'}",
+    ]
     start = time.monotonic()
     down = subprocess.run(
         [*args, "--set", f"tracking.uri=http://127.0.0.1:{_closed_port()}", "tracking.start_timeout_s=2"],
@@ -175,7 +181,7 @@ def test_an_object_store_answering_503_to_a_commit_leaves_no_version_and_the_rer
     from deltalake import DeltaTable
     from s3_proxy import UNAVAILABLE, S3Proxy
 
-    from common.platform.delta_rs import commit_files
+    from common.platform.lakehouse.delta_rs import commit_files
     from common.platform.storage import filesystem
 
     def rows(values):

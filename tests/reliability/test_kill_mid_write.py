@@ -27,9 +27,9 @@ from deltalake import DeltaTable
 from ingest_world import REPO, ingest_args, ingest_config
 
 from common.platform.config import MaintenanceConfig
-from common.platform.job_context import build_context
-from common.platform.lakehouse import Lakehouse
-from common.platform.maintenance import maintain_table, remove_stale_staging
+from common.platform.lakehouse.lakehouse import Lakehouse
+from common.platform.lakehouse.maintenance import maintain_table, remove_stale_staging
+from common.platform.runner.job_context import build_context
 from jobs import ingest
 
 SEED = 20261123

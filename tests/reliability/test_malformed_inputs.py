@@ -3,7 +3,7 @@ or refused with one line naming the file, the column and (where there is one) th
 never a JVM stack trace as the only message. Hand-made cases plus property-based ones (hypothesis).
 
 Every case goes through the ingest path's own functions: read_input -> with_reasons -> reason_counts ->
-kept / rejected (``jobs/ingest_input.py:ingest_one`` adds only the writes).
+kept / rejected (``jobs/foundation/ingest_input.py:ingest_one`` adds only the writes).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import faulty_actors  # noqa: E402  (the fault-injecting generator, shipped to Ray by value)
 
-from common.models.generation.pool import GenerationSpec, on_actor_pool  # noqa: E402
-from common.platform.lakehouse import Lineage  # noqa: E402
+from common.models.generation.on_ray.pool import GenerationSpec, on_actor_pool  # noqa: E402
+from common.platform.lakehouse.lakehouse import Lineage  # noqa: E402
 
 N_INPUTS, BATCH = 24, 4
 SPEC = GenerationSpec(n_samples=2, max_new_tokens=6, max_source_tokens=32, bucket_size=BATCH)
@@ -34,7 +34,7 @@ def tiny_model(tmp_path_factory, ray_runtime):
     import ray
 
     from common.models.generation.fine_tune_specs import ModelSpec, TrainSpec
-    from common.models.generation.seq2seq import fine_tune
+    from common.models.generation.kinds.seq2seq import fine_tune
 
     ray.cloudpickle.register_pickle_by_value(faulty_actors)
     pairs = [(f"{b} {n}", f"{n} by {b}") for b in BRANDS for n in NOUNS]
@@ -49,7 +49,7 @@ def tiny_model(tmp_path_factory, ray_runtime):
 def _lakehouse(spark, capabilities, folder: Path):
     """A lakehouse at ``folder / "lh"`` on the session's write path."""
     from common.platform.config import LakehouseConfig
-    from common.platform.lakehouse import Lakehouse
+    from common.platform.lakehouse.lakehouse import Lakehouse
 
     return Lakehouse(LakehouseConfig(root=str(folder / "lh")), spark, native_delta=capabilities.native_delta)
 

@@ -14,7 +14,7 @@ import yaml
 
 from common.config import load_config
 from common.platform.config_loader import MASK, flatten, is_secret_key, mask_secrets
-from common.platform.tracking import Tracker
+from common.platform.tracking.tracker import Tracker
 
 REPO = Path(__file__).resolve().parents[2]
 # Credential shapes that must never appear as literal config values: AWS access keys, Databricks, GitHub and
@@ -146,7 +146,7 @@ def test_a_pickled_checkpoint_is_refused_and_our_tensors_are_safetensors(tmp_pat
     script = f"""
 import os, torch
 from transformers import AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
-from common.models.generation.label_prefix import PREFIX_FILE, LabelPrefix
+from common.models.generation.kinds.label_prefix import PREFIX_FILE, LabelPrefix
 net = T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2))
 net.save_pretrained("{tmp_path}/pickled")
 # A checkpoint as older tools write it: the weights as a pickled state dict (pytorch_model.bin) only.

@@ -44,7 +44,7 @@ def _run_left_running(root: Path, base: Path) -> str:
     code = textwrap.dedent(f"""
         import os, signal
         from common.config import load_config
-        from common.platform.tracking import Tracker
+        from common.platform.tracking.tracker import Tracker
         with Tracker(load_config(None, {settings(root, base)!r})).run("ingest", log_config=False) as run:
             print(run.run_id, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -126,8 +126,8 @@ def test_sigterm_during_a_spark_write_kills_the_run_and_the_rerun_completes(spar
     ]
 
     cfg = ingest_config(root, base)
-    from common.platform.job_context import build_context
-    from common.platform.lakehouse import Lakehouse
+    from common.platform.lakehouse.lakehouse import Lakehouse
+    from common.platform.runner.job_context import build_context
     from jobs import ingest
 
     lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=capabilities.native_delta)
@@ -156,14 +156,14 @@ def test_sigterm_during_a_ray_stage_stops_ray_within_the_grace(tmp_path):
 WAITS_ON_A_TASK = """
 import sys, time
 from common.platform.config import RayConfig
-from common.platform.ray_runtime import RayRuntime
-from common.platform.signals import Terminated, handled
+from common.platform.compute.ray_runtime import RayRuntime
+from common.platform.process.signals import Terminated, handled
 import ray
 
 with handled(20.0):
     runtime = RayRuntime(RayConfig(num_cpus=1)).start()
     try:
-        from common.platform.ray_waits import wait_all
+        from common.platform.compute.ray_waits import wait_all
 
         @ray.remote(num_cpus=1)
         def train():
@@ -220,8 +220,8 @@ def test_a_signal_between_a_tracking_read_and_its_fetch_still_ends_the_run_kille
     from sqlalchemy import event
 
     from common.config import load_config
-    from common.platform.signals import Terminated, handled
-    from common.platform.tracking import Tracker
+    from common.platform.process.signals import Terminated, handled
+    from common.platform.tracking.tracker import Tracker
 
     cfg = load_config(
         None,
@@ -255,8 +255,8 @@ def test_a_signal_between_a_tracking_read_and_its_fetch_still_ends_the_run_kille
 STARTS_RAY = """
 import sys
 from common.platform.config import RayConfig
-from common.platform.ray_runtime import RayRuntime
-from common.platform.signals import Terminated, handled
+from common.platform.compute.ray_runtime import RayRuntime
+from common.platform.process.signals import Terminated, handled
 import ray
 
 with handled(20.0):

@@ -24,9 +24,9 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
     from test_registry import mlflow_server
 
     from common.config import load_config
-    from common.platform import run_outbox
     from common.platform.errors import TrackingUnreachable, report, user_error
-    from common.platform.job import build_context, job
+    from common.platform.runner.job import build_context, job
+    from common.platform.tracking import outbox
 
     # the client's retries of a dead server take 3 + 6 s (plus jitter) here, minutes by default: paid by the first
     # unanswered call only
@@ -55,7 +55,7 @@ def test_the_tracking_server_killed_mid_run_loses_nothing_and_the_next_start_log
         tr.log_dict({"rows": 3}, "report/summary.json")
         tr.log_metrics({"f1": 0.5}, step=0)  # a metric per repeat: each step kept
         tr.log_metrics({"f1": 0.7}, step=1)
-        assert run_outbox.deliver(cfg.lakehouse.root, url) == []  # a run still going is never logged under it
+        assert outbox.deliver(cfg.lakehouse.root, url) == []  # a run still going is never logged under it
         opening = time.monotonic()
         with ctx.tracker.run("probe-point", log_config=False) as point:  # a run the job opens itself (a sweep's)
             point.log_metrics({"threshold": 0.8})

@@ -23,7 +23,7 @@ from common.data.text import normalize_title
 from common.models.classifier_config import FastTextConfig
 from common.models.classifiers.training_rows import TrainingDataError
 from common.platform.errors import ClusterError
-from common.platform.native_heap import glibc
+from common.platform.process.native_heap import glibc
 from common.platform.storage import put_file, worker_scratch
 from common.pyfunc.hft import fasttext_module as _fasttext
 from common.pyfunc.multilabel import LABEL_PREFIX
@@ -47,7 +47,7 @@ def task_options(torch: bool, num_gpus: float = 0.0, num_cpus: Optional[int] = N
     """Ray options of a classifier task: torch's workers (``torch_task_options``: one that imported torch serves
     the next; with a GPU each exits after its task) when ``torch``, else fastText's (:data:`FASTTEXT_TASK_ENV`);
     with ``num_cpus``, that request fitted to the largest node (``fit_cpus``)."""
-    from common.platform.ray_stages import fit_cpus, torch_task_options
+    from common.platform.compute.ray_stages import fit_cpus, torch_task_options
 
     options = torch_task_options(num_gpus) if torch else {"runtime_env": FASTTEXT_TASK_ENV}
     return options if num_cpus is None else {**options, "num_cpus": fit_cpus(num_cpus, "classifier training")}

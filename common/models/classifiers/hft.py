@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
-    from common.platform.ray_runtime import RayRuntime
+    from common.platform.compute.ray_runtime import RayRuntime
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class HFTTrainerPool:
         """Run training jobs (kwargs of :func:`train_level`) on the workers; results in job order."""
         import ray
 
-        from common.platform.ray_waits import wait_any
+        from common.platform.compute.ray_waits import wait_any
 
         task = _train_level_task().options(max_retries=self.retries)
         waiting, running, results = list(enumerate(jobs)), {}, {}

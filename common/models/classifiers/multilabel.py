@@ -24,7 +24,7 @@ from common.pyfunc.multilabel import LABEL_PREFIX, ova_probabilities
 
 if TYPE_CHECKING:
     from common.models.classifier_config import EncoderConfig, FastTextConfig
-    from common.platform.ray_runtime import RayRuntime
+    from common.platform.compute.ray_runtime import RayRuntime
 
 
 def read_examples(

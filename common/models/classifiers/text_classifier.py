@@ -25,7 +25,7 @@ from common.platform.storage import worker_scratch
 
 if TYPE_CHECKING:
     from common.models.classifier_config import EncoderConfig, FastTextConfig
-    from common.platform.ray_runtime import RayRuntime
+    from common.platform.compute.ray_runtime import RayRuntime
 
 TEXT, LABEL = "text", "label"
 

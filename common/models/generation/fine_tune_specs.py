@@ -1,8 +1,8 @@
 """What a fine-tune takes and gives: which model (:class:`ModelSpec`: a seq2seq kind, a causal LM, a served
 endpoint, and a scratch model's shape), how it trains (:class:`TrainSpec`: epochs or a step bound, rate, batches,
 seed), what came out (:class:`FineTuneResult`: the losses and throughput), and the file that marks a folder as a
-saved model (:data:`MODEL_MARKER`). Read by the fine-tune loop (:mod:`common.models.generation.seq2seq`), its Ray
-tasks (:mod:`common.models.generation.fine_tune_ray`) and the stages and jobs that start them."""
+saved model (:data:`MODEL_MARKER`). Read by the fine-tune loop (:mod:`common.models.generation.kinds.seq2seq`), its Ray
+tasks (:mod:`common.models.generation.on_ray.fine_tune_ray`) and the stages and jobs that start them."""
 
 from __future__ import annotations
 
@@ -29,12 +29,13 @@ class ModelSpec:
     num_heads: int = 4
     max_source_length: int = 48
     max_target_length: int = 48
-    # Label-specific prefixes (:mod:`common.models.generation.label_prefix`): with labels, a source text is a label
+    # Label-specific prefixes (:mod:`common.models.generation.kinds.label_prefix`): with labels, a source text is a
+    # label
     # set (names joined by ``prefix_separator``) and the encoder reads its labels' learned blocks.
     prefix_labels: tuple[str, ...] = ()
     prefix_length: int = 0
     prefix_separator: str = ","
-    # Causal kinds (common.models.generation.causal_lm): the prompt template ({source} is filled in), LoRA's rank
+    # Causal kinds (common.models.generation.kinds.causal_lm): the prompt template ({source} is filled in), LoRA's rank
     # (0: every weight trains), and the examples an in-context generator's prompt holds.
     prompt: str = "{source}\n"
     lora_r: int = 16
@@ -72,7 +73,7 @@ class ModelSpec:
     @property
     def causal(self) -> bool:
         """True for a decoder-only language model (``smollm2``, ``causal_checkpoint``)."""
-        from common.models.generation.causal_lm import is_causal
+        from common.models.generation.kinds.causal_lm import is_causal
 
         return is_causal(self.kind)
 
@@ -87,7 +88,8 @@ class TrainSpec:
     batch_size: int = 32
     grad_accumulation: int = 1
     seed: int = 42
-    # Length-grouped batches (common.models.generation.batching): about 2x the steps/s on title pairs, at a slightly
+    # Length-grouped batches (common.models.generation.kinds.batching): about 2x the steps/s on title pairs, at a
+    # slightly
     # higher loss per step; off by default, as the papers' epochs and rates assume random batches.
     group_by_length: bool = False
     # A bound on optimiser steps (transformers' ``max_steps``): > 0 replaces ``epochs`` by as many passes

@@ -99,7 +99,7 @@ def served_sections(cfg: Any) -> list[tuple[str, "EndpointConfig"]]:
 def doctor_check(cfg: Any):
     """``augment doctor``'s endpoint line: each served model the config names answers, lists the model and completes
     one token (:func:`check_endpoint`); required when a section uses one. Never prints a key."""
-    from common.platform.doctor import Check
+    from common.platform.doctor.checks import Check
 
     sections = served_sections(cfg)
     if not sections:

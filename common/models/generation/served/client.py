@@ -319,7 +319,8 @@ def _count(value: Any) -> int:
 
 
 def sampling_params(spec) -> dict[str, Any]:
-    """The request parameters of a generation spec (:class:`~common.models.generation.hf_engine.GenerationSpec`):
+    """The request parameters of a generation spec
+    (:class:`~common.models.generation.engines.hf_engine.GenerationSpec`):
     ``max_tokens``, ``temperature`` 1 with the spec's ``top_p`` when it samples (0 for beam search, which an
     endpoint does not offer: its greedy answer), and the in-context stop, the line break after a sample
     (:data:`common.models.generation.formats.STOP`). ``top_k`` is no standard parameter and is not sent."""

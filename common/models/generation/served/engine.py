@@ -1,5 +1,5 @@
 """A served generator as a generation pool's engine: the folder the fine-tune stage writes for ``model.kind:
-endpoint`` (:func:`common.models.generation.in_context.save_endpoint`), read once on the driver into a
+endpoint`` (:func:`common.models.generation.kinds.in_context.save_endpoint`), read once on the driver into a
 :class:`ServedGenerator` and run in the pool's workers by :class:`EndpointGenerator`, which sends its requests with
 :class:`~common.models.generation.served.client.EndpointClient` and keeps its answers in the role's response log
 (:mod:`common.models.generation.served.log`).
@@ -189,19 +189,6 @@ class EndpointGenerator:
             ]
         columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_COLUMNS]
         return pa.table({name: list(values) for name, values in zip(OUTPUT_COLUMNS, columns)}, schema=output_schema())
-
-
-def sending(generator_uris: Sequence[str], stage: str):
-    """The context a generation stage sends in: for served generators among ``generator_uris``, the lease of their
-    response logs (:func:`~common.models.generation.served.lease.stage_lease`: a second concurrent run of the stage
-    is refused, so that the two never both pay); else nothing."""
-    import contextlib
-
-    from common.models.generation.served.lease import stage_lease
-    from common.models.generation.served.log import log_root
-
-    served = served_generators(generator_uris)
-    return stage_lease([log_root(uri) for uri in served], stage) if served else contextlib.nullcontext()
 
 
 def failed_share_check(spark, generator_uris: Sequence[str], tag: str, stage: str):

@@ -17,7 +17,7 @@ logged (for the stage's accounting) but sent again next time.
 
 Each part row carries the ``tag`` of the stage run that wrote it (its MLflow run and output table), which is how
 :func:`usage` finds what one stage sent: requests, retries, tokens, latency percentiles and server-side failures,
-read with Spark. While a stage sends, it holds the lease of its logs (:mod:`~common.models.generation.served.lease`).
+read with Spark. While a stage sends, it holds the lease of its logs (:mod:`~common.stages.served_lease`).
 """
 
 from __future__ import annotations
