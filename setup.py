@@ -21,6 +21,9 @@ CORE = [
     # S3: the commit lease's conditional puts (common/platform/lakehouse/commit_lease.py) and MLflow's S3 artifact
     # store.
     "boto3>=1.35",
+    # The evaluation layer (common/evaluation): intervals, McNemar and power (STYLE 15).
+    "scipy>=1.11",
+    "statsmodels==0.15.0",
 ]
 ML = [
     "torch==2.13.0",

@@ -24,6 +24,7 @@ LAYERS = {
     "common.pyfunc": 0,
     "common.data": 1,
     "common.algorithms": 1,
+    "common.evaluation": 1,
     "common.models": 2,
     "common.catalog": 3,
     "common.querygraph": 3,
@@ -37,7 +38,8 @@ LAYERS = {
 }
 METHOD_LAYER = 3
 # What a transform module must not reach: sessions, tables, runs.
-TRANSFORM_PACKAGES = {"common.algorithms"} | {p for p, rank in LAYERS.items() if rank == METHOD_LAYER}
+PURE_PACKAGES = {"common.algorithms", "common.evaluation"}
+TRANSFORM_PACKAGES = PURE_PACKAGES | {p for p, rank in LAYERS.items() if rank == METHOD_LAYER}
 IO_MODULES = (
     "common.platform.compute.session",
     "common.platform.lakehouse.lakehouse",

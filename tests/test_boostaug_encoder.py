@@ -197,8 +197,8 @@ def test_pipeline_with_encoder_surrogates_on_the_ray_data_pool(ctx, ray_runtime,
     from shipped_models import fresh_predictions
 
     from common.data.config import InputSpec
+    from common.evaluation.paired import paired
     from common.registry.compare import paired_cells
-    from common.registry.gate import paired
     from common.registry.store import registry_client
     from jobs import run_pipeline
 

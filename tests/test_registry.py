@@ -83,8 +83,8 @@ def _rows(*groups: tuple[str, str, str, int]) -> list:
 
 
 def test_the_gate_decides_on_both_artifacts_predictions_on_the_same_rows():
+    from common.evaluation.paired import paired
     from common.models.classifiers.label_metrics import accuracy_and_macro_f1
-    from common.registry.gate import paired
 
     rule = RULES["boostaug"]
     assert decide(rule, None).promote  # the first version

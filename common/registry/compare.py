@@ -20,8 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from common.evaluation.cells import Cells
 from common.models.classifiers.manifest import read_manifest
-from common.registry.gate import Cells
 
 if TYPE_CHECKING:
     from common.platform.runner.job_context import JobContext

@@ -1,0 +1,11 @@
+"""The evaluation layer: how a method's result is judged against its baseline, the same way everywhere (every
+method's results, the results summary and the promotion gate).
+
+* :mod:`.cells`     a comparison's test outcomes as counted cells, and the metrics read off them
+* :mod:`.paired`    the paired comparison on the same test rows: one test's bootstrap, repeats pooled
+* :mod:`.power`     the minimum detectable effect, the test size an effect needs, McNemar's test
+* :mod:`.papers`    each paper's reported effect, scaled to a team's baseline
+* :mod:`.evidence`  effect, interval, MDE, the paper's effect and a verdict in words
+
+Pure numpy, scipy and statsmodels: no session, table or run (``tests/test_architecture.py``).
+"""
