@@ -14,7 +14,8 @@ from common.data.duplicates import CONFLICT, repeated_id_reason, with_duplicate_
 from common.data.quarantine import DUPLICATE_TEXT, kept, reason_counts, rejected, with_reasons
 from common.data.readers import read_input
 from common.data.schemas import CATALOG, DOCUMENTS, INTERACTIONS, LABELED, MULTILABEL, TEXTS
-from jobs import cli, ingest
+from jobs import cli
+from jobs.foundation import ingest
 
 
 def _validate(spark, path, contract, cfg=None, **spec):

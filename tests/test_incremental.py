@@ -8,7 +8,7 @@ import pytest
 from common.data.config import InputSpec
 from common.platform.lakehouse.delta_rs_read import appended_files
 from common.platform.lakehouse.lakehouse import Lakehouse
-from jobs import ingest
+from jobs.foundation import ingest
 
 
 def _rows(start: int, n: int, bad: int = 0) -> pd.DataFrame:

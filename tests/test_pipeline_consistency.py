@@ -12,7 +12,8 @@ from common.catalog.config import ConsistencyConfig
 from common.data.config import InputSpec
 from common.models.classifier_config import FastTextConfig
 from common.models.classifiers.training_rows import TrainingDataError
-from jobs import PIPELINES, group_catalog, run_pipeline
+from jobs import PIPELINES, run_pipeline
+from jobs.consistency import group_catalog
 
 
 def _demo_sized(ctx, **consistency):
@@ -72,7 +73,7 @@ def test_demo_pipeline_cst_raises_consistency(ctx):
 
 
 def _ingest_user_data(ctx, tmp_path, labeled_rows, catalog_rows):
-    from jobs import ingest
+    from jobs.foundation import ingest
 
     labeled = tmp_path / "labeled.csv"
     labeled.write_text(
@@ -112,7 +113,7 @@ def test_huge_groups_are_quarantined(ctx, tmp_path):
 
 
 def test_single_class_labels_fail_before_training(ctx, tmp_path):
-    from jobs import consistency_splits
+    from jobs.consistency import consistency_splits
 
     labeled = [(f"l{i}", f"mug {i}", "Home > Mugs") for i in range(20)]
     catalog = [(f"c{i}", f"mug {i}", f"G{i // 2}") for i in range(10)]

@@ -64,7 +64,7 @@ def test_rerun_creates_no_new_versions_and_force_does(demo_run, small_world, tmp
     assert {t.name: t.version for t in ctx.lakehouse.tables()} == before
     copied = small_world.copy(tmp_path)  # a forced write is a new version: not in the shared world
     copied.force = True
-    from jobs import ingest
+    from jobs.foundation import ingest
 
     try:
         forced = ingest.run(copied)
@@ -105,7 +105,7 @@ def test_runs_are_tracked_as_parent_and_children(demo_run):
 
 
 def test_user_inputs_replace_the_demo(ctx, tmp_path):
-    from jobs import ingest
+    from jobs.foundation import ingest
 
     path = tmp_path / "mine.csv"
     path.write_text("sku,name,cat\ns1,Red mug 350ml,Home > Mugs\ns2,,Home > Mugs\n")

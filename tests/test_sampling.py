@@ -105,7 +105,7 @@ def test_subsample_matches_a_skewed_target_exactly(spark):
 def test_subsample_job_matches_another_tables_histogram(ctx):
     from common.data.config import SubsampleConfig
     from common.data.sampling import SamplingError
-    from jobs import subsample as job
+    from jobs.foundation import subsample as job
 
     spark = ctx.spark
     items = [(f"i{i:04d}", ["Toys > Dolls", "Toys > Blocks", "Home > Mugs"][i % 3]) for i in range(900)]

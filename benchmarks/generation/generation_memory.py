@@ -47,7 +47,7 @@ def read_titles(path: str, column: int, n: int) -> list[str]:
         with open(path, newline="", encoding="utf-8") as handle:
             values = [row[column] for row in csv.reader(handle) if len(row) > column and row[column].strip()]
         return values[:n]
-    from benchmarks.generation_throughput import titles
+    from generation_throughput import titles  # beside this file (its folder is on the path)
 
     return titles(n)
 

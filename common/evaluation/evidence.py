@@ -37,7 +37,11 @@ class Evidence:
 
     @property
     def direction(self) -> int:
-        """+1 better (the interval above 0), -1 worse (below 0), 0 no difference this test can see."""
+        """+1 better (the interval above 0), -1 worse (below 0), 0 no difference this test can see (also where
+        McNemar's test, when it made the interval, is not significant at the interval's level)."""
+        c = self.comparison
+        if not math.isnan(c.p_value) and c.p_value >= 1.0 - c.confidence:
+            return 0
         if self.comparison.low > 0:
             return 1
         if self.comparison.high < 0:

@@ -2,12 +2,12 @@
 
 One test (:func:`paired`): a paired bootstrap over the test rows (Berg-Kirkpatrick et al., EMNLP 2012), a multinomial
 draw over the cells (:mod:`common.evaluation.cells`). Several repeats (:func:`pooled`), each of which redrew what a
-team's next run would redraw (the split, the generator's sampling seed, the sampled sources): a bootstrap of
-each repeat's rows, the draws widened to the repeats' own spread where that is larger than their rows'
-noise (the split and the generation redrawn move the effect too), so the interval holds the spread between runs as
-well as the test's own; the effect is the mean over the repeats of each repeat's paired difference. With one
-repeat on a per-row metric (accuracy, the consistency rate) the interval is McNemar's
-(:func:`common.evaluation.power.mcnemar`), as the field reports a single paired test.
+team's next run would redraw (the split, the generator's sampling seed, the sampled sources): the effect is the
+mean over the repeats of each repeat's paired difference, its error the larger of the rows' noise (a bootstrap of
+each repeat's rows) and the repeats' own spread (Student's t over R - 1 degrees of freedom), so the interval holds
+the spread between runs as well as the test's own. With one repeat on a per-row metric (accuracy, the consistency
+rate) the interval is McNemar's exact one (:func:`common.evaluation.power.mcnemar`), as the field reports a single
+paired test.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ class Paired:
     se: float = float("nan")
     repeats: int = 1
     confidence: float = 0.95
-    interval: str = "paired bootstrap"  # how the interval was made: the bootstrap, or McNemar's
+    interval: str = "paired bootstrap"  # how the interval was made: the bootstrap, McNemar's, between repeats
+    p_value: float = float("nan")  # McNemar's, where it made the interval
 
     @property
     def difference(self) -> float:
@@ -126,46 +127,67 @@ def paired(metric: str, cells: Cells, confidence: float, resamples: int, seed: i
 
 
 def pooled(
-    metric: str, repeats: Sequence[Cells], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+    metric: str,
+    repeats: Sequence[Cells],
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    same_rows: bool = False,
 ) -> Optional[Paired]:
-    """The method against its baseline on ``metric`` over ``repeats`` (each repeat's cells: its own test rows,
-    both sides on them). The effect is the mean of the repeats' paired differences; the interval at ``confidence``
-    and the standard error come from a bootstrap of each repeat's rows, widened to the spread between the repeats
-    where that is larger; one repeat of a per-row metric (:data:`PER_ROW`) gets McNemar's interval instead. None
-    where no repeat has a test row."""
-    from common.evaluation.power import mcnemar
+    """The method against its baseline on ``metric`` over ``repeats`` (each repeat's cells, both sides on the same
+    rows). The effect is the mean of the repeats' paired differences. Its standard error is the larger of the rows'
+    noise (a bootstrap of each repeat's rows; with ``same_rows``, repeats that only reseeded the classifier on one
+    test, that noise is one test's, not divided among the repeats, and ``n`` counts that test once) and the spread
+    between the repeats (their effects' variance over R, with Student's t at R - 1 degrees of freedom: what a next
+    run that redraws the split and the generation would see). One repeat of a per-row metric (:data:`PER_ROW`) gets
+    McNemar's exact interval instead. None where no repeat has a test row."""
+    from scipy.stats import t as student
 
     tests = [t for t in (_test(metric, cells) for cells in repeats) if t is not None]
     if not tests:
         return None
     unit = METRICS[metric][0]
-    n = sum(t.n for t in tests)
+    n = tests[0].n if same_rows else sum(t.n for t in tests)
     candidate = float(np.mean([t.candidate for t in tests]))
     champion = float(np.mean([t.champion for t in tests]))
+    effect = candidate - champion
     if len(tests) == 1 and metric in PER_ROW:
-        b, c = _discordant(tests[0])
-        test = mcnemar(b, c, tests[0].n, confidence)
-        low, high = candidate - champion + (test.low - test.effect), candidate - champion + (test.high - test.effect)
-        return Paired(metric, candidate, champion, low, high, n, unit, test.se, 1, confidence, "McNemar")
+        return _mcnemar(metric, tests[0], unit, confidence)
     rng = np.random.default_rng(seed)
     draws = np.stack([_row_draws(metric, t, resamples, rng) for t in tests])  # repeats x resamples
     effects = np.nanmean(draws, axis=0)
     effects = effects[~np.isnan(effects)]
     if not len(effects):
         return None
-    effect = candidate - champion
+    if same_rows and len(tests) > 1:
+        # The repeats' draws are of one test's rows: its noise is shared, not averaged away by R.
+        effects = effect + (effects - effects.mean()) * math.sqrt(len(tests))
     within = float(np.var(effects, ddof=1)) if len(effects) > 1 else 0.0
-    if len(tests) > 1 and within > 0:
-        # The repeats' own spread, when larger than their rows' noise alone, is what a next run would see: the
-        # split and the generation redrawn move the effect too. Widen the draws to it (method of moments: the
-        # variance of the mean over R repeats is max(between-repeat variance, mean within-repeat variance) / R).
+    tail = (1.0 - confidence) / 2
+    if len(tests) > 1:
         between = float(np.var([t.candidate - t.champion for t in tests], ddof=1)) / len(tests)
         if between > within:
-            effects = effect + (effects - effects.mean()) * math.sqrt(between / within)
-    tail = (1.0 - confidence) / 2
+            half = float(student.ppf(1.0 - tail, len(tests) - 1)) * math.sqrt(between)
+            return Paired(
+                metric, candidate, champion, effect - half, effect + half, n, unit, math.sqrt(between),
+                len(tests), confidence, "between repeats (t)",
+            )  # fmt: skip
     low, high = np.quantile(effects, [tail, 1.0 - tail])
-    se = float(np.std(effects, ddof=1)) if len(effects) > 1 else float("nan")
+    se = math.sqrt(within) if len(effects) > 1 else float("nan")
     return Paired(metric, candidate, champion, float(low), float(high), n, unit, se, len(tests), confidence)
+
+
+def _mcnemar(metric: str, test: _Test, unit: str, confidence: float) -> Paired:
+    """One test of a per-row metric: McNemar's exact conditional interval (:func:`common.evaluation.power.mcnemar`)
+    and its p value."""
+    from common.evaluation.power import mcnemar
+
+    b, c = _discordant(test)
+    found = mcnemar(b, c, test.n, confidence)
+    return Paired(
+        metric, test.candidate, test.champion, found.low, found.high, test.n, unit, found.se, 1, confidence,
+        "McNemar", found.p_value,
+    )  # fmt: skip
 
 
 def _discordant(test: _Test) -> tuple[int, int]:

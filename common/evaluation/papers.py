@@ -15,13 +15,15 @@ from typing import Optional
 @dataclass(frozen=True)
 class PaperEffect:
     """The paper's ``baseline`` and ``value`` of ``metric`` (0..1) for a method, how its effect carries over to
-    another baseline (``scaling``), and where the paper says it (``source``)."""
+    another baseline (``scaling``), where the paper says it (``source``), and the split it was measured on
+    (``split``: None, any)."""
 
     metric: str
     baseline: float
     value: float
     scaling: str  # "headroom", "relative" or "points"
     source: str
+    split: Optional[str] = None
 
     @property
     def effect(self) -> float:
@@ -29,14 +31,17 @@ class PaperEffect:
         return self.value - self.baseline
 
     def scaled(self, baseline: Optional[float]) -> float:
-        """The paper's effect carried over to a run whose baseline is ``baseline`` (the paper's own when None)."""
+        """The paper's effect carried over to a run whose baseline is ``baseline`` (the paper's own when None), never
+        past the metric's range: a rate cannot gain more than 1 - baseline nor lose more than baseline."""
         if baseline is None:
             return self.effect
         if self.scaling == "headroom":
-            return (self.value - self.baseline) / (1.0 - self.baseline) * (1.0 - baseline)
-        if self.scaling == "relative":
-            return (self.value / self.baseline - 1.0) * baseline
-        return self.effect
+            scaled = (self.value - self.baseline) / (1.0 - self.baseline) * (1.0 - baseline)
+        elif self.scaling == "relative":
+            scaled = (self.value / self.baseline - 1.0) * baseline
+        else:
+            scaled = self.effect
+        return min(max(scaled, -baseline), 1.0 - baseline)
 
 
 _CST = "paper 1 (METHODS.md §1), mean of 5 runs"
@@ -56,24 +61,25 @@ PAPER_EFFECTS: dict[tuple[str, str, str], PaperEffect] = {
     ),
     # Table 4 at N = 1000: off-topic 66.8 macro-F1, +4 points augmented (+2.5 at N = 30 and 100).
     ("genre", "augmented", "macro_f1"): PaperEffect(
-        "macro_f1", 0.668, 0.708, "headroom", "paper 5, Table 4 (N = 1000; +2.5 points at N = 30, 100)"
+        "macro_f1", 0.668, 0.709, "headroom", "paper 5, Table 4 (N = 1000; +2.5 points at N = 30, 100)"
     ),
     # Table 2, SemEval's CG split, BERT: exact-set accuracy no augmentation 2.92%, LS-PT 8.29%, Flan-T5 8.01%,
     # Concat 3.25%.
     ("compositional", "label_prefix", "accuracy"): PaperEffect(
-        "accuracy", 0.0292, 0.0829, "relative", "paper 4, Table 2 (SemEval CG split, LS-PT)"
+        "accuracy", 0.0292, 0.0829, "relative", "paper 4, Table 2 (SemEval CG split, LS-PT)", "cg"
     ),
     ("compositional", "t5_labels", "accuracy"): PaperEffect(
-        "accuracy", 0.0292, 0.0801, "relative", "paper 4, Table 2 (SemEval CG split, Flan-T5)"
+        "accuracy", 0.0292, 0.0801, "relative", "paper 4, Table 2 (SemEval CG split, Flan-T5)", "cg"
     ),
     ("compositional", "concat", "accuracy"): PaperEffect(
-        "accuracy", 0.0292, 0.0325, "relative", "paper 4, Table 2 (SemEval CG split, Concat)"
+        "accuracy", 0.0292, 0.0325, "relative", "paper 4, Table 2 (SemEval CG split, Concat)", "cg"
     ),
 }
 
 
-def paper_effect(pipeline: str, method: str, metric: str) -> Optional[PaperEffect]:
-    """The paper's figure for ``method`` against its baseline on ``metric`` in ``pipeline`` (None: the paper
-    reports none the suite repeats, e.g. BoostAug's, whose classifiers are LSTM and pretrained encoders, not
-    fastText)."""
-    return PAPER_EFFECTS.get((pipeline, method, metric))
+def paper_effect(pipeline: str, method: str, metric: str, split: Optional[str] = None) -> Optional[PaperEffect]:
+    """The paper's figure for ``method`` against its baseline on ``metric`` in ``pipeline`` on ``split`` (None:
+    the paper reports none the suite repeats, e.g. BoostAug's, whose classifiers are LSTM and pretrained encoders,
+    not fastText; or it measured another split: compositional's figures are its CG split's, not the iid one's)."""
+    found = PAPER_EFFECTS.get((pipeline, method, metric))
+    return found if found is not None and found.split in (None, split) else None

@@ -13,7 +13,7 @@ def world(spark, capabilities, tmp_path_factory):
     """The demo landing files and the clean ingest's row count per table (the reference kills and concurrent
     runs are held to): {"base": folder of the MLflow database, "landing": the files, "clean": {table: rows}}."""
     from common.platform.runner.job_context import build_context
-    from jobs import generate_demo, ingest
+    from jobs.foundation import generate_demo, ingest
 
     base = tmp_path_factory.mktemp("world")
     ctx = build_context(load_config(None, settings(base / "clean", base)), spark=spark, capabilities=capabilities)

@@ -30,7 +30,7 @@ from common.platform.config import MaintenanceConfig
 from common.platform.lakehouse.lakehouse import Lakehouse
 from common.platform.lakehouse.maintenance import maintain_table, remove_stale_staging
 from common.platform.runner.job_context import build_context
-from jobs import ingest
+from jobs.foundation import ingest
 
 SEED = 20261123
 # Kill points per write path (tests below): ingest kills + Ray-stage kills >= 20 over both paths.

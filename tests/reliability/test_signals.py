@@ -128,7 +128,7 @@ def test_sigterm_during_a_spark_write_kills_the_run_and_the_rerun_completes(spar
     cfg = ingest_config(root, base)
     from common.platform.lakehouse.lakehouse import Lakehouse
     from common.platform.runner.job_context import build_context
-    from jobs import ingest
+    from jobs.foundation import ingest
 
     lakehouse = Lakehouse(cfg.lakehouse, spark, native_delta=capabilities.native_delta)
     _check_tables(lakehouse, world["clean"])  # what the signal left reads whole
