@@ -1,5 +1,6 @@
 """A local table's commit lock: an exclusive ``flock`` on ``.<table>.commit-lock`` beside the table folder, held
-around Spark's Delta commits to a local lakehouse (on S3 a lease object does: :mod:`common.platform.lakehouse.commit_lease`).
+around Spark's Delta commits to a local lakehouse (on S3 a lease object does:
+:mod:`common.platform.lakehouse.commit_lease`).
 
 A run ended by a signal keeps its lock until the process exits (its JVM may still be committing); an error or a
 notebook's interrupt releases it at once.
@@ -14,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from common.platform.storage import StorageBusy, is_local
 from common.platform.process.termination import cause
+from common.platform.storage import StorageBusy, is_local
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ def local_commit_lock(location: str, wait_s: float = 600.0, poll_s: float = 0.2)
     both "succeed", the later silently replacing the earlier (and Hadoop's checksum sidecar of the one no
     longer matching the other's file). delta-rs commits locally with an atomic no-replace rename; this lock
     gives Spark's writer the same guarantee on a local lakehouse (on S3 the commit lease does:
-    :mod:`common.platform.lakehouse.commit_lease`). It is a ``flock`` on ``.<folder>.commit-lock`` beside the table folder,
+    :mod:`common.platform.lakehouse.commit_lease`). It is a ``flock`` on ``.<folder>.commit-lock`` beside the table
+    folder,
     taken on a
     descriptor of its own per call, so it serializes writers in other processes and in other threads alike;
     the kernel releases it when a holder dies.

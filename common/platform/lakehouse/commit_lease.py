@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from common.platform.lakehouse.commit_flock import LockTimeout, local_commit_lock
-from common.platform.process.identity import process_gone, process_tags
-from common.platform.storage import StorageBusy, arrow_uri, is_local
 from common.platform.lakehouse.tables import LakehouseError
+from common.platform.process.identity import process_gone, process_tags
 from common.platform.process.termination import cause
+from common.platform.storage import StorageBusy, arrow_uri, is_local
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +304,8 @@ def claim(uri: str, what: str) -> Iterator[bool]:
 
 def commit_lock(location: str, table: str, settings: LeaseSettings = LeaseSettings()):
     """The guard around a native Delta write to the path table at ``location``: the local table's flock
-    (:func:`~common.platform.lakehouse.commit_flock.local_commit_lock`), the S3 commit lease, or nothing on stores whose Delta
+    (:func:`~common.platform.lakehouse.commit_flock.local_commit_lock`), the S3 commit lease, or nothing on stores
+    whose Delta
     log stores are multi-writer safe (GCS and Azure commit with put-if-absent or an atomic rename)."""
     from common.platform.storage import is_s3
 

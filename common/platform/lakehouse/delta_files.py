@@ -1,4 +1,5 @@
-"""What the delta-rs write path reads off the Parquet files its writers left (:mod:`common.platform.lakehouse.delta_rs`): each
+"""What the delta-rs write path reads off the Parquet files its writers left
+(:mod:`common.platform.lakehouse.delta_rs`): each
 file's add action with its statistics from the footer, and the folder's schema."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ import json
 import time
 from typing import Any
 
-from common.platform.storage import filesystem, list_files
 from common.platform.lakehouse.tables import LakehouseError
+from common.platform.storage import filesystem, list_files
 
 
 def add_actions_for(staging: str, batch_dir: str) -> list:

@@ -14,7 +14,6 @@ import uuid
 from typing import Any, Callable, Optional
 
 from common.platform.lakehouse.delta_files import add_actions_for, schema_of
-from common.platform.storage import filesystem, remove_tree
 from common.platform.lakehouse.tables import (
     RECENT_COMMITS,
     LakehouseError,
@@ -24,6 +23,7 @@ from common.platform.lakehouse.tables import (
     check_same_schema,
     parse_lineage,
 )
+from common.platform.storage import filesystem, remove_tree
 
 log = logging.getLogger(__name__)
 

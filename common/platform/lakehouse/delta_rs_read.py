@@ -8,8 +8,8 @@ import logging
 from typing import TYPE_CHECKING, Optional
 
 from common.platform.lakehouse.delta_rs import commit_infos
-from common.platform.storage import filesystem, list_files
 from common.platform.lakehouse.tables import LakehouseError
+from common.platform.storage import filesystem, list_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

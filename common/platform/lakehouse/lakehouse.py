@@ -2,9 +2,11 @@
 
 Two write paths, one contract (this module is the table API; each path has its own module):
 
-* **native** (:mod:`common.platform.lakehouse.delta_native`; cluster, Databricks): Spark's own Delta writer, path tables or
+* **native** (:mod:`common.platform.lakehouse.delta_native`; cluster, Databricks): Spark's own Delta writer, path
+tables or
   catalog tables.
-* **delta-rs** (:mod:`common.platform.lakehouse.delta_rs`; no Delta jar): Spark executors write the Parquet data files in
+* **delta-rs** (:mod:`common.platform.lakehouse.delta_rs`; no Delta jar): Spark executors write the Parquet data files
+in
   parallel into a fresh folder inside the table; the driver reads only their footers and commits them with
   delta-rs as ONE new table version. Rows never pass through the driver.
 
@@ -23,12 +25,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from common.platform.lakehouse import delta_native, delta_rs
 from common.platform.config import LakehouseConfig
+from common.platform.lakehouse import delta_native, delta_rs
 from common.platform.lakehouse.delta_rs_read import read_delta_rs
 from common.platform.lakehouse.metadata import TableMetadata
 from common.platform.lakehouse.ray_io import RayHandoff
-from common.platform.storage import arrow_uri
 from common.platform.lakehouse.tables import (
     LINEAGE_MARK,
     Commit,
@@ -40,6 +41,7 @@ from common.platform.lakehouse.tables import (
     app_id,
     check_name,
 )
+from common.platform.storage import arrow_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

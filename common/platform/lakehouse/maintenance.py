@@ -15,8 +15,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from common.platform.lakehouse.commit_lease import commit_lock
 from common.platform.config import DELTA_SAFE_RETENTION_HOURS, MaintenanceConfig
+from common.platform.lakehouse.commit_lease import commit_lock
 from common.platform.storage import list_files, remove_tree
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""Ray Datasets in and out of the lakehouse, under its one contract (:class:`~common.platform.lakehouse.lakehouse.Lakehouse`
+"""Ray Datasets in and out of the lakehouse, under its one contract
+(:class:`~common.platform.lakehouse.lakehouse.Lakehouse`
 mixes this in): a table version read by Ray's workers from its Parquet files (no driver copy), in a stable order
 when batches must hold the same rows whatever the file layout, and a dataset written as ONE new version with lineage
 and idempotence, committed by delta-rs in place or by Spark's Delta writer from a staging folder."""
@@ -11,8 +12,8 @@ import uuid
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from common.platform.lakehouse.delta_rs_read import read_parquet_folder
-from common.platform.storage import arrow_uri, remove_tree
 from common.platform.lakehouse.tables import LakehouseError, Lineage, WriteMode, WriteResult, app_id, check_name
+from common.platform.storage import arrow_uri, remove_tree
 
 if TYPE_CHECKING:
     from common.platform.config import LakehouseConfig
