@@ -49,8 +49,7 @@ def test_jobs_lists_jobs_and_pipelines():
 
 def test_every_job_module_runs_under_spark_submit():
     """Each module JOBS names has ``main`` (``spark-submit jobs/<family>/<module>.py``); a module without it would
-    import,
-    do nothing and exit 0. Its help names the job, or the family's jobs it runs in order."""
+    import, do nothing and exit 0. Its help names the job, or the family's jobs it runs in order."""
     import importlib
 
     from jobs import JOBS

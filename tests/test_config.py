@@ -98,9 +98,8 @@ def test_measured_configs_load_with_their_own_lakehouse_and_real_inputs(name):
 
 def test_long_text_config_reads_what_its_script_cuts_from_brown(tmp_path, monkeypatch):
     """conf/boostaug_brown.yaml reads the passages benchmarks/classifiers/long_texts.py cuts from ../shared/data/brown:
-    its
-    input glob is the script's output folder, which holds three splits of 40-60-word passages, every genre in
-    each, about 7,000 of them for training, and no passage on two sides."""
+    its input glob is the script's output folder, which holds three splits of 40-60-word passages, every genre in each,
+    about 7,000 of them for training, and no passage on two sides."""
     import csv
     import importlib.util
     import sys

@@ -19,8 +19,8 @@ adapters
 of rank ``--lora-r`` (0: full fine-tuning).
 
 Run: .venv/bin/python benchmarks/generation/generator_quality.py [--seeds 3] [--steps 500] [--batch 16]
-[--group-by-length]
-[--kinds scratch_t5 warm_minilm smollm2] [--lora-r 16] [--lr scratch_t5=3e-4 warm_minilm=1e-4] [--json PATH]
+[--group-by-length] [--kinds scratch_t5 warm_minilm smollm2] [--lora-r 16] [--lr scratch_t5=3e-4 warm_minilm=1e-4]
+[--json PATH]
 
 On a lent GPU box (torch and transformers, no MiniLM weights): ``--outputs O.json --data WDC_FOLDER`` trains and
 generates only; here, ``--from-outputs O.json`` scores those outputs with the same split and metrics.

@@ -1,7 +1,6 @@
 """Check and time the T5 stages' model code on whatever device torch sees (a lent GPU box needs no Spark or
 Ray): :func:`common.models.generation.kinds.seq2seq.fine_tune` (bf16 autocast on GPUs that have it) and one generation
-actor
-(:class:`common.models.generation.on_ray.pool.T5Generator`, the Ray Data pool's callable) on the same pairs.
+actor (:class:`common.models.generation.on_ray.pool.T5Generator`, the Ray Data pool's callable) on the same pairs.
 
 Task: SST-2 training sentences (``--data``), source = the sentence's first five words, target = the sentence,
 so the loss and the generations show whether training moved the model. Per model (scratch_t5 in the demo's

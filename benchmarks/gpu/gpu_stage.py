@@ -7,10 +7,9 @@ are there; when they are not, it records what the stage needs into the bundle fo
 * ``generate``: ``common.models.generation.on_ray.fine_tune_ray.fine_tune_many_on_ray`` (the generators' fine-tunes:
 the
   pairs' Parquet files, filters, model and training specs) and ``common.models.generation.on_ray.pool.generate_routed``
-  (the
-  routed prompts and the generation spec): the compositional and genre-transfer generators; and their one-model
-  forms ``fine_tune_on_ray`` and ``generate`` (every prompt routed to the one model): CGA's and query
-  reformulation's generator;
+  (the routed prompts and the generation spec): the compositional and genre-transfer generators; and their one-model
+  forms ``fine_tune_on_ray`` and ``generate`` (every prompt routed to the one model): CGA's and query reformulation's
+  generator;
 * ``qc`` / ``evaluate``: ``fit_and_predict_many`` of ``jobs.compositional.compositional`` and
 ``jobs.compositional.compositional_evaluate``
   (every multi-label classifier job: its training and prediction sources' Parquet files, filters, kind, parameters,
@@ -20,28 +19,24 @@ the
 
 On the GPU box (``benchmarks/gpu/gpu_box.py``), ``generate`` fine-tunes each generator with the Ray task's own body
 (:func:`common.models.generation.on_ray.fine_tune_ray._fine_tune_task`) and generates with the Ray Data pool's own
-callable
-(:class:`common.models.generation.on_ray.pool.ModelRoutedGenerator`; ``--workers`` processes share the GPU, each
-fine-tuning and generating a share of the models); ``classify`` runs the stage's recorded jobs
+callable (:class:`common.models.generation.on_ray.pool.ModelRoutedGenerator`; ``--workers`` processes share the GPU,
+each fine-tuning and generating a share of the models); ``classify`` runs the stage's recorded jobs
 (:func:`common.models.classifiers.multilabel.fit_and_predict` or
-:func:`common.models.classifiers.encoder_classifier.fit_and_evaluate`;
-``--start``/``--stop`` split them over calls of a time limit, ``--workers`` runs several at once). Their
-outputs go back into the bundle (``<stage>/results/``), and the next ``pipeline`` run replays them (checked:
-the same prompts, the same jobs), so the tables, their lineage, the reports and the MLflow runs are the
-pipeline's. What differs from a run on a GPU cluster: the routed prompts' ``model_path`` names the models'
-folders here, where they never land (the models stay on the GPU box; their fine-tune figures are logged),
-and the stage runs through this tool, not Ray.
+:func:`common.models.classifiers.encoder_classifier.fit_and_evaluate`; ``--start``/``--stop`` split them over calls of
+a time limit, ``--workers`` runs several at once). Their outputs go back into the bundle (``<stage>/results/``), and
+the next ``pipeline`` run replays them (checked: the same prompts, the same jobs), so the tables, their lineage, the
+reports and the MLflow runs are the pipeline's. What differs from a run on a GPU cluster: the routed prompts'
+``model_path`` names the models' folders here, where they never land (the models stay on the GPU box; their fine-tune
+figures are logged), and the stage runs through this tool, not Ray.
 
 Run (issue 13: the encoder as compositional QC filter and evaluation classifier):
   .venv/bin/python benchmarks/gpu/gpu_stage.py pipeline --bundle B -- run compositional \\
       --conf conf/compositional_semeval.yaml --set compositional.qc.model=encoder 'compositional.eval.models=[encoder]'
   python3 benchmarks/gpu/gpu_stage.py generate --bundle B --out O              (GPU box; O's files ->
-  B/generate/results)
-  (pipeline again: replays the generation, records QC)
-  python3 benchmarks/gpu/gpu_stage.py classify --bundle B --stage qc --out O                (GPU box)
-  (pipeline again: replays QC, records the evaluation)
-  python3 benchmarks/gpu/gpu_stage.py classify --bundle B --stage evaluate --out O --workers 4
-  (pipeline again: replays the evaluation, writes compositional_results and the report)
+  B/generate/results) (pipeline again: replays the generation, records QC) python3 benchmarks/gpu/gpu_stage.py classify
+  --bundle B --stage qc --out O (GPU box) (pipeline again: replays QC, records the evaluation) python3
+  benchmarks/gpu/gpu_stage.py classify --bundle B --stage evaluate --out O --workers 4 (pipeline again: replays the
+  evaluation, writes compositional_results and the report)
 Issue 14 (genre's encoder rows): ``pipeline --bundle B --local-generation -- run genre-transfer --conf
 conf/genre_brown.yaml --set 'genre.eval.models=[fasttext,encoder]'`` trains the config's generators here and
 records ``encoder-eval``; without ``--local-generation`` it records ``generate`` first (the generators on the

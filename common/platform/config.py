@@ -210,8 +210,7 @@ class LakehouseConfig:
     storage_options: dict[str, str] = field(default_factory=dict)
     # S3 tables written with Spark's Delta writer: its log store is safe for one writing driver at a time, so each
     # write holds the table's commit lease (common/platform/lakehouse/commit_lease.py). A lease not renewed for this
-    # many
-    # seconds (its writer died) is broken by the next writer.
+    # many seconds (its writer died) is broken by the next writer.
     commit_lease_s: float = 60.0
     # How long a writer waits for another driver's commit lease (S3) or commit lock (a local table) on the same
     # table before it fails, naming it.

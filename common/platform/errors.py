@@ -222,8 +222,8 @@ class RetriedByRay(Exception, metaclass=_RetriedByRayMeta):
 SHIP_INCOMPLETE = 7
 
 # Every exit code of `augment` and `spark-submit jobs/<family>/<module>.py`: (code, what ended the run, whether a
-# scheduler
-# should run it again). `augment --help` prints it and the reliability page holds it (a test keeps them alike).
+# scheduler should run it again). `augment --help` prints it and the reliability page holds it (a test keeps them
+# alike).
 EXIT_CODES = (
     (0, "success", "-"),
     (1, "a bug: the traceback is in the log", "no: report it"),

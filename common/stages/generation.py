@@ -271,11 +271,11 @@ def generate_routed_stage(
     config_hash: str,
 ) -> WriteResult:
     """Generate from ``table`` v``version`` (:data:`~common.models.generation.on_ray.pool.ROUTED_COLUMNS`: each row
-    names
-    its model, one of ``generator_uris``) on one pool (:func:`common.models.generation.on_ray.pool.generate_routed`,
-    ``cache_models`` kept per actor), read in (model, id) order so batches hold few models and are the same rows
-    whatever the table's layout; write ``out_table``, and for served generators their accounting
-    (:func:`~common.stages.accounting.endpoint_accounting`). Returns the write."""
+    names its model, one of ``generator_uris``) on one pool
+    (:func:`common.models.generation.on_ray.pool.generate_routed`, ``cache_models`` kept per actor), read in (model,
+    id) order so batches hold few models and are the same rows whatever the table's layout; write ``out_table``, and
+    for served generators their accounting (:func:`~common.stages.accounting.endpoint_accounting`). Returns the
+    write."""
     from common.models.generation.on_ray.pool import ROUTED_COLUMNS, GenerationSpec, generate_routed, pool_options
     from common.models.generation.served.engine import failed_share_check
     from common.stages.served_lease import sending

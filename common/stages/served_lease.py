@@ -1,7 +1,6 @@
 """The lease a stage holds on its roles' response logs (:mod:`common.models.generation.served.log`) while it sends
 to a served model (:func:`sending`), so that two concurrent runs of a stage never both pay for the same answers: a
-``flock`` beside a
-local log, the commit lease object (a conditional put) beside an S3 one.
+``flock`` beside a local log, the commit lease object (a conditional put) beside an S3 one.
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ def stage_lease(roots: Sequence[str], stage: str) -> Iterator[None]:
     the holder (exit code 6; run it again when the first has ended, and it finds the first's answers). A local log's
     lease is a ``flock`` on ``.<role>.lease`` beside it, released by the kernel when its holder dies; an S3 log's is
     the commit lease object (:func:`~common.platform.lakehouse.commit_lease.s3_commit_lease`: a conditional put, broken
-    once
-    not renewed for a minute). Other stores take no lease (documented)."""
+    once not renewed for a minute). Other stores take no lease (documented)."""
     from common.platform.storage import is_local, is_s3
 
     with contextlib.ExitStack() as stack:

@@ -1,7 +1,6 @@
 """The BoostAug jobs (paper 3, METHODS.md section 3): four thin jobs, the third (``boostaug-filter``) in
 :mod:`jobs.boostaug.boostaug_filter`, the fourth (``boostaug-evaluate``) in :mod:`jobs.boostaug.boostaug_evaluate`, the
-tables they
-all use in :mod:`jobs.boostaug.boostaug_tables`.
+tables they all use in :mod:`jobs.boostaug.boostaug_tables`.
 
 * ``boostaug-splits`` reads ``texts``; labels cut to ``boostaug.label_level``; writes ``boostaug_texts``
   (source_id, text, label, split, fold): the input's split where it has one, else an exact stratified draw

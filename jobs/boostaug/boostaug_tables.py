@@ -1,6 +1,5 @@
 """The BoostAug pipeline's tables (:mod:`jobs.boostaug.boostaug`, :mod:`jobs.boostaug.boostaug_filter`,
-:mod:`jobs.boostaug.boostaug_evaluate`):
-one list they all import."""
+:mod:`jobs.boostaug.boostaug_evaluate`): one list they all import."""
 
 TEXTS, CANDIDATES, KEPT, REJECTS = "boostaug_texts", "boostaug_candidates", "boostaug_kept", "boostaug_rejects"
 SCORED, EMBEDDINGS = "boostaug_scored", "boostaug_candidate_embeddings"

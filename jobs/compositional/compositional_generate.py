@@ -1,10 +1,9 @@
 """Job ``compositional-generate`` of the compositional pipeline (:mod:`jobs.compositional.compositional` holds the
-split, the label
-sets and QC, :mod:`jobs.compositional.compositional_evaluate` the evaluation): one prompt per accepted label-set draw
-and generator
-(``cg_prompts``), the Concat texts (Spark), the seq2seq generators (``t5_labels``, ``label_prefix``) fine-tuned on
-train ∪ support (``cg_gen_pairs``; concurrent Ray tasks, reused by key) and generating on one Ray Data actor pool
-(``cg_generated``): ``cg_candidates``, one row per prompt, with a reason where nothing usable came out."""
+split, the label sets and QC, :mod:`jobs.compositional.compositional_evaluate` the evaluation): one prompt per accepted
+label-set draw and generator (``cg_prompts``), the Concat texts (Spark), the seq2seq generators (``t5_labels``,
+``label_prefix``) fine-tuned on train ∪ support (``cg_gen_pairs``; concurrent Ray tasks, reused by key) and generating
+on one Ray Data actor pool (``cg_generated``): ``cg_candidates``, one row per prompt, with a reason where nothing
+usable came out."""
 
 from __future__ import annotations
 

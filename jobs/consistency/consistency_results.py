@@ -1,7 +1,6 @@
 """The ``consistency_results`` table (:mod:`jobs.consistency.consistency_train` writes it, ``cga-train`` adds its
-``cga`` rows):
-its schema, each row's lifts vs the baseline's mean, the paper's Table 1 as text and the report (markdown and the
-F1-vs-consistency chart)."""
+``cga`` rows): its schema, each row's lifts vs the baseline's mean, the paper's Table 1 as text and the report
+(markdown and the F1-vs-consistency chart)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Job ``genre-evaluate`` of the genre-transfer pipeline (:mod:`jobs.genre.genre` and :mod:`jobs.genre.genre_generate`
-hold the
-other three): writes ``genre_eval_sets`` (cleaned windows of every split document and the cleaned synthetic
+hold the other three): writes ``genre_eval_sets`` (cleaned windows of every split document and the cleaned synthetic
 documents) and trains the genre classifiers in Ray tasks: per classifier model (fastText and/or the fine-tuned
-encoder), topic, N and method
-(on_topic, off_topic, augmented; off_keywords with the control, synthetic_only and off_topic_balanced when asked)
-``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set: ``genre_results``, a report (the paper's Table 4 and
-per-topic gains), and the kept classifiers shipped.
+encoder), topic, N and method (on_topic, off_topic, augmented; off_keywords with the control, synthetic_only and
+off_topic_balanced when asked) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set: ``genre_results``, a
+report (the paper's Table 4 and per-topic gains), and the kept classifiers shipped.
 """
 
 from __future__ import annotations

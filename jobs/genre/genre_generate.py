@@ -1,7 +1,6 @@
 """Job ``genre-generate`` of the genre-transfer pipeline (:mod:`jobs.genre.genre` holds the topics and splits,
 :mod:`jobs.genre.genre_evaluate` the evaluation): one keywords-to-text generator fine-tuned per (topic, N, genre) on
-that
-genre's off-topic passages only (``genre_gen_pairs``; the models in ``genre_generators``), in concurrent Ray tasks
+that genre's off-topic passages only (``genre_gen_pairs``; the models in ``genre_generators``), in concurrent Ray tasks
 (with ``genre.generator.per_genre: false``, one genre-conditioned generator per (topic, N)); then one Ray Data pass
 generates a synthetic document per genre from the keywords of on-topic test documents (``genre_prompts`` ->
 ``genre_generated``), kept in ``genre_synthetic`` or quarantined in ``genre_synthetic_quarantine`` with a reason

@@ -1,7 +1,6 @@
 """What the query-reformulation jobs (:mod:`jobs.query.query_reformulation`, :mod:`jobs.query.query_matcher`) share:
-the keys of
-the reformulation generator and of its generation, the interaction tables they read, and the distinct queries they
-reformulate."""
+the keys of the reformulation generator and of its generation, the interaction tables they read, and the distinct
+queries they reformulate."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The results summary's sections (:mod:`jobs.summary.summary`), one per results table: each aggregates its table per
-method
-with Spark (a handful of rows reach the driver), lays it out as a
-:class:`~common.platform.reports.results_pages.ResultsTable`
-(mean ± std, lift and the gap to the baseline) with the run behind it (:mod:`jobs.summary.summary_facts`), and records
-each
-method's headline metric."""
+method with Spark (a handful of rows reach the driver), lays it out as a
+:class:`~common.platform.reports.results_pages.ResultsTable` (mean ± std, lift and the gap to the baseline) with the
+run behind it (:mod:`jobs.summary.summary_facts`), and records each method's headline metric."""
 
 from __future__ import annotations
 

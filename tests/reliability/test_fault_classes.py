@@ -139,8 +139,7 @@ def test_the_start_check_finds_a_server_gone_or_hung_within_its_timeout():
 
 def test_the_spark_submit_entry_says_a_fault_in_one_line_with_its_code(tmp_path):
     """``python jobs/foundation/ingest.py`` (what ``spark-submit jobs/foundation/ingest.py`` runs) with its tracking
-    server down: exit 8
-    and one line naming the server, before a JVM starts; with a bad key: exit 2."""
+    server down: exit 8 and one line naming the server, before a JVM starts; with a bad key: exit 2."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     args = [
         sys.executable,

@@ -30,8 +30,7 @@ class ModelSpec:
     max_source_length: int = 48
     max_target_length: int = 48
     # Label-specific prefixes (:mod:`common.models.generation.kinds.label_prefix`): with labels, a source text is a
-    # label
-    # set (names joined by ``prefix_separator``) and the encoder reads its labels' learned blocks.
+    # label set (names joined by ``prefix_separator``) and the encoder reads its labels' learned blocks.
     prefix_labels: tuple[str, ...] = ()
     prefix_length: int = 0
     prefix_separator: str = ","
@@ -89,8 +88,7 @@ class TrainSpec:
     grad_accumulation: int = 1
     seed: int = 42
     # Length-grouped batches (common.models.generation.kinds.batching): about 2x the steps/s on title pairs, at a
-    # slightly
-    # higher loss per step; off by default, as the papers' epochs and rates assume random batches.
+    # slightly higher loss per step; off by default, as the papers' epochs and rates assume random batches.
     group_by_length: bool = False
     # A bound on optimiser steps (transformers' ``max_steps``): > 0 replaces ``epochs`` by as many passes
     # over the pairs as the steps need, the last one cut short; 0 trains ``epochs`` epochs.

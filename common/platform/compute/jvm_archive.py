@@ -5,9 +5,7 @@ classes, and every ``augment`` command, scheduled local batch and test subproces
 dynamic CDS (JDK 13+) writes the classes one run loaded into an archive that later JVMs map instead:
 measured on 2 cores, an ``augment run ingest`` of the small reliability world reached its first write
 after 8.4-10.0 s instead of 10.6-13.9 s (README, Tests). :func:`common.platform.compute.session.get_spark` passes the
-archive
-to
-local sessions when it exists (``spark.class_data_sharing``). The JVM checks the archive itself: one from
+archive to local sessions when it exists (``spark.class_data_sharing``). The JVM checks the archive itself: one from
 another JDK build or Spark version is refused with a one-line warning and the JVM starts as before.
 
     python -m common.platform.compute.jvm_archive      # what make install runs; prints the archive and its size

@@ -1,6 +1,5 @@
 """A running Ray-on-Spark cluster's worker nodes (:mod:`common.platform.compute.ray_on_spark` starts and stops it):
-their
-states, the :class:`NodeWatch` that ends a job whose nodes never come up, and the tasks each node ran."""
+their states, the :class:`NodeWatch` that ends a job whose nodes never come up, and the tasks each node ran."""
 
 from __future__ import annotations
 
@@ -125,8 +124,7 @@ class NodeWatch:
 def work_by_node() -> dict[str, int]:
     """The Ray tasks (actor tasks included) this Ray-on-Spark cluster ran, by node: ``{"head": n, "worker <node id
     prefix>": n, ...}``, from Ray's state API. Read before :func:`~common.platform.compute.ray_on_spark.stop`, while
-    the
-    cluster still answers."""
+    the cluster still answers."""
     from ray.util.state import list_nodes, list_tasks
 
     counts: dict[str, int] = {}

@@ -111,9 +111,8 @@ def _wait(
 @contextlib.contextmanager
 def _signalled() -> Iterator[None]:
     """A signal's :class:`~common.platform.process.signals.Terminated` raised as itself: Ray's C++ waits hand an
-    exception a
-    signal handler raised back as ``SystemError`` (with it as the cause), which every ``except Exception`` would
-    take for an ordinary fault."""
+    exception a signal handler raised back as ``SystemError`` (with it as the cause), which every ``except Exception``
+    would take for an ordinary fault."""
     try:
         yield
     except SystemError as exc:

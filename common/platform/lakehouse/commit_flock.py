@@ -36,10 +36,8 @@ def local_commit_lock(location: str, wait_s: float = 600.0, poll_s: float = 0.2)
     longer matching the other's file). delta-rs commits locally with an atomic no-replace rename; this lock
     gives Spark's writer the same guarantee on a local lakehouse (on S3 the commit lease does:
     :mod:`common.platform.lakehouse.commit_lease`). It is a ``flock`` on ``.<folder>.commit-lock`` beside the table
-    folder,
-    taken on a
-    descriptor of its own per call, so it serializes writers in other processes and in other threads alike;
-    the kernel releases it when a holder dies.
+    folder, taken on a descriptor of its own per call, so it serializes writers in other processes and in other threads
+    alike; the kernel releases it when a holder dies.
     """
     if not is_local(location):
         yield

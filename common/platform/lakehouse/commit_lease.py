@@ -305,8 +305,7 @@ def claim(uri: str, what: str) -> Iterator[bool]:
 def commit_lock(location: str, table: str, settings: LeaseSettings = LeaseSettings()):
     """The guard around a native Delta write to the path table at ``location``: the local table's flock
     (:func:`~common.platform.lakehouse.commit_flock.local_commit_lock`), the S3 commit lease, or nothing on stores
-    whose Delta
-    log stores are multi-writer safe (GCS and Azure commit with put-if-absent or an atomic rename)."""
+    whose Delta log stores are multi-writer safe (GCS and Azure commit with put-if-absent or an atomic rename)."""
     from common.platform.storage import is_s3
 
     if is_local(location):

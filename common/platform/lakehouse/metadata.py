@@ -1,8 +1,8 @@
 """The lakehouse's table metadata, under its one contract (:class:`~common.platform.lakehouse.lakehouse.Lakehouse`
-mixes this
-in): whether a table exists, its versions and history with lineage, the newest version that changed data, the
-version a lineage wrote, the tables' names and sizes, and one column's value counts. Path tables are read from their
-``_delta_log`` through delta-rs, whichever path wrote them (no Spark job per look-up); catalog tables ask Spark."""
+mixes this in): whether a table exists, its versions and history with lineage, the newest version that changed data,
+the version a lineage wrote, the tables' names and sizes, and one column's value counts. Path tables are read from
+their ``_delta_log`` through delta-rs, whichever path wrote them (no Spark job per look-up); catalog tables ask
+Spark."""
 
 from __future__ import annotations
 

@@ -14,8 +14,7 @@ def process_tags(pid: Optional[int] = None) -> dict[str, str]:
     """Of process ``pid`` (this one by default): ``process.host``, ``process.pid``, ``process.start`` (its start, in
     clock ticks since boot, from /proc) and ``process.space`` (the boot id and the pid namespace: two containers of one
     host name share neither): what :func:`~common.platform.tracking.status.close_dead_runs` tells a dead run's process
-    from a live one, or from a
-    later process given the same pid, by. The last two are empty where there is no /proc."""
+    from a live one, or from a later process given the same pid, by. The last two are empty where there is no /proc."""
     import os
     import socket
 

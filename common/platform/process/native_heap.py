@@ -51,8 +51,7 @@ def hold_native_heap() -> bool:
     glibc otherwise returned them after each batch, and every batch faulted fresh zeroed pages in: 100k page
     faults in 5 s, a fifth of the actor's CPU in the kernel; held, 135, and the pool embedded 16-29% more
     candidates a second (benchmarks/classifiers/candidate_embedding.py). At most 64 MiB of free heap top per arena
-    stays with
-    the process; :func:`release_free_heap` still gives everything back."""
+    stays with the process; :func:`release_free_heap` still gives everything back."""
     libc = glibc()
     if libc is None:
         return False

@@ -3,9 +3,8 @@
 :func:`handled` wraps a run of the CLI and of ``spark-submit jobs/<family>/<module>.py``. The first signal raises
 :class:`Terminated` in the main thread wherever it waits (a py4j call, a Ray ``get``, a Ray Data stage): no new work
 starts, each MLflow run it leaves ends KILLED (:mod:`common.platform.tracking.tracker`), a commit lease or lock is
-released by
-its own ``finally``, Spark's jobs are cancelled and Ray's tasks end with the runtime the context stops. A run still
-alive ``grace_s`` after the signal, or given a second signal, exits at once. Either way the exit code is
+released by its own ``finally``, Spark's jobs are cancelled and Ray's tasks end with the runtime the context stops. A
+run still alive ``grace_s`` after the signal, or given a second signal, exits at once. Either way the exit code is
 ``128 + signal`` (143 for SIGTERM, 130 for SIGINT), what shells and schedulers read as "terminated"."""
 
 from __future__ import annotations

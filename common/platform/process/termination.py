@@ -1,8 +1,7 @@
 """The exception a signal raises in a run's main thread (:mod:`common.platform.process.signals`), in a module of its
-own: what
-holds a lock or a lease for a commit (:mod:`common.platform.storage`, :mod:`common.platform.lakehouse.commit_lease`)
-tells it
-apart from a notebook user's interrupt without importing the signal handling."""
+own: what holds a lock or a lease for a commit (:mod:`common.platform.storage`,
+:mod:`common.platform.lakehouse.commit_lease`) tells it apart from a notebook user's interrupt without importing the
+signal handling."""
 
 from __future__ import annotations
 

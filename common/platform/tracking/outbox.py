@@ -5,11 +5,11 @@ written, then their metrics logged), and a rerun of the same config returns earl
 computing it again. So when a call gets no answer (after the client's own retries: ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``
 and ``MLFLOW_HTTP_REQUEST_TIMEOUT``), the run does not stop there, nor ask the server again for every later call (a
 wait per call would grow with the work left): its :class:`~common.platform.tracking.tracker.TrackedRun` goes offline
-and each
-later metric (with its step and time), param, tag and artifact is kept in ``<lakehouse.root>/_tracking/outbox/<run
-id>/`` (``run.json`` and the artifacts' files). A run the job opens after that (a sweep's point) asks the server once,
-quickly, and where it still does not answer is kept whole (``offline-<id>``), to be opened by the delivering start.
-The job finishes its work, skips its ship (the ledger keeps it for the next run) and exits 8 naming what was kept.
+and each later metric (with its step and time), param, tag and artifact is kept in
+``<lakehouse.root>/_tracking/outbox/<run id>/`` (``run.json`` and the artifacts' files). A run the job opens after that
+(a sweep's point) asks the server once, quickly, and where it still does not answer is kept whole (``offline-<id>``),
+to be opened by the delivering start. The job finishes its work, skips its ship (the ledger keeps it for the next run)
+and exits 8 naming what was kept.
 
 A later start of a job of the same config and tracking server (its tracker's setup, once the server answers) logs
 each kept run whose process has ended (it closed its outbox with how it ended; or its process is gone from this

@@ -2,12 +2,11 @@
 left RUNNING closed by a later start.
 
 A run ends FINISHED, FAILED (an error) or KILLED (a signal, :mod:`common.platform.process.signals`). A run whose
-process died
-without ending it (SIGKILL, a lost machine, the server down at its end) is closed KILLED by the next tracker of the
-experiment on that host (:func:`close_dead_runs`), told apart from a live one by the process tags it carries
-(:func:`~common.platform.process.identity.process_tags`). An MLflow
-server that does not answer at the job context's start is :class:`~common.platform.errors.TrackingUnreachable` within
-``tracking.start_timeout_s`` (:func:`check_server`).
+process died without ending it (SIGKILL, a lost machine, the server down at its end) is closed KILLED by the next
+tracker of the experiment on that host (:func:`close_dead_runs`), told apart from a live one by the process tags it
+carries (:func:`~common.platform.process.identity.process_tags`). An MLflow server that does not answer at the job
+context's start is :class:`~common.platform.errors.TrackingUnreachable` within ``tracking.start_timeout_s``
+(:func:`check_server`).
 """
 
 from __future__ import annotations

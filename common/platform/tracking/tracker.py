@@ -5,8 +5,7 @@ input plus ``input.<name>.version`` tags), each output table version, metrics an
 ran (:func:`code_tags`) and the process that ran it (:func:`process_tags`).
 
 A run ends FINISHED, FAILED (an error) or KILLED (a signal, :mod:`common.platform.process.signals`); one whose process
-died
-without ending it is closed by a later start (:mod:`common.platform.tracking.status`).
+died without ending it is closed by a later start (:mod:`common.platform.tracking.status`).
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ sampling generator cannot be re-seeded once drawn from, so a sampled bucket afte
 translator (milliseconds on CPU: 24 ms for t5-small's int8 weights); beams and greedy decoding never reload.
 
 A causal LM (:mod:`common.models.generation.kinds.causal_lm`, a folder with ``generator.json``) converts the same way
-and
-runs on CTranslate2's ``Generator``: its prompt tokens are forwarded at once (``include_prompt_in_result=False``)
+and runs on CTranslate2's ``Generator``: its prompt tokens are forwarded at once (``include_prompt_in_result=False``)
 and the samples are what follows them.
 
 A model with a label-prefix table (the compositional pipeline's LS-PT generator) feeds learned blocks to
@@ -36,8 +35,7 @@ log = logging.getLogger(__name__)
 def _actor_threads() -> int:
     """CTranslate2's intra-op threads: ``OMP_NUM_THREADS``, which bounds them (the pool sets it,
     :func:`common.platform.compute.ray_stages.threads_env`; Ray otherwise sets it to the worker's CPUs), else the CPUs
-    Ray
-    gave this actor (1 outside Ray)."""
+    Ray gave this actor (1 outside Ray)."""
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if omp.isdigit() and int(omp) >= 1:
         return int(omp)
@@ -55,8 +53,7 @@ class CT2Generator(T5Generator):
     """A Ray Data callable class generating with CTranslate2: converts (once) and loads the model, then serves
     batches exactly as :class:`T5Generator` does. A model CTranslate2 cannot run
     (:func:`common.models.generation.engines.ct2_conversion.hf_reason`, or one its converter fails on) is served by the
-    HF
-    engine, said once in the log."""
+    HF engine, said once in the log."""
 
     def __init__(self, model_path: str, model_version: str, spec: GenerationSpec):
         import ctranslate2

@@ -10,8 +10,7 @@ from typing import Optional
 
 class FastTokenizer:
     """The transformers tokenizer calls :class:`common.models.generation.engines.ct2.CT2Generator` makes, answered by
-    the
-    ``tokenizers`` library from the model's ``tokenizer.json``: importing transformers (and torch with it) costs an
+    the ``tokenizers`` library from the model's ``tokenizer.json``: importing transformers (and torch with it) costs an
     actor about 3 s of its start, and CTranslate2 needs neither."""
 
     def __init__(self, tokenizer, unk_token: Optional[str] = None):

@@ -1,18 +1,14 @@
 """The HF engine of batched generation: one model loaded once, serving batches of (source_id, source_text).
 
 :class:`T5Generator` is the Ray Data callable of :mod:`common.models.generation.on_ray.pool`'s actor pools (and the
-base
-:class:`common.models.generation.engines.ct2.CT2Generator` extends): inside a batch, inputs are sorted by token length
-and
-generated in buckets, so short inputs do not pay for the longest one's padding. Each input gives
-``n_samples`` outputs (sampling with top-k/top-p, or beam search). A bad row (empty, longer than
-``max_source_tokens``, or one whose decoding fails) becomes one output row with a ``reason`` instead of
-failing its batch. A model saved with a label-prefix table (:mod:`common.models.generation.kinds.label_prefix`, the
-compositional pipeline's LS-PT generator) reads each source text as a label set and feeds its labels'
-learned blocks to the encoder instead of tokens. A causal LM (a folder with ``generator.json``,
-:mod:`common.models.generation.kinds.causal_lm`) gets each source written into the prompt it was trained on,
-left-padded, and
-its samples are what it writes after the prompt.
+base :class:`common.models.generation.engines.ct2.CT2Generator` extends): inside a batch, inputs are sorted by token
+length and generated in buckets, so short inputs do not pay for the longest one's padding. Each input gives
+``n_samples`` outputs (sampling with top-k/top-p, or beam search). A bad row (empty, longer than ``max_source_tokens``,
+or one whose decoding fails) becomes one output row with a ``reason`` instead of failing its batch. A model saved with
+a label-prefix table (:mod:`common.models.generation.kinds.label_prefix`, the compositional pipeline's LS-PT generator)
+reads each source text as a label set and feeds its labels' learned blocks to the encoder instead of tokens. A causal
+LM (a folder with ``generator.json``, :mod:`common.models.generation.kinds.causal_lm`) gets each source written into
+the prompt it was trained on, left-padded, and its samples are what it writes after the prompt.
 """
 
 from __future__ import annotations
@@ -211,8 +207,7 @@ class T5Generator:
         for start in range(0, len(good), self.spec.bucket_size):
             bucket = good[start : start + self.spec.bucket_size]
             # hf draws per row (common.models.generation.engines.row_sampling); CTranslate2 per bucket, from this seed:
-            # either
-            # way not from which actor got the batch or what it generated before.
+            # either way not from which actor got the batch or what it generated before.
             self._seed(_bucket_seed(self.spec.seed, [ids[i] for i in bucket]))
             try:
                 outputs = self._generate([texts[i] for i in bucket], [ids[i] for i in bucket])

@@ -11,8 +11,7 @@ This module loads them (tokenizer with a pad token; LoRA adapters with ``lora_r`
 one for generation, and checks the install for ``augment doctor``. A (source, target) pair trains as the section's
 prompt template with the source filled in, then the target, the loss on the target only
 (:mod:`common.models.generation.kinds.causal_training`). The template is saved beside the weights (``generator.json``),
-so
-generation builds exactly the prompts the model was trained on. LoRA adapters are merged into the weights before the
+so generation builds exactly the prompts the model was trained on. LoRA adapters are merged into the weights before the
 save: generation and CTranslate2's conversion see a plain model, saved in bfloat16 to halve the disk.
 """
 

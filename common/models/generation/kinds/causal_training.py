@@ -49,10 +49,9 @@ def training_batches(
     device: str,
 ):
     """(sizes, batch_inputs) for the training loop of :func:`common.models.generation.kinds.seq2seq.fine_tune`: each
-    pair's
-    (sequence length, 0), and a function of a batch's pair indices returning (the model's keyword arguments:
-    right-padded ids, mask and labels on ``device``; padded token count). The loss is a mean over label
-    tokens, so right padding changes nothing."""
+    pair's (sequence length, 0), and a function of a batch's pair indices returning (the model's keyword arguments:
+    right-padded ids, mask and labels on ``device``; padded token count). The loss is a mean over label tokens, so
+    right padding changes nothing."""
     from common.models.generation.kinds.batching import padded
 
     sequences, labels = encode_pairs(tokenizer, pairs, template, max_source_length, max_target_length)
@@ -94,8 +93,7 @@ def prefix_training_batches(
 ):
     """:func:`training_batches` for LS-PT: each source is a label set, and its sequence is the labels' learned
     blocks (``prefix``, a :class:`common.models.generation.kinds.label_prefix.LabelPrefix`; left-padded), then the
-    target and
-    the end token as token embeddings. Position ids count from the first block, so padding shifts nothing;
+    target and the end token as token embeddings. Position ids count from the first block, so padding shifts nothing;
     the loss falls on the target and the end token only."""
     import torch
 

@@ -4,11 +4,10 @@ whole input for a label set.
 A label set's encoder input is its labels' blocks concatenated in vocabulary order, so each label is
 represented by its own parameters whatever its co-labels are (the disentanglement the paper's LS-PT
 relies on). The paper prefix-tunes a frozen GPT2: with a causal LM (:mod:`common.models.generation.kinds.causal_lm`)
-the
-blocks stand, left-padded, ahead of the text the LM writes, as there; with a seq2seq model they are the
-encoder's input. Either way the model trains with the table (LoRA adapters on a causal LM). Saved beside the
-model as ``label_prefix.safetensors`` and ``label_prefix.json``; a model folder holding them is generated from
-label sets (:class:`common.models.generation.on_ray.pool.T5Generator`).
+the blocks stand, left-padded, ahead of the text the LM writes, as there; with a seq2seq model they are the encoder's
+input. Either way the model trains with the table (LoRA adapters on a causal LM). Saved beside the model as
+``label_prefix.safetensors`` and ``label_prefix.json``; a model folder holding them is generated from label sets
+(:class:`common.models.generation.on_ray.pool.T5Generator`).
 """
 
 from __future__ import annotations

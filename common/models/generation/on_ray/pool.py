@@ -10,12 +10,10 @@ input gives ``n_samples`` outputs (sampling with top-k/top-p, or beam search). A
 ``max_source_tokens``, or one whose decoding fails) becomes one output row with a ``reason`` instead of
 failing its batch; :func:`split_quarantine` separates the two kinds. A model saved with a label-prefix
 table (:mod:`common.models.generation.kinds.label_prefix`, the compositional pipeline's LS-PT generator) reads each
-source
-text as a label set and feeds its labels' learned blocks to the encoder instead of tokens. A causal LM
-(a folder with ``generator.json``, :mod:`common.models.generation.kinds.causal_lm`) gets each source written into the
-prompt
-it was trained on, left-padded, and its samples are what it writes after the prompt. A small CPU stage runs on warm
-torch tasks instead of a pool (:mod:`common.models.generation.on_ray.warm_tasks`).
+source text as a label set and feeds its labels' learned blocks to the encoder instead of tokens. A causal LM (a folder
+with ``generator.json``, :mod:`common.models.generation.kinds.causal_lm`) gets each source written into the prompt it
+was trained on, left-padded, and its samples are what it writes after the prompt. A small CPU stage runs on warm torch
+tasks instead of a pool (:mod:`common.models.generation.on_ray.warm_tasks`).
 """
 
 from __future__ import annotations
@@ -61,17 +59,13 @@ def generate(
     so gets the same batches whatever its files: what the ctranslate2 engine's samples depend on, as it
     seeds per length bucket; the hf engine's samples depend on each row alone. On the ctranslate2 engine the model
     is converted first, once, in a Ray task (:func:`~common.models.generation.engines.ct2_conversion.prepare`), not by
-    each
-    actor.
-    With ``warm_tasks`` (a small CPU stage: :func:`~common.models.generation.on_ray.warm_tasks.warm_tasks_for`), the
-    batches run as torch tasks instead (:func:`~common.models.generation.on_ray.warm_tasks.on_warm_tasks`). A CPU actor
-    or
-    task runs ``threads`` threads (:func:`common.platform.compute.ray_stages.cpu_threads`; 0: the node's CPUs shared
-    among
-    the pool). A served
+    each actor. With ``warm_tasks`` (a small CPU stage:
+    :func:`~common.models.generation.on_ray.warm_tasks.warm_tasks_for`), the batches run as torch tasks instead
+    (:func:`~common.models.generation.on_ray.warm_tasks.on_warm_tasks`). A CPU actor or task runs ``threads`` threads
+    (:func:`common.platform.compute.ray_stages.cpu_threads`; 0: the node's CPUs shared among the pool). A served
     generator (:class:`~common.models.generation.served.engine.ServedGenerator`, read here once) runs on CPU-only
-    :class:`~common.models.generation.served.engine.EndpointGenerator` s, at most the endpoint's ``max_concurrency``
-    of them, its response log tagged ``tag`` (the stage run's); a batch that found the endpoint down is not retried
+    :class:`~common.models.generation.served.engine.EndpointGenerator` s, at most the endpoint's ``max_concurrency`` of
+    them, its response log tagged ``tag`` (the stage run's); a batch that found the endpoint down is not retried
     (:class:`~common.platform.errors.RetriedByRay`).
     """
     from common.models.generation.served.engine import EndpointGenerator, ServedGenerator, pool_size, served_key
@@ -187,8 +181,8 @@ def _on_pool(
 def pool_options(rows: int, generation: "GenerationConfig", ray: "RayConfig") -> dict[str, Any]:
     """:func:`generate`'s (and :func:`generate_routed`'s) pool keywords for a stage of ``rows`` inputs with the
     ``generation`` section's settings: ``warm_tasks``
-    (:func:`~common.models.generation.on_ray.warm_tasks.warm_tasks_for`)
-    and ``threads`` (``ray.generation_threads``)."""
+    (:func:`~common.models.generation.on_ray.warm_tasks.warm_tasks_for`) and ``threads``
+    (``ray.generation_threads``)."""
     return {"warm_tasks": warm_tasks_for(rows, generation, ray), "threads": ray.generation_threads}
 
 

@@ -72,15 +72,13 @@ def on_warm_tasks(ds, generator_class, constructor_kwargs: dict, concurrency: in
     """``ds`` mapped in batches of ``batch_size`` (the same batches as
     :func:`~common.models.generation.on_ray.pool.on_actor_pool`) by Ray tasks in the torch runtime environment
     (:data:`common.platform.compute.ray_stages.TORCH_TASK_ENV`), at most ``concurrency`` at a time. Ray hands them the
-    workers
-    that already imported torch for the run's fine-tunes and conversions, and each worker keeps the generator it built
-    (:func:`_warm_generator`), so a small stage pays neither a process start nor a second model load. Retries are
-    bounded as the actor pool's are: a batch whose worker died, or whose code raised (``ray.retry_exceptions``), runs
-    again at most ``ray.actor_task_retries`` times, then fails the stage (Ray Data's tasks would otherwise retry
+    workers that already imported torch for the run's fine-tunes and conversions, and each worker keeps the generator
+    it built (:func:`_warm_generator`), so a small stage pays neither a process start nor a second model load. Retries
+    are bounded as the actor pool's are: a batch whose worker died, or whose code raised (``ray.retry_exceptions``),
+    runs again at most ``ray.actor_task_retries`` times, then fails the stage (Ray Data's tasks would otherwise retry
     forever). Each task runs :func:`common.platform.compute.ray_stages.cpu_threads` of ``threads`` threads: above 1
-    that is
-    another runtime environment, so the stage's first task starts a worker of its own (kept for the next stages that
-    run as many threads)."""
+    that is another runtime environment, so the stage's first task starts a worker of its own (kept for the next stages
+    that run as many threads)."""
     import warnings
 
     from ray.data import DataContext, TaskPoolStrategy
