@@ -120,6 +120,14 @@ def run_pipeline(
     return _run_pipeline(ctx, name, PIPELINES[name] if job_names is None else job_names, REGISTRY.runner, progress)
 
 
+def run_named(ctx: "JobContext", name: str, job_names: Sequence[str]) -> "JobResult":
+    """Run the jobs named ``job_names`` in order as one job ``name``, one merged result: a family module's ``run``
+    for ``spark-submit jobs/<family>/<family>.py`` where the family's jobs live in modules of their own."""
+    from common.platform.runner.job import run_jobs
+
+    return run_jobs(ctx, name, tuple(REGISTRY.runner(job) for job in job_names))
+
+
 def entry_point(name: str, run: Callable[["JobContext"], "JobResult"], doc: Optional[str]):
     """``main(argv=None)`` of a job module (CLI / ``spark-submit jobs/<family>/<module>.py``), loading this suite's
     config (:func:`common.config.load_config`)."""

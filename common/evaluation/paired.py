@@ -116,14 +116,22 @@ def paired(metric: str, cells: Cells, confidence: float, resamples: int, seed: i
     if test is None:
         return None
     difference = _row_draws(metric, test, resamples, np.random.default_rng(seed))
-    difference = difference[~np.isnan(difference)]
-    if not len(difference):
+    return _percentile(metric, test.candidate, test.champion, difference, test.n, 1, confidence)
+
+
+def _percentile(
+    metric: str, candidate: float, champion: float, effects: np.ndarray, n: int, repeats: int, confidence: float
+) -> Optional[Paired]:
+    """The comparison whose interval is the percentile interval at ``confidence`` of bootstrap ``effects`` (NaN draws
+    left out) and whose standard error is their spread; None where no draw has a value."""
+    effects = effects[~np.isnan(effects)]
+    if not len(effects):
         return None
     tail = (1.0 - confidence) / 2
-    low, high = np.quantile(difference, [tail, 1.0 - tail])
-    se = float(np.std(difference, ddof=1)) if len(difference) > 1 else float("nan")
+    low, high = np.quantile(effects, [tail, 1.0 - tail])
+    se = float(np.std(effects, ddof=1)) if len(effects) > 1 else float("nan")
     unit = METRICS[metric][0]
-    return Paired(metric, test.candidate, test.champion, float(low), float(high), test.n, unit, se, 1, confidence)
+    return Paired(metric, candidate, champion, float(low), float(high), n, unit, se, repeats, confidence)
 
 
 def pooled(
@@ -172,9 +180,7 @@ def pooled(
                 metric, candidate, champion, effect - half, effect + half, n, unit, math.sqrt(between),
                 len(tests), confidence, "between repeats (t)",
             )  # fmt: skip
-    low, high = np.quantile(effects, [tail, 1.0 - tail])
-    se = math.sqrt(within) if len(effects) > 1 else float("nan")
-    return Paired(metric, candidate, champion, float(low), float(high), n, unit, se, len(tests), confidence)
+    return _percentile(metric, candidate, champion, effects, n, len(tests), confidence)
 
 
 def _mcnemar(metric: str, test: _Test, unit: str, confidence: float) -> Paired:

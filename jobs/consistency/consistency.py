@@ -5,14 +5,14 @@ run, as ``augment run consistency`` runs them first."""
 
 from __future__ import annotations
 
-from common.platform.runner.job import JobContext, JobResult, run_jobs
-from jobs import PIPELINES, entry_point, job_runner
+from common.platform.runner.job import JobContext, JobResult
+from jobs import PIPELINES, entry_point, run_named
 
 
 def run(ctx: JobContext) -> JobResult:
     """Run the consistency pipeline's jobs after ``foundation``'s, in order; one merged result."""
     own = [name for name in PIPELINES["consistency"] if name not in PIPELINES["foundation"]]
-    return run_jobs(ctx, "consistency", tuple(job_runner(name) for name in own))
+    return run_named(ctx, "consistency", own)
 
 
 main = entry_point("consistency", run, __doc__)

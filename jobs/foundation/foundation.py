@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-from common.platform.runner.job import JobContext, JobResult, run_jobs
-from jobs import PIPELINES, entry_point, job_runner
+from common.platform.runner.job import JobContext, JobResult
+from jobs import PIPELINES, entry_point, run_named
 
 
 def run(ctx: JobContext) -> JobResult:
     """Run the ``foundation`` pipeline's jobs in order; one merged result."""
-    return run_jobs(ctx, "foundation", tuple(job_runner(name) for name in PIPELINES["foundation"]))
+    return run_named(ctx, "foundation", PIPELINES["foundation"])
 
 
 main = entry_point("foundation", run, __doc__)
