@@ -1,6 +1,7 @@
 """The evaluation layer's statistics against ground truth: simulated paired outcomes with a known effect (pure numpy,
-no Spark or Ray). Its intervals must cover the true effect about 95% of the time, its minimum detectable effect must
-be the effect found 80% of the time, and McNemar's test and the paired bootstrap must agree on a worked example."""
+no Spark or Ray; the last test pairs a small predictions table in Spark). Its intervals must cover the true effect
+about 95% of the time, its minimum detectable effect must be the effect found 80% of the time, and McNemar's test and
+the paired bootstrap must agree on a worked example."""
 
 from __future__ import annotations
 
@@ -142,3 +143,30 @@ def test_a_verdict_in_words_beside_the_papers_effect():
     ls_pt = paper_effect("compositional", "label_prefix", "accuracy", "cg")
     assert ls_pt.scaled(0.996) == pytest.approx(0.004) and ls_pt.scaled(0.0256) == pytest.approx(0.0471, abs=1e-3)
     assert paper_effect("compositional", "label_prefix", "accuracy", "iid") is None
+
+
+def test_predictions_pair_on_the_same_rows_and_judge_each_method(spark):
+    """The predictions table's paired cells (Spark) and each method's evidence: a row the baseline lacks is left
+    out, the baseline's own values read off its cells, and the method's effect is its paired difference."""
+    from common.evaluation.predictions import PREDICTIONS_SCHEMA, cells_by_run, evidence, paired_cells, value
+
+    rows = []
+    for repeat in (0, 1):
+        for i in range(40):
+            gold = "a" if i % 2 else "b"
+            rows.append(("baseline", repeat, "rows", f"r{i}", gold, gold if i < 20 else "x"))
+            rows.append(("cst_full", repeat, "rows", f"r{i}", gold, gold if i < 30 else "x"))
+            rows.append(("baseline", repeat, "pairs", f"g{i}", "", "1" if i < 24 else "0"))
+            rows.append(("cst_full", repeat, "pairs", f"g{i}", "", "1" if i < 36 else "0"))
+        rows.append(("cst_full", repeat, "rows", "only-cst", "a", "a"))  # no baseline row: not compared
+    cells = cells_by_run(paired_cells(spark.createDataFrame(rows, PREDICTIONS_SCHEMA), "baseline").collect())
+    assert set(cells) == {("baseline", 0), ("baseline", 1), ("cst_full", 0), ("cst_full", 1)}
+    assert sum(c for _, c in cells[("cst_full", 0)]["rows"]) == 40
+    assert value("accuracy", cells[("baseline", 1)]) == pytest.approx(0.5)
+    assert value("consistency_rate", cells[("cst_full", 0)]) == pytest.approx(0.9)
+    found = evidence(cells, "consistency", "baseline", ("accuracy", "consistency_rate"))
+    assert set(found) == {("cst_full", "accuracy"), ("cst_full", "consistency_rate")}
+    judged = found[("cst_full", "consistency_rate")]
+    assert judged.effect == pytest.approx(0.3) and judged.comparison.n == 40 and judged.comparison.repeats == 2
+    assert judged.direction == 1 and judged.paper is not None  # the paper's CST-full effect is beside it
+    assert found[("cst_full", "accuracy")].paper is None  # the paper reports weighted F1, not accuracy

@@ -65,7 +65,17 @@ def test_demo_pipeline_cst_raises_consistency(ctx):
     assert summary.outputs == {}
     assert summary.metrics["cst_full.consistency_rate"] == pytest.approx(means.loc["cst_full", "consistency_rate"])
     text = (Path(ctx.cfg.lakehouse.root) / "reports" / "summary.md").read_text()
-    assert "cst_full" in text and "lift" in text and "reports/consistency" in text
+    assert "cst_full" in text and "MDE" in text and "reports/consistency" in text
+    # Each method against the baseline on the same rows: CST's +0.10 consistency is beyond its interval.
+    judged = ctx.lakehouse.read("consistency_evidence").toPandas().set_index(["method", "metric"])
+    assert set(judged.index.get_level_values(0)) == {"cs_blind", "cst_full", "cst_ss"}
+    cst = judged.loc[("cst_full", "consistency_rate")]
+    assert cst.effect == pytest.approx(
+        means.loc["cst_full", "consistency_rate"] - means.loc["baseline", "consistency_rate"]
+    )
+    assert cst.effect_low > 0 and cst.verdict.startswith("better") and cst.n_test == 200 and cst.repeats == 2
+    assert summary.metrics["cst_full.consistency_rate.effect_low"] == pytest.approx(cst.effect_low)
+    assert next(line for line in text.splitlines() if line.strip().startswith("cst_full")).count("better") == 1
     page = (Path(ctx.cfg.lakehouse.root) / "reports" / "results" / "consistency.md").read_text()
     version = ctx.lakehouse.version("consistency_results")
     assert f"| results table | `consistency_results` version {version} |" in page
@@ -127,13 +137,20 @@ def test_other_scripts_run_through_the_pipeline(ctx, tmp_path):
     vocab = {"Home > Kitchen > Mugs": ["кружка", "マグカップ", "mug"], "Toys > Dolls": ["кукла", "人形", "doll"]}
     labeled = [(f"l{i}", f"{vocab[c][i % 3]} {i % 5} цвет", c) for i in range(120) for c in [list(vocab)[i % 2]]]
     catalog = [
-        (f"c{g}-{k}", f"{vocab[list(vocab)[g % 2]][g % 3]} версия {k}", f"G{g}") for g in range(40) for k in range(3)
+        (f"c{g}-{k}", f"{vocab[list(vocab)[g % 2]][g % 3]} {g} версия {k}", f"G{g}")
+        for g in range(40)
+        for k in range(3)
     ]
+    # Labeled items that are catalog offers (a team labels some of its own): version 0 of every other group, and
+    # version 1 too of every fourth. With a group-disjoint split a drawn offer takes its labeled sibling to the test.
+    offers = [(f"o{g}-{k}", catalog[3 * g + k][1], list(vocab)[g % 2]) for g in range(0, 40, 2) for k in (0, 1)]
+    labeled += [o for o in offers if o[0].endswith("-0") or int(o[0][1:].split("-")[0]) % 4 == 0]
     _ingest_user_data(ctx, tmp_path, labeled, catalog)
     ctx.cfg.consistency = ConsistencyConfig(
         methods=["baseline", "cst_full"],
         repeats=1,
         consistency_test=20,
+        group_disjoint=True,
         fasttext=FastTextConfig(epoch=10, bucket=5000),
     )
     results = run_pipeline(ctx, "consistency", PIPELINES["consistency"][2:])
@@ -149,6 +166,23 @@ def test_other_scripts_run_through_the_pipeline(ctx, tmp_path):
     assert titles["accuracy_test"] and titles["labeled_train"]
     assert not titles["accuracy_test"] & (titles["labeled_train"] | titles["unlabeled_pool"])
     assert results[1].metrics["leaked_test_titles"] == 0
+    # The consistency test's titles are in neither D_L (nor so CGA's sources) nor D_U (nor so its fine-tuning
+    # pairs): the groups holding a D_L offer were set aside, and the guard counts them.
+    pairs = ctx.lakehouse.read("consistency_test").collect()
+    tested = {p.title_1 for p in pairs} | {p.title_2 for p in pairs}
+    assert len(pairs) == 20 and not tested & (titles["labeled_train"] | titles["unlabeled_pool"])
+    offered = {o[1] for o in offers} & titles["labeled_train"]
+    assert offered and results[1].metrics["guard_groups_holding_d_l_titles"] > 0
+    # Group-disjoint: an offer and its labeled sibling sit on one side.
+    for g in range(0, 40, 4):
+        both = {catalog[3 * g][1], catalog[3 * g + 1][1]}
+        assert both <= titles["accuracy_test"] or not both & titles["accuracy_test"], g
+    # Each method's evidence against the baseline, on the same rows.
+    judged = ctx.lakehouse.read("consistency_evidence").toPandas().set_index(["method", "metric"])
+    assert set(judged.index) == {("cst_full", "f1_weighted"), ("cst_full", "consistency_rate")}
+    row = judged.loc[("cst_full", "consistency_rate")]
+    assert row.n_test == 20 and row.repeats == 1 and row.interval == "McNemar"
+    assert row.effect_low <= row.effect <= row.effect_high and row.verdict
 
 
 def test_real_data_amazon_toys_with_wdc_groups(ctx, shared_data):

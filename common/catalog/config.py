@@ -56,6 +56,9 @@ class ConsistencyConfig:
     accuracy_test: float = 0.125
     # Consistency test: 9k of 363k groups, one pair of different titles each (fraction or count).
     consistency_test: float = 0.025
+    # Group-disjoint accuracy test: every labeled item whose title shares a catalog group with a drawn test title
+    # joins the test (for labeled items drawn from the catalog: a product's other versions then test, not train).
+    group_disjoint: bool = False
     # The catalog is matched to D_L's histogram at this level before the consistency test (paper: L1),
     # and CST-SS matches D_U at this level too.
     match_level: int = 1

@@ -53,6 +53,18 @@ def without_copies(df: "DataFrame", column: str, test: "DataFrame", test_column:
     return df.withColumn(_KEY, text_key(F.col(column))).join(_keys(test, test_column), _KEY, "left_anti").drop(_KEY)
 
 
+def groups_with_copies(
+    items: "DataFrame", group_column: str, column: str, test: "DataFrame", test_column: str
+) -> "DataFrame":
+    """The distinct ``group_column`` values of ``items`` whose groups hold one of ``test``'s ``test_column`` texts
+    in ``column``: the catalog groups a group-disjoint split keeps off the test side (a group that holds a training
+    title would test a title the classifier was trained on)."""
+    from pyspark.sql import functions as F
+
+    keyed = items.select(group_column, text_key(F.col(column)).alias(_KEY))
+    return keyed.join(_keys(test, test_column), _KEY, "left_semi").select(group_column).distinct()
+
+
 def leak_count(train: "DataFrame", column: str, test: "DataFrame", test_column: str) -> int:
     """How many distinct texts of ``test`` also occur in ``train`` (one bounded count)."""
     return _keys(test, test_column).join(_keys(train, column), _KEY, "left_semi").count()

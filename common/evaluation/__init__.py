@@ -6,6 +6,8 @@ method's results, the results summary and the promotion gate).
 * :mod:`.power`     the minimum detectable effect, the test size an effect needs, McNemar's test
 * :mod:`.papers`    each paper's reported effect, scaled to a team's baseline
 * :mod:`.evidence`  effect, interval, MDE, the paper's effect and a verdict in words
+* :mod:`.predictions` the per-row predictions table, its paired cells (a DataFrame transform) and each method's
+  evidence
 
-Pure numpy, scipy and statsmodels: no session, table or run (``tests/test_architecture.py``).
+Numpy, scipy, statsmodels and DataFrame transforms: no session, table or run (``tests/test_architecture.py``).
 """

@@ -98,6 +98,13 @@ def _test(metric: str, cells: Cells) -> Optional[_Test]:
     return _Test(keys, counts, candidate, champion)
 
 
+def observed(metric: str, cells: Cells) -> Optional[tuple[float, float]]:
+    """(the candidate's, the champion's) ``metric`` on ``cells`` as observed, no resampling; None where the test set
+    has no rows."""
+    test = _test(metric, cells)
+    return None if test is None else (test.candidate, test.champion)
+
+
 def _row_draws(metric: str, test: _Test, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """``resamples`` bootstrap differences of one test: its rows redrawn (a multinomial over its cells)."""
     value = METRICS[metric][2]

@@ -10,11 +10,12 @@
   (every sample with ``score`` and, for empty outputs and copies, ``reason``) and ``cga_generated_quarantine``
   (bad inputs).
 * ``cga-train`` reads ``cga_generated``, ``labeled_train``, ``accuracy_test``, ``consistency_test``,
-  ``consistency_results``; D_aug = samples with s >= ``cga.threshold`` (sub-sampled to ``cga.n``) with
-  their source's label; writes ``cga_augmented``, ``cga_test_copies`` (samples that copy an accuracy-test
-  title, with their reason: never in D_aug), ``train_cga`` (D_L ∪ D_aug); trains HFT
+  ``consistency_results``, ``consistency_predictions``; D_aug = samples with s >= ``cga.threshold``
+  (sub-sampled to ``cga.n``) with their source's label; writes ``cga_augmented``, ``cga_test_copies`` (samples
+  that copy a title of either test, with their reason: never in D_aug), ``train_cga`` (D_L ∪ D_aug); trains HFT
   ``consistency.repeats`` times, evaluates like ``consistency-train`` and puts the ``cga`` rows into
-  ``consistency_results`` (replacing earlier ``cga`` rows; lifts vs the baseline rows).
+  ``consistency_results`` (replacing earlier ``cga`` rows; lifts vs the baseline rows); ``cga_predictions``
+  and ``cga_evidence`` (cga against the baseline's predictions on the same rows).
 * ``cga-sweep`` reads the same; one MLflow child run per Figure-2 point (T at fixed N, N at T = 0.7, T
   without sub-sampling); writes ``cga_sweep_results`` and the chart ``reports/cga/figure2.png``.
 """

@@ -1,10 +1,11 @@
 """Job ``cga-train`` of the CGA pipeline (:mod:`jobs.cga.cga` holds ``cga-pairs`` and ``cga-generate``,
 :mod:`jobs.cga.cga_sweep` the Figure-2 sweep): D_aug = the generated samples with s >= ``cga.threshold`` (sub-sampled
 to ``cga.n``) with their source's label, written as ``cga_augmented``; ``cga_test_copies`` (samples that copy an
-accuracy-test title, with their reason: never in D_aug); ``train_cga`` (D_L ∪ D_aug); HFT trained
+title of either test, with their reason: never in D_aug); ``train_cga`` (D_L ∪ D_aug); HFT trained
 ``consistency.repeats`` times and evaluated like ``consistency-train``, its ``cga`` rows put into
-``consistency_results`` (replacing earlier ``cga`` rows; lifts vs the baseline rows). Also the tables every CGA
-training reads (:func:`evaluation_inputs`)."""
+``consistency_results`` (replacing earlier ``cga`` rows; lifts vs the baseline rows); its predictions
+(``cga_predictions``) paired with the baseline's (``consistency_predictions``) and judged (``cga_evidence``).
+Also the tables every CGA training reads (:func:`evaluation_inputs`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from jobs.consistency.consistency_results import RESULTS
 log = logging.getLogger(__name__)
 
 TEST_COPIES = "cga_test_copies"
+PREDICTIONS = "cga_predictions"  # the cga models' per-row predictions (the baseline's are consistency-train's)
+EVIDENCE = "cga_evidence"  # cga against the baseline on the same rows
 
 
 def _base_results_version(ctx: JobContext) -> int:
@@ -34,15 +37,38 @@ def _base_results_version(ctx: JobContext) -> int:
     return latest.version
 
 
+def baseline_predictions(ctx: JobContext, tr: JobRun):
+    """The baseline's per-row predictions CGA pairs with: the latest ``consistency_predictions`` (only
+    consistency-train writes it), checked to be on the test versions this run reads (a rerun split with no
+    consistency-train since would pair CGA with another test's rows)."""
+    from common.platform.errors import InputError
+    from jobs.consistency.consistency_results import PREDICTIONS
+
+    if not ctx.lakehouse.exists(PREDICTIONS):
+        raise InputError(f"{PREDICTIONS} does not exist: run consistency-train first (CGA pairs with its baseline)")
+    rows = tr.read(PREDICTIONS)
+    commit = ctx.lakehouse.data_commit(PREDICTIONS, tr.versions[PREDICTIONS])
+    made_on = ((commit.lineage if commit else None) or {}).get("inputs", {})
+    for test in ("accuracy_test", "consistency_test"):
+        if str(made_on.get(test)) != tr.inputs[test]:
+            raise InputError(
+                f"{PREDICTIONS}: the baseline was scored on {test} v{made_on.get(test)}, this run reads "
+                f"v{tr.inputs[test]}: run consistency-train again first"
+            )
+    return rows
+
+
 def evaluation_inputs(tr: JobRun):
     """The tables every CGA training reads (their versions become ``tr.inputs``): (D_L, generated, accuracy
-    test, consistency pairs). A generated title that copies an accuracy-test title gets the reason
+    test, consistency pairs). A generated title that copies a title of either test gets the reason
     ``copies a test text`` here, so no D_aug holds it (the test item would be trained on)."""
     from common.data.leakage import mark_test_copies
 
-    accuracy_test = tr.read("accuracy_test")
+    accuracy_test, pairs = tr.read("accuracy_test"), tr.read("consistency_test")
     generated = mark_test_copies(tr.read("cga_generated"), "generated_text", accuracy_test, "title")
-    return tr.read("labeled_train"), generated, accuracy_test, tr.read("consistency_test")
+    for side in ("title_1", "title_2"):
+        generated = mark_test_copies(generated, "generated_text", pairs, side)
+    return tr.read("labeled_train"), generated, accuracy_test, pairs
 
 
 @job("cga-train")
@@ -52,19 +78,31 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
 
     from common.catalog.cga import augmentation_set, training_set
     from common.data.leakage import COPIES_TEST
+    from common.evaluation.predictions import value
     from common.models.generator_summary import generator_facts
     from common.registry.candidates import generator_lineage
     from common.registry.ship import resume, ship
-    from jobs.consistency.consistency_hft import evaluate_many, model_jobs, train_levels, training_stats
+    from jobs.consistency.consistency_hft import model_jobs, predictions, train_levels, training_stats
     from jobs.consistency.consistency_registry import candidate, comparer
-    from jobs.consistency.consistency_results import RESULT_SCHEMA, report, summary_table, with_lifts
+    from jobs.consistency.consistency_results import (
+        JUDGED,
+        RESULT_SCHEMA,
+        judge,
+        reference,
+        report,
+        summary_table,
+        with_lifts,
+    )
 
     cfg = ctx.cfg.cga
     repeats = ctx.cfg.consistency.repeats
     d_l, generated, accuracy_test, pairs = evaluation_inputs(tr)
     existing = tr.read(RESULTS, _base_results_version(ctx))
+    baseline_rows = baseline_predictions(ctx, tr)
     config_hash = hash_of(cfg.threshold, cfg.n, asdict(ctx.cfg.consistency.fasttext), repeats, ctx.cfg.seed)
-    if tr.already_written(RESULTS, config_hash, latest_only=True):
+    if tr.already_written(RESULTS, config_hash, latest_only=True) and tr.all_written(
+        (PREDICTIONS, EVIDENCE), config_hash
+    ):
         resume(ctx, tr, comparer(ctx))  # what an earlier run left unshipped: shipped now, nothing trained
         return None
 
@@ -86,9 +124,19 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     models, jobs = model_jobs(ctx, "train_cga", written.version, depth, "hft_cga", config_hash, repeats)
     train_levels(ctx, tr, jobs)
 
+    base = reference(ctx.cfg.consistency.methods)
+    cells, found = judge(
+        ctx,
+        tr,
+        predictions([("cga", repeat, model, None) for repeat, _, model in models], accuracy_test, pairs),
+        (PREDICTIONS, EVIDENCE),
+        config_hash,
+        [base, "cga"],
+        baseline_rows.where(F.col("method") == base),
+    )
     rows = []
-    scores = evaluate_many(ctx, [(model, None) for _, _, model in models], accuracy_test, pairs)
-    for (repeat, seed, _), (f1, consistency) in zip(models, scores):
+    for repeat, seed, _ in models:
+        f1, consistency = (value(metric, cells.get(("cga", repeat), {})) for metric in JUDGED)
         rows.append((tr.run_id, "cga", repeat, seed, f1, consistency, n_rows, n_aug))
         tr.log_metrics({"cga.f1_weighted": f1, "cga.consistency_rate": consistency}, step=repeat)
         log.info("cga repeat %d: F1 %.4f consistency %.4f (D_aug %d)", repeat, f1, consistency, n_aug)
@@ -97,7 +145,7 @@ def train_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     cga_rows = ctx.spark.createDataFrame(with_lifts(rows, baseline), RESULT_SCHEMA)
     tr.write(existing.filter(F.col("method") != "cga").unionByName(cga_rows), RESULTS, config_hash)
     pdf = tr.written(RESULTS).toPandas()
-    report(ctx, tr, pdf)
+    report(ctx, tr, pdf, found)
     log.info("consistency results with CGA:\n%s", summary_table(pdf))
     if ctx.cfg.registry.ships("consistency"):  # CGA's classifier ships as the consistency pipeline's "cga"
         ship(

@@ -1,6 +1,7 @@
 """The consistency pipeline's HFT classifiers, as ``consistency-train`` and the CGA jobs train and score them: a
-training table's stats, the level jobs of R seeded repeats, their training in Ray, and each model's weighted F1 on
-the accuracy test and consistency rate on the title pairs (in Spark, several models at once)."""
+training table's stats, the level jobs of R seeded repeats, their training in Ray, each model's per-row predictions
+on the accuracy test and the title pairs (:func:`predictions`, what the results judge by), and its weighted F1 and
+consistency rate alone (:func:`evaluate`, the sweep's points)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,44 @@ def evaluate_many(ctx: JobContext, models: list, accuracy_test, pairs, threads: 
 
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(models)))) as pool:
         return list(pool.map(lambda mb: evaluate(ctx, mb[0], accuracy_test, pairs, mb[1]), models))
+
+
+def predictions(runs: list, accuracy_test, pairs):
+    """Every (method, repeat, model, blind) of ``runs`` scored on the same test rows, as one frame of
+    :data:`~common.evaluation.predictions.PREDICTIONS_SCHEMA`: the accuracy test's rows keyed by ``item_id``
+    (gold: the category) and the title pairs keyed by ``group_id`` (pred "1" where both titles get one label). Lazy:
+    the caller's write scores them all in one Spark job, each Python worker loading each model once."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    from common.models.classifiers.hft import predict
+
+    frames = []
+    for method, repeat, model, blind in runs:
+        text = blind if blind is not None else (lambda c: c)
+        tags = [F.lit(method).alias("method"), F.lit(repeat).cast("int").alias("repeat")]
+        rows = predict(accuracy_test.select("item_id", "category", text(F.col("title")).alias("title")), model)
+        frames.append(
+            rows.select(
+                *tags,
+                F.lit("rows").alias("test"),
+                F.col("item_id").cast("string").alias("key"),
+                F.col("category").alias("gold"),
+                F.col("pred_label").alias("pred"),
+            )
+        )
+        titles = [text(F.col(c)).alias(c) for c in ("title_1", "title_2")]
+        both = pairs.select("group_id", *titles)
+        both = predict(predict(both, model, "title_1", "p1"), model, "title_2", "p2")
+        alike = F.when(F.col("p1_label") == F.col("p2_label"), "1").otherwise("0")
+        frames.append(
+            both.select(
+                *tags,
+                F.lit("pairs").alias("test"),
+                F.col("group_id").cast("string").alias("key"),
+                F.lit("").alias("gold"),
+                alike.alias("pred"),
+            )
+        )
+    return reduce(lambda a, b: a.unionByName(b), frames)

@@ -1,16 +1,25 @@
 """The ``consistency_results`` table (:mod:`jobs.consistency.consistency_train` writes it, ``cga-train`` adds its
 ``cga`` rows): its schema, each row's lifts vs the baseline's mean, the paper's Table 1 as text and the report
-(markdown and the F1-vs-consistency chart)."""
+(markdown and the F1-vs-consistency chart); and the judgement (:func:`judge`): every model's per-row predictions
+kept (``consistency_predictions``; CGA's in ``cga_predictions``), each method paired with the baseline on the same
+rows and judged (``consistency_evidence``, ``cga_evidence``: effect, interval, MDE, the paper's effect, verdict)."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 from pathlib import Path
 from typing import Optional
 
-from common.platform.runner.job import JobContext
+from common.platform.runner.job import JobContext, JobRun
+
+log = logging.getLogger(__name__)
 
 RESULTS = "consistency_results"
+PREDICTIONS = "consistency_predictions"
+EVIDENCE = "consistency_evidence"
+# The metrics each method is judged on, as the paper's Table 1 reports them.
+JUDGED = ("f1_weighted", "consistency_rate")
 RESULT_SCHEMA = (
     "run_id string, method string, repeat int, seed long, f1_weighted double, consistency_rate double, "
     "f1_lift double, consistency_lift double, n_train long, n_augmented long"
@@ -55,8 +64,9 @@ def summary_table(pdf) -> str:
     return "\n".join(lines)
 
 
-def report(ctx: JobContext, tr, pdf) -> None:
-    """Write the markdown report and the F1-vs-consistency chart; log both to MLflow; print the table."""
+def report(ctx: JobContext, tr, pdf, found=None) -> None:
+    """Write the markdown report (with ``found``'s evidence lines, :func:`judge`) and the F1-vs-consistency chart;
+    log both to MLflow; print the table."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,7 +74,8 @@ def report(ctx: JobContext, tr, pdf) -> None:
 
     folder = Path(ctx.reports_dir("consistency"))
     table = summary_table(pdf)
-    print(table)
+    judged = evidence_text(found or {})
+    print(table + (f"\n\n{judged}" if judged else ""))
     stats = (
         pdf.groupby("method", sort=False)
         .agg(
@@ -88,11 +99,57 @@ def report(ctx: JobContext, tr, pdf) -> None:
     fig.savefig(chart, dpi=120)
     plt.close(fig)
     markdown = folder / "report.md"
+    against = f"Each method against the baseline on the same rows (`{EVIDENCE}`):\n\n```\n{judged}\n```\n\n"
     markdown.write_text(
         "# Consistency results\n\n"
-        f"MLflow run `{tr.run_id}`; table `{RESULTS}`.\n\n```\n{table}\n```\n\n![F1 vs "
-        f"consistency](f1_vs_consistency.png)\n",
+        f"MLflow run `{tr.run_id}`; table `{RESULTS}`.\n\n```\n{table}\n```\n\n"
+        + (against if judged else "")
+        + "![F1 vs consistency](f1_vs_consistency.png)\n",
         encoding="utf-8",
     )
     tr.log_artifact(str(chart), "report")
     tr.log_artifact(str(markdown), "report")
+
+
+def reference(methods) -> str:
+    """The method every other is paired with: ``baseline``, or the first method where a config trains none (its
+    values are then read off its cells, and no method is judged against a paper)."""
+    return "baseline" if "baseline" in methods else list(methods)[0]
+
+
+def judge(
+    ctx: JobContext,
+    tr: JobRun,
+    predictions,
+    tables: tuple[str, str],
+    config_hash: str,
+    methods,
+    baseline_rows=None,
+):
+    """Write ``predictions`` (:func:`jobs.consistency.consistency_hft.predictions`) as ``tables[0]``; pair each
+    method with the reference's rows of the same repeat (``baseline_rows``: the reference's predictions kept by an
+    earlier job, else among ``predictions``); write each method's Evidence on :data:`JUDGED` as ``tables[1]`` and log
+    it to the run. The repeats share one split, so their rows' noise is one test's (``same_rows``). Returns
+    (cells by (method, repeat), evidence by (method, metric))."""
+    from common.evaluation.predictions import EVIDENCE_SCHEMA, cells_by_run, evidence, evidence_rows, paired_cells
+
+    table, evidence_table = tables
+    tr.write(predictions, table, config_hash)
+    rows = tr.written(table)
+    if baseline_rows is not None:
+        rows = rows.unionByName(baseline_rows)
+    base = reference(methods)
+    cells = cells_by_run(paired_cells(rows, base).collect())
+    found = (
+        evidence(cells, "consistency", base, JUDGED, same_rows=True, seed=ctx.cfg.seed) if base == "baseline" else {}
+    )
+    tr.write(ctx.spark.createDataFrame(evidence_rows(tr.run_id, found), EVIDENCE_SCHEMA), evidence_table, config_hash)
+    for (method, metric), e in found.items():
+        tr.log_metrics(e.metrics(f"evidence.{method}.{metric}"))
+        log.info("%s vs %s: %s", method, base, e.line())
+    return cells, found
+
+
+def evidence_text(found) -> str:
+    """Each method's evidence lines, as the report and the printed table carry them."""
+    return "\n".join(f"{method}: {e.line()}" for (method, _), e in sorted(found.items()))

@@ -8,9 +8,12 @@ every D_U item with its group's pseudo-label); ``cst_ss`` (the same with D_U's g
 exactly to D_L's histogram at ``consistency.match_level``).
 Each method's training set is written as ``train_<method>``; HFT levels train in parallel in Ray
 actors, ``consistency.repeats`` times with seeds seed..seed+R-1; prediction runs in Spark.
-Writes: ``consistency_results`` (method, repeat, seed, f1_weighted, consistency_rate, lifts vs the
-baseline mean); a report (markdown and a PNG chart of F1 vs consistency) to MLflow and
-``<lakehouse.root>/reports/consistency/``; each method's first model registered (common.registry).
+Writes: ``consistency_predictions`` (every model's prediction of every test row and pair),
+``consistency_results`` (method, repeat, seed, f1_weighted, consistency_rate, lifts vs the baseline mean),
+``consistency_evidence`` (each method against the baseline on the same rows, pooled over the repeats: effect,
+interval, MDE, the paper's effect, verdict; also MLflow metrics ``evidence.<method>.<metric>.*``); a report
+(markdown and a PNG chart of F1 vs consistency) to MLflow and ``<lakehouse.root>/reports/consistency/``; each
+method's first model registered (common.registry).
 """
 
 from __future__ import annotations
@@ -23,9 +26,19 @@ from common.platform.errors import ConfigError
 from common.platform.runner.job import JobContext, JobRun, hash_of, job
 from common.platform.storage import remove_tree
 from jobs import entry_point
-from jobs.consistency.consistency_hft import evaluate_many, model_jobs, train_levels, training_stats
+from jobs.consistency.consistency_hft import model_jobs, predictions, train_levels, training_stats
 from jobs.consistency.consistency_registry import blind_rules, candidate, comparer
-from jobs.consistency.consistency_results import RESULT_SCHEMA, RESULTS, report, summary_table, with_lifts
+from jobs.consistency.consistency_results import (
+    EVIDENCE,
+    JUDGED,
+    PREDICTIONS,
+    RESULT_SCHEMA,
+    RESULTS,
+    judge,
+    report,
+    summary_table,
+    with_lifts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +83,14 @@ def training_set(ctx: JobContext, method: str, d_l, pool, colours, sizes):
 def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Train and evaluate every method; returns the mean F1 and consistency rate per method."""
     from common.catalog.blinding import blind_col, load_dictionary
+    from common.evaluation.predictions import value
     from common.registry.ship import resume, ship
 
     cfg = ctx.cfg.consistency
     d_l, pool = tr.read("labeled_train"), tr.read("unlabeled_pool")
     accuracy_test, pairs = tr.read("accuracy_test"), tr.read("consistency_test")
     config_hash = hash_of(asdict(cfg), ctx.cfg.seed)
-    if tr.already_written(RESULTS, config_hash):
+    if tr.all_written((RESULTS, PREDICTIONS, EVIDENCE), config_hash):
         print(summary_table(tr.written(RESULTS).toPandas()))
         resume(ctx, tr, comparer(ctx))  # what an earlier run left unshipped: shipped now, nothing trained
         return None
@@ -103,11 +117,13 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         keys += [(method, repeat, seed, model) for repeat, seed, model in models]
         jobs += level
     train_levels(ctx, tr, jobs)
-    rows = []
-    scores = evaluate_many(
-        ctx, [(model, blind if method == "cs_blind" else None) for method, _, _, model in keys], accuracy_test, pairs
+    runs = [(method, repeat, model, blind if method == "cs_blind" else None) for method, repeat, _, model in keys]
+    cells, found = judge(
+        ctx, tr, predictions(runs, accuracy_test, pairs), (PREDICTIONS, EVIDENCE), config_hash, cfg.methods
     )
-    for (method, repeat, seed, _), (f1, consistency) in zip(keys, scores):
+    rows = []
+    for method, repeat, seed, _ in keys:
+        f1, consistency = (value(metric, cells.get((method, repeat), {})) for metric in JUDGED)
         n_aug, n_train = trained[method]
         rows.append((tr.run_id, method, repeat, seed, f1, consistency, n_train, n_aug))
         tr.log_metrics({f"{method}.f1_weighted": f1, f"{method}.consistency_rate": consistency}, step=repeat)
@@ -115,7 +131,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     frame = ctx.spark.createDataFrame(with_lifts(rows), RESULT_SCHEMA)
     tr.write(frame, RESULTS, config_hash)
     pdf = frame.toPandas()
-    report(ctx, tr, pdf)
+    report(ctx, tr, pdf, found)
     first = {method: model for method, repeat, _, model in keys if repeat == 0}
     if ctx.cfg.registry.ships("consistency"):
         examples = [r["title"] for r in accuracy_test.select("title").limit(3).collect()]
@@ -133,7 +149,7 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             tr.log_model_folder(model.uri, f"models/{method}")
     for _, repeat, _, model in keys:
         if repeat > 0:
-            remove_tree(model.uri)  # repeats only feed the mean ± std
+            remove_tree(model.uri)  # later repeats' predictions are kept; their models are not shipped
     means = pdf.groupby("method")[["f1_weighted", "consistency_rate"]].mean()
     return {f"mean.{m}.{k}": v for m, row in means.iterrows() for k, v in row.items()}
 

@@ -1,13 +1,14 @@
 """The figures a results summary shows under a pipeline's table: the run behind the results (CGA's D_aug and two of
 its titles beside their sources, the matcher's queries and click log) and how many test examples each figure
-rests on, each counted from the table version beside it (the results table, or an input its commit names)."""
+rests on, each counted from the table version beside it (the results table, or an input its commit names); and each
+method's evidence rows (:func:`evidence_rows`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from common.platform.lakehouse.tables import Commit
-from common.platform.runner.job import JobContext
+from common.platform.runner.job import JobContext, JobRun
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -167,3 +168,22 @@ def cut(text: str, chars: int = SAMPLE_CHARS) -> str:
     """``text`` on one line, at most ``chars`` characters."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= chars else flat[: chars - 1] + "…"
+
+
+# The evidence figures the summary's metrics carry per method and metric.
+EVIDENCE_FIGURES = ("effect", "effect_low", "effect_high", "mde")
+
+
+def evidence_rows(ctx: JobContext, tr: JobRun, tables: Sequence[str], results: "DataFrame") -> dict:
+    """The evidence rows (:data:`~common.evaluation.predictions.EVIDENCE_SCHEMA`) of those of ``tables`` that
+    exist, by (method, metric), of the runs that wrote ``results``' rows (a later run's evidence judges other
+    results): a row per method and metric reaches the driver. A later table's row replaces an earlier one's."""
+    from pyspark.sql import functions as F
+
+    runs = [r[0] for r in results.select("run_id").distinct().limit(64).collect()]
+    found = {}
+    for table in tables:
+        if ctx.lakehouse.exists(table):
+            rows = tr.read(table).where(F.col("run_id").isin(runs)).collect()
+            found.update({(r["method"], r["metric"]): r.asDict() for r in rows})
+    return found

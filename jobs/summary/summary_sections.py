@@ -8,10 +8,18 @@ from __future__ import annotations
 from typing import Sequence
 
 from common.catalog.metrics import by_method
-from common.platform.reports.results_pages import ResultsTable, beyond_std, fmt_mean, lift
+from common.platform.reports.results_pages import ResultsTable, beyond_std, effect_cell, fmt_mean, lift, points
 from common.platform.runner.job import JobContext, JobRun
-from jobs.summary.summary_facts import cga_facts, matcher_facts, test_facts
-from jobs.summary.summary_tables import BOOSTAUG, COMPOSITIONAL, CONSISTENCY, GENRE, MATCHER, PAGES
+from jobs.summary.summary_facts import EVIDENCE_FIGURES, cga_facts, evidence_rows, matcher_facts, test_facts
+from jobs.summary.summary_tables import (
+    BOOSTAUG,
+    COMPOSITIONAL,
+    CONSISTENCY,
+    CONSISTENCY_EVIDENCE,
+    GENRE,
+    MATCHER,
+    PAGES,
+)
 
 
 def _section(
@@ -34,37 +42,45 @@ def _section(
 
 
 def consistency_section(ctx: JobContext, tr: JobRun, metrics: dict[str, float]) -> ResultsTable:
-    """Weighted F1 and consistency rate per method, mean ± std over the repeats, lift vs the baseline."""
+    """Weighted F1 and consistency rate per method, mean ± std over the repeats, and each method against the
+    baseline on the same rows (``consistency_evidence``, ``cga_evidence``): the effect in points with its 95%
+    interval, the smallest effect the test sees (MDE), the paper's effect scaled to this baseline and the verdict on
+    the consistency rate, the paper's headline."""
     results, version = tr.read(CONSISTENCY), tr.versions[CONSISTENCY]
     # One read of the version's commit: its test inputs, and CGA's run and generated samples.
     commit = ctx.lakehouse.data_commit(CONSISTENCY, version)
     by = {r["method"]: r for r in by_method(results).collect()}
-    base = by.get("baseline")
+    judged = evidence_rows(ctx, tr, CONSISTENCY_EVIDENCE, results)
     rows = []
     for method in sorted(by, key=lambda m: (m != "baseline", m)):
         r = by[method]
-        other = base if method != "baseline" else None
+        f1, cons = judged.get((method, "f1_weighted")), judged.get((method, "consistency_rate"))
         rows.append(
             [
                 method,
                 fmt_mean(r["f1"], r["f1_std"]),
-                lift(r["f1"], base["f1"] if base else None),
-                _beyond(r, other, "f1", "f1_std"),
+                effect_cell(f1),
                 fmt_mean(r["consistency"], r["consistency_std"]),
-                lift(r["consistency"], base["consistency"] if base else None),
-                _beyond(r, other, "consistency", "consistency_std"),
+                effect_cell(cons),
+                points(cons["mde"] if cons else None),
+                points(cons["paper_effect"] if cons else None, signed=True),
+                cons["verdict"] if cons else "-",
                 str(r["runs"]),
             ]
         )
         metrics[f"{method}.f1_weighted"] = r["f1"]
         metrics[f"{method}.consistency_rate"] = r["consistency"]
+        for metric, e in (("f1_weighted", f1), ("consistency_rate", cons)):
+            if e is not None:
+                metrics.update({f"{method}.{metric}.{k}": e[k] for k in EVIDENCE_FIGURES})
     return _section(
         tr,
         CONSISTENCY,
-        "Consistency paper (weighted F1 on the accuracy test, consistency rate on "
-        "the consistency test; mean ± std over R runs, lift vs the baseline; > std: the difference to the "
-        "baseline exceeds both rows' std):",
-        ["method", "F1", "lift", "> std", "consistency", "lift", "> std", "R"],
+        "Consistency paper (weighted F1 on the accuracy test, consistency rate on the consistency test; mean ± std "
+        "over R runs; Δ: the method minus the baseline on the same test rows, in points, with its 95% interval "
+        "pooled over the runs; MDE: the smallest consistency effect this test sees at 80% power; paper: the paper's "
+        "consistency effect scaled to this baseline):",
+        ["method", "F1", "Δ F1 [95%]", "consistency", "Δ [95%]", "MDE", "paper", "verdict", "R"],
         rows,
         [
             *test_facts(ctx, CONSISTENCY, version, results, commit),

@@ -109,6 +109,20 @@ def beyond_std(mean: Optional[float], std: Optional[float], base: Optional[float
     return "yes" if abs(mean - base) > max(std or 0.0, base_std or 0.0) else "no"
 
 
+def points(value: Optional[float], signed: bool = False) -> str:
+    """A rate's value in points (``1.2``, signed ``+1.2``); ``-`` when there is none (or NaN)."""
+    if value is None or value != value:
+        return "-"
+    return f"{100 * value:+.1f}" if signed else f"{100 * value:.1f}"
+
+
+def effect_cell(row: Optional[Mapping[str, Any]]) -> str:
+    """An evidence row's effect and 95% interval in points: ``+1.2 [-0.3, +2.7]``; ``-`` when there is none."""
+    if not row:
+        return "-"
+    return f"{points(row['effect'], True)} [{points(row['effect_low'], True)}, {points(row['effect_high'], True)}]"
+
+
 def lift(value: Optional[float], base: Optional[float]) -> str:
     """``+3.10%`` relative to ``base``; ``-`` when there is no base."""
     if value is None or not base:
