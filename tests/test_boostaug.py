@@ -343,6 +343,19 @@ def test_pipeline_end_to_end_on_the_demo_titles(small_world):
     assert "eda+boostaug w/o perplexity" not in methods  # fastText surrogates have no perplexity
     assert (res.groupby(["method", "n_aug"]).size() == 2).all()  # R = 2 per variant
     assert res["accuracy"].between(0, 1).all() and (res["n_train"] >= n_train).all()
+    # every classifier's test predictions kept; accuracy recomputed from them is the results table's
+    n_test = lake.read("boostaug_texts").filter("split = 'test'").count()
+    predictions = lake.read("boostaug_predictions").toPandas()
+    assert len(predictions) == len(res) * n_test
+    hits = predictions.assign(hit=predictions["gold"] == predictions["pred"]).groupby(["method", "repeat"])["hit"]
+    main = res[res["n_aug"].isin([0, 2])].set_index(["method", "repeat"])["accuracy"]
+    assert hits.mean().reindex(main.index).to_numpy() == pytest.approx(main.to_numpy())
+    # each method (the curve's other sizes as methods of their own) judged against none on the same rows
+    evidence = lake.read("boostaug_evidence").toPandas()
+    assert set(evidence["method"]) == (methods - {"none"}) | {"eda @1", "eda+boostaug @1"}
+    assert (evidence["scope"] == "model=fasttext").all() and (evidence["n_test"] == n_test).all()
+    assert set(evidence["metric"]) == {"accuracy", "macro_f1"} and evidence["paper_effect"].isna().all()
+    assert "eda+boostaug: accuracy" in open(f"{ctx.cfg.lakehouse.root}/reports/boostaug/report.md").read()
     none_rows = res[res["method"] == "none"]
     assert (none_rows["n_augmented"] == 0).all() and (none_rows["n_train"] == n_train).all()
     # unfiltered EDA at Ñ = 2 adds exactly 2 rows per training text

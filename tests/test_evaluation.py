@@ -170,3 +170,50 @@ def test_predictions_pair_on_the_same_rows_and_judge_each_method(spark):
     assert judged.effect == pytest.approx(0.3) and judged.comparison.n == 40 and judged.comparison.repeats == 2
     assert judged.direction == 1 and judged.paper is not None  # the paper's CST-full effect is beside it
     assert found[("cst_full", "accuracy")].paper is None  # the paper reports weighted F1, not accuracy
+
+
+def test_repeats_that_share_a_test_are_pooled_as_one_test_each():
+    """Genre transfer's seeds share each topic's test: four tests of three repeats each, the seeds alike (the rows'
+    noise is all there is). Named by their test, the interval covers the true effect about 95% of the time; taken for
+    twelve tests of their own it is too narrow. All repeats of one name are ``same_rows``; all names apart are not."""
+    rng, effect, sims = np.random.default_rng(5), 0.03, 300
+    names = [topic for topic in range(4) for _ in range(3)]
+    hits = {"named": 0, "apart": 0}
+    for _ in range(sims):
+        tests = [_accuracy_cells(rng, 300, 0.7, effect, 0.2) for _ in range(4)]
+        repeats = [tests[topic] for topic in names]
+        seed = int(rng.integers(1 << 30))
+        named = pooled("accuracy", repeats, resamples=400, seed=seed, tests=names)
+        apart = pooled("accuracy", repeats, resamples=400, seed=seed)
+        assert named.n == 4 * 300 and apart.n == 12 * 300
+        hits["named"] += named.low <= effect <= named.high
+        hits["apart"] += apart.low <= effect <= apart.high
+    assert 0.92 <= hits["named"] / sims <= 0.99, hits
+    assert hits["apart"] / sims < 0.85, hits
+    # tests that disagree (-10 to +20 points), many seeds each: their spread is over four tests, not 36 repeats
+    topics = [_accuracy_cells(rng, 300, 0.7, shift, 0.3) for shift in (-0.1, 0.0, 0.1, 0.2)]
+    spread = pooled("accuracy", [t for t in topics for _ in range(9)], tests=[i for i in range(4) for _ in range(9)])
+    assert spread.interval == "between repeats (t)" and spread.low < 0 < spread.high
+    one = [_accuracy_cells(rng, 300, 0.7, effect, 0.2)] * 3
+    assert pooled("accuracy", one, seed=3, tests=[0, 0, 0]) == pooled("accuracy", one, seed=3, same_rows=True)
+    assert pooled("accuracy", one, seed=3, tests=[0, 1, 2]) == pooled("accuracy", one, seed=3)
+
+
+def test_each_scope_pairs_with_its_own_baseline(spark):
+    """With ``by`` columns (the classifier model), a method pairs with the baseline of its own model: the encoder's
+    method against the encoder's baseline, never fastText's."""
+    from common.evaluation.predictions import PREDICTIONS_SCHEMA, by_scope, cells_by_run, evidence, paired_cells
+
+    rows = []
+    for model, base_right, method_right in (("fasttext", 10, 30), ("encoder", 30, 10)):
+        for i in range(40):
+            rows.append((model, "none", 0, "rows", f"r{i}", "a", "a" if i < base_right else "b"))
+            rows.append((model, "eda", 0, "rows", f"r{i}", "a", "a" if i < method_right else "b"))
+    frame = spark.createDataFrame(rows, f"model string, {PREDICTIONS_SCHEMA}")
+    cells = cells_by_run(paired_cells(frame, "none", ("model",)).collect(), 1)
+    assert set(cells) == {(m, (model, 0)) for m in ("none", "eda") for model in ("fasttext", "encoder")}
+    scopes = by_scope(cells, lambda run: run[0])
+    effects = {
+        s: evidence(c, "boostaug", "none", ("accuracy",))[("eda", "accuracy")].effect for s, c in scopes.items()
+    }
+    assert effects == pytest.approx({"fasttext": 0.5, "encoder": -0.5})

@@ -13,6 +13,7 @@ from worlds import check_card
 from common.genre import text as T
 from common.genre.config import GenreConfig, SplitConfig
 from common.genre.topics import effective_sizes, split_sizes
+from jobs.genre.genre_tables import JUDGED as GENRE_JUDGED
 
 
 # ----------------------------------------------------------------------------- text
@@ -478,6 +479,22 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     assert (n_train["off_keywords"] - 9 == written.get("off_topic", 0)).all()
     report = ctx.cfg.lakehouse.root + "/reports/genre/report.md"
     assert "on_topic" in open(report, encoding="utf-8").read()
+    # every classifier's 9 test predictions kept, and the figures are theirs: macro-F1 recomputed from them
+    from common.models.classifiers.label_metrics import accuracy_and_macro_f1
+
+    predictions = lake.read("genre_predictions").toPandas()
+    assert len(predictions) == len(res) * 9 and set(predictions["model"]) == {"fasttext"}
+    for (method, repeat), rows in predictions.groupby(["method", "repeat"]):
+        kept = res[(res["method"] == method) & (res["repeat"] == repeat)]["macro_f1"].item()
+        assert accuracy_and_macro_f1(list(rows["gold"]), list(rows["pred"]))[1] == pytest.approx(kept)
+    # each method judged against off_topic on the same 9 rows, the two seeds sharing them (counted once)
+    evidence = lake.read("genre_evidence").toPandas().set_index(["method", "metric"])
+    assert set(evidence.index) == {(m, k) for m in ("on_topic", "augmented", "off_keywords") for k in GENRE_JUDGED}
+    assert (evidence["scope"] == "model=fasttext").all() and (evidence["n_test"] == 9).all()
+    assert (evidence["repeats"] == 2).all() and evidence["verdict"].str.len().gt(0).all()
+    augmented = evidence.loc[("augmented", "macro_f1")]  # beside it, Table 4's gain scaled to this baseline
+    assert augmented["paper_effect"] == pytest.approx((0.709 - 0.668) / (1 - 0.668) * (1 - augmented["baseline"]))
+    assert "augmented: macro_f1" in open(report, encoding="utf-8").read()
 
     again = small_world.rerun("genre-transfer")
     assert all(out.skipped for r in again for out in r.outputs.values())
@@ -486,6 +503,22 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     ctx = small_world.copy(tmp_path)
     lake = ctx.lakehouse
     report = ctx.cfg.lakehouse.root + "/reports/genre/report.md"
+
+    # A run that finds the results written but not the predictions (a lakehouse from before they were kept, or a
+    # crash between the writes) scores anew: the results version stays, no kept classifier is written again, and the
+    # new evidence is what the summary reads beside those results (matched by config, not by run).
+    import shutil
+    from pathlib import Path
+
+    from jobs.genre.genre_evaluate import evaluate_job
+
+    for table in ("genre_predictions", "genre_evidence"):
+        shutil.rmtree(lake.location(table))
+    kept = {p: p.stat().st_mtime_ns for p in Path(ctx.cfg.lakehouse.root, "models").rglob("*") if p.is_file()}
+    results_version = lake.version("genre_results")
+    evaluate_job(ctx)
+    assert lake.version("genre_results") == results_version and lake.read("genre_evidence").count() == 6
+    assert kept == {p: p.stat().st_mtime_ns for p in kept}
 
     # another ratio prompts anew but reuses the fine-tuned generators (a model depends on its data and
     # training, not on how it is prompted): every test document now prompts every generator
@@ -512,7 +545,6 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
     # the encoder classifier (a tiny fine-tune) beside fastText, and the synthetic-only row
     from common.genre.config import EvalConfig
     from common.models.classifier_config import EncoderConfig
-    from jobs.genre.genre_evaluate import evaluate_job
 
     ctx.cfg.genre.eval = EvalConfig(
         repeats=1,
@@ -535,9 +567,10 @@ def test_pipeline_end_to_end_on_a_tiny_corpus(small_world, tmp_path):
         assert rows[(model, "off_topic_balanced")] == rows[(model, "augmented")]
     assert "n3.augmented.macro_f1" in evaluated.metrics and "encoder.n3.augmented.macro_f1" in evaluated.metrics
     assert "encoder" in open(report, encoding="utf-8").read()
+    # each model judged against its own off-topic classifiers
+    assert set(lake.read("genre_evidence").toPandas()["scope"]) == {"model=fasttext", "model=encoder"}
     # each method's encoder ships beside its fastText classifier, cleaning its input as Spark cleaned its texts
     import json
-    from pathlib import Path
 
     import mlflow
 

@@ -253,9 +253,23 @@ def test_results_summary_shows_every_result_and_one_sample_per_generator(small_w
     assert row.startswith(
         f"| fasttext | all | augmented | {per_seed.augmented.mean():.4f} ± {per_seed.augmented.std():.4f} | "
     ), row
+    assert f" | {100 * gain.mean():+.1f} ± {100 * gain.std():.1f} ({(gain > 0).sum()}/{len(gain)}) | " in row, row
+    # beside it, augmented against off_topic on the same rows, pooled over topics, N and seeds (genre_evidence)
+    from common.platform.reports.results_pages import effect_cell, points
+
+    judged = (
+        lake.read("genre_evidence")
+        .filter("scope = 'model=fasttext' AND method = 'augmented' AND metric = 'macro_f1'")
+        .first()
+        .asDict()
+    )
     assert row.endswith(
-        f" | {100 * gain.mean():+.1f} ± {100 * gain.std():.1f} ({(gain > 0).sum()}/{len(gain)}) | {len(gain)} |"
+        f" | {effect_cell(judged)} | {points(judged['mde'])} | {points(judged['paper_effect'], signed=True)} | "
+        f"{judged['verdict']} | {len(gain)} |"
     ), row
+    boostaug = (pages / "boostaug.md").read_text(encoding="utf-8")
+    judged = lake.read("boostaug_evidence").filter("method = 'eda+boostaug' AND metric = 'accuracy'").first()
+    assert "| eda+boostaug | " in boostaug and f" | {effect_cell(judged.asDict())} | " in boostaug
     assert "| fasttext | all | off_topic |" in genre
     augmented = fasttext[fasttext.method == "augmented"]
     for topic, f1 in augmented.groupby("topic").macro_f1.mean().items():

@@ -144,9 +144,9 @@ def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: 
     # This box's devices, whatever the cluster setting recorded.
     device = {"num_cpus": threads, "num_gpus": float(torch.cuda.is_available())}
     start = time.perf_counter()
-    if request["function"] == "multilabel":
-        import pyarrow.parquet as pq
+    import pyarrow.parquet as pq
 
+    if request["function"] == "multilabel":
         from common.models.classifiers.multilabel import fit_and_predict
 
         if job["kind"] == "encoder":
@@ -157,8 +157,12 @@ def _classify_one(bundle_root: str, stage_name: str, out: str, i: int, threads: 
     else:
         from common.models.classifiers.encoder_classifier import fit_and_evaluate
 
-        figures = fit_and_evaluate(job["train"], job["test"], EncoderConfig(**{**job["spec"], **device}), job["seed"])
+        spec, tag = EncoderConfig(**{**job["spec"], **device}), job.get("tag")
+        found = fit_and_evaluate(job["train"], job["test"], spec, job["seed"], tag=tag)
+        figures, predictions = found if tag else (found, None)
         (Path(out) / f"result-{i:04d}.json").write_text(json.dumps(figures))
+        if predictions is not None:  # the test rows' predictions (a Parquet file the results listing leaves out)
+            pq.write_table(predictions, Path(out) / f"result-{i:04d}.predictions")
         said = f"{figures['rows']} training rows, macro-F1 {figures['macro_f1']:.4f} on {figures['n_test']}"
     keys = job.get("keys") or {"seed": job["seed"], "train": [f for _, f in job["train"]]}
     return (

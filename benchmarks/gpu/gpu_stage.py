@@ -225,7 +225,13 @@ def pipeline(args, augment_args) -> int:
     def run_tasks(runtime, function, jobs, *rest, **options):
         if function is not encoder_classifier.fit_and_evaluate:
             return original_run_tasks(runtime, function, jobs, *rest, **options)
-        return replay_or_record("encoder-eval", "encoder", jobs)
+        figures = replay_or_record("encoder-eval", "encoder", jobs)
+        if options.get("outputs", 1) == 1:
+            return figures
+        import ray  # tagged jobs: their predictions too, recorded beside their figures
+
+        folder = bundle.stage("encoder-eval") / "results"
+        return figures, [ray.put(pq.read_table(folder / f"result-{i:04d}.predictions")) for i in range(len(jobs))]
 
     if not args.local_generation:
         fine_tune_ray.fine_tune_many_on_ray = fine_tune_many_on_ray

@@ -148,46 +148,84 @@ def pooled(
     resamples: int = 2000,
     seed: int = 0,
     same_rows: bool = False,
+    tests: Optional[Sequence] = None,
 ) -> Optional[Paired]:
     """The method against its baseline on ``metric`` over ``repeats`` (each repeat's cells, both sides on the same
     rows). The effect is the mean of the repeats' paired differences. Its standard error is the larger of the rows'
     noise (a bootstrap of each repeat's rows; with ``same_rows``, repeats that only reseeded the classifier on one
     test, that noise is one test's, not divided among the repeats, and ``n`` counts that test once) and the spread
     between the repeats (their effects' variance over R, with Student's t at R - 1 degrees of freedom: what a next
-    run that redraws the split and the generation would see). One repeat of a per-row metric (:data:`PER_ROW`) gets
-    McNemar's exact interval instead. None where no repeat has a test row."""
+    run that redraws the split and the generation would see). ``tests`` names each repeat's test where some repeats
+    share one and others do not (genre transfer's seeds on each topic's test): repeats of one name are pooled as
+    ``same_rows`` pools them, the names as independent tests weighed by their repeats. One repeat of a per-row metric
+    (:data:`PER_ROW`) gets McNemar's exact interval instead. None where no repeat has a test row."""
     from scipy.stats import t as student
 
-    tests = [t for t in (_test(metric, cells) for cells in repeats) if t is not None]
-    if not tests:
+    names = list(tests) if tests is not None else [0 if same_rows else i for i in range(len(repeats))]
+    found = [(name, t) for name, t in zip(names, (_test(metric, cells) for cells in repeats)) if t is not None]
+    if not found:
         return None
+    tests = [t for _, t in found]
     unit = METRICS[metric][0]
-    n = tests[0].n if same_rows else sum(t.n for t in tests)
+    # Each test counted once, however many repeats it served.
+    n = sum({name: t.n for name, t in reversed(found)}.values())
     candidate = float(np.mean([t.candidate for t in tests]))
     champion = float(np.mean([t.champion for t in tests]))
     effect = candidate - champion
     if len(tests) == 1 and metric in PER_ROW:
         return _mcnemar(metric, tests[0], unit, confidence)
     rng = np.random.default_rng(seed)
-    draws = np.stack([_row_draws(metric, t, resamples, rng) for t in tests])  # repeats x resamples
-    effects = np.nanmean(draws, axis=0)
+    effects = _shared_draws(metric, found, resamples, rng)
     effects = effects[~np.isnan(effects)]
     if not len(effects):
         return None
-    if same_rows and len(tests) > 1:
-        # The repeats' draws are of one test's rows: its noise is shared, not averaged away by R.
-        effects = effect + (effects - effects.mean()) * math.sqrt(len(tests))
     within = float(np.var(effects, ddof=1)) if len(effects) > 1 else 0.0
     tail = (1.0 - confidence) / 2
-    if len(tests) > 1:
-        between = float(np.var([t.candidate - t.champion for t in tests], ddof=1)) / len(tests)
+    # The spread between independent tests: each name's mean effect where names group repeats on one test (its
+    # repeats are not independent of each other), else each repeat's.
+    spread = _test_effects(found)
+    if len(spread) > 1:
+        between = float(np.var(spread, ddof=1)) / len(spread)
         if between > within:
-            half = float(student.ppf(1.0 - tail, len(tests) - 1)) * math.sqrt(between)
+            half = float(student.ppf(1.0 - tail, len(spread) - 1)) * math.sqrt(between)
             return Paired(
                 metric, candidate, champion, effect - half, effect + half, n, unit, math.sqrt(between),
                 len(tests), confidence, "between repeats (t)",
             )  # fmt: skip
     return _percentile(metric, candidate, champion, effects, n, len(tests), confidence)
+
+
+def _test_effects(found: Sequence[tuple]) -> list[float]:
+    """The effects whose spread is the spread between runs: one per test name of ``found`` (test name, repeat's
+    test) where there are several names (the mean of its repeats), else one per repeat (one test's repeats:
+    their spread is the classifier's, the only one there is)."""
+    groups: dict = {}
+    for name, test in found:
+        groups.setdefault(name, []).append(test.candidate - test.champion)
+    if len(groups) > 1:
+        return [float(np.mean(effects)) for effects in groups.values()]
+    return [e for effects in groups.values() for e in effects]
+
+
+def _shared_draws(metric: str, found: Sequence[tuple], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap draws of the mean effect over ``found`` (test name, repeat's test): each test's repeats' draws are
+    of one test's rows, so their noise is that test's, not averaged away by their number; the tests are independent
+    and weigh as many repeats as they served."""
+    groups: dict = {}
+    for name, test in found:
+        groups.setdefault(name, []).append(test)
+    total = len(found)
+    combined = np.zeros(resamples)
+    weight = np.zeros(resamples)
+    for repeats in groups.values():
+        draws = np.nanmean(np.stack([_row_draws(metric, t, resamples, rng) for t in repeats]), axis=0)
+        if len(repeats) > 1:
+            centre = float(np.mean([t.candidate - t.champion for t in repeats]))
+            draws = centre + (draws - np.nanmean(draws)) * math.sqrt(len(repeats))
+        share = len(repeats) / total
+        combined += np.where(np.isnan(draws), 0.0, share * draws)
+        weight += np.where(np.isnan(draws), 0.0, share)
+    return np.divide(combined, weight, out=np.full(resamples, np.nan), where=weight > 0)
 
 
 def _mcnemar(metric: str, test: _Test, unit: str, confidence: float) -> Paired:

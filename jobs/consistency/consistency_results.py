@@ -74,6 +74,8 @@ def report(ctx: JobContext, tr, pdf, found=None) -> None:
 
     folder = Path(ctx.reports_dir("consistency"))
     table = summary_table(pdf)
+    from common.stages.judging import evidence_text
+
     judged = evidence_text(found or {})
     print(table + (f"\n\n{judged}" if judged else ""))
     stats = (
@@ -128,10 +130,10 @@ def judge(
 ):
     """Write ``predictions`` (:func:`jobs.consistency.consistency_hft.predictions`) as ``tables[0]``; pair each
     method with the reference's rows of the same repeat (``baseline_rows``: the reference's predictions kept by an
-    earlier job, else among ``predictions``); write each method's Evidence on :data:`JUDGED` as ``tables[1]`` and log
-    it to the run. The repeats share one split, so their rows' noise is one test's (``same_rows``). Returns
-    (cells by (method, repeat), evidence by (method, metric))."""
-    from common.evaluation.predictions import EVIDENCE_SCHEMA, cells_by_run, evidence, evidence_rows, paired_cells
+    earlier job, else among ``predictions``) and judge it on :data:`JUDGED` (:func:`common.stages.judging.judge`:
+    ``tables[1]``, the run's metrics). The repeats share one split, so their rows' noise is one test's
+    (``same_rows``). Returns (cells by (method, repeat), evidence by scope "", then by (method, metric))."""
+    from common.stages.judging import judge as judge_rows
 
     table, evidence_table = tables
     tr.write(predictions, table, config_hash)
@@ -139,17 +141,6 @@ def judge(
     if baseline_rows is not None:
         rows = rows.unionByName(baseline_rows)
     base = reference(methods)
-    cells = cells_by_run(paired_cells(rows, base).collect())
-    found = (
-        evidence(cells, "consistency", base, JUDGED, same_rows=True, seed=ctx.cfg.seed) if base == "baseline" else {}
-    )
-    tr.write(ctx.spark.createDataFrame(evidence_rows(tr.run_id, found), EVIDENCE_SCHEMA), evidence_table, config_hash)
-    for (method, metric), e in found.items():
-        tr.log_metrics(e.metrics(f"evidence.{method}.{metric}"))
-        log.info("%s vs %s: %s", method, base, e.line())
-    return cells, found
-
-
-def evidence_text(found) -> str:
-    """Each method's evidence lines, as the report and the printed table carry them."""
-    return "\n".join(f"{method}: {e.line()}" for (method, _), e in sorted(found.items()))
+    # Without the baseline, no method is judged: the reference is only where values are read off.
+    judged = JUDGED if base == "baseline" else ()
+    return judge_rows(ctx, tr, rows, evidence_table, config_hash, "consistency", base, judged)

@@ -2,8 +2,10 @@
 hold the other three): writes ``genre_eval_sets`` (cleaned windows of every split document and the cleaned synthetic
 documents) and trains the genre classifiers in Ray tasks: per classifier model (fastText and/or the fine-tuned
 encoder), topic, N and method (on_topic, off_topic, augmented; off_keywords with the control, synthetic_only and
-off_topic_balanced when asked) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set: ``genre_results``, a
-report (the paper's Table 4 and per-topic gains), and the kept classifiers shipped.
+off_topic_balanced when asked) ``genre.eval.repeats`` seeds, macro-F1 on the on-topic test set: ``genre_results``,
+every classifier's test predictions (``genre_predictions``), each method judged against off-topic training on the same
+rows, pooled over topics, N and seeds (``genre_evidence``: effect, interval, MDE, the paper's effect, verdict), a
+report (the paper's Table 4, the evidence and per-topic gains), and the kept classifiers shipped.
 """
 
 from __future__ import annotations
@@ -14,7 +16,18 @@ from typing import Optional
 
 from common.platform.runner.job import JobContext, JobRun, hash_of, job
 from jobs import entry_point
-from jobs.genre.genre_tables import DOCUMENTS, EVAL_SETS, RESULT_SCHEMA, RESULTS, SPLITS, SYNTHETIC
+from jobs.genre.genre_tables import (
+    BASELINE,
+    DOCUMENTS,
+    EVAL_SETS,
+    EVIDENCE,
+    JUDGED,
+    PREDICTIONS,
+    RESULT_SCHEMA,
+    RESULTS,
+    SPLITS,
+    SYNTHETIC,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +42,12 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     from common.models.classifiers.text_classifier import evaluate_many
     from common.registry.naming import classifier_name
     from common.registry.ship import resume
+    from common.stages.judging import judge, write_task_predictions
 
     cfg = ctx.cfg.genre
     docs, splits, synthetic_rows = tr.read(DOCUMENTS), tr.read(SPLITS), tr.read(SYNTHETIC)
     config_hash = hash_of(used_settings(cfg.eval, cfg.eval.models), cfg.window_chars, ctx.cfg.seed)
-    if tr.already_written(RESULTS, config_hash):
+    if tr.all_written((RESULTS, PREDICTIONS, EVIDENCE), config_hash):
         print(summary_table(tr.written(RESULTS).toPandas()).to_string(index=False))
         resume(ctx, tr)  # what an earlier run left unshipped: shipped now, nothing trained
         return None
@@ -55,6 +69,9 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     # Each topic's classifiers at its largest N, first seed: kept to ship, one per model, method and topic.
     largest = {topic: n for topic, n in grid}
     kept_key = hash_of(config_hash, tr.inputs, sets.version)
+    # Never again where an earlier run wrote the results (and kept them) but not the predictions: its classifiers stay
+    # as registered, this run only scores anew.
+    shipped = tr.already_written(RESULTS, config_hash)
     keep = {
         (model, f"{method}_topic{topic}"): ctx.models_dir(
             f"genre_{classifier_name(method, model)}_topic{topic}", kept_key
@@ -62,9 +79,9 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         for model in cfg.eval.models
         for topic in largest
         for method in evaluated
-        if ctx.cfg.registry.ships("genre", model)
+        if ctx.cfg.registry.ships("genre", model) and not shipped
     }
-    keys, figures = [], []
+    keys, figures, predicted = [], [], []
     for model in cfg.eval.models:
         jobs = []
         for topic, n in grid:
@@ -76,7 +93,10 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
                     seed = ctx.cfg.seed + repeat
                     keys.append((topic, n, method, model, repeat, seed))
                     kept = keep.get((model, f"{method}_topic{topic}")) if (repeat, n) == (0, largest[topic]) else None
-                    jobs.append({"train": train, "test": test, "seed": seed, **({"keep": kept} if kept else {})})
+                    tag = {"model": model, "n": n, "topic": topic, "method": method, "repeat": repeat}
+                    jobs.append(
+                        {"train": train, "test": test, "seed": seed, "tag": tag, **({"keep": kept} if kept else {})}
+                    )
         log.info(
             "genre evaluate (%s): %d (topic, N) x %d methods x %d seeds = %d classifiers",
             model,
@@ -85,14 +105,33 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
             cfg.eval.repeats,
             len(jobs),
         )
-        figures += evaluate_many(ctx.ray(), model, jobs, cfg.eval.fasttext, cfg.eval.encoder)
+        found, refs = evaluate_many(ctx.ray(), model, jobs, cfg.eval.fasttext, cfg.eval.encoder)
+        figures, predicted = figures + found, predicted + refs
+    write_task_predictions(tr, predicted, PREDICTIONS, config_hash, ("model", "n", "topic"))
+    # A topic's test rows are the same at every N (common.genre.topics): one test its N and seeds share, the topics
+    # independent; each model is judged against its own off-topic classifiers.
+    cells, judged = judge(
+        ctx,
+        tr,
+        tr.written(PREDICTIONS),
+        EVIDENCE,
+        config_hash,
+        "genre",
+        BASELINE,
+        JUDGED,
+        ("model", "n", "topic"),
+        scope=lambda run: f"model={run[0]}",
+        test_of=lambda run: run[2],
+    )
     rows = [
-        (tr.run_id, *k, f["accuracy"], f["macro_f1"], int(f["rows"]), int(f["n_test"])) for k, f in zip(keys, figures)
+        # Read off the kept predictions (an earlier run's where it wrote them): results and evidence always agree.
+        (tr.run_id, *k, *_read_off(cells, k), int(f["rows"]), int(f["n_test"]))
+        for k, f in zip(keys, figures)
     ]
     frame = ctx.spark.createDataFrame(rows, RESULT_SCHEMA)
     tr.write(frame, RESULTS, config_hash)
     pdf = frame.toPandas()
-    report(ctx, tr, pdf)
+    report(ctx, tr, pdf, judged)
     if keep:
         ship_classifiers(ctx, tr, pdf, keep, largest, files, sets.version, config_hash)
     means = pdf.groupby(["model", "n", "method"])["macro_f1"].mean()
@@ -101,6 +140,15 @@ def evaluate_job(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
         f"{'' if model == cfg.eval.models[0] else model + '.'}n{n}.{method}.macro_f1": float(v)
         for (model, n, method), v in means.items()
     } | {"eval_rows": float(ctx.lakehouse.read(EVAL_SETS, sets.version).filter(F.col("set") != "test").count())}
+
+
+def _read_off(cells: dict, key: tuple) -> tuple[float, float]:
+    """(accuracy, macro-F1) of the classifier ``key`` (topic, n, method, model, repeat, seed) on its kept cells."""
+    from common.evaluation.predictions import value
+
+    topic, n, method, model, repeat, _ = key
+    found = cells.get((method, (model, str(n), str(topic), repeat)), {})
+    return value("accuracy", found), value("macro_f1", found)
 
 
 def ship_classifiers(
@@ -148,18 +196,22 @@ def ship_classifiers(
     ship(ctx, tr, candidates)
 
 
-def report(ctx: JobContext, tr: JobRun, pdf) -> None:
-    """Write the Table-4 summary and the per-topic table (markdown), log them to MLflow, print the summary."""
+def report(ctx: JobContext, tr: JobRun, pdf, judged: dict) -> None:
+    """Write the Table-4 summary with each method's evidence (``judged``) and the per-topic table (markdown), log
+    them to MLflow, print the summary."""
     from common.genre.evaluation import per_topic_table, summary_table
+    from common.stages.judging import evidence_text
 
     cfg = ctx.cfg.genre
     folder = Path(ctx.reports_dir("genre"))
     table = summary_table(pdf).to_string(index=False)
-    print(table)
+    against = evidence_text(judged)
+    print(table + f"\n\n{against}")
     text = (
         f"# Genre transfer across topics\n\nMLflow run `{tr.run_id}`; table `{RESULTS}`; macro-F1 (points) on "
         f"each topic's on-topic test set, averaged over topics, mean ± sample std over {cfg.eval.repeats} "
-        f"seeds; gain = augmented - off_topic.\n\n```\n{table}\n```\n\n## Per topic\n\n```\n"
+        f"seeds; gain = augmented - off_topic.\n\n```\n{table}\n```\n\nEach method against off_topic on the same "
+        f"rows, pooled over topics, N and seeds (`{EVIDENCE}`):\n\n```\n{against}\n```\n\n## Per topic\n\n```\n"
         f"{per_topic_table(pdf).to_string(index=False)}\n```\n"
     )
     path = folder / "report.md"

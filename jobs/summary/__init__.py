@@ -1,3 +1,3 @@
 """The results summary across pipelines (:mod:`.summary`, the job): its facts (:mod:`.summary_facts`), sections
-(:mod:`.summary_sections`) and tables (:mod:`.summary_tables`).
+(:mod:`.summary_sections`, :mod:`.summary_classifiers`) and tables (:mod:`.summary_tables`).
 """

@@ -24,8 +24,8 @@ from common.platform.reports.results_pages import ResultsTable, page, text_block
 from common.platform.runner.job import JobContext, JobRun, job
 from common.registry.listing import registry_lines
 from jobs import entry_point
+from jobs.summary import summary_classifiers, summary_sections
 from jobs.summary.summary_facts import cut
-from jobs.summary.summary_sections import SECTIONS
 from jobs.summary.summary_tables import GENERATED, PAGES, PAPER
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,11 @@ def run(ctx: JobContext, tr: JobRun) -> Optional[dict[str, float]]:
     """Summarise the result tables that exist and write their pages; returns each method's mean headline
     metric (and, for the matcher, precision@k per variant)."""
     metrics: dict[str, float] = {}
-    sections = [build(ctx, tr, metrics) for table, build in SECTIONS if ctx.lakehouse.exists(table)]
+    sections = [
+        build(ctx, tr, metrics)
+        for table, build in summary_sections.SECTIONS + summary_classifiers.SECTIONS
+        if ctx.lakehouse.exists(table)
+    ]
     reports = Path(ctx.reports_dir(""))  # <root>/reports, or a scratch folder published to it
     if not sections:
         log.info("no result tables yet (%s): nothing to summarise", ", ".join(PAGES))

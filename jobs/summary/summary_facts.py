@@ -174,16 +174,54 @@ def cut(text: str, chars: int = SAMPLE_CHARS) -> str:
 EVIDENCE_FIGURES = ("effect", "effect_low", "effect_high", "mde")
 
 
-def evidence_rows(ctx: JobContext, tr: JobRun, tables: Sequence[str], results: "DataFrame") -> dict:
-    """The evidence rows (:data:`~common.evaluation.predictions.EVIDENCE_SCHEMA`) of those of ``tables`` that
-    exist, by (method, metric), of the runs that wrote ``results``' rows (a later run's evidence judges other
-    results): a row per method and metric reaches the driver. A later table's row replaces an earlier one's."""
+def evidence_cells(row: Optional[dict], paper: bool = True) -> list[str]:
+    """An evidence row's cells as a section shows them: the effect [95%], the MDE, the paper's effect (with
+    ``paper``) and the verdict; ``-`` each where there is none."""
+    from common.platform.reports.results_pages import effect_cell, points
+
+    cells = [effect_cell(row), points(row["mde"] if row else None)]
+    if paper:
+        cells.append(points(row["paper_effect"] if row else None, signed=True))
+    return [*cells, row["verdict"] if row else "-"]
+
+
+def record_evidence(metrics: dict[str, float], name: str, row: Optional[dict]) -> None:
+    """Add an evidence row's figures (:data:`EVIDENCE_FIGURES`) to the summary's ``metrics`` as ``<name>.<figure>``."""
+    if row is not None:
+        metrics.update({f"{name}.{k}": row[k] for k in EVIDENCE_FIGURES})
+
+
+def evidence_rows(
+    ctx: JobContext,
+    tr: JobRun,
+    tables: Sequence[str],
+    results: "DataFrame",
+    scope: str = "",
+    results_table: Optional[str] = None,
+) -> dict:
+    """The evidence rows (:data:`~common.evaluation.predictions.EVIDENCE_SCHEMA`) of ``scope`` (e.g.
+    ``model=fasttext``; "" where a table judges one scope) of those of ``tables`` that exist, by (method, metric), of
+    the runs that wrote ``results``' rows (a later run's evidence judges other results); where none did and
+    ``results_table`` is given, those of an evidence version written from the same config as the results version
+    (a run that found the results written, by an earlier run, but not the evidence). A row per method and metric
+    reaches the driver. A later table's row replaces an earlier one's."""
     from pyspark.sql import functions as F
 
     runs = [r[0] for r in results.select("run_id").distinct().limit(64).collect()]
+    same_config = None
+    if results_table is not None:
+        commit = ctx.lakehouse.data_commit(results_table, tr.versions[results_table])
+        same_config = ((commit.lineage or {}) if commit else {}).get("config_hash")
     found = {}
     for table in tables:
-        if ctx.lakehouse.exists(table):
-            rows = tr.read(table).where(F.col("run_id").isin(runs)).collect()
-            found.update({(r["method"], r["metric"]): r.asDict() for r in rows})
+        if not ctx.lakehouse.exists(table):
+            continue
+        rows = tr.read(table).where(F.col("run_id").isin(runs)).collect()
+        if not rows and same_config is not None:
+            commit = ctx.lakehouse.data_commit(table, tr.versions[table])
+            if commit is not None and (commit.lineage or {}).get("config_hash") == same_config:
+                rows = tr.read(table).collect()  # a row per method and metric
+        found.update(
+            {(r["method"], r["metric"]): r.asDict() for r in rows if (r.asDict().get("scope") or "") == scope}
+        )
     return found

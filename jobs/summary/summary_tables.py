@@ -10,6 +10,8 @@ COMPOSITIONAL = "compositional_results"
 # The evidence tables of a results table's methods (each method against its baseline on the same rows), in order:
 # a later table's row for a method replaces an earlier one's.
 CONSISTENCY_EVIDENCE = ("consistency_evidence", "cga_evidence")
+BOOSTAUG_EVIDENCE = ("boostaug_evidence",)
+GENRE_EVIDENCE = ("genre_evidence",)
 # Each generative method's generation table (the shared generation schema: source_text, generated_text,
 # sample_idx, model_version, reason) and what its source and output are.
 # (table, method, source, output, the config section of its generator: model and fine_tune).

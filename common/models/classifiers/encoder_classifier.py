@@ -232,26 +232,32 @@ def manifest(folder: str) -> dict[str, Any]:
 
 
 def fit_and_evaluate(
-    train: Sequence[Source], test: Sequence[Source], spec: EncoderConfig, seed: int, keep: Optional[str] = None
-) -> dict[str, Any]:
+    train: Sequence[Source],
+    test: Sequence[Source],
+    spec: EncoderConfig,
+    seed: int,
+    keep: Optional[str] = None,
+    tag: Optional[dict[str, Any]] = None,
+) -> Any:
     """Fine-tune an encoder classifier (``spec``) on ``train`` rows and evaluate it on ``test`` rows; it is saved in
     ``keep`` (a folder URI, with the loader's ``model.json``) when given, else discarded. Returns {rows, seconds,
-    accuracy, macro_f1, n_test}."""
+    accuracy, macro_f1, n_test}; with ``tag``, (those figures, the test rows' predictions:
+    :func:`~common.models.classifiers.label_metrics.scored`)."""
     with worker_scratch("encoder-eval-") as tmp:
         figures = fit_surrogate(train, [], spec, seed, tmp)
-        figures.update(evaluate_saved(tmp, test))
+        found = evaluate_saved(tmp, test, tag)
         if keep:  # the manifest inside the folder before it is copied: its completion mark covers both
             write_manifest(tmp, manifest(tmp))
             put_folder(tmp, keep)
-    return {k: figures[k] for k in ("rows", "seconds", "accuracy", "macro_f1", "n_test")}
+    kept = {k: figures[k] for k in ("rows", "seconds")}
+    return kept | found if tag is None else (kept | found[0], found[1])
 
 
-def evaluate_saved(model_dir: str, test: Sequence[Source]) -> dict[str, float]:
+def evaluate_saved(model_dir: str, test: Sequence[Source], tag: Optional[dict[str, Any]] = None) -> Any:
     """{accuracy, macro_f1, n_test} of a saved encoder classifier (``model_dir``, a local path or URI) on ``test``
-    rows."""
-    from common.models.classifiers.label_metrics import accuracy_and_macro_f1
+    rows; with ``tag``, (those figures, the predictions: :func:`~common.models.classifiers.label_metrics.scored`)."""
+    from common.models.classifiers.label_metrics import scored
 
     rows = read_rows(test, TEXT, LABEL)
     predicted = [label for label, _ in EncoderScorer(model_dir).classify([t for t, _ in rows])]
-    accuracy, macro_f1 = accuracy_and_macro_f1([g for _, g in rows], predicted)
-    return {"accuracy": accuracy, "macro_f1": macro_f1, "n_test": len(rows)}
+    return scored(rows, predicted, tag)

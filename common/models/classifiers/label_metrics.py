@@ -9,7 +9,7 @@ of them.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from common.pyfunc.multilabel import decide  # what a registered multi-label model decides with
 
@@ -26,6 +26,32 @@ def accuracy_and_macro_f1(gold: Sequence[str], predicted: Sequence[str]) -> tupl
         fn = sum(g == label and p != label for g, p in zip(gold, predicted))
         f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
     return sum(g == p for g, p in zip(gold, predicted)) / len(gold), sum(f1s) / len(f1s)
+
+
+def scored(rows: Sequence[tuple[str, str]], predicted: Sequence[str], tag: Optional[Mapping[str, Any]] = None) -> Any:
+    """{accuracy, macro_f1, n_test} of ``predicted`` labels of the (text, gold) test ``rows``; with ``tag`` (the
+    constant columns naming the model: method, repeat, ...), also the predictions as an Arrow table of the
+    evaluation layer's layout (:data:`common.evaluation.predictions.PREDICTIONS_SCHEMA` with the tag's other
+    columns first, as strings), one row per test row keyed by its place in ``rows`` (sorted: the same test gives
+    every model the same keys): (figures, table)."""
+    gold = [g for _, g in rows]
+    accuracy, macro_f1 = accuracy_and_macro_f1(gold, predicted)
+    figures = {"accuracy": accuracy, "macro_f1": macro_f1, "n_test": len(rows)}
+    if tag is None:
+        return figures
+    import pyarrow as pa
+
+    n = len(rows)
+    columns = {k: pa.array([str(v)] * n, pa.string()) for k, v in tag.items() if k not in ("method", "repeat")}
+    columns |= {
+        "method": pa.array([str(tag["method"])] * n, pa.string()),
+        "repeat": pa.array([int(tag["repeat"])] * n, pa.int32()),
+        "test": pa.array(["rows"] * n, pa.string()),
+        "key": pa.array([f"{i:09d}" for i in range(n)], pa.string()),
+        "gold": pa.array([str(g) for g in gold], pa.string()),
+        "pred": pa.array([str(p) for p in predicted], pa.string()),
+    }
+    return figures, pa.table(columns)
 
 
 # The multi-label decision thresholds tried on the validation rows.
